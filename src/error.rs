@@ -1,0 +1,77 @@
+//! The library's error type: every fallible call in the numeric core returns `Result<T>`.
+//!
+//! Variants are structured so that a caller (CLI, GUI, a remote rank) can report precisely what was
+//! wrong. Messages put the path last, after what went wrong.
+
+use std::path::PathBuf;
+
+/// Errors raised by tessera's library code.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An array had the wrong shape for an operation.
+    #[error("{op}: expected shape {expected:?}, got {got:?}")]
+    ShapeMismatch {
+        op: String,
+        expected: Vec<usize>,
+        got: Vec<usize>,
+    },
+    /// A configuration value is out of range or inconsistent; `field` names it as written in presets.
+    #[error("invalid value for `{field}`: {reason}")]
+    InvalidConfig { field: String, reason: String },
+    /// An input array contains NaN or infinite values.
+    #[error("{what} contains {count} non-finite value(s) (NaN or Inf)")]
+    NonFinite { what: String, count: usize },
+    /// A file could not be read or written.
+    #[error("{action} failed: {source}: {}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file was read but its content is not what it claims to be.
+    #[error("{reason}: {}", path.display())]
+    Format { path: PathBuf, reason: String },
+    /// A request that is valid in principle but not supported by this operator or build.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidConfig`].
+    pub fn config(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::ShapeMismatch`].
+    pub fn shape(op: impl Into<String>, expected: &[usize], got: &[usize]) -> Self {
+        Error::ShapeMismatch {
+            op: op.into(),
+            expected: expected.to_vec(),
+            got: got.to_vec(),
+        }
+    }
+
+    /// Shorthand for [`Error::Format`].
+    pub fn format(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        Error::Format {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Io`].
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

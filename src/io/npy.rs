@@ -1,0 +1,225 @@
+//! NumPy `.npy` reading and writing (format versions 1–3), for images `(B,C,H,W)` and volumes.
+//!
+//! Reading accepts little- and big-endian f32, f64, and integer dtypes (converted to f32), C or Fortran
+//! order; writing always produces version-1 little-endian f32 in C order, the format deepinv and numpy
+//! read natively.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+const MAGIC: &[u8] = b"\x93NUMPY";
+
+/// Reads a `.npy` file into a tensor.
+pub fn read_npy(path: &Path) -> Result<Tensor> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io("reading", path, e))?;
+    parse_npy(&bytes).map_err(|reason| Error::format(path, format!("not a valid .npy file ({reason})")))
+}
+
+/// Writes a tensor as a little-endian f32 `.npy` file, atomically.
+pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<()> {
+    super::write_atomic(path, &encode_npy(tensor))
+}
+
+/// Encodes a tensor as `.npy` bytes (version 1.0, `<f4`, C order).
+pub fn encode_npy(tensor: &Tensor) -> Vec<u8> {
+    let shape = match tensor.shape() {
+        [n] => format!("({n},)"),
+        s => format!(
+            "({})",
+            s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    // Total header length (magic + version + len + dict + newline) is padded to a multiple of 64.
+    let unpadded = MAGIC.len() + 2 + 2 + header.len() + 1;
+    header.push_str(&" ".repeat((64 - unpadded % 64) % 64));
+    header.push('\n');
+    let mut out = Vec::with_capacity(unpadded + 64 + tensor.numel() * 4);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for v in tensor.data() {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// Parses `.npy` bytes; the error says what was wrong.
+pub fn parse_npy(bytes: &[u8]) -> std::result::Result<Tensor, String> {
+    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+        return Err("missing the \\x93NUMPY magic".into());
+    }
+    let major = bytes[6];
+    let (header_len, start) = match major {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
+        2 | 3 => {
+            if bytes.len() < 12 {
+                return Err("truncated header".into());
+            }
+            (
+                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+                12,
+            )
+        }
+        v => return Err(format!("unsupported format version {v}")),
+    };
+    let header_end = start
+        .checked_add(header_len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or("header longer than the file")?;
+    let header = std::str::from_utf8(&bytes[start..header_end]).map_err(|_| "header is not text")?;
+    let descr = dict_value(header, "descr").ok_or("header has no 'descr'")?;
+    let descr = descr.trim_matches(|c| c == '\'' || c == '"');
+    let fortran = dict_value(header, "fortran_order").ok_or("header has no 'fortran_order'")?;
+    let fortran = match fortran {
+        "True" => true,
+        "False" => false,
+        other => return Err(format!("bad fortran_order {other}")),
+    };
+    let shape_text = dict_value(header, "shape").ok_or("header has no 'shape'")?;
+    let shape: Vec<usize> = shape_text
+        .trim_matches(|c| c == '(' || c == ')')
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>().map_err(|_| format!("bad shape {shape_text}")))
+        .collect::<std::result::Result<_, _>>()?;
+    let count = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or("shape overflows")?;
+    let payload = &bytes[header_end..];
+    let (little, kind, size) = parse_descr(descr)?;
+    let need = count.checked_mul(size).ok_or("shape overflows")?;
+    if payload.len() < need {
+        return Err(format!(
+            "data truncated: shape {shape:?} of {descr} needs {need} bytes, file has {}",
+            payload.len()
+        ));
+    }
+    let mut data = Vec::with_capacity(count);
+    for chunk in payload[..need].chunks_exact(size) {
+        let mut b = [0u8; 8];
+        b[..size].copy_from_slice(chunk);
+        if !little {
+            b[..size].reverse();
+        }
+        let v = match (kind, size) {
+            ('f', 4) => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            ('f', 8) => f64::from_le_bytes(b) as f32,
+            ('u', 1) | ('b', 1) => b[0] as f32,
+            ('i', 1) => b[0] as i8 as f32,
+            ('u', 2) => u16::from_le_bytes([b[0], b[1]]) as f32,
+            ('i', 2) => i16::from_le_bytes([b[0], b[1]]) as f32,
+            ('u', 4) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
+            ('i', 4) => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
+            ('u', 8) => u64::from_le_bytes(b) as f32,
+            ('i', 8) => i64::from_le_bytes(b) as f32,
+            _ => return Err(format!("unsupported dtype {descr}")),
+        };
+        data.push(v);
+    }
+    if fortran && shape.len() > 1 {
+        data = fortran_to_c(&data, &shape);
+    }
+    Tensor::from_vec(&shape, data).map_err(|e| e.to_string())
+}
+
+fn parse_descr(descr: &str) -> std::result::Result<(bool, char, usize), String> {
+    let mut chars = descr.chars();
+    let order = chars.next().ok_or("empty dtype")?;
+    let little = match order {
+        '<' | '|' | '=' => true,
+        '>' => false,
+        _ => return Err(format!("unsupported dtype {descr}")),
+    };
+    let kind = chars.next().ok_or("empty dtype")?;
+    let size: usize = chars
+        .as_str()
+        .parse()
+        .map_err(|_| format!("unsupported dtype {descr}"))?;
+    if !matches!(size, 1 | 2 | 4 | 8) {
+        return Err(format!("unsupported dtype {descr}"));
+    }
+    Ok((little, kind, size))
+}
+
+/// The textual value of `key` in numpy's header dict (a Python literal).
+fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
+    let pos = header
+        .find(&format!("'{key}'"))
+        .or_else(|| header.find(&format!("\"{key}\"")))?;
+    let rest = header[pos + key.len() + 2..].trim_start();
+    let rest = rest.strip_prefix(':')?.trim_start();
+    let end = if rest.starts_with('(') {
+        rest.find(')')? + 1
+    } else {
+        rest.find([',', '}']).unwrap_or(rest.len())
+    };
+    Some(rest[..end].trim())
+}
+
+fn fortran_to_c(data: &[f32], shape: &[usize]) -> Vec<f32> {
+    let n = data.len();
+    let mut out = vec![0.0; n];
+    let nd = shape.len();
+    let mut idx = vec![0usize; nd];
+    for (c_index, o) in out.iter_mut().enumerate() {
+        let mut rem = c_index;
+        for d in (0..nd).rev() {
+            idx[d] = rem % shape[d];
+            rem /= shape[d];
+        }
+        let mut f_index = 0;
+        for d in (0..nd).rev() {
+            f_index = f_index * shape[d] + idx[d];
+        }
+        *o = data[f_index];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let t = Tensor::from_fn(&[1, 3, 5, 7], |i| i as f32 * 0.5 - 3.0);
+        let bytes = encode_npy(&t);
+        assert_eq!((bytes.len() - t.numel() * 4) % 64, 0);
+        assert_eq!(parse_npy(&bytes).unwrap(), t);
+    }
+
+    #[test]
+    fn rejects_garbage_and_truncation() {
+        assert!(parse_npy(b"hello world").is_err());
+        let t = Tensor::zeros(&[4, 4]);
+        let bytes = encode_npy(&t);
+        let err = parse_npy(&bytes[..bytes.len() - 3]).unwrap_err();
+        assert!(err.contains("truncated"), "{err}");
+        let mut bad = bytes.clone();
+        bad[8] = 0xff;
+        bad[9] = 0xff;
+        assert!(parse_npy(&bad).is_err());
+    }
+
+    #[test]
+    fn reads_fortran_order_and_f64() {
+        // 2x3 array [[0,1,2],[3,4,5]] stored column-major as f64.
+        let header = "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }";
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&[1, 0]);
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        for v in [0.0f64, 3.0, 1.0, 4.0, 2.0, 5.0] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let t = parse_npy(&bytes).unwrap();
+        assert_eq!(t.shape(), &[2, 3]);
+        assert_eq!(t.data(), &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    }
+}

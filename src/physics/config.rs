@@ -1,0 +1,71 @@
+//! Serde configurations of the operators, as written in presets and `--physics` files.
+//!
+//! A config is plain data (validated, with defaults); [`PhysicsConfig::build`] turns it into a live
+//! operator for a given image shape. Presets store configs, never operators.
+
+use serde::{Deserialize, Serialize};
+
+use super::LinearPhysics;
+use super::blur::{Blur3dConfig, BlurConfig};
+use super::noise::{NoiseConfig, Noisy};
+use super::tomography::TomographyConfig;
+use super::tomography3d::Tomography3dConfig;
+use crate::error::Result;
+
+/// One operator of a physics stack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PhysicsConfig {
+    /// 2-D convolution (Gaussian or user kernel) with a padding mode.
+    Blur(BlurConfig),
+    /// 3-D convolution of volumes.
+    Blur3d(Blur3dConfig),
+    /// 2-D parallel-beam tomography.
+    Tomography(TomographyConfig),
+    /// 3-D parallel-beam tomography.
+    Tomography3d(Tomography3dConfig),
+}
+
+impl PhysicsConfig {
+    /// Checks every parameter's range; the error names the field.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            PhysicsConfig::Blur(c) => c.validate(),
+            PhysicsConfig::Blur3d(c) => c.validate(),
+            PhysicsConfig::Tomography(c) => c.validate(),
+            PhysicsConfig::Tomography3d(c) => c.validate(),
+        }
+    }
+
+    /// Whether the operator acts on volumes `(B, C, D, H, W)` rather than images.
+    pub fn is_volumetric(&self) -> bool {
+        matches!(self, PhysicsConfig::Blur3d(_) | PhysicsConfig::Tomography3d(_))
+    }
+
+    /// Builds the operator for inputs of shape `x_shape`, with optional measurement noise.
+    pub fn build(
+        &self,
+        x_shape: &[usize],
+        noise: Option<&NoiseConfig>,
+    ) -> Result<Box<dyn LinearPhysics>> {
+        self.validate()?;
+        let op: Box<dyn LinearPhysics> = match self {
+            PhysicsConfig::Blur(c) => Box::new(c.build()?),
+            PhysicsConfig::Blur3d(c) => Box::new(c.build()?),
+            PhysicsConfig::Tomography(c) => Box::new(c.build(x_shape)?),
+            PhysicsConfig::Tomography3d(c) => Box::new(c.build(x_shape)?),
+        };
+        // Fail early, with the operator's own message, if the image does not suit the operator.
+        op.output_shape(x_shape)?;
+        Ok(match noise {
+            Some(n) => {
+                n.validate()?;
+                Box::new(Noisy {
+                    inner: op,
+                    noise: n.clone(),
+                })
+            }
+            None => op,
+        })
+    }
+}
