@@ -1,1 +1,336 @@
-//! PLACEHOLDER
+//! Running a preset end to end: load or generate the image, build the physics stack, simulate the
+//! measurements, reconstruct, and write the outputs (arrays, images, `metrics.json`).
+//!
+//! This is the one place where configs become live objects. Progress goes out through a callback of
+//! [`JobEvent`]s (the CLI draws a progress bar from them; the GUI backend will stream them), and the
+//! callback can stop the run. Outputs are written atomically, so a failed run never leaves a
+//! half-written file in place of a previous result.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::denoise::Denoiser;
+use crate::error::{Error, Result};
+use crate::io;
+use crate::metrics;
+use crate::optim::{self, AlgorithmConfig, IterationReport, Monitor, Reconstruction};
+use crate::physics::{PhysicsConfig, Stack, StackedLinearPhysics};
+use crate::preset::{ImageSource, Preset};
+use crate::samples;
+use crate::tensor::Tensor;
+use crate::tiling::TiledDenoiser;
+
+/// Default sample size when a preset gives none.
+const DEFAULT_SAMPLE_SIZE: usize = 256;
+
+/// What a running job reports.
+#[derive(Debug)]
+pub enum JobEvent<'a> {
+    /// The problem is set up and the algorithm starts.
+    Started {
+        name: &'a str,
+        image_shape: &'a [usize],
+        operators: usize,
+        iterations: usize,
+    },
+    /// One iteration finished; `x` is the current reconstruction.
+    Iteration {
+        report: &'a IterationReport,
+        x: &'a Tensor,
+    },
+}
+
+/// Quality of one image against the ground truth.
+#[derive(Debug, Clone, Serialize)]
+pub struct Quality {
+    pub psnr_db: f64,
+    pub ssim: f64,
+}
+
+/// Summary of a finished job; also written as `metrics.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobSummary {
+    pub name: String,
+    pub image_shape: Vec<usize>,
+    pub operators: Vec<String>,
+    pub algorithm: String,
+    pub iterations: usize,
+    pub stopped_early: bool,
+    /// Quality of the final reconstruction.
+    pub reconstruction: Quality,
+    /// Quality of the back-projection `Σ Aᵢᵀyᵢ`, for comparison.
+    pub adjoint: Quality,
+    pub setup_secs: f64,
+    pub solve_secs: f64,
+    /// Totals over all iterations.
+    pub gradient_secs: f64,
+    pub denoiser_secs: f64,
+    pub history: Vec<IterationReport>,
+    pub outputs: Vec<PathBuf>,
+    /// The preset that was run, as TOML (after overrides).
+    pub preset: String,
+}
+
+/// Loads the ground truth described by `source` (sample or file relative to `base_dir`).
+pub fn load_image(
+    source: &ImageSource,
+    volumetric: bool,
+    seed: u64,
+    base_dir: &Path,
+) -> Result<Tensor> {
+    let mut x = match (&source.sample, &source.path) {
+        (Some(sample), _) => {
+            let size = source
+                .size
+                .clone()
+                .unwrap_or_else(|| vec![DEFAULT_SAMPLE_SIZE; if volumetric { 3 } else { 2 }]);
+            samples::generate(*sample, &size, seed)?
+        }
+        (None, Some(path)) => {
+            let full = if path.is_absolute() {
+                path.clone()
+            } else {
+                base_dir.join(path)
+            };
+            let x = io::read_array(&full)?;
+            x.check_finite(&full.display().to_string())?;
+            to_batch_layout(x, volumetric, &full)?
+        }
+        (None, None) => return Err(Error::config("image", "give `sample` or `path`")),
+    };
+    if source.grayscale && x.shape()[1] > 1 {
+        x = to_grayscale(&x);
+    }
+    Ok(x)
+}
+
+/// Brings a file's array into (B, C, H, W) or (B, C, D, H, W).
+fn to_batch_layout(x: Tensor, volumetric: bool, path: &Path) -> Result<Tensor> {
+    let shape = x.shape().to_vec();
+    let want = if volumetric { 5 } else { 4 };
+    let new_shape: Vec<usize> = match shape.len() {
+        n if n == want => shape.clone(),
+        n if n + 1 == want => [&[1], &shape[..]].concat(),
+        n if n + 2 == want => [&[1, 1], &shape[..]].concat(),
+        _ => {
+            return Err(Error::format(
+                path,
+                format!(
+                    "array of shape {shape:?} is not a {} (expected {} to {want} dimensions)",
+                    if volumetric { "volume" } else { "image" },
+                    want - 2
+                ),
+            ));
+        }
+    };
+    x.reshape(&new_shape)
+}
+
+/// Mean over channels.
+fn to_grayscale(x: &Tensor) -> Tensor {
+    let (b, c) = (x.shape()[0], x.shape()[1]);
+    let n = x.plane_len();
+    let mut shape = x.shape().to_vec();
+    shape[1] = 1;
+    let mut out = Tensor::zeros(&shape);
+    for bi in 0..b {
+        let dst = &mut out.data_mut()[bi * n..(bi + 1) * n];
+        for ci in 0..c {
+            for (d, s) in dst.iter_mut().zip(x.plane(bi * c + ci)) {
+                *d += s / c as f32;
+            }
+        }
+    }
+    out
+}
+
+/// Builds the denoiser of a preset, tiled when the preset asks for it.
+pub fn build_denoiser(preset: &Preset) -> Result<Option<Box<dyn Denoiser>>> {
+    let Some(cfg) = &preset.denoiser else {
+        return Ok(None);
+    };
+    let inner = cfg.build()?;
+    Ok(Some(match &preset.tiling {
+        Some(t) => Box::new(TiledDenoiser::from_config(inner, t)?),
+        None => inner,
+    }))
+}
+
+/// Runs `preset`, writing outputs into `out_dir` (created if needed).
+pub fn run(
+    preset: &Preset,
+    base_dir: &Path,
+    out_dir: &Path,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+) -> Result<JobSummary> {
+    preset.validate()?;
+    let t_setup = Instant::now();
+    let volumetric = preset.is_volumetric();
+    let truth = load_image(&preset.image, volumetric, preset.seed, base_dir)?;
+    let x_shape = truth.shape().to_vec();
+    let ops = preset
+        .physics
+        .iter()
+        .map(|p| p.build(&x_shape, preset.noise.as_ref()))
+        .collect::<Result<Vec<_>>>()?;
+    let stack = Stack::new(ops)?;
+    let ys = stack.measure(&truth, preset.seed)?;
+    let adjoint = stack.adjoint(&ys)?;
+    let denoiser = build_denoiser(preset)?;
+    std::fs::create_dir_all(out_dir)
+        .map_err(|e| Error::io("creating output folder", out_dir, e))?;
+    let setup_secs = t_setup.elapsed().as_secs_f64();
+
+    let monitor = Monitor {
+        ground_truth: Some(&truth),
+        data_range: 1.0,
+        ssim_every: preset.output.ssim_every,
+    };
+    let iterations = preset.algorithm.iterations();
+    if on_event(JobEvent::Started {
+        name: &preset.name,
+        image_shape: &x_shape,
+        operators: stack.len(),
+        iterations,
+    })
+    .is_break()
+    {
+        return Err(Error::Unsupported(
+            "the job was cancelled before it started".into(),
+        ));
+    }
+    let mut callback =
+        |report: &IterationReport, x: &Tensor| on_event(JobEvent::Iteration { report, x });
+    let t_solve = Instant::now();
+    let (algorithm, recon) = match &preset.algorithm {
+        AlgorithmConfig::Pnp(cfg) => {
+            let denoiser = denoiser.as_deref().ok_or_else(|| {
+                Error::config("denoiser", "the pnp algorithm needs a [denoiser] section")
+            })?;
+            let r = optim::pnp(
+                &stack,
+                &preset.fidelity,
+                denoiser,
+                &ys,
+                &x_shape,
+                cfg,
+                &monitor,
+                &mut callback,
+            )?;
+            (format!("pnp ({})", denoiser.name()), r)
+        }
+        AlgorithmConfig::Cg(cfg) => (
+            "cg least squares".to_string(),
+            optim::least_squares(&stack, &ys, cfg, &monitor, &mut callback)?,
+        ),
+        AlgorithmConfig::Fbp(_) => (
+            "fbp".to_string(),
+            run_fbp(preset, &x_shape, &ys, &monitor, &mut callback)?,
+        ),
+    };
+    let solve_secs = t_solve.elapsed().as_secs_f64();
+
+    let quality = |x: &Tensor| -> Result<Quality> {
+        Ok(Quality {
+            psnr_db: metrics::psnr(x, &truth, 1.0)?,
+            ssim: metrics::ssim(x, &truth, 1.0)?,
+        })
+    };
+    let mut summary = JobSummary {
+        name: preset.name.clone(),
+        image_shape: x_shape.clone(),
+        operators: stack.names(),
+        algorithm,
+        iterations: recon.history.len(),
+        stopped_early: recon.stopped,
+        reconstruction: quality(&recon.x)?,
+        adjoint: quality(&adjoint)?,
+        setup_secs,
+        solve_secs,
+        gradient_secs: recon.history.iter().map(|h| h.times.gradient_secs).sum(),
+        denoiser_secs: recon.history.iter().map(|h| h.times.denoiser_secs).sum(),
+        history: recon.history.clone(),
+        outputs: Vec::new(),
+        preset: preset.to_toml()?,
+    };
+    summary.outputs = write_outputs(out_dir, preset, &truth, &recon, &ys, volumetric)?;
+    let metrics_path = out_dir.join("metrics.json");
+    summary.outputs.push(metrics_path.clone());
+    let json = serde_json::to_vec_pretty(&summary)
+        .map_err(|e| Error::config("metrics.json", e.to_string()))?;
+    io::write_atomic(&metrics_path, &json)?;
+    Ok(summary)
+}
+
+fn run_fbp(
+    preset: &Preset,
+    x_shape: &[usize],
+    ys: &[Tensor],
+    monitor: &Monitor<'_>,
+    on_iter: &mut optim::IterationCallback<'_>,
+) -> Result<Reconstruction> {
+    let t = Instant::now();
+    let x = match &preset.physics[..] {
+        [PhysicsConfig::Tomography(c)] => c.build(x_shape)?.fbp(&ys[0])?,
+        [PhysicsConfig::Tomography3d(c)] => c.build(x_shape)?.fbp(&ys[0])?,
+        _ => {
+            return Err(Error::config(
+                "algorithm.kind",
+                "fbp needs exactly one tomography operator",
+            ));
+        }
+    };
+    let (psnr_db, ssim) = monitor.quality(&x, 1, true)?;
+    let report = IterationReport {
+        iteration: 1,
+        iterations: 1,
+        psnr_db,
+        ssim,
+        objective: None,
+        relative_change: 1.0,
+        times: optim::ComponentTimes {
+            gradient_secs: t.elapsed().as_secs_f64(),
+            ..Default::default()
+        },
+    };
+    let stopped = on_iter(&report, &x).is_break();
+    Ok(Reconstruction {
+        x,
+        history: vec![report],
+        stopped,
+    })
+}
+
+fn write_outputs(
+    out_dir: &Path,
+    preset: &Preset,
+    truth: &Tensor,
+    recon: &Reconstruction,
+    ys: &[Tensor],
+    volumetric: bool,
+) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let mut put = |name: &str, x: &Tensor| -> Result<()> {
+        let path = out_dir.join(name);
+        io::write_array(&path, x)?;
+        written.push(path);
+        Ok(())
+    };
+    put("reconstruction.npy", &recon.x)?;
+    put("ground_truth.npy", truth)?;
+    if volumetric {
+        put("reconstruction.nii.gz", &recon.x)?;
+    } else if matches!(recon.x.shape(), [1, 1 | 3, _, _]) {
+        put("reconstruction.png", &recon.x)?;
+        put("ground_truth.png", truth)?;
+    }
+    if preset.output.save_measurements {
+        for (i, y) in ys.iter().enumerate() {
+            put(&format!("measurement_{i}.npy"), y)?;
+        }
+    }
+    Ok(written)
+}

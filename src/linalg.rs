@@ -67,7 +67,20 @@ pub fn conjugate_gradient(
     x0: Tensor,
     max_iter: usize,
     tol: f64,
+    apply: impl FnMut(&Tensor) -> Result<Tensor>,
+) -> Result<CgOutcome> {
+    conjugate_gradient_with(b, x0, max_iter, tol, apply, |_, _, _| true)
+}
+
+/// [`conjugate_gradient`] with a callback after every iteration, given the iteration number (from 1),
+/// the current iterate and the relative residual; returning `false` stops early.
+pub fn conjugate_gradient_with(
+    b: &Tensor,
+    x0: Tensor,
+    max_iter: usize,
+    tol: f64,
     mut apply: impl FnMut(&Tensor) -> Result<Tensor>,
+    mut on_iter: impl FnMut(usize, &Tensor, f64) -> bool,
 ) -> Result<CgOutcome> {
     let b_norm = b.norm();
     let mut x = x0;
@@ -97,6 +110,9 @@ pub fn conjugate_gradient(
         p.scale(beta as f32);
         p.add_assign(&r);
         iterations += 1;
+        if !on_iter(iterations, &x, rs.sqrt() / b_norm) {
+            break;
+        }
     }
     Ok(CgOutcome {
         x,

@@ -28,3 +28,6 @@ impl Denoiser for Identity {
         Ok(x.clone())
     }
 }
+
+pub mod config;
+pub use config::DenoiserConfig;

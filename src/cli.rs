@@ -1,0 +1,300 @@
+//! Command-line interface: `run`, `presets`, `apply`, `denoise`.
+//!
+//! A thin layer over the library: every subcommand loads its inputs, calls `tessera::job` or one
+//! operator/denoiser, and reports errors once, with context naming the file and the problem.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Deserialize;
+
+use tessera::denoise::DenoiserConfig;
+use tessera::job::{self, JobEvent};
+use tessera::physics::{NoiseConfig, PhysicsConfig};
+use tessera::preset::{BUNDLED, Preset};
+use tessera::tiling::{TiledDenoiser, TilingConfig};
+use tessera::{Tensor, io};
+
+#[derive(Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "Large-scale image reconstruction: physics, denoisers, tiling, PnP"
+)]
+struct Cli {
+    /// Log filter (error, warn, info, debug, trace), overridden by RUST_LOG.
+    #[arg(long, global = true, default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a preset (a bundled name such as `quick`, or a TOML file).
+    Run {
+        preset: String,
+        /// Override a preset value, e.g. `--set algorithm.iterations=10` (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Output folder (default: the preset's output.dir, else out/NAME).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// List and validate the bundled presets (and any preset files given).
+    Presets { files: Vec<PathBuf> },
+    /// Apply one operator (or its adjoint) to an .npy array.
+    Apply {
+        /// TOML file describing the operator (`kind = "blur"`, …), optionally with a [noise] table.
+        #[arg(long)]
+        physics: PathBuf,
+        /// Apply the adjoint Aᵀ instead of A.
+        #[arg(long)]
+        adjoint: bool,
+        /// Shape of A's input, e.g. 1,1,64,64 (needed for the adjoint when it differs from the output's).
+        #[arg(long, value_delimiter = ',')]
+        input_shape: Option<Vec<usize>>,
+        /// Add the file's noise (seeded) to A(x).
+        #[arg(long)]
+        noisy: bool,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        input: PathBuf,
+        output: PathBuf,
+    },
+    /// Denoise an .npy array (or image) with a configured denoiser.
+    Denoise {
+        /// TOML file describing the denoiser (`kind = "wavelet"`, …), optionally with a [tiling] table.
+        #[arg(long)]
+        denoiser: PathBuf,
+        /// Noise level / strength handed to the denoiser.
+        #[arg(long)]
+        sigma: f32,
+        input: PathBuf,
+        output: PathBuf,
+    },
+}
+
+/// Entry point: runs the command and turns errors into a message and exit code 1.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    match dispatch(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(command: Command) -> Result<()> {
+    match command {
+        Command::Run {
+            preset,
+            set,
+            out,
+            quiet,
+        } => run(&preset, &set, out, quiet),
+        Command::Presets { files } => presets(&files),
+        Command::Apply {
+            physics,
+            adjoint,
+            input_shape,
+            noisy,
+            seed,
+            input,
+            output,
+        } => apply(&physics, adjoint, input_shape, noisy, seed, &input, &output),
+        Command::Denoise {
+            denoiser,
+            sigma,
+            input,
+            output,
+        } => denoise(&denoiser, sigma, &input, &output),
+    }
+}
+
+fn run(name: &str, set: &[String], out: Option<PathBuf>, quiet: bool) -> Result<()> {
+    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let preset = &loaded.preset;
+    let out_dir = out
+        .or_else(|| preset.output.dir.clone())
+        .unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(preset.algorithm.iterations() as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} it  {msg}  ETA {eta}")
+            .expect("static template is valid")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(preset.name.clone());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut on_event = |event: JobEvent<'_>| {
+        match event {
+            JobEvent::Started {
+                image_shape,
+                operators,
+                ..
+            } => {
+                bar.set_message(format!("{operators} operator(s) on {image_shape:?}"));
+            }
+            JobEvent::Iteration { report, .. } => {
+                bar.set_position(report.iteration as u64);
+                if let Some(p) = report.psnr_db {
+                    bar.set_message(format!("PSNR {p:.2} dB"));
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    };
+    let summary = job::run(preset, &loaded.base_dir, &out_dir, &mut on_event)
+        .with_context(|| format!("running preset {}", loaded.origin))?;
+    bar.finish_and_clear();
+    println!(
+        "{}: {} in {:.2} s ({} iterations; gradient {:.2} s, denoiser {:.2} s)",
+        summary.name,
+        summary.algorithm,
+        summary.solve_secs,
+        summary.iterations,
+        summary.gradient_secs,
+        summary.denoiser_secs
+    );
+    println!(
+        "  reconstruction PSNR {:.2} dB, SSIM {:.4}   (back-projection Aᵀy: PSNR {:.2} dB)",
+        summary.reconstruction.psnr_db, summary.reconstruction.ssim, summary.adjoint.psnr_db
+    );
+    println!("  outputs in {}", out_dir.display());
+    Ok(())
+}
+
+fn presets(files: &[PathBuf]) -> Result<()> {
+    let mut failures = 0;
+    for (name, _) in BUNDLED {
+        report_preset(name, &mut failures);
+    }
+    for f in files {
+        report_preset(&f.to_string_lossy(), &mut failures);
+    }
+    if failures > 0 {
+        bail!("{failures} preset(s) are invalid");
+    }
+    Ok(())
+}
+
+fn report_preset(name: &str, failures: &mut usize) {
+    match Preset::load(name, &[]) {
+        Ok(p) => println!("ok       {:<14} {}", p.preset.name, p.preset.description),
+        Err(e) => {
+            *failures += 1;
+            println!("INVALID  {name:<14} {e}");
+        }
+    }
+}
+
+/// An operator file: the operator's own fields plus an optional [noise] table.
+#[derive(Deserialize)]
+struct PhysicsFile {
+    #[serde(flatten)]
+    physics: PhysicsConfig,
+    #[serde(default)]
+    noise: Option<NoiseConfig>,
+}
+
+fn read_input(path: &Path) -> Result<Tensor> {
+    let x = io::read_array(path)?;
+    x.check_finite(&path.display().to_string())?;
+    Ok(x)
+}
+
+fn read_toml<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("invalid TOML: {}: {}", e.message(), path.display()))
+}
+
+fn apply(
+    physics_file: &Path,
+    adjoint: bool,
+    input_shape: Option<Vec<usize>>,
+    noisy: bool,
+    seed: u64,
+    input: &Path,
+    output: &Path,
+) -> Result<()> {
+    let file: PhysicsFile = read_toml(physics_file)?;
+    let x = read_input(input)?;
+    let noise = if noisy { file.noise.as_ref() } else { None };
+    let result = if adjoint {
+        // The operator is built for A's input shape; assume it equals the adjoint's input (true for
+        // shape-preserving operators) unless told otherwise, and check that A maps it to this array.
+        let x_shape = input_shape.unwrap_or_else(|| x.shape().to_vec());
+        let op = file
+            .physics
+            .build(&x_shape, None)
+            .with_context(|| physics_file.display().to_string())?;
+        let y_shape = op.output_shape(&x_shape)?;
+        if y_shape != x.shape() {
+            bail!(
+                "{} has shape {:?} but this operator maps inputs of shape {x_shape:?} to {y_shape:?}; \
+                 pass --input-shape with the shape of A's input",
+                input.display(),
+                x.shape()
+            );
+        }
+        op.adjoint(&x)?
+    } else {
+        let op = file
+            .physics
+            .build(x.shape(), noise)
+            .with_context(|| physics_file.display().to_string())?;
+        op.measure(&x, seed)?
+    };
+    io::write_array(output, &result)?;
+    Ok(())
+}
+
+/// A denoiser file: the denoiser's own fields plus an optional [tiling] table.
+#[derive(Deserialize)]
+struct DenoiserFile {
+    #[serde(flatten)]
+    denoiser: DenoiserConfig,
+    #[serde(default)]
+    tiling: Option<TilingConfig>,
+}
+
+fn denoise(denoiser_file: &Path, sigma: f32, input: &Path, output: &Path) -> Result<()> {
+    if !(sigma >= 0.0 && sigma.is_finite()) {
+        bail!("--sigma must be a finite number ≥ 0, got {sigma}");
+    }
+    let file: DenoiserFile = read_toml(denoiser_file)?;
+    let x = read_input(input)?;
+    let inner = file
+        .denoiser
+        .build()
+        .with_context(|| denoiser_file.display().to_string())?;
+    let d: Box<dyn tessera::denoise::Denoiser> = match &file.tiling {
+        Some(t) => Box::new(TiledDenoiser::from_config(inner, t)?),
+        None => inner,
+    };
+    let y = d.denoise(&x, sigma)?;
+    io::write_array(output, &y)?;
+    Ok(())
+}
