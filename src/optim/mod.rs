@@ -116,7 +116,7 @@ impl Monitor<'_> {
             return Ok((None, None));
         };
         let psnr = metrics::psnr(x, gt, self.data_range)?;
-        let ssim = if self.ssim_every > 0 && (k % self.ssim_every == 0 || last) {
+        let ssim = if self.ssim_every > 0 && (k.is_multiple_of(self.ssim_every) || last) {
             Some(metrics::ssim(x, gt, self.data_range)?)
         } else {
             None

@@ -91,7 +91,7 @@ impl PnpConfig {
             ));
         }
         if let Some([lo, hi]) = self.clamp
-            && !(lo < hi)
+            && lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less)
         {
             return Err(Error::config(
                 "algorithm.clamp",
