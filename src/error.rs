@@ -32,6 +32,19 @@ pub enum Error {
     /// A file was read but its content is not what it claims to be.
     #[error("{reason}: {}", path.display())]
     Format { path: PathBuf, reason: String },
+    /// Something did not happen in time (a peer, a key in the rendezvous store, a connection).
+    #[error("timed out after {secs:.1} s waiting for {what}")]
+    Timeout { what: String, secs: f64 },
+    /// A communication step failed.
+    #[error("{context}: {source}")]
+    Comm {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A peer rank is gone or misbehaved.
+    #[error("rank {rank} {how}")]
+    PeerLost { rank: usize, how: String },
     /// A request that is valid in principle but not supported by this operator or build.
     #[error("unsupported: {0}")]
     Unsupported(String),

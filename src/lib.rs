@@ -6,6 +6,7 @@
 //! a callback. The binary (`cli`) is a thin layer over `job`. See docs/ARCHITECTURE.md.
 
 pub mod denoise;
+pub mod dist;
 pub mod error;
 pub mod fidelity;
 pub mod io;

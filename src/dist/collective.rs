@@ -1,0 +1,132 @@
+//! The `Collective` trait — what the distributed objects need from a process group — and the
+//! single-process implementation that makes one code path serve 1 and N ranks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// How values combine in [`Collective::all_reduce`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceOp {
+    #[default]
+    Sum,
+    Mean,
+    Max,
+}
+
+/// Communication among the ranks of a group. Every rank must make the same calls in the same order.
+pub trait Collective: Send + Sync {
+    fn rank(&self) -> usize;
+    fn world_size(&self) -> usize;
+
+    /// Combines `buf` across ranks in place; every rank ends with the same (bitwise) result.
+    fn all_reduce(&self, buf: &mut [f32], op: ReduceOp) -> Result<()>;
+
+    /// Every rank's `local` bytes, indexed by rank (sizes may differ).
+    fn all_gather(&self, local: &[u8]) -> Result<Vec<Vec<u8>>>;
+
+    /// Copies `root`'s `buf` to every rank (`buf` is replaced on the others).
+    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<()>;
+
+    /// Returns when every rank has called it.
+    fn barrier(&self) -> Result<()>;
+
+    /// Point-to-point: sends `data` to rank `to` (matched by a `recv(from = this rank)` there).
+    fn send(&self, to: usize, data: &[u8]) -> Result<()>;
+
+    /// Point-to-point: receives the next message from rank `from`.
+    fn recv(&self, from: usize) -> Result<Vec<u8>>;
+
+    /// A short name for logs and timings (`single`, `sockets(unix)`, `mpi`, …).
+    fn backend_name(&self) -> String;
+}
+
+/// The group of one: every collective is the identity.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SingleProcess;
+
+impl Collective for SingleProcess {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn world_size(&self) -> usize {
+        1
+    }
+    fn all_reduce(&self, _buf: &mut [f32], _op: ReduceOp) -> Result<()> {
+        Ok(())
+    }
+    fn all_gather(&self, local: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(vec![local.to_vec()])
+    }
+    fn broadcast(&self, _buf: &mut Vec<u8>, root: usize) -> Result<()> {
+        check_rank(root, 1, "broadcast root")
+    }
+    fn barrier(&self) -> Result<()> {
+        Ok(())
+    }
+    fn send(&self, to: usize, _data: &[u8]) -> Result<()> {
+        Err(Error::config(
+            "send",
+            format!("rank {to} does not exist in a group of one"),
+        ))
+    }
+    fn recv(&self, from: usize) -> Result<Vec<u8>> {
+        Err(Error::config(
+            "recv",
+            format!("rank {from} does not exist in a group of one"),
+        ))
+    }
+    fn backend_name(&self) -> String {
+        "single".into()
+    }
+}
+
+/// Fails unless `rank < world`.
+pub fn check_rank(rank: usize, world: usize, what: &str) -> Result<()> {
+    if rank >= world {
+        return Err(Error::config(
+            what,
+            format!("rank {rank} is not below the world size {world}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Applies `op` elementwise: `acc ← acc ⊕ x`.
+pub fn reduce_into(acc: &mut [f32], x: &[f32], op: ReduceOp) {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => {
+            for (a, b) in acc.iter_mut().zip(x) {
+                *a += b;
+            }
+        }
+        ReduceOp::Max => {
+            for (a, b) in acc.iter_mut().zip(x) {
+                *a = a.max(*b);
+            }
+        }
+    }
+}
+
+/// f32 slice → little-endian bytes.
+pub fn f32_bytes(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() * 4);
+    for v in x {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// Little-endian bytes → f32 values; the length must be a multiple of 4.
+pub fn bytes_f32(b: &[u8]) -> Result<Vec<f32>> {
+    if b.len() % 4 != 0 {
+        return Err(Error::config(
+            "message",
+            format!("{} bytes is not a whole number of f32 values", b.len()),
+        ));
+    }
+    Ok(b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
