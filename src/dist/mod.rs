@@ -4,8 +4,10 @@
 //! One code path serves 1 and N ranks: with one rank the collective is [`SingleProcess`] and every
 //! communication is the identity.
 
+pub mod codec;
 pub mod collective;
 pub mod env;
+pub mod physics;
 pub mod sockets;
 pub mod store;
 pub mod wire;
@@ -27,4 +29,83 @@ pub fn init(info: &RankInfo, timeout: Duration) -> Result<Box<dyn Collective>> {
         return Ok(Box::new(SingleProcess));
     }
     Ok(Box::new(SocketGroup::connect(info, timeout)?))
+}
+
+/// Helpers for tests that run several ranks as threads of one process over real sockets.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::net::TcpListener;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{Collective, RankInfo, RankSource, SingleProcess, SocketGroup};
+
+    pub fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    pub fn info(rank: usize, world: usize, port: u16, single_host: bool) -> RankInfo {
+        RankInfo {
+            rank,
+            world_size: world,
+            local_rank: if single_host { rank } else { 0 },
+            local_world_size: if single_host { world } else { 1 },
+            master_addr: "127.0.0.1".into(),
+            master_port: port,
+            source: RankSource::Flags,
+        }
+    }
+
+    /// Runs `f` on `world` ranks (threads) joined over real sockets; results indexed by rank.
+    pub fn on_ranks<T: Send>(
+        world: usize,
+        single_host: bool,
+        f: impl Fn(&SocketGroup) -> T + Sync,
+    ) -> Vec<T> {
+        let port = free_port();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..world)
+                .map(|r| {
+                    let f = &f;
+                    s.spawn(move || {
+                        let g = SocketGroup::connect(
+                            &info(r, world, port, single_host),
+                            Duration::from_secs(20),
+                        )
+                        .unwrap();
+                        f(&g)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    /// Like [`on_ranks`] but hands out shareable collectives; world 1 uses [`SingleProcess`].
+    pub fn on_group<T: Send>(world: usize, f: impl Fn(Arc<dyn Collective>) -> T + Sync) -> Vec<T> {
+        if world == 1 {
+            return vec![f(Arc::new(SingleProcess))];
+        }
+        let port = free_port();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..world)
+                .map(|r| {
+                    let f = &f;
+                    s.spawn(move || {
+                        let g = SocketGroup::connect(
+                            &info(r, world, port, true),
+                            Duration::from_secs(20),
+                        )
+                        .unwrap();
+                        f(Arc::new(g))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
 }

@@ -331,7 +331,7 @@ fn chunk(len: usize, n: usize, c: usize) -> Range<usize> {
 /// A shared and a mutable view of two disjoint ranges of one slice.
 fn split_two(buf: &mut [f32], read: Range<usize>, write: Range<usize>) -> (&[f32], &mut [f32]) {
     debug_assert!(read.end <= write.start || write.end <= read.start);
-    if read.start < write.start {
+    if read.end <= write.start {
         let (a, b) = buf.split_at_mut(write.start);
         (&a[read], &mut b[..write.end - write.start])
     } else {
@@ -545,57 +545,20 @@ fn lost(peer: usize, e: std::io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::env::RankSource;
 
-    fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    }
-
-    fn info(rank: usize, world: usize, port: u16, single_host: bool) -> RankInfo {
-        RankInfo {
-            rank,
-            world_size: world,
-            local_rank: if single_host { rank } else { 0 },
-            local_world_size: if single_host { world } else { 1 },
-            master_addr: "127.0.0.1".into(),
-            master_port: port,
-            source: RankSource::Flags,
-        }
-    }
-
-    /// Runs `f` on `world` ranks (threads) joined over real sockets.
-    fn on_ranks<T: Send>(
-        world: usize,
-        single_host: bool,
-        f: impl Fn(&SocketGroup) -> T + Sync,
-    ) -> Vec<T> {
-        let port = free_port();
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..world)
-                .map(|r| {
-                    let f = &f;
-                    s.spawn(move || {
-                        let g = SocketGroup::connect(
-                            &info(r, world, port, single_host),
-                            Duration::from_secs(10),
-                        )
-                        .unwrap();
-                        f(&g)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        })
-    }
+    use crate::dist::testutil::{free_port, info, on_ranks};
 
     #[test]
     fn all_reduce_matches_the_serial_reduction_on_every_rank() {
-        for (world, unix) in [(2, true), (3, true), (3, false), (4, true)] {
-            let len = 1000 + world; // not divisible by the world size
+        for (world, unix, len) in [
+            (2, true, 1001),
+            (3, true, 1003),
+            (3, false, 1003),
+            (4, true, 1004),
+            (3, true, 2),
+            (2, true, 0),
+        ] {
+            // Lengths not divisible by the world size, and smaller than it.
             let data = |r: usize| -> Vec<f32> {
                 (0..len)
                     .map(|i| ((i * 31 + r * 17) % 97) as f32 * 0.25 - 3.0)
