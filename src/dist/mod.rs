@@ -6,6 +6,7 @@
 
 pub mod codec;
 pub mod collective;
+pub mod denoise;
 pub mod env;
 pub mod physics;
 pub mod sockets;
