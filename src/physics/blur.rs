@@ -305,6 +305,12 @@ impl Blur {
     }
 }
 
+impl std::fmt::Debug for Blur {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.op.label)
+    }
+}
+
 impl Physics for Blur {
     fn name(&self) -> String {
         self.op.label.clone()
@@ -376,6 +382,12 @@ impl Blur3d {
     /// The method the operator uses for inputs of `x_shape`.
     pub fn method_for(&self, x_shape: &[usize]) -> Result<ConvMethod> {
         self.op.method_for(x_shape)
+    }
+}
+
+impl std::fmt::Debug for Blur3d {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.op.label)
     }
 }
 
