@@ -7,7 +7,10 @@
 //! beam, 2-D and 3-D), [`noise`] and [`stack`]. Operators are built from serde configs ([`config`]).
 
 pub mod blur;
+pub mod blur_bench;
 pub mod config;
+mod conv;
+mod fft;
 pub mod noise;
 pub mod stack;
 pub mod tomography;

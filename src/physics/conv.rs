@@ -1,0 +1,590 @@
+//! The convolution engine behind [`super::blur::Blur`] and [`super::blur::Blur3d`]: deepinv's
+//! convolution with every padding, its exact adjoint, by a direct or an FFT path.
+//!
+//! Everything is 3-D; an image is a volume of depth 1 with a kernel of depth 1, so both operators
+//! share one code path. The operator is (deepinv `physics/functional/convolution.py`, `conv2d` with
+//! `correlation=False`):
+//!
+//! * `valid`: `y[i] = Σ_a k[a] x[i + K−1 − a]`, `i ∈ [0, N−K]` (output `N−K+1` per axis);
+//! * otherwise: `y[i] = Σ_a k[a] x̃[i + c − a]`, `i ∈ [0, N)`, with the kernel centre `c = K/2`
+//!   (integer division, also for even `K`) and `x̃` the padded extension of `x`: periodic
+//!   (`circular`), edge value (`replicate`), mirror without repeating the edge (`reflect`) or zero
+//!   (`constant`).
+//!
+//! Both are "pad `x` by `K−1−c` before and `c` after, then take the valid convolution", which is how
+//! the direct path computes it. The adjoint is the valid correlation of the zero-padded `y` followed
+//! by the adjoint of the padding, which folds every padded sample back onto the pixel it copied.
+//! The FFT path computes the same linear convolution on a grid large enough to avoid wrap-around
+//! (`circular` needs no padding at all: it is a product of spectra on the image grid).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+use rustfft::num_complex::Complex32;
+
+use super::blur::{ConvMethod, Padding};
+use super::fft::{RealFft3, fast_len};
+
+/// For each position of a padded axis, the index of the sample it copies (`None`: a zero).
+type AxisMap = Vec<Option<usize>>;
+
+/// Where sample `r` (relative to the image start, possibly outside `[0, n)`) of the extension of an
+/// axis of length `n` comes from. Extensions are defined for any `r`, so kernels larger than the
+/// image work for every padding (torch refuses reflect pads ≥ n; here the mirror simply repeats).
+fn source_index(padding: Padding, r: isize, n: usize) -> Option<usize> {
+    let n_i = n as isize;
+    if (0..n_i).contains(&r) {
+        return Some(r as usize);
+    }
+    match padding {
+        Padding::Valid | Padding::Constant => None,
+        Padding::Circular => Some(r.rem_euclid(n_i) as usize),
+        Padding::Replicate => Some(r.clamp(0, n_i - 1) as usize),
+        Padding::Reflect => {
+            if n == 1 {
+                return Some(0);
+            }
+            // Mirror about 0 and n−1 without repeating them: period 2(n−1).
+            let period = 2 * (n_i - 1);
+            let m = r.rem_euclid(period);
+            Some(if m < n_i { m } else { period - m } as usize)
+        }
+    }
+}
+
+/// The map of an axis padded by `left` samples in front, extended (by `padding`) up to `ext_len`
+/// samples, then zero up to `total_len`.
+fn axis_map(padding: Padding, n: usize, left: usize, ext_len: usize, total_len: usize) -> AxisMap {
+    (0..total_len)
+        .map(|r| {
+            if r < ext_len {
+                source_index(padding, r as isize - left as isize, n)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Padded positions outside the copied interior `[left, left+n)`, as (padded index, source index).
+fn border(map: &AxisMap, left: usize, n: usize) -> Vec<(usize, usize)> {
+    map.iter()
+        .enumerate()
+        .filter(|&(r, _)| r < left || r >= left + n)
+        .filter_map(|(r, s)| s.map(|s| (r, s)))
+        .collect()
+}
+
+/// `dst` (dims of the maps) ← padded copy of `src` (`dims`), `left` = offset of the interior per axis.
+fn pad(src: &[f32], dims: [usize; 3], maps: [&AxisMap; 3], left: [usize; 3], dst: &mut [f32]) {
+    let [_, h, w] = dims;
+    let (pd, ph, pw) = (maps[0].len(), maps[1].len(), maps[2].len());
+    debug_assert_eq!(dst.len(), pd * ph * pw);
+    let wb = border(maps[2], left[2], w);
+    // The interior of every padded row is the source row itself (all paddings agree there).
+    let interior = left[2] < pw && left[2] + w <= pw;
+    dst.par_chunks_mut(pw).enumerate().for_each(|(row, out)| {
+        let (z, y) = (row / ph, row % ph);
+        match (maps[0][z], maps[1][y]) {
+            (Some(sz), Some(sy)) => {
+                let s = &src[(sz * h + sy) * w..(sz * h + sy + 1) * w];
+                out.fill(0.0);
+                if interior {
+                    out[left[2]..left[2] + w].copy_from_slice(s);
+                } else {
+                    for (r, m) in maps[2].iter().enumerate() {
+                        if let Some(sx) = m {
+                            out[r] = s[*sx];
+                        }
+                    }
+                    return;
+                }
+                for &(r, sx) in &wb {
+                    out[r] = s[sx];
+                }
+            }
+            _ => out.fill(0.0),
+        }
+    });
+}
+
+/// `dst` (`dims`) ← adjoint of [`pad`] applied to `src` (dims of the maps): every padded sample is
+/// added onto the sample it was copied from.
+fn fold(src: &[f32], maps: [&AxisMap; 3], left: [usize; 3], dims: [usize; 3], dst: &mut [f32]) {
+    let [_, h, w] = dims;
+    let (ph, pw) = (maps[1].len(), maps[2].len());
+    let inverse = |map: &AxisMap, n: usize| {
+        let mut inv = vec![Vec::new(); n];
+        for (r, s) in map.iter().enumerate() {
+            if let Some(s) = s {
+                inv[*s].push(r);
+            }
+        }
+        inv
+    };
+    let (inv_z, inv_y) = (inverse(maps[0], dims[0]), inverse(maps[1], h));
+    let wb = border(maps[2], left[2], w);
+    let interior = left[2] < pw && left[2] + w <= pw;
+    dst.par_chunks_mut(w).enumerate().for_each(|(row, out)| {
+        let (z, y) = (row / h, row % h);
+        out.fill(0.0);
+        for &rz in &inv_z[z] {
+            for &ry in &inv_y[y] {
+                let s = &src[(rz * ph + ry) * pw..(rz * ph + ry + 1) * pw];
+                if interior {
+                    for (o, v) in out.iter_mut().zip(&s[left[2]..left[2] + w]) {
+                        *o += v;
+                    }
+                    for &(r, sx) in &wb {
+                        out[sx] += s[r];
+                    }
+                } else {
+                    for (r, m) in maps[2].iter().enumerate() {
+                        if let Some(sx) = m {
+                            out[*sx] += s[r];
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `acc[x] += Σ_b taps[b]·src[x+b]`, four taps per pass so each load/store of `acc` carries four
+/// multiply-adds; the zipped slices carry their lengths, so the loops have no bounds checks and
+/// vectorise. Needs `src.len() ≥ acc.len() + taps.len() − 1`.
+#[inline]
+fn accumulate_row(acc: &mut [f32], src: &[f32], taps: &[f32]) {
+    let n = acc.len();
+    let mut quads = taps.chunks_exact(4);
+    let mut b = 0;
+    for t in &mut quads {
+        let (t0, t1, t2, t3) = (t[0], t[1], t[2], t[3]);
+        let s0 = &src[b..b + n];
+        let s1 = &src[b + 1..b + 1 + n];
+        let s2 = &src[b + 2..b + 2 + n];
+        let s3 = &src[b + 3..b + 3 + n];
+        for ((((o, &a0), &a1), &a2), &a3) in acc.iter_mut().zip(s0).zip(s1).zip(s2).zip(s3) {
+            *o += t0 * a0 + t1 * a1 + t2 * a2 + t3 * a3;
+        }
+        b += 4;
+    }
+    for &t in quads.remainder() {
+        for (o, &a) in acc.iter_mut().zip(&src[b..b + n]) {
+            *o += t * a;
+        }
+        b += 1;
+    }
+}
+
+/// Valid correlation `out[i] = Σ_a taps[a]·src[i + a]` (3-D), parallel over output rows.
+fn correlate_valid(src: &[f32], sdims: [usize; 3], taps: &[f32], kdims: [usize; 3], out: &mut [f32]) {
+    let [_, sh, sw] = sdims;
+    let [kd, kh, kw] = kdims;
+    let (oh, ow) = (sh + 1 - kh, sw + 1 - kw);
+    out.par_chunks_mut(ow).enumerate().for_each(|(row, acc)| {
+        let (z, y) = (row / oh, row % oh);
+        acc.fill(0.0);
+        for c in 0..kd {
+            for a in 0..kh {
+                let start = ((z + c) * sh + y + a) * sw;
+                accumulate_row(acc, &src[start..start + sw], &taps[(c * kh + a) * kw..(c * kh + a + 1) * kw]);
+            }
+        }
+    });
+}
+
+/// Cost of the FFT path per `N·log₂N` grid samples, in units of one direct multiply-add (calibrated
+/// with `cargo bench --bench blur`, see the cost model in [`Conv::resolve`]).
+const FFT_COST_PER_NLOGN: f64 = 10.0;
+
+/// Which grid and kernel placement a cached spectrum belongs to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct SpectrumKey {
+    channel: usize,
+    grid: [usize; 3],
+    /// Kernel centred at the origin (circular) rather than starting there (linear).
+    centred: bool,
+}
+
+/// A convolution with one kernel per channel (or one for all), a padding and a method.
+pub struct Conv {
+    /// Kernels, each `kd·kh·kw` values in C order; one, or one per channel.
+    kernels: Vec<Vec<f32>>,
+    /// The same kernels flipped along every axis (the forward pass is a correlation with these).
+    flipped: Vec<Vec<f32>>,
+    kdims: [usize; 3],
+    padding: Padding,
+    method: ConvMethod,
+    /// Kernel spectra per grid, scaled by `1/N` so a forward–inverse pair needs no extra pass.
+    spectra: Mutex<HashMap<SpectrumKey, Arc<Vec<Complex32>>>>,
+}
+
+impl Conv {
+    /// `kernels` must be non-empty, each of `kdims` values (checked by the callers).
+    pub fn new(kernels: Vec<Vec<f32>>, kdims: [usize; 3], padding: Padding, method: ConvMethod) -> Conv {
+        let flipped = kernels
+            .iter()
+            .map(|k| k.iter().rev().copied().collect())
+            .collect();
+        Conv {
+            kernels,
+            flipped,
+            kdims,
+            padding,
+            method,
+            spectra: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn kdims(&self) -> [usize; 3] {
+        self.kdims
+    }
+
+    pub fn padding(&self) -> Padding {
+        self.padding
+    }
+
+    pub fn channels(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// Output dims for input `dims`, or `None` when `valid` and the input is smaller than the kernel.
+    pub fn out_dims(&self, dims: [usize; 3]) -> Option<[usize; 3]> {
+        if self.padding != Padding::Valid {
+            return Some(dims);
+        }
+        let mut out = [0; 3];
+        for i in 0..3 {
+            out[i] = (dims[i] + 1).checked_sub(self.kdims[i]).filter(|&n| n > 0)?;
+        }
+        Some(out)
+    }
+
+    /// Input dims whose output has `out` dims.
+    pub fn in_dims(&self, out: [usize; 3]) -> [usize; 3] {
+        match self.padding {
+            Padding::Valid => [0, 1, 2].map(|i| out[i] + self.kdims[i] - 1),
+            _ => out,
+        }
+    }
+
+    /// Samples added before the image by the padding, per axis (`K−1−K/2`).
+    fn left(&self) -> [usize; 3] {
+        match self.padding {
+            Padding::Valid => [0; 3],
+            _ => self.kdims.map(|k| k - 1 - k / 2),
+        }
+    }
+
+    /// The padded (pre-valid-convolution) dims for input `dims`.
+    fn padded_dims(&self, dims: [usize; 3]) -> [usize; 3] {
+        match self.padding {
+            Padding::Valid => dims,
+            _ => [0, 1, 2].map(|i| dims[i] + self.kdims[i] - 1),
+        }
+    }
+
+    /// FFT grid of the linear (non-circular) FFT path.
+    fn linear_grid(&self, dims: [usize; 3]) -> [usize; 3] {
+        let p = self.padded_dims(dims);
+        // For `valid` the image grid itself has no harmful wrap-around; keep it when it is fast.
+        p.map(|n| if n == 1 { 1 } else { fast_len(n) })
+    }
+
+    /// The method `Auto` resolves to for inputs of `dims`, by a flop-count cost model: direct costs
+    /// one multiply-add per tap and output sample; FFT costs a forward and an inverse real transform
+    /// (`≈ 2.5·N·log₂N` flops each) on its grid plus the spectrum product. The weights were measured
+    /// on an x86-64 core (direct vectorises 8-wide, FFT reaches about a quarter of that).
+    pub fn resolve(&self, dims: [usize; 3]) -> ConvMethod {
+        match self.method {
+            ConvMethod::Auto => {}
+            m => return m,
+        }
+        let Some(out) = self.out_dims(dims) else {
+            return ConvMethod::Direct;
+        };
+        let taps: usize = self.kdims.iter().product();
+        let direct = (out.iter().product::<usize>() * taps) as f64;
+        let grid = if self.padding == Padding::Circular {
+            dims
+        } else {
+            self.linear_grid(dims)
+        };
+        let n = grid.iter().product::<usize>() as f64;
+        let fft = FFT_COST_PER_NLOGN * n * n.log2().max(1.0);
+        if fft < direct {
+            ConvMethod::Fft
+        } else {
+            ConvMethod::Direct
+        }
+    }
+
+    fn spectrum(&self, channel: usize, grid: [usize; 3], centred: bool) -> Arc<Vec<Complex32>> {
+        let key = SpectrumKey { channel, grid, centred };
+        if let Some(s) = self.spectra.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return s.clone();
+        }
+        // Computed outside the lock: two threads may both compute it, harmlessly.
+        let fft = RealFft3::get(grid);
+        let mut placed = vec![0.0f32; fft.real_len()];
+        let [kd, kh, kw] = self.kdims;
+        let centre = self.kdims.map(|k| k / 2);
+        let k = &self.kernels[channel];
+        for c in 0..kd {
+            for a in 0..kh {
+                for b in 0..kw {
+                    let idx = [c, a, b];
+                    // Circular: tap a sits at (a − centre) mod N, summing taps that wrap together.
+                    let pos = [0, 1, 2].map(|i| {
+                        if centred {
+                            (idx[i] as isize - centre[i] as isize).rem_euclid(grid[i] as isize) as usize
+                        } else {
+                            idx[i]
+                        }
+                    });
+                    placed[(pos[0] * grid[1] + pos[1]) * grid[2] + pos[2]] += k[(c * kh + a) * kw + b];
+                }
+            }
+        }
+        let scale = 1.0 / fft.real_len() as f32;
+        let mut spec = fft.forward(&mut placed);
+        for v in &mut spec {
+            *v *= scale;
+        }
+        let spec = Arc::new(spec);
+        self.spectra
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, spec.clone());
+        spec
+    }
+
+    /// Kernel index for plane `p` of an input with `channels` channels.
+    fn channel_of(&self, plane: usize, channels: usize) -> usize {
+        if self.kernels.len() == 1 { 0 } else { plane % channels }
+    }
+
+    /// `A x` for `planes` planes of `dims` (channel of plane `p` is `p % channels`).
+    pub fn forward(&self, x: &[f32], planes: usize, channels: usize, dims: [usize; 3]) -> Vec<f32> {
+        let out_dims = self.out_dims(dims).expect("shape checked by the operator");
+        let (n_in, n_out) = (dims.iter().product::<usize>(), out_dims.iter().product::<usize>());
+        let method = self.resolve(dims);
+        let mut out = vec![0.0f32; planes * n_out];
+        out.par_chunks_mut(n_out)
+            .zip(x.par_chunks(n_in))
+            .enumerate()
+            .for_each(|(p, (y, x))| {
+                let ch = self.channel_of(p, channels);
+                match method {
+                    ConvMethod::Fft => self.forward_fft(x, dims, ch, y),
+                    _ => self.forward_direct(x, dims, ch, y),
+                }
+            });
+        out
+    }
+
+    /// `Aᵀ y` for `planes` planes of output `out_dims`.
+    pub fn adjoint(&self, y: &[f32], planes: usize, channels: usize, out_dims: [usize; 3]) -> Vec<f32> {
+        let dims = self.in_dims(out_dims);
+        let (n_in, n_out) = (dims.iter().product::<usize>(), out_dims.iter().product::<usize>());
+        let method = self.resolve(dims);
+        let mut out = vec![0.0f32; planes * n_in];
+        out.par_chunks_mut(n_in)
+            .zip(y.par_chunks(n_out))
+            .enumerate()
+            .for_each(|(p, (x, y))| {
+                let ch = self.channel_of(p, channels);
+                match method {
+                    ConvMethod::Fft => self.adjoint_fft(y, dims, ch, x),
+                    _ => self.adjoint_direct(y, dims, ch, x),
+                }
+            });
+        out
+    }
+
+    /// `AᵀA x` in one spectrum product (`|K̂|²`) when circular and on the FFT path; `None` otherwise.
+    pub fn adjoint_forward_fused(&self, x: &[f32], planes: usize, channels: usize, dims: [usize; 3]) -> Option<Vec<f32>> {
+        if self.padding != Padding::Circular || self.resolve(dims) != ConvMethod::Fft {
+            return None;
+        }
+        let n = dims.iter().product::<usize>();
+        let fft = RealFft3::get(dims);
+        let scale = fft.real_len() as f32;
+        let mut out = vec![0.0f32; planes * n];
+        out.par_chunks_mut(n)
+            .zip(x.par_chunks(n))
+            .enumerate()
+            .for_each(|(p, (out, x))| {
+                let k = self.spectrum(self.channel_of(p, channels), dims, true);
+                let mut spec = fft.forward(&mut x.to_vec());
+                // k is scaled by 1/N; |k|²·N is |K̂|²/N, the one normalisation the pair needs.
+                spec.par_iter_mut().zip(k.par_iter()).for_each(|(s, k)| *s *= k.norm_sqr() * scale);
+                out.copy_from_slice(&fft.inverse(spec));
+            });
+        Some(out)
+    }
+
+    /// ‖A‖² for circular padding: the largest `|K̂|²` over the image grid and the kernels.
+    pub fn circular_op_norm_sq(&self, dims: [usize; 3]) -> f64 {
+        let n = dims.iter().product::<usize>() as f64;
+        (0..self.kernels.len())
+            .map(|ch| {
+                let k = self.spectrum(ch, dims, true);
+                k.iter().map(|v| v.norm_sqr() as f64).fold(0.0, f64::max) * n * n
+            })
+            .fold(0.0, f64::max)
+    }
+
+    fn forward_direct(&self, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
+        let taps = &self.flipped[ch];
+        if self.padding == Padding::Valid {
+            return correlate_valid(x, dims, taps, self.kdims, y);
+        }
+        let p = self.padded_dims(dims);
+        let left = self.left();
+        let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], p[i]));
+        let mut xp = vec![0.0f32; p.iter().product()];
+        pad(x, dims, [&maps[0], &maps[1], &maps[2]], left, &mut xp);
+        correlate_valid(&xp, p, taps, self.kdims, y);
+    }
+
+    fn adjoint_direct(&self, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
+        let out_dims = self.out_dims(dims).expect("shape checked by the operator");
+        let p = self.padded_dims(dims);
+        // Zero-pad y by K−1 on both sides; the valid correlation with k is then the transpose of the
+        // forward's valid correlation with the flipped kernel.
+        let zl = self.kdims.map(|k| k - 1);
+        let zdims = [0, 1, 2].map(|i| out_dims[i] + 2 * zl[i]);
+        let zmaps = [0, 1, 2].map(|i| axis_map(Padding::Constant, out_dims[i], zl[i], zdims[i], zdims[i]));
+        let mut yz = vec![0.0f32; zdims.iter().product()];
+        pad(y, out_dims, [&zmaps[0], &zmaps[1], &zmaps[2]], zl, &mut yz);
+        if self.padding == Padding::Valid {
+            return correlate_valid(&yz, zdims, &self.kernels[ch], self.kdims, x);
+        }
+        let mut xp = vec![0.0f32; p.iter().product()];
+        correlate_valid(&yz, zdims, &self.kernels[ch], self.kdims, &mut xp);
+        let left = self.left();
+        let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], p[i]));
+        fold(&xp, [&maps[0], &maps[1], &maps[2]], left, dims, x);
+    }
+
+    fn forward_fft(&self, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
+        if self.padding == Padding::Circular {
+            let fft = RealFft3::get(dims);
+            let k = self.spectrum(ch, dims, true);
+            let mut spec = fft.forward(&mut x.to_vec());
+            multiply(&mut spec, &k, false);
+            return y.copy_from_slice(&fft.inverse(spec));
+        }
+        let grid = self.linear_grid(dims);
+        let p = self.padded_dims(dims);
+        let left = self.left();
+        let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], grid[i]));
+        let fft = RealFft3::get(grid);
+        let mut xg = vec![0.0f32; fft.real_len()];
+        pad(x, dims, [&maps[0], &maps[1], &maps[2]], left, &mut xg);
+        let k = self.spectrum(ch, grid, false);
+        let mut spec = fft.forward(&mut xg);
+        multiply(&mut spec, &k, false);
+        let full = fft.inverse(spec);
+        // y[i] = full[i + K − 1].
+        let out = self.out_dims(dims).expect("shape checked by the operator");
+        let off = self.kdims.map(|k| k - 1);
+        y.par_chunks_mut(out[2]).enumerate().for_each(|(row, yr)| {
+            let (z, r) = (row / out[1], row % out[1]);
+            let start = ((z + off[0]) * grid[1] + r + off[1]) * grid[2] + off[2];
+            yr.copy_from_slice(&full[start..start + out[2]]);
+        });
+    }
+
+    fn adjoint_fft(&self, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
+        if self.padding == Padding::Circular {
+            let fft = RealFft3::get(dims);
+            let k = self.spectrum(ch, dims, true);
+            let mut spec = fft.forward(&mut y.to_vec());
+            multiply(&mut spec, &k, true);
+            return x.copy_from_slice(&fft.inverse(spec));
+        }
+        let grid = self.linear_grid(dims);
+        let p = self.padded_dims(dims);
+        let out = self.out_dims(dims).expect("shape checked by the operator");
+        let off = self.kdims.map(|k| k - 1);
+        let zmaps = [0, 1, 2].map(|i| axis_map(Padding::Constant, out[i], off[i], off[i] + out[i], grid[i]));
+        let fft = RealFft3::get(grid);
+        let mut yg = vec![0.0f32; fft.real_len()];
+        pad(y, out, [&zmaps[0], &zmaps[1], &zmaps[2]], off, &mut yg);
+        let k = self.spectrum(ch, grid, false);
+        let mut spec = fft.forward(&mut yg);
+        multiply(&mut spec, &k, true);
+        let g = fft.inverse(spec);
+        // g[r] for r < P is the adjoint on the padded grid; beyond P the maps say "zero", so the fold
+        // ignores it.
+        let left = self.left();
+        let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], grid[i]));
+        fold(&g, [&maps[0], &maps[1], &maps[2]], left, dims, x);
+    }
+}
+
+/// `spec ← spec · k` (or `· conj(k)` for the adjoint), in parallel.
+fn multiply(spec: &mut [Complex32], k: &[Complex32], conjugate: bool) {
+    spec.par_chunks_mut(4096).zip(k.par_chunks(4096)).for_each(|(s, k)| {
+        if conjugate {
+            s.iter_mut().zip(k).for_each(|(s, k)| *s *= k.conj());
+        } else {
+            s.iter_mut().zip(k).for_each(|(s, k)| *s *= k);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extensions_match_torch_pad() {
+        // torch.nn.functional.pad([0,1,2,3,4], (3,3), mode) for each mode.
+        let n = 5;
+        let ext = |p| (-3..8).map(|r| source_index(p, r, n)).collect::<Vec<_>>();
+        let s = |v: &[usize]| v.iter().map(|&i| Some(i)).collect::<Vec<_>>();
+        assert_eq!(ext(Padding::Circular), s(&[2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2]));
+        assert_eq!(ext(Padding::Replicate), s(&[0, 0, 0, 0, 1, 2, 3, 4, 4, 4, 4]));
+        assert_eq!(ext(Padding::Reflect), s(&[3, 2, 1, 0, 1, 2, 3, 4, 3, 2, 1]));
+        assert_eq!(ext(Padding::Constant)[..3], [None, None, None]);
+    }
+
+    #[test]
+    fn accumulate_row_matches_naive() {
+        let src: Vec<f32> = (0..40).map(|i| (i as f32 * 0.7).sin()).collect();
+        for k in 1..10 {
+            let taps: Vec<f32> = (0..k).map(|i| 1.0 + i as f32).collect();
+            let mut acc = vec![0.5f32; 40 - k + 1];
+            accumulate_row(&mut acc, &src, &taps);
+            for (x, a) in acc.iter().enumerate() {
+                let want: f32 = 0.5 + (0..k).map(|b| taps[b] * src[x + b]).sum::<f32>();
+                assert!((a - want).abs() < 1e-4);
+            }
+        }
+    }
+
+    #[test]
+    fn pad_and_fold_are_adjoint() {
+        let dims = [2, 3, 4];
+        let left = [1, 2, 3];
+        let total = [5, 9, 11];
+        for padding in [Padding::Circular, Padding::Replicate, Padding::Reflect, Padding::Constant] {
+            let maps = [0, 1, 2].map(|i| axis_map(padding, dims[i], left[i], total[i] - 1, total[i]));
+            let m = [&maps[0], &maps[1], &maps[2]];
+            let x: Vec<f32> = (0..24).map(|i| (i as f32 * 1.3).cos()).collect();
+            let v: Vec<f32> = (0..5 * 9 * 11).map(|i| (i as f32 * 0.41).sin()).collect();
+            let mut px = vec![0.0; v.len()];
+            pad(&x, dims, m, left, &mut px);
+            let mut fv = vec![0.0; x.len()];
+            fold(&v, m, left, dims, &mut fv);
+            let lhs: f64 = px.iter().zip(&v).map(|(a, b)| (a * b) as f64).sum();
+            let rhs: f64 = x.iter().zip(&fv).map(|(a, b)| (a * b) as f64).sum();
+            assert!((lhs - rhs).abs() < 1e-4, "{padding:?}: {lhs} vs {rhs}");
+        }
+    }
+}
