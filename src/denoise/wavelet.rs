@@ -305,6 +305,17 @@ impl WaveletCoeffs {
         total
     }
 
+    /// All detail coefficients, finest level first, in a fixed order (that of [`Self::map_details`]).
+    pub fn details(&self) -> Vec<f32> {
+        let mut out = Vec::new();
+        for level in &self.levels {
+            for_each_detail_run(level.padded, |range| {
+                out.extend_from_slice(&level.buf[range])
+            });
+        }
+        out
+    }
+
     /// Replaces every detail coefficient `c` by `f(c)`; the approximation is untouched.
     pub fn map_details(&mut self, f: impl Fn(f32) -> f32) {
         for level in &mut self.levels {
