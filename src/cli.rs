@@ -13,7 +13,10 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Deserialize;
 
+use std::io::IsTerminal;
+
 use tessera::denoise::DenoiserConfig;
+use tessera::dist::{self, RankFlags, RankInfo};
 use tessera::job::{self, JobEvent};
 use tessera::physics::{NoiseConfig, PhysicsConfig};
 use tessera::preset::{BUNDLED, Preset};
@@ -48,6 +51,8 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        #[command(flatten)]
+        group: GroupArgs,
     },
     /// List and validate the bundled presets (and any preset files given).
     Presets { files: Vec<PathBuf> },
@@ -83,6 +88,30 @@ enum Command {
     },
 }
 
+/// Where this process sits in a process group. Under torchrun, srun or mpirun the environment says
+/// it; `--ranks N` starts N local ranks instead.
+#[derive(clap::Args, Debug, Default)]
+struct GroupArgs {
+    /// Start N rank processes of this binary on this machine, wired over local sockets.
+    #[arg(long, value_name = "N")]
+    ranks: Option<usize>,
+    /// This process's rank (with --world-size; overrides the environment).
+    #[arg(long)]
+    rank: Option<usize>,
+    /// Number of ranks (with --rank).
+    #[arg(long)]
+    world_size: Option<usize>,
+    /// Host of rank 0's rendezvous store (default: MASTER_ADDR, else 127.0.0.1).
+    #[arg(long)]
+    master_addr: Option<String>,
+    /// Port of rank 0's rendezvous store (default: MASTER_PORT, else 29500).
+    #[arg(long)]
+    master_port: Option<u16>,
+    /// Seconds to wait for every rank to arrive.
+    #[arg(long, default_value_t = 60)]
+    rendezvous_timeout: u64,
+}
+
 /// Entry point: runs the command and turns errors into a message and exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -108,7 +137,8 @@ fn dispatch(command: Command) -> Result<()> {
             set,
             out,
             quiet,
-        } => run(&preset, &set, out, quiet),
+            group,
+        } => run(&preset, &set, out, quiet, &group),
         Command::Presets { files } => presets(&files),
         Command::Apply {
             physics,
@@ -128,16 +158,49 @@ fn dispatch(command: Command) -> Result<()> {
     }
 }
 
-fn run(name: &str, set: &[String], out: Option<PathBuf>, quiet: bool) -> Result<()> {
+fn run(
+    name: &str,
+    set: &[String],
+    out: Option<PathBuf>,
+    quiet: bool,
+    group: &GroupArgs,
+) -> Result<()> {
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if let Some(n) = group.ranks.filter(|_| !launched) {
+        // Validate before starting N processes that would all fail the same way.
+        Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+        if n > 1 {
+            let args = strip_option(std::env::args_os().skip(1), "--ranks");
+            dist::launch::launch(n, &args).context("local process group")?;
+            return Ok(());
+        }
+    }
+    let flags = RankFlags {
+        rank: group.rank,
+        world_size: group.world_size,
+        master_addr: group.master_addr.clone(),
+        master_port: group.master_port,
+    };
+    let info = RankInfo::discover(&flags).context("finding this process's rank")?;
+    let comm =
+        dist::init(&info, Duration::from_secs(group.rendezvous_timeout)).with_context(|| {
+            format!(
+                "joining the process group as rank {} of {}",
+                info.rank, info.world_size
+            )
+        })?;
+    let quiet = quiet || info.rank != 0;
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let preset = &loaded.preset;
     let out_dir = out
         .or_else(|| preset.output.dir.clone())
         .unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
-    let bar = if quiet {
+    let iterations = preset.algorithm.iterations();
+    let interactive = std::io::stderr().is_terminal();
+    let bar = if quiet || !interactive {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(preset.algorithm.iterations() as u64)
+        ProgressBar::new(iterations as u64)
     };
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} it  {msg}  ETA {eta}")
@@ -146,27 +209,43 @@ fn run(name: &str, set: &[String], out: Option<PathBuf>, quiet: bool) -> Result<
     );
     bar.set_prefix(preset.name.clone());
     bar.enable_steady_tick(Duration::from_millis(200));
+    // Without a terminal (e.g. under a launcher) report about ten times per run.
+    let every = iterations.div_ceil(10).max(1);
     let mut on_event = |event: JobEvent<'_>| {
         match event {
             JobEvent::Started {
                 image_shape,
                 operators,
+                world_size,
                 ..
             } => {
-                bar.set_message(format!("{operators} operator(s) on {image_shape:?}"));
+                bar.set_message(format!(
+                    "{operators} operator(s) on {image_shape:?}, {world_size} rank(s)"
+                ));
             }
             JobEvent::Iteration { report, .. } => {
                 bar.set_position(report.iteration as u64);
                 if let Some(p) = report.psnr_db {
                     bar.set_message(format!("PSNR {p:.2} dB"));
                 }
+                let k = report.iteration;
+                if !quiet && !interactive && (k.is_multiple_of(every) || k == iterations) {
+                    let psnr = report
+                        .psnr_db
+                        .map(|p| format!(", PSNR {p:.2} dB"))
+                        .unwrap_or_default();
+                    eprintln!("iteration {k}/{iterations}{psnr}");
+                }
             }
         }
         ControlFlow::Continue(())
     };
-    let summary = job::run(preset, &loaded.base_dir, &out_dir, &mut on_event)
+    let summary = job::run_in_group(preset, &loaded.base_dir, &out_dir, comm, &mut on_event)
         .with_context(|| format!("running preset {}", loaded.origin))?;
     bar.finish_and_clear();
+    if info.rank != 0 {
+        return Ok(());
+    }
     println!(
         "{}: {} in {:.2} s ({} iterations; gradient {:.2} s, denoiser {:.2} s)",
         summary.name,
@@ -180,8 +259,39 @@ fn run(name: &str, set: &[String], out: Option<PathBuf>, quiet: bool) -> Result<
         "  reconstruction PSNR {:.2} dB, SSIM {:.4}   (back-projection Aᵀy: PSNR {:.2} dB)",
         summary.reconstruction.psnr_db, summary.reconstruction.ssim, summary.adjoint.psnr_db
     );
+    if summary.world_size > 1 {
+        println!("  {} ranks over {}:", summary.world_size, summary.backend);
+        for r in &summary.ranks {
+            println!(
+                "    rank {}: operators {:?}, gradient {:.2} s, denoiser {:.2} s, communication {:.2} s",
+                r.rank, r.operators, r.gradient_secs, r.denoiser_secs, r.communication_secs
+            );
+        }
+    }
     println!("  outputs in {}", out_dir.display());
     Ok(())
+}
+
+/// The arguments without `opt` and its value (`--opt V` or `--opt=V`).
+fn strip_option(
+    args: impl Iterator<Item = std::ffi::OsString>,
+    opt: &str,
+) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut skip_next = false;
+    for a in args {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        let text = a.to_string_lossy();
+        if text == opt {
+            skip_next = true;
+        } else if !text.starts_with(&format!("{opt}=")) {
+            out.push(a);
+        }
+    }
+    out
 }
 
 fn presets(files: &[PathBuf]) -> Result<()> {

@@ -12,12 +12,18 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use std::sync::Arc;
+
 use crate::denoise::Denoiser;
+use crate::dist::denoise::DistributedTiledDenoiser;
+use crate::dist::physics::DistributedStack;
+use crate::dist::timed::TimedCollective;
+use crate::dist::{Collective, SingleProcess};
 use crate::error::{Error, Result};
 use crate::io;
 use crate::metrics;
 use crate::optim::{self, AlgorithmConfig, IterationReport, Monitor, Reconstruction};
-use crate::physics::{PhysicsConfig, Stack, StackedLinearPhysics};
+use crate::physics::{PhysicsConfig, StackedLinearPhysics};
 use crate::preset::{ImageSource, Preset};
 use crate::samples;
 use crate::tensor::Tensor;
@@ -35,6 +41,7 @@ pub enum JobEvent<'a> {
         image_shape: &'a [usize],
         operators: usize,
         iterations: usize,
+        world_size: usize,
     },
     /// One iteration finished; `x` is the current reconstruction.
     Iteration {
@@ -48,6 +55,19 @@ pub enum JobEvent<'a> {
 pub struct Quality {
     pub psnr_db: f64,
     pub ssim: f64,
+}
+
+/// Time one rank spent per component over the whole run.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct RankTimes {
+    pub rank: usize,
+    /// Indices of the operators this rank owned.
+    pub operators: Vec<usize>,
+    pub gradient_secs: f64,
+    pub denoiser_secs: f64,
+    /// Time inside collectives (part of the gradient and denoiser times).
+    pub communication_secs: f64,
+    pub total_secs: f64,
 }
 
 /// Summary of a finished job; also written as `metrics.json`.
@@ -68,6 +88,12 @@ pub struct JobSummary {
     /// Totals over all iterations.
     pub gradient_secs: f64,
     pub denoiser_secs: f64,
+    pub communication_secs: f64,
+    /// Number of ranks and the transport between them.
+    pub world_size: usize,
+    pub backend: String,
+    /// Per-rank totals (gathered on rank 0).
+    pub ranks: Vec<RankTimes>,
     pub history: Vec<IterationReport>,
     pub outputs: Vec<PathBuf>,
     /// The preset that was run, as TOML (after overrides).
@@ -147,42 +173,69 @@ fn to_grayscale(x: &Tensor) -> Tensor {
     out
 }
 
-/// Builds the denoiser of a preset, tiled when the preset asks for it.
-pub fn build_denoiser(preset: &Preset) -> Result<Option<Box<dyn Denoiser>>> {
+/// Builds the denoiser of a preset; with `[tiling]` its tiles are spread over the group's ranks.
+/// Without tiling every rank denoises the whole image (the same result on each).
+pub fn build_denoiser(
+    preset: &Preset,
+    comm: Arc<dyn Collective>,
+) -> Result<Option<Box<dyn Denoiser>>> {
     let Some(cfg) = &preset.denoiser else {
         return Ok(None);
     };
     let inner = cfg.build()?;
     Ok(Some(match &preset.tiling {
-        Some(t) => Box::new(TiledDenoiser::from_config(inner, t)?),
+        Some(t) => Box::new(DistributedTiledDenoiser::new(
+            comm,
+            TiledDenoiser::from_config(inner, t)?,
+            preset.distributed.tile_assignment,
+        )),
         None => inner,
     }))
 }
 
-/// Runs `preset`, writing outputs into `out_dir` (created if needed).
+/// Runs `preset` in this process alone, writing outputs into `out_dir` (created if needed).
 pub fn run(
     preset: &Preset,
     base_dir: &Path,
     out_dir: &Path,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
+    run_in_group(preset, base_dir, out_dir, Box::new(SingleProcess), on_event)
+}
+
+/// Runs `preset` on every rank of a group (each rank calls this with its collective). Operators and
+/// tiles are shared among the ranks; every rank holds the same iterate; rank 0 writes the outputs
+/// and the returned summary holds every rank's timings.
+pub fn run_in_group(
+    preset: &Preset,
+    base_dir: &Path,
+    out_dir: &Path,
+    comm: Box<dyn Collective>,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+) -> Result<JobSummary> {
     preset.validate()?;
-    let t_setup = Instant::now();
+    let t_start = Instant::now();
+    let timed = Arc::new(TimedCollective::new(comm));
+    let comm: Arc<dyn Collective> = timed.clone();
+    let (rank, world_size) = (comm.rank(), comm.world_size());
     let volumetric = preset.is_volumetric();
     let truth = load_image(&preset.image, volumetric, preset.seed, base_dir)?;
     let x_shape = truth.shape().to_vec();
-    let ops = preset
-        .physics
-        .iter()
-        .map(|p| p.build(&x_shape, preset.noise.as_ref()))
-        .collect::<Result<Vec<_>>>()?;
-    let stack = Stack::new(ops)?;
+    let mut stack = DistributedStack::from_factory(comm.clone(), preset.physics.len(), |i| {
+        preset.physics[i].build(&x_shape, preset.noise.as_ref())
+    })?;
+    stack.gather = preset.distributed.gather;
+    stack.sum_order = preset.distributed.sum_order;
     let ys = stack.measure(&truth, preset.seed)?;
     let adjoint = stack.adjoint(&ys)?;
-    let denoiser = build_denoiser(preset)?;
-    std::fs::create_dir_all(out_dir)
-        .map_err(|e| Error::io("creating output folder", out_dir, e))?;
-    let setup_secs = t_setup.elapsed().as_secs_f64();
+    let denoiser = build_denoiser(preset, comm.clone())?;
+    if rank == 0 {
+        std::fs::create_dir_all(out_dir)
+            .map_err(|e| Error::io("creating output folder", out_dir, e))?;
+    }
+    let setup_secs = t_start.elapsed().as_secs_f64();
+    let mut comm_per_iter = Vec::new();
+    let mut comm_mark = timed.secs();
 
     let monitor = Monitor {
         ground_truth: Some(&truth),
@@ -195,6 +248,7 @@ pub fn run(
         image_shape: &x_shape,
         operators: stack.len(),
         iterations,
+        world_size,
     })
     .is_break()
     {
@@ -202,8 +256,12 @@ pub fn run(
             "the job was cancelled before it started".into(),
         ));
     }
-    let mut callback =
-        |report: &IterationReport, x: &Tensor| on_event(JobEvent::Iteration { report, x });
+    let mut callback = |report: &IterationReport, x: &Tensor| {
+        let now = timed.secs();
+        comm_per_iter.push(now - comm_mark);
+        comm_mark = now;
+        on_event(JobEvent::Iteration { report, x })
+    };
     let t_solve = Instant::now();
     let (algorithm, recon) = match &preset.algorithm {
         AlgorithmConfig::Pnp(cfg) => {
@@ -232,6 +290,21 @@ pub fn run(
         ),
     };
     let solve_secs = t_solve.elapsed().as_secs_f64();
+    let mut history = recon.history.clone();
+    for (h, c) in history.iter_mut().zip(&comm_per_iter) {
+        h.times.communication_secs = *c;
+    }
+    let gradient_secs = history.iter().map(|h| h.times.gradient_secs).sum();
+    let denoiser_secs = history.iter().map(|h| h.times.denoiser_secs).sum();
+    let mine = RankTimes {
+        rank,
+        operators: stack.local_indices(),
+        gradient_secs,
+        denoiser_secs,
+        communication_secs: timed.secs(),
+        total_secs: t_start.elapsed().as_secs_f64(),
+    };
+    let ranks = gather_rank_times(comm.as_ref(), &mine)?;
 
     let quality = |x: &Tensor| -> Result<Quality> {
         Ok(Quality {
@@ -250,12 +323,19 @@ pub fn run(
         adjoint: quality(&adjoint)?,
         setup_secs,
         solve_secs,
-        gradient_secs: recon.history.iter().map(|h| h.times.gradient_secs).sum(),
-        denoiser_secs: recon.history.iter().map(|h| h.times.denoiser_secs).sum(),
-        history: recon.history.clone(),
+        gradient_secs,
+        denoiser_secs,
+        communication_secs: mine.communication_secs,
+        world_size,
+        backend: comm.backend_name(),
+        ranks,
+        history,
         outputs: Vec::new(),
         preset: preset.to_toml()?,
     };
+    if rank != 0 {
+        return Ok(summary);
+    }
     summary.outputs = write_outputs(out_dir, preset, &truth, &recon, &ys, volumetric)?;
     let metrics_path = out_dir.join("metrics.json");
     summary.outputs.push(metrics_path.clone());
@@ -263,6 +343,19 @@ pub fn run(
         .map_err(|e| Error::config("metrics.json", e.to_string()))?;
     io::write_atomic(&metrics_path, &json)?;
     Ok(summary)
+}
+
+/// Every rank's timings, in rank order.
+fn gather_rank_times(comm: &dyn Collective, mine: &RankTimes) -> Result<Vec<RankTimes>> {
+    let bytes = serde_json::to_vec(mine).map_err(|e| Error::config("timings", e.to_string()))?;
+    comm.all_gather(&bytes)?
+        .iter()
+        .map(|b| {
+            serde_json::from_slice(b).map_err(|e| {
+                Error::config("timings", format!("a rank sent unreadable timings: {e}"))
+            })
+        })
+        .collect()
 }
 
 fn run_fbp(

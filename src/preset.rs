@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::denoise::DenoiserConfig;
+use crate::dist::denoise::TileAssignment;
+use crate::dist::physics::{GatherStrategy, SumOrder};
 use crate::error::{Error, Result};
 use crate::fidelity::FidelityConfig;
 use crate::optim::AlgorithmConfig;
@@ -48,6 +50,20 @@ pub struct Preset {
     pub algorithm: AlgorithmConfig,
     #[serde(default)]
     pub output: OutputConfig,
+    #[serde(default)]
+    pub distributed: DistributedConfig,
+}
+
+/// How the experiment is spread over ranks (ignored on one rank, where it changes nothing).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DistributedConfig {
+    /// How measurements `A(x)` are gathered.
+    pub gather: GatherStrategy,
+    /// `exact` (identical to one rank) or `all_reduce` (less traffic, rounding-level differences).
+    pub sum_order: SumOrder,
+    /// How tiles are shared among ranks.
+    pub tile_assignment: TileAssignment,
 }
 
 /// Where the ground-truth image comes from: a built-in sample or a file.

@@ -86,7 +86,10 @@ fn fbp_matches_deepinv() {
         let x = op.fbp(&y).unwrap();
         assert_eq!(x.shape(), expected.shape());
         let all = rel_err(x.data(), expected.data());
-        let disc = rel_err(&inside_disc(x.data(), 64), &inside_disc(expected.data(), 64));
+        let disc = rel_err(
+            &inside_disc(x.data(), 64),
+            &inside_disc(expected.data(), 64),
+        );
         eprintln!(
             "{} FBP: relative L2 error {all:.2e} (whole image), {disc:.2e} (inside the disc)",
             case_name(circle, n)
@@ -191,7 +194,9 @@ fn slices_of_3d_equal_2d() {
     let x = deterministic_start(&[2, 1, d, w, w], 5);
     let y3 = op3.forward(&x).unwrap();
     assert_eq!(y3.shape(), &[2, 1, d, w, 9]);
-    let y2 = op2.forward(&x.clone().reshape(&[2 * d, 1, w, w]).unwrap()).unwrap();
+    let y2 = op2
+        .forward(&x.clone().reshape(&[2 * d, 1, w, w]).unwrap())
+        .unwrap();
     assert_eq!(y3.data(), y2.data());
     let back3 = op3.adjoint(&y3).unwrap();
     let back2 = op2.adjoint(&y2).unwrap();
@@ -259,7 +264,10 @@ fn configs_parse_validate_and_build() {
     assert_eq!(cfg.angles, Angles::Count(30));
     assert!(cfg.circle && !cfg.normalize);
     let op = cfg.build(&[1, 1, 64, 64]).unwrap();
-    assert_eq!(op.output_shape(&[2, 3, 64, 64]).unwrap(), vec![2, 3, 64, 30]);
+    assert_eq!(
+        op.output_shape(&[2, 3, 64, 64]).unwrap(),
+        vec![2, 3, 64, 30]
+    );
 
     let cfg: TomographyConfig = toml::from_str("angles = [0.0, 45.5, 90]").unwrap();
     assert_eq!(cfg.angles, Angles::List(vec![0.0, 45.5, 90.0]));
@@ -294,7 +302,10 @@ fn configs_parse_validate_and_build() {
     // Through the physics config, as presets use it.
     let pc: PhysicsConfig = toml::from_str("kind = \"tomography\"\nangles = 12").unwrap();
     let op = pc.build(&[1, 1, 32, 32], None).unwrap();
-    assert_eq!(op.output_shape(&[1, 1, 32, 32]).unwrap(), vec![1, 1, 46, 12]);
+    assert_eq!(
+        op.output_shape(&[1, 1, 32, 32]).unwrap(),
+        vec![1, 1, 46, 12]
+    );
     let pc: PhysicsConfig = toml::from_str("kind = \"tomography3d\"\nangles = 12").unwrap();
     assert!(pc.build(&[1, 1, 32, 32], None).is_err());
 }

@@ -8,9 +8,11 @@ pub mod codec;
 pub mod collective;
 pub mod denoise;
 pub mod env;
+pub mod launch;
 pub mod physics;
 pub mod sockets;
 pub mod store;
+pub mod timed;
 pub mod wire;
 
 use std::time::Duration;

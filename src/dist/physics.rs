@@ -118,6 +118,19 @@ impl DistributedStack {
     fn gather_indexed(&self, local: Vec<(usize, Tensor)>) -> Result<Vec<Tensor>> {
         let world = self.comm.world_size();
         let mut slots: Vec<Option<Tensor>> = vec![None; self.n_ops];
+        if world == 1 {
+            // Nothing to exchange: skip the encoding round trip.
+            for (i, t) in local {
+                place(&mut slots, i, t)?;
+            }
+            return slots
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    t.ok_or_else(|| Error::config("gather", format!("no result for operator {i}")))
+                })
+                .collect();
+        }
         match self.gather {
             GatherStrategy::Concatenated => {
                 let refs: Vec<(usize, &Tensor)> = local.iter().map(|(i, t)| (*i, t)).collect();

@@ -100,6 +100,7 @@ pub fn least_squares(
                 gradient_secs: total,
                 denoiser_secs: 0.0,
                 other_secs: 0.0,
+                ..Default::default()
             },
         };
         prev = x.clone();

@@ -68,6 +68,9 @@ pub struct ComponentTimes {
     pub denoiser_secs: f64,
     /// Everything else: updates, metrics, the callback's own bookkeeping excluded.
     pub other_secs: f64,
+    /// Time inside collectives (already part of the gradient and denoiser times); filled by the job.
+    #[serde(default)]
+    pub communication_secs: f64,
 }
 
 /// What an algorithm reports after each iteration.

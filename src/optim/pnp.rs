@@ -195,6 +195,7 @@ pub fn pnp(
                 gradient_secs,
                 denoiser_secs,
                 other_secs: super::secs(t_other),
+                ..Default::default()
             },
         };
         let flow = on_iter(&report, &x);

@@ -44,9 +44,8 @@ impl RealFft3 {
     fn plan(shape: [usize; 3]) -> RealFft3 {
         let mut real = RealFftPlanner::<f32>::new();
         let mut complex = FftPlanner::<f32>::new();
-        let mut axis = |n: usize| {
-            (n > 1).then(|| (complex.plan_fft_forward(n), complex.plan_fft_inverse(n)))
-        };
+        let mut axis =
+            |n: usize| (n > 1).then(|| (complex.plan_fft_forward(n), complex.plan_fft_inverse(n)));
         let axes = [axis(shape[1]), axis(shape[0])];
         RealFft3 {
             shape,
@@ -79,7 +78,10 @@ impl RealFft3 {
             .for_each_init(
                 || r2c.make_scratch_vec(),
                 |scratch, (rows_in, rows_out)| {
-                    for (row_in, row_out) in rows_in.chunks_exact_mut(d2).zip(rows_out.chunks_exact_mut(nc)) {
+                    for (row_in, row_out) in rows_in
+                        .chunks_exact_mut(d2)
+                        .zip(rows_out.chunks_exact_mut(nc))
+                    {
                         // Lengths are exact by construction, so the only possible error cannot occur.
                         let _ = r2c.process_with_scratch(row_in, row_out, scratch);
                     }
@@ -126,7 +128,10 @@ impl RealFft3 {
             .for_each_init(
                 || c2r.make_scratch_vec(),
                 |scratch, (rows_in, rows_out)| {
-                    for (row_in, row_out) in rows_in.chunks_exact_mut(nc).zip(rows_out.chunks_exact_mut(d2)) {
+                    for (row_in, row_out) in rows_in
+                        .chunks_exact_mut(nc)
+                        .zip(rows_out.chunks_exact_mut(d2))
+                    {
                         // The DC (and Nyquist) bins of a Hermitian spectrum are real up to rounding;
                         // realfft ignores their imaginary parts, which is what we want.
                         row_in[0].im = 0.0;
@@ -196,7 +201,14 @@ mod tests {
     /// instead check that inverse(forward(x)) = N·x for awkward shapes (primes, ones, odd/even).
     #[test]
     fn round_trip_recovers_input() {
-        for shape in [[1, 1, 7], [1, 5, 8], [3, 1, 6], [2, 7, 5], [4, 6, 9], [1, 13, 1]] {
+        for shape in [
+            [1, 1, 7],
+            [1, 5, 8],
+            [3, 1, 6],
+            [2, 7, 5],
+            [4, 6, 9],
+            [1, 13, 1],
+        ] {
             let fft = RealFft3::get(shape);
             let n = fft.real_len();
             let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.3).collect();

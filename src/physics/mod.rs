@@ -43,8 +43,8 @@ pub trait Physics: Send + Sync {
 }
 
 /// Iterations and tolerance of the default power method.
-pub const POWER_ITERS: usize = 200;
-pub const POWER_TOL: f64 = 1e-6;
+pub const POWER_ITERS: usize = 100;
+pub const POWER_TOL: f64 = 1e-4;
 /// Iterations and tolerance of the default CG pseudo-inverse.
 pub const PINV_ITERS: usize = 100;
 pub const PINV_TOL: f64 = 1e-6;

@@ -77,15 +77,13 @@ impl Angles {
                 field,
                 format!("the number of angles must be in 1..={MAX_ANGLES}, got {n}"),
             )),
-            Angles::List(list) if list.is_empty() || list.len() > MAX_ANGLES => {
-                Err(Error::config(
-                    field,
-                    format!(
-                        "the list of angles (degrees) must hold 1..={MAX_ANGLES} values, got {}",
-                        list.len()
-                    ),
-                ))
-            }
+            Angles::List(list) if list.is_empty() || list.len() > MAX_ANGLES => Err(Error::config(
+                field,
+                format!(
+                    "the list of angles (degrees) must hold 1..={MAX_ANGLES} values, got {}",
+                    list.len()
+                ),
+            )),
             Angles::List(list) => match list.iter().position(|a| !a.is_finite()) {
                 Some(k) => Err(Error::config(
                     field,
@@ -528,10 +526,9 @@ impl Tomography {
         };
         if normalize {
             let shape = [1, 1, img_width, img_width];
-            let lambda =
-                linalg::power_method(&shape, super::POWER_ITERS, NORMALIZE_TOL, |v| {
-                    op.adjoint_forward(v)
-                })?;
+            let lambda = linalg::power_method(&shape, super::POWER_ITERS, NORMALIZE_TOL, |v| {
+                op.adjoint_forward(v)
+            })?;
             if lambda > 0.0 {
                 op.operator_norm = lambda.sqrt();
             }
@@ -585,7 +582,12 @@ impl Tomography {
     }
 
     /// Checks that `y_shape` ends with `(N_det, N_angles)` after `lead` leading axes.
-    pub(crate) fn sinogram_planes(&self, op: &str, y_shape: &[usize], lead: usize) -> Result<usize> {
+    pub(crate) fn sinogram_planes(
+        &self,
+        op: &str,
+        y_shape: &[usize],
+        lead: usize,
+    ) -> Result<usize> {
         let (nd, na) = (self.n_det(), self.angles_deg.len());
         if y_shape.len() != lead + 2 || y_shape[lead] != nd || y_shape[lead + 1] != na {
             let mut expected = y_shape.get(..lead).unwrap_or(&[]).to_vec();

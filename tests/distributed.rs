@@ -1,0 +1,210 @@
+//! The process group end to end: real rank processes started by `--ranks`, real sockets.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn tessera() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    // Make sure no launcher environment of the test runner leaks in.
+    for v in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TESSERA_LAUNCHED",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+fn run(args: &[&str], cwd: &Path) -> Output {
+    tessera()
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("tessera runs")
+}
+
+const SMALL: &[&str] = &[
+    "--quiet",
+    "--set",
+    "image.size=[64,96]",
+    "--set",
+    "algorithm.iterations=3",
+    "--set",
+    "tiling.patch_size=32",
+    "--set",
+    "tiling.overlap=8",
+];
+
+#[test]
+fn one_two_and_three_ranks_give_identical_reconstructions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut outputs = Vec::new();
+    for n in ["1", "2", "3"] {
+        let out = format!("o{n}");
+        let mut args = vec!["run", "multiblur", "--ranks", n, "--out", &out];
+        args.extend_from_slice(SMALL);
+        let o = run(&args, dir.path());
+        assert!(
+            o.status.success(),
+            "{n} ranks: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        outputs.push(std::fs::read(dir.path().join(&out).join("reconstruction.npy")).unwrap());
+        let metrics: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.path().join(&out).join("metrics.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(metrics["world_size"], n.parse::<u64>().unwrap());
+        assert_eq!(
+            metrics["ranks"].as_array().unwrap().len(),
+            n.parse::<usize>().unwrap()
+        );
+    }
+    assert_eq!(outputs[0], outputs[1], "2 ranks differ from 1");
+    assert_eq!(outputs[0], outputs[2], "3 ranks differ from 1");
+}
+
+#[test]
+fn a_killed_rank_stops_the_whole_group_quickly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "multiblur", "--ranks", "3", "--out", "o"];
+    args.extend_from_slice(SMALL);
+    let pos = args
+        .iter()
+        .position(|a| *a == "algorithm.iterations=3")
+        .unwrap();
+    args[pos] = "algorithm.iterations=100000";
+    let mut child = tessera()
+        .args(&args)
+        .current_dir(dir.path())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut pids = Vec::new();
+    while pids.len() < 3 {
+        let line = lines.next().expect("launcher output").unwrap();
+        if let Some(rest) = line.strip_prefix("[launcher] rank ") {
+            pids.push(
+                rest.split("pid ")
+                    .nth(1)
+                    .unwrap()
+                    .trim()
+                    .parse::<i32>()
+                    .unwrap(),
+            );
+        }
+    }
+    let rest =
+        std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+    std::thread::sleep(Duration::from_secs(3));
+    let t = Instant::now();
+    // SAFETY: kill(2) on a process this test started (through the launcher).
+    unsafe { libc::kill(pids[1], libc::SIGKILL) };
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the launcher did not stop within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let stderr = rest.join().unwrap();
+    assert!(
+        stderr.contains("rank 1 was killed by signal 9 (SIGKILL)"),
+        "{stderr}"
+    );
+    for pid in pids {
+        // SAFETY: signal 0 only checks for existence.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        assert!(!alive, "rank process {pid} survived");
+    }
+}
+
+#[test]
+fn a_rank_that_never_arrives_times_out_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let o = run(
+        &[
+            "run",
+            "quick",
+            "--quiet",
+            "--rank",
+            "0",
+            "--world-size",
+            "2",
+            "--master-port",
+            &port,
+            "--rendezvous-timeout",
+            "2",
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("rank(s) 1") && e.contains("never arrived"),
+        "{e}"
+    );
+}
+
+#[test]
+fn inconsistent_launcher_variables_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    for (vars, expect) in [
+        (
+            vec![
+                ("RANK", "3"),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "127.0.0.1"),
+            ],
+            "rank 3 is not below the world size 2",
+        ),
+        (
+            vec![
+                ("RANK", "zero"),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "127.0.0.1"),
+            ],
+            "RANK",
+        ),
+        (
+            vec![
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "0"),
+                ("SLURM_JOB_NODELIST", "n[1-2]"),
+            ],
+            "world size",
+        ),
+    ] {
+        let mut c = tessera();
+        c.args(["run", "quick", "--quiet"]).current_dir(dir.path());
+        for (k, v) in &vars {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "{vars:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains(expect) && !e.contains("panicked"),
+            "{vars:?}: {e}"
+        );
+    }
+}
