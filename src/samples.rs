@@ -68,9 +68,10 @@ pub fn generate(sample: Sample, size: &[usize], seed: u64) -> Result<Tensor> {
             ));
         }
     };
-    let elements = dims
-        .iter()
-        .try_fold(if sample == Sample::Natural { 3usize } else { 1 }, |n, &d| n.checked_mul(d));
+    let elements = dims.iter().try_fold(
+        if sample == Sample::Natural { 3usize } else { 1 },
+        |n, &d| n.checked_mul(d),
+    );
     if elements.is_none_or(|n| n > MAX_ELEMENTS) {
         return Err(Error::config(
             FIELD,
@@ -110,11 +111,10 @@ const SHEPP_LOGAN_2D: [[f64; 6]; 10] = [
 /// The 3-D modified Shepp–Logan phantom: `[A, a, b, c, x0, y0, z0, phi_deg]` per ellipsoid. This is
 /// the common 10-ellipsoid table (Kak & Slaney, "Principles of Computerized Tomographic Imaging",
 /// 1988, §3.2, with Toft's intensities) as given in M. Schabel's `phantom3d` (MATLAB File Exchange
-/// 9416). Schabel's table also gives Euler angles `theta = 0`, `psi = 10°` for ellipsoids 3 and 4; in
-/// his z-x-z convention `theta = 0` folds `psi` into `phi`, tilting the two ellipsoids unequally and
-/// breaking the left–right mirror symmetry of the 2-D phantom. We rotate by `phi` about the z axis only,
-/// so every axial slice is mirror-symmetric like the 2-D phantom (apart from the three small bottom
-/// ellipsoids, which are asymmetric in the table).
+/// 9416). Each ellipsoid is rotated by `phi` about the z axis through its own centre, as the 2-D
+/// phantom's ellipses are, so the central slice z = 0 has the 2-D phantom's geometry. Schabel's code
+/// differs slightly: it rotates about the origin (moving ellipsoids 3 and 4 a little) and his table
+/// adds `psi = 10°` to those two, which with `theta = 0` in his z-x-z convention just adds to `phi`.
 const SHEPP_LOGAN_3D: [[f64; 8]; 10] = [
     [1.0, 0.69, 0.92, 0.81, 0.0, 0.0, 0.0, 0.0],
     [-0.8, 0.6624, 0.874, 0.78, 0.0, -0.0184, 0.0, 0.0],
@@ -278,16 +278,26 @@ fn transpose<T: Copy + Send + Sync>(src: &[T], rows: usize, cols: usize, out: &m
         });
 }
 
-/// Two independent zero-mean, unit-variance Gaussian random fields (`h × w`, row-major) whose power
-/// spectrum falls as 1/f² — the average spectrum of natural images (Field 1987; van der Schaaf & van
-/// Hateren 1996). Made by giving each frequency a complex Gaussian of amplitude 1/f and inverting the
-/// FFT: without Hermitian symmetry the result is complex, and its real and imaginary parts are two
-/// independent real fields with the same spectrum.
+/// Amplitude exponent of the background texture: power ∝ 1/f^(2·1.3) = 1/f^2.6. Natural images
+/// average 1/f² (Field 1987; van der Schaaf & van Hateren 1996), but much of that comes from occlusion
+/// edges, which the shapes supply; a pure 1/f² texture looks like coloured noise at the pixel scale.
+const TEXTURE_AMPLITUDE_EXPONENT: f64 = 1.3;
+
+/// Two independent zero-mean, unit-variance Gaussian random fields (`h × w`, row-major) with power
+/// spectrum ∝ 1/f^(2·[`TEXTURE_AMPLITUDE_EXPONENT`]). Made by giving each frequency a complex Gaussian
+/// of amplitude f^−exponent and inverting the FFT: without Hermitian symmetry the result is complex, and
+/// its real and imaginary parts are two independent real fields with the same spectrum.
 fn power_law_pair(h: usize, w: usize, seed: u64, stream: u64) -> [Vec<f32>; 2] {
     let mut planner = FftPlanner::<f32>::new();
     let fft_w = planner.plan_fft_inverse(w);
     let fft_h = planner.plan_fft_inverse(h);
-    let signed = |k: usize, n: usize| if k <= n / 2 { k as f64 } else { k as f64 - n as f64 };
+    let signed = |k: usize, n: usize| {
+        if k <= n / 2 {
+            k as f64
+        } else {
+            k as f64 - n as f64
+        }
+    };
 
     let mut spec = vec![Complex::new(0.0f32, 0.0); h * w];
     spec.par_chunks_mut(w).enumerate().for_each(|(ky, row)| {
@@ -298,7 +308,8 @@ fn power_law_pair(h: usize, w: usize, seed: u64, stream: u64) -> [Vec<f32>; 2] {
             let f = (fx * fx + fy * fy).sqrt();
             let (re, im) = rng.normal_pair();
             if f > 0.0 {
-                *z = Complex::new((re / f) as f32, (im / f) as f32);
+                let amp = f.powf(-TEXTURE_AMPLITUDE_EXPONENT);
+                *z = Complex::new((re * amp) as f32, (im * amp) as f32);
             }
         }
     });
@@ -331,8 +342,9 @@ fn normalise(field: &mut [f32], w: usize) {
     let row_sums: Vec<(f64, f64)> = field
         .par_chunks(w.max(1))
         .map(|r| {
-            r.iter()
-                .fold((0.0, 0.0), |(s, q), &v| (s + v as f64, q + (v as f64).powi(2)))
+            r.iter().fold((0.0, 0.0), |(s, q), &v| {
+                (s + v as f64, q + (v as f64).powi(2))
+            })
         })
         .collect();
     let (s, q) = row_sums
@@ -439,7 +451,9 @@ impl Shape {
             _ => {
                 // Star-shaped polygon: sorted random angles, random radii; convex or not.
                 let n = 3 + (rng.uniform() * 7.0) as usize;
-                let mut angles: Vec<f64> = (0..n).map(|_| rng.range(0.0, std::f64::consts::TAU)).collect();
+                let mut angles: Vec<f64> = (0..n)
+                    .map(|_| rng.range(0.0, std::f64::consts::TAU))
+                    .collect();
                 angles.sort_by(f64::total_cmp);
                 Outline::Polygon(
                     angles
@@ -457,6 +471,13 @@ impl Shape {
             let t = rng.range(0.0, std::f64::consts::TAU);
             (t.cos(), t.sin())
         };
+        // Textures pair the shape's colour with a partial blend towards another, so that fine
+        // patterns have moderate contrast, as fabric or foliage do, rather than full black/white.
+        let mut second = |rng: &mut SplitMix64| {
+            let other = random_colour(rng);
+            let t = rng.range(0.3, 0.8) as f32;
+            std::array::from_fn(|c| colour[c] * (1.0 - t) + other[c] * t)
+        };
         let fill = match rng.uniform() {
             p if p < 0.55 => Fill::Solid,
             p if p < 0.75 => Fill::Gradient {
@@ -464,12 +485,12 @@ impl Shape {
                 dir,
             },
             p if p < 0.88 => Fill::Stripes {
-                other: random_colour(rng),
+                other: second(rng),
                 dir,
                 period_px: rng.range(3.0, 12.0),
             },
             _ => Fill::Checker {
-                other: random_colour(rng),
+                other: second(rng),
                 dir,
                 period_px: rng.range(2.0, 10.0),
             },
@@ -542,7 +563,8 @@ impl Shape {
         let base = match &self.fill {
             Fill::Solid => self.colour,
             Fill::Gradient { other, dir } => {
-                let t = ((dx * dir.0 + dy * dir.1) / (2.0 * self.radius) + 0.5).clamp(0.0, 1.0) as f32;
+                let t =
+                    ((dx * dir.0 + dy * dir.1) / (2.0 * self.radius) + 0.5).clamp(0.0, 1.0) as f32;
                 std::array::from_fn(|c| self.colour[c] * (1.0 - t) + other[c] * t)
             }
             Fill::Stripes {
@@ -551,7 +573,11 @@ impl Shape {
                 period_px,
             } => {
                 let u = (dx * dir.0 + dy * dir.1) / period_px;
-                if u - u.floor() < 0.5 { self.colour } else { *other }
+                if u - u.floor() < 0.5 {
+                    self.colour
+                } else {
+                    *other
+                }
             }
             Fill::Checker {
                 other,
@@ -568,7 +594,8 @@ impl Shape {
             }
         };
         let inv_r = 1.0 / self.radius;
-        let light = self.shade.0 * (dx * inv_r) as f32 + self.shade.1 * (dy * inv_r) as f32
+        let light = self.shade.0 * (dx * inv_r) as f32
+            + self.shade.1 * (dy * inv_r) as f32
             + self.texture * tex;
         base.map(|v| v + light)
     }
@@ -578,7 +605,7 @@ impl Shape {
 ///
 /// Built to have the statistics that matter to denoisers and reconstruction algorithms: a background
 /// of 1/f²-spectrum colour texture (luminance plus two weaker opponent-colour fields) under a smooth
-/// illumination ramp, occluded by ~60 sharp-edged shapes (ellipses, rotated rectangles, star
+/// illumination ramp, occluded by 90 sharp-edged shapes (ellipses, rotated rectangles, star
 /// polygons) with log-uniform sizes, filled with flat shaded colour, linear gradients, or fine
 /// stripes/checkerboards (2–12 px periods). The same `(height, width, seed)` always gives the same
 /// image. Cost: two complex FFTs of the image size plus one pass over the pixels.
@@ -593,13 +620,15 @@ pub fn natural_image(height: usize, width: usize, seed: u64) -> Tensor {
     let mut rng = SplitMix64::new(seed, 0);
     let ground = random_colour(&mut rng).map(|v| 0.25 + 0.5 * v);
     let lum_amp = rng.range(0.12, 0.2) as f32;
-    let chroma_amp = rng.range(0.03, 0.07) as f32;
+    let chroma_amp = rng.range(0.02, 0.05) as f32;
     // Illumination ramp: ±`ramp` across the image along a random direction.
     let ramp = rng.range(0.05, 0.2);
     let ramp_dir = rng.range(0.0, std::f64::consts::TAU).sin_cos();
     let diag = ((h * h + w * w) as f64).sqrt();
-    let n_shapes = 60;
-    let shapes: Vec<Shape> = (0..n_shapes).map(|_| Shape::random(&mut rng, h, w)).collect();
+    let n_shapes = 90;
+    let shapes: Vec<Shape> = (0..n_shapes)
+        .map(|_| Shape::random(&mut rng, h, w))
+        .collect();
 
     let plane = h * w;
     let mut out = Tensor::zeros(&[1, 3, h, w]);
@@ -615,7 +644,8 @@ pub fn natural_image(height: usize, width: usize, seed: u64) -> Tensor {
             let ramp_y = ramp_dir.0 * (y as f64 - h as f64 / 2.0);
             for x in 0..w {
                 let i = row + x;
-                let illum = (ramp * (ramp_y + ramp_dir.1 * (x as f64 - w as f64 / 2.0)) / diag * 2.0) as f32;
+                let illum = (ramp * (ramp_y + ramp_dir.1 * (x as f64 - w as f64 / 2.0)) / diag
+                    * 2.0) as f32;
                 let l = lum_amp * lum[i] + illum;
                 // Opponent colour axes: red–green and blue–yellow.
                 let (ca, cb) = (chroma_amp * chroma_a[i], chroma_amp * chroma_b[i]);
@@ -637,7 +667,11 @@ pub fn natural_image(height: usize, width: usize, seed: u64) -> Tensor {
                     }
                 }
             }
-            for v in r_row.iter_mut().chain(g_row.iter_mut()).chain(b_row.iter_mut()) {
+            for v in r_row
+                .iter_mut()
+                .chain(g_row.iter_mut())
+                .chain(b_row.iter_mut())
+            {
                 *v = v.clamp(0.0, 1.0);
             }
         });

@@ -105,7 +105,12 @@ impl Header {
         self.voxel_count()
             .and_then(|n| n.checked_mul(self.datatype.bytes()))
             .and_then(|b| b.checked_add(self.vox_offset))
-            .ok_or_else(|| format!("header dimensions {:?} overflow the address space", self.dims))
+            .ok_or_else(|| {
+                format!(
+                    "header dimensions {:?} overflow the address space",
+                    self.dims
+                )
+            })
     }
 
     /// The tensor shape for these dimensions (see the module doc for the mapping).
@@ -156,7 +161,9 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
     let big_endian = match (size_le, size_be) {
         (348, _) => false,
         (_, 348) => true,
-        (540, _) | (_, 540) => return Err("NIfTI-2 files are not supported (sizeof_hdr = 540)".into()),
+        (540, _) | (_, 540) => {
+            return Err("NIfTI-2 files are not supported (sizeof_hdr = 540)".into());
+        }
         _ => {
             return Err(format!(
                 "not a NIfTI-1 file (sizeof_hdr is {size_le}, expected 348)"
@@ -167,7 +174,8 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
         b"n+1\0" => {}
         b"ni1\0" => {
             return Err(
-                "two-file NIfTI (.hdr/.img pair) is not supported; convert it to a single .nii".into(),
+                "two-file NIfTI (.hdr/.img pair) is not supported; convert it to a single .nii"
+                    .into(),
             );
         }
         other => return Err(format!("missing NIfTI-1 magic \"n+1\" (found {other:?})")),
