@@ -473,7 +473,7 @@ impl Shape {
         };
         // Textures pair the shape's colour with a partial blend towards another, so that fine
         // patterns have moderate contrast, as fabric or foliage do, rather than full black/white.
-        let mut second = |rng: &mut SplitMix64| {
+        let second = |rng: &mut SplitMix64| {
             let other = random_colour(rng);
             let t = rng.range(0.3, 0.8) as f32;
             std::array::from_fn(|c| colour[c] * (1.0 - t) + other[c] * t)
