@@ -3,14 +3,85 @@
 //! Everything here maps a file to a [`Tensor`] in deepinv's layout and back. Writers go through
 //! [`write_atomic`] so an interrupted run never leaves a half-written output in place of a good one.
 
+pub mod image;
+pub mod nifti;
 pub mod npy;
 
 use std::io::Write;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::tensor::Tensor;
 
+pub use self::image::{read_image, write_png, write_png16, write_tiff_f32};
+pub use nifti::{read_nifti, write_nifti};
 pub use npy::{read_npy, write_npy};
+
+/// File kinds known to [`read_array`] and [`write_array`], chosen by extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Npy,
+    Png,
+    Jpeg,
+    Tiff,
+    Nifti,
+}
+
+const SUPPORTED_READ: &str = ".npy, .png, .jpg, .jpeg, .tif, .tiff, .nii, .nii.gz";
+const SUPPORTED_WRITE: &str = ".npy, .png, .tif, .tiff (float32), .nii, .nii.gz";
+
+impl FileKind {
+    /// The kind named by `path`'s extension (case-insensitive), if any.
+    pub fn from_path(path: &Path) -> Option<FileKind> {
+        let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
+        if name.ends_with(".nii") || name.ends_with(".nii.gz") {
+            return Some(FileKind::Nifti);
+        }
+        let ext = name.rsplit_once('.')?.1;
+        Some(match ext {
+            "npy" => FileKind::Npy,
+            "png" => FileKind::Png,
+            "jpg" | "jpeg" => FileKind::Jpeg,
+            "tif" | "tiff" => FileKind::Tiff,
+            _ => return None,
+        })
+    }
+}
+
+/// Reads an array from `.npy`, an image (`.png`, `.jpg`/`.jpeg`, `.tif`/`.tiff`) or a NIfTI volume
+/// (`.nii`, `.nii.gz`), chosen by extension. Images come back as `(1, C, H, W)`, NIfTI volumes as
+/// `(1, 1, D, H, W)`; `.npy` keeps its stored shape. Values are not checked for NaN/Inf: callers that
+/// need finite data call [`Tensor::check_finite`].
+pub fn read_array(path: &Path) -> Result<Tensor> {
+    match FileKind::from_path(path) {
+        Some(FileKind::Npy) => read_npy(path),
+        Some(FileKind::Png | FileKind::Jpeg | FileKind::Tiff) => read_image(path),
+        Some(FileKind::Nifti) => read_nifti(path),
+        None => Err(Error::Unsupported(format!(
+            "reading this file type (supported: {SUPPORTED_READ}): {}",
+            path.display()
+        ))),
+    }
+}
+
+/// Writes an array as `.npy`, 8-bit `.png` (clamped to [0, 1]), float32 `.tif`/`.tiff`, or NIfTI
+/// float32 (`.nii`, `.nii.gz`), chosen by extension; atomically in every case.
+pub fn write_array(path: &Path, tensor: &Tensor) -> Result<()> {
+    match FileKind::from_path(path) {
+        Some(FileKind::Npy) => write_npy(path, tensor),
+        Some(FileKind::Png) => write_png(path, tensor),
+        Some(FileKind::Tiff) => write_tiff_f32(path, tensor),
+        Some(FileKind::Nifti) => write_nifti(path, tensor),
+        Some(FileKind::Jpeg) => Err(Error::Unsupported(format!(
+            "writing JPEG (lossy; use .png or .tif instead): {}",
+            path.display()
+        ))),
+        None => Err(Error::Unsupported(format!(
+            "writing this file type (supported: {SUPPORTED_WRITE}): {}",
+            path.display()
+        ))),
+    }
+}
 
 /// Writes `bytes` to `path` via a temporary file in the same directory and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
