@@ -612,12 +612,18 @@ impl<'p> Assembler<'p> {
                 .par_chunks_exact_mut(plane_len)
                 .zip(patches)
                 .for_each(|(acc, src)| {
+                    let inner = tile
+                        .weights
+                        .as_ref()
+                        .map_or(&[][..], |ws| &ws[ws.len() - 1]);
                     for r in &rows {
-                        for k in 0..r.len {
-                            let w = r.weight(tile, k);
+                        let acc = &mut acc[r.dst..r.dst + r.len];
+                        let src = &src[r.src..r.src + r.len];
+                        for ((a, &v), &wk) in acc.iter_mut().zip(src).zip(inner) {
+                            let w = r.outer_weight * wk as f64;
                             // Zero weights are skipped so they cannot turn a −0.0 sum into +0.0.
                             if w > 0.0 {
-                                acc[r.dst + k] += w * src[r.src + k] as f64;
+                                *a += w * v as f64;
                             }
                         }
                     }
