@@ -241,24 +241,25 @@ impl TilePlan {
             .collect()
     }
 
-    /// Splits `indices` (kept in order) into groups that can be stacked into one denoiser batch: runs
-    /// of tiles with the same window shape, at most `max_batch_size` tiles each (`None`: unlimited).
-    /// Overlap and blend plans have one window shape; basic plans may have two per axis.
+    /// Splits `indices` into groups that can be stacked into one denoiser batch: tiles with the same
+    /// window shape (groups in order of first appearance, indices in their given order), at most
+    /// `max_batch_size` tiles each (`None`: unlimited). Overlap and blend plans have one window
+    /// shape; basic plans may have up to two sizes per axis. Out-of-range indices form their own
+    /// group, which `extract` then rejects.
     pub fn batches(&self, indices: &[usize], max_batch_size: Option<usize>) -> Vec<Vec<usize>> {
         let cap = max_batch_size.unwrap_or(usize::MAX).max(1);
-        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut by_shape: Vec<(Option<Vec<usize>>, Vec<usize>)> = Vec::new();
         for &i in indices {
             let shape = self.tiles.get(i).map(|t| t.window_shape());
-            match groups.last_mut() {
-                Some(g)
-                    if g.len() < cap && self.tiles.get(g[0]).map(|t| t.window_shape()) == shape =>
-                {
-                    g.push(i)
-                }
-                _ => groups.push(vec![i]),
+            match by_shape.iter_mut().find(|(s, _)| *s == shape) {
+                Some((_, g)) => g.push(i),
+                None => by_shape.push((shape, vec![i])),
             }
         }
-        groups
+        by_shape
+            .into_iter()
+            .flat_map(|(_, g)| g.chunks(cap).map(<[usize]>::to_vec).collect::<Vec<_>>())
+            .collect()
     }
 
     /// Per image pixel (row-major over `spatial`), the sum over tiles of the tile's weight there:
@@ -611,12 +612,18 @@ impl<'p> Assembler<'p> {
                 .par_chunks_exact_mut(plane_len)
                 .zip(patches)
                 .for_each(|(acc, src)| {
+                    let inner = tile
+                        .weights
+                        .as_ref()
+                        .map_or(&[][..], |ws| &ws[ws.len() - 1]);
                     for r in &rows {
-                        for k in 0..r.len {
-                            let w = r.weight(tile, k);
+                        let acc = &mut acc[r.dst..r.dst + r.len];
+                        let src = &src[r.src..r.src + r.len];
+                        for ((a, &v), &wk) in acc.iter_mut().zip(src).zip(inner) {
+                            let w = r.outer_weight * wk as f64;
                             // Zero weights are skipped so they cannot turn a −0.0 sum into +0.0.
                             if w > 0.0 {
-                                acc[r.dst + k] += w * src[r.src + k] as f64;
+                                *a += w * v as f64;
                             }
                         }
                     }
@@ -728,7 +735,7 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(plan.batches(&[0, 1, 2], None), vec![vec![0, 1], vec![2]]);
+        assert_eq!(plan.batches(&[0, 2, 1], None), vec![vec![0, 1], vec![2]]);
         assert_eq!(
             plan.batches(&[0, 1, 2], Some(1)),
             vec![vec![0], vec![1], vec![2]]
