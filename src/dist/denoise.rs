@@ -14,7 +14,7 @@ use super::collective::Collective;
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use crate::tiling::{Assembler, TilePlan, TiledDenoiser};
+use crate::tiling::{TilePlan, TiledDenoiser};
 
 /// How tiles are shared among ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -104,7 +104,7 @@ impl Denoiser for DistributedTiledDenoiser {
         let refs: Vec<(usize, &Tensor)> = local.iter().map(|(i, t)| (*i, t)).collect();
         let parts = self.comm.all_gather(&codec::encode(&refs))?;
         let plan = self.tiled.plan(x.shape())?;
-        let mut asm = Assembler::new(&plan, x.shape())?;
+        let mut patches = Vec::with_capacity(plan.num_tiles());
         for part in parts {
             for (i, patch) in codec::decode(&part)? {
                 if i >= plan.num_tiles() {
@@ -113,10 +113,11 @@ impl Denoiser for DistributedTiledDenoiser {
                         format!("a rank sent tile {i} of {}", plan.num_tiles()),
                     ));
                 }
-                asm.add(i, &patch)?;
+                patches.push((i, patch));
             }
         }
-        asm.finish()
+        // `assemble` applies tiles in index order, so blended sums do not depend on who sent what.
+        plan.assemble(&patches, x.shape())
     }
 }
 

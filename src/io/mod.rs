@@ -109,16 +109,3 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     }
     Ok(())
 }
-
-/// STUB
-pub fn read_array(path: &Path) -> Result<crate::Tensor> {
-    read_npy(path)
-}
-/// STUB
-pub fn write_array(path: &Path, x: &crate::Tensor) -> Result<()> {
-    if path.extension().is_some_and(|e| e == "npy") {
-        write_npy(path, x)
-    } else {
-        Ok(())
-    }
-}
