@@ -3,7 +3,10 @@
 //! Optional arguments: WIDTH HEIGHT REPEATS.
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let width = args.first().copied().unwrap_or(1024);
     let height = args.get(1).copied().unwrap_or(683);
     let repeats = args.get(2).copied().unwrap_or(5);

@@ -5,13 +5,16 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use tessera::physics::blur::{
-    Blur, Blur3d, Blur3dConfig, BlurConfig, ConvMethod, Padding, gaussian_kernel, gaussian_kernel_3d,
+    Blur, Blur3d, Blur3dConfig, BlurConfig, ConvMethod, Padding, gaussian_kernel,
+    gaussian_kernel_3d,
 };
 use tessera::physics::{LinearPhysics, Physics, PhysicsConfig, adjoint_mismatch};
 use tessera::{Error, Tensor};
 
 fn fixture(name: &str) -> Tensor {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepinv").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/deepinv")
+        .join(name);
     tessera::io::read_npy(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -52,7 +55,12 @@ fn padding_name(p: Padding) -> &'static str {
 
 #[test]
 fn gaussian_kernels_match_deepinv() {
-    let cases: [([f32; 2], f32); 4] = [([1.0, 1.0], 0.0), ([2.0, 0.5], 30.0), ([1.5, 3.5], 30.0), ([0.7, 2.3], 100.0)];
+    let cases: [([f32; 2], f32); 4] = [
+        ([1.0, 1.0], 0.0),
+        ([2.0, 0.5], 30.0),
+        ([1.5, 3.5], 30.0),
+        ([0.7, 2.3], 100.0),
+    ];
     for (i, (sigma, angle)) in cases.iter().enumerate() {
         let want = fixture(&format!("gaussian_kernel_{i}.npy"));
         let got = gaussian_kernel(*sigma, *angle);
@@ -94,7 +102,8 @@ fn even_kernel_centre_follows_deepinv_docstring_example() {
     let mut x = Tensor::zeros(&[1, 1, 16, 16]);
     x.data_mut()[8 * 16 + 8] = 1.0;
     for method in [ConvMethod::Direct, ConvMethod::Fft] {
-        let blur = Blur::with_method(Tensor::full(&[1, 1, 2, 2], 0.25), Padding::Valid, method).unwrap();
+        let blur =
+            Blur::with_method(Tensor::full(&[1, 1, 2, 2], 0.25), Padding::Valid, method).unwrap();
         let y = blur.forward(&x).unwrap();
         assert_eq!(y.shape(), &[1, 1, 15, 15]);
         let at = |r: usize, c: usize| y.data()[r * 15 + c];
@@ -110,14 +119,25 @@ fn kernel_2d(h: usize, w: usize, seed: u32) -> Tensor {
     pseudo_random(&[1, 1, h, w], seed)
 }
 
-fn check_dot_2d(padding: Padding, kh: usize, kw: usize, h: usize, w: usize, method: ConvMethod, seed: u32) {
+fn check_dot_2d(
+    padding: Padding,
+    kh: usize,
+    kw: usize,
+    h: usize,
+    w: usize,
+    method: ConvMethod,
+    seed: u32,
+) {
     let blur = Blur::with_method(kernel_2d(kh, kw, seed), padding, method).unwrap();
     let x_shape = [2, 2, h, w];
     let y_shape = blur.output_shape(&x_shape).unwrap();
     let x = pseudo_random(&x_shape, seed + 1);
     let y = pseudo_random(&y_shape, seed + 2);
     let mismatch = adjoint_mismatch(&blur, &x, &y).unwrap();
-    assert!(mismatch <= 1e-5, "{padding:?} k={kh}×{kw} img={h}×{w} {method:?}: {mismatch:e}");
+    assert!(
+        mismatch <= 1e-5,
+        "{padding:?} k={kh}×{kw} img={h}×{w} {method:?}: {mismatch:e}"
+    );
 }
 
 fn padding_strategy() -> impl Strategy<Value = Padding> {
@@ -215,13 +235,23 @@ fn per_channel_kernels_act_per_channel() {
         let single = Blur::new(k1, padding).unwrap();
         let x1 = Tensor::from_vec(&[1, 1, 9, 10], x.plane(1).to_vec()).unwrap();
         let y1 = single.forward(&x1).unwrap();
-        assert!(y1.data().iter().zip(y.plane(1)).all(|(a, b)| (a - b).abs() < 1e-5));
+        assert!(
+            y1.data()
+                .iter()
+                .zip(y.plane(1))
+                .all(|(a, b)| (a - b).abs() < 1e-5)
+        );
     }
 }
 
 #[test]
 fn circular_fused_normal_operator_and_closed_form_norm() {
-    let blur = Blur::with_method(gaussian_kernel([2.0, 0.7], 20.0), Padding::Circular, ConvMethod::Fft).unwrap();
+    let blur = Blur::with_method(
+        gaussian_kernel([2.0, 0.7], 20.0),
+        Padding::Circular,
+        ConvMethod::Fft,
+    )
+    .unwrap();
     let shape = [1, 2, 23, 30];
     let x = pseudo_random(&shape, 3);
     let fused = blur.adjoint_forward(&x).unwrap();
@@ -229,16 +259,26 @@ fn circular_fused_normal_operator_and_closed_form_norm() {
     assert!(rel_err(&fused, &plain) < 1e-5);
 
     let closed = blur.op_norm_sq(&shape).unwrap();
-    let power = tessera::linalg::power_method(&shape, 500, 1e-9, |v| blur.adjoint(&blur.forward(v)?)).unwrap();
-    assert!((closed - power).abs() <= 1e-3 * closed, "closed {closed} vs power {power}");
+    let power =
+        tessera::linalg::power_method(&shape, 500, 1e-9, |v| blur.adjoint(&blur.forward(v)?))
+            .unwrap();
+    assert!(
+        (closed - power).abs() <= 1e-3 * closed,
+        "closed {closed} vs power {power}"
+    );
     // A normalised Gaussian passes the DC component unchanged: ‖A‖ = 1.
     assert!((closed - 1.0).abs() < 1e-5, "{closed}");
 
     // A kernel with negative taps: the maximum is not at DC.
     let edge = Blur::new(pseudo_random(&[1, 1, 3, 4], 5), Padding::Circular).unwrap();
     let closed = edge.op_norm_sq(&shape).unwrap();
-    let power = tessera::linalg::power_method(&shape, 2000, 1e-10, |v| edge.adjoint(&edge.forward(v)?)).unwrap();
-    assert!((closed - power).abs() <= 1e-3 * closed, "closed {closed} vs power {power}");
+    let power =
+        tessera::linalg::power_method(&shape, 2000, 1e-10, |v| edge.adjoint(&edge.forward(v)?))
+            .unwrap();
+    assert!(
+        (closed - power).abs() <= 1e-3 * closed,
+        "closed {closed} vs power {power}"
+    );
 }
 
 #[test]
@@ -262,24 +302,65 @@ fn field_of(e: Error) -> String {
 fn config_errors_name_the_field() {
     let bad = |c: BlurConfig| field_of(c.validate().unwrap_err());
     let base = BlurConfig::default();
-    assert_eq!(bad(BlurConfig { sigma: Some([-1.0, 1.0]), ..base.clone() }), "blur.sigma");
-    assert_eq!(bad(BlurConfig { sigma: Some([f32::NAN, 1.0]), ..base.clone() }), "blur.sigma");
-    assert_eq!(bad(BlurConfig { sigma: None, ..base.clone() }), "blur.sigma");
     assert_eq!(
-        bad(BlurConfig { kernel_file: Some(PathBuf::from("k.npy")), ..base.clone() }),
+        bad(BlurConfig {
+            sigma: Some([-1.0, 1.0]),
+            ..base.clone()
+        }),
         "blur.sigma"
     );
-    assert_eq!(bad(BlurConfig { angle_deg: f32::INFINITY, ..base.clone() }), "blur.angle_deg");
+    assert_eq!(
+        bad(BlurConfig {
+            sigma: Some([f32::NAN, 1.0]),
+            ..base.clone()
+        }),
+        "blur.sigma"
+    );
+    assert_eq!(
+        bad(BlurConfig {
+            sigma: None,
+            ..base.clone()
+        }),
+        "blur.sigma"
+    );
+    assert_eq!(
+        bad(BlurConfig {
+            kernel_file: Some(PathBuf::from("k.npy")),
+            ..base.clone()
+        }),
+        "blur.sigma"
+    );
+    assert_eq!(
+        bad(BlurConfig {
+            angle_deg: f32::INFINITY,
+            ..base.clone()
+        }),
+        "blur.angle_deg"
+    );
     let bad3 = |c: Blur3dConfig| field_of(c.validate().unwrap_err());
     let base3 = Blur3dConfig::default();
-    assert_eq!(bad3(Blur3dConfig { padding: Padding::Reflect, ..base3.clone() }), "blur3d.padding");
-    assert_eq!(bad3(Blur3dConfig { sigma: Some([1.0, 0.0, 1.0]), ..base3 }), "blur3d.sigma");
+    assert_eq!(
+        bad3(Blur3dConfig {
+            padding: Padding::Reflect,
+            ..base3.clone()
+        }),
+        "blur3d.padding"
+    );
+    assert_eq!(
+        bad3(Blur3dConfig {
+            sigma: Some([1.0, 0.0, 1.0]),
+            ..base3
+        }),
+        "blur3d.sigma"
+    );
 
     // Unknown fields and misspelt enum values are parse errors.
     assert!(toml::from_str::<BlurConfig>("sigma = [1.0, 2.0]\nangle = 3.0").is_err());
     assert!(toml::from_str::<BlurConfig>("sigma = [1.0, 2.0]\npadding = \"circ\"").is_err());
-    let parsed: BlurConfig =
-        toml::from_str("sigma = [1.0, 2.0]\nangle_deg = 30\npadding = \"reflect\"\nmethod = \"fft\"").unwrap();
+    let parsed: BlurConfig = toml::from_str(
+        "sigma = [1.0, 2.0]\nangle_deg = 30\npadding = \"reflect\"\nmethod = \"fft\"",
+    )
+    .unwrap();
     assert_eq!(parsed.padding, Padding::Reflect);
     assert_eq!(parsed.method, ConvMethod::Fft);
 }
@@ -296,22 +377,42 @@ fn kernel_files_are_read_and_checked() {
         ..BlurConfig::default()
     };
     let from_file = cfg.build().unwrap();
-    let from_sigma = BlurConfig { sigma: Some([2.0, 0.5]), angle_deg: 30.0, kernel_file: None, ..cfg.clone() };
+    let from_sigma = BlurConfig {
+        sigma: Some([2.0, 0.5]),
+        angle_deg: 30.0,
+        kernel_file: None,
+        ..cfg.clone()
+    };
     let x = fixture("blur_x.npy");
     let a = from_file.forward(&x).unwrap();
     assert!(rel_err(&from_sigma.build().unwrap().forward(&x).unwrap(), &a) < 1e-6);
 
     let nan = dir.path().join("nan.npy");
     tessera::io::write_npy(&nan, &Tensor::full(&[3, 3], f32::NAN)).unwrap();
-    let err = BlurConfig { kernel_file: Some(nan), ..cfg.clone() }.build().unwrap_err();
+    let err = BlurConfig {
+        kernel_file: Some(nan),
+        ..cfg.clone()
+    }
+    .build()
+    .unwrap_err();
     assert_eq!(field_of(err), "blur.kernel_file");
     let empty = dir.path().join("empty.npy");
     tessera::io::write_npy(&empty, &Tensor::zeros(&[0, 3])).unwrap();
-    let err = BlurConfig { kernel_file: Some(empty), ..cfg.clone() }.build().unwrap_err();
+    let err = BlurConfig {
+        kernel_file: Some(empty),
+        ..cfg.clone()
+    }
+    .build()
+    .unwrap_err();
     assert_eq!(field_of(err), "blur.kernel_file");
     let wrong = dir.path().join("wrong.npy");
     tessera::io::write_npy(&wrong, &Tensor::zeros(&[2, 1, 3, 3])).unwrap();
-    let err = BlurConfig { kernel_file: Some(wrong), ..cfg }.build().unwrap_err();
+    let err = BlurConfig {
+        kernel_file: Some(wrong),
+        ..cfg
+    }
+    .build()
+    .unwrap_err();
     assert_eq!(field_of(err), "blur.kernel_file");
 }
 
@@ -319,7 +420,10 @@ fn kernel_files_are_read_and_checked() {
 fn physics_config_builds_blur_and_checks_the_image() {
     let cfg: PhysicsConfig = toml::from_str("kind = \"blur\"\nsigma = [2.0, 2.0]").unwrap();
     let op = cfg.build(&[1, 3, 32, 32], None).unwrap();
-    assert_eq!(op.output_shape(&[1, 3, 32, 32]).unwrap(), vec![1, 3, 18, 18]);
+    assert_eq!(
+        op.output_shape(&[1, 3, 32, 32]).unwrap(),
+        vec![1, 3, 18, 18]
+    );
     // 15×15 kernel, valid padding, 10×40 image: a clear error rather than a panic.
     let err = cfg.build(&[1, 3, 10, 40], None).err().unwrap().to_string();
     assert!(err.contains("valid") && err.contains("kernel"), "{err}");

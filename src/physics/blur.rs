@@ -117,7 +117,11 @@ pub fn gaussian_kernel_3d(sigma_px: [f32; 3]) -> Tensor {
             })
             .collect()
     };
-    let (pd, ph, pw) = (profile(sigma_px[0]), profile(sigma_px[1]), profile(sigma_px[2]));
+    let (pd, ph, pw) = (
+        profile(sigma_px[0]),
+        profile(sigma_px[1]),
+        profile(sigma_px[2]),
+    );
     let mut values = Vec::with_capacity(n * n * n);
     for a in &pd {
         for b in &ph {
@@ -144,7 +148,9 @@ fn split_kernel(kernel: &Tensor, ndim: usize, field: &str) -> Result<(Vec<Vec<f3
         if shape[0] != 1 {
             return Err(Error::config(
                 field,
-                format!("kernel shape {shape:?}: the batch dimension must be 1 (one kernel for all images)"),
+                format!(
+                    "kernel shape {shape:?}: the batch dimension must be 1 (one kernel for all images)"
+                ),
             ));
         }
         (shape[1], shape[2..].to_vec())
@@ -157,7 +163,10 @@ fn split_kernel(kernel: &Tensor, ndim: usize, field: &str) -> Result<(Vec<Vec<f3
         ));
     };
     if channels == 0 || spatial.contains(&0) {
-        return Err(Error::config(field, format!("kernel shape {shape:?} is empty")));
+        return Err(Error::config(
+            field,
+            format!("kernel shape {shape:?} is empty"),
+        ));
     }
     if let Some(&side) = spatial.iter().find(|&&s| s > MAX_KERNEL_SIDE) {
         return Err(Error::config(
@@ -182,10 +191,17 @@ impl ConvOp {
     /// (planes, channels, spatial dims as 3-D) of an input or output tensor.
     fn geometry(&self, shape: &[usize], op: &str) -> Result<(usize, usize, [usize; 3])> {
         if shape.len() != self.rank {
-            let layout = if self.rank == 4 { "(B, C, H, W)" } else { "(B, C, D, H, W)" };
+            let layout = if self.rank == 4 {
+                "(B, C, H, W)"
+            } else {
+                "(B, C, D, H, W)"
+            };
             return Err(Error::config(
                 op,
-                format!("expected a {}-D array {layout}, got shape {shape:?}", self.rank),
+                format!(
+                    "expected a {}-D array {layout}, got shape {shape:?}",
+                    self.rank
+                ),
             ));
         }
         let channels = shape[1];
@@ -247,7 +263,10 @@ impl ConvOp {
     fn adjoint_forward(&self, x: &Tensor) -> Result<Tensor> {
         self.output_shape(x.shape())?;
         let (planes, channels, dims) = self.geometry(x.shape(), &self.label)?;
-        match self.conv.adjoint_forward_fused(x.data(), planes, channels, dims) {
+        match self
+            .conv
+            .adjoint_forward_fused(x.data(), planes, channels, dims)
+        {
             Some(data) => Tensor::from_vec(x.shape(), data),
             None => self.adjoint(&self.forward(x)?),
         }
@@ -335,9 +354,11 @@ impl LinearPhysics for Blur {
     fn op_norm_sq(&self, x_shape: &[usize]) -> Result<f64> {
         match self.op.circular_op_norm_sq(x_shape)? {
             Some(v) => Ok(v),
-            None => crate::linalg::power_method(x_shape, super::POWER_ITERS, super::POWER_TOL, |v| {
-                self.adjoint_forward(v)
-            }),
+            None => {
+                crate::linalg::power_method(x_shape, super::POWER_ITERS, super::POWER_TOL, |v| {
+                    self.adjoint_forward(v)
+                })
+            }
         }
     }
 }
@@ -359,7 +380,10 @@ impl Blur3d {
         if !matches!(padding, Padding::Valid | Padding::Circular) {
             return Err(Error::config(
                 "blur3d.padding",
-                format!("`{}` is not available in 3-D; use `valid` or `circular`", padding.as_str()),
+                format!(
+                    "`{}` is not available in 3-D; use `valid` or `circular`",
+                    padding.as_str()
+                ),
             ));
         }
         let (kernels, s) = split_kernel(&kernel, 3, "blur3d.kernel")?;
@@ -413,16 +437,21 @@ impl LinearPhysics for Blur3d {
     fn op_norm_sq(&self, x_shape: &[usize]) -> Result<f64> {
         match self.op.circular_op_norm_sq(x_shape)? {
             Some(v) => Ok(v),
-            None => crate::linalg::power_method(x_shape, super::POWER_ITERS, super::POWER_TOL, |v| {
-                self.adjoint_forward(v)
-            }),
+            None => {
+                crate::linalg::power_method(x_shape, super::POWER_ITERS, super::POWER_TOL, |v| {
+                    self.adjoint_forward(v)
+                })
+            }
         }
     }
 }
 
 /// Checks a σ vector: every entry finite, `> 0` and `≤ max`.
 fn check_sigma(field: &str, sigma: &[f32], max: f32) -> Result<()> {
-    if sigma.iter().any(|s| !s.is_finite() || *s <= 0.0 || *s > max) {
+    if sigma
+        .iter()
+        .any(|s| !s.is_finite() || *s <= 0.0 || *s > max)
+    {
         return Err(Error::config(
             field,
             format!("{sigma:?}: every standard deviation must be finite and in (0, {max}] pixels"),
@@ -435,7 +464,9 @@ fn check_one_source(prefix: &str, has_sigma: bool, has_file: bool) -> Result<()>
     if has_sigma == has_file {
         return Err(Error::config(
             format!("{prefix}.sigma"),
-            format!("set exactly one of `{prefix}.sigma` (Gaussian kernel) or `{prefix}.kernel_file` (.npy kernel)"),
+            format!(
+                "set exactly one of `{prefix}.sigma` (Gaussian kernel) or `{prefix}.kernel_file` (.npy kernel)"
+            ),
         ));
     }
     Ok(())
@@ -485,7 +516,10 @@ impl BlurConfig {
             check_sigma("blur.sigma", s, MAX_SIGMA_PX)?;
         }
         if !self.angle_deg.is_finite() {
-            return Err(Error::config("blur.angle_deg", "must be a finite number of degrees"));
+            return Err(Error::config(
+                "blur.angle_deg",
+                "must be a finite number of degrees",
+            ));
         }
         Ok(())
     }
@@ -502,12 +536,17 @@ impl BlurConfig {
                     self.angle_deg,
                     self.padding.as_str()
                 );
-                Ok(Blur::with_method(gaussian_kernel(*s, self.angle_deg), self.padding, self.method)?
-                    .with_label(label))
+                Ok(Blur::with_method(
+                    gaussian_kernel(*s, self.angle_deg),
+                    self.padding,
+                    self.method,
+                )?
+                .with_label(label))
             }
             (None, Some(path)) => {
                 let kernel = read_kernel(path)?;
-                let blur = Blur::with_method(kernel, self.padding, self.method).map_err(|e| at_path(e, "blur.kernel_file", path))?;
+                let blur = Blur::with_method(kernel, self.padding, self.method)
+                    .map_err(|e| at_path(e, "blur.kernel_file", path))?;
                 let label = format!("blur({}, {})", path.display(), self.padding.as_str());
                 Ok(blur.with_label(label))
             }
@@ -519,10 +558,15 @@ impl BlurConfig {
 /// Re-labels a kernel error with the config field and the file it came from.
 fn at_path(e: Error, field: &str, path: &std::path::Path) -> Error {
     match e {
-        Error::InvalidConfig { reason, .. } => Error::config(field, format!("{reason} (in {})", path.display())),
+        Error::InvalidConfig { reason, .. } => {
+            Error::config(field, format!("{reason} (in {})", path.display()))
+        }
         Error::NonFinite { count, .. } => Error::config(
             field,
-            format!("the kernel contains {count} non-finite value(s) (in {})", path.display()),
+            format!(
+                "the kernel contains {count} non-finite value(s) (in {})",
+                path.display()
+            ),
         ),
         other => other,
     }
@@ -566,7 +610,10 @@ impl Blur3dConfig {
         if !matches!(self.padding, Padding::Valid | Padding::Circular) {
             return Err(Error::config(
                 "blur3d.padding",
-                format!("`{}` is not available in 3-D; use `valid` or `circular`", self.padding.as_str()),
+                format!(
+                    "`{}` is not available in 3-D; use `valid` or `circular`",
+                    self.padding.as_str()
+                ),
             ));
         }
         Ok(())
@@ -577,8 +624,17 @@ impl Blur3dConfig {
         self.validate()?;
         match (&self.sigma, &self.kernel_file) {
             (Some(s), _) => {
-                let label = format!("blur3d(σ=({}, {}, {}) px, {})", s[0], s[1], s[2], self.padding.as_str());
-                Ok(Blur3d::with_method(gaussian_kernel_3d(*s), self.padding, self.method)?.with_label(label))
+                let label = format!(
+                    "blur3d(σ=({}, {}, {}) px, {})",
+                    s[0],
+                    s[1],
+                    s[2],
+                    self.padding.as_str()
+                );
+                Ok(
+                    Blur3d::with_method(gaussian_kernel_3d(*s), self.padding, self.method)?
+                        .with_label(label),
+                )
             }
             (None, Some(path)) => {
                 let kernel = read_kernel(path)?;

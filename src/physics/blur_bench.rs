@@ -54,19 +54,47 @@ impl std::fmt::Display for BlurBench {
         writeln!(
             f,
             "blur stack: {} circular Gaussian blurs ({}×{} kernels) of a {}×{} colour image; auto = {:?}",
-            self.operators, self.kernel_side, self.kernel_side, self.width, self.height, self.auto_method
+            self.operators,
+            self.kernel_side,
+            self.kernel_side,
+            self.width,
+            self.height,
+            self.auto_method
         )?;
-        writeln!(f, "{:<28}{:>12}{:>12}{:>10}", "operation", "auto (s)", "direct (s)", "speedup")?;
+        writeln!(
+            f,
+            "{:<28}{:>12}{:>12}{:>10}",
+            "operation", "auto (s)", "direct (s)", "speedup"
+        )?;
         let s = self.speedups();
         let rows = [
-            ("A (8 forwards)", self.auto.forward_secs, self.direct.forward_secs, s[0]),
-            ("Aᵀ (sum of 8 adjoints)", self.auto.adjoint_secs, self.direct.adjoint_secs, s[1]),
-            ("Σ Aᵢᵀ(Aᵢx − yᵢ)", self.auto.gradient_secs, self.direct.gradient_secs, s[2]),
+            (
+                "A (8 forwards)",
+                self.auto.forward_secs,
+                self.direct.forward_secs,
+                s[0],
+            ),
+            (
+                "Aᵀ (sum of 8 adjoints)",
+                self.auto.adjoint_secs,
+                self.direct.adjoint_secs,
+                s[1],
+            ),
+            (
+                "Σ Aᵢᵀ(Aᵢx − yᵢ)",
+                self.auto.gradient_secs,
+                self.direct.gradient_secs,
+                s[2],
+            ),
         ];
         for (name, a, d, r) in rows {
             writeln!(f, "{name:<28}{a:>12.4}{d:>12.4}{r:>9.1}×")?;
         }
-        write!(f, "auto vs direct gradient: max relative difference {:.2e}", self.gradient_rel_diff)
+        write!(
+            f,
+            "auto vs direct gradient: max relative difference {:.2e}",
+            self.gradient_rel_diff
+        )
     }
 }
 
@@ -94,7 +122,10 @@ fn stack(width: usize, height: usize, method: ConvMethod) -> Result<(Stack, usiz
             let angle_deg = 180.0 * i as f32 / (OPERATORS - 1) as f32;
             let kernel = gaussian_kernel(sigma, angle_deg);
             side = kernel.shape()[2];
-            Ok(Box::new(Blur::with_method(kernel, Padding::Circular, method)?) as Box<dyn LinearPhysics>)
+            Ok(
+                Box::new(Blur::with_method(kernel, Padding::Circular, method)?)
+                    as Box<dyn LinearPhysics>,
+            )
         })
         .collect::<Result<Vec<_>>>()?;
     Ok((Stack::new(ops)?, side))
@@ -137,12 +168,19 @@ pub fn bench_blur_stack(width: usize, height: usize, repeats: usize) -> Result<B
     let (direct_stack, _) = stack(width, height, ConvMethod::Direct)?;
     // All eight kernels have the same size, hence the same method.
     let longest = width.max(height) as f32;
-    let auto_method = Blur::new(gaussian_kernel([0.01 * longest, 0.005 * longest], 0.0), Padding::Circular)?
-        .method_for(x.shape())?;
+    let auto_method = Blur::new(
+        gaussian_kernel([0.01 * longest, 0.005 * longest], 0.0),
+        Padding::Circular,
+    )?
+    .method_for(x.shape())?;
     run(&auto_stack, &x, 1)?;
     let (auto, grad_auto) = run(&auto_stack, &x, repeats)?;
     let (direct, grad_direct) = run(&direct_stack, &x, 1)?;
-    let scale = grad_direct.data().iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+    let scale = grad_direct
+        .data()
+        .iter()
+        .fold(0.0f32, |m, v| m.max(v.abs()))
+        .max(f32::MIN_POSITIVE);
     Ok(BlurBench {
         width,
         height,

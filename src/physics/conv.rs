@@ -180,7 +180,13 @@ fn accumulate_row(acc: &mut [f32], src: &[f32], taps: &[f32]) {
 }
 
 /// Valid correlation `out[i] = Σ_a taps[a]·src[i + a]` (3-D), parallel over output rows.
-fn correlate_valid(src: &[f32], sdims: [usize; 3], taps: &[f32], kdims: [usize; 3], out: &mut [f32]) {
+fn correlate_valid(
+    src: &[f32],
+    sdims: [usize; 3],
+    taps: &[f32],
+    kdims: [usize; 3],
+    out: &mut [f32],
+) {
     let [_, sh, sw] = sdims;
     let [kd, kh, kw] = kdims;
     let (oh, ow) = (sh + 1 - kh, sw + 1 - kw);
@@ -190,7 +196,11 @@ fn correlate_valid(src: &[f32], sdims: [usize; 3], taps: &[f32], kdims: [usize; 
         for c in 0..kd {
             for a in 0..kh {
                 let start = ((z + c) * sh + y + a) * sw;
-                accumulate_row(acc, &src[start..start + sw], &taps[(c * kh + a) * kw..(c * kh + a + 1) * kw]);
+                accumulate_row(
+                    acc,
+                    &src[start..start + sw],
+                    &taps[(c * kh + a) * kw..(c * kh + a + 1) * kw],
+                );
             }
         }
     });
@@ -212,7 +222,11 @@ fn fft_cost(grid: [usize; 3]) -> f64 {
         .iter()
         .filter(|&&m| m > 1)
         .map(|&m| {
-            let penalty = if largest_prime_factor(m) > 31 { SLOW_AXIS_PENALTY } else { 1.0 };
+            let penalty = if largest_prime_factor(m) > 31 {
+                SLOW_AXIS_PENALTY
+            } else {
+                1.0
+            };
             (m as f64).log2() * penalty
         })
         .sum();
@@ -223,7 +237,7 @@ fn largest_prime_factor(mut n: usize) -> usize {
     let mut largest = 1;
     let mut p = 2;
     while p * p <= n {
-        while n % p == 0 {
+        while n.is_multiple_of(p) {
             largest = p;
             n /= p;
         }
@@ -266,7 +280,12 @@ pub struct Conv {
 
 impl Conv {
     /// `kernels` must be non-empty, each of `kdims` values (checked by the callers).
-    pub fn new(kernels: Vec<Vec<f32>>, kdims: [usize; 3], padding: Padding, method: ConvMethod) -> Conv {
+    pub fn new(
+        kernels: Vec<Vec<f32>>,
+        kdims: [usize; 3],
+        padding: Padding,
+        method: ConvMethod,
+    ) -> Conv {
         let flipped = kernels
             .iter()
             .map(|k| k.iter().rev().copied().collect())
@@ -300,7 +319,9 @@ impl Conv {
         }
         let mut out = [0; 3];
         for i in 0..3 {
-            out[i] = (dims[i] + 1).checked_sub(self.kdims[i]).filter(|&n| n > 0)?;
+            out[i] = (dims[i] + 1)
+                .checked_sub(self.kdims[i])
+                .filter(|&n| n > 0)?;
         }
         Some(out)
     }
@@ -353,7 +374,11 @@ impl Conv {
         let linear = (fft_cost(self.linear_grid(dims)), Plan::FftLinear);
         let fft = if self.padding == Padding::Circular {
             let circular = (fft_cost(dims), Plan::FftCircular);
-            if circular.0 <= linear.0 { circular } else { linear }
+            if circular.0 <= linear.0 {
+                circular
+            } else {
+                linear
+            }
         } else {
             linear
         };
@@ -369,8 +394,17 @@ impl Conv {
     }
 
     fn spectrum(&self, channel: usize, grid: [usize; 3], centred: bool) -> Arc<Vec<Complex32>> {
-        let key = SpectrumKey { channel, grid, centred };
-        if let Some(s) = self.spectra.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        let key = SpectrumKey {
+            channel,
+            grid,
+            centred,
+        };
+        if let Some(s) = self
+            .spectra
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
             return s.clone();
         }
         // Computed outside the lock: two threads may both compute it, harmlessly.
@@ -386,12 +420,14 @@ impl Conv {
                     // Circular: tap a sits at (a − centre) mod N, summing taps that wrap together.
                     let pos = [0, 1, 2].map(|i| {
                         if centred {
-                            (idx[i] as isize - centre[i] as isize).rem_euclid(grid[i] as isize) as usize
+                            (idx[i] as isize - centre[i] as isize).rem_euclid(grid[i] as isize)
+                                as usize
                         } else {
                             idx[i]
                         }
                     });
-                    placed[(pos[0] * grid[1] + pos[1]) * grid[2] + pos[2]] += k[(c * kh + a) * kw + b];
+                    placed[(pos[0] * grid[1] + pos[1]) * grid[2] + pos[2]] +=
+                        k[(c * kh + a) * kw + b];
                 }
             }
         }
@@ -410,13 +446,20 @@ impl Conv {
 
     /// Kernel index for plane `p` of an input with `channels` channels.
     fn channel_of(&self, plane: usize, channels: usize) -> usize {
-        if self.kernels.len() == 1 { 0 } else { plane % channels }
+        if self.kernels.len() == 1 {
+            0
+        } else {
+            plane % channels
+        }
     }
 
     /// `A x` for `planes` planes of `dims` (channel of plane `p` is `p % channels`).
     pub fn forward(&self, x: &[f32], planes: usize, channels: usize, dims: [usize; 3]) -> Vec<f32> {
         let out_dims = self.out_dims(dims).expect("shape checked by the operator");
-        let (n_in, n_out) = (dims.iter().product::<usize>(), out_dims.iter().product::<usize>());
+        let (n_in, n_out) = (
+            dims.iter().product::<usize>(),
+            out_dims.iter().product::<usize>(),
+        );
         let plan = self.plan(dims);
         let mut out = vec![0.0f32; planes * n_out];
         out.par_chunks_mut(n_out)
@@ -434,9 +477,18 @@ impl Conv {
     }
 
     /// `Aᵀ y` for `planes` planes of output `out_dims`.
-    pub fn adjoint(&self, y: &[f32], planes: usize, channels: usize, out_dims: [usize; 3]) -> Vec<f32> {
+    pub fn adjoint(
+        &self,
+        y: &[f32],
+        planes: usize,
+        channels: usize,
+        out_dims: [usize; 3],
+    ) -> Vec<f32> {
         let dims = self.in_dims(out_dims);
-        let (n_in, n_out) = (dims.iter().product::<usize>(), out_dims.iter().product::<usize>());
+        let (n_in, n_out) = (
+            dims.iter().product::<usize>(),
+            out_dims.iter().product::<usize>(),
+        );
         let plan = self.plan(dims);
         let mut out = vec![0.0f32; planes * n_in];
         out.par_chunks_mut(n_in)
@@ -454,7 +506,13 @@ impl Conv {
     }
 
     /// `AᵀA x` in one spectrum product (`|K̂|²`) when circular and on the FFT path; `None` otherwise.
-    pub fn adjoint_forward_fused(&self, x: &[f32], planes: usize, channels: usize, dims: [usize; 3]) -> Option<Vec<f32>> {
+    pub fn adjoint_forward_fused(
+        &self,
+        x: &[f32],
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Option<Vec<f32>> {
         if self.plan(dims) != Plan::FftCircular {
             return None;
         }
@@ -469,7 +527,9 @@ impl Conv {
                 let k = self.spectrum(self.channel_of(p, channels), dims, true);
                 let mut spec = fft.forward(&mut x.to_vec());
                 // k is scaled by 1/N; |k|²·N is |K̂|²/N, the one normalisation the pair needs.
-                spec.par_iter_mut().zip(k.par_iter()).for_each(|(s, k)| *s *= k.norm_sqr() * scale);
+                spec.par_iter_mut()
+                    .zip(k.par_iter())
+                    .for_each(|(s, k)| *s *= k.norm_sqr() * scale);
                 out.copy_from_slice(&fft.inverse(spec));
             });
         Some(out)
@@ -506,7 +566,8 @@ impl Conv {
         // forward's valid correlation with the flipped kernel.
         let zl = self.kdims.map(|k| k - 1);
         let zdims = [0, 1, 2].map(|i| out_dims[i] + 2 * zl[i]);
-        let zmaps = [0, 1, 2].map(|i| axis_map(Padding::Constant, out_dims[i], zl[i], zdims[i], zdims[i]));
+        let zmaps =
+            [0, 1, 2].map(|i| axis_map(Padding::Constant, out_dims[i], zl[i], zdims[i], zdims[i]));
         let mut yz = vec![0.0f32; zdims.iter().product()];
         pad(y, out_dims, [&zmaps[0], &zmaps[1], &zmaps[2]], zl, &mut yz);
         if self.padding == Padding::Valid {
@@ -562,7 +623,8 @@ impl Conv {
         let p = self.padded_dims(dims);
         let out = self.out_dims(dims).expect("shape checked by the operator");
         let off = self.kdims.map(|k| k - 1);
-        let zmaps = [0, 1, 2].map(|i| axis_map(Padding::Constant, out[i], off[i], off[i] + out[i], grid[i]));
+        let zmaps = [0, 1, 2]
+            .map(|i| axis_map(Padding::Constant, out[i], off[i], off[i] + out[i], grid[i]));
         let fft = RealFft3::get(grid);
         let mut yg = vec![0.0f32; fft.real_len()];
         pad(y, out, [&zmaps[0], &zmaps[1], &zmaps[2]], off, &mut yg);
@@ -580,13 +642,15 @@ impl Conv {
 
 /// `spec ← spec · k` (or `· conj(k)` for the adjoint), in parallel.
 fn multiply(spec: &mut [Complex32], k: &[Complex32], conjugate: bool) {
-    spec.par_chunks_mut(4096).zip(k.par_chunks(4096)).for_each(|(s, k)| {
-        if conjugate {
-            s.iter_mut().zip(k).for_each(|(s, k)| *s *= k.conj());
-        } else {
-            s.iter_mut().zip(k).for_each(|(s, k)| *s *= k);
-        }
-    });
+    spec.par_chunks_mut(4096)
+        .zip(k.par_chunks(4096))
+        .for_each(|(s, k)| {
+            if conjugate {
+                s.iter_mut().zip(k).for_each(|(s, k)| *s *= k.conj());
+            } else {
+                s.iter_mut().zip(k).for_each(|(s, k)| *s *= k);
+            }
+        });
 }
 
 #[cfg(test)]
@@ -595,13 +659,22 @@ mod tests {
 
     #[test]
     fn circular_plan_avoids_prime_grids() {
-        let conv = |padding, method| Conv::new(vec![vec![0.0; 71 * 71]], [1, 71, 71], padding, method);
+        let conv =
+            |padding, method| Conv::new(vec![vec![0.0; 71 * 71]], [1, 71, 71], padding, method);
         let c = conv(Padding::Circular, ConvMethod::Auto);
         // 683 is prime: the padded linear path on 756 × 1120 wins over the image grid.
         assert_eq!(c.plan([1, 683, 1024]), Plan::FftLinear);
         assert_eq!(c.plan([1, 768, 1024]), Plan::FftCircular);
-        assert_eq!(conv(Padding::Circular, ConvMethod::Direct).plan([1, 683, 1024]), Plan::Direct);
-        let small = Conv::new(vec![vec![0.0; 9]], [1, 3, 3], Padding::Reflect, ConvMethod::Auto);
+        assert_eq!(
+            conv(Padding::Circular, ConvMethod::Direct).plan([1, 683, 1024]),
+            Plan::Direct
+        );
+        let small = Conv::new(
+            vec![vec![0.0; 9]],
+            [1, 3, 3],
+            Padding::Reflect,
+            ConvMethod::Auto,
+        );
         assert_eq!(small.plan([1, 512, 512]), Plan::Direct);
         assert_eq!(largest_prime_factor(683), 683);
         assert_eq!(largest_prime_factor(756), 7);
@@ -613,8 +686,14 @@ mod tests {
         let n = 5;
         let ext = |p| (-3..8).map(|r| source_index(p, r, n)).collect::<Vec<_>>();
         let s = |v: &[usize]| v.iter().map(|&i| Some(i)).collect::<Vec<_>>();
-        assert_eq!(ext(Padding::Circular), s(&[2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2]));
-        assert_eq!(ext(Padding::Replicate), s(&[0, 0, 0, 0, 1, 2, 3, 4, 4, 4, 4]));
+        assert_eq!(
+            ext(Padding::Circular),
+            s(&[2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2])
+        );
+        assert_eq!(
+            ext(Padding::Replicate),
+            s(&[0, 0, 0, 0, 1, 2, 3, 4, 4, 4, 4])
+        );
         assert_eq!(ext(Padding::Reflect), s(&[3, 2, 1, 0, 1, 2, 3, 4, 3, 2, 1]));
         assert_eq!(ext(Padding::Constant)[..3], [None, None, None]);
     }
@@ -638,8 +717,14 @@ mod tests {
         let dims = [2, 3, 4];
         let left = [1, 2, 3];
         let total = [5, 9, 11];
-        for padding in [Padding::Circular, Padding::Replicate, Padding::Reflect, Padding::Constant] {
-            let maps = [0, 1, 2].map(|i| axis_map(padding, dims[i], left[i], total[i] - 1, total[i]));
+        for padding in [
+            Padding::Circular,
+            Padding::Replicate,
+            Padding::Reflect,
+            Padding::Constant,
+        ] {
+            let maps =
+                [0, 1, 2].map(|i| axis_map(padding, dims[i], left[i], total[i] - 1, total[i]));
             let m = [&maps[0], &maps[1], &maps[2]];
             let x: Vec<f32> = (0..24).map(|i| (i as f32 * 1.3).cos()).collect();
             let v: Vec<f32> = (0..5 * 9 * 11).map(|i| (i as f32 * 0.41).sin()).collect();

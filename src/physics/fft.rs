@@ -18,13 +18,16 @@ use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftPlanner};
 
+/// A forward and an inverse complex FFT plan of one length.
+type ComplexPlans = (Arc<dyn Fft<f32>>, Arc<dyn Fft<f32>>);
+
 /// FFT plans for one real array shape `(d0, d1, d2)`.
 pub struct RealFft3 {
     shape: [usize; 3],
     r2c: Arc<dyn RealToComplex<f32>>,
     c2r: Arc<dyn ComplexToReal<f32>>,
     /// Complex plans for axes 1 and 0 (forward, inverse); `None` where the axis has length 1.
-    axes: [Option<(Arc<dyn Fft<f32>>, Arc<dyn Fft<f32>>)>; 2],
+    axes: [Option<ComplexPlans>; 2],
 }
 
 /// Rows handed to one rayon task in batched passes: enough work to amortise scheduling.
@@ -44,9 +47,8 @@ impl RealFft3 {
     fn plan(shape: [usize; 3]) -> RealFft3 {
         let mut real = RealFftPlanner::<f32>::new();
         let mut complex = FftPlanner::<f32>::new();
-        let mut axis = |n: usize| {
-            (n > 1).then(|| (complex.plan_fft_forward(n), complex.plan_fft_inverse(n)))
-        };
+        let mut axis =
+            |n: usize| (n > 1).then(|| (complex.plan_fft_forward(n), complex.plan_fft_inverse(n)));
         let axes = [axis(shape[1]), axis(shape[0])];
         RealFft3 {
             shape,
@@ -79,7 +81,10 @@ impl RealFft3 {
             .for_each_init(
                 || r2c.make_scratch_vec(),
                 |scratch, (rows_in, rows_out)| {
-                    for (row_in, row_out) in rows_in.chunks_exact_mut(d2).zip(rows_out.chunks_exact_mut(nc)) {
+                    for (row_in, row_out) in rows_in
+                        .chunks_exact_mut(d2)
+                        .zip(rows_out.chunks_exact_mut(nc))
+                    {
                         // Lengths are exact by construction, so the only possible error cannot occur.
                         let _ = r2c.process_with_scratch(row_in, row_out, scratch);
                     }
@@ -126,7 +131,10 @@ impl RealFft3 {
             .for_each_init(
                 || c2r.make_scratch_vec(),
                 |scratch, (rows_in, rows_out)| {
-                    for (row_in, row_out) in rows_in.chunks_exact_mut(nc).zip(rows_out.chunks_exact_mut(d2)) {
+                    for (row_in, row_out) in rows_in
+                        .chunks_exact_mut(nc)
+                        .zip(rows_out.chunks_exact_mut(d2))
+                    {
                         // The DC (and Nyquist) bins of a Hermitian spectrum are real up to rounding;
                         // realfft ignores their imaginary parts, which is what we want.
                         row_in[0].im = 0.0;
@@ -177,7 +185,7 @@ pub fn fast_len(n: usize) -> usize {
     loop {
         let mut r = m;
         for p in [2, 3, 5, 7] {
-            while r % p == 0 {
+            while r.is_multiple_of(p) {
                 r /= p;
             }
         }
@@ -196,7 +204,14 @@ mod tests {
     /// instead check that inverse(forward(x)) = N·x for awkward shapes (primes, ones, odd/even).
     #[test]
     fn round_trip_recovers_input() {
-        for shape in [[1, 1, 7], [1, 5, 8], [3, 1, 6], [2, 7, 5], [4, 6, 9], [1, 13, 1]] {
+        for shape in [
+            [1, 1, 7],
+            [1, 5, 8],
+            [3, 1, 6],
+            [2, 7, 5],
+            [4, 6, 9],
+            [1, 13, 1],
+        ] {
             let fft = RealFft3::get(shape);
             let n = fft.real_len();
             let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.3).collect();
