@@ -174,9 +174,10 @@ proptest! {
     fn direct_and_fft_agree(
         padding in padding_strategy(),
         kh in 1usize..8, kw in 1usize..8,
-        h in 7usize..16, w in 7usize..16,
+        h in 7usize..45, w in 7usize..16,
         seed in 0u32..1000,
     ) {
+        // h up to 44 includes primes above 31 (37, 41, 43), where circular FFT takes the padded path.
         let kernel = kernel_2d(kh, kw, seed);
         let direct = Blur::with_method(kernel.clone(), padding, ConvMethod::Direct).unwrap();
         let fft = Blur::with_method(kernel, padding, ConvMethod::Fft).unwrap();

@@ -274,7 +274,7 @@ impl ConvOp {
 
     fn circular_op_norm_sq(&self, x_shape: &[usize]) -> Result<Option<f64>> {
         self.output_shape(x_shape)?;
-        if self.conv.padding() != super::blur::Padding::Circular {
+        if self.conv.padding() != Padding::Circular {
             return Ok(None);
         }
         let (_, _, dims) = self.geometry(x_shape, &self.label)?;

@@ -1,1 +1,194 @@
-//! placeholder
+//! The blur-stack benchmark (issue 2), shared by `cargo bench --bench blur` and `tessera bench blur`.
+//!
+//! Eight circular Gaussian blurs of a colour image — σ = (0.01·S, 0.005·S) px with S the longest side,
+//! angles linspace(0°, 180°, 8) — stacked in a [`Stack`]. Timed: `A` (all eight forwards), `Aᵀ` (the sum
+//! of eight adjoints) and the least-squares gradient `Σ Aᵢᵀ(Aᵢx − yᵢ)`, once with
+//! [`ConvMethod::Auto`] and once with the [`ConvMethod::Direct`] baseline in the same run.
+
+use std::time::Instant;
+
+use super::blur::{Blur, ConvMethod, Padding, gaussian_kernel};
+use super::{LinearPhysics, Stack, StackedLinearPhysics};
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// Wall-clock seconds of the three stack operations.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlurTimings {
+    pub forward_secs: f64,
+    pub adjoint_secs: f64,
+    pub gradient_secs: f64,
+}
+
+/// Result of [`bench_blur_stack`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlurBench {
+    pub width: usize,
+    pub height: usize,
+    pub operators: usize,
+    /// Side of the (square) Gaussian kernels.
+    pub kernel_side: usize,
+    /// What `Auto` resolved to for this image.
+    pub auto_method: ConvMethod,
+    /// Best of `repeats` runs with `Auto`.
+    pub auto: BlurTimings,
+    /// The direct baseline, one run (it is far slower for kernels this size).
+    pub direct: BlurTimings,
+    /// max |∇_auto − ∇_direct| / max |∇_direct|: both methods compute the same operator.
+    pub gradient_rel_diff: f32,
+}
+
+impl BlurBench {
+    /// direct / auto time for (A, Aᵀ, gradient).
+    pub fn speedups(&self) -> [f64; 3] {
+        [
+            self.direct.forward_secs / self.auto.forward_secs,
+            self.direct.adjoint_secs / self.auto.adjoint_secs,
+            self.direct.gradient_secs / self.auto.gradient_secs,
+        ]
+    }
+}
+
+impl std::fmt::Display for BlurBench {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "blur stack: {} circular Gaussian blurs ({}×{} kernels) of a {}×{} colour image; auto = {:?}",
+            self.operators,
+            self.kernel_side,
+            self.kernel_side,
+            self.width,
+            self.height,
+            self.auto_method
+        )?;
+        writeln!(
+            f,
+            "{:<28}{:>12}{:>12}{:>10}",
+            "operation", "auto (s)", "direct (s)", "speedup"
+        )?;
+        let s = self.speedups();
+        let rows = [
+            (
+                "A (8 forwards)",
+                self.auto.forward_secs,
+                self.direct.forward_secs,
+                s[0],
+            ),
+            (
+                "Aᵀ (sum of 8 adjoints)",
+                self.auto.adjoint_secs,
+                self.direct.adjoint_secs,
+                s[1],
+            ),
+            (
+                "Σ Aᵢᵀ(Aᵢx − yᵢ)",
+                self.auto.gradient_secs,
+                self.direct.gradient_secs,
+                s[2],
+            ),
+        ];
+        for (name, a, d, r) in rows {
+            writeln!(f, "{name:<28}{a:>12.4}{d:>12.4}{r:>9.1}×")?;
+        }
+        write!(
+            f,
+            "auto vs direct gradient: max relative difference {:.2e}",
+            self.gradient_rel_diff
+        )
+    }
+}
+
+/// A smooth colour image with some texture, values in [0, 1], deterministic.
+pub fn synthetic_image(width: usize, height: usize) -> Tensor {
+    let plane = width * height;
+    Tensor::from_fn(&[1, 3, height, width], |i| {
+        let (c, r, col) = (i / plane, (i % plane) / width, i % width);
+        let (u, v) = (col as f32 / width as f32, r as f32 / height as f32);
+        let smooth = 0.5 + 0.25 * (6.0 * u + 2.0 * c as f32).sin() * (4.0 * v).cos();
+        let mut h = (i as u32).wrapping_mul(0x9E37_79B9);
+        h ^= h >> 16;
+        let texture = (h % 1000) as f32 / 1000.0 - 0.5;
+        (smooth + 0.1 * texture).clamp(0.0, 1.0)
+    })
+}
+
+fn stack(width: usize, height: usize, method: ConvMethod) -> Result<(Stack, usize)> {
+    const OPERATORS: usize = 8;
+    let longest = width.max(height) as f32;
+    let sigma = [0.01 * longest, 0.005 * longest];
+    let mut side = 0;
+    let ops = (0..OPERATORS)
+        .map(|i| {
+            let angle_deg = 180.0 * i as f32 / (OPERATORS - 1) as f32;
+            let kernel = gaussian_kernel(sigma, angle_deg);
+            side = kernel.shape()[2];
+            Ok(
+                Box::new(Blur::with_method(kernel, Padding::Circular, method)?)
+                    as Box<dyn LinearPhysics>,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((Stack::new(ops)?, side))
+}
+
+fn time<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
+    let start = Instant::now();
+    let out = f()?;
+    Ok((out, start.elapsed().as_secs_f64()))
+}
+
+/// Times one stack: best of `repeats` for each operation; returns the gradient of the last run.
+fn run(stack: &Stack, x: &Tensor, repeats: usize) -> Result<(BlurTimings, Tensor)> {
+    let mut best = BlurTimings {
+        forward_secs: f64::INFINITY,
+        adjoint_secs: f64::INFINITY,
+        gradient_secs: f64::INFINITY,
+    };
+    // Measurements of a slightly different image, so the gradient is not zero.
+    let ys = stack.forward(&x.scaled(0.9))?;
+    let weights = vec![1.0f32; stack.len()];
+    let mut grad = x.zeros_like();
+    for _ in 0..repeats.max(1) {
+        let (_, t) = time(|| stack.forward(x))?;
+        best.forward_secs = best.forward_secs.min(t);
+        let (_, t) = time(|| stack.adjoint(&ys))?;
+        best.adjoint_secs = best.adjoint_secs.min(t);
+        let (g, t) = time(|| stack.residual_adjoint(x, &ys, &weights))?;
+        best.gradient_secs = best.gradient_secs.min(t);
+        grad = g;
+    }
+    Ok((best, grad))
+}
+
+/// Runs the benchmark on a `width × height` colour image; `Auto` is timed `repeats` times (best
+/// kept, after one warm-up that fills the spectrum caches), the direct baseline once.
+pub fn bench_blur_stack(width: usize, height: usize, repeats: usize) -> Result<BlurBench> {
+    let x = synthetic_image(width, height);
+    let (auto_stack, kernel_side) = stack(width, height, ConvMethod::Auto)?;
+    let (direct_stack, _) = stack(width, height, ConvMethod::Direct)?;
+    // All eight kernels have the same size, hence the same method.
+    let longest = width.max(height) as f32;
+    let auto_method = Blur::new(
+        gaussian_kernel([0.01 * longest, 0.005 * longest], 0.0),
+        Padding::Circular,
+    )?
+    .method_for(x.shape())?;
+    run(&auto_stack, &x, 1)?;
+    let (auto, grad_auto) = run(&auto_stack, &x, repeats)?;
+    let (direct, grad_direct) = run(&direct_stack, &x, 1)?;
+    let scale = grad_direct
+        .data()
+        .iter()
+        .fold(0.0f32, |m, v| m.max(v.abs()))
+        .max(f32::MIN_POSITIVE);
+    Ok(BlurBench {
+        width,
+        height,
+        operators: auto_stack.len(),
+        kernel_side,
+        auto_method,
+        auto,
+        direct,
+        gradient_rel_diff: grad_auto.max_abs_diff(&grad_direct) / scale,
+    })
+}

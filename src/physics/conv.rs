@@ -15,7 +15,8 @@
 //! the direct path computes it. The adjoint is the valid correlation of the zero-padded `y` followed
 //! by the adjoint of the padding, which folds every padded sample back onto the pixel it copied.
 //! The FFT path computes the same linear convolution on a grid large enough to avoid wrap-around
-//! (`circular` needs no padding at all: it is a product of spectra on the image grid).
+//! (`circular` can also skip the padding and multiply spectra on the image grid itself, which the
+//! cost model prefers unless a side has a large prime factor).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -205,9 +206,55 @@ fn correlate_valid(
     });
 }
 
-/// Cost of the FFT path per `N·log₂N` grid samples, in units of one direct multiply-add (calibrated
-/// with `cargo bench --bench blur`, see the cost model in [`Conv::resolve`]).
-const FFT_COST_PER_NLOGN: f64 = 10.0;
+/// Cost of a forward + inverse real FFT pair, the spectrum product and the copies, per `N·log₂N`
+/// grid samples, in units of one direct multiply-add (measured on x86-64 with `examples`-style
+/// timings of both paths over kernel sizes 3–15 and images 256–1024: 5–9).
+const FFT_COST_PER_NLOGN: f64 = 6.0;
+
+/// Extra cost of an FFT axis whose length has a prime factor rustfft has no butterfly for (> 31):
+/// it falls back to Rader's or Bluestein's algorithm (measured ≈ 3–4× on a 683-long axis).
+const SLOW_AXIS_PENALTY: f64 = 4.0;
+
+/// Modelled cost of the FFT path on `grid` (see [`FFT_COST_PER_NLOGN`]).
+fn fft_cost(grid: [usize; 3]) -> f64 {
+    let n = grid.iter().product::<usize>() as f64;
+    let log_sum: f64 = grid
+        .iter()
+        .filter(|&&m| m > 1)
+        .map(|&m| {
+            let penalty = if largest_prime_factor(m) > 31 {
+                SLOW_AXIS_PENALTY
+            } else {
+                1.0
+            };
+            (m as f64).log2() * penalty
+        })
+        .sum();
+    FFT_COST_PER_NLOGN * n * log_sum.max(1.0)
+}
+
+fn largest_prime_factor(mut n: usize) -> usize {
+    let mut largest = 1;
+    let mut p = 2;
+    while p * p <= n {
+        while n.is_multiple_of(p) {
+            largest = p;
+            n /= p;
+        }
+        p += 1;
+    }
+    largest.max(n)
+}
+
+/// A resolved [`ConvMethod`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Plan {
+    Direct,
+    /// Spectrum products on the image grid (circular padding only).
+    FftCircular,
+    /// Pad, linear convolution on a fast grid, crop (any padding).
+    FftLinear,
+}
 
 /// Which grid and kernel placement a cached spectrum belongs to.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -303,38 +350,46 @@ impl Conv {
         }
     }
 
-    /// FFT grid of the linear (non-circular) FFT path.
+    /// FFT grid of the linear FFT path: the padded extent, rounded up to a fast length.
     fn linear_grid(&self, dims: [usize; 3]) -> [usize; 3] {
-        let p = self.padded_dims(dims);
-        // For `valid` the image grid itself has no harmful wrap-around; keep it when it is fast.
-        p.map(|n| if n == 1 { 1 } else { fast_len(n) })
+        self.padded_dims(dims).map(fast_len)
     }
 
-    /// The method `Auto` resolves to for inputs of `dims`, by a flop-count cost model: direct costs
-    /// one multiply-add per tap and output sample; FFT costs a forward and an inverse real transform
-    /// (`≈ 2.5·N·log₂N` flops each) on its grid plus the spectrum product. The weights were measured
-    /// on an x86-64 core (direct vectorises 8-wide, FFT reaches about a quarter of that).
+    /// The method `Auto` resolves to for inputs of `dims`.
     pub fn resolve(&self, dims: [usize; 3]) -> ConvMethod {
-        match self.method {
-            ConvMethod::Auto => {}
-            m => return m,
+        match self.plan(dims) {
+            Plan::Direct => ConvMethod::Direct,
+            _ => ConvMethod::Fft,
         }
+    }
+
+    /// How inputs of `dims` are convolved, by a cost model in units of one vectorised multiply-add:
+    /// direct costs one per tap and output sample; FFT costs [`fft_cost`] on its grid. Circular
+    /// padding has two FFT variants: products on the image grid itself (no padding, but a prime
+    /// side is slow) or the padded linear path on a fast grid; the cheaper one is used.
+    fn plan(&self, dims: [usize; 3]) -> Plan {
         let Some(out) = self.out_dims(dims) else {
-            return ConvMethod::Direct;
+            return Plan::Direct;
         };
-        let taps: usize = self.kdims.iter().product();
-        let direct = (out.iter().product::<usize>() * taps) as f64;
-        let grid = if self.padding == Padding::Circular {
-            dims
+        let linear = (fft_cost(self.linear_grid(dims)), Plan::FftLinear);
+        let fft = if self.padding == Padding::Circular {
+            let circular = (fft_cost(dims), Plan::FftCircular);
+            if circular.0 <= linear.0 {
+                circular
+            } else {
+                linear
+            }
         } else {
-            self.linear_grid(dims)
+            linear
         };
-        let n = grid.iter().product::<usize>() as f64;
-        let fft = FFT_COST_PER_NLOGN * n * n.log2().max(1.0);
-        if fft < direct {
-            ConvMethod::Fft
-        } else {
-            ConvMethod::Direct
+        match self.method {
+            ConvMethod::Direct => Plan::Direct,
+            ConvMethod::Fft => fft.1,
+            ConvMethod::Auto => {
+                let taps: usize = self.kdims.iter().product();
+                let direct = (out.iter().product::<usize>() * taps) as f64;
+                if fft.0 < direct { fft.1 } else { Plan::Direct }
+            }
         }
     }
 
@@ -405,16 +460,17 @@ impl Conv {
             dims.iter().product::<usize>(),
             out_dims.iter().product::<usize>(),
         );
-        let method = self.resolve(dims);
+        let plan = self.plan(dims);
         let mut out = vec![0.0f32; planes * n_out];
         out.par_chunks_mut(n_out)
             .zip(x.par_chunks(n_in))
             .enumerate()
             .for_each(|(p, (y, x))| {
                 let ch = self.channel_of(p, channels);
-                match method {
-                    ConvMethod::Fft => self.forward_fft(x, dims, ch, y),
-                    _ => self.forward_direct(x, dims, ch, y),
+                match plan {
+                    Plan::Direct => self.forward_direct(x, dims, ch, y),
+                    Plan::FftCircular => self.forward_fft_circular(x, dims, ch, y),
+                    Plan::FftLinear => self.forward_fft_linear(x, dims, ch, y),
                 }
             });
         out
@@ -433,16 +489,17 @@ impl Conv {
             dims.iter().product::<usize>(),
             out_dims.iter().product::<usize>(),
         );
-        let method = self.resolve(dims);
+        let plan = self.plan(dims);
         let mut out = vec![0.0f32; planes * n_in];
         out.par_chunks_mut(n_in)
             .zip(y.par_chunks(n_out))
             .enumerate()
             .for_each(|(p, (x, y))| {
                 let ch = self.channel_of(p, channels);
-                match method {
-                    ConvMethod::Fft => self.adjoint_fft(y, dims, ch, x),
-                    _ => self.adjoint_direct(y, dims, ch, x),
+                match plan {
+                    Plan::Direct => self.adjoint_direct(y, dims, ch, x),
+                    Plan::FftCircular => self.adjoint_fft_circular(y, dims, ch, x),
+                    Plan::FftLinear => self.adjoint_fft_linear(y, dims, ch, x),
                 }
             });
         out
@@ -456,7 +513,7 @@ impl Conv {
         channels: usize,
         dims: [usize; 3],
     ) -> Option<Vec<f32>> {
-        if self.padding != Padding::Circular || self.resolve(dims) != ConvMethod::Fft {
+        if self.plan(dims) != Plan::FftCircular {
             return None;
         }
         let n = dims.iter().product::<usize>();
@@ -523,14 +580,23 @@ impl Conv {
         fold(&xp, [&maps[0], &maps[1], &maps[2]], left, dims, x);
     }
 
-    fn forward_fft(&self, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
-        if self.padding == Padding::Circular {
-            let fft = RealFft3::get(dims);
-            let k = self.spectrum(ch, dims, true);
-            let mut spec = fft.forward(&mut x.to_vec());
-            multiply(&mut spec, &k, false);
-            return y.copy_from_slice(&fft.inverse(spec));
-        }
+    fn forward_fft_circular(&self, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
+        let fft = RealFft3::get(dims);
+        let k = self.spectrum(ch, dims, true);
+        let mut spec = fft.forward(&mut x.to_vec());
+        multiply(&mut spec, &k, false);
+        y.copy_from_slice(&fft.inverse(spec));
+    }
+
+    fn adjoint_fft_circular(&self, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
+        let fft = RealFft3::get(dims);
+        let k = self.spectrum(ch, dims, true);
+        let mut spec = fft.forward(&mut y.to_vec());
+        multiply(&mut spec, &k, true);
+        x.copy_from_slice(&fft.inverse(spec));
+    }
+
+    fn forward_fft_linear(&self, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
         let grid = self.linear_grid(dims);
         let p = self.padded_dims(dims);
         let left = self.left();
@@ -552,14 +618,7 @@ impl Conv {
         });
     }
 
-    fn adjoint_fft(&self, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
-        if self.padding == Padding::Circular {
-            let fft = RealFft3::get(dims);
-            let k = self.spectrum(ch, dims, true);
-            let mut spec = fft.forward(&mut y.to_vec());
-            multiply(&mut spec, &k, true);
-            return x.copy_from_slice(&fft.inverse(spec));
-        }
+    fn adjoint_fft_linear(&self, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
         let grid = self.linear_grid(dims);
         let p = self.padded_dims(dims);
         let out = self.out_dims(dims).expect("shape checked by the operator");
@@ -597,6 +656,29 @@ fn multiply(spec: &mut [Complex32], k: &[Complex32], conjugate: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn circular_plan_avoids_prime_grids() {
+        let conv =
+            |padding, method| Conv::new(vec![vec![0.0; 71 * 71]], [1, 71, 71], padding, method);
+        let c = conv(Padding::Circular, ConvMethod::Auto);
+        // 683 is prime: the padded linear path on 756 × 1120 wins over the image grid.
+        assert_eq!(c.plan([1, 683, 1024]), Plan::FftLinear);
+        assert_eq!(c.plan([1, 768, 1024]), Plan::FftCircular);
+        assert_eq!(
+            conv(Padding::Circular, ConvMethod::Direct).plan([1, 683, 1024]),
+            Plan::Direct
+        );
+        let small = Conv::new(
+            vec![vec![0.0; 9]],
+            [1, 3, 3],
+            Padding::Reflect,
+            ConvMethod::Auto,
+        );
+        assert_eq!(small.plan([1, 512, 512]), Plan::Direct);
+        assert_eq!(largest_prime_factor(683), 683);
+        assert_eq!(largest_prime_factor(756), 7);
+    }
 
     #[test]
     fn extensions_match_torch_pad() {

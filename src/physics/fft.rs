@@ -18,13 +18,16 @@ use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftPlanner};
 
+/// A forward and an inverse complex FFT plan of one length.
+type ComplexPlans = (Arc<dyn Fft<f32>>, Arc<dyn Fft<f32>>);
+
 /// FFT plans for one real array shape `(d0, d1, d2)`.
 pub struct RealFft3 {
     shape: [usize; 3],
     r2c: Arc<dyn RealToComplex<f32>>,
     c2r: Arc<dyn ComplexToReal<f32>>,
     /// Complex plans for axes 1 and 0 (forward, inverse); `None` where the axis has length 1.
-    axes: [Option<(Arc<dyn Fft<f32>>, Arc<dyn Fft<f32>>)>; 2],
+    axes: [Option<ComplexPlans>; 2],
 }
 
 /// Rows handed to one rayon task in batched passes: enough work to amortise scheduling.
@@ -182,7 +185,7 @@ pub fn fast_len(n: usize) -> usize {
     loop {
         let mut r = m;
         for p in [2, 3, 5, 7] {
-            while r % p == 0 {
+            while r.is_multiple_of(p) {
                 r /= p;
             }
         }
