@@ -59,12 +59,14 @@ fn sinograms_match_deepinv() {
         assert_eq!(y.shape(), expected.shape());
         let err = rel_err(y.data(), expected.data());
         eprintln!("{} A: relative L2 error {err:.2e}", case_name(circle, n));
-        assert!(err < 0.03, "{}: {err}", case_name(circle, n));
+        assert!(err < 1e-4, "{}: {err}", case_name(circle, n));
     }
 }
 
 #[test]
 fn adjoint_is_close_to_deepinv_autograd_adjoint() {
+    // The brief asks for < 3 % (another discretisation would differ by a few percent); we reproduce
+    // deepinv's exactly, so a much tighter bound guards against regressions.
     // deepinv's default adjoint is autograd through its own forward, i.e. the exact adjoint of the
     // same discretisation; ours should agree up to float rounding.
     for (circle, n) in CASES {
@@ -73,7 +75,7 @@ fn adjoint_is_close_to_deepinv_autograd_adjoint() {
         let aty = case_op(circle, n).adjoint(&y).unwrap();
         let err = rel_err(aty.data(), expected.data());
         eprintln!("{} Aᵀ: relative L2 error {err:.2e}", case_name(circle, n));
-        assert!(err < 0.03, "{}: {err}", case_name(circle, n));
+        assert!(err < 1e-4, "{}: {err}", case_name(circle, n));
     }
 }
 
@@ -86,12 +88,19 @@ fn fbp_matches_deepinv() {
         let x = op.fbp(&y).unwrap();
         assert_eq!(x.shape(), expected.shape());
         let all = rel_err(x.data(), expected.data());
-        let disc = rel_err(&inside_disc(x.data(), 64), &inside_disc(expected.data(), 64));
+        let disc = rel_err(
+            &inside_disc(x.data(), 64),
+            &inside_disc(expected.data(), 64),
+        );
         eprintln!(
             "{} FBP: relative L2 error {all:.2e} (whole image), {disc:.2e} (inside the disc)",
             case_name(circle, n)
         );
-        assert!(disc < 0.05, "{}: {disc}", case_name(circle, n));
+        assert!(
+            disc < 1e-3 && all < 1e-3,
+            "{}: {disc}, {all}",
+            case_name(circle, n)
+        );
         // The free-standing form is the same computation.
         let free = tessera::physics::tomography::fbp(&op, &y).unwrap();
         assert_eq!(free, x);
@@ -191,7 +200,9 @@ fn slices_of_3d_equal_2d() {
     let x = deterministic_start(&[2, 1, d, w, w], 5);
     let y3 = op3.forward(&x).unwrap();
     assert_eq!(y3.shape(), &[2, 1, d, w, 9]);
-    let y2 = op2.forward(&x.clone().reshape(&[2 * d, 1, w, w]).unwrap()).unwrap();
+    let y2 = op2
+        .forward(&x.clone().reshape(&[2 * d, 1, w, w]).unwrap())
+        .unwrap();
     assert_eq!(y3.data(), y2.data());
     let back3 = op3.adjoint(&y3).unwrap();
     let back2 = op2.adjoint(&y2).unwrap();
@@ -259,7 +270,10 @@ fn configs_parse_validate_and_build() {
     assert_eq!(cfg.angles, Angles::Count(30));
     assert!(cfg.circle && !cfg.normalize);
     let op = cfg.build(&[1, 1, 64, 64]).unwrap();
-    assert_eq!(op.output_shape(&[2, 3, 64, 64]).unwrap(), vec![2, 3, 64, 30]);
+    assert_eq!(
+        op.output_shape(&[2, 3, 64, 64]).unwrap(),
+        vec![2, 3, 64, 30]
+    );
 
     let cfg: TomographyConfig = toml::from_str("angles = [0.0, 45.5, 90]").unwrap();
     assert_eq!(cfg.angles, Angles::List(vec![0.0, 45.5, 90.0]));
@@ -294,7 +308,10 @@ fn configs_parse_validate_and_build() {
     // Through the physics config, as presets use it.
     let pc: PhysicsConfig = toml::from_str("kind = \"tomography\"\nangles = 12").unwrap();
     let op = pc.build(&[1, 1, 32, 32], None).unwrap();
-    assert_eq!(op.output_shape(&[1, 1, 32, 32]).unwrap(), vec![1, 1, 46, 12]);
+    assert_eq!(
+        op.output_shape(&[1, 1, 32, 32]).unwrap(),
+        vec![1, 1, 46, 12]
+    );
     let pc: PhysicsConfig = toml::from_str("kind = \"tomography3d\"\nangles = 12").unwrap();
     assert!(pc.build(&[1, 1, 32, 32], None).is_err());
 }

@@ -77,15 +77,13 @@ impl Angles {
                 field,
                 format!("the number of angles must be in 1..={MAX_ANGLES}, got {n}"),
             )),
-            Angles::List(list) if list.is_empty() || list.len() > MAX_ANGLES => {
-                Err(Error::config(
-                    field,
-                    format!(
-                        "the list of angles (degrees) must hold 1..={MAX_ANGLES} values, got {}",
-                        list.len()
-                    ),
-                ))
-            }
+            Angles::List(list) if list.is_empty() || list.len() > MAX_ANGLES => Err(Error::config(
+                field,
+                format!(
+                    "the list of angles (degrees) must hold 1..={MAX_ANGLES} values, got {}",
+                    list.len()
+                ),
+            )),
             Angles::List(list) => match list.iter().position(|a| !a.is_finite()) {
                 Some(k) => Err(Error::config(
                     field,
@@ -261,29 +259,39 @@ impl Geometry {
 
     /// Buffer index of the top-left neighbour of a sample and its bilinear weights `(w_row, w_col)`.
     ///
-    /// The clipping keeps every sample at buffer coordinates ≥ 1 − 10⁻³, so truncation is `floor`
-    /// (and cheaper than `floor` without SSE4.1).
+    /// The clipping keeps every sample at buffer coordinates in `(0.99, W + 2.01)`, so truncation is
+    /// `floor` (and cheaper than `floor` without SSE4.1). The clamp to `stride − 2` never changes a
+    /// valid sample; it guarantees `index + stride + 1 < stride²` for any input, NaN included (`as`
+    /// saturates and maps NaN to 0), which is what makes the unchecked accesses below sound.
     #[inline(always)]
     fn locate(&self, ray: &Ray, step: (f32, f32), k: usize) -> (usize, f32, f32) {
         let kf = k as f32;
         let row = ray.row0 + kf * step.0;
         let col = ray.col0 + kf * step.1;
-        let ir = row as usize;
-        let ic = col as usize;
+        let ir = (row as usize).min(self.stride - 2);
+        let ic = (col as usize).min(self.stride - 2);
         (ir * self.stride + ic, row - ir as f32, col - ic as f32)
     }
 
-    /// The line integral of one ray through a bordered image.
+    /// The line integral of one ray through a bordered image (`stride²` values).
     #[inline]
     fn ray_sum(&self, img: &[f32], ray: &Ray, step: (f32, f32)) -> f32 {
         let s = self.stride;
+        assert_eq!(img.len(), s * s);
         let mut acc = 0.0f32;
         for k in 0..ray.count as usize {
             let (idx, wr, wc) = self.locate(ray, step, k);
-            let top = &img[idx..idx + 2];
-            let bot = &img[idx + s..idx + s + 2];
-            let t = top[0] + wc * (top[1] - top[0]);
-            let b = bot[0] + wc * (bot[1] - bot[0]);
+            // SAFETY: `locate` returns idx ≤ (s−2)·s + s−2, so idx + s + 1 < s² = img.len().
+            let (t0, t1, b0, b1) = unsafe {
+                (
+                    *img.get_unchecked(idx),
+                    *img.get_unchecked(idx + 1),
+                    *img.get_unchecked(idx + s),
+                    *img.get_unchecked(idx + s + 1),
+                )
+            };
+            let t = t0 + wc * (t1 - t0);
+            let b = b0 + wc * (b1 - b0);
             acc += t + wr * (b - t);
         }
         acc
@@ -294,16 +302,18 @@ impl Geometry {
     #[inline]
     fn ray_spread(&self, acc: &mut [f32], ray: &Ray, step: (f32, f32), value: f32) {
         let s = self.stride;
+        assert_eq!(acc.len(), s * s);
         for k in 0..ray.count as usize {
             let (idx, wr, wc) = self.locate(ray, step, k);
             let v_bot = value * wr;
             let v_top = value - v_bot;
-            let top = &mut acc[idx..idx + 2];
-            top[0] += v_top - v_top * wc;
-            top[1] += v_top * wc;
-            let bot = &mut acc[idx + s..idx + s + 2];
-            bot[0] += v_bot - v_bot * wc;
-            bot[1] += v_bot * wc;
+            // SAFETY: as in `ray_sum`, idx + s + 1 < s² = acc.len().
+            unsafe {
+                *acc.get_unchecked_mut(idx) += v_top - v_top * wc;
+                *acc.get_unchecked_mut(idx + 1) += v_top * wc;
+                *acc.get_unchecked_mut(idx + s) += v_bot - v_bot * wc;
+                *acc.get_unchecked_mut(idx + s + 1) += v_bot * wc;
+            }
         }
     }
 
@@ -528,10 +538,9 @@ impl Tomography {
         };
         if normalize {
             let shape = [1, 1, img_width, img_width];
-            let lambda =
-                linalg::power_method(&shape, super::POWER_ITERS, NORMALIZE_TOL, |v| {
-                    op.adjoint_forward(v)
-                })?;
+            let lambda = linalg::power_method(&shape, super::POWER_ITERS, NORMALIZE_TOL, |v| {
+                op.adjoint_forward(v)
+            })?;
             if lambda > 0.0 {
                 op.operator_norm = lambda.sqrt();
             }
@@ -585,7 +594,12 @@ impl Tomography {
     }
 
     /// Checks that `y_shape` ends with `(N_det, N_angles)` after `lead` leading axes.
-    pub(crate) fn sinogram_planes(&self, op: &str, y_shape: &[usize], lead: usize) -> Result<usize> {
+    pub(crate) fn sinogram_planes(
+        &self,
+        op: &str,
+        y_shape: &[usize],
+        lead: usize,
+    ) -> Result<usize> {
         let (nd, na) = (self.n_det(), self.angles_deg.len());
         if y_shape.len() != lead + 2 || y_shape[lead] != nd || y_shape[lead + 1] != na {
             let mut expected = y_shape.get(..lead).unwrap_or(&[]).to_vec();

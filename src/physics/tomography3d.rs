@@ -85,7 +85,10 @@ impl Tomography3d {
             .sinogram_planes("tomography3d fbp", y.shape(), 3)?;
         let w = self.slice.img_width();
         let s = y.shape();
-        Tensor::from_vec(&[s[0], s[1], s[2], w, w], self.slice.fbp_planes(y.data(), planes))
+        Tensor::from_vec(
+            &[s[0], s[1], s[2], w, w],
+            self.slice.fbp_planes(y.data(), planes),
+        )
     }
 }
 
