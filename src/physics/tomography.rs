@@ -56,8 +56,10 @@ const CLIP_TOL: f64 = 1e-3;
 /// order — and the result — is the same on any number of threads.
 const ADJOINT_CHUNKS: usize = 16;
 
-/// Tolerance of the power method that computes ‖A‖ for `normalize`.
+/// Tolerance and iteration cap of the power method that computes ‖A‖ for `normalize` (deepinv uses
+/// 100 iterations and 1e-3).
 const NORMALIZE_TOL: f64 = 1e-5;
+const NORMALIZE_ITERS: usize = 100;
 
 /// Projection angles, in degrees: a count (uniform over `[0°, 180°)`, endpoint excluded) or a list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -538,7 +540,7 @@ impl Tomography {
         };
         if normalize {
             let shape = [1, 1, img_width, img_width];
-            let lambda = linalg::power_method(&shape, super::POWER_ITERS, NORMALIZE_TOL, |v| {
+            let lambda = linalg::power_method(&shape, NORMALIZE_ITERS, NORMALIZE_TOL, |v| {
                 op.adjoint_forward(v)
             })?;
             if lambda > 0.0 {
