@@ -59,12 +59,14 @@ fn sinograms_match_deepinv() {
         assert_eq!(y.shape(), expected.shape());
         let err = rel_err(y.data(), expected.data());
         eprintln!("{} A: relative L2 error {err:.2e}", case_name(circle, n));
-        assert!(err < 0.03, "{}: {err}", case_name(circle, n));
+        assert!(err < 1e-4, "{}: {err}", case_name(circle, n));
     }
 }
 
 #[test]
 fn adjoint_is_close_to_deepinv_autograd_adjoint() {
+    // The brief asks for < 3 % (another discretisation would differ by a few percent); we reproduce
+    // deepinv's exactly, so a much tighter bound guards against regressions.
     // deepinv's default adjoint is autograd through its own forward, i.e. the exact adjoint of the
     // same discretisation; ours should agree up to float rounding.
     for (circle, n) in CASES {
@@ -73,7 +75,7 @@ fn adjoint_is_close_to_deepinv_autograd_adjoint() {
         let aty = case_op(circle, n).adjoint(&y).unwrap();
         let err = rel_err(aty.data(), expected.data());
         eprintln!("{} Aᵀ: relative L2 error {err:.2e}", case_name(circle, n));
-        assert!(err < 0.03, "{}: {err}", case_name(circle, n));
+        assert!(err < 1e-4, "{}: {err}", case_name(circle, n));
     }
 }
 
@@ -94,7 +96,11 @@ fn fbp_matches_deepinv() {
             "{} FBP: relative L2 error {all:.2e} (whole image), {disc:.2e} (inside the disc)",
             case_name(circle, n)
         );
-        assert!(disc < 0.05, "{}: {disc}", case_name(circle, n));
+        assert!(
+            disc < 1e-3 && all < 1e-3,
+            "{}: {disc}, {all}",
+            case_name(circle, n)
+        );
         // The free-standing form is the same computation.
         let free = tessera::physics::tomography::fbp(&op, &y).unwrap();
         assert_eq!(free, x);

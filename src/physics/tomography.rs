@@ -56,8 +56,10 @@ const CLIP_TOL: f64 = 1e-3;
 /// order — and the result — is the same on any number of threads.
 const ADJOINT_CHUNKS: usize = 16;
 
-/// Tolerance of the power method that computes ‖A‖ for `normalize`.
+/// Tolerance and iteration cap of the power method that computes ‖A‖ for `normalize` (deepinv uses
+/// 100 iterations and 1e-3).
 const NORMALIZE_TOL: f64 = 1e-5;
+const NORMALIZE_ITERS: usize = 100;
 
 /// Projection angles, in degrees: a count (uniform over `[0°, 180°)`, endpoint excluded) or a list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -161,6 +163,13 @@ struct Ray {
     count: u32,
 }
 
+/// A ray with no samples (the partner of the odd ray out).
+const EMPTY_RAY: Ray = Ray {
+    row0: 0.0,
+    col0: 0.0,
+    count: 0,
+};
+
 /// The sampling geometry shared by the forward and the adjoint, computed once.
 #[derive(Debug, Clone)]
 struct Geometry {
@@ -259,50 +268,108 @@ impl Geometry {
 
     /// Buffer index of the top-left neighbour of a sample and its bilinear weights `(w_row, w_col)`.
     ///
-    /// The clipping keeps every sample at buffer coordinates ≥ 1 − 10⁻³, so truncation is `floor`
-    /// (and cheaper than `floor` without SSE4.1).
+    /// The clipping keeps every sample at buffer coordinates in `(0.99, W + 2.01)`, so truncation is
+    /// `floor` (and cheaper than `floor` without SSE4.1). The clamp to `stride − 2` never changes a
+    /// valid sample; it guarantees `index + stride + 1 < stride²` for any input, NaN included (`as`
+    /// saturates and maps NaN to 0), which is what makes the unchecked accesses below sound.
     #[inline(always)]
     fn locate(&self, ray: &Ray, step: (f32, f32), k: usize) -> (usize, f32, f32) {
         let kf = k as f32;
         let row = ray.row0 + kf * step.0;
         let col = ray.col0 + kf * step.1;
-        let ir = row as usize;
-        let ic = col as usize;
+        let ir = (row as usize).min(self.stride - 2);
+        let ic = (col as usize).min(self.stride - 2);
         (ir * self.stride + ic, row - ir as f32, col - ic as f32)
     }
 
-    /// The line integral of one ray through a bordered image.
-    #[inline]
-    fn ray_sum(&self, img: &[f32], ray: &Ray, step: (f32, f32)) -> f32 {
+    /// The bilinear sample `k` of a ray in a bordered image (`stride²` values, checked by the caller).
+    #[inline(always)]
+    fn sample(&self, img: &[f32], ray: &Ray, step: (f32, f32), k: usize) -> f32 {
         let s = self.stride;
-        let mut acc = 0.0f32;
-        for k in 0..ray.count as usize {
-            let (idx, wr, wc) = self.locate(ray, step, k);
-            let top = &img[idx..idx + 2];
-            let bot = &img[idx + s..idx + s + 2];
-            let t = top[0] + wc * (top[1] - top[0]);
-            let b = bot[0] + wc * (bot[1] - bot[0]);
-            acc += t + wr * (b - t);
-        }
-        acc
+        let (idx, wr, wc) = self.locate(ray, step, k);
+        // SAFETY: `locate` returns idx ≤ (s−2)·s + s−2, so idx + s + 1 < s² = img.len().
+        let (t0, t1, b0, b1) = unsafe {
+            (
+                *img.get_unchecked(idx),
+                *img.get_unchecked(idx + 1),
+                *img.get_unchecked(idx + s),
+                *img.get_unchecked(idx + s + 1),
+            )
+        };
+        let t = t0 + wc * (t1 - t0);
+        let b = b0 + wc * (b1 - b0);
+        t + wr * (b - t)
     }
 
-    /// Adds `value`·(bilinear weights of the ray's samples) into a bordered accumulator: the exact
-    /// transpose of [`Geometry::ray_sum`].
-    #[inline]
-    fn ray_spread(&self, acc: &mut [f32], ray: &Ray, step: (f32, f32), value: f32) {
+    /// Adds `value` times the bilinear weights of sample `k` of a ray into a bordered accumulator
+    /// (`stride²` values, checked by the caller): the transpose of [`Geometry::sample`].
+    #[inline(always)]
+    fn spread(&self, acc: &mut [f32], ray: &Ray, step: (f32, f32), k: usize, value: f32) {
         let s = self.stride;
-        for k in 0..ray.count as usize {
-            let (idx, wr, wc) = self.locate(ray, step, k);
-            let v_bot = value * wr;
-            let v_top = value - v_bot;
-            let top = &mut acc[idx..idx + 2];
-            top[0] += v_top - v_top * wc;
-            top[1] += v_top * wc;
-            let bot = &mut acc[idx + s..idx + s + 2];
-            bot[0] += v_bot - v_bot * wc;
-            bot[1] += v_bot * wc;
+        let (idx, wr, wc) = self.locate(ray, step, k);
+        let v_bot = value * wr;
+        let v_top = value - v_bot;
+        // SAFETY: as in `sample`, idx + s + 1 < s² = acc.len().
+        unsafe {
+            *acc.get_unchecked_mut(idx) += v_top - v_top * wc;
+            *acc.get_unchecked_mut(idx + 1) += v_top * wc;
+            *acc.get_unchecked_mut(idx + s) += v_bot - v_bot * wc;
+            *acc.get_unchecked_mut(idx + s + 1) += v_bot * wc;
         }
+    }
+
+    /// Line integrals of two rays through a bordered image. The rays are walked together so that the
+    /// two sums (and the loads) form independent dependency chains; pairing distant rays keeps them
+    /// from touching the same pixels.
+    fn ray_sums(&self, img: &[f32], rays: (&Ray, &Ray), step: (f32, f32)) -> (f32, f32) {
+        assert_eq!(img.len(), self.stride * self.stride);
+        let (a, b) = rays;
+        let (na, nb) = (a.count as usize, b.count as usize);
+        let (mut sa, mut sb) = (0.0f32, 0.0f32);
+        for k in 0..na.min(nb) {
+            sa += self.sample(img, a, step, k);
+            sb += self.sample(img, b, step, k);
+        }
+        for k in nb.min(na)..na {
+            sa += self.sample(img, a, step, k);
+        }
+        for k in na.min(nb)..nb {
+            sb += self.sample(img, b, step, k);
+        }
+        (sa, sb)
+    }
+
+    /// Spreads `values` along two rays into a bordered accumulator: the exact transpose of
+    /// [`Geometry::ray_sums`], walked in the same interleaved order (for the same reason).
+    fn ray_spreads(
+        &self,
+        acc: &mut [f32],
+        rays: (&Ray, &Ray),
+        step: (f32, f32),
+        values: (f32, f32),
+    ) {
+        assert_eq!(acc.len(), self.stride * self.stride);
+        let (a, b) = rays;
+        let (na, nb) = (a.count as usize, b.count as usize);
+        for k in 0..na.min(nb) {
+            self.spread(acc, a, step, k, values.0);
+            self.spread(acc, b, step, k, values.1);
+        }
+        for k in nb.min(na)..na {
+            self.spread(acc, a, step, k, values.0);
+        }
+        for k in na.min(nb)..nb {
+            self.spread(acc, b, step, k, values.1);
+        }
+    }
+
+    /// Pairs of rays `(j, j + n_det/2)` of one angle, then the odd one out (as a pair with an empty
+    /// ray): the walking order of [`Geometry::ray_sums`] and [`Geometry::ray_spreads`].
+    fn ray_pairs(&self) -> impl Iterator<Item = (usize, Option<usize>)> + use<> {
+        let (nd, half) = (self.n_det, self.n_det / 2);
+        (0..half)
+            .map(move |j| (j, Some(j + half)))
+            .chain((nd % 2 == 1).then_some((nd - 1, None)))
     }
 
     /// Copies a `W×W` plane into a zeroed bordered buffer, applying the disc mask.
@@ -339,8 +406,14 @@ impl Geometry {
                 let (p, a) = (task / na, task % na);
                 let img = &padded[p * s * s..(p + 1) * s * s];
                 let step = self.steps[a];
-                for (o, ray) in out.iter_mut().zip(&self.rays[a * nd..(a + 1) * nd]) {
-                    *o = self.ray_sum(img, ray, step) * scale;
+                let rays = &self.rays[a * nd..(a + 1) * nd];
+                for (j, partner) in self.ray_pairs() {
+                    let other = partner.map_or(&EMPTY_RAY, |q| &rays[q]);
+                    let (sj, sq) = self.ray_sums(img, (&rays[j], other), step);
+                    out[j] = sj * scale;
+                    if let Some(q) = partner {
+                        out[q] = sq * scale;
+                    }
                 }
             });
         let mut y = vec![0.0f32; n_planes * na * nd];
@@ -368,10 +441,11 @@ impl Geometry {
                         for a in (k * na / chunks)..((k + 1) * na / chunks) {
                             let step = self.steps[a];
                             let rays = &self.rays[a * nd..(a + 1) * nd];
-                            for (ray, &v) in rays.iter().zip(&by_angle[a * nd..(a + 1) * nd]) {
-                                if v != 0.0 {
-                                    self.ray_spread(&mut acc, ray, step, v);
-                                }
+                            let values = &by_angle[a * nd..(a + 1) * nd];
+                            for (j, partner) in self.ray_pairs() {
+                                let (other, v) =
+                                    partner.map_or((&EMPTY_RAY, 0.0), |q| (&rays[q], values[q]));
+                                self.ray_spreads(&mut acc, (&rays[j], other), step, (values[j], v));
                             }
                         }
                         acc
@@ -526,7 +600,7 @@ impl Tomography {
         };
         if normalize {
             let shape = [1, 1, img_width, img_width];
-            let lambda = linalg::power_method(&shape, super::POWER_ITERS, NORMALIZE_TOL, |v| {
+            let lambda = linalg::power_method(&shape, NORMALIZE_ITERS, NORMALIZE_TOL, |v| {
                 op.adjoint_forward(v)
             })?;
             if lambda > 0.0 {
