@@ -14,7 +14,8 @@ const MAGIC: &[u8] = b"\x93NUMPY";
 /// Reads a `.npy` file into a tensor.
 pub fn read_npy(path: &Path) -> Result<Tensor> {
     let bytes = std::fs::read(path).map_err(|e| Error::io("reading", path, e))?;
-    parse_npy(&bytes).map_err(|reason| Error::format(path, format!("not a valid .npy file ({reason})")))
+    parse_npy(&bytes)
+        .map_err(|reason| Error::format(path, format!("not a valid .npy file ({reason})")))
 }
 
 /// Writes a tensor as a little-endian f32 `.npy` file, atomically.
@@ -28,7 +29,10 @@ pub fn encode_npy(tensor: &Tensor) -> Vec<u8> {
         [n] => format!("({n},)"),
         s => format!(
             "({})",
-            s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            s.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
@@ -70,7 +74,8 @@ pub fn parse_npy(bytes: &[u8]) -> std::result::Result<Tensor, String> {
         .checked_add(header_len)
         .filter(|&e| e <= bytes.len())
         .ok_or("header longer than the file")?;
-    let header = std::str::from_utf8(&bytes[start..header_end]).map_err(|_| "header is not text")?;
+    let header =
+        std::str::from_utf8(&bytes[start..header_end]).map_err(|_| "header is not text")?;
     let descr = dict_value(header, "descr").ok_or("header has no 'descr'")?;
     let descr = descr.trim_matches(|c| c == '\'' || c == '"');
     let fortran = dict_value(header, "fortran_order").ok_or("header has no 'fortran_order'")?;
@@ -85,7 +90,10 @@ pub fn parse_npy(bytes: &[u8]) -> std::result::Result<Tensor, String> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| format!("bad shape {shape_text}")))
+        .map(|s| {
+            s.parse::<usize>()
+                .map_err(|_| format!("bad shape {shape_text}"))
+        })
         .collect::<std::result::Result<_, _>>()?;
     let count = shape
         .iter()

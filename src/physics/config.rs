@@ -39,7 +39,10 @@ impl PhysicsConfig {
 
     /// Whether the operator acts on volumes `(B, C, D, H, W)` rather than images.
     pub fn is_volumetric(&self) -> bool {
-        matches!(self, PhysicsConfig::Blur3d(_) | PhysicsConfig::Tomography3d(_))
+        matches!(
+            self,
+            PhysicsConfig::Blur3d(_) | PhysicsConfig::Tomography3d(_)
+        )
     }
 
     /// Builds the operator for inputs of shape `x_shape`, with optional measurement noise.

@@ -66,7 +66,10 @@ pub trait LinearPhysics: Physics {
     fn pinv(&self, y: &Tensor) -> Result<Tensor> {
         let b = self.adjoint(y)?;
         let x0 = b.zeros_like();
-        Ok(linalg::conjugate_gradient(&b, x0, PINV_ITERS, PINV_TOL, |v| self.adjoint_forward(v))?.x)
+        Ok(
+            linalg::conjugate_gradient(&b, x0, PINV_ITERS, PINV_TOL, |v| self.adjoint_forward(v))?
+                .x,
+        )
     }
 }
 

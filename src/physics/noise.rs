@@ -25,13 +25,18 @@ impl NoiseConfig {
     /// Checks the parameters' ranges.
     pub fn validate(&self) -> Result<()> {
         match *self {
-            NoiseConfig::Gaussian { sigma } if !(sigma >= 0.0 && sigma.is_finite()) => Err(
-                Error::config("noise.sigma", format!("must be a finite number ≥ 0, got {sigma}")),
-            ),
-            NoiseConfig::Poisson { gain } if !(gain > 0.0 && gain.is_finite()) => Err(Error::config(
-                "noise.gain",
-                format!("must be a finite number > 0, got {gain}"),
-            )),
+            NoiseConfig::Gaussian { sigma } if !(sigma >= 0.0 && sigma.is_finite()) => {
+                Err(Error::config(
+                    "noise.sigma",
+                    format!("must be a finite number ≥ 0, got {sigma}"),
+                ))
+            }
+            NoiseConfig::Poisson { gain } if !(gain > 0.0 && gain.is_finite()) => {
+                Err(Error::config(
+                    "noise.gain",
+                    format!("must be a finite number > 0, got {gain}"),
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -132,7 +137,12 @@ mod tests {
         let a = NoiseConfig::Poisson { gain }.apply(&y, 1).unwrap();
         let n = a.numel() as f64;
         let mean = a.data().iter().map(|&v| v as f64).sum::<f64>() / n;
-        let var = a.data().iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+        let var = a
+            .data()
+            .iter()
+            .map(|&v| (v as f64 - mean).powi(2))
+            .sum::<f64>()
+            / n;
         assert!((mean - 0.5).abs() < 0.01, "{mean}");
         // Var[gain·Poisson(y/gain)] = gain·y.
         assert!((var - 0.005).abs() < 0.0005, "{var}");
@@ -140,7 +150,9 @@ mod tests {
 
     #[test]
     fn invalid_parameters_are_named() {
-        let e = NoiseConfig::Gaussian { sigma: -1.0 }.validate().unwrap_err();
+        let e = NoiseConfig::Gaussian { sigma: -1.0 }
+            .validate()
+            .unwrap_err();
         assert!(e.to_string().contains("noise.sigma"));
         let e = NoiseConfig::Poisson { gain: 0.0 }.validate().unwrap_err();
         assert!(e.to_string().contains("noise.gain"));

@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::{LinearPhysics, POWER_ITERS, POWER_TOL, PINV_ITERS, PINV_TOL};
+use super::{LinearPhysics, PINV_ITERS, PINV_TOL, POWER_ITERS, POWER_TOL};
 use crate::error::{Error, Result};
 use crate::linalg;
 use crate::tensor::Tensor;
@@ -48,7 +48,10 @@ pub trait StackedLinearPhysics: Send + Sync {
     fn pinv(&self, ys: &[Tensor]) -> Result<Tensor> {
         let b = self.adjoint(ys)?;
         let x0 = b.zeros_like();
-        Ok(linalg::conjugate_gradient(&b, x0, PINV_ITERS, PINV_TOL, |v| self.adjoint_forward(v))?.x)
+        Ok(
+            linalg::conjugate_gradient(&b, x0, PINV_ITERS, PINV_TOL, |v| self.adjoint_forward(v))?
+                .x,
+        )
     }
 }
 
@@ -61,7 +64,10 @@ impl Stack {
     /// Stacks `ops`; an empty stack is an error.
     pub fn new(ops: Vec<Box<dyn LinearPhysics>>) -> Result<Self> {
         if ops.is_empty() {
-            return Err(Error::config("physics", "a stack needs at least one operator"));
+            return Err(Error::config(
+                "physics",
+                "a stack needs at least one operator",
+            ));
         }
         Ok(Stack { ops })
     }
