@@ -6,6 +6,9 @@
 //! "periodization")`, thresholding of every detail band, and `waverec2`/`waverecn`, cropped to the
 //! input size.
 
+// Reference values are printed with 8 significant digits, more than f32 holds.
+#![allow(clippy::excessive_precision)]
+
 use tessera::denoise::wavelet::wavedec;
 use tessera::denoise::{
     Denoiser, DenoiserConfig, GaussianDenoiser, MedianFilter, Threshold, TvConfig, TvDenoiser,
@@ -559,6 +562,57 @@ fn bad_inputs_are_errors_not_panics() {
             matches!(e, Error::InvalidConfig { .. }),
             "{}: {e}",
             d.name()
+        );
+    }
+}
+
+// ---------------------------------------------------------------- timings (not asserted)
+
+/// Prints wall times on a 1024×1024×3 batch:
+/// `cargo test --release --test denoise -- --ignored --nocapture timings`.
+#[test]
+#[ignore = "timing run; use --release"]
+fn timings_1024x1024x3() {
+    let x = signal(&[1, 3, 1024, 1024]).add(&noise(&[1, 3, 1024, 1024], 1).scaled(0.2));
+    let cases: Vec<(Box<dyn Denoiser>, f32)> = vec![
+        (
+            Box::new(wavelet(WaveletKind::Haar, 3, Threshold::Soft)),
+            0.1,
+        ),
+        (Box::new(wavelet(WaveletKind::Db4, 3, Threshold::Soft)), 0.1),
+        (Box::new(wavelet(WaveletKind::Db8, 3, Threshold::Soft)), 0.1),
+        (Box::new(wavelet(WaveletKind::Db8, 5, Threshold::Hard)), 0.1),
+        (Box::new(MedianFilter { kernel_size: 3 }), 0.0),
+        (Box::new(MedianFilter { kernel_size: 5 }), 0.0),
+        (
+            Box::new(GaussianDenoiser {
+                sigma_px: 2.0,
+                px_per_sigma: 0.0,
+            }),
+            0.0,
+        ),
+        (
+            Box::new(TvDenoiser {
+                n_it_max: 100,
+                crit: 0.0,
+                tau: 0.01,
+                rho: 1.99,
+            }),
+            0.1,
+        ),
+    ];
+    println!("rayon threads: {}", rayon::current_num_threads());
+    for (d, sigma) in cases {
+        let _ = d.denoise(&x, sigma).unwrap();
+        let t = std::time::Instant::now();
+        let reps = 3;
+        for _ in 0..reps {
+            let _ = d.denoise(&x, sigma).unwrap();
+        }
+        println!(
+            "{:<36} {:>8.1} ms",
+            d.name(),
+            t.elapsed().as_secs_f64() * 1e3 / reps as f64
         );
     }
 }

@@ -66,7 +66,9 @@ impl DenoiserConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TvConfig {
-    /// Maximum iterations (deepinv: 1000), 1 ..= 100 000.
+    /// Maximum iterations, 1 ..= 100 000. Default 300 (deepinv: 1000): on a 256² test image with
+    /// ths ∈ [0.03, 0.3] and τ = 0.01, 300 iterations are within 1e-3 (max abs) of the converged prox,
+    /// 100 within 3e-2, 1000 within 2e-4; `crit` usually stops earlier.
     pub n_it_max: usize,
     /// Stop when the relative change of the iterate drops below this (deepinv: 1e-5), ≥ 0.
     #[serde(alias = "tol")]
@@ -80,7 +82,7 @@ pub struct TvConfig {
 impl Default for TvConfig {
     fn default() -> Self {
         TvConfig {
-            n_it_max: 1000,
+            n_it_max: 300,
             crit: 1e-5,
             tau: 0.01,
             rho: 1.99,
@@ -193,7 +195,7 @@ impl Default for MedianConfig {
 impl MedianConfig {
     pub fn validate(&self) -> Result<()> {
         let k = self.kernel_size;
-        if !(1..=31).contains(&k) || k % 2 == 0 {
+        if !(1..=31).contains(&k) || k.is_multiple_of(2) {
             return Err(Error::config(
                 "denoiser.kernel_size",
                 format!("must be odd and in 1..=31, got {k}"),
