@@ -143,7 +143,8 @@ impl Preset {
     /// Loads a preset by file path or bundled name, applying `--set` overrides.
     pub fn load(name_or_path: &str, overrides: &[String]) -> Result<LoadedPreset> {
         let path = Path::new(name_or_path);
-        if path.exists() {
+        // A folder named like a bundled preset (e.g. its output folder) must not shadow it.
+        if path.is_file() || (path.exists() && !path.is_dir()) {
             let text =
                 std::fs::read_to_string(path).map_err(|e| Error::io("reading preset", path, e))?;
             let preset = Preset::from_toml(&text, name_or_path, overrides)?;
