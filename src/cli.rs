@@ -75,6 +75,11 @@ enum Command {
         input: PathBuf,
         output: PathBuf,
     },
+    /// Benchmarks of the hot paths, each against a baseline measured in the same run.
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
     /// Denoise an .npy array (or image) with a configured denoiser.
     Denoise {
         /// TOML file describing the denoiser (`kind = "wavelet"`, …), optionally with a [tiling] table.
@@ -85,6 +90,37 @@ enum Command {
         sigma: f32,
         input: PathBuf,
         output: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// The 8-operator circular Gaussian blur stack (A, Aᵀ, L2 gradient): auto (FFT) vs direct.
+    Blur {
+        #[arg(long, default_value_t = 1024)]
+        width: usize,
+        #[arg(long, default_value_t = 683)]
+        height: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
+    /// 2-D parallel-beam tomography A, Aᵀ and FBP.
+    Tomography {
+        #[arg(long, default_value_t = 512)]
+        size: usize,
+        #[arg(long, default_value_t = 180)]
+        angles: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
+    /// All-reduce over local ranks vs a raw Unix-socket copy.
+    Collectives {
+        #[arg(long, default_value_t = 64)]
+        mib: usize,
+        #[arg(long, default_value_t = 2)]
+        ranks: usize,
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
     },
 }
 
@@ -149,6 +185,7 @@ fn dispatch(command: Command) -> Result<()> {
             input,
             output,
         } => apply(&physics, adjoint, input_shape, noisy, seed, &input, &output),
+        Command::Bench { what } => bench(what),
         Command::Denoise {
             denoiser,
             sigma,
@@ -269,6 +306,46 @@ fn run(
         }
     }
     println!("  outputs in {}", out_dir.display());
+    Ok(())
+}
+
+fn bench(what: BenchWhat) -> Result<()> {
+    let threads = rayon::current_num_threads();
+    match what {
+        BenchWhat::Blur {
+            width,
+            height,
+            repeats,
+        } => {
+            let r = tessera::physics::blur_bench::bench_blur_stack(width, height, repeats)?;
+            println!("{r}\n(rayon threads: {threads})");
+        }
+        BenchWhat::Tomography {
+            size,
+            angles,
+            repeats,
+        } => {
+            let r = tessera::physics::tomography::bench_tomography(size, angles, repeats)?;
+            println!(
+                "tomography 2-D parallel beam, {size}×{size}, {angles} angles, {} detector cells ({} threads):",
+                r.n_det, r.threads
+            );
+            println!("  A    {:8.1} ms", r.forward_secs * 1e3);
+            println!("  Aᵀ   {:8.1} ms", r.adjoint_secs * 1e3);
+            println!("  FBP  {:8.1} ms", r.fbp_secs * 1e3);
+            println!("  (single-threaded reference and ratios: cargo bench --bench tomography)");
+        }
+        BenchWhat::Collectives {
+            mib,
+            ranks,
+            repeats,
+        } => {
+            println!(
+                "{}",
+                dist::bench::bench_all_reduce(mib << 20, ranks, repeats)?
+            );
+        }
+    }
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 //! One code path serves 1 and N ranks: with one rank the collective is [`SingleProcess`] and every
 //! communication is the identity.
 
+pub mod bench;
 pub mod codec;
 pub mod collective;
 pub mod denoise;

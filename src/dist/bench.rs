@@ -1,0 +1,155 @@
+//! `tessera bench collectives`: all-reduce throughput of the socket transport, against the raw
+//! throughput of one Unix socket measured in the same run.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use super::collective::{Collective, ReduceOp};
+use super::env::{RankInfo, RankSource};
+use super::sockets::SocketGroup;
+use crate::error::{Error, Result};
+
+/// Result of [`bench_all_reduce`].
+#[derive(Debug, Clone)]
+pub struct CollectiveBench {
+    pub bytes: usize,
+    pub ranks: usize,
+    /// Best all-reduce time over the repeats.
+    pub all_reduce_secs: f64,
+    /// Best time to stream the same bytes one way through one Unix socket (the baseline).
+    pub raw_socket_secs: f64,
+}
+
+impl CollectiveBench {
+    /// Buffer bytes per second of all-reduce (the "algorithm bandwidth").
+    pub fn all_reduce_gbps(&self) -> f64 {
+        self.bytes as f64 / self.all_reduce_secs / 1e9
+    }
+    pub fn raw_gbps(&self) -> f64 {
+        self.bytes as f64 / self.raw_socket_secs / 1e9
+    }
+}
+
+impl std::fmt::Display for CollectiveBench {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "all-reduce (sum) of {} MiB over {} local ranks (Unix-socket ring):",
+            self.bytes >> 20,
+            self.ranks
+        )?;
+        writeln!(
+            f,
+            "  all-reduce        {:8.1} ms   {:6.2} GB/s effective",
+            self.all_reduce_secs * 1e3,
+            self.all_reduce_gbps()
+        )?;
+        writeln!(
+            f,
+            "  raw socket copy   {:8.1} ms   {:6.2} GB/s (baseline: one stream, same bytes)",
+            self.raw_socket_secs * 1e3,
+            self.raw_gbps()
+        )?;
+        write!(
+            f,
+            "  ratio all-reduce / raw copy: {:.2}",
+            self.all_reduce_gbps() / self.raw_gbps()
+        )
+    }
+}
+
+/// Times an all-reduce of `bytes` over `ranks` ranks (threads of this process joined by real sockets).
+pub fn bench_all_reduce(bytes: usize, ranks: usize, repeats: usize) -> Result<CollectiveBench> {
+    if ranks < 2 {
+        return Err(Error::config(
+            "--ranks",
+            "the collective benchmark needs at least 2 ranks",
+        ));
+    }
+    let floats = bytes / 4;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::Comm {
+            context: "choosing a port".into(),
+            source: e,
+        })?
+        .port();
+    let times: Vec<Result<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..ranks)
+            .map(|rank| {
+                s.spawn(move || -> Result<f64> {
+                    let info = RankInfo {
+                        rank,
+                        world_size: ranks,
+                        local_rank: rank,
+                        local_world_size: ranks,
+                        master_addr: "127.0.0.1".into(),
+                        master_port: port,
+                        source: RankSource::Flags,
+                    };
+                    let g = SocketGroup::connect(&info, Duration::from_secs(30))?;
+                    let mut buf = vec![rank as f32; floats];
+                    g.all_reduce(&mut buf, ReduceOp::Sum)?; // warm-up
+                    let mut best = f64::INFINITY;
+                    for _ in 0..repeats.max(1) {
+                        g.barrier()?;
+                        let t = Instant::now();
+                        g.all_reduce(&mut buf, ReduceOp::Sum)?;
+                        best = best.min(t.elapsed().as_secs_f64());
+                    }
+                    Ok(best)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Unsupported("a rank thread panicked".into())))
+            })
+            .collect()
+    });
+    let mut all_reduce_secs: f64 = 0.0;
+    for t in times {
+        all_reduce_secs = all_reduce_secs.max(t?);
+    }
+    let raw_socket_secs = raw_copy_secs(bytes, repeats)?;
+    Ok(CollectiveBench {
+        bytes,
+        ranks,
+        all_reduce_secs,
+        raw_socket_secs,
+    })
+}
+
+fn raw_copy_secs(bytes: usize, repeats: usize) -> Result<f64> {
+    let io = |e| Error::Comm {
+        context: "raw socket baseline".into(),
+        source: e,
+    };
+    let (mut a, mut b) = UnixStream::pair().map_err(io)?;
+    let data = vec![1u8; bytes];
+    let mut best = f64::INFINITY;
+    for _ in 0..repeats.max(1) + 1 {
+        let t = Instant::now();
+        std::thread::scope(|s| -> Result<()> {
+            let writer = s.spawn(|| a.write_all(&data));
+            let mut sink = vec![0u8; 1 << 20];
+            let mut left = bytes;
+            while left > 0 {
+                let n = b.read(&mut sink[..left.min(1 << 20)]).map_err(io)?;
+                if n == 0 {
+                    return Err(Error::Unsupported("raw socket closed early".into()));
+                }
+                left -= n;
+            }
+            writer
+                .join()
+                .map_err(|_| Error::Unsupported("writer panicked".into()))?
+                .map_err(io)
+        })?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
