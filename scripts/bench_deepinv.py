@@ -162,7 +162,7 @@ def main():
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per measurement; the median is reported")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs before timing")
-    p.add_argument("--only", choices=["blur", "tomography"], help="run one workload only")
+    p.add_argument("--only", choices=["blur", "tomography", "drunet"], help="run one workload only")
     p.add_argument("--blur-fft", action="store_true", help="Blur(use_fft=True) instead of deepinv's default direct convolution")
     p.add_argument("--drunet", action="store_true", help="also time DRUNet forward on 1x3x512x512 (random weights)")
     args = p.parse_args()
@@ -183,7 +183,7 @@ def main():
         result["blur_stack"] = bench_blur_stack(args)
     if args.only in (None, "tomography"):
         result["tomography_512_180"] = bench_tomography(args)
-    if args.drunet:
+    if args.drunet or args.only == "drunet":
         result["drunet_512"] = bench_drunet(args)
     result["loadavg_after"] = [round(v, 2) for v in os.getloadavg()]
 
