@@ -108,25 +108,3 @@ pub fn reduce_into(acc: &mut [f32], x: &[f32], op: ReduceOp) {
         }
     }
 }
-
-/// f32 slice → little-endian bytes.
-pub fn f32_bytes(x: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(x.len() * 4);
-    for v in x {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    out
-}
-
-/// Little-endian bytes → f32 values; the length must be a multiple of 4.
-pub fn bytes_f32(b: &[u8]) -> Result<Vec<f32>> {
-    if b.len() % 4 != 0 {
-        return Err(Error::config(
-            "message",
-            format!("{} bytes is not a whole number of f32 values", b.len()),
-        ));
-    }
-    Ok(b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
-}

@@ -170,14 +170,14 @@ impl SocketGroup {
         }
 
         let mut links: Vec<Option<Link>> = (0..world).map(|_| None).collect();
-        for peer in 0..rank {
+        for (peer, slot) in links.iter_mut().enumerate().take(rank) {
             let addr =
                 String::from_utf8_lossy(&store.get(&format!("addr/{peer}"), left())?).into_owned();
             let mut s =
                 dial(&addr).map_err(|e| comm(format!("connecting to rank {peer} at {addr}"), e))?;
             write_frame(&mut s, &Writer::default().str(&session).u64(rank as u64).0)
                 .map_err(|e| comm(format!("greeting rank {peer}"), e))?;
-            links[peer] = Some(Link::new(s).map_err(|e| comm(format!("rank {peer}"), e))?);
+            *slot = Some(Link::new(s).map_err(|e| comm(format!("rank {peer}"), e))?);
         }
         listener
             .set_nonblocking(true)
@@ -570,17 +570,14 @@ mod tests {
                     g.all_reduce(&mut buf, op).unwrap();
                     buf
                 });
-                for i in 0..len {
+                for (i, got) in results[0].iter().enumerate() {
                     let vals: Vec<f32> = (0..world).map(|r| data(r)[i]).collect();
                     let want = match op {
                         ReduceOp::Sum => vals.iter().sum::<f32>(),
                         ReduceOp::Mean => vals.iter().sum::<f32>() / world as f32,
                         ReduceOp::Max => vals.iter().cloned().fold(f32::MIN, f32::max),
                     };
-                    assert!(
-                        (results[0][i] - want).abs() < 1e-4,
-                        "{op:?} world {world} at {i}"
-                    );
+                    assert!((got - want).abs() < 1e-4, "{op:?} world {world} at {i}");
                 }
                 for r in 1..world {
                     assert_eq!(results[r], results[0], "ranks disagree bitwise");
