@@ -115,39 +115,28 @@ impl RankInfo {
                 source: RankSource::Torchrun,
             }
         } else if let Some(r) = env("OMPI_COMM_WORLD_RANK") {
-            let rank = parse("OMPI_COMM_WORLD_RANK", &r)?;
-            let world_size = required(&env, "OMPI_COMM_WORLD_SIZE")?;
-            let local_rank = opt_parse(&env, "OMPI_COMM_WORLD_LOCAL_RANK")?.unwrap_or(rank);
-            let local_world_size =
-                opt_parse(&env, "OMPI_COMM_WORLD_LOCAL_SIZE")?.unwrap_or(world_size);
-            let master_addr = local_master(master_env, local_world_size, world_size, "Open MPI")?;
-            RankInfo {
-                rank,
-                world_size,
-                local_rank,
-                local_world_size,
-                master_addr,
-                master_port,
+            let vars = MpiVars {
+                rank: "OMPI_COMM_WORLD_RANK",
+                size: "OMPI_COMM_WORLD_SIZE",
+                local_rank: "OMPI_COMM_WORLD_LOCAL_RANK",
+                local_size: "OMPI_COMM_WORLD_LOCAL_SIZE",
+                launcher: "Open MPI",
                 source: RankSource::OpenMpi,
-            }
+            };
+            vars.read(&env, &r, master_env, master_port)?
         } else if let Some((var, r)) = env("PMIX_RANK")
             .map(|v| ("PMIX_RANK", v))
             .or_else(|| env("PMI_RANK").map(|v| ("PMI_RANK", v)))
         {
-            let rank = parse(var, &r)?;
-            let world_size = required(&env, "PMI_SIZE")?;
-            let local_rank = opt_parse(&env, "PMI_LOCAL_RANK")?.unwrap_or(rank);
-            let local_world_size = opt_parse(&env, "PMI_LOCAL_SIZE")?.unwrap_or(world_size);
-            let master_addr = local_master(master_env, local_world_size, world_size, "PMI")?;
-            RankInfo {
-                rank,
-                world_size,
-                local_rank,
-                local_world_size,
-                master_addr,
-                master_port,
+            let vars = MpiVars {
+                rank: var,
+                size: "PMI_SIZE",
+                local_rank: "PMI_LOCAL_RANK",
+                local_size: "PMI_LOCAL_SIZE",
+                launcher: "PMI",
                 source: RankSource::Pmi,
-            }
+            };
+            vars.read(&env, &r, master_env, master_port)?
         } else if let Some(r) = env("SLURM_PROCID") {
             let rank = parse("SLURM_PROCID", &r)?;
             let world_size = required(&env, "SLURM_NTASKS")?;
@@ -223,6 +212,41 @@ impl RankInfo {
             ));
         }
         Ok(())
+    }
+}
+
+/// The variable names of an MPI-style launcher (which does not say where rank 0 is).
+struct MpiVars {
+    rank: &'static str,
+    size: &'static str,
+    local_rank: &'static str,
+    local_size: &'static str,
+    launcher: &'static str,
+    source: RankSource,
+}
+
+impl MpiVars {
+    fn read(
+        &self,
+        env: &impl Fn(&str) -> Option<String>,
+        rank_value: &str,
+        master_env: Option<String>,
+        master_port: u16,
+    ) -> Result<RankInfo> {
+        let rank = parse(self.rank, rank_value)?;
+        let world_size = required(env, self.size)?;
+        let local_rank = opt_parse(env, self.local_rank)?.unwrap_or(rank);
+        let local_world_size = opt_parse(env, self.local_size)?.unwrap_or(world_size);
+        let master_addr = local_master(master_env, local_world_size, world_size, self.launcher)?;
+        Ok(RankInfo {
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
+            master_addr,
+            master_port,
+            source: self.source,
+        })
     }
 }
 

@@ -70,18 +70,22 @@ pub(crate) mod testutil {
         single_host: bool,
         f: impl Fn(&SocketGroup) -> T + Sync,
     ) -> Vec<T> {
+        spawn_group(world, single_host, |g| f(&g))
+    }
+
+    fn spawn_group<T: Send>(
+        world: usize,
+        single_host: bool,
+        f: impl Fn(SocketGroup) -> T + Sync,
+    ) -> Vec<T> {
         let port = free_port();
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..world)
                 .map(|r| {
                     let f = &f;
                     s.spawn(move || {
-                        let g = SocketGroup::connect(
-                            &info(r, world, port, single_host),
-                            Duration::from_secs(20),
-                        )
-                        .unwrap();
-                        f(&g)
+                        let info = info(r, world, port, single_host);
+                        f(SocketGroup::connect(&info, Duration::from_secs(20)).unwrap())
                     })
                 })
                 .collect();
@@ -94,22 +98,6 @@ pub(crate) mod testutil {
         if world == 1 {
             return vec![f(Arc::new(SingleProcess))];
         }
-        let port = free_port();
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..world)
-                .map(|r| {
-                    let f = &f;
-                    s.spawn(move || {
-                        let g = SocketGroup::connect(
-                            &info(r, world, port, true),
-                            Duration::from_secs(20),
-                        )
-                        .unwrap();
-                        f(Arc::new(g))
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        })
+        spawn_group(world, true, |g| f(Arc::new(g)))
     }
 }
