@@ -3,7 +3,7 @@
 
 Run it with the environment from scripts/setup-deepinv.sh (see docs/BENCHMARKS.md):
 
-    ~/.cache/tessera/deepinv-venv/bin/python scripts/bench_deepinv.py [--threads 2] [--repeats 5]
+    ~/.cache/tessera/deepinv-venv/bin/python scripts/bench_deepinv.py [--threads 2] [--repeats 3] [--warmup 1]
 
 Prints one JSON object on stdout (seconds, median of --repeats after --warmup untimed runs) and a
 table on stderr. Each workload is also checked for plausibility (shapes, adjoint dot test, blur keeps
