@@ -3,7 +3,24 @@
 //! The numeric core (`tensor`, `linalg`, `physics`, `fidelity`, `denoise`, `tiling`, `optim`,
 //! `metrics`) knows nothing of files, sockets or user interfaces. `io` and `samples` bring data in and
 //! out; `preset` describes a whole experiment as TOML; `job` runs a preset and reports progress through
-//! a callback. The binary (`cli`) is a thin layer over `job`. See docs/ARCHITECTURE.md.
+//! a callback. The binary (`cli`) is a thin layer over `job`; `dist` runs the same job on several
+//! ranks. See docs/ARCHITECTURE.md.
+//!
+//! ```
+//! use tessera::Tensor;
+//! use tessera::physics::{LinearPhysics, Physics, PhysicsConfig};
+//!
+//! // An anisotropic Gaussian blur with circular padding, as a preset would write it.
+//! let config: PhysicsConfig =
+//!     toml::from_str("kind = \"blur\"\nsigma = [2.0, 1.0]\nangle_deg = 30\npadding = \"circular\"")?;
+//! let x = Tensor::full(&[1, 3, 32, 48], 0.5);
+//! let blur = config.build(x.shape(), None)?;
+//! let y = blur.forward(&x)?;
+//! // A circular blur keeps a constant image constant, and Aᵀ is its exact adjoint.
+//! assert!(y.data().iter().all(|v| (v - 0.5).abs() < 1e-5));
+//! assert_eq!(blur.adjoint(&y)?.shape(), x.shape());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod denoise;
 pub mod dist;
