@@ -143,6 +143,9 @@ struct GroupArgs {
     /// Port of rank 0's rendezvous store (default: MASTER_PORT, else 29500).
     #[arg(long)]
     master_port: Option<u16>,
+    /// Transport between ranks: sockets (default) or mpi (needs the `mpi` build; launch with mpirun/srun).
+    #[arg(long, default_value = "sockets")]
+    backend: dist::Backend,
     /// Seconds to wait for every rank to arrive.
     #[arg(long, default_value_t = 60)]
     rendezvous_timeout: u64,
@@ -219,13 +222,17 @@ fn run(
         master_port: group.master_port,
     };
     let info = RankInfo::discover(&flags).context("finding this process's rank")?;
-    let comm =
-        dist::init(&info, Duration::from_secs(group.rendezvous_timeout)).with_context(|| {
-            format!(
-                "joining the process group as rank {} of {}",
-                info.rank, info.world_size
-            )
-        })?;
+    let comm = dist::init_backend(
+        group.backend,
+        &info,
+        Duration::from_secs(group.rendezvous_timeout),
+    )
+    .with_context(|| {
+        format!(
+            "joining the process group as rank {} of {}",
+            info.rank, info.world_size
+        )
+    })?;
     let quiet = quiet || info.rank != 0;
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let preset = &loaded.preset;

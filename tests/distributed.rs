@@ -208,3 +208,16 @@ fn inconsistent_launcher_variables_are_clear_errors() {
         );
     }
 }
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn the_mpi_backend_without_the_feature_says_how_to_get_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["run", "quick", "--quiet", "--backend", "mpi"], dir.path());
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("--features mpi") && e.contains("libopenmpi-dev"),
+        "{e}"
+    );
+}

@@ -10,6 +10,8 @@ pub mod collective;
 pub mod denoise;
 pub mod env;
 pub mod launch;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod physics;
 pub mod sockets;
 pub mod store;
@@ -23,6 +25,50 @@ pub use env::{RankFlags, RankInfo, RankSource};
 pub use sockets::SocketGroup;
 
 use crate::error::Result;
+
+/// Which transport joins the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// Unix sockets on one host, TCP across hosts; no system dependency.
+    #[default]
+    Sockets,
+    /// Open MPI (cargo feature `mpi`; launch with mpirun or srun).
+    Mpi,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "sockets" => Ok(Backend::Sockets),
+            "mpi" => Ok(Backend::Mpi),
+            other => Err(crate::Error::config(
+                "--backend",
+                format!("`{other}` is not a backend (sockets, mpi)"),
+            )),
+        }
+    }
+}
+
+/// Joins the process group with the chosen transport.
+pub fn init_backend(
+    backend: Backend,
+    info: &RankInfo,
+    timeout: Duration,
+) -> Result<Box<dyn Collective>> {
+    match backend {
+        Backend::Sockets => init(info, timeout),
+        #[cfg(feature = "mpi")]
+        Backend::Mpi => Ok(Box::new(mpi::MpiGroup::init()?)),
+        #[cfg(not(feature = "mpi"))]
+        Backend::Mpi => Err(crate::Error::Unsupported(
+            "this tessera was built without MPI; rebuild with `cargo build --release --features mpi` \
+             (needs libopenmpi-dev and libclang-dev)"
+                .into(),
+        )),
+    }
+}
 
 /// Default time allowed for all ranks to arrive.
 pub const DEFAULT_RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(60);

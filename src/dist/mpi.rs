@@ -1,0 +1,139 @@
+//! The Open MPI transport (cargo feature `mpi`): the [`Collective`] trait over MPI, for runs launched
+//! by `mpirun`/`srun` with `--backend mpi`.
+//!
+//! MPI is initialised with `MPI_THREAD_SERIALIZED` and every call goes through one mutex, so the
+//! communicator may be shared between threads even though MPI handles are raw pointers.
+
+use std::sync::Mutex;
+
+use mpi::collective::SystemOperation;
+use mpi::datatype::PartitionMut;
+use mpi::environment::Universe;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+
+use super::collective::{Collective, ReduceOp, check_rank};
+use crate::error::{Error, Result};
+
+/// A process group over MPI's world communicator.
+pub struct MpiGroup {
+    inner: Mutex<(Universe, SimpleCommunicator)>,
+    rank: usize,
+    world: usize,
+}
+
+// SAFETY: MPI is initialised with at least MPI_THREAD_SERIALIZED (checked in `init`) and every MPI
+// call is made while holding `inner`'s lock, so no two threads call MPI at once.
+unsafe impl Send for MpiGroup {}
+unsafe impl Sync for MpiGroup {}
+
+impl MpiGroup {
+    /// Initialises MPI (once per process) and joins `MPI_COMM_WORLD`.
+    pub fn init() -> Result<MpiGroup> {
+        let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Serialized)
+            .ok_or_else(|| {
+                Error::Unsupported("MPI is already initialised in this process".into())
+            })?;
+        if threading < mpi::Threading::Serialized {
+            return Err(Error::Unsupported(format!(
+                "this MPI library only offers {threading:?} threading; tessera needs Serialized"
+            )));
+        }
+        let world = universe.world();
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        Ok(MpiGroup {
+            inner: Mutex::new((universe, world)),
+            rank,
+            world: size,
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&SimpleCommunicator) -> T) -> T {
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        f(&guard.1)
+    }
+}
+
+fn count(n: usize, what: &str) -> Result<i32> {
+    i32::try_from(n)
+        .map_err(|_| Error::config(what, format!("{n} elements exceed MPI's count limit")))
+}
+
+impl Collective for MpiGroup {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn all_reduce(&self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
+        count(buf.len(), "all_reduce")?;
+        let send = buf.to_vec();
+        self.with(|c| match op {
+            ReduceOp::Sum | ReduceOp::Mean => {
+                c.all_reduce_into(&send[..], buf, SystemOperation::sum())
+            }
+            ReduceOp::Max => c.all_reduce_into(&send[..], buf, SystemOperation::max()),
+        });
+        if op == ReduceOp::Mean {
+            for v in buf.iter_mut() {
+                *v /= self.world as f32;
+            }
+        }
+        Ok(())
+    }
+
+    fn all_gather(&self, local: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let n = count(local.len(), "all_gather")?;
+        let mut counts = vec![0i32; self.world];
+        self.with(|c| c.all_gather_into(&n, &mut counts[..]));
+        let mut displs = Vec::with_capacity(self.world);
+        let mut total = 0i64;
+        for &k in &counts {
+            displs.push(count(total as usize, "all_gather")?);
+            total += k as i64;
+        }
+        let mut buf = vec![0u8; total as usize];
+        {
+            let mut part = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
+            self.with(|c| c.all_gather_varcount_into(local, &mut part));
+        }
+        Ok(counts
+            .iter()
+            .zip(&displs)
+            .map(|(&k, &d)| buf[d as usize..(d + k) as usize].to_vec())
+            .collect())
+    }
+
+    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<()> {
+        check_rank(root, self.world, "broadcast root")?;
+        let mut len = count(buf.len(), "broadcast")? as u64;
+        self.with(|c| c.process_at_rank(root as i32).broadcast_into(&mut len));
+        buf.resize(len as usize, 0);
+        self.with(|c| c.process_at_rank(root as i32).broadcast_into(&mut buf[..]));
+        Ok(())
+    }
+
+    fn barrier(&self) -> Result<()> {
+        self.with(|c| c.barrier());
+        Ok(())
+    }
+
+    fn send(&self, to: usize, data: &[u8]) -> Result<()> {
+        check_rank(to, self.world, "send")?;
+        count(data.len(), "send")?;
+        self.with(|c| c.process_at_rank(to as i32).send(data));
+        Ok(())
+    }
+
+    fn recv(&self, from: usize) -> Result<Vec<u8>> {
+        check_rank(from, self.world, "recv")?;
+        Ok(self.with(|c| c.process_at_rank(from as i32).receive_vec::<u8>().0))
+    }
+
+    fn backend_name(&self) -> String {
+        "mpi".into()
+    }
+}
