@@ -221,3 +221,19 @@ fn the_mpi_backend_without_the_feature_says_how_to_get_it() {
         "{e}"
     );
 }
+
+#[cfg(not(feature = "nccl"))]
+#[test]
+fn the_nccl_backend_without_the_feature_says_how_to_get_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &["run", "quick", "--quiet", "--backend", "nccl"],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("--features nccl") && !e.contains("panicked"),
+        "{e}"
+    );
+}

@@ -12,6 +12,8 @@ pub mod env;
 pub mod launch;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod physics;
 pub mod sockets;
 pub mod store;
@@ -35,6 +37,8 @@ pub enum Backend {
     Sockets,
     /// Open MPI (cargo feature `mpi`; launch with mpirun or srun).
     Mpi,
+    /// NCCL all-reduce on NVIDIA GPUs (cargo feature `nccl`), sockets for the rest.
+    Nccl,
 }
 
 impl std::str::FromStr for Backend {
@@ -43,9 +47,10 @@ impl std::str::FromStr for Backend {
         match s {
             "sockets" => Ok(Backend::Sockets),
             "mpi" => Ok(Backend::Mpi),
+            "nccl" => Ok(Backend::Nccl),
             other => Err(crate::Error::config(
                 "--backend",
-                format!("`{other}` is not a backend (sockets, mpi)"),
+                format!("`{other}` is not a backend (sockets, mpi, nccl)"),
             )),
         }
     }
@@ -65,6 +70,14 @@ pub fn init_backend(
         Backend::Mpi => Err(crate::Error::Unsupported(
             "this tessera was built without MPI; rebuild with `cargo build --release --features mpi` \
              (needs libopenmpi-dev and libclang-dev)"
+                .into(),
+        )),
+        #[cfg(feature = "nccl")]
+        Backend::Nccl => Ok(Box::new(nccl::NcclGroup::connect(info, timeout)?)),
+        #[cfg(not(feature = "nccl"))]
+        Backend::Nccl => Err(crate::Error::Unsupported(
+            "this tessera was built without NCCL; rebuild with `cargo build --release --features nccl` \
+             (needs NVIDIA GPUs with the CUDA driver and libnccl at run time)"
                 .into(),
         )),
     }
