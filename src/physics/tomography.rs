@@ -511,9 +511,10 @@ impl Geometry {
 #[inline(always)]
 fn sample_pq(img: &[f32], s: usize, p: f32, q: f32) -> f32 {
     debug_assert!(s >= 2 && img.len() == s * s);
-    let max = s as i32 - 2;
-    let ip = (p as i32).clamp(0, max) as usize;
-    let iq = (q as i32).clamp(0, max) as usize;
+    // Clamped as floats (cheaper than integer clamps without SSE4.1); NaN maps to 0 either way.
+    let max = (s - 2) as f32;
+    let ip = p.max(0.0).min(max) as i32 as usize;
+    let iq = q.max(0.0).min(max) as i32 as usize;
     let (wp, wq) = (p - ip as f32, q - iq as f32);
     let idx = ip * s + iq;
     // SAFETY: idx ≤ (s−2)·s + s−2, so idx + s + 1 < s² = img.len() (asserted by every caller).
