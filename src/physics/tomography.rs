@@ -315,7 +315,8 @@ impl Geometry {
         transposed: bool,
     ) -> [f32; G] {
         let s = self.stride;
-        assert!(img.len() == s * s && rays.len() == G);
+        // The stride bound keeps `clamp_trunc` within i32 (and `s * s` from wrapping).
+        assert!(s < 1 << 20 && img.len() == s * s && rays.len() == G);
         let (dp, dq) = if transposed { (step.1, step.0) } else { step };
         let mut p0 = [0.0f32; G];
         let mut q0 = [0.0f32; G];
@@ -330,10 +331,35 @@ impl Geometry {
         }
         let common = n.iter().copied().min().unwrap_or(0);
         let mut sums = [0.0f32; G];
+        let max = (s - 2) as f32;
         for k in 0..common {
+            // Positions, indices and weights lane by lane (straight-line, so LLVM can vectorise it),
+            // then the loads, then the interpolation: the same arithmetic as `sample_pq`.
             let kf = k as f32;
+            let mut idx = [0usize; G];
+            let mut wp = [0.0f32; G];
+            let mut wq = [0.0f32; G];
             for g in 0..G {
-                sums[g] += sample_pq(img, s, p0[g] + kf * dp, q0[g] + kf * dq);
+                let (p, q) = (p0[g] + kf * dp, q0[g] + kf * dq);
+                let (ip, iq) = (clamp_trunc(p, max), clamp_trunc(q, max));
+                wp[g] = p - ip as f32;
+                wq[g] = q - iq as f32;
+                idx[g] = ip as usize * s + iq as usize;
+            }
+            for g in 0..G {
+                let i = idx[g];
+                // SAFETY: i ≤ (s−2)·s + s−2, so i + s + 1 < s² = img.len() (asserted above).
+                let (t0, t1, b0, b1) = unsafe {
+                    (
+                        *img.get_unchecked(i),
+                        *img.get_unchecked(i + 1),
+                        *img.get_unchecked(i + s),
+                        *img.get_unchecked(i + s + 1),
+                    )
+                };
+                let t = t0 + wq[g] * (t1 - t0);
+                let b = b0 + wq[g] * (b1 - b0);
+                sums[g] += t + wp[g] * (b - t);
             }
         }
         for g in 0..G {
@@ -501,6 +527,14 @@ impl Geometry {
     }
 }
 
+/// `⌊v⌋` for `v` in `[0, max]`, with `v` clamped to that range first (NaN becomes 0: `f32::max`
+/// returns the non-NaN operand); `max` must be below 2³¹ (callers assert `s < 2²⁰`).
+#[inline(always)]
+fn clamp_trunc(v: f32, max: f32) -> i32 {
+    // SAFETY: the clamped value is finite and in [0, max] ⊂ i32's range (max = s − 2 ≪ 2³¹).
+    unsafe { v.max(0.0).min(max).to_int_unchecked::<i32>() }
+}
+
 /// The bilinear sample at `(p, q)` of a bordered `s × s` image (`p` indexes memory rows, `q` runs
 /// along them): interpolated along `q`, then along `p`.
 ///
@@ -513,10 +547,9 @@ fn sample_pq(img: &[f32], s: usize, p: f32, q: f32) -> f32 {
     debug_assert!(s >= 2 && img.len() == s * s);
     // Clamped as floats (cheaper than integer clamps without SSE4.1); NaN maps to 0 either way.
     let max = (s - 2) as f32;
-    let ip = p.max(0.0).min(max) as i32 as usize;
-    let iq = q.max(0.0).min(max) as i32 as usize;
+    let (ip, iq) = (clamp_trunc(p, max), clamp_trunc(q, max));
     let (wp, wq) = (p - ip as f32, q - iq as f32);
-    let idx = ip * s + iq;
+    let idx = ip as usize * s + iq as usize;
     // SAFETY: idx ≤ (s−2)·s + s−2, so idx + s + 1 < s² = img.len() (asserted by every caller).
     let (t0, t1, b0, b1) = unsafe {
         (
