@@ -56,6 +56,9 @@ const CLIP_TOL: f64 = 1e-3;
 /// order — and the result — is the same on any number of threads.
 const ADJOINT_CHUNKS: usize = 16;
 
+/// Consecutive rays of one angle walked together by the forward projection.
+const RAY_GROUP: usize = 4;
+
 /// Tolerance and iteration cap of the power method that computes ‖A‖ for `normalize` (deepinv uses
 /// 100 iterations and 1e-3).
 const NORMALIZE_TOL: f64 = 1e-5;
@@ -282,27 +285,8 @@ impl Geometry {
         (ir * self.stride + ic, row - ir as f32, col - ic as f32)
     }
 
-    /// The bilinear sample `k` of a ray in a bordered image (`stride²` values, checked by the caller).
-    #[inline(always)]
-    fn sample(&self, img: &[f32], ray: &Ray, step: (f32, f32), k: usize) -> f32 {
-        let s = self.stride;
-        let (idx, wr, wc) = self.locate(ray, step, k);
-        // SAFETY: `locate` returns idx ≤ (s−2)·s + s−2, so idx + s + 1 < s² = img.len().
-        let (t0, t1, b0, b1) = unsafe {
-            (
-                *img.get_unchecked(idx),
-                *img.get_unchecked(idx + 1),
-                *img.get_unchecked(idx + s),
-                *img.get_unchecked(idx + s + 1),
-            )
-        };
-        let t = t0 + wc * (t1 - t0);
-        let b = b0 + wc * (b1 - b0);
-        t + wr * (b - t)
-    }
-
     /// Adds `value` times the bilinear weights of sample `k` of a ray into a bordered accumulator
-    /// (`stride²` values, checked by the caller): the transpose of [`Geometry::sample`].
+    /// (`stride²` values, checked by the caller): the transpose of the bilinear sample of [`sample_pq`].
     #[inline(always)]
     fn spread(&self, acc: &mut [f32], ray: &Ray, step: (f32, f32), k: usize, value: f32) {
         let s = self.stride;
@@ -318,25 +302,93 @@ impl Geometry {
         }
     }
 
-    /// Line integrals of two rays through a bordered image. The rays are walked together so that the
-    /// two sums (and the loads) form independent dependency chains; pairing distant rays keeps them
-    /// from touching the same pixels.
-    fn ray_sums(&self, img: &[f32], rays: (&Ray, &Ray), step: (f32, f32)) -> (f32, f32) {
-        assert_eq!(img.len(), self.stride * self.stride);
-        let (a, b) = rays;
-        let (na, nb) = (a.count as usize, b.count as usize);
-        let (mut sa, mut sb) = (0.0f32, 0.0f32);
-        for k in 0..na.min(nb) {
-            sa += self.sample(img, a, step, k);
-            sb += self.sample(img, b, step, k);
+    /// Line integrals of the `G` consecutive rays `rays` of one angle (`step = (Δrow, Δcol)`) through
+    /// a bordered image, walked in lockstep: `G` independent dependency chains, and neighbouring rays
+    /// read the same cache lines. With `transposed`, `img` is the transposed bordered image and the
+    /// roles of rows and columns are swapped, so that the walk runs along memory rows whenever the
+    /// ray runs closer to the columns (|Δrow| > |Δcol|). Each sum is over `k` ascending, as before.
+    fn ray_group_sums<const G: usize>(
+        &self,
+        img: &[f32],
+        rays: &[Ray],
+        step: (f32, f32),
+        transposed: bool,
+    ) -> [f32; G] {
+        let s = self.stride;
+        // The stride bound keeps `clamp_trunc` within i32 (and `s * s` from wrapping).
+        assert!(s < 1 << 20 && img.len() == s * s && rays.len() == G);
+        let (dp, dq) = if transposed { (step.1, step.0) } else { step };
+        let mut p0 = [0.0f32; G];
+        let mut q0 = [0.0f32; G];
+        let mut n = [0usize; G];
+        for (g, ray) in rays.iter().enumerate() {
+            (p0[g], q0[g]) = if transposed {
+                (ray.col0, ray.row0)
+            } else {
+                (ray.row0, ray.col0)
+            };
+            n[g] = ray.count as usize;
         }
-        for k in nb.min(na)..na {
-            sa += self.sample(img, a, step, k);
+        let common = n.iter().copied().min().unwrap_or(0);
+        let mut sums = [0.0f32; G];
+        let max = (s - 2) as f32;
+        for k in 0..common {
+            // Positions, indices and weights lane by lane (straight-line, so LLVM can vectorise it),
+            // then the loads, then the interpolation: the same arithmetic as `sample_pq`.
+            let kf = k as f32;
+            let mut idx = [0usize; G];
+            let mut wp = [0.0f32; G];
+            let mut wq = [0.0f32; G];
+            for g in 0..G {
+                let (p, q) = (p0[g] + kf * dp, q0[g] + kf * dq);
+                let (ip, iq) = (clamp_trunc(p, max), clamp_trunc(q, max));
+                wp[g] = p - ip as f32;
+                wq[g] = q - iq as f32;
+                idx[g] = ip as usize * s + iq as usize;
+            }
+            for g in 0..G {
+                let i = idx[g];
+                // SAFETY: i ≤ (s−2)·s + s−2, so i + s + 1 < s² = img.len() (asserted above).
+                let (t0, t1, b0, b1) = unsafe {
+                    (
+                        *img.get_unchecked(i),
+                        *img.get_unchecked(i + 1),
+                        *img.get_unchecked(i + s),
+                        *img.get_unchecked(i + s + 1),
+                    )
+                };
+                let t = t0 + wq[g] * (t1 - t0);
+                let b = b0 + wq[g] * (b1 - b0);
+                sums[g] += t + wp[g] * (b - t);
+            }
         }
-        for k in na.min(nb)..nb {
-            sb += self.sample(img, b, step, k);
+        for g in 0..G {
+            for k in common..n[g] {
+                let kf = k as f32;
+                sums[g] += sample_pq(img, s, p0[g] + kf * dp, q0[g] + kf * dq);
+            }
         }
-        (sa, sb)
+        sums
+    }
+
+    /// `A` for angle `a` of one bordered plane (`img`, and its transpose `img_t`) into `out[j]`.
+    fn project_angle(&self, img: &[f32], img_t: &[f32], a: usize, out: &mut [f32], scale: f32) {
+        let step = self.steps[a];
+        let transposed = step.0.abs() > step.1.abs();
+        let img = if transposed { img_t } else { img };
+        let rays = &self.rays[a * self.n_det..(a + 1) * self.n_det];
+        let mut groups = rays.chunks_exact(RAY_GROUP);
+        let mut outs = out.chunks_exact_mut(RAY_GROUP);
+        for (group, dst) in (&mut groups).zip(&mut outs) {
+            let sums = self.ray_group_sums::<RAY_GROUP>(img, group, step, transposed);
+            for (d, v) in dst.iter_mut().zip(sums) {
+                *d = v * scale;
+            }
+        }
+        for (ray, d) in groups.remainder().iter().zip(outs.into_remainder()) {
+            let [v] = self.ray_group_sums::<1>(img, std::slice::from_ref(ray), step, transposed);
+            *d = v * scale;
+        }
     }
 
     /// Spreads `values` along two rays into a bordered accumulator: the exact transpose of
@@ -364,7 +416,7 @@ impl Geometry {
     }
 
     /// Pairs of rays `(j, j + n_det/2)` of one angle, then the odd one out (as a pair with an empty
-    /// ray): the walking order of [`Geometry::ray_sums`] and [`Geometry::ray_spreads`].
+    /// ray): the walking order of [`Geometry::ray_spreads`].
     fn ray_pairs(&self) -> impl Iterator<Item = (usize, Option<usize>)> + use<> {
         let (nd, half) = (self.n_det, self.n_det / 2);
         (0..half)
@@ -391,11 +443,16 @@ impl Geometry {
     /// `A` on `n_planes` contiguous `W×W` planes; output `[plane][det][angle]`, times `scale`.
     fn project_planes(&self, x: &[f32], n_planes: usize, scale: f32) -> Vec<f32> {
         let (w, s) = (self.width, self.stride);
-        let mut padded = vec![0.0f32; n_planes * s * s];
+        // Per plane: the bordered image, then its transpose (for the angles walked along columns).
+        let mut padded = vec![0.0f32; n_planes * 2 * s * s];
         padded
-            .par_chunks_mut(s * s)
+            .par_chunks_mut(2 * s * s)
             .zip(x.par_chunks(w * w))
-            .for_each(|(buf, plane)| self.bordered(plane, buf));
+            .for_each(|(buf, plane)| {
+                let (img, img_t) = buf.split_at_mut(s * s);
+                self.bordered(plane, img);
+                transpose(img, img_t, s, s);
+            });
         let (nd, na) = (self.n_det, self.n_angles);
         // Angle-major first so that every task writes a contiguous block.
         let mut by_angle = vec![0.0f32; n_planes * na * nd];
@@ -404,17 +461,8 @@ impl Geometry {
             .enumerate()
             .for_each(|(task, out)| {
                 let (p, a) = (task / na, task % na);
-                let img = &padded[p * s * s..(p + 1) * s * s];
-                let step = self.steps[a];
-                let rays = &self.rays[a * nd..(a + 1) * nd];
-                for (j, partner) in self.ray_pairs() {
-                    let other = partner.map_or(&EMPTY_RAY, |q| &rays[q]);
-                    let (sj, sq) = self.ray_sums(img, (&rays[j], other), step);
-                    out[j] = sj * scale;
-                    if let Some(q) = partner {
-                        out[q] = sq * scale;
-                    }
-                }
+                let (img, img_t) = padded[p * 2 * s * s..(p + 1) * 2 * s * s].split_at(s * s);
+                self.project_angle(img, img_t, a, out, scale);
             });
         let mut y = vec![0.0f32; n_planes * na * nd];
         y.par_chunks_mut(nd * na)
@@ -477,6 +525,43 @@ impl Geometry {
             });
         out
     }
+}
+
+/// `⌊v⌋` for `v` in `[0, max]`, with `v` clamped to that range first (NaN becomes 0: `f32::max`
+/// returns the non-NaN operand); `max` must be below 2³¹ (callers assert `s < 2²⁰`).
+#[inline(always)]
+fn clamp_trunc(v: f32, max: f32) -> i32 {
+    // SAFETY: the clamped value is finite and in [0, max] ⊂ i32's range (max = s − 2 ≪ 2³¹).
+    unsafe { v.max(0.0).min(max).to_int_unchecked::<i32>() }
+}
+
+/// The bilinear sample at `(p, q)` of a bordered `s × s` image (`p` indexes memory rows, `q` runs
+/// along them): interpolated along `q`, then along `p`.
+///
+/// The clipping keeps every sample at buffer coordinates in `(0.99, W + 2.01)`, so truncation is
+/// `floor`. The clamp to `s − 2` never changes a valid sample; it guarantees
+/// `index + s + 1 < s²` for any input, NaN included (`as` saturates and maps NaN to 0), which is
+/// what makes the unchecked loads sound.
+#[inline(always)]
+fn sample_pq(img: &[f32], s: usize, p: f32, q: f32) -> f32 {
+    debug_assert!(s >= 2 && img.len() == s * s);
+    // Clamped as floats (cheaper than integer clamps without SSE4.1); NaN maps to 0 either way.
+    let max = (s - 2) as f32;
+    let (ip, iq) = (clamp_trunc(p, max), clamp_trunc(q, max));
+    let (wp, wq) = (p - ip as f32, q - iq as f32);
+    let idx = ip as usize * s + iq as usize;
+    // SAFETY: idx ≤ (s−2)·s + s−2, so idx + s + 1 < s² = img.len() (asserted by every caller).
+    let (t0, t1, b0, b1) = unsafe {
+        (
+            *img.get_unchecked(idx),
+            *img.get_unchecked(idx + 1),
+            *img.get_unchecked(idx + s),
+            *img.get_unchecked(idx + s + 1),
+        )
+    };
+    let t = t0 + wq * (t1 - t0);
+    let b = b0 + wq * (b1 - b0);
+    t + wp * (b - t)
 }
 
 /// `dst[c·rows + r] = src[r·cols + c]` for a `rows × cols` matrix.
