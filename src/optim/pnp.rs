@@ -3,7 +3,6 @@
 //! `zₖ = xₖ − τ∇f(xₖ)`, `xₖ₊₁ = (1 − β)xₖ + β·D(zₖ, σ_d)`, optionally clamped,
 //! with `τ = 0.99/L` when not given, `L` the Lipschitz constant of ∇f (‖A‖²/σ² for L2).
 
-use std::ops::ControlFlow;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -213,25 +212,4 @@ pub fn pnp(
         history,
         stopped,
     })
-}
-
-/// Convenience: runs PnP with no callback.
-pub fn pnp_quiet(
-    physics: &dyn StackedLinearPhysics,
-    fidelity: &FidelityConfig,
-    denoiser: &dyn Denoiser,
-    ys: &[Tensor],
-    x_shape: &[usize],
-    cfg: &PnpConfig,
-) -> Result<Tensor> {
-    let monitor = Monitor {
-        ground_truth: None,
-        data_range: 1.0,
-        ssim_every: 0,
-    };
-    let mut cb = |_: &IterationReport, _: &Tensor| ControlFlow::Continue(());
-    Ok(pnp(
-        physics, fidelity, denoiser, ys, x_shape, cfg, &monitor, &mut cb,
-    )?
-    .x)
 }
