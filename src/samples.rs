@@ -249,29 +249,36 @@ impl SplitMix64 {
         lo + (hi - lo) * self.uniform()
     }
 
-    /// Two independent standard normals (Box–Muller).
-    fn normal_pair(&mut self) -> (f64, f64) {
-        let u1 = 1.0 - self.uniform(); // (0, 1]: ln is finite
-        let u2 = self.uniform();
-        let r = (-2.0 * u1.ln()).sqrt();
-        let (s, c) = (std::f64::consts::TAU * u2).sin_cos();
-        (r * c, r * s)
+    /// Two independent uniforms in [−1, 1) with 24-bit resolution, from one 64-bit draw.
+    fn symmetric_pair_f32(&mut self) -> (f32, f32) {
+        const SCALE: f32 = 2.0 / (1u32 << 24) as f32;
+        let v = self.next_u64();
+        let hi = (v >> 40) as f32;
+        let lo = ((v >> 8) & 0xFF_FFFF) as f32;
+        (hi * SCALE - 1.0, lo * SCALE - 1.0)
     }
 }
 
-/// Transposes a row-major `rows × cols` array into `out` (`cols × rows`), in cache-sized blocks.
-fn transpose<T: Copy + Send + Sync>(src: &[T], rows: usize, cols: usize, out: &mut [T]) {
-    const BLOCK: usize = 32;
-    out.par_chunks_mut(rows.max(1) * BLOCK)
+/// Transposes a row-major `rows × cols` array into `out` (`cols × rows`), applying `f` to each
+/// element, in cache-sized tiles.
+fn transpose_map<T: Sync, U: Send>(
+    src: &[T],
+    rows: usize,
+    cols: usize,
+    out: &mut [U],
+    f: impl Fn(&T) -> U + Sync,
+) {
+    const TILE: usize = 32;
+    out.par_chunks_mut(rows.max(1) * TILE)
         .enumerate()
-        .for_each(|(bc, chunk)| {
-            // `chunk` holds output rows (source columns) bc*BLOCK .. bc*BLOCK + BLOCK.
-            let c0 = bc * BLOCK;
+        .for_each(|(tile_col, chunk)| {
+            // `chunk` holds output rows (source columns) c0 .. c0 + nc.
+            let c0 = tile_col * TILE;
             let nc = chunk.len() / rows.max(1);
-            for r0 in (0..rows).step_by(BLOCK) {
+            for r0 in (0..rows).step_by(TILE) {
                 for c in 0..nc {
-                    for r in r0..(r0 + BLOCK).min(rows) {
-                        chunk[c * rows + r] = src[r * cols + c0 + c];
+                    for r in r0..(r0 + TILE).min(rows) {
+                        chunk[c * rows + r] = f(&src[r * cols + c0 + c]);
                     }
                 }
             }
@@ -281,58 +288,69 @@ fn transpose<T: Copy + Send + Sync>(src: &[T], rows: usize, cols: usize, out: &m
 /// Amplitude exponent of the background texture: power ∝ 1/f^(2·1.3) = 1/f^2.6. Natural images
 /// average 1/f² (Field 1987; van der Schaaf & van Hateren 1996), but much of that comes from occlusion
 /// edges, which the shapes supply; a pure 1/f² texture looks like coloured noise at the pixel scale.
-const TEXTURE_AMPLITUDE_EXPONENT: f64 = 1.3;
+const TEXTURE_AMPLITUDE_EXPONENT: f32 = 1.3;
 
-/// Two independent zero-mean, unit-variance Gaussian random fields (`h × w`, row-major) with power
-/// spectrum ∝ 1/f^(2·[`TEXTURE_AMPLITUDE_EXPONENT`]). Made by giving each frequency a complex Gaussian
-/// of amplitude f^−exponent and inverting the FFT: without Hermitian symmetry the result is complex, and
-/// its real and imaginary parts are two independent real fields with the same spectrum.
-fn power_law_pair(h: usize, w: usize, seed: u64, stream: u64) -> [Vec<f32>; 2] {
-    let mut planner = FftPlanner::<f32>::new();
-    let fft_w = planner.plan_fft_inverse(w);
-    let fft_h = planner.plan_fft_inverse(h);
-    let signed = |k: usize, n: usize| {
-        if k <= n / 2 {
-            k as f64
-        } else {
-            k as f64 - n as f64
-        }
-    };
-
-    let mut spec = vec![Complex::new(0.0f32, 0.0); h * w];
-    spec.par_chunks_mut(w).enumerate().for_each(|(ky, row)| {
-        let mut rng = SplitMix64::new(seed, (stream << 32) ^ ky as u64);
-        let fy = signed(ky, h) / h as f64;
-        for (kx, z) in row.iter_mut().enumerate() {
-            let fx = signed(kx, w) / w as f64;
-            let f = (fx * fx + fy * fy).sqrt();
-            let (re, im) = rng.normal_pair();
-            if f > 0.0 {
-                let amp = f.powf(-TEXTURE_AMPLITUDE_EXPONENT);
-                *z = Complex::new((re * amp) as f32, (im * amp) as f32);
+/// Four independent zero-mean, unit-variance Gaussian random fields (`h × w`, row-major) with power
+/// spectrum ∝ 1/f^(2·[`TEXTURE_AMPLITUDE_EXPONENT`]).
+///
+/// Each frequency gets a random complex coefficient times f^−exponent and the FFT is inverted; without
+/// Hermitian symmetry the result is complex, and its real and imaginary parts are two independent real
+/// fields with the same spectrum, so two inverse FFTs give four fields. The coefficients' real and
+/// imaginary parts are uniform in [−1, 1) rather than Gaussian: only their variance shapes the
+/// spectrum, each output value is a sum of h·w of them and so Gaussian anyway (central limit theorem),
+/// and uniform draws cost no logarithms or sines.
+fn power_law_fields(h: usize, w: usize, seed: u64) -> [Vec<f32>; 4] {
+    // |f| is even in kx and ky, so the amplitude is tabulated on one quadrant only.
+    let (qh, qw) = (h / 2 + 1, w / 2 + 1);
+    let mut amp = vec![0.0f32; qh * qw];
+    amp.par_chunks_mut(qw).enumerate().for_each(|(ky, row)| {
+        let fy = ky as f32 / h as f32;
+        for (kx, a) in row.iter_mut().enumerate() {
+            let fx = kx as f32 / w as f32;
+            let f2 = fx * fx + fy * fy;
+            if f2 > 0.0 {
+                *a = f2.powf(-0.5 * TEXTURE_AMPLITUDE_EXPONENT);
             }
         }
     });
+
+    let mut planner = FftPlanner::<f32>::new();
+    let fft_w = planner.plan_fft_inverse(w);
+    let fft_h = planner.plan_fft_inverse(h);
     let ifft_rows = |data: &mut [Complex<f32>], len: usize, fft: &dyn rustfft::Fft<f32>| {
         data.par_chunks_mut(len * 64).for_each(|rows| {
             let mut scratch = vec![Complex::new(0.0, 0.0); fft.get_inplace_scratch_len()];
             fft.process_with_scratch(rows, &mut scratch);
         });
     };
-    ifft_rows(&mut spec, w, fft_w.as_ref());
+    let mut spec = vec![Complex::new(0.0f32, 0.0); h * w];
     let mut cols = vec![Complex::new(0.0f32, 0.0); h * w];
-    transpose(&spec, h, w, &mut cols);
-    ifft_rows(&mut cols, h, fft_h.as_ref());
-    transpose(&cols, w, h, &mut spec);
-
-    let parts = [
-        spec.par_iter().map(|z| z.re).collect::<Vec<f32>>(),
-        spec.par_iter().map(|z| z.im).collect::<Vec<f32>>(),
-    ];
-    parts.map(|mut field| {
-        normalise(&mut field, w);
-        field
-    })
+    let mut fields: [Vec<f32>; 4] = Default::default();
+    for (pair, stream) in [1u64, 2].into_iter().enumerate() {
+        spec.par_chunks_mut(w).enumerate().for_each(|(ky, row)| {
+            let mut rng = SplitMix64::new(seed, (stream << 32) ^ ky as u64);
+            let amp_row = &amp[ky.min(h - ky) * qw..][..qw];
+            for (kx, z) in row.iter_mut().enumerate() {
+                let (re, im) = rng.symmetric_pair_f32();
+                let a = amp_row[kx.min(w - kx)];
+                *z = Complex::new(re * a, im * a);
+            }
+        });
+        ifft_rows(&mut spec, w, fft_w.as_ref());
+        transpose_map(&spec, h, w, &mut cols, |z| *z);
+        ifft_rows(&mut cols, h, fft_h.as_ref());
+        // `cols` is (x, y): transposing back and splitting real/imaginary parts in one pass.
+        for (k, part) in [|z: &Complex<f32>| z.re, |z: &Complex<f32>| z.im]
+            .into_iter()
+            .enumerate()
+        {
+            let mut field = vec![0.0f32; h * w];
+            transpose_map(&cols, w, h, &mut field, part);
+            normalise(&mut field, w);
+            fields[2 * pair + k] = field;
+        }
+    }
+    fields
 }
 
 /// Scales a field to zero mean and unit standard deviation; sums per row, then in row order, so the
@@ -586,7 +604,7 @@ impl Shape {
             } => {
                 let u = (dx * dir.0 + dy * dir.1) / period_px;
                 let v = (dy * dir.0 - dx * dir.1) / period_px;
-                if (u.floor() + v.floor()).rem_euclid(2.0) < 1.0 {
+                if (u.floor() as i64 + v.floor() as i64) & 1 == 0 {
                     self.colour
                 } else {
                     *other
@@ -614,8 +632,7 @@ pub fn natural_image(height: usize, width: usize, seed: u64) -> Tensor {
     if h == 0 || w == 0 {
         return Tensor::zeros(&[1, 3, h, w]);
     }
-    let [lum, chroma_a] = power_law_pair(h, w, seed, 1);
-    let [chroma_b, texture] = power_law_pair(h, w, seed, 2);
+    let [lum, chroma_a, chroma_b, texture] = power_law_fields(h, w, seed);
 
     let mut rng = SplitMix64::new(seed, 0);
     let ground = random_colour(&mut rng).map(|v| 0.25 + 0.5 * v);
@@ -697,10 +714,10 @@ mod tests {
     fn transpose_round_trips() {
         let src: Vec<u32> = (0..37 * 70).collect();
         let mut t = vec![0; src.len()];
-        transpose(&src, 37, 70, &mut t);
+        transpose_map(&src, 37, 70, &mut t, |v| *v);
         assert_eq!(t[5 * 37 + 3], src[3 * 70 + 5]);
         let mut back = vec![0; src.len()];
-        transpose(&t, 70, 37, &mut back);
+        transpose_map(&t, 70, 37, &mut back, |v| *v);
         assert_eq!(back, src);
     }
 
