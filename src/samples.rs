@@ -622,11 +622,14 @@ impl Shape {
 /// A procedurally generated colour test image `(1, 3, height, width)` with values in [0, 1].
 ///
 /// Built to have the statistics that matter to denoisers and reconstruction algorithms: a background
-/// of 1/f²-spectrum colour texture (luminance plus two weaker opponent-colour fields) under a smooth
-/// illumination ramp, occluded by 90 sharp-edged shapes (ellipses, rotated rectangles, star
+/// of power-law colour texture (power ∝ 1/f^2.6; luminance plus two weaker opponent-colour fields)
+/// under a smooth illumination ramp, occluded by 90 sharp-edged shapes (ellipses, rotated rectangles, star
 /// polygons) with log-uniform sizes, filled with flat shaded colour, linear gradients, or fine
 /// stripes/checkerboards (2–12 px periods). The same `(height, width, seed)` always gives the same
-/// image. Cost: two complex FFTs of the image size plus one pass over the pixels.
+/// image. The whole image's radially averaged power spectrum falls roughly as 1/f^2.4–1/f^2.7 (natural
+/// photographs: about 1/f², range 1.6–3), and its gradients are sparse (~12 % of pixels above 0.1).
+/// Cost: two complex FFTs of the image size plus one pass over the pixels; 2048² takes ~0.4 s on two
+/// cores (release).
 pub fn natural_image(height: usize, width: usize, seed: u64) -> Tensor {
     let (h, w) = (height, width);
     if h == 0 || w == 0 {
