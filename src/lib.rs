@@ -30,6 +30,7 @@ pub mod io;
 pub mod job;
 pub mod linalg;
 pub mod metrics;
+pub mod nn;
 pub mod optim;
 pub mod physics;
 pub mod preset;

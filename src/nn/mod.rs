@@ -1,0 +1,11 @@
+//! Neural denoisers (DRUNet, DnCNN): network definitions, weights, and the engines that run them.
+//!
+//! A network is described by plain data (its architecture config) plus a [`StateDict`] of named
+//! weights, as PyTorch stores them. The native engine (default build) runs the networks with
+//! tessera's own convolution kernels; the `torch` feature runs the same networks, or any TorchScript
+//! denoiser, on libtorch. Both appear to the rest of tessera as a [`crate::denoise::Denoiser`], so
+//! tiling and distribution work unchanged.
+
+pub mod weights;
+
+pub use weights::StateDict;
