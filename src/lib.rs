@@ -34,6 +34,7 @@ pub mod nn;
 pub mod optim;
 pub mod physics;
 pub mod preset;
+pub mod protocol;
 pub mod samples;
 pub mod tensor;
 pub mod tiling;

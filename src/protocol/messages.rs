@@ -1,0 +1,187 @@
+//! Protocol messages (version [`PROTOCOL_VERSION`]). Adding a variant or a field is a version bump:
+//! old peers are told the versions differ at the handshake instead of failing mid-stream.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::optim::IterationReport;
+
+/// Bumped on every incompatible change of [`Request`] or [`Event`].
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame either side accepts (inline data included); a larger length prefix is an error
+/// before anything is allocated.
+pub const MAX_FRAME_BYTES: usize = 256 << 20;
+
+/// Identifies one submitted job on a server (1, 2, …; unique for the server's lifetime).
+pub type JobId = u64;
+
+/// Client → server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// First message on every connection.
+    Hello {
+        protocol: u32,
+        /// Free text, e.g. `tessera-gui 0.1.0`.
+        client: String,
+        /// Required when the server was started with a token file; compared in constant time.
+        token: Option<String>,
+    },
+    /// Run a preset (the same TOML the CLI runs), optionally with arrays sent along.
+    Submit {
+        preset_toml: String,
+        /// Arrays the preset refers to by name instead of by file (e.g. the image the user opened).
+        inline: Vec<InlineArray>,
+        /// Largest preview the view needs (pixels per side); previews are downsampled to fit.
+        preview_max_side: u32,
+    },
+    /// Stop a running job at the end of its current iteration.
+    Cancel { job: JobId },
+    /// Ask for [`Event::Status`].
+    Status,
+    /// Re-attach after a dropped connection: the server replays the job's `Started`, its iteration
+    /// history and its latest preview, then keeps streaming. `None` means the current job.
+    Attach { job: Option<JobId> },
+}
+
+/// An array sent inside a [`Request::Submit`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InlineArray {
+    /// The name the preset uses for it, e.g. `image`.
+    pub name: String,
+    /// (B, C, H, W) or (B, C, D, H, W).
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+/// Server → client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// Handshake accepted.
+    Welcome {
+        protocol: u32,
+        /// e.g. `tessera 0.1.0`.
+        server: String,
+        world_size: usize,
+        /// One entry per rank, e.g. `rank 1: cpu (2 threads) on host node12`.
+        devices: Vec<String>,
+        /// Transport between ranks: `sockets`, `mpi`, `nccl`.
+        backend: String,
+    },
+    /// Handshake refused (version mismatch, bad token); the server closes the connection.
+    Refused { reason: String },
+    /// A submitted job was queued.
+    Accepted { job: JobId },
+    /// The job is set up and its algorithm starts.
+    Started {
+        job: JobId,
+        name: String,
+        world_size: usize,
+        devices: Vec<String>,
+        image_shape: Vec<usize>,
+        /// Operator names and the rank that owns each.
+        operators: Vec<OperatorInfo>,
+        iterations: usize,
+        patch_map: Option<PatchMap>,
+    },
+    /// One iteration finished.
+    Iteration {
+        job: JobId,
+        report: IterationReport,
+        /// This iteration's times on every rank.
+        ranks: Vec<RankIteration>,
+    },
+    /// A downsampled image for the live view.
+    Preview {
+        job: JobId,
+        /// The iteration it shows (0 for images known before the first iteration).
+        iteration: usize,
+        what: PreviewKind,
+        image: PreviewImage,
+    },
+    Log {
+        level: LogLevel,
+        /// The rank that logged it, when known.
+        rank: Option<usize>,
+        message: String,
+    },
+    Finished {
+        job: JobId,
+        /// Files written by rank 0 (paths on the server's machine).
+        outputs: Vec<PathBuf>,
+        /// The job's `metrics.json`.
+        summary_json: String,
+    },
+    Failed {
+        job: Option<JobId>,
+        error: String,
+    },
+    Status {
+        world_size: usize,
+        running: Option<JobId>,
+        /// Jobs finished, failed or cancelled so far, oldest first.
+        done: Vec<JobId>,
+    },
+}
+
+/// An operator of the physics stack and its owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperatorInfo {
+    pub name: String,
+    pub rank: usize,
+}
+
+/// Which tile each rank denoises, in image coordinates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PatchMap {
+    /// Spatial shape of the image, (H, W) or (D, H, W).
+    pub spatial: Vec<usize>,
+    pub tiles: Vec<PatchTile>,
+}
+
+/// One tile: the window the denoiser sees (with overlap) and the region it owns in the output,
+/// both as (start, size) per spatial axis in image coordinates (windows may extend past the edge
+/// where the strategy pads).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PatchTile {
+    pub window: Vec<(i64, usize)>,
+    pub region: Vec<(usize, usize)>,
+    pub rank: usize,
+}
+
+/// Per-rank times of one iteration, seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankIteration {
+    pub rank: usize,
+    pub gradient_secs: f64,
+    pub denoiser_secs: f64,
+    pub communication_secs: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum PreviewKind {
+    Reconstruction,
+    GroundTruth,
+    /// Measurement of operator `i` (when it is an image, e.g. a blur; a sinogram otherwise).
+    Measurement(usize),
+}
+
+/// An image for display: `channels` (1 or 3) interleaved f32 samples, row-major, not normalised
+/// (the view applies contrast). A volume is previewed as its central slice along depth
+/// (`slice` says which).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreviewImage {
+    pub width: u32,
+    pub height: u32,
+    pub channels: u8,
+    pub slice: Option<u32>,
+    pub pixels: Vec<f32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogLevel {
+    Info,
+    Warn,
+    Error,
+}
