@@ -149,6 +149,10 @@ struct GroupArgs {
     /// Seconds to wait for every rank to arrive.
     #[arg(long, default_value_t = 60)]
     rendezvous_timeout: u64,
+    /// Seconds one collective may wait for a peer before declaring it hung (0 = forever). Raise it
+    /// when one iteration's work on a rank legitimately takes longer.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    op_timeout: u64,
 }
 
 /// Entry point: runs the command and turns errors into a message and exit code 1.
@@ -227,6 +231,10 @@ fn run(
         &info,
         Duration::from_secs(group.rendezvous_timeout),
     )
+    .and_then(|c| {
+        c.set_op_timeout(Some(Duration::from_secs(group.op_timeout)))?;
+        Ok(c)
+    })
     .with_context(|| {
         format!(
             "joining the process group as rank {} of {}",

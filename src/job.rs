@@ -226,7 +226,9 @@ pub fn run_in_group(
     })?;
     stack.gather = preset.distributed.gather;
     stack.sum_order = preset.distributed.sum_order;
-    let ys = stack.measure(&truth, preset.seed)?;
+    let noise_seed =
+        crate::dist::rank_seed(preset.seed, rank, preset.distributed.seed_offset_by_rank);
+    let ys = stack.measure(&truth, noise_seed)?;
     let adjoint = stack.adjoint(&ys)?;
     let denoiser = build_denoiser(preset, comm.clone())?;
     if rank == 0 {

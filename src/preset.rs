@@ -64,6 +64,10 @@ pub struct DistributedConfig {
     pub sum_order: SumOrder,
     /// How tiles are shared among ranks.
     pub tile_assignment: TileAssignment,
+    /// Offset the noise seed by the rank (deepinv's `seed_offset`): each rank draws from its own
+    /// stream. The measurements then depend on the number of ranks; off (the default), operator i's
+    /// noise is seeded by `seed + i` wherever it runs, so 1, 2 and 3 ranks measure the same data.
+    pub seed_offset_by_rank: bool,
 }
 
 /// Where the ground-truth image comes from: a built-in sample or a file.

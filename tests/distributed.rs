@@ -72,10 +72,75 @@ fn one_two_and_three_ranks_give_identical_reconstructions() {
 }
 
 #[test]
+fn seeds_offset_by_rank_change_the_noise_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let measurement = |n: &str, offset: bool| {
+        let out = format!("o{n}{offset}");
+        let set = format!("distributed.seed_offset_by_rank={offset}");
+        let mut args = vec!["run", "multiblur", "--ranks", n, "--out", &out];
+        args.extend_from_slice(SMALL);
+        args.extend_from_slice(&["--set", &set, "--set", "algorithm.iterations=1"]);
+        let o = run(&args, dir.path());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        // Operator 1 is owned by rank 1 on two ranks and by rank 0 on one.
+        std::fs::read(dir.path().join(&out).join("measurement_1.npy")).unwrap()
+    };
+    assert_eq!(measurement("1", false), measurement("2", false));
+    assert_ne!(measurement("1", true), measurement("2", true));
+    // Rank 0 keeps the plain seed, so operator 0's noise is unchanged by the offset.
+    let one = std::fs::read(dir.path().join("o1false/measurement_0.npy")).unwrap();
+    let one_offset = std::fs::read(dir.path().join("o2true/measurement_0.npy")).unwrap();
+    assert_eq!(one, one_offset);
+}
+
+#[test]
 fn a_killed_rank_stops_the_whole_group_quickly() {
+    let (_dir, mut child, pids, rest) = start_long_group(&[]);
+    let t = Instant::now();
+    // SAFETY: kill(2) on a process this test started (through the launcher).
+    unsafe { libc::kill(pids[1], libc::SIGKILL) };
+    let status = wait_until_stopped(&mut child, t, Duration::from_secs(10));
+    assert!(!status.success());
+    let stderr = rest.join().unwrap();
+    assert!(
+        stderr.contains("rank 1 was killed by signal 9 (SIGKILL)"),
+        "{stderr}"
+    );
+    assert_all_gone(&pids);
+}
+
+#[test]
+fn a_hung_rank_is_named_after_the_op_timeout() {
+    let (_dir, mut child, pids, rest) = start_long_group(&["--op-timeout", "2"]);
+    let t = Instant::now();
+    // SAFETY: kill(2) on a process this test started. SIGSTOP freezes rank 1 with its sockets open:
+    // nothing closes, so only the operation timeout can notice.
+    unsafe { libc::kill(pids[1], libc::SIGSTOP) };
+    let status = wait_until_stopped(&mut child, t, Duration::from_secs(30));
+    assert!(!status.success());
+    let stderr = rest.join().unwrap();
+    assert!(
+        stderr.contains("rank 1 did not answer within the operation timeout of 2 s"),
+        "{stderr}"
+    );
+    assert_all_gone(&pids);
+}
+
+/// Starts a 3-rank multiblur run that would take hours, returns its folder, the launcher, the rank pids (read
+/// from the launcher's log) and a thread collecting the rest of its stderr; waits 3 s so the ranks
+/// are inside the iterations.
+fn start_long_group(
+    extra: &[&str],
+) -> (
+    tempfile::TempDir,
+    std::process::Child,
+    Vec<i32>,
+    std::thread::JoinHandle<String>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let mut args = vec!["run", "multiblur", "--ranks", "3", "--out", "o"];
     args.extend_from_slice(SMALL);
+    args.extend_from_slice(extra);
     let pos = args
         .iter()
         .position(|a| *a == "algorithm.iterations=3")
@@ -106,26 +171,29 @@ fn a_killed_rank_stops_the_whole_group_quickly() {
     let rest =
         std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
     std::thread::sleep(Duration::from_secs(3));
-    let t = Instant::now();
-    // SAFETY: kill(2) on a process this test started (through the launcher).
-    unsafe { libc::kill(pids[1], libc::SIGKILL) };
-    let status = loop {
+    (dir, child, pids, rest)
+}
+
+/// Waits for the launcher to exit; fails the test if it is still running after `limit` (a hang).
+fn wait_until_stopped(
+    child: &mut std::process::Child,
+    since: Instant,
+    limit: Duration,
+) -> std::process::ExitStatus {
+    loop {
         if let Some(s) = child.try_wait().unwrap() {
-            break s;
+            return s;
         }
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the launcher did not stop within 10 s"
-        );
+        if since.elapsed() > limit {
+            let _ = child.kill();
+            panic!("the launcher did not stop within {limit:?}");
+        }
         std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(!status.success());
-    let stderr = rest.join().unwrap();
-    assert!(
-        stderr.contains("rank 1 was killed by signal 9 (SIGKILL)"),
-        "{stderr}"
-    );
-    for pid in pids {
+    }
+}
+
+fn assert_all_gone(pids: &[i32]) {
+    for &pid in pids {
         // SAFETY: signal 0 only checks for existence.
         let alive = unsafe { libc::kill(pid, 0) } == 0;
         assert!(!alive, "rank process {pid} survived");

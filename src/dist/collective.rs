@@ -40,6 +40,14 @@ pub trait Collective: Send + Sync {
 
     /// A short name for logs and timings (`single`, `sockets(unix)`, `mpi`, …).
     fn backend_name(&self) -> String;
+
+    /// How long one receive or send may wait for a peer before the peer is declared lost
+    /// ([`Error::PeerLost`] naming it: hung, stopped, or far slower than this rank); `None` waits
+    /// forever. Transports without timeouts (MPI) ignore it; a group of one never waits.
+    fn set_op_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        let _ = timeout;
+        Ok(())
+    }
 }
 
 /// The group of one: every collective is the identity.

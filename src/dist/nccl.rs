@@ -133,4 +133,7 @@ impl Collective for NcclGroup {
     fn backend_name(&self) -> String {
         format!("nccl + {}", self.sockets.backend_name())
     }
+    fn set_op_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        self.sockets.set_op_timeout(timeout)
+    }
 }

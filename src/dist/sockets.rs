@@ -13,6 +13,7 @@ use std::ops::Range;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::collective::{Collective, ReduceOp, check_rank, reduce_into};
@@ -44,6 +45,12 @@ impl Stream {
             Stream::Unix(s) => s.set_read_timeout(t),
         }
     }
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
 }
 
 impl Read for Stream {
@@ -73,6 +80,9 @@ impl Write for Stream {
 struct Link {
     reader: Mutex<BufReader<Stream>>,
     writer: Mutex<BufWriter<Stream>>,
+    /// A third handle on the same socket, to change its timeouts while a reader or writer is busy
+    /// (socket options are shared by every handle).
+    control: Stream,
 }
 
 impl Link {
@@ -80,7 +90,8 @@ impl Link {
         s.set_read_timeout(None)?;
         Ok(Link {
             reader: Mutex::new(BufReader::with_capacity(1 << 16, s.try_clone()?)),
-            writer: Mutex::new(BufWriter::with_capacity(1 << 16, s)),
+            writer: Mutex::new(BufWriter::with_capacity(1 << 16, s.try_clone()?)),
+            control: s,
         })
     }
 }
@@ -92,6 +103,8 @@ pub struct SocketGroup {
     links: Vec<Option<Link>>,
     max_message: usize,
     transport: &'static str,
+    /// Longest wait for a peer in one read or write, in milliseconds; 0 = forever.
+    op_timeout_ms: AtomicU64,
     /// Rank 0 keeps the rendezvous store alive for the group's lifetime.
     _store: Option<StoreServer>,
 }
@@ -229,6 +242,7 @@ impl SocketGroup {
             links,
             max_message: DEFAULT_MAX_MESSAGE,
             transport: if unix { "unix" } else { "tcp" },
+            op_timeout_ms: AtomicU64::new(0),
             _store: store_server,
         };
         // Nobody leaves set-up (and rank 0's store) before everyone is connected.
@@ -242,6 +256,17 @@ impl SocketGroup {
         self
     }
 
+    fn op_timeout(&self) -> Option<Duration> {
+        match self.op_timeout_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    fn lost(&self, peer: usize, e: std::io::Error) -> Error {
+        lost(peer, e, self.op_timeout())
+    }
+
     fn link(&self, peer: usize) -> Result<&Link> {
         check_rank(peer, self.world, "peer")?;
         self.links[peer].as_ref().ok_or_else(|| {
@@ -252,13 +277,13 @@ impl SocketGroup {
     fn write_to(&self, peer: usize, payload: &[u8]) -> Result<()> {
         let link = self.link(peer)?;
         let mut w = link.writer.lock().expect("link lock");
-        write_frame(&mut *w, payload).map_err(|e| lost(peer, e))
+        write_frame(&mut *w, payload).map_err(|e| self.lost(peer, e))
     }
 
     fn read_from(&self, peer: usize, max: usize) -> Result<Vec<u8>> {
         let link = self.link(peer)?;
         let mut r = link.reader.lock().expect("link lock");
-        read_frame(&mut *r, max).map_err(|e| lost(peer, e))
+        read_frame(&mut *r, max).map_err(|e| self.lost(peer, e))
     }
 
     /// Streams `send` to `right` in segments while receiving the same-length region from `left`
@@ -276,10 +301,11 @@ impl SocketGroup {
                 let link = self.link(right)?;
                 let mut w = link.writer.lock().expect("link lock");
                 for seg in send.chunks(SEGMENT_FLOATS) {
-                    write_frame(&mut *w, bytemuck::cast_slice(seg)).map_err(|e| lost(right, e))?;
+                    write_frame(&mut *w, bytemuck::cast_slice(seg))
+                        .map_err(|e| self.lost(right, e))?;
                 }
                 if send.is_empty() {
-                    write_frame(&mut *w, &[]).map_err(|e| lost(right, e))?;
+                    write_frame(&mut *w, &[]).map_err(|e| self.lost(right, e))?;
                 }
                 Ok(())
             });
@@ -290,7 +316,7 @@ impl SocketGroup {
                 let mut seg = vec![0f32; SEGMENT_FLOATS.min(recv_len.max(1))];
                 loop {
                     let want = (recv_len - offset).min(SEGMENT_FLOATS);
-                    read_segment(&mut *r, &mut seg[..want]).map_err(|e| lost(left, e))?;
+                    read_segment(&mut *r, &mut seg[..want]).map_err(|e| self.lost(left, e))?;
                     on_segment(offset, &seg[..want]);
                     offset += want;
                     if offset >= recv_len {
@@ -459,6 +485,24 @@ impl Collective for SocketGroup {
         self.read_from(from, self.max_message)
     }
 
+    fn set_op_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        // A zero Duration would mean "fail at once" to the OS's setsockopt: treat it as forever.
+        let timeout = timeout.filter(|t| !t.is_zero());
+        for (peer, link) in self.links.iter().enumerate() {
+            if let Some(link) = link {
+                link.control
+                    .set_read_timeout(timeout)
+                    .and_then(|()| link.control.set_write_timeout(timeout))
+                    .map_err(|e| {
+                        comm(format!("setting the timeout on the link to rank {peer}"), e)
+                    })?;
+            }
+        }
+        let ms = timeout.map_or(0, |t| t.as_millis().clamp(1, u64::MAX as u128) as u64);
+        self.op_timeout_ms.store(ms, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn backend_name(&self) -> String {
         format!("sockets({})", self.transport)
     }
@@ -529,13 +573,19 @@ fn comm(context: String, source: std::io::Error) -> Error {
     Error::Comm { context, source }
 }
 
-/// A failed read or write on a peer's link: the peer is gone (or sent garbage).
-fn lost(peer: usize, e: std::io::Error) -> Error {
+/// A failed read or write on a peer's link: the peer is gone, hung (no byte within `op_timeout`),
+/// or sent garbage.
+fn lost(peer: usize, e: std::io::Error, op_timeout: Option<Duration>) -> Error {
     use std::io::ErrorKind::*;
     let how = match e.kind() {
         UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => {
             "closed its connection (it exited or was killed)".to_string()
         }
+        WouldBlock | TimedOut => format!(
+            "did not answer within the operation timeout of {:.0} s: it is hung, stopped, or far \
+             slower than this rank (raise --op-timeout if its work is legitimately that long)",
+            op_timeout.map_or(0.0, |t| t.as_secs_f64())
+        ),
         InvalidData => format!("sent a malformed message: {e}"),
         _ => format!("could not be reached: {e}"),
     };
@@ -658,6 +708,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_peer_that_stays_silent_past_the_op_timeout_is_named() {
+        let results = on_ranks(2, true, |g| {
+            if g.rank() == 0 {
+                // Alive but silent (as if hung): keep the socket open past rank 1's timeout.
+                std::thread::sleep(Duration::from_millis(1500));
+                None
+            } else {
+                g.set_op_timeout(Some(Duration::from_millis(300))).unwrap();
+                let mut buf = vec![1.0f32; 8];
+                Some(
+                    g.all_reduce(&mut buf, ReduceOp::Sum)
+                        .unwrap_err()
+                        .to_string(),
+                )
+            }
+        });
+        let msg = results[1].clone().unwrap();
+        assert!(
+            msg.contains("rank 0") && msg.contains("did not answer within"),
+            "{msg}"
+        );
+    }
+
     /// A view of the same links with other settings (test only).
     fn unsafe_clone_for_test(g: &SocketGroup) -> SocketGroup {
         let links = g
@@ -669,6 +743,7 @@ mod tests {
                     let w = l.writer.lock().unwrap().get_ref().try_clone().unwrap();
                     Link {
                         reader: Mutex::new(BufReader::new(r)),
+                        control: w.try_clone().unwrap(),
                         writer: Mutex::new(BufWriter::new(w)),
                     }
                 })
@@ -680,6 +755,7 @@ mod tests {
             links,
             max_message: g.max_message,
             transport: g.transport,
+            op_timeout_ms: AtomicU64::new(g.op_timeout_ms.load(Ordering::Relaxed)),
             _store: None,
         }
     }

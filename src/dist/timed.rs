@@ -63,4 +63,7 @@ impl Collective for TimedCollective {
     fn backend_name(&self) -> String {
         self.inner.backend_name()
     }
+    fn set_op_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        self.inner.set_op_timeout(timeout)
+    }
 }
