@@ -432,49 +432,29 @@ mod tests {
 
     #[test]
     fn inconsistent_values_are_named() {
-        let e = RankInfo::discover_with(
-            &RankFlags::default(),
-            env(&[("RANK", "2"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h")]),
-        )
-        .unwrap_err()
-        .to_string();
+        let error = |vars: &[(&str, &str)]| {
+            RankInfo::discover_with(&RankFlags::default(), env(vars))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = error(&[("RANK", "2"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h")]);
         assert!(e.contains("rank 2") && e.contains("world size 2"), "{e}");
-        let e = RankInfo::discover_with(
-            &RankFlags::default(),
-            env(&[("RANK", "x"), ("WORLD_SIZE", "2")]),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = error(&[("RANK", "x"), ("WORLD_SIZE", "2")]);
         assert!(e.contains("RANK") && e.contains("`x`"), "{e}");
-        let e = RankInfo::discover_with(
-            &RankFlags::default(),
-            env(&[("RANK", "0"), ("WORLD_SIZE", "0"), ("MASTER_ADDR", "h")]),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = error(&[("RANK", "0"), ("WORLD_SIZE", "0"), ("MASTER_ADDR", "h")]);
         assert!(e.contains("world size"), "{e}");
-        let e = RankInfo::discover_with(
-            &RankFlags::default(),
-            env(&[
-                ("RANK", "0"),
-                ("WORLD_SIZE", "2"),
-                ("MASTER_ADDR", "h"),
-                ("MASTER_PORT", "99999"),
-            ]),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = error(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "99999"),
+        ]);
         assert!(e.contains("MASTER_PORT"), "{e}");
-        let e = RankInfo::discover_with(
-            &RankFlags::default(),
-            env(&[
-                ("OMPI_COMM_WORLD_RANK", "0"),
-                ("OMPI_COMM_WORLD_SIZE", "4"),
-                ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
-            ]),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = error(&[
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ]);
         assert!(e.contains("MASTER_ADDR"), "{e}");
     }
 
