@@ -27,7 +27,7 @@ fn drunet_keys(
         s
     };
     let mut keys = vec![("m_head.weight".to_string(), k(nc[0], channels + 1, 3))];
-    let mut res = |prefix: String, c: usize, keys: &mut Vec<(String, Vec<usize>)>| {
+    let res = |prefix: String, c: usize, keys: &mut Vec<(String, Vec<usize>)>| {
         for b in 0..nb {
             for conv in [0, 2] {
                 keys.push((format!("{prefix}{b}.res.{conv}.weight"), k(c, c, 3)));
@@ -117,4 +117,14 @@ fn save_safetensors_round_trips_bit_exactly() {
     let out = dir.path().join("copy.safetensors");
     sd.save_safetensors(&out).unwrap();
     assert_same(&sd, &StateDict::load(&out).unwrap());
+}
+
+#[test]
+fn drunet_pth_equals_safetensors_bit_for_bit() {
+    for (stem, ..) in DRUNETS {
+        let pth = StateDict::load(&fixture(&format!("{stem}.pth"))).unwrap();
+        let st = StateDict::load(&fixture(&format!("{stem}.safetensors"))).unwrap();
+        assert!(!pth.is_empty());
+        assert_same(&pth, &st);
+    }
 }
