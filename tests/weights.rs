@@ -128,3 +128,165 @@ fn drunet_pth_equals_safetensors_bit_for_bit() {
         assert_same(&pth, &st);
     }
 }
+
+fn weights_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/weights")
+        .join(name)
+}
+
+fn load_err(name: &str) -> String {
+    match StateDict::load(&weights_fixture(name)) {
+        Ok(sd) => panic!("{name}: expected an error, loaded {} keys", sd.len()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Strided views, shared storages, empty and 0-d tensors, parameters, f16/bf16/f64, and the pickle
+/// protocols and container formats torch.save writes (see tests/fixtures/weights/make_fixtures.py).
+#[test]
+fn torch_views_dtypes_and_formats_load_like_torch() {
+    let expected = StateDict::load(&weights_fixture("views_expected.safetensors")).unwrap();
+    assert_eq!(expected.len(), 14);
+    for name in [
+        "views.pth",
+        "views_p4.pth",
+        "views_legacy.pth",
+        "views_deflated.pth",
+    ] {
+        let sd = StateDict::load(&weights_fixture(name)).unwrap();
+        assert_same(&sd, &expected);
+        assert_eq!(sd.get("v.empty").unwrap().shape(), &[0, 3], "{name}");
+        assert_eq!(sd.get("v.scalar").unwrap().data(), &[2.5], "{name}");
+        // Independently of the expected file: a transpose and a strided slice of `v.base`.
+        let base = sd.get("v.base").unwrap().data();
+        let t = sd.get("v.transposed").unwrap();
+        assert_eq!(t.shape(), &[4, 3]);
+        for i in 0..4 {
+            for j in 0..3 {
+                assert_eq!(t.data()[i * 3 + j], base[j * 4 + i], "{name}");
+            }
+        }
+        let s = sd.get("v.slice").unwrap();
+        assert_eq!(s.shape(), &[2, 2]);
+        assert_eq!(s.data(), &[base[4], base[6], base[8], base[10]], "{name}");
+        let e = sd.get("v.expanded").unwrap();
+        assert_eq!(e.data(), &[1.5, -2.0, 1.5, -2.0, 1.5, -2.0], "{name}");
+        let h = sd.get("h.f16").unwrap().data();
+        assert_eq!(h[4], 65504.0);
+        assert_eq!(h[10], f32::INFINITY);
+        assert_eq!(h[1].to_bits(), (-0.0f32).to_bits());
+    }
+}
+
+#[test]
+fn safetensors_half_bfloat_and_double_convert_like_torch() {
+    let sd = StateDict::load(&weights_fixture("dtypes.safetensors")).unwrap();
+    let expected = StateDict::load(&weights_fixture("dtypes_expected.safetensors")).unwrap();
+    assert_same(&sd, &expected);
+    // The conversions are lossy in different ways, so the four keys really differ.
+    assert_ne!(sd.get("a.f16").unwrap(), sd.get("a.bf16").unwrap());
+}
+
+#[test]
+fn a_checkpoint_wrapping_one_state_dict_yields_it() {
+    let sd = StateDict::load(&weights_fixture("checkpoint.pth")).unwrap();
+    assert_same(
+        &sd,
+        &StateDict::load(&weights_fixture("small.safetensors")).unwrap(),
+    );
+}
+
+#[test]
+fn unusable_files_are_errors_that_say_why() {
+    let e = load_err("two_state_dicts.pth");
+    assert!(e.contains("`params`") && e.contains("`params_ema`"), "{e}");
+    assert!(e.contains("two_state_dicts.pth"), "{e}");
+    let e = load_err("batchnorm_int64.pth");
+    assert!(
+        e.contains("`num_batches_tracked`") && e.contains("int64"),
+        "{e}"
+    );
+    let e = load_err("int64.safetensors");
+    assert!(e.contains("`steps`") && e.contains("I64"), "{e}");
+    let e = load_err("whole_module.pth");
+    assert!(e.contains("torch.nn.modules.linear.Linear"), "{e}");
+    let e = load_err("expand_bomb.pth");
+    assert!(e.contains("`w`") && e.contains("expands"), "{e}");
+    let e = load_err("make_fixtures.py");
+    assert!(e.contains("not a torch.save file"), "{e}");
+    let e = StateDict::load(&weights_fixture("absent.pth"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("absent.pth"), "{e}");
+}
+
+/// Parses `bytes` and reports a panic as a test failure that names the case.
+fn parse_no_panic(what: &str, bytes: &[u8]) -> Result<StateDict, tessera::Error> {
+    let path = Path::new(what);
+    match std::panic::catch_unwind(|| StateDict::from_bytes(path, bytes)) {
+        Ok(r) => r,
+        Err(_) => panic!("loader panicked on {what}"),
+    }
+}
+
+/// Untrusted input: every truncation is an error, and corrupted bytes give an error or a dict, never
+/// a panic or a huge allocation.
+#[test]
+fn truncated_or_corrupted_files_are_errors_not_panics() {
+    // (file, offsets tried per region): every offset of the first 4 KiB and the last 600 bytes for
+    // one file per container format, a sample elsewhere (a debug-build parse is slow on busy cores).
+    let files = [
+        (fixture("drunet2d_gray.pth"), 48),
+        (fixture("drunet2d_gray.safetensors"), 48),
+        (weights_fixture("views.pth"), usize::MAX),
+        (weights_fixture("views_p4.pth"), 256),
+        (weights_fixture("views_legacy.pth"), usize::MAX),
+        (weights_fixture("views_deflated.pth"), 256),
+        (weights_fixture("dtypes.safetensors"), usize::MAX),
+    ];
+    // A fixed LCG so failures reproduce.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = move |n: usize| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 33) as usize) % n.max(1)
+    };
+    for &(ref file, per_region) in &files {
+        let bytes = std::fs::read(file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        assert!(parse_no_panic(&name, &bytes).is_ok());
+        let n = bytes.len();
+        let head = n.min(4096);
+        let sample = |rand: &mut dyn FnMut(usize) -> usize, range: std::ops::Range<usize>| {
+            if per_region >= range.len() {
+                range.collect::<Vec<_>>()
+            } else {
+                (0..per_region)
+                    .map(|_| range.start + rand(range.len()))
+                    .collect()
+            }
+        };
+        // Truncations: lengths within the first 4 KiB (headers, pickle) and anywhere.
+        let mut lengths = sample(&mut rand, 0..head);
+        lengths.extend((0..48).map(|_| rand(n)));
+        for len in lengths {
+            let r = parse_no_panic(&format!("{name} cut at {len}"), &bytes[..len]);
+            assert!(r.is_err(), "{name} truncated to {len} bytes loaded");
+        }
+        // Corruptions: single bytes set to extreme values across the first 4 KiB (where the
+        // zip directory entries, pickle and JSON header live) and at random places, plus the tail
+        // (zip central directory).
+        let mut positions = sample(&mut rand, 0..head);
+        positions.extend(sample(&mut rand, n.saturating_sub(600)..n));
+        positions.extend((0..24).map(|_| rand(n)));
+        for pos in positions {
+            for value in [0xff, bytes[pos] ^ 0x80] {
+                let mut corrupt = bytes.clone();
+                corrupt[pos] = value;
+                let _ = parse_no_panic(&format!("{name} with byte {pos} = {value:#x}"), &corrupt);
+            }
+        }
+    }
+}

@@ -110,16 +110,21 @@ impl StateDict {
     /// "epoch": 3}`) yields that inner dict.
     pub fn load(path: &Path) -> Result<StateDict> {
         let bytes = std::fs::read(path).map_err(|e| Error::io("reading weights", path, e))?;
-        if super::safetensors::looks_like(&bytes) {
-            super::safetensors::parse(path, &bytes)
-        } else if super::pth::looks_like(&bytes) {
-            super::pth::parse(path, &bytes)
+        Self::from_bytes(path, &bytes)
+    }
+
+    /// [`StateDict::load`] on a file's content already in memory; `path` names it in errors.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<StateDict> {
+        if super::safetensors::looks_like(bytes) {
+            super::safetensors::parse(path, bytes)
+        } else if super::pth::looks_like(bytes) {
+            super::pth::parse(path, bytes)
         } else {
             let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
             Err(Error::format(
                 path,
                 format!(
-                    "weights: not a torch.save archive (.pth/.pt) nor a .safetensors file \
+                    "weights: not a torch.save file (.pth/.pt) nor a .safetensors file \
                      (extension `.{ext}`, first bytes {:02x?})",
                     &bytes[..bytes.len().min(8)]
                 ),
