@@ -211,6 +211,8 @@ fn unusable_files_are_errors_that_say_why() {
     assert!(e.contains("`steps`") && e.contains("I64"), "{e}");
     let e = load_err("whole_module.pth");
     assert!(e.contains("torch.nn.modules.linear.Linear"), "{e}");
+    let e = load_err("torchscript.pt");
+    assert!(e.contains("TorchScript"), "{e}");
     let e = load_err("expand_bomb.pth");
     assert!(e.contains("`w`") && e.contains("expands"), "{e}");
     let e = load_err("make_fixtures.py");

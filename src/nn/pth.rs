@@ -53,10 +53,17 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<StateDict> {
         .filter(|n| *n == "data.pkl" || n.ends_with("/data.pkl"))
         .min_by_key(|n| n.len())
         .ok_or_else(|| {
-            fail("zip archive has no `data.pkl`; not written by torch.save (TorchScript archives hold `code/` and `constants.pkl` and are not state dicts)".into())
+            fail("zip archive has no `data.pkl`, so it was not written by torch.save".into())
         })?
         .to_string();
     let prefix = &pkl_name[..pkl_name.len() - "data.pkl".len()];
+    if zip.find(&format!("{prefix}constants.pkl")).is_some() {
+        return Err(fail(
+            "this is a TorchScript module (torch.jit.save), not a state dict; save \
+             `model.state_dict()` with torch.save, or run it with the `torch` feature"
+                .into(),
+        ));
+    }
     let big_endian = match zip.find(&format!("{prefix}byteorder")) {
         None => false,
         Some(e) => match &*zip.read(e).map_err(|e| fail(format!("zip: {e}")))? {
@@ -361,13 +368,19 @@ struct Zip<'a> {
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+    Some(u16::from_le_bytes(
+        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
 }
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    Some(u32::from_le_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
 }
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    Some(u64::from_le_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
 }
 
 impl<'a> Zip<'a> {
@@ -488,8 +501,11 @@ impl<'a> Zip<'a> {
             0 if e.compressed == e.uncompressed => Ok(Cow::Borrowed(data)),
             0 => Err(bad("stored sizes disagree")),
             8 => {
-                // Deflate expands at most ~1032×; a larger claim is corrupt, not a reason to allocate.
-                if e.uncompressed / 1032 > e.compressed + 1 {
+                // Deflate expands at most ~1032×; a larger claim is corrupt. Beyond that, inflating
+                // to more than a few times the archive is refused rather than allocated (torch.save
+                // itself never compresses).
+                let limit = self.bytes.len().saturating_mul(8).saturating_add(64 << 20);
+                if e.uncompressed / 1032 > e.compressed + 1 || e.uncompressed > limit {
                     return Err(bad("implausible uncompressed size"));
                 }
                 let mut out = Vec::with_capacity(e.uncompressed);
@@ -1261,6 +1277,37 @@ mod tests {
         assert!(e.contains("INT") && e.contains("0x49"), "{e}");
         let e = run(b"\x80\x02cos\nsystem\n.").err().unwrap();
         assert!(e.contains("`os.system`"), "{e}");
+    }
+
+    #[test]
+    fn zip_offsets_near_usize_max_are_errors() {
+        // One central-directory entry whose local-header offset comes from a zip64 extra field
+        // holding u64::MAX - 1, then the end-of-central-directory record.
+        let mut cd = Vec::new();
+        cd.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        cd.extend_from_slice(&[0; 16]); // versions, flags, method, time, date, crc
+        cd.extend_from_slice(&4u32.to_le_bytes()); // compressed
+        cd.extend_from_slice(&4u32.to_le_bytes()); // uncompressed
+        cd.extend_from_slice(&5u16.to_le_bytes()); // name length
+        cd.extend_from_slice(&12u16.to_le_bytes()); // extra length
+        cd.extend_from_slice(&[0; 10]); // comment length, disk, attributes
+        cd.extend_from_slice(&0xffff_ffffu32.to_le_bytes()); // local header offset → zip64
+        cd.extend_from_slice(b"a/x.y");
+        cd.extend_from_slice(&1u16.to_le_bytes());
+        cd.extend_from_slice(&8u16.to_le_bytes());
+        cd.extend_from_slice(&(u64::MAX - 1).to_le_bytes());
+        let mut zip = cd.clone();
+        zip.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+        zip.extend_from_slice(&[0; 4]);
+        zip.extend_from_slice(&1u16.to_le_bytes());
+        zip.extend_from_slice(&1u16.to_le_bytes());
+        zip.extend_from_slice(&(cd.len() as u32).to_le_bytes());
+        zip.extend_from_slice(&0u32.to_le_bytes());
+        zip.extend_from_slice(&0u16.to_le_bytes());
+        let z = Zip::parse(&zip).unwrap();
+        assert_eq!(z.entries[0].local_header as u64, u64::MAX - 1);
+        let e = z.read(&z.entries[0]).err().unwrap();
+        assert!(e.contains("local header"), "{e}");
     }
 
     #[test]

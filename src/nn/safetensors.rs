@@ -48,6 +48,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<StateDict> {
     let data = &bytes[header_end..];
 
     let mut sd = StateDict::new(path.display().to_string());
+    let mut ranges = Vec::with_capacity(header.len());
     for (key, info) in &header {
         if key == "__metadata__" {
             continue;
@@ -96,8 +97,21 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<StateDict> {
                 end - begin
             )));
         }
+        ranges.push((begin, end, key.as_str(), dtype, shape));
+    }
+    // The format forbids overlapping tensors; refusing them also bounds the decoded size by the file's.
+    ranges.sort_by_key(|r| (r.0, r.1));
+    for pair in ranges.windows(2) {
+        if pair[1].0 < pair[0].1 {
+            return Err(bad(format!(
+                "keys `{}` and `{}` overlap in the data section",
+                pair[0].2, pair[1].2
+            )));
+        }
+    }
+    for (begin, end, key, dtype, shape) in ranges {
         let values = dtype.decode_all(&data[begin..end], false);
-        sd.insert(key.clone(), Tensor::from_vec(&shape, values)?);
+        sd.insert(key, Tensor::from_vec(&shape, values)?);
     }
     Ok(sd)
 }
@@ -146,4 +160,50 @@ pub fn write(sd: &StateDict, path: &Path) -> Result<()> {
         }
     }
     w.flush().map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(header: &str, data_len: usize) -> Vec<u8> {
+        let mut f = (header.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(header.as_bytes());
+        f.resize(f.len() + data_len, 0);
+        f
+    }
+
+    #[test]
+    fn overlapping_or_out_of_range_tensors_are_refused() {
+        let path = Path::new("t.safetensors");
+        let ok = file(
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"BF16","shape":[],"data_offsets":[8,10]}}"#,
+            10,
+        );
+        assert!(looks_like(&ok));
+        let sd = parse(path, &ok).unwrap();
+        assert_eq!(sd.get("b").unwrap().shape(), &[] as &[usize]);
+        // Two keys over the same bytes would let a small file decode to a huge one.
+        let overlap = file(
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#,
+            8,
+        );
+        let e = parse(path, &overlap).unwrap_err().to_string();
+        assert!(
+            e.contains("`a`") && e.contains("`b`") && e.contains("overlap"),
+            "{e}"
+        );
+        let past_end = file(
+            r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#,
+            8,
+        );
+        let e = parse(path, &past_end).unwrap_err().to_string();
+        assert!(e.contains("`a`") && e.contains("outside"), "{e}");
+        let wrong_len = file(
+            r#"{"a":{"dtype":"F16","shape":[3],"data_offsets":[0,8]}}"#,
+            8,
+        );
+        let e = parse(path, &wrong_len).unwrap_err().to_string();
+        assert!(e.contains("needs 6 bytes"), "{e}");
+    }
 }
