@@ -186,7 +186,7 @@ fn to_state_dict<'s>(
     };
     let tensors = match tensor_entries(root_dict) {
         Ok(t) => t,
-        Err(first_other) => {
+        Err(_) => {
             // A checkpoint: look for exactly one tensor dict among the values.
             let items = root_dict.items.borrow();
             let found: Vec<(String, &Rc<DictNode>)> = items
@@ -210,7 +210,8 @@ fn to_state_dict<'s>(
                         .map(|(k, v)| format!("`{}` ({})", k.describe_key(), v.describe()))
                         .collect();
                     return Err(format!(
-                        "no dict of tensors found: the top-level dict has {} entries ({}{}) and {first_other}",
+                        "no dict of tensors found: the top-level dict mixes tensors with other values or \
+                         holds none: {} entries ({}{})",
                         items.len(),
                         keys.join(", "),
                         if items.len() > 12 { ", …" } else { "" }
@@ -1308,6 +1309,24 @@ mod tests {
         assert_eq!(z.entries[0].local_header as u64, u64::MAX - 1);
         let e = z.read(&z.entries[0]).err().unwrap();
         assert!(e.contains("local header"), "{e}");
+    }
+
+    #[test]
+    fn a_dict_without_tensors_is_described() {
+        // {'epoch': 3, 'name': 'x'}
+        let root =
+            run(b"\x80\x02}(X\x05\x00\x00\x00epochK\x03X\x04\x00\x00\x00nameX\x01\x00\x00\x00xu.")
+                .unwrap();
+        let none =
+            |_: &str| -> std::result::Result<Cow<'static, [u8]>, String> { Err("none".into()) };
+        let e = to_state_dict(Path::new("c.pth"), root, 100, false, &none).unwrap_err();
+        assert!(
+            e.contains("`epoch` (int 3)") && e.contains("`name` (a string)"),
+            "{e}"
+        );
+        let list = run(b"\x80\x02]K\x01a.").unwrap();
+        let e = to_state_dict(Path::new("c.pth"), list, 100, false, &none).unwrap_err();
+        assert!(e.contains("a list of 1"), "{e}");
     }
 
     #[test]
