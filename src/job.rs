@@ -312,10 +312,7 @@ pub fn run_in_group_with(
         let mut report = report.clone();
         report.times.communication_secs = now - comm_mark;
         comm_mark = now;
-        on_event(JobEvent::Iteration {
-            report: &report,
-            x,
-        })
+        on_event(JobEvent::Iteration { report: &report, x })
     };
     let t_solve = Instant::now();
     let (algorithm, recon) = match &preset.algorithm {

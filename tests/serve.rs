@@ -92,7 +92,11 @@ fn a_job_on_two_ranks_streams_started_iterations_previews_and_finished() {
     assert_eq!(client.welcome().devices.len(), 2);
     submit(&client, quick(5));
     let events = until(&client, is_end);
-    assert!(matches!(events[0], Event::Accepted { job: 1 }), "{:?}", events[0]);
+    assert!(
+        matches!(events[0], Event::Accepted { job: 1 }),
+        "{:?}",
+        events[0]
+    );
     let started = events
         .iter()
         .find_map(|e| match e {
@@ -103,7 +107,13 @@ fn a_job_on_two_ranks_streams_started_iterations_previews_and_finished() {
                 image_shape,
                 iterations,
                 ..
-            } => Some((*world_size, devices.len(), operators.clone(), image_shape.clone(), *iterations)),
+            } => Some((
+                *world_size,
+                devices.len(),
+                operators.clone(),
+                image_shape.clone(),
+                *iterations,
+            )),
             _ => None,
         })
         .expect("a Started event");
@@ -128,25 +138,40 @@ fn a_job_on_two_ranks_streams_started_iterations_previews_and_finished() {
                 what,
                 image,
                 ..
-            } => Some((*iteration, what.clone(), image.width, image.height, image.channels)),
+            } => Some((
+                *iteration,
+                what.clone(),
+                image.width,
+                image.height,
+                image.channels,
+            )),
             _ => None,
         })
         .collect();
     assert!(
-        previews.iter().any(|p| p.1 == PreviewKind::Reconstruction && p.0 == 5),
+        previews
+            .iter()
+            .any(|p| p.1 == PreviewKind::Reconstruction && p.0 == 5),
         "{previews:?}"
     );
     assert!(previews.iter().any(|p| p.1 == PreviewKind::GroundTruth));
     assert!(previews.iter().any(|p| p.1 == PreviewKind::Measurement(0)));
     // 48×40 fits 32 pixels per side with a factor of 2.
-    assert!(previews.iter().all(|p| (p.2, p.3, p.4) == (20, 24, 3)), "{previews:?}");
+    assert!(
+        previews.iter().all(|p| (p.2, p.3, p.4) == (20, 24, 3)),
+        "{previews:?}"
+    );
     match events.last().unwrap() {
         Event::Finished {
             outputs,
             summary_json,
             ..
         } => {
-            assert!(outputs.iter().any(|p| p.ends_with("metrics.json") && p.exists()));
+            assert!(
+                outputs
+                    .iter()
+                    .any(|p| p.ends_with("metrics.json") && p.exists())
+            );
             let s: serde_json::Value = serde_json::from_str(summary_json).unwrap();
             assert_eq!(s["iterations"], 5);
             assert_eq!(s["world_size"], 2);
@@ -160,7 +185,10 @@ fn a_job_on_two_ranks_streams_started_iterations_previews_and_finished() {
 fn cancel_stops_every_rank_at_one_iteration_and_the_group_takes_the_next_job() {
     let (_backend, client, _dir) = local(2);
     submit(&client, quick(100_000));
-    until(&client, |e| matches!(e, Event::Iteration { report, .. } if report.iteration >= 3));
+    until(
+        &client,
+        |e| matches!(e, Event::Iteration { report, .. } if report.iteration >= 3),
+    );
     client.send(Request::Cancel { job: 1 }).unwrap();
     let events = until(&client, is_end);
     let Some(Event::Finished { summary_json, .. }) = events.last() else {
@@ -175,27 +203,50 @@ fn cancel_stops_every_rank_at_one_iteration_and_the_group_takes_the_next_job() {
     // Had a rank gone on iterating, the next job's collectives would not match and it would hang.
     submit(&client, quick(3));
     let events = until(&client, is_end);
-    assert!(matches!(events.last(), Some(Event::Finished { job: 2, .. })), "{:?}", events.last());
+    assert!(
+        matches!(events.last(), Some(Event::Finished { job: 2, .. })),
+        "{:?}",
+        events.last()
+    );
     assert_eq!(iterations(&events), vec![1, 2, 3]);
     // Cancelling what is not running is a warning, not a failure.
     client.send(Request::Cancel { job: 7 }).unwrap();
-    until(&client, |e| matches!(e, Event::Log { message, .. } if message.contains("job 7")));
+    until(
+        &client,
+        |e| matches!(e, Event::Log { message, .. } if message.contains("job 7")),
+    );
 }
 
 #[test]
 fn attach_after_a_dropped_connection_replays_the_history_then_streams_on() {
     let (backend, client, _dir) = local(2);
     submit(&client, quick(60));
-    until(&client, |e| matches!(e, Event::Iteration { report, .. } if report.iteration >= 2));
+    until(
+        &client,
+        |e| matches!(e, Event::Iteration { report, .. } if report.iteration >= 2),
+    );
     drop(client);
     let again = backend.connect().unwrap();
     again.send(Request::Attach { job: None }).unwrap();
     let events = until(&again, is_end);
-    assert!(matches!(events[0], Event::Started { job: 1, .. }), "{:?}", events[0]);
+    assert!(
+        matches!(events[0], Event::Started { job: 1, .. }),
+        "{:?}",
+        events[0]
+    );
     // Replayed and live iterations together: each exactly once, in order.
     assert_eq!(iterations(&events), (1..=60).collect::<Vec<_>>());
-    assert!(events.iter().any(|e| matches!(e, Event::Preview { what: PreviewKind::GroundTruth, .. })));
-    assert!(matches!(events.last(), Some(Event::Finished { job: 1, .. })));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::Preview {
+            what: PreviewKind::GroundTruth,
+            ..
+        }
+    )));
+    assert!(matches!(
+        events.last(),
+        Some(Event::Finished { job: 1, .. })
+    ));
     // A finished job can be attached too: the whole story again, ending in Finished.
     let third = backend.connect().unwrap();
     third.send(Request::Attach { job: Some(1) }).unwrap();
@@ -234,7 +285,10 @@ fn inline_images_run_and_a_bad_submission_fails_without_stopping_the_backend() {
         .unwrap();
     let events = until(&client, is_end);
     match events.last() {
-        Some(Event::Failed { job: Some(1), error }) => {
+        Some(Event::Failed {
+            job: Some(1),
+            error,
+        }) => {
             assert!(error.contains("photo"), "{error}")
         }
         other => panic!("expected Failed, got {other:?}"),
@@ -251,7 +305,10 @@ fn inline_images_run_and_a_bad_submission_fails_without_stopping_the_backend() {
         events.iter().any(|e| matches!(e, Event::Started { image_shape, .. } if image_shape == &vec![1, 1, 24, 20])),
         "{events:#?}"
     );
-    assert!(matches!(events.last(), Some(Event::Finished { job: 2, .. })));
+    assert!(matches!(
+        events.last(),
+        Some(Event::Finished { job: 2, .. })
+    ));
 }
 
 /// `tessera serve --listen 127.0.0.1:0 …` and the address it prints.
@@ -286,7 +343,9 @@ fn tokens_and_protocol_versions_are_checked_at_the_handshake() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    let err = Client::connect(&addr, Some("wrong horse".into())).err().unwrap();
+    let err = Client::connect(&addr, Some("wrong horse".into()))
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("wrong token"), "{err}");
     let err = Client::connect(&addr, None).err().unwrap();
     assert!(err.to_string().contains("missing token"), "{err}");
@@ -305,9 +364,12 @@ fn tokens_and_protocol_versions_are_checked_at_the_handshake() {
     // Garbage instead of a hello is refused; the server keeps serving.
     {
         use std::io::{Read, Write};
-        let BackendAddr::Tcp(a) = &addr else { unreachable!() };
+        let BackendAddr::Tcp(a) = &addr else {
+            unreachable!()
+        };
         let mut raw = std::net::TcpStream::connect(a).unwrap();
-        raw.write_all(&[5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff]).unwrap();
+        raw.write_all(&[5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff])
+            .unwrap();
         let mut answer = Vec::new();
         raw.read_to_end(&mut answer).unwrap();
         let refused: Event = tessera::protocol::frame::decode(&answer[4..]).unwrap();
@@ -316,7 +378,9 @@ fn tokens_and_protocol_versions_are_checked_at_the_handshake() {
     let client = Client::connect(&addr, Some("correct horse".into())).unwrap();
     assert_eq!(client.welcome().protocol, PROTOCOL_VERSION);
     client.send(Request::Status).unwrap();
-    until(&client, |e| matches!(e, Event::Status { world_size: 1, .. }));
+    until(&client, |e| {
+        matches!(e, Event::Status { world_size: 1, .. })
+    });
     child.kill().unwrap();
     child.wait().unwrap();
 }
@@ -396,9 +460,9 @@ fn measure_round_trip_and_control_overhead() {
     let iter_secs: Vec<f64> = events
         .iter()
         .filter_map(|e| match e {
-            Event::Iteration { report, .. } => {
-                Some(report.times.gradient_secs + report.times.denoiser_secs + report.times.other_secs)
-            }
+            Event::Iteration { report, .. } => Some(
+                report.times.gradient_secs + report.times.denoiser_secs + report.times.other_secs,
+            ),
             _ => None,
         })
         .collect();

@@ -73,7 +73,10 @@ fn encode(event: &Event) -> Option<Frame> {
     match frame::encode(event) {
         Ok(bytes) if bytes.len() <= MAX_FRAME_BYTES => Some(Arc::new(bytes)),
         Ok(bytes) => {
-            tracing::warn!("dropping an event of {} bytes (over the frame limit)", bytes.len());
+            tracing::warn!(
+                "dropping an event of {} bytes (over the frame limit)",
+                bytes.len()
+            );
             None
         }
         Err(e) => {
@@ -335,7 +338,12 @@ impl Hub {
                 .cloned()
                 .collect(),
             None if job.is_none() => Vec::new(),
-            None => return Err(format!("job {} is not known (or too old)", job.unwrap_or(0))),
+            None => {
+                return Err(format!(
+                    "job {} is not known (or too old)",
+                    job.unwrap_or(0)
+                ));
+            }
         };
         if let Some(c) = s.clients.iter_mut().find(|c| c.id == client) {
             c.watching = true;

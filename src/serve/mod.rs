@@ -38,8 +38,8 @@ use crate::preset::Preset;
 use crate::protocol::frame;
 use crate::protocol::transport::{Listener, Stream};
 use crate::protocol::{
-    Event, InlineArray, JobId, LogLevel, MAX_FRAME_BYTES, OperatorInfo, PROTOCOL_VERSION,
-    PatchMap, PatchTile, PreviewKind, RankIteration, Request,
+    Event, InlineArray, JobId, LogLevel, MAX_FRAME_BYTES, OperatorInfo, PROTOCOL_VERSION, PatchMap,
+    PatchTile, PreviewKind, RankIteration, Request,
 };
 use crate::tensor::Tensor;
 use hub::Hub;
@@ -353,11 +353,14 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
     }
 }
 
+/// A submission that passed [`precheck`]: the preset, its inline arrays, its output folder.
+type CheckedJob = (Preset, Vec<(String, Tensor)>, PathBuf);
+
 /// Checks a submission on rank 0 before any rank sees it.
 fn precheck(
     queued: &hub::QueuedJob,
     opts: &ServeOptions,
-) -> Result<(Preset, Vec<(String, Tensor)>, PathBuf)> {
+) -> Result<CheckedJob> {
     let preset = Preset::from_toml(&queued.preset_toml, "submitted preset", &[])?;
     let inline = inline_tensors(queued.inline.clone())?;
     if let Some(name) = &preset.image.inline {
@@ -372,7 +375,8 @@ fn precheck(
         .map_err(|e| Error::config("image.inline", format!("`{name}`: {e}")))?;
     }
     let out_dir = opts.out_dir.join(format!("job-{}", queued.job));
-    std::fs::create_dir_all(&out_dir).map_err(|e| Error::io("creating output folder", &out_dir, e))?;
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| Error::io("creating output folder", &out_dir, e))?;
     Ok((preset, inline, out_dir))
 }
 
@@ -646,7 +650,10 @@ fn handle_connection(mut stream: Stream, hub: &Hub, welcome: &Welcome, token: Op
                 && !given.as_deref().is_some_and(|g| same_token(g, expected))
             {
                 let what = if given.is_some() { "wrong" } else { "missing" };
-                return refuse(stream, format!("{what} token (this server needs its token file's token)"));
+                return refuse(
+                    stream,
+                    format!("{what} token (this server needs its token file's token)"),
+                );
             }
             client
         }
@@ -737,7 +744,12 @@ mod tests {
         let (stop, it) = decode_record(3, &r).unwrap();
         assert!(stop);
         assert_eq!(
-            (it.rank, it.gradient_secs, it.denoiser_secs, it.communication_secs),
+            (
+                it.rank,
+                it.gradient_secs,
+                it.denoiser_secs,
+                it.communication_secs
+            ),
             (3, 1.5, 0.25, 1e-3)
         );
         assert!(decode_record(0, &r[..10]).is_err());

@@ -126,7 +126,10 @@ impl PreviewWorker {
     /// Queues an image that must be previewed (ground truth, a measurement).
     pub fn once(&self, req: PreviewRequest) {
         let (lock, cv) = &*self.mailbox;
-        lock.lock().unwrap_or_else(|p| p.into_inner()).once.push_back(req);
+        lock.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .once
+            .push_back(req);
         cv.notify_one();
     }
 
