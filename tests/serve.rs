@@ -433,8 +433,55 @@ fn killing_the_backend_mid_run_disconnects_the_client_and_a_new_backend_starts()
 
 /// Not a check: prints the numbers quoted in docs/WORKBENCH.md (`cargo test --release --test serve
 /// measure -- --nocapture`).
+/// The bare cost of the per-iteration exchange (25 bytes per rank, all_gather) next to a one-float
+/// all_reduce, between two ranks (threads) over Unix sockets, with no work in between.
+fn exchange_micro_bench() {
+    use tessera::dist::{Collective, RankInfo, RankSource, ReduceOp, SocketGroup};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let times: Vec<(f64, f64)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|rank| {
+                s.spawn(move || {
+                    let info = RankInfo {
+                        rank,
+                        world_size: 2,
+                        local_rank: rank,
+                        local_world_size: 2,
+                        master_addr: "127.0.0.1".into(),
+                        master_port: port,
+                        source: RankSource::Flags,
+                    };
+                    let g = SocketGroup::connect(&info, Duration::from_secs(30)).unwrap();
+                    let n = 2000;
+                    let t = Instant::now();
+                    for _ in 0..n {
+                        g.all_gather(&[0u8; 25]).unwrap();
+                    }
+                    let gather = t.elapsed().as_secs_f64() / n as f64;
+                    let t = Instant::now();
+                    for _ in 0..n {
+                        g.all_reduce(&mut [0f32], ReduceOp::Max).unwrap();
+                    }
+                    (gather, t.elapsed().as_secs_f64() / n as f64)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!(
+        "bare exchange between 2 ranks: all_gather of 25 B {:.1} µs, all_reduce max of 1 f32 {:.1} µs",
+        times[0].0 * 1e6,
+        times[0].1 * 1e6
+    );
+}
+
 #[test]
 fn measure_round_trip_and_control_overhead() {
+    exchange_micro_bench();
     let (_backend, client, _dir) = local(2);
     let mut rtt = Vec::new();
     for _ in 0..200 {
@@ -472,14 +519,19 @@ fn measure_round_trip_and_control_overhead() {
     // runs on the preview thread.
     let big = tessera::Tensor::from_fn(&[1, 3, 2048, 2048], |i| (i % 255) as f32);
     let t = Instant::now();
-    let copy = big.clone();
+    let mut copy = big.clone();
+    let clone_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    copy.data_mut().copy_from_slice(big.data()); // the recycled-buffer hand-off
     let copy_secs = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let p = tessera::serve::preview::preview_image(&copy, 512).unwrap();
     let down_secs = t.elapsed().as_secs_f64();
     eprintln!(
-        "2048×2048×3 preview: hand-off copy {:.1} ms, downsampling to {}×{} {:.1} ms (preview thread)",
+        "2048×2048×3 preview: hand-off {:.1} ms (first, fresh allocation {:.1} ms), downsampling \
+         to {}×{} {:.1} ms (preview thread)",
         copy_secs * 1e3,
+        clone_secs * 1e3,
         p.width,
         p.height,
         down_secs * 1e3

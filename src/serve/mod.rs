@@ -70,6 +70,9 @@ const PREVIEW_SIDE_RANGE: (u32, u32) = (16, 4096);
 const DEFAULT_PREVIEW_SIDE: u32 = 512;
 /// At most this many reconstruction previews per second.
 const PREVIEW_INTERVAL: Duration = Duration::from_millis(100);
+/// …and at most this share of rank 0's time goes into handing previews over (the copy of a large
+/// image can take milliseconds): the interval grows to `hand-off time / PREVIEW_BUDGET`.
+const PREVIEW_BUDGET: f64 = 0.01;
 /// Time a connection gets to say hello; the hello's own size limit.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 const HELLO_MAX_BYTES: usize = 64 << 10;
@@ -357,10 +360,7 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
 type CheckedJob = (Preset, Vec<(String, Tensor)>, PathBuf);
 
 /// Checks a submission on rank 0 before any rank sees it.
-fn precheck(
-    queued: &hub::QueuedJob,
-    opts: &ServeOptions,
-) -> Result<CheckedJob> {
+fn precheck(queued: &hub::QueuedJob, opts: &ServeOptions) -> Result<CheckedJob> {
     let preset = Preset::from_toml(&queued.preset_toml, "submitted preset", &[])?;
     let inline = inline_tensors(queued.inline.clone())?;
     if let Some(name) = &preset.image.inline {
@@ -469,6 +469,7 @@ fn run_job(
     let mut handoff_secs = 0.0;
     let mut iterations_seen = 0usize;
     let mut last_preview: Option<Instant> = None;
+    let mut preview_interval = PREVIEW_INTERVAL;
     let mut on_event = |event: JobEvent<'_>| -> ControlFlow<()> {
         match event {
             JobEvent::Started {
@@ -557,16 +558,18 @@ fn run_job(
                         },
                     );
                     let last = stop || report.iteration >= report.iterations;
-                    if last || last_preview.is_none_or(|t| t.elapsed() >= PREVIEW_INTERVAL) {
+                    if last || last_preview.is_none_or(|t| t.elapsed() >= preview_interval) {
                         let t_handoff = Instant::now();
                         c.previews.latest(PreviewRequest {
                             job,
                             iteration: report.iteration,
                             what: PreviewKind::Reconstruction,
-                            x: x.clone(),
+                            x: c.previews.copy_of(x),
                             max_side: c.preview_max_side,
                         });
-                        handoff_secs += t_handoff.elapsed().as_secs_f64();
+                        let spent = t_handoff.elapsed();
+                        handoff_secs += spent.as_secs_f64();
+                        preview_interval = PREVIEW_INTERVAL.max(spent.div_f64(PREVIEW_BUDGET));
                         last_preview = Some(Instant::now());
                     }
                 }

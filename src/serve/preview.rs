@@ -82,6 +82,8 @@ struct Mailbox {
 pub struct PreviewWorker {
     mailbox: Arc<(Mutex<Mailbox>, Condvar)>,
     thread: Option<JoinHandle<()>>,
+    /// Iterate copies the worker is done with, reused so a hand-off is a copy into warm memory.
+    spare: std::sync::mpsc::Receiver<Tensor>,
 }
 
 impl PreviewWorker {
@@ -89,6 +91,7 @@ impl PreviewWorker {
     pub fn start(publish: impl Fn(Event) + Send + 'static) -> PreviewWorker {
         let mailbox: Arc<(Mutex<Mailbox>, Condvar)> = Arc::default();
         let m = mailbox.clone();
+        let (spare_tx, spare) = std::sync::mpsc::sync_channel::<Tensor>(1);
         let thread = std::thread::Builder::new()
             .name("tessera-preview".into())
             .spawn(move || {
@@ -110,9 +113,12 @@ impl PreviewWorker {
                         publish(Event::Preview {
                             job: req.job,
                             iteration: req.iteration,
-                            what: req.what,
+                            what: req.what.clone(),
                             image,
                         });
+                    }
+                    if req.what == PreviewKind::Reconstruction {
+                        let _ = spare_tx.try_send(req.x);
                     }
                 }
             })
@@ -120,6 +126,19 @@ impl PreviewWorker {
         PreviewWorker {
             mailbox,
             thread: Some(thread),
+            spare,
+        }
+    }
+
+    /// A copy of `x` for [`PreviewWorker::latest`], made in a recycled buffer when one of the
+    /// right shape is free.
+    pub fn copy_of(&self, x: &Tensor) -> Tensor {
+        match self.spare.try_recv() {
+            Ok(mut t) if t.shape() == x.shape() => {
+                t.data_mut().copy_from_slice(x.data());
+                t
+            }
+            _ => x.clone(),
         }
     }
 
