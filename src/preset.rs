@@ -411,6 +411,30 @@ mod tests {
     }
 
     #[test]
+    fn an_inline_image_excludes_sample_path_and_size() {
+        let quick = BUNDLED[0].1;
+        let with = |o: &[&str]| {
+            let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+            Preset::from_toml(quick, "quick", &o)
+        };
+        let err = with(&["image.inline=\"photo\""]).unwrap_err().to_string();
+        assert!(err.contains("image.inline"), "{err}");
+        let p = Preset::from_toml(
+            &quick.replace(
+                "sample = \"natural\"\nsize = [128, 128]",
+                "inline = \"photo\"",
+            ),
+            "quick",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(p.image.inline.as_deref(), Some("photo"));
+        // It survives the round trip through TOML that a submission takes.
+        let back = Preset::from_toml(&p.to_toml().unwrap(), "again", &[]).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
     fn unknown_field_is_named() {
         let text = BUNDLED[0]
             .1
