@@ -36,6 +36,7 @@ pub mod physics;
 pub mod preset;
 pub mod protocol;
 pub mod samples;
+pub mod serve;
 pub mod tensor;
 pub mod tiling;
 
