@@ -218,6 +218,24 @@ fn cancel_stops_every_rank_at_one_iteration_and_the_group_takes_the_next_job() {
 }
 
 #[test]
+fn an_idle_backend_outlives_its_op_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = LocalOptions::new(2, dir.path().join("out"));
+    opts.exe = Some(EXE.into());
+    opts.extra_args = vec!["--op-timeout".into(), "1".into()];
+    let (_backend, client) = LocalBackend::spawn_with(opts).unwrap();
+    // Rank 1 waits for a job longer than the operation timeout: that is idleness, not a hung peer.
+    std::thread::sleep(Duration::from_secs(3));
+    submit(&client, quick(3));
+    let events = until(&client, is_end);
+    assert!(
+        matches!(events.last(), Some(Event::Finished { job: 1, .. })),
+        "{:?}",
+        events.last()
+    );
+}
+
+#[test]
 fn attach_after_a_dropped_connection_replays_the_history_then_streams_on() {
     let (backend, client, _dir) = local(2);
     submit(&client, quick(60));
