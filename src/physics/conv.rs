@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
-use rustfft::num_complex::Complex32;
+use rustfft::num_complex::{Complex32, Complex64};
 
 use super::blur::{ConvMethod, Padding};
 use super::fft::{RealFft3, fast_len};
@@ -469,8 +469,7 @@ impl Conv {
                 let ch = self.channel_of(p, channels);
                 match plan {
                     Plan::Direct => self.forward_direct(x, dims, ch, y),
-                    Plan::FftCircular => self.forward_fft_circular(x, dims, ch, y),
-                    Plan::FftLinear => self.forward_fft_linear(x, dims, ch, y),
+                    fft => self.forward_fft(fft, x, dims, ch, y),
                 }
             });
         out
@@ -498,8 +497,7 @@ impl Conv {
                 let ch = self.channel_of(p, channels);
                 match plan {
                     Plan::Direct => self.adjoint_direct(y, dims, ch, x),
-                    Plan::FftCircular => self.adjoint_fft_circular(y, dims, ch, x),
-                    Plan::FftLinear => self.adjoint_fft_linear(y, dims, ch, x),
+                    fft => self.adjoint_fft(fft, y, dims, ch, x),
                 }
             });
         out
@@ -580,34 +578,47 @@ impl Conv {
         fold(&xp, [&maps[0], &maps[1], &maps[2]], left, dims, x);
     }
 
-    fn forward_fft_circular(&self, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
-        let fft = RealFft3::get(dims);
-        let k = self.spectrum(ch, dims, true);
-        let mut spec = fft.forward(&mut x.to_vec());
-        multiply(&mut spec, &k, false);
-        y.copy_from_slice(&fft.inverse(spec));
+    /// The FFT grid of an FFT plan for input `dims`.
+    fn fft_grid(&self, plan: Plan, dims: [usize; 3]) -> [usize; 3] {
+        match plan {
+            Plan::FftLinear => self.linear_grid(dims),
+            _ => dims,
+        }
     }
 
-    fn adjoint_fft_circular(&self, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
-        let fft = RealFft3::get(dims);
-        let k = self.spectrum(ch, dims, true);
-        let mut spec = fft.forward(&mut y.to_vec());
-        multiply(&mut spec, &k, true);
-        x.copy_from_slice(&fft.inverse(spec));
-    }
-
-    fn forward_fft_linear(&self, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
-        let grid = self.linear_grid(dims);
+    /// FFT of one input plane as the forward pass sees it: the image itself (circular grid) or its
+    /// padded extension on the linear grid.
+    fn input_spectrum(&self, plan: Plan, x: &[f32], dims: [usize; 3]) -> Vec<Complex32> {
+        let grid = self.fft_grid(plan, dims);
+        let fft = RealFft3::get(grid);
+        if plan == Plan::FftCircular {
+            return fft.forward(&mut x.to_vec());
+        }
         let p = self.padded_dims(dims);
         let left = self.left();
         let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], grid[i]));
-        let fft = RealFft3::get(grid);
         let mut xg = vec![0.0f32; fft.real_len()];
         pad(x, dims, [&maps[0], &maps[1], &maps[2]], left, &mut xg);
-        let k = self.spectrum(ch, grid, false);
-        let mut spec = fft.forward(&mut xg);
+        fft.forward(&mut xg)
+    }
+
+    /// `y ← A x` of one plane from the spectrum of its input ([`Self::input_spectrum`]).
+    fn forward_from_spectrum(
+        &self,
+        plan: Plan,
+        mut spec: Vec<Complex32>,
+        dims: [usize; 3],
+        ch: usize,
+        y: &mut [f32],
+    ) {
+        let grid = self.fft_grid(plan, dims);
+        let fft = RealFft3::get(grid);
+        let k = self.spectrum(ch, grid, plan == Plan::FftCircular);
         multiply(&mut spec, &k, false);
         let full = fft.inverse(spec);
+        if plan == Plan::FftCircular {
+            return y.copy_from_slice(&full);
+        }
         // y[i] = full[i + K − 1].
         let out = self.out_dims(dims).expect("shape checked by the operator");
         let off = self.kdims.map(|k| k - 1);
@@ -618,25 +629,309 @@ impl Conv {
         });
     }
 
-    fn adjoint_fft_linear(&self, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
-        let grid = self.linear_grid(dims);
-        let p = self.padded_dims(dims);
+    /// FFT of one output plane as the adjoint pass sees it: the plane itself (circular grid) or the
+    /// plane zero-padded to the linear grid at offset `K−1`.
+    fn adjoint_input_spectrum(&self, plan: Plan, y: &[f32], dims: [usize; 3]) -> Vec<Complex32> {
+        let grid = self.fft_grid(plan, dims);
+        let fft = RealFft3::get(grid);
+        if plan == Plan::FftCircular {
+            return fft.forward(&mut y.to_vec());
+        }
         let out = self.out_dims(dims).expect("shape checked by the operator");
         let off = self.kdims.map(|k| k - 1);
         let zmaps = [0, 1, 2]
             .map(|i| axis_map(Padding::Constant, out[i], off[i], off[i] + out[i], grid[i]));
-        let fft = RealFft3::get(grid);
         let mut yg = vec![0.0f32; fft.real_len()];
         pad(y, out, [&zmaps[0], &zmaps[1], &zmaps[2]], off, &mut yg);
-        let k = self.spectrum(ch, grid, false);
-        let mut spec = fft.forward(&mut yg);
-        multiply(&mut spec, &k, true);
-        let g = fft.inverse(spec);
+        fft.forward(&mut yg)
+    }
+
+    /// `x ← ` the adjoint of one plane from `conj(K̂)·Ŷ` (already multiplied, possibly summed over
+    /// operators): inverse FFT, then on the linear grid the fold of the padding.
+    fn adjoint_from_spectrum(
+        &self,
+        plan: Plan,
+        spec: Vec<Complex32>,
+        dims: [usize; 3],
+        x: &mut [f32],
+    ) {
+        let grid = self.fft_grid(plan, dims);
+        let g = RealFft3::get(grid).inverse(spec);
+        if plan == Plan::FftCircular {
+            return x.copy_from_slice(&g);
+        }
         // g[r] for r < P is the adjoint on the padded grid; beyond P the maps say "zero", so the fold
         // ignores it.
+        let p = self.padded_dims(dims);
         let left = self.left();
         let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], grid[i]));
         fold(&g, [&maps[0], &maps[1], &maps[2]], left, dims, x);
+    }
+
+    fn forward_fft(&self, plan: Plan, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
+        let spec = self.input_spectrum(plan, x, dims);
+        self.forward_from_spectrum(plan, spec, dims, ch, y);
+    }
+
+    fn adjoint_fft(&self, plan: Plan, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
+        let grid = self.fft_grid(plan, dims);
+        let k = self.spectrum(ch, grid, plan == Plan::FftCircular);
+        let mut spec = self.adjoint_input_spectrum(plan, y, dims);
+        multiply(&mut spec, &k, true);
+        self.adjoint_from_spectrum(plan, spec, dims, x);
+    }
+}
+
+/// What convolutions must share to share their FFTs: circular padding, kernel dims, method and
+/// number of kernels. Operators with equal keys use the same grid and the same input placement for
+/// every input size, so one transform of the input serves all of them (see `physics::stack`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusionKey {
+    pub kdims: [usize; 3],
+    pub channels: usize,
+    pub method: ConvMethod,
+}
+
+impl FusionKey {
+    const METHODS: [(ConvMethod, &'static str); 3] = [
+        (ConvMethod::Auto, "auto"),
+        (ConvMethod::Direct, "direct"),
+        (ConvMethod::Fft, "fft"),
+    ];
+
+    /// Reads the text written by `Display` (how ranks compare their operators).
+    pub fn parse(text: &str) -> Option<FusionKey> {
+        let mut parts = text.split('/');
+        let dims: Vec<usize> = parts
+            .next()?
+            .split('x')
+            .map(|d| d.parse().ok())
+            .collect::<Option<_>>()?;
+        let channels = parts.next()?.parse().ok()?;
+        let name = parts.next()?;
+        let method = Self::METHODS.iter().find(|(_, n)| *n == name)?.0;
+        let kdims: [usize; 3] = dims.try_into().ok()?;
+        let valid = parts.next().is_none()
+            && channels > 0
+            && kdims.iter().all(|&k| (1..=super::blur::MAX_KERNEL_SIDE).contains(&k));
+        valid.then_some(FusionKey {
+            kdims,
+            channels,
+            method,
+        })
+    }
+}
+
+impl std::fmt::Display for FusionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, c] = self.kdims;
+        let name = Self::METHODS
+            .iter()
+            .find(|(m, _)| *m == self.method)
+            .map_or("auto", |(_, n)| n);
+        write!(f, "{a}x{b}x{c}/{}/{name}", self.channels)
+    }
+}
+
+/// Largest Gram kernel (values per channel) a stack precomputes; beyond it (kernels of side ≳ 1000)
+/// the stack applies `Σ AᵢᵀAᵢ` operator by operator.
+pub const MAX_GRAM_LEN: usize = 1 << 22;
+
+impl Conv {
+    /// This convolution's [`FusionKey`]; `None` unless the padding is circular.
+    pub fn fusion_key(&self) -> Option<FusionKey> {
+        (self.padding == Padding::Circular).then_some(FusionKey {
+            kdims: self.kdims,
+            channels: self.kernels.len(),
+            method: self.method,
+        })
+    }
+
+    /// A convolution with `key`'s geometry and zero kernels: it places and finishes spectra (grids,
+    /// padding, fold) for ranks that own no operator of a fused stack.
+    pub fn template(key: FusionKey) -> Conv {
+        let n = key.kdims.iter().product();
+        Conv::new(
+            vec![vec![0.0; n]; key.channels],
+            key.kdims,
+            Padding::Circular,
+            key.method,
+        )
+    }
+
+    /// Whether inputs of `dims` go through the FFT (and so can share transforms).
+    pub fn uses_fft(&self, dims: [usize; 3]) -> bool {
+        self.plan(dims) != Plan::Direct
+    }
+
+    /// Spectra of the `planes` planes of `x` (dims `dims`) on this convolution's FFT grid; every
+    /// convolution with the same [`FusionKey`] accepts them. `None` on the direct path.
+    pub fn input_spectra(
+        &self,
+        x: &[f32],
+        planes: usize,
+        dims: [usize; 3],
+    ) -> Option<Vec<Vec<Complex32>>> {
+        let plan = self.plan(dims);
+        if plan == Plan::Direct {
+            return None;
+        }
+        let n = dims.iter().product::<usize>();
+        Some(
+            x.par_chunks(n)
+                .take(planes)
+                .map(|x| self.input_spectrum(plan, x, dims))
+                .collect(),
+        )
+    }
+
+    /// `A x` from [`Self::input_spectra`] of `x`: the same arithmetic as [`Self::forward`], so the
+    /// same bits.
+    pub fn forward_from_spectra(
+        &self,
+        spectra: &[Vec<Complex32>],
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Vec<f32> {
+        let plan = self.plan(dims);
+        let n = dims.iter().product::<usize>();
+        let mut out = vec![0.0f32; spectra.len() * n];
+        out.par_chunks_mut(n)
+            .zip(spectra.par_iter())
+            .enumerate()
+            .for_each(|(p, (y, s))| {
+                let ch = self.channel_of(p, channels);
+                self.forward_from_spectrum(plan, s.clone(), dims, ch, y);
+            });
+        out
+    }
+
+    /// `weight · conj(K̂)·Ŷ` for each plane of `y`, as interleaved (re, im) floats, planes one after
+    /// another: this operator's term of `Σᵢ wᵢAᵢᵀyᵢ` before the shared inverse transform. Only on
+    /// the FFT path ([`Self::uses_fft`]).
+    pub fn adjoint_term(
+        &self,
+        y: &[f32],
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+        weight: f32,
+    ) -> Vec<f32> {
+        let plan = self.plan(dims);
+        debug_assert_ne!(plan, Plan::Direct);
+        let grid = self.fft_grid(plan, dims);
+        let len = RealFft3::get(grid).spectrum_len();
+        let n = dims.iter().product::<usize>();
+        let mut out = vec![0.0f32; planes * 2 * len];
+        out.par_chunks_mut(2 * len)
+            .zip(y.par_chunks(n))
+            .enumerate()
+            .for_each(|(p, (out, y))| {
+                let k = self.spectrum(self.channel_of(p, channels), grid, plan == Plan::FftCircular);
+                let mut spec = self.adjoint_input_spectrum(plan, y, dims);
+                multiply(&mut spec, &k, true);
+                for (o, s) in out.chunks_exact_mut(2).zip(&spec) {
+                    o[0] = s.re * weight;
+                    o[1] = s.im * weight;
+                }
+            });
+        out
+    }
+
+    /// The image of a sum of [`Self::adjoint_term`]s: one inverse transform (and fold) per plane.
+    pub fn adjoint_finish(&self, terms: &[f32], planes: usize, dims: [usize; 3]) -> Vec<f32> {
+        let plan = self.plan(dims);
+        let n = dims.iter().product::<usize>();
+        let len = terms.len() / planes.max(1) / 2;
+        let mut out = vec![0.0f32; planes * n];
+        out.par_chunks_mut(n)
+            .zip(terms.par_chunks(2 * len))
+            .for_each(|(x, t)| {
+                let spec = t
+                    .chunks_exact(2)
+                    .map(|c| Complex32::new(c[0], c[1]))
+                    .collect();
+                self.adjoint_from_spectrum(plan, spec, dims, x);
+            });
+        out
+    }
+
+    /// The kernels of `AᵀA` (one per kernel channel) and their dims `2K−1`, in f64: for circular
+    /// padding `AᵀA` is the circular convolution with the autocorrelation
+    /// `g[m] = Σ_a k[a]·k[a + m − (K−1)]`, centred at `K−1` = the centre `(2K−1)/2` that [`Conv`]
+    /// uses. Computed as `IFFT(|FFT k|²)` in f64 on a grid ≥ `2K−1` (no wrap-around). `None` when a
+    /// kernel would exceed [`MAX_GRAM_LEN`] values.
+    pub fn gram_kernels(&self) -> Option<(Vec<Vec<f64>>, [usize; 3])> {
+        let gdims = self.kdims.map(|k| 2 * k - 1);
+        if gdims.iter().product::<usize>() > MAX_GRAM_LEN {
+            return None;
+        }
+        let grid = gdims.map(fast_len);
+        let total = grid.iter().product::<usize>();
+        let [kd, kh, kw] = self.kdims;
+        let grams = self
+            .kernels
+            .iter()
+            .map(|k| {
+                let mut buf = vec![Complex64::new(0.0, 0.0); total];
+                for c in 0..kd {
+                    for a in 0..kh {
+                        for b in 0..kw {
+                            buf[(c * grid[1] + a) * grid[2] + b].re =
+                                k[(c * kh + a) * kw + b] as f64;
+                        }
+                    }
+                }
+                fft3_c64(&mut buf, grid, false);
+                for v in &mut buf {
+                    *v = Complex64::new(v.norm_sqr(), 0.0);
+                }
+                fft3_c64(&mut buf, grid, true);
+                let mut g = Vec::with_capacity(gdims.iter().product());
+                let lag = |m: usize, i: usize| {
+                    (m as isize - (self.kdims[i] as isize - 1)).rem_euclid(grid[i] as isize) as usize
+                };
+                for c in 0..gdims[0] {
+                    for a in 0..gdims[1] {
+                        for b in 0..gdims[2] {
+                            let idx = (lag(c, 0) * grid[1] + lag(a, 1)) * grid[2] + lag(b, 2);
+                            g.push(buf[idx].re / total as f64);
+                        }
+                    }
+                }
+                g
+            })
+            .collect();
+        Some((grams, gdims))
+    }
+}
+
+/// Unnormalised complex FFT of a C-order 3-D array in f64, along every axis longer than 1.
+fn fft3_c64(buf: &mut [Complex64], dims: [usize; 3], inverse: bool) {
+    let mut planner = rustfft::FftPlanner::<f64>::new();
+    let [d0, d1, d2] = dims;
+    let mut line = Vec::new();
+    for (axis, len, stride) in [(2, d2, 1), (1, d1, d2), (0, d0, d1 * d2)] {
+        if len < 2 {
+            continue;
+        }
+        let fft = if inverse {
+            planner.plan_fft_inverse(len)
+        } else {
+            planner.plan_fft_forward(len)
+        };
+        // Starts of every line along `axis`.
+        let starts: Vec<usize> = (0..buf.len())
+            .filter(|&i| (i / stride) % dims[axis] == 0)
+            .collect();
+        for s in starts {
+            line.clear();
+            line.extend((0..len).map(|j| buf[s + j * stride]));
+            fft.process(&mut line);
+            for (j, v) in line.iter().enumerate() {
+                buf[s + j * stride] = *v;
+            }
+        }
     }
 }
 
