@@ -2,8 +2,9 @@
 //!
 //! Eight circular Gaussian blurs of a colour image — σ = (0.01·S, 0.005·S) px with S the longest side,
 //! angles linspace(0°, 180°, 8) — stacked in a [`Stack`]. Timed: `A` (all eight forwards), `Aᵀ` (the sum
-//! of eight adjoints) and the least-squares gradient `Σ Aᵢᵀ(Aᵢx − yᵢ)`, once with
-//! [`ConvMethod::Auto`] and once with the [`ConvMethod::Direct`] baseline in the same run.
+//! of eight adjoints) and the least-squares gradient `Σ Aᵢᵀ(Aᵢx − yᵢ)`, in the same run for the
+//! fused stack ([`Stack::new`], FFTs shared across operators, [`ConvMethod::Auto`]), the same
+//! operators one by one ([`Stack::unfused`]) and the [`ConvMethod::Direct`] baseline.
 
 use std::time::Instant;
 
@@ -30,8 +31,10 @@ pub struct BlurBench {
     pub kernel_side: usize,
     /// What `Auto` resolved to for this image.
     pub auto_method: ConvMethod,
-    /// Best of `repeats` runs with `Auto`.
+    /// Median of `repeats` runs of the fused stack (`Auto`).
     pub auto: BlurTimings,
+    /// Median of `repeats` runs of the same operators one by one (`Auto`, no shared FFTs).
+    pub per_operator: BlurTimings,
     /// The direct baseline, one run (it is far slower for kernels this size).
     pub direct: BlurTimings,
     /// max |∇_auto − ∇_direct| / max |∇_direct|: both methods compute the same operator.
@@ -49,6 +52,19 @@ impl BlurBench {
     }
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
 impl std::fmt::Display for BlurBench {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
@@ -63,32 +79,30 @@ impl std::fmt::Display for BlurBench {
         )?;
         writeln!(
             f,
-            "{:<28}{:>12}{:>12}{:>10}",
-            "operation", "auto (s)", "direct (s)", "speedup"
+            "{:<28}{:>12}{:>14}{:>12}{:>10}",
+            "operation (median)", "fused (s)", "one by one (s)", "direct (s)", "speedup"
         )?;
         let s = self.speedups();
+        let (a, p, d) = (&self.auto, &self.per_operator, &self.direct);
         let rows = [
             (
                 "A (8 forwards)",
-                self.auto.forward_secs,
-                self.direct.forward_secs,
+                [a.forward_secs, p.forward_secs, d.forward_secs],
                 s[0],
             ),
             (
                 "Aᵀ (sum of 8 adjoints)",
-                self.auto.adjoint_secs,
-                self.direct.adjoint_secs,
+                [a.adjoint_secs, p.adjoint_secs, d.adjoint_secs],
                 s[1],
             ),
             (
                 "Σ Aᵢᵀ(Aᵢx − yᵢ)",
-                self.auto.gradient_secs,
-                self.direct.gradient_secs,
+                [a.gradient_secs, p.gradient_secs, d.gradient_secs],
                 s[2],
             ),
         ];
-        for (name, a, d, r) in rows {
-            writeln!(f, "{name:<28}{a:>12.4}{d:>12.4}{r:>9.1}×")?;
+        for (name, [a, p, d], r) in rows {
+            writeln!(f, "{name:<28}{a:>12.4}{p:>14.4}{d:>12.4}{r:>9.1}×")?;
         }
         write!(
             f,
@@ -112,7 +126,7 @@ pub fn synthetic_image(width: usize, height: usize) -> Tensor {
     })
 }
 
-fn stack(width: usize, height: usize, method: ConvMethod) -> Result<(Stack, usize)> {
+fn stack(width: usize, height: usize, method: ConvMethod, fused: bool) -> Result<(Stack, usize)> {
     const OPERATORS: usize = 8;
     let longest = width.max(height) as f32;
     let sigma = [0.01 * longest, 0.005 * longest];
@@ -128,7 +142,12 @@ fn stack(width: usize, height: usize, method: ConvMethod) -> Result<(Stack, usiz
             )
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok((Stack::new(ops)?, side))
+    let stack = if fused {
+        Stack::new(ops)?
+    } else {
+        Stack::unfused(ops)?
+    };
+    Ok((stack, side))
 }
 
 fn time<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
@@ -137,35 +156,42 @@ fn time<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
     Ok((out, start.elapsed().as_secs_f64()))
 }
 
-/// Times one stack: best of `repeats` for each operation; returns the gradient of the last run.
+/// Times one stack: the median of `repeats` runs of each operation; returns the gradient of the
+/// last run.
 fn run(stack: &Stack, x: &Tensor, repeats: usize) -> Result<(BlurTimings, Tensor)> {
-    let mut best = BlurTimings {
-        forward_secs: f64::INFINITY,
-        adjoint_secs: f64::INFINITY,
-        gradient_secs: f64::INFINITY,
-    };
+    let mut samples = [Vec::new(), Vec::new(), Vec::new()];
     // Measurements of a slightly different image, so the gradient is not zero.
     let ys = stack.forward(&x.scaled(0.9))?;
     let weights = vec![1.0f32; stack.len()];
     let mut grad = x.zeros_like();
     for _ in 0..repeats.max(1) {
         let (_, t) = time(|| stack.forward(x))?;
-        best.forward_secs = best.forward_secs.min(t);
+        samples[0].push(t);
         let (_, t) = time(|| stack.adjoint(&ys))?;
-        best.adjoint_secs = best.adjoint_secs.min(t);
+        samples[1].push(t);
         let (g, t) = time(|| stack.residual_adjoint(x, &ys, &weights))?;
-        best.gradient_secs = best.gradient_secs.min(t);
+        samples[2].push(t);
         grad = g;
     }
-    Ok((best, grad))
+    let [f, a, g] = samples.map(median);
+    Ok((
+        BlurTimings {
+            forward_secs: f,
+            adjoint_secs: a,
+            gradient_secs: g,
+        },
+        grad,
+    ))
 }
 
-/// Runs the benchmark on a `width × height` colour image; `Auto` is timed `repeats` times (best
-/// kept, after one warm-up that fills the spectrum caches), the direct baseline once.
+/// Runs the benchmark on a `width × height` colour image; the fused and one-by-one stacks are timed
+/// `repeats` times each (median kept, after one warm-up that fills the spectrum caches), the direct
+/// baseline once.
 pub fn bench_blur_stack(width: usize, height: usize, repeats: usize) -> Result<BlurBench> {
     let x = synthetic_image(width, height);
-    let (auto_stack, kernel_side) = stack(width, height, ConvMethod::Auto)?;
-    let (direct_stack, _) = stack(width, height, ConvMethod::Direct)?;
+    let (auto_stack, kernel_side) = stack(width, height, ConvMethod::Auto, true)?;
+    let (plain_stack, _) = stack(width, height, ConvMethod::Auto, false)?;
+    let (direct_stack, _) = stack(width, height, ConvMethod::Direct, false)?;
     // All eight kernels have the same size, hence the same method.
     let longest = width.max(height) as f32;
     let auto_method = Blur::new(
@@ -175,6 +201,8 @@ pub fn bench_blur_stack(width: usize, height: usize, repeats: usize) -> Result<B
     .method_for(x.shape())?;
     run(&auto_stack, &x, 1)?;
     let (auto, grad_auto) = run(&auto_stack, &x, repeats)?;
+    run(&plain_stack, &x, 1)?;
+    let (per_operator, _) = run(&plain_stack, &x, repeats)?;
     let (direct, grad_direct) = run(&direct_stack, &x, 1)?;
     let scale = grad_direct
         .data()
@@ -188,6 +216,7 @@ pub fn bench_blur_stack(width: usize, height: usize, repeats: usize) -> Result<B
         kernel_side,
         auto_method,
         auto,
+        per_operator,
         direct,
         gradient_rel_diff: grad_auto.max_abs_diff(&grad_direct) / scale,
     })

@@ -438,10 +438,18 @@ impl StackedLinearPhysics for Stack {
     }
 }
 
+/// Reads a [`FusionKey`] as another rank wrote it.
+pub(crate) fn parse_fusion_key(text: &str) -> Option<FusionKey> {
+    FusionKey::parse(text)
+}
+
 /// Measurements of a circular blur stack all have one shape (their spectra are summed).
 pub(crate) fn check_same_shape(ys: &[Tensor]) -> Result<()> {
-    match ys.iter().find(|y| y.shape() != ys[0].shape()) {
-        Some(y) => Err(Error::shape("stack adjoint", ys[0].shape(), y.shape())),
+    let Some(first) = ys.first() else {
+        return Ok(());
+    };
+    match ys.iter().find(|y| y.shape() != first.shape()) {
+        Some(y) => Err(Error::shape("stack adjoint", first.shape(), y.shape())),
         None => Ok(()),
     }
 }
