@@ -158,6 +158,11 @@ impl DistributedStack {
     /// `Σ wᵢAᵢᵀyᵢ` with shared inverse transforms (fused stacks).
     fn fused_adjoint(&self, f: &BlurFusion, ys: &[Tensor], weights: &[f32]) -> Result<Tensor> {
         check_same_shape(ys)?;
+        if self.comm.world_size() == 1 {
+            // Accumulating in operator order gives the bits of the gathered sum, without storing terms.
+            let ops: Vec<&dyn LinearPhysics> = self.local.iter().map(|(_, op)| op.as_ref()).collect();
+            return f.adjoint_all(&ops, ys, weights);
+        }
         let finish = |sum: Tensor| f.adjoint_finish(sum, ys[0].shape());
         self.distributed_sum(
             |i, op| f.adjoint_term(op, &ys[i], weights[i]),

@@ -205,6 +205,41 @@ impl BlurFusion {
         Tensor::from_vec(&[planes, len], data)
     }
 
+    /// `Σ wᵢAᵢᵀyᵢ` over `ops` on one process: the terms of [`Self::adjoint_term`] accumulated in
+    /// operator order as they are formed (no term is stored), then finished — the same bits as
+    /// summing the terms.
+    pub fn adjoint_all(
+        &self,
+        ops: &[&dyn LinearPhysics],
+        ys: &[Tensor],
+        weights: &[f32],
+    ) -> Result<Tensor> {
+        check_same_shape(ys)?;
+        let shape = ys
+            .first()
+            .ok_or_else(|| Error::config("physics", "nothing to sum"))?
+            .shape();
+        let (_, channels, dims) = self.geometry(shape, "blur stack adjoint")?;
+        if !self.template.uses_fft(dims) {
+            let terms = ops
+                .par_iter()
+                .zip(ys)
+                .zip(weights)
+                .map(|((op, y), &w)| self.adjoint_term(*op, y, w))
+                .collect::<Result<Vec<_>>>()?;
+            return sum_in_order(terms);
+        }
+        let mut acc = Vec::new();
+        for ((op, y), &w) in ops.iter().zip(ys).zip(weights) {
+            let conv = op
+                .as_blur()
+                .map(|b| b.conv())
+                .ok_or_else(|| Error::config("physics", "a fused stack holds only blurs"))?;
+            conv.adjoint_accumulate(y.data(), channels, dims, w, &mut acc);
+        }
+        Tensor::from_vec(shape, self.template.adjoint_finish_spectra(acc, dims))
+    }
+
     /// The image `Σ wᵢAᵢᵀyᵢ` of a sum of terms, for measurements of shape `y_shape`.
     pub fn adjoint_finish(&self, sum: Tensor, y_shape: &[usize]) -> Result<Tensor> {
         if !self.uses_fft(y_shape)? {
@@ -311,15 +346,7 @@ impl Stack {
 
     /// `Σ wᵢAᵢᵀyᵢ` with shared inverse transforms.
     fn fused_adjoint(&self, f: &BlurFusion, ys: &[Tensor], weights: &[f32]) -> Result<Tensor> {
-        check_same_shape(ys)?;
-        let terms = self
-            .ops
-            .par_iter()
-            .zip(ys)
-            .zip(weights)
-            .map(|((op, y), &w)| f.adjoint_term(op.as_ref(), y, w))
-            .collect::<Result<Vec<_>>>()?;
-        f.adjoint_finish(sum_in_order(terms)?, ys[0].shape())
+        f.adjoint_all(&self.refs(), ys, weights)
     }
 
     pub fn ops(&self) -> &[Box<dyn LinearPhysics>] {
