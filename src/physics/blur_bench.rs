@@ -21,6 +21,21 @@ pub struct BlurTimings {
     pub gradient_secs: f64,
 }
 
+/// CPU seconds of this process (all threads), as Python's `time.process_time` (which
+/// `scripts/bench_deepinv.py` records): a busy machine inflates it far less than wall time.
+fn process_cpu_secs() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a complete rusage into the pointer it is given.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return f64::NAN;
+        }
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
 /// Result of [`bench_blur_stack`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlurBench {
@@ -33,6 +48,8 @@ pub struct BlurBench {
     pub auto_method: ConvMethod,
     /// Median of `repeats` runs of the fused stack (`Auto`).
     pub auto: BlurTimings,
+    /// The fused stack's median process CPU seconds (all threads) per operation.
+    pub auto_cpu: BlurTimings,
     /// Median of `repeats` runs of the same operators one by one (`Auto`, no shared FFTs).
     pub per_operator: BlurTimings,
     /// The direct baseline, one run (it is far slower for kernels this size).
@@ -105,6 +122,12 @@ impl std::fmt::Display for BlurBench {
         for (name, [a, p, d], r) in rows {
             writeln!(f, "{name:<28}{a:>12.4}{p:>14.4}{d:>12.4}{r:>9.1}×")?;
         }
+        let c = &self.auto_cpu;
+        writeln!(
+            f,
+            "fused, CPU seconds (median, all threads): A {:.4}, Aᵀ {:.4}, gradient {:.4}",
+            c.forward_secs, c.adjoint_secs, c.gradient_secs
+        )?;
         write!(
             f,
             "auto vs direct gradient: max relative difference {:.2e}",
@@ -151,16 +174,20 @@ fn stack(width: usize, height: usize, method: ConvMethod, fused: bool) -> Result
     Ok((stack, side))
 }
 
-fn time<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
-    let start = Instant::now();
+/// (result, wall seconds, CPU seconds).
+fn time<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, [f64; 2])> {
+    let (start, cpu) = (Instant::now(), process_cpu_secs());
     let out = f()?;
-    Ok((out, start.elapsed().as_secs_f64()))
+    Ok((
+        out,
+        [start.elapsed().as_secs_f64(), process_cpu_secs() - cpu],
+    ))
 }
 
-/// Times one stack: the median of `repeats` runs of each operation; returns the gradient of the
-/// last run.
-fn run(stack: &Stack, x: &Tensor, repeats: usize) -> Result<(BlurTimings, Tensor)> {
-    let mut samples = [Vec::new(), Vec::new(), Vec::new()];
+/// Times one stack: the median wall and CPU seconds of `repeats` runs of each operation; returns
+/// the gradient of the last run.
+fn run(stack: &Stack, x: &Tensor, repeats: usize) -> Result<([BlurTimings; 2], Tensor)> {
+    let mut samples: [Vec<[f64; 2]>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     // Measurements of a slightly different image, so the gradient is not zero.
     let ys = stack.forward(&x.scaled(0.9))?;
     let weights = vec![1.0f32; stack.len()];
@@ -174,15 +201,17 @@ fn run(stack: &Stack, x: &Tensor, repeats: usize) -> Result<(BlurTimings, Tensor
         samples[2].push(t);
         grad = g;
     }
-    let [f, a, g] = samples.map(median);
-    Ok((
+    let timings = [0, 1].map(|k| {
+        let [f, a, g] = samples
+            .clone()
+            .map(|v| median(v.iter().map(|s| s[k]).collect()));
         BlurTimings {
             forward_secs: f,
             adjoint_secs: a,
             gradient_secs: g,
-        },
-        grad,
-    ))
+        }
+    });
+    Ok((timings, grad))
 }
 
 /// Runs the benchmark on a `width × height` colour image; the fused and one-by-one stacks are timed
@@ -212,11 +241,12 @@ pub fn bench_blur_stack_with(
     )?
     .method_for(x.shape())?;
     run(&auto_stack, &x, 1)?;
-    let (auto, grad_auto) = run(&auto_stack, &x, repeats)?;
+    let ([auto, auto_cpu], grad_auto) = run(&auto_stack, &x, repeats)?;
     run(&plain_stack, &x, 1)?;
-    let (per_operator, grad_plain) = run(&plain_stack, &x, repeats)?;
+    let ([per_operator, _], grad_plain) = run(&plain_stack, &x, repeats)?;
     let (direct, grad_direct) = if direct {
-        run(&direct_stack, &x, 1)?
+        let ([direct, _], grad) = run(&direct_stack, &x, 1)?;
+        (direct, grad)
     } else {
         let nan = BlurTimings {
             forward_secs: f64::NAN,
@@ -237,6 +267,7 @@ pub fn bench_blur_stack_with(
         kernel_side,
         auto_method,
         auto,
+        auto_cpu,
         per_operator,
         direct,
         gradient_rel_diff: grad_auto.max_abs_diff(&grad_direct) / scale,
