@@ -435,7 +435,12 @@ use tessera::physics::{Noisy, Stack, StackedLinearPhysics, noise::NoiseConfig};
 
 /// Circular blurs by anisotropic Gaussians at several angles (kernel `side × side`, cut from a
 /// Gaussian with σ = side/5), or per-channel random kernels, all with `method`.
-fn blur_ops(n: usize, side: usize, per_channel: bool, method: ConvMethod) -> Vec<Box<dyn LinearPhysics>> {
+fn blur_ops(
+    n: usize,
+    side: usize,
+    per_channel: bool,
+    method: ConvMethod,
+) -> Vec<Box<dyn LinearPhysics>> {
     (0..n)
         .map(|i| {
             let kernel = if per_channel {
@@ -469,7 +474,10 @@ fn kernel_2d_channels(side: usize, seed: u32) -> Tensor {
 
 /// max |a − b| / max |b| over a list.
 fn rel_err_all(a: &[Tensor], b: &[Tensor]) -> f32 {
-    a.iter().zip(b).map(|(a, b)| rel_err(a, b)).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| rel_err(a, b))
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -495,9 +503,17 @@ fn fused_stack_equals_the_operator_by_operator_stack() {
         let weights = [0.5, 1.0, 2.0, 0.25, 1.5];
 
         // A: per operator, the same arithmetic as the operator alone.
-        assert_eq!(fused.forward(&x).unwrap(), plain.forward(&x).unwrap(), "case {case}: A");
+        assert_eq!(
+            fused.forward(&x).unwrap(),
+            plain.forward(&x).unwrap(),
+            "case {case}: A"
+        );
         let pairs = [
-            ("Aᵀ", fused.adjoint(&ys).unwrap(), plain.adjoint(&ys).unwrap()),
+            (
+                "Aᵀ",
+                fused.adjoint(&ys).unwrap(),
+                plain.adjoint(&ys).unwrap(),
+            ),
             (
                 "AᵀA",
                 fused.adjoint_forward(&x).unwrap(),
@@ -529,11 +545,17 @@ fn fused_stack_adjoint_passes_the_dot_product_test() {
         let norm_ax = axs.iter().map(Tensor::norm_sq).sum::<f64>().sqrt();
         let norm_y = ys.iter().map(Tensor::norm_sq).sum::<f64>().sqrt();
         let mismatch = (lhs - rhs).abs() / (norm_ax * norm_y);
-        assert!(mismatch <= 1e-5, "{hw:?}: ⟨Ax,y⟩ − ⟨x,Aᵀy⟩ relative {mismatch:e}");
+        assert!(
+            mismatch <= 1e-5,
+            "{hw:?}: ⟨Ax,y⟩ − ⟨x,Aᵀy⟩ relative {mismatch:e}"
+        );
         // The Gram kernel is AᵀA: ⟨x, AᵀAx⟩ = ‖Ax‖².
         let xtatax = x.dot(&stack.adjoint_forward(&x).unwrap());
         let ax_sq = norm_ax * norm_ax;
-        assert!((xtatax - ax_sq).abs() <= 1e-5 * ax_sq, "{xtatax} vs {ax_sq}");
+        assert!(
+            (xtatax - ax_sq).abs() <= 1e-5 * ax_sq,
+            "{xtatax} vs {ax_sq}"
+        );
     }
 }
 

@@ -116,7 +116,8 @@ impl DistributedStack {
             .local
             .iter()
             .map(|(i, op)| {
-                let key = BlurFusion::key_of(op.as_ref()).map_or("-".to_string(), |k| k.to_string());
+                let key =
+                    BlurFusion::key_of(op.as_ref()).map_or("-".to_string(), |k| k.to_string());
                 format!("{i} {key}\n")
             })
             .collect();
@@ -160,7 +161,8 @@ impl DistributedStack {
         check_same_shape(ys)?;
         if self.comm.world_size() == 1 {
             // Accumulating in operator order gives the bits of the gathered sum, without storing terms.
-            let ops: Vec<&dyn LinearPhysics> = self.local.iter().map(|(_, op)| op.as_ref()).collect();
+            let ops: Vec<&dyn LinearPhysics> =
+                self.local.iter().map(|(_, op)| op.as_ref()).collect();
             return f.adjoint_all(&ops, ys, weights);
         }
         let finish = |sum: Tensor| f.adjoint_finish(sum, ys[0].shape());
@@ -191,7 +193,8 @@ impl DistributedStack {
     /// `A(x)` for this rank's operators only (`gather = false`).
     pub fn forward_local(&self, x: &Tensor) -> Result<Vec<(usize, Tensor)>> {
         if let Some(f) = &self.fusion {
-            let ops: Vec<&dyn LinearPhysics> = self.local.iter().map(|(_, op)| op.as_ref()).collect();
+            let ops: Vec<&dyn LinearPhysics> =
+                self.local.iter().map(|(_, op)| op.as_ref()).collect();
             if let Some(ys) = f.forward(&ops, x)? {
                 return Ok(self.local.iter().map(|(i, _)| *i).zip(ys).collect());
             }

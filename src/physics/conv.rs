@@ -737,7 +737,9 @@ impl FusionKey {
         let kdims: [usize; 3] = dims.try_into().ok()?;
         let valid = parts.next().is_none()
             && channels > 0
-            && kdims.iter().all(|&k| (1..=super::blur::MAX_KERNEL_SIDE).contains(&k));
+            && kdims
+                .iter()
+                .all(|&k| (1..=super::blur::MAX_KERNEL_SIDE).contains(&k));
         valid.then_some(FusionKey {
             kdims,
             channels,
@@ -851,7 +853,11 @@ impl Conv {
             .zip(y.par_chunks(n))
             .enumerate()
             .for_each(|(p, (out, y))| {
-                let k = self.spectrum(self.channel_of(p, channels), grid, plan == Plan::FftCircular);
+                let k = self.spectrum(
+                    self.channel_of(p, channels),
+                    grid,
+                    plan == Plan::FftCircular,
+                );
                 let mut spec = self.adjoint_input_spectrum(plan, y, dims);
                 multiply(&mut spec, &k, true);
                 for (o, s) in out.chunks_exact_mut(2).zip(&spec) {
@@ -879,7 +885,11 @@ impl Conv {
         let n = dims.iter().product::<usize>();
         let first = acc.is_empty();
         for (p, y) in y.chunks_exact(n).enumerate() {
-            let k = self.spectrum(self.channel_of(p, channels), grid, plan == Plan::FftCircular);
+            let k = self.spectrum(
+                self.channel_of(p, channels),
+                grid,
+                plan == Plan::FftCircular,
+            );
             let mut spec = self.adjoint_input_spectrum(plan, y, dims);
             multiply(&mut spec, &k, true);
             if first {
@@ -964,7 +974,8 @@ impl Conv {
                 fft3_c64(&mut buf, grid, true);
                 let mut g = Vec::with_capacity(gdims.iter().product());
                 let lag = |m: usize, i: usize| {
-                    (m as isize - (self.kdims[i] as isize - 1)).rem_euclid(grid[i] as isize) as usize
+                    (m as isize - (self.kdims[i] as isize - 1)).rem_euclid(grid[i] as isize)
+                        as usize
                 };
                 for c in 0..gdims[0] {
                     for a in 0..gdims[1] {

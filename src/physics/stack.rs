@@ -341,7 +341,10 @@ impl Stack {
     }
 
     fn refs(&self) -> Vec<&dyn LinearPhysics> {
-        self.ops.iter().map(|o| o.as_ref() as &dyn LinearPhysics).collect()
+        self.ops
+            .iter()
+            .map(|o| o.as_ref() as &dyn LinearPhysics)
+            .collect()
     }
 
     /// `Σ wᵢAᵢᵀyᵢ` with shared inverse transforms.
