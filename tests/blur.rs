@@ -581,3 +581,21 @@ fn mixed_stacks_are_not_fused_and_errors_stay_named() {
     assert!(stack.adjoint(&bad).is_err());
     assert!(stack.adjoint(&bad[..1]).is_err());
 }
+
+#[test]
+fn circular_fft_with_one_padded_axis_matches_direct() {
+    // 37 rows (prime: padded to a fast length) × 64 columns (kept circular) and the transpose.
+    for hw in [[37, 64], [64, 37], [683 / 10, 128]] {
+        let kernel = kernel_2d(9, 7, 5);
+        let fft = Blur::with_method(kernel.clone(), Padding::Circular, ConvMethod::Fft).unwrap();
+        let direct = Blur::with_method(kernel, Padding::Circular, ConvMethod::Direct).unwrap();
+        let x = pseudo_random(&[1, 2, hw[0], hw[1]], 9);
+        let y = pseudo_random(&[1, 2, hw[0], hw[1]], 10);
+        let err = rel_err(&fft.forward(&x).unwrap(), &direct.forward(&x).unwrap());
+        assert!(err <= 1e-5, "{hw:?}: A relative error {err:e}");
+        let err = rel_err(&fft.adjoint(&y).unwrap(), &direct.adjoint(&y).unwrap());
+        assert!(err <= 1e-5, "{hw:?}: Aᵀ relative error {err:e}");
+        let mismatch = adjoint_mismatch(&fft, &x, &y).unwrap();
+        assert!(mismatch <= 1e-5, "{hw:?}: dot test {mismatch:e}");
+    }
+}

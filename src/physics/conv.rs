@@ -250,10 +250,25 @@ fn largest_prime_factor(mut n: usize) -> usize {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Plan {
     Direct,
-    /// Spectrum products on the image grid (circular padding only).
-    FftCircular,
-    /// Pad, linear convolution on a fast grid, crop (any padding).
-    FftLinear,
+    /// Spectrum products, per axis either on the image's own length (`true`, circular padding only:
+    /// no padding, the kernel wraps) or on a fast length after padding (`false`: linear convolution
+    /// of the padded axis, then crop). Axes are independent, so a prime side can be padded while a
+    /// power-of-two side stays as it is.
+    Fft([bool; 3]),
+}
+
+impl Plan {
+    /// Every axis on the image grid.
+    const CIRCULAR: Plan = Plan::Fft([true; 3]);
+    /// Every axis padded.
+    const LINEAR: Plan = Plan::Fft([false; 3]);
+
+    fn circular_axes(self) -> [bool; 3] {
+        match self {
+            Plan::Fft(c) => c,
+            Plan::Direct => [false; 3],
+        }
+    }
 }
 
 /// Which grid and kernel placement a cached spectrum belongs to.
@@ -261,8 +276,8 @@ enum Plan {
 struct SpectrumKey {
     channel: usize,
     grid: [usize; 3],
-    /// Kernel centred at the origin (circular) rather than starting there (linear).
-    centred: bool,
+    /// Per axis: kernel centred at the origin (circular) rather than starting there (linear).
+    centred: [bool; 3],
 }
 
 /// A convolution with one kernel per channel (or one for all), a padding and a method.
@@ -371,14 +386,16 @@ impl Conv {
         let Some(out) = self.out_dims(dims) else {
             return Plan::Direct;
         };
-        let linear = (fft_cost(self.linear_grid(dims)), Plan::FftLinear);
+        let linear = (fft_cost(self.linear_grid(dims)), Plan::LINEAR);
         let fft = if self.padding == Padding::Circular {
-            let circular = (fft_cost(dims), Plan::FftCircular);
-            if circular.0 <= linear.0 {
-                circular
-            } else {
-                linear
-            }
+            // Every choice of circular (image-length) and padded axes; ties go to fewer padded axes.
+            (0..8usize)
+                .rev()
+                .map(|bits| {
+                    let plan = Plan::Fft([0, 1, 2].map(|i| bits >> i & 1 == 1));
+                    (fft_cost(self.fft_grid(plan, dims)), plan)
+                })
+                .fold(linear, |best, c| if c.0 < best.0 { c } else { best })
         } else {
             linear
         };
@@ -393,7 +410,12 @@ impl Conv {
         }
     }
 
-    fn spectrum(&self, channel: usize, grid: [usize; 3], centred: bool) -> Arc<Vec<Complex32>> {
+    fn spectrum(
+        &self,
+        channel: usize,
+        grid: [usize; 3],
+        centred: [bool; 3],
+    ) -> Arc<Vec<Complex32>> {
         let key = SpectrumKey {
             channel,
             grid,
@@ -419,7 +441,7 @@ impl Conv {
                     let idx = [c, a, b];
                     // Circular: tap a sits at (a − centre) mod N, summing taps that wrap together.
                     let pos = [0, 1, 2].map(|i| {
-                        if centred {
+                        if centred[i] {
                             (idx[i] as isize - centre[i] as isize).rem_euclid(grid[i] as isize)
                                 as usize
                         } else {
@@ -511,7 +533,7 @@ impl Conv {
         channels: usize,
         dims: [usize; 3],
     ) -> Option<Vec<f32>> {
-        if self.plan(dims) != Plan::FftCircular {
+        if self.plan(dims) != Plan::CIRCULAR {
             return None;
         }
         let n = dims.iter().product::<usize>();
@@ -522,7 +544,7 @@ impl Conv {
             .zip(x.par_chunks(n))
             .enumerate()
             .for_each(|(p, (out, x))| {
-                let k = self.spectrum(self.channel_of(p, channels), dims, true);
+                let k = self.spectrum(self.channel_of(p, channels), dims, [true; 3]);
                 let mut spec = fft.forward(&mut x.to_vec());
                 // k is scaled by 1/N; |k|²·N is |K̂|²/N, the one normalisation the pair needs.
                 spec.par_iter_mut()
@@ -538,7 +560,7 @@ impl Conv {
         let n = dims.iter().product::<usize>() as f64;
         (0..self.kernels.len())
             .map(|ch| {
-                let k = self.spectrum(ch, dims, true);
+                let k = self.spectrum(ch, dims, [true; 3]);
                 k.iter().map(|v| v.norm_sqr() as f64).fold(0.0, f64::max) * n * n
             })
             .fold(0.0, f64::max)
@@ -580,10 +602,35 @@ impl Conv {
 
     /// The FFT grid of an FFT plan for input `dims`.
     fn fft_grid(&self, plan: Plan, dims: [usize; 3]) -> [usize; 3] {
-        match plan {
-            Plan::FftLinear => self.linear_grid(dims),
-            _ => dims,
-        }
+        let (circ, linear) = (plan.circular_axes(), self.linear_grid(dims));
+        [0, 1, 2].map(|i| if circ[i] { dims[i] } else { linear[i] })
+    }
+
+    /// Samples added in front of the image on the FFT grid (none on circular axes).
+    fn fft_left(&self, plan: Plan) -> [usize; 3] {
+        let (circ, left) = (plan.circular_axes(), self.left());
+        [0, 1, 2].map(|i| if circ[i] { 0 } else { left[i] })
+    }
+
+    /// Per axis, where the image's padded extension comes from on the FFT grid: itself on circular
+    /// axes, the padding up to the padded length then zeros on padded ones.
+    fn fft_maps(&self, plan: Plan, dims: [usize; 3]) -> [AxisMap; 3] {
+        let (grid, left, p) = (
+            self.fft_grid(plan, dims),
+            self.fft_left(plan),
+            self.padded_dims(dims),
+        );
+        let circ = plan.circular_axes();
+        [0, 1, 2].map(|i| {
+            let ext = if circ[i] { dims[i] } else { p[i] };
+            axis_map(self.padding, dims[i], left[i], ext, grid[i])
+        })
+    }
+
+    /// Offset of the output inside the FFT grid: `K−1` on padded axes, 0 on circular ones.
+    fn fft_crop(&self, plan: Plan) -> [usize; 3] {
+        let circ = plan.circular_axes();
+        [0, 1, 2].map(|i| if circ[i] { 0 } else { self.kdims[i] - 1 })
     }
 
     /// FFT of one input plane as the forward pass sees it: the image itself (circular grid) or its
@@ -591,14 +638,18 @@ impl Conv {
     fn input_spectrum(&self, plan: Plan, x: &[f32], dims: [usize; 3]) -> Vec<Complex32> {
         let grid = self.fft_grid(plan, dims);
         let fft = RealFft3::get(grid);
-        if plan == Plan::FftCircular {
+        if plan == Plan::CIRCULAR {
             return fft.forward(&mut x.to_vec());
         }
-        let p = self.padded_dims(dims);
-        let left = self.left();
-        let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], grid[i]));
+        let maps = self.fft_maps(plan, dims);
         let mut xg = vec![0.0f32; fft.real_len()];
-        pad(x, dims, [&maps[0], &maps[1], &maps[2]], left, &mut xg);
+        pad(
+            x,
+            dims,
+            [&maps[0], &maps[1], &maps[2]],
+            self.fft_left(plan),
+            &mut xg,
+        );
         fft.forward(&mut xg)
     }
 
@@ -613,7 +664,7 @@ impl Conv {
     ) {
         let grid = self.fft_grid(plan, dims);
         let fft = RealFft3::get(grid);
-        let k = self.spectrum(ch, grid, plan == Plan::FftCircular);
+        let k = self.spectrum(ch, grid, plan.circular_axes());
         let spec = match input {
             Spectrum::Owned(mut spec) => {
                 multiply(&mut spec, &k, false);
@@ -634,12 +685,12 @@ impl Conv {
             }
         };
         let full = fft.inverse(spec);
-        if plan == Plan::FftCircular {
+        if plan == Plan::CIRCULAR {
             return y.copy_from_slice(&full);
         }
-        // y[i] = full[i + K − 1].
+        // y[i] = full[i + K − 1] on padded axes.
         let out = self.out_dims(dims).expect("shape checked by the operator");
-        let off = self.kdims.map(|k| k - 1);
+        let off = self.fft_crop(plan);
         y.par_chunks_mut(out[2]).enumerate().for_each(|(row, yr)| {
             let (z, r) = (row / out[1], row % out[1]);
             let start = ((z + off[0]) * grid[1] + r + off[1]) * grid[2] + off[2];
@@ -652,11 +703,11 @@ impl Conv {
     fn adjoint_input_spectrum(&self, plan: Plan, y: &[f32], dims: [usize; 3]) -> Vec<Complex32> {
         let grid = self.fft_grid(plan, dims);
         let fft = RealFft3::get(grid);
-        if plan == Plan::FftCircular {
+        if plan == Plan::CIRCULAR {
             return fft.forward(&mut y.to_vec());
         }
         let out = self.out_dims(dims).expect("shape checked by the operator");
-        let off = self.kdims.map(|k| k - 1);
+        let off = self.fft_crop(plan);
         let zmaps = [0, 1, 2]
             .map(|i| axis_map(Padding::Constant, out[i], off[i], off[i] + out[i], grid[i]));
         let mut yg = vec![0.0f32; fft.real_len()];
@@ -675,14 +726,13 @@ impl Conv {
     ) {
         let grid = self.fft_grid(plan, dims);
         let g = RealFft3::get(grid).inverse(spec);
-        if plan == Plan::FftCircular {
+        if plan == Plan::CIRCULAR {
             return x.copy_from_slice(&g);
         }
         // g[r] for r < P is the adjoint on the padded grid; beyond P the maps say "zero", so the fold
         // ignores it.
-        let p = self.padded_dims(dims);
-        let left = self.left();
-        let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], grid[i]));
+        let maps = self.fft_maps(plan, dims);
+        let left = self.fft_left(plan);
         fold(&g, [&maps[0], &maps[1], &maps[2]], left, dims, x);
     }
 
@@ -693,7 +743,7 @@ impl Conv {
 
     fn adjoint_fft(&self, plan: Plan, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
         let grid = self.fft_grid(plan, dims);
-        let k = self.spectrum(ch, grid, plan == Plan::FftCircular);
+        let k = self.spectrum(ch, grid, plan.circular_axes());
         let mut spec = self.adjoint_input_spectrum(plan, y, dims);
         multiply(&mut spec, &k, true);
         self.adjoint_from_spectrum(plan, spec, dims, x);
@@ -853,11 +903,7 @@ impl Conv {
             .zip(y.par_chunks(n))
             .enumerate()
             .for_each(|(p, (out, y))| {
-                let k = self.spectrum(
-                    self.channel_of(p, channels),
-                    grid,
-                    plan == Plan::FftCircular,
-                );
+                let k = self.spectrum(self.channel_of(p, channels), grid, plan.circular_axes());
                 let mut spec = self.adjoint_input_spectrum(plan, y, dims);
                 multiply(&mut spec, &k, true);
                 for (o, s) in out.chunks_exact_mut(2).zip(&spec) {
@@ -885,11 +931,7 @@ impl Conv {
         let n = dims.iter().product::<usize>();
         let first = acc.is_empty();
         for (p, y) in y.chunks_exact(n).enumerate() {
-            let k = self.spectrum(
-                self.channel_of(p, channels),
-                grid,
-                plan == Plan::FftCircular,
-            );
+            let k = self.spectrum(self.channel_of(p, channels), grid, plan.circular_axes());
             let mut spec = self.adjoint_input_spectrum(plan, y, dims);
             multiply(&mut spec, &k, true);
             if first {
@@ -1044,8 +1086,13 @@ mod tests {
             |padding, method| Conv::new(vec![vec![0.0; 71 * 71]], [1, 71, 71], padding, method);
         let c = conv(Padding::Circular, ConvMethod::Auto);
         // 683 is prime: the padded linear path on 756 × 1120 wins over the image grid.
-        assert_eq!(c.plan([1, 683, 1024]), Plan::FftLinear);
-        assert_eq!(c.plan([1, 768, 1024]), Plan::FftCircular);
+        // 683 is prime: that axis is padded (to 756), the 1024 axis stays circular.
+        assert_eq!(c.plan([1, 683, 1024]), Plan::Fft([true, false, true]));
+        assert_eq!(c.plan([1, 768, 1024]), Plan::CIRCULAR);
+        assert_eq!(
+            conv(Padding::Reflect, ConvMethod::Auto).plan([1, 683, 1024]),
+            Plan::LINEAR
+        );
         assert_eq!(
             conv(Padding::Circular, ConvMethod::Direct).plan([1, 683, 1024]),
             Plan::Direct
