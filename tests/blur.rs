@@ -428,3 +428,174 @@ fn physics_config_builds_blur_and_checks_the_image() {
     let err = cfg.build(&[1, 3, 10, 40], None).err().unwrap().to_string();
     assert!(err.contains("valid") && err.contains("kernel"), "{err}");
 }
+
+// ---- Stacks of circular blurs sharing FFTs (physics::stack::BlurFusion) ----
+
+use tessera::physics::{Noisy, Stack, StackedLinearPhysics, noise::NoiseConfig};
+
+/// Circular blurs by anisotropic Gaussians at several angles (kernel `side × side`, cut from a
+/// Gaussian with σ = side/5), or per-channel random kernels, all with `method`.
+fn blur_ops(
+    n: usize,
+    side: usize,
+    per_channel: bool,
+    method: ConvMethod,
+) -> Vec<Box<dyn LinearPhysics>> {
+    (0..n)
+        .map(|i| {
+            let kernel = if per_channel {
+                kernel_2d_channels(side, i as u32)
+            } else {
+                let g = gaussian_kernel([side as f32 / 5.0, side as f32 / 9.0], 37.0 * i as f32);
+                let big = g.shape()[2];
+                let off = (big - side) / 2;
+                Tensor::from_fn(&[1, 1, side, side], |j| {
+                    g.data()[(off + j / side) * big + off + j % side]
+                })
+            };
+            let blur = Blur::with_method(kernel, Padding::Circular, method).unwrap();
+            // Every other operator behind a noise wrapper: fusion sees through it.
+            if i % 2 == 1 {
+                Box::new(Noisy {
+                    inner: Box::new(blur) as Box<dyn LinearPhysics>,
+                    noise: NoiseConfig::Gaussian { sigma: 0.1 },
+                }) as Box<dyn LinearPhysics>
+            } else {
+                Box::new(blur) as Box<dyn LinearPhysics>
+            }
+        })
+        .collect()
+}
+
+fn kernel_2d_channels(side: usize, seed: u32) -> Tensor {
+    let k = pseudo_random(&[1, 3, side, side], seed + 11);
+    Tensor::from_fn(k.shape(), |i| k.data()[i] + 1.2)
+}
+
+/// max |a − b| / max |b| over a list.
+fn rel_err_all(a: &[Tensor], b: &[Tensor]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| rel_err(a, b))
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn fused_stack_equals_the_operator_by_operator_stack() {
+    // (image H×W, kernel side, per-channel kernels, method): the linear FFT grid (prime side), the
+    // image grid, a kernel larger than the image (taps wrap), the direct path (Gram kernel only).
+    let cases = [
+        ([37, 50], 9, false, ConvMethod::Fft),
+        ([32, 48], 7, false, ConvMethod::Auto),
+        ([24, 30], 11, true, ConvMethod::Fft),
+        ([8, 11], 15, false, ConvMethod::Fft),
+        ([20, 16], 5, true, ConvMethod::Direct),
+    ];
+    for (case, &(hw, side, per_channel, method)) in cases.iter().enumerate() {
+        let n = 5;
+        let fused = Stack::new(blur_ops(n, side, per_channel, method)).unwrap();
+        let plain = Stack::unfused(blur_ops(n, side, per_channel, method)).unwrap();
+        assert!(fused.is_fused() && !plain.is_fused(), "case {case}");
+        let x = pseudo_random(&[2, 3, hw[0], hw[1]], 100 + case as u32);
+        let ys: Vec<Tensor> = (0..n)
+            .map(|i| pseudo_random(x.shape(), 200 + i as u32))
+            .collect();
+        let weights = [0.5, 1.0, 2.0, 0.25, 1.5];
+
+        // A: per operator, the same arithmetic as the operator alone.
+        assert_eq!(
+            fused.forward(&x).unwrap(),
+            plain.forward(&x).unwrap(),
+            "case {case}: A"
+        );
+        let pairs = [
+            (
+                "Aᵀ",
+                fused.adjoint(&ys).unwrap(),
+                plain.adjoint(&ys).unwrap(),
+            ),
+            (
+                "AᵀA",
+                fused.adjoint_forward(&x).unwrap(),
+                plain.adjoint_forward(&x).unwrap(),
+            ),
+            (
+                "Σ wᵢAᵢᵀ(Aᵢx − yᵢ)",
+                fused.residual_adjoint(&x, &ys, &weights).unwrap(),
+                plain.residual_adjoint(&x, &ys, &weights).unwrap(),
+            ),
+        ];
+        for (what, a, b) in pairs {
+            let err = rel_err_all(&[a], &[b]);
+            assert!(err <= 1e-5, "case {case}: {what}: relative error {err:e}");
+        }
+    }
+}
+
+#[test]
+fn fused_stack_adjoint_passes_the_dot_product_test() {
+    for (hw, method) in [([37, 50], ConvMethod::Fft), ([40, 64], ConvMethod::Auto)] {
+        let stack = Stack::new(blur_ops(4, 9, false, method)).unwrap();
+        assert!(stack.is_fused());
+        let x = pseudo_random(&[1, 3, hw[0], hw[1]], 1);
+        let ys: Vec<Tensor> = (0..4).map(|i| pseudo_random(x.shape(), 50 + i)).collect();
+        let axs = stack.forward(&x).unwrap();
+        let lhs: f64 = axs.iter().zip(&ys).map(|(a, y)| a.dot(y)).sum();
+        let rhs = x.dot(&stack.adjoint(&ys).unwrap());
+        let norm_ax = axs.iter().map(Tensor::norm_sq).sum::<f64>().sqrt();
+        let norm_y = ys.iter().map(Tensor::norm_sq).sum::<f64>().sqrt();
+        let mismatch = (lhs - rhs).abs() / (norm_ax * norm_y);
+        assert!(
+            mismatch <= 1e-5,
+            "{hw:?}: ⟨Ax,y⟩ − ⟨x,Aᵀy⟩ relative {mismatch:e}"
+        );
+        // The Gram kernel is AᵀA: ⟨x, AᵀAx⟩ = ‖Ax‖².
+        let xtatax = x.dot(&stack.adjoint_forward(&x).unwrap());
+        let ax_sq = norm_ax * norm_ax;
+        assert!(
+            (xtatax - ax_sq).abs() <= 1e-5 * ax_sq,
+            "{xtatax} vs {ax_sq}"
+        );
+    }
+}
+
+#[test]
+fn mixed_stacks_are_not_fused_and_errors_stay_named() {
+    let mut ops = blur_ops(2, 9, false, ConvMethod::Fft);
+    ops.push(Box::new(
+        Blur::with_method(kernel_2d(7, 7, 3), Padding::Circular, ConvMethod::Fft).unwrap(),
+    ));
+    assert!(!Stack::new(ops).unwrap().is_fused(), "kernel sizes differ");
+    let mut ops = blur_ops(2, 9, false, ConvMethod::Fft);
+    ops.push(Box::new(
+        Blur::with_method(kernel_2d(9, 9, 3), Padding::Reflect, ConvMethod::Fft).unwrap(),
+    ));
+    assert!(!Stack::new(ops).unwrap().is_fused(), "padding differs");
+
+    let stack = Stack::new(blur_ops(2, 5, true, ConvMethod::Fft)).unwrap();
+    // Per-channel kernels need three channels.
+    assert!(stack.forward(&Tensor::zeros(&[1, 2, 8, 8])).is_err());
+    let x = Tensor::zeros(&[1, 3, 8, 8]);
+    let bad = vec![Tensor::zeros(&[1, 3, 8, 8]), Tensor::zeros(&[1, 3, 8, 9])];
+    assert!(stack.residual_adjoint(&x, &bad, &[1.0, 1.0]).is_err());
+    assert!(stack.adjoint(&bad).is_err());
+    assert!(stack.adjoint(&bad[..1]).is_err());
+}
+
+#[test]
+fn circular_fft_with_one_padded_axis_matches_direct() {
+    // 37 rows (prime: padded to a fast length) × 64 columns (kept circular) and the transpose.
+    for hw in [[37, 64], [64, 37], [683 / 10, 128]] {
+        let kernel = kernel_2d(9, 7, 5);
+        let fft = Blur::with_method(kernel.clone(), Padding::Circular, ConvMethod::Fft).unwrap();
+        let direct = Blur::with_method(kernel, Padding::Circular, ConvMethod::Direct).unwrap();
+        let x = pseudo_random(&[1, 2, hw[0], hw[1]], 9);
+        let y = pseudo_random(&[1, 2, hw[0], hw[1]], 10);
+        let err = rel_err(&fft.forward(&x).unwrap(), &direct.forward(&x).unwrap());
+        assert!(err <= 1e-5, "{hw:?}: A relative error {err:e}");
+        let err = rel_err(&fft.adjoint(&y).unwrap(), &direct.adjoint(&y).unwrap());
+        assert!(err <= 1e-5, "{hw:?}: Aᵀ relative error {err:e}");
+        let mismatch = adjoint_mismatch(&fft, &x, &y).unwrap();
+        assert!(mismatch <= 1e-5, "{hw:?}: dot test {mismatch:e}");
+    }
+}

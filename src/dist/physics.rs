@@ -9,6 +9,14 @@
 //! [`SumOrder::AllReduce`] each rank sums its own terms and a ring all-reduce adds the partial sums —
 //! less traffic, and a difference from the single-process result of the order of float rounding
 //! (|Δ| ≲ n_ops · 2⁻²³ · Σ|terms| per element).
+//!
+//! A stack of circular blurs with one kernel size shares FFTs ([`BlurFusion`]) here as in [`Stack`],
+//! when every rank agrees at construction that all operators qualify. The terms change, not the
+//! order: an operator's term of `Σ wᵢAᵢᵀyᵢ` is its weighted spectrum, gathered and summed in operator
+//! order like an image, then transformed back once on every rank; `Σ wᵢAᵢᵀAᵢx` is one convolution
+//! with the Gram kernel `Σ wᵢgᵢ`, whose parts `gᵢ` are gathered once at construction and summed in
+//! operator order, so every rank applies it locally — the same bits on any number of ranks and in a
+//! [`Stack`], and no communication per gradient beyond the measurement term.
 
 use std::sync::Arc;
 
@@ -18,7 +26,10 @@ use serde::{Deserialize, Serialize};
 use super::codec;
 use super::collective::{Collective, ReduceOp};
 use crate::error::{Error, Result};
-use crate::physics::{LinearPhysics, StackedLinearPhysics, stack::sum_in_order};
+use crate::physics::stack::{
+    BlurFusion, check_circular_measurements, check_same_shape, sum_in_order,
+};
+use crate::physics::{LinearPhysics, StackedLinearPhysics};
 use crate::tensor::Tensor;
 
 /// How `A(x)` is gathered (deepinv's `gather_strategy`).
@@ -58,6 +69,8 @@ pub struct DistributedStack {
     local: Vec<(usize, Box<dyn LinearPhysics>)>,
     pub gather: GatherStrategy,
     pub sum_order: SumOrder,
+    /// Shared FFTs, when every operator of the stack is a circular blur of one kernel size.
+    fusion: Option<BlurFusion>,
 }
 
 impl DistributedStack {
@@ -79,13 +92,84 @@ impl DistributedStack {
             .filter(|&i| owner(i, world) == rank)
             .map(|i| Ok((i, factory(i)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(DistributedStack {
+        let mut stack = DistributedStack {
             comm,
             n_ops,
             local,
             gather: GatherStrategy::default(),
             sum_order: SumOrder::default(),
-        })
+            fusion: None,
+        };
+        stack.fusion = stack.agree_on_fusion()?;
+        Ok(stack)
+    }
+
+    /// Whether the operators share FFTs (the same answer on every rank).
+    pub fn is_fused(&self) -> bool {
+        self.fusion.is_some()
+    }
+
+    /// Every rank announces the fusion key of each operator it owns; fusion is on when all `n_ops`
+    /// share one key. Then the Gram kernels `gᵢ` are gathered so every rank holds all of them.
+    fn agree_on_fusion(&self) -> Result<Option<BlurFusion>> {
+        let mine: String = self
+            .local
+            .iter()
+            .map(|(i, op)| {
+                let key =
+                    BlurFusion::key_of(op.as_ref()).map_or("-".to_string(), |k| k.to_string());
+                format!("{i} {key}\n")
+            })
+            .collect();
+        let mut keys = vec![None; self.n_ops];
+        for part in self.comm.all_gather(mine.as_bytes())? {
+            for line in String::from_utf8_lossy(&part).lines() {
+                if let Some((i, key)) = line.split_once(' ')
+                    && let Ok(i) = i.parse::<usize>()
+                    && i < self.n_ops
+                {
+                    keys[i] = Some(key.to_string());
+                }
+            }
+        }
+        let first = keys[0].clone();
+        let Some(key) = first
+            .filter(|_| keys.iter().all(|k| *k == keys[0]))
+            .and_then(|k| crate::physics::stack::parse_fusion_key(&k))
+        else {
+            return Ok(None);
+        };
+        let grams = if BlurFusion::gram_fits(key) {
+            let local = self
+                .local
+                .par_iter()
+                .map(|(i, op)| {
+                    BlurFusion::gram_of(op.as_ref())
+                        .map(|g| (*i, g))
+                        .ok_or_else(|| Error::config("physics", "Gram kernel of a fused blur"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(self.gather_indexed(local)?)
+        } else {
+            None
+        };
+        Ok(Some(BlurFusion::new(key, grams)))
+    }
+
+    /// `Σ wᵢAᵢᵀyᵢ` with shared inverse transforms (fused stacks).
+    fn fused_adjoint(&self, f: &BlurFusion, ys: &[Tensor], weights: &[f32]) -> Result<Tensor> {
+        check_same_shape(ys)?;
+        if self.comm.world_size() == 1 {
+            // Accumulating in operator order gives the bits of the gathered sum, without storing terms.
+            let ops: Vec<&dyn LinearPhysics> =
+                self.local.iter().map(|(_, op)| op.as_ref()).collect();
+            return f.adjoint_all(&ops, ys, weights);
+        }
+        let finish = |sum: Tensor| f.adjoint_finish(sum, ys[0].shape());
+        self.distributed_sum(
+            |i, op| f.adjoint_term(op, &ys[i], weights[i]),
+            Some(&finish),
+        )
     }
 
     /// Distributes a list of operators: rank keeps those it owns and drops the rest.
@@ -108,6 +192,13 @@ impl DistributedStack {
 
     /// `A(x)` for this rank's operators only (`gather = false`).
     pub fn forward_local(&self, x: &Tensor) -> Result<Vec<(usize, Tensor)>> {
+        if let Some(f) = &self.fusion {
+            let ops: Vec<&dyn LinearPhysics> =
+                self.local.iter().map(|(_, op)| op.as_ref()).collect();
+            if let Some(ys) = f.forward(&ops, x)? {
+                return Ok(self.local.iter().map(|(i, _)| *i).zip(ys).collect());
+            }
+        }
         self.local
             .par_iter()
             .map(|(i, op)| Ok((*i, op.forward(x)?)))
@@ -183,22 +274,30 @@ impl DistributedStack {
             .collect()
     }
 
-    /// Σ over all operators of per-operator terms computed locally by `term`.
+    /// Σ over all operators of per-operator terms computed locally by `term`, then `finish`ed (a
+    /// linear map, so finishing each rank's partial sum before the all-reduce is the same sum).
     fn distributed_sum(
         &self,
         term: impl Fn(usize, &dyn LinearPhysics) -> Result<Tensor> + Sync,
+        finish: Option<&dyn Fn(Tensor) -> Result<Tensor>>,
     ) -> Result<Tensor> {
+        let finish = |t: Tensor| match finish {
+            Some(f) => f(t),
+            None => Ok(t),
+        };
         let local: Vec<(usize, Tensor)> = self
             .local
             .par_iter()
             .map(|(i, op)| Ok((*i, term(*i, op.as_ref())?)))
             .collect::<Result<_>>()?;
         match self.sum_order {
-            SumOrder::Exact => sum_in_order(self.gather_indexed(local)?),
+            SumOrder::Exact => finish(sum_in_order(self.gather_indexed(local)?)?),
             SumOrder::AllReduce => {
                 let partial = match local.is_empty() {
                     true => None,
-                    false => Some(sum_in_order(local.into_iter().map(|(_, t)| t).collect())?),
+                    false => Some(finish(sum_in_order(
+                        local.into_iter().map(|(_, t)| t).collect(),
+                    )?)?),
                 };
                 // Ranks without operators still need the shape of the sum.
                 let shape = self.agree_on_shape(partial.as_ref().map(|t| t.shape().to_vec()))?;
@@ -257,7 +356,7 @@ impl DistributedStack {
     /// Exact only when all operators agree; [`StackedLinearPhysics::pinv`] is the exact distributed CG.
     pub fn pinv_local_average(&self, ys: &[Tensor]) -> Result<Tensor> {
         self.check_len(ys, "pinv")?;
-        let mut sum = self.distributed_sum(|i, op| op.pinv(&ys[i]))?;
+        let mut sum = self.distributed_sum(|i, op| op.pinv(&ys[i]), None)?;
         sum.scale(1.0 / self.n_ops as f32);
         Ok(sum)
     }
@@ -325,16 +424,38 @@ impl StackedLinearPhysics for DistributedStack {
 
     fn adjoint(&self, ys: &[Tensor]) -> Result<Tensor> {
         self.check_len(ys, "stack adjoint")?;
-        self.distributed_sum(|i, op| op.adjoint(&ys[i]))
+        if let Some(f) = &self.fusion {
+            return self.fused_adjoint(f, ys, &vec![1.0; ys.len()]);
+        }
+        self.distributed_sum(|i, op| op.adjoint(&ys[i]), None)
     }
 
     fn adjoint_forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.distributed_sum(|_, op| op.adjoint_forward(x))
+        // The Gram kernel covers the whole stack: every rank applies it, no communication.
+        if let Some(f) = &self.fusion
+            && let Some(g) = f.gram_apply(x, &vec![1.0; self.n_ops])?
+        {
+            return Ok(g);
+        }
+        self.distributed_sum(|_, op| op.adjoint_forward(x), None)
     }
 
     fn residual_adjoint(&self, x: &Tensor, ys: &[Tensor], weights: &[f32]) -> Result<Tensor> {
         self.check_len(ys, "data fidelity gradient")?;
-        self.distributed_sum(|i, op| {
+        if weights.len() != self.n_ops {
+            return Err(Error::config(
+                "data fidelity gradient",
+                format!("{} weights for {} operators", weights.len(), self.n_ops),
+            ));
+        }
+        if let Some(f) = &self.fusion {
+            check_circular_measurements(x, ys)?;
+            if let Some(mut g) = f.gram_apply(x, weights)? {
+                g.sub_assign(&self.fused_adjoint(f, ys, weights)?);
+                return Ok(g);
+            }
+        }
+        let term = |i: usize, op: &dyn LinearPhysics| {
             let mut r = op.forward(x)?;
             if r.shape() != ys[i].shape() {
                 return Err(Error::shape(
@@ -346,7 +467,8 @@ impl StackedLinearPhysics for DistributedStack {
             r.sub_assign(&ys[i]);
             r.scale(weights[i]);
             op.adjoint(&r)
-        })
+        };
+        self.distributed_sum(term, None)
     }
 }
 
@@ -476,6 +598,77 @@ mod tests {
             results.iter().map(|r| r.2).collect::<Vec<_>>(),
             vec![1, 1, 0]
         );
+    }
+
+    fn blurs(n: usize) -> Vec<Box<dyn LinearPhysics>> {
+        use crate::physics::blur::{Blur, ConvMethod, Padding, gaussian_kernel};
+        (0..n)
+            .map(|i| {
+                let k = gaussian_kernel([1.6, 0.7], 40.0 * i as f32);
+                Box::new(Blur::with_method(k, Padding::Circular, ConvMethod::Fft).unwrap())
+                    as Box<dyn LinearPhysics>
+            })
+            .collect()
+    }
+
+    /// Fused blur stacks: the terms are spectra and a Gram kernel, summed in operator order, so any
+    /// number of ranks gives the single-process stack's bits (in `exact` order).
+    #[test]
+    fn fused_blur_stack_is_identical_on_any_number_of_ranks() {
+        let n_ops = 5;
+        let x = Tensor::from_fn(&[1, 3, 13, 17], |i| ((i * 37) % 23) as f32 / 23.0);
+        let single = Stack::new(blurs(n_ops)).unwrap();
+        assert!(single.is_fused());
+        let ys: Vec<Tensor> = single
+            .forward(&x.scaled(0.8))
+            .unwrap()
+            .into_iter()
+            .enumerate()
+            .map(|(i, y)| y.scaled(1.0 + 0.1 * i as f32))
+            .collect();
+        let w = [0.5, 1.0, 2.0, 1.0, 0.25];
+        let want = (
+            single.forward(&x).unwrap(),
+            single.adjoint(&ys).unwrap(),
+            single.adjoint_forward(&x).unwrap(),
+            single.residual_adjoint(&x, &ys, &w).unwrap(),
+        );
+        for world in [1, 2, 3, 7] {
+            let results = on_group(world, |comm| {
+                let d = DistributedStack::from_list(comm, blurs(n_ops)).unwrap();
+                (
+                    d.is_fused(),
+                    d.forward(&x).unwrap(),
+                    d.adjoint(&ys).unwrap(),
+                    d.adjoint_forward(&x).unwrap(),
+                    d.residual_adjoint(&x, &ys, &w).unwrap(),
+                )
+            });
+            for (rank, r) in results.into_iter().enumerate() {
+                let ctx = format!("world {world}, rank {rank}");
+                assert!(r.0, "{ctx}: fused");
+                assert_eq!(r.1, want.0, "{ctx}: forward");
+                assert_eq!(r.2, want.1, "{ctx}: adjoint");
+                assert_eq!(r.3, want.2, "{ctx}: AᵀA");
+                assert_eq!(r.4, want.3, "{ctx}: residual adjoint");
+            }
+        }
+        // All-reduce order: close, and still fused.
+        let results = on_group(3, |comm| {
+            let mut d = DistributedStack::from_list(comm, blurs(n_ops)).unwrap();
+            d.sum_order = SumOrder::AllReduce;
+            d.adjoint(&ys).unwrap()
+        });
+        for adj in results {
+            assert!(adj.max_abs_diff(&want.1) <= 1e-5 * want.1.min_max().1.abs().max(1.0));
+        }
+        // One operator that is not a blur turns fusion off on every rank.
+        let results = on_group(2, |comm| {
+            let mut list = blurs(3);
+            list.extend(ops(1));
+            DistributedStack::from_list(comm, list).unwrap().is_fused()
+        });
+        assert_eq!(results, vec![false, false]);
     }
 
     #[test]

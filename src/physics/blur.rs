@@ -322,6 +322,11 @@ impl Blur {
     pub fn method_for(&self, x_shape: &[usize]) -> Result<ConvMethod> {
         self.op.method_for(x_shape)
     }
+
+    /// The convolution engine, for stacks that fuse transforms across blurs.
+    pub(crate) fn conv(&self) -> &Conv {
+        &self.op.conv
+    }
 }
 
 impl std::fmt::Debug for Blur {
@@ -360,6 +365,9 @@ impl LinearPhysics for Blur {
                 })
             }
         }
+    }
+    fn as_blur(&self) -> Option<&Blur> {
+        Some(self)
     }
 }
 

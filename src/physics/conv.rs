@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
-use rustfft::num_complex::Complex32;
+use rustfft::num_complex::{Complex32, Complex64};
 
 use super::blur::{ConvMethod, Padding};
 use super::fft::{RealFft3, fast_len};
@@ -250,10 +250,25 @@ fn largest_prime_factor(mut n: usize) -> usize {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Plan {
     Direct,
-    /// Spectrum products on the image grid (circular padding only).
-    FftCircular,
-    /// Pad, linear convolution on a fast grid, crop (any padding).
-    FftLinear,
+    /// Spectrum products, per axis either on the image's own length (`true`, circular padding only:
+    /// no padding, the kernel wraps) or on a fast length after padding (`false`: linear convolution
+    /// of the padded axis, then crop). Axes are independent, so a prime side can be padded while a
+    /// power-of-two side stays as it is.
+    Fft([bool; 3]),
+}
+
+impl Plan {
+    /// Every axis on the image grid.
+    const CIRCULAR: Plan = Plan::Fft([true; 3]);
+    /// Every axis padded.
+    const LINEAR: Plan = Plan::Fft([false; 3]);
+
+    fn circular_axes(self) -> [bool; 3] {
+        match self {
+            Plan::Fft(c) => c,
+            Plan::Direct => [false; 3],
+        }
+    }
 }
 
 /// Which grid and kernel placement a cached spectrum belongs to.
@@ -261,8 +276,8 @@ enum Plan {
 struct SpectrumKey {
     channel: usize,
     grid: [usize; 3],
-    /// Kernel centred at the origin (circular) rather than starting there (linear).
-    centred: bool,
+    /// Per axis: kernel centred at the origin (circular) rather than starting there (linear).
+    centred: [bool; 3],
 }
 
 /// A convolution with one kernel per channel (or one for all), a padding and a method.
@@ -371,14 +386,16 @@ impl Conv {
         let Some(out) = self.out_dims(dims) else {
             return Plan::Direct;
         };
-        let linear = (fft_cost(self.linear_grid(dims)), Plan::FftLinear);
+        let linear = (fft_cost(self.linear_grid(dims)), Plan::LINEAR);
         let fft = if self.padding == Padding::Circular {
-            let circular = (fft_cost(dims), Plan::FftCircular);
-            if circular.0 <= linear.0 {
-                circular
-            } else {
-                linear
-            }
+            // Every choice of circular (image-length) and padded axes; ties go to fewer padded axes.
+            (0..8usize)
+                .rev()
+                .map(|bits| {
+                    let plan = Plan::Fft([0, 1, 2].map(|i| bits >> i & 1 == 1));
+                    (fft_cost(self.fft_grid(plan, dims)), plan)
+                })
+                .fold(linear, |best, c| if c.0 < best.0 { c } else { best })
         } else {
             linear
         };
@@ -393,7 +410,12 @@ impl Conv {
         }
     }
 
-    fn spectrum(&self, channel: usize, grid: [usize; 3], centred: bool) -> Arc<Vec<Complex32>> {
+    fn spectrum(
+        &self,
+        channel: usize,
+        grid: [usize; 3],
+        centred: [bool; 3],
+    ) -> Arc<Vec<Complex32>> {
         let key = SpectrumKey {
             channel,
             grid,
@@ -419,7 +441,7 @@ impl Conv {
                     let idx = [c, a, b];
                     // Circular: tap a sits at (a − centre) mod N, summing taps that wrap together.
                     let pos = [0, 1, 2].map(|i| {
-                        if centred {
+                        if centred[i] {
                             (idx[i] as isize - centre[i] as isize).rem_euclid(grid[i] as isize)
                                 as usize
                         } else {
@@ -469,8 +491,7 @@ impl Conv {
                 let ch = self.channel_of(p, channels);
                 match plan {
                     Plan::Direct => self.forward_direct(x, dims, ch, y),
-                    Plan::FftCircular => self.forward_fft_circular(x, dims, ch, y),
-                    Plan::FftLinear => self.forward_fft_linear(x, dims, ch, y),
+                    fft => self.forward_fft(fft, x, dims, ch, y),
                 }
             });
         out
@@ -498,8 +519,7 @@ impl Conv {
                 let ch = self.channel_of(p, channels);
                 match plan {
                     Plan::Direct => self.adjoint_direct(y, dims, ch, x),
-                    Plan::FftCircular => self.adjoint_fft_circular(y, dims, ch, x),
-                    Plan::FftLinear => self.adjoint_fft_linear(y, dims, ch, x),
+                    fft => self.adjoint_fft(fft, y, dims, ch, x),
                 }
             });
         out
@@ -513,7 +533,7 @@ impl Conv {
         channels: usize,
         dims: [usize; 3],
     ) -> Option<Vec<f32>> {
-        if self.plan(dims) != Plan::FftCircular {
+        if self.plan(dims) != Plan::CIRCULAR {
             return None;
         }
         let n = dims.iter().product::<usize>();
@@ -524,7 +544,7 @@ impl Conv {
             .zip(x.par_chunks(n))
             .enumerate()
             .for_each(|(p, (out, x))| {
-                let k = self.spectrum(self.channel_of(p, channels), dims, true);
+                let k = self.spectrum(self.channel_of(p, channels), dims, [true; 3]);
                 let mut spec = fft.forward(&mut x.to_vec());
                 // k is scaled by 1/N; |k|²·N is |K̂|²/N, the one normalisation the pair needs.
                 spec.par_iter_mut()
@@ -540,7 +560,7 @@ impl Conv {
         let n = dims.iter().product::<usize>() as f64;
         (0..self.kernels.len())
             .map(|ch| {
-                let k = self.spectrum(ch, dims, true);
+                let k = self.spectrum(ch, dims, [true; 3]);
                 k.iter().map(|v| v.norm_sqr() as f64).fold(0.0, f64::max) * n * n
             })
             .fold(0.0, f64::max)
@@ -580,37 +600,97 @@ impl Conv {
         fold(&xp, [&maps[0], &maps[1], &maps[2]], left, dims, x);
     }
 
-    fn forward_fft_circular(&self, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
-        let fft = RealFft3::get(dims);
-        let k = self.spectrum(ch, dims, true);
-        let mut spec = fft.forward(&mut x.to_vec());
-        multiply(&mut spec, &k, false);
-        y.copy_from_slice(&fft.inverse(spec));
+    /// The FFT grid of an FFT plan for input `dims`.
+    fn fft_grid(&self, plan: Plan, dims: [usize; 3]) -> [usize; 3] {
+        let (circ, linear) = (plan.circular_axes(), self.linear_grid(dims));
+        [0, 1, 2].map(|i| if circ[i] { dims[i] } else { linear[i] })
     }
 
-    fn adjoint_fft_circular(&self, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
-        let fft = RealFft3::get(dims);
-        let k = self.spectrum(ch, dims, true);
-        let mut spec = fft.forward(&mut y.to_vec());
-        multiply(&mut spec, &k, true);
-        x.copy_from_slice(&fft.inverse(spec));
+    /// Samples added in front of the image on the FFT grid (none on circular axes).
+    fn fft_left(&self, plan: Plan) -> [usize; 3] {
+        let (circ, left) = (plan.circular_axes(), self.left());
+        [0, 1, 2].map(|i| if circ[i] { 0 } else { left[i] })
     }
 
-    fn forward_fft_linear(&self, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
-        let grid = self.linear_grid(dims);
-        let p = self.padded_dims(dims);
-        let left = self.left();
-        let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], grid[i]));
+    /// Per axis, where the image's padded extension comes from on the FFT grid: itself on circular
+    /// axes, the padding up to the padded length then zeros on padded ones.
+    fn fft_maps(&self, plan: Plan, dims: [usize; 3]) -> [AxisMap; 3] {
+        let (grid, left, p) = (
+            self.fft_grid(plan, dims),
+            self.fft_left(plan),
+            self.padded_dims(dims),
+        );
+        let circ = plan.circular_axes();
+        [0, 1, 2].map(|i| {
+            let ext = if circ[i] { dims[i] } else { p[i] };
+            axis_map(self.padding, dims[i], left[i], ext, grid[i])
+        })
+    }
+
+    /// Offset of the output inside the FFT grid: `K−1` on padded axes, 0 on circular ones.
+    fn fft_crop(&self, plan: Plan) -> [usize; 3] {
+        let circ = plan.circular_axes();
+        [0, 1, 2].map(|i| if circ[i] { 0 } else { self.kdims[i] - 1 })
+    }
+
+    /// FFT of one input plane as the forward pass sees it: the image itself (circular grid) or its
+    /// padded extension on the linear grid.
+    fn input_spectrum(&self, plan: Plan, x: &[f32], dims: [usize; 3]) -> Vec<Complex32> {
+        let grid = self.fft_grid(plan, dims);
         let fft = RealFft3::get(grid);
+        if plan == Plan::CIRCULAR {
+            return fft.forward(&mut x.to_vec());
+        }
+        let maps = self.fft_maps(plan, dims);
         let mut xg = vec![0.0f32; fft.real_len()];
-        pad(x, dims, [&maps[0], &maps[1], &maps[2]], left, &mut xg);
-        let k = self.spectrum(ch, grid, false);
-        let mut spec = fft.forward(&mut xg);
-        multiply(&mut spec, &k, false);
+        pad(
+            x,
+            dims,
+            [&maps[0], &maps[1], &maps[2]],
+            self.fft_left(plan),
+            &mut xg,
+        );
+        fft.forward(&mut xg)
+    }
+
+    /// `y ← A x` of one plane from the spectrum of its input ([`Self::input_spectrum`]).
+    fn forward_from_spectrum(
+        &self,
+        plan: Plan,
+        input: Spectrum<'_>,
+        dims: [usize; 3],
+        ch: usize,
+        y: &mut [f32],
+    ) {
+        let grid = self.fft_grid(plan, dims);
+        let fft = RealFft3::get(grid);
+        let k = self.spectrum(ch, grid, plan.circular_axes());
+        let spec = match input {
+            Spectrum::Owned(mut spec) => {
+                multiply(&mut spec, &k, false);
+                spec
+            }
+            // The same products as `multiply`, written to a new buffer (one pass fewer than a copy).
+            Spectrum::Shared(x) => {
+                let mut spec = vec![Complex32::new(0.0, 0.0); x.len()];
+                spec.par_chunks_mut(4096)
+                    .zip(x.par_chunks(4096).zip(k.par_chunks(4096)))
+                    .for_each(|(s, (x, k))| {
+                        for ((s, x), k) in s.iter_mut().zip(x).zip(k) {
+                            *s = *x;
+                            *s *= k;
+                        }
+                    });
+                spec
+            }
+        };
         let full = fft.inverse(spec);
-        // y[i] = full[i + K − 1].
+        if plan == Plan::CIRCULAR {
+            return y.copy_from_slice(&full);
+        }
+        // y[i] = full[i + K − 1] on padded axes.
         let out = self.out_dims(dims).expect("shape checked by the operator");
-        let off = self.kdims.map(|k| k - 1);
+        let off = self.fft_crop(plan);
         y.par_chunks_mut(out[2]).enumerate().for_each(|(row, yr)| {
             let (z, r) = (row / out[1], row % out[1]);
             let start = ((z + off[0]) * grid[1] + r + off[1]) * grid[2] + off[2];
@@ -618,25 +698,368 @@ impl Conv {
         });
     }
 
-    fn adjoint_fft_linear(&self, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
-        let grid = self.linear_grid(dims);
-        let p = self.padded_dims(dims);
+    /// FFT of one output plane as the adjoint pass sees it: the plane itself (circular grid) or the
+    /// plane zero-padded to the linear grid at offset `K−1`.
+    fn adjoint_input_spectrum(&self, plan: Plan, y: &[f32], dims: [usize; 3]) -> Vec<Complex32> {
+        let grid = self.fft_grid(plan, dims);
+        let fft = RealFft3::get(grid);
+        if plan == Plan::CIRCULAR {
+            return fft.forward(&mut y.to_vec());
+        }
         let out = self.out_dims(dims).expect("shape checked by the operator");
-        let off = self.kdims.map(|k| k - 1);
+        let off = self.fft_crop(plan);
         let zmaps = [0, 1, 2]
             .map(|i| axis_map(Padding::Constant, out[i], off[i], off[i] + out[i], grid[i]));
-        let fft = RealFft3::get(grid);
         let mut yg = vec![0.0f32; fft.real_len()];
         pad(y, out, [&zmaps[0], &zmaps[1], &zmaps[2]], off, &mut yg);
-        let k = self.spectrum(ch, grid, false);
-        let mut spec = fft.forward(&mut yg);
-        multiply(&mut spec, &k, true);
-        let g = fft.inverse(spec);
+        fft.forward(&mut yg)
+    }
+
+    /// `x ← ` the adjoint of one plane from `conj(K̂)·Ŷ` (already multiplied, possibly summed over
+    /// operators): inverse FFT, then on the linear grid the fold of the padding.
+    fn adjoint_from_spectrum(
+        &self,
+        plan: Plan,
+        spec: Vec<Complex32>,
+        dims: [usize; 3],
+        x: &mut [f32],
+    ) {
+        let grid = self.fft_grid(plan, dims);
+        let g = RealFft3::get(grid).inverse(spec);
+        if plan == Plan::CIRCULAR {
+            return x.copy_from_slice(&g);
+        }
         // g[r] for r < P is the adjoint on the padded grid; beyond P the maps say "zero", so the fold
         // ignores it.
-        let left = self.left();
-        let maps = [0, 1, 2].map(|i| axis_map(self.padding, dims[i], left[i], p[i], grid[i]));
+        let maps = self.fft_maps(plan, dims);
+        let left = self.fft_left(plan);
         fold(&g, [&maps[0], &maps[1], &maps[2]], left, dims, x);
+    }
+
+    fn forward_fft(&self, plan: Plan, x: &[f32], dims: [usize; 3], ch: usize, y: &mut [f32]) {
+        let spec = self.input_spectrum(plan, x, dims);
+        self.forward_from_spectrum(plan, Spectrum::Owned(spec), dims, ch, y);
+    }
+
+    fn adjoint_fft(&self, plan: Plan, y: &[f32], dims: [usize; 3], ch: usize, x: &mut [f32]) {
+        let grid = self.fft_grid(plan, dims);
+        let k = self.spectrum(ch, grid, plan.circular_axes());
+        let mut spec = self.adjoint_input_spectrum(plan, y, dims);
+        multiply(&mut spec, &k, true);
+        self.adjoint_from_spectrum(plan, spec, dims, x);
+    }
+}
+
+/// An input spectrum handed to the forward product: owned (consumed) or shared between operators.
+enum Spectrum<'a> {
+    Owned(Vec<Complex32>),
+    Shared(&'a [Complex32]),
+}
+
+/// What convolutions must share to share their FFTs: circular padding, kernel dims, method and
+/// number of kernels. Operators with equal keys use the same grid and the same input placement for
+/// every input size, so one transform of the input serves all of them (see `physics::stack`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusionKey {
+    pub kdims: [usize; 3],
+    pub channels: usize,
+    pub method: ConvMethod,
+}
+
+impl FusionKey {
+    const METHODS: [(ConvMethod, &'static str); 3] = [
+        (ConvMethod::Auto, "auto"),
+        (ConvMethod::Direct, "direct"),
+        (ConvMethod::Fft, "fft"),
+    ];
+
+    /// Reads the text written by `Display` (how ranks compare their operators).
+    pub fn parse(text: &str) -> Option<FusionKey> {
+        let mut parts = text.split('/');
+        let dims: Vec<usize> = parts
+            .next()?
+            .split('x')
+            .map(|d| d.parse().ok())
+            .collect::<Option<_>>()?;
+        let channels = parts.next()?.parse().ok()?;
+        let name = parts.next()?;
+        let method = Self::METHODS.iter().find(|(_, n)| *n == name)?.0;
+        let kdims: [usize; 3] = dims.try_into().ok()?;
+        let valid = parts.next().is_none()
+            && channels > 0
+            && kdims
+                .iter()
+                .all(|&k| (1..=super::blur::MAX_KERNEL_SIDE).contains(&k));
+        valid.then_some(FusionKey {
+            kdims,
+            channels,
+            method,
+        })
+    }
+}
+
+impl std::fmt::Display for FusionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, c] = self.kdims;
+        let name = Self::METHODS
+            .iter()
+            .find(|(m, _)| *m == self.method)
+            .map_or("auto", |(_, n)| n);
+        write!(f, "{a}x{b}x{c}/{}/{name}", self.channels)
+    }
+}
+
+/// Largest Gram kernel (values per channel) a stack precomputes; beyond it (kernels of side ≳ 1000)
+/// the stack applies `Σ AᵢᵀAᵢ` operator by operator.
+pub const MAX_GRAM_LEN: usize = 1 << 22;
+
+impl Conv {
+    /// This convolution's [`FusionKey`]; `None` unless the padding is circular.
+    pub fn fusion_key(&self) -> Option<FusionKey> {
+        (self.padding == Padding::Circular).then_some(FusionKey {
+            kdims: self.kdims,
+            channels: self.kernels.len(),
+            method: self.method,
+        })
+    }
+
+    /// A convolution with `key`'s geometry and zero kernels: it places and finishes spectra (grids,
+    /// padding, fold) for ranks that own no operator of a fused stack.
+    pub fn template(key: FusionKey) -> Conv {
+        let n = key.kdims.iter().product();
+        Conv::new(
+            vec![vec![0.0; n]; key.channels],
+            key.kdims,
+            Padding::Circular,
+            key.method,
+        )
+    }
+
+    /// Whether inputs of `dims` go through the FFT (and so can share transforms).
+    pub fn uses_fft(&self, dims: [usize; 3]) -> bool {
+        self.plan(dims) != Plan::Direct
+    }
+
+    /// Spectra of the `planes` planes of `x` (dims `dims`) on this convolution's FFT grid; every
+    /// convolution with the same [`FusionKey`] accepts them. `None` on the direct path.
+    pub fn input_spectra(
+        &self,
+        x: &[f32],
+        planes: usize,
+        dims: [usize; 3],
+    ) -> Option<Vec<Vec<Complex32>>> {
+        let plan = self.plan(dims);
+        if plan == Plan::Direct {
+            return None;
+        }
+        let n = dims.iter().product::<usize>();
+        Some(
+            x.par_chunks(n)
+                .take(planes)
+                .map(|x| self.input_spectrum(plan, x, dims))
+                .collect(),
+        )
+    }
+
+    /// `A x` from [`Self::input_spectra`] of `x`: the same arithmetic as [`Self::forward`], so the
+    /// same bits.
+    pub fn forward_from_spectra(
+        &self,
+        spectra: &[Vec<Complex32>],
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Vec<f32> {
+        let plan = self.plan(dims);
+        let n = dims.iter().product::<usize>();
+        let mut out = vec![0.0f32; spectra.len() * n];
+        out.par_chunks_mut(n)
+            .zip(spectra.par_iter())
+            .enumerate()
+            .for_each(|(p, (y, s))| {
+                let ch = self.channel_of(p, channels);
+                self.forward_from_spectrum(plan, Spectrum::Shared(s), dims, ch, y);
+            });
+        out
+    }
+
+    /// `weight · conj(K̂)·Ŷ` for each plane of `y`, as interleaved (re, im) floats, planes one after
+    /// another: this operator's term of `Σᵢ wᵢAᵢᵀyᵢ` before the shared inverse transform. Only on
+    /// the FFT path ([`Self::uses_fft`]).
+    pub fn adjoint_term(
+        &self,
+        y: &[f32],
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+        weight: f32,
+    ) -> Vec<f32> {
+        let plan = self.plan(dims);
+        debug_assert_ne!(plan, Plan::Direct);
+        let grid = self.fft_grid(plan, dims);
+        let len = RealFft3::get(grid).spectrum_len();
+        let n = dims.iter().product::<usize>();
+        let mut out = vec![0.0f32; planes * 2 * len];
+        out.par_chunks_mut(2 * len)
+            .zip(y.par_chunks(n))
+            .enumerate()
+            .for_each(|(p, (out, y))| {
+                let k = self.spectrum(self.channel_of(p, channels), grid, plan.circular_axes());
+                let mut spec = self.adjoint_input_spectrum(plan, y, dims);
+                multiply(&mut spec, &k, true);
+                for (o, s) in out.chunks_exact_mut(2).zip(&spec) {
+                    o[0] = s.re * weight;
+                    o[1] = s.im * weight;
+                }
+            });
+        out
+    }
+
+    /// Adds this operator's [`Self::adjoint_term`] to `acc` (one spectrum per plane; empty: the
+    /// term becomes the sum), with the same roundings as forming the term and then adding it, so
+    /// accumulating in operator order gives the bits of summing the terms in operator order.
+    pub fn adjoint_accumulate(
+        &self,
+        y: &[f32],
+        channels: usize,
+        dims: [usize; 3],
+        weight: f32,
+        acc: &mut Vec<Vec<Complex32>>,
+    ) {
+        let plan = self.plan(dims);
+        debug_assert_ne!(plan, Plan::Direct);
+        let grid = self.fft_grid(plan, dims);
+        let n = dims.iter().product::<usize>();
+        let first = acc.is_empty();
+        for (p, y) in y.chunks_exact(n).enumerate() {
+            let k = self.spectrum(self.channel_of(p, channels), grid, plan.circular_axes());
+            let mut spec = self.adjoint_input_spectrum(plan, y, dims);
+            multiply(&mut spec, &k, true);
+            if first {
+                spec.par_iter_mut().for_each(|s| {
+                    s.re *= weight;
+                    s.im *= weight;
+                });
+                acc.push(spec);
+                continue;
+            }
+            acc[p]
+                .par_chunks_mut(4096)
+                .zip(spec.par_chunks(4096))
+                .for_each(|(a, s)| {
+                    for (a, s) in a.iter_mut().zip(s) {
+                        a.re += s.re * weight;
+                        a.im += s.im * weight;
+                    }
+                });
+        }
+    }
+
+    /// The image of accumulated spectra ([`Self::adjoint_accumulate`]), one per plane.
+    pub fn adjoint_finish_spectra(&self, acc: Vec<Vec<Complex32>>, dims: [usize; 3]) -> Vec<f32> {
+        let plan = self.plan(dims);
+        let n = dims.iter().product::<usize>();
+        let mut out = vec![0.0f32; acc.len() * n];
+        out.par_chunks_mut(n)
+            .zip(acc.into_par_iter())
+            .for_each(|(x, spec)| self.adjoint_from_spectrum(plan, spec, dims, x));
+        out
+    }
+
+    /// The image of a sum of [`Self::adjoint_term`]s: one inverse transform (and fold) per plane.
+    pub fn adjoint_finish(&self, terms: &[f32], planes: usize, dims: [usize; 3]) -> Vec<f32> {
+        let plan = self.plan(dims);
+        let n = dims.iter().product::<usize>();
+        let len = terms.len() / planes.max(1) / 2;
+        let mut out = vec![0.0f32; planes * n];
+        out.par_chunks_mut(n)
+            .zip(terms.par_chunks(2 * len))
+            .for_each(|(x, t)| {
+                let spec = t
+                    .chunks_exact(2)
+                    .map(|c| Complex32::new(c[0], c[1]))
+                    .collect();
+                self.adjoint_from_spectrum(plan, spec, dims, x);
+            });
+        out
+    }
+
+    /// The kernels of `AᵀA` (one per kernel channel) and their dims `2K−1`, in f64: for circular
+    /// padding `AᵀA` is the circular convolution with the autocorrelation
+    /// `g[m] = Σ_a k[a]·k[a + m − (K−1)]`, centred at `K−1` = the centre `(2K−1)/2` that [`Conv`]
+    /// uses. Computed as `IFFT(|FFT k|²)` in f64 on a grid ≥ `2K−1` (no wrap-around). `None` when a
+    /// kernel would exceed [`MAX_GRAM_LEN`] values.
+    pub fn gram_kernels(&self) -> Option<(Vec<Vec<f64>>, [usize; 3])> {
+        let gdims = self.kdims.map(|k| 2 * k - 1);
+        if gdims.iter().product::<usize>() > MAX_GRAM_LEN {
+            return None;
+        }
+        let grid = gdims.map(fast_len);
+        let total = grid.iter().product::<usize>();
+        let [kd, kh, kw] = self.kdims;
+        let grams = self
+            .kernels
+            .iter()
+            .map(|k| {
+                let mut buf = vec![Complex64::new(0.0, 0.0); total];
+                for c in 0..kd {
+                    for a in 0..kh {
+                        for b in 0..kw {
+                            buf[(c * grid[1] + a) * grid[2] + b].re =
+                                k[(c * kh + a) * kw + b] as f64;
+                        }
+                    }
+                }
+                fft3_c64(&mut buf, grid, false);
+                for v in &mut buf {
+                    *v = Complex64::new(v.norm_sqr(), 0.0);
+                }
+                fft3_c64(&mut buf, grid, true);
+                let mut g = Vec::with_capacity(gdims.iter().product());
+                let lag = |m: usize, i: usize| {
+                    (m as isize - (self.kdims[i] as isize - 1)).rem_euclid(grid[i] as isize)
+                        as usize
+                };
+                for c in 0..gdims[0] {
+                    for a in 0..gdims[1] {
+                        for b in 0..gdims[2] {
+                            let idx = (lag(c, 0) * grid[1] + lag(a, 1)) * grid[2] + lag(b, 2);
+                            g.push(buf[idx].re / total as f64);
+                        }
+                    }
+                }
+                g
+            })
+            .collect();
+        Some((grams, gdims))
+    }
+}
+
+/// Unnormalised complex FFT of a C-order 3-D array in f64, along every axis longer than 1.
+fn fft3_c64(buf: &mut [Complex64], dims: [usize; 3], inverse: bool) {
+    let mut planner = rustfft::FftPlanner::<f64>::new();
+    let [d0, d1, d2] = dims;
+    let mut line = Vec::new();
+    for (axis, len, stride) in [(2, d2, 1), (1, d1, d2), (0, d0, d1 * d2)] {
+        if len < 2 {
+            continue;
+        }
+        let fft = if inverse {
+            planner.plan_fft_inverse(len)
+        } else {
+            planner.plan_fft_forward(len)
+        };
+        // Starts of every line along `axis`.
+        let starts: Vec<usize> = (0..buf.len())
+            .filter(|&i| (i / stride) % dims[axis] == 0)
+            .collect();
+        for s in starts {
+            line.clear();
+            line.extend((0..len).map(|j| buf[s + j * stride]));
+            fft.process(&mut line);
+            for (j, v) in line.iter().enumerate() {
+                buf[s + j * stride] = *v;
+            }
+        }
     }
 }
 
@@ -663,8 +1086,13 @@ mod tests {
             |padding, method| Conv::new(vec![vec![0.0; 71 * 71]], [1, 71, 71], padding, method);
         let c = conv(Padding::Circular, ConvMethod::Auto);
         // 683 is prime: the padded linear path on 756 × 1120 wins over the image grid.
-        assert_eq!(c.plan([1, 683, 1024]), Plan::FftLinear);
-        assert_eq!(c.plan([1, 768, 1024]), Plan::FftCircular);
+        // 683 is prime: that axis is padded (to 756), the 1024 axis stays circular.
+        assert_eq!(c.plan([1, 683, 1024]), Plan::Fft([true, false, true]));
+        assert_eq!(c.plan([1, 768, 1024]), Plan::CIRCULAR);
+        assert_eq!(
+            conv(Padding::Reflect, ConvMethod::Auto).plan([1, 683, 1024]),
+            Plan::LINEAR
+        );
         assert_eq!(
             conv(Padding::Circular, ConvMethod::Direct).plan([1, 683, 1024]),
             Plan::Direct

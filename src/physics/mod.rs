@@ -74,6 +74,12 @@ pub trait LinearPhysics: Physics {
                 .x,
         )
     }
+
+    /// The 2-D blur this operator applies, if it is one (wrappers such as [`Noisy`] pass it through):
+    /// lets a [`Stack`] of circular blurs share FFTs between its operators.
+    fn as_blur(&self) -> Option<&blur::Blur> {
+        None
+    }
 }
 
 impl Physics for Box<dyn LinearPhysics> {
@@ -103,6 +109,9 @@ impl LinearPhysics for Box<dyn LinearPhysics> {
     }
     fn pinv(&self, y: &Tensor) -> Result<Tensor> {
         (**self).pinv(y)
+    }
+    fn as_blur(&self) -> Option<&blur::Blur> {
+        (**self).as_blur()
     }
 }
 

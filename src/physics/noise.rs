@@ -113,6 +113,9 @@ impl<P: LinearPhysics> LinearPhysics for Noisy<P> {
     fn pinv(&self, y: &Tensor) -> Result<Tensor> {
         self.inner.pinv(y)
     }
+    fn as_blur(&self) -> Option<&super::blur::Blur> {
+        self.inner.as_blur()
+    }
 }
 
 #[cfg(test)]
