@@ -9,3 +9,6 @@
 pub mod weights;
 
 pub use weights::StateDict;
+
+#[cfg(feature = "torch")]
+pub mod torch;
