@@ -309,8 +309,8 @@ impl DrunetArch {
             .take_while(|i| weights.get(&format!("m_down1.{i}.res.0.weight")).is_some())
             .count();
         let mut nc = [head[0], 0, 0, 0];
-        for k in 1..4 {
-            nc[k] = shape(&format!("m_down{k}.{nb}.weight"))?[0];
+        for (k, c) in nc.iter_mut().enumerate().skip(1) {
+            *c = shape(&format!("m_down{k}.{nb}.weight"))?[0];
         }
         Ok(DrunetArch {
             in_channels: head[1] - 1,
@@ -377,53 +377,33 @@ impl TorchDrunet {
     pub fn new(arch: &DrunetArch, mut weights: StateDict, device: TorchDevice) -> Result<Self> {
         arch.validate()?;
         let dev = device.to_tch()?;
-        let k3 = vec![3usize; arch.dim];
-        let k2 = vec![2usize; arch.dim];
-        let mut take = |key: &str, out_c: usize, in_c: usize, k: &[usize]| -> Result<tch::Tensor> {
-            let shape: Vec<usize> = [out_c, in_c].iter().chain(k).copied().collect();
-            to_torch(&weights.take(key, &shape)?, dev)
-        };
-        // nn.Sequential flattens a single module away, so with nb = 1 the body's block has no index.
-        let blocks = |take: &mut dyn FnMut(&str, usize, usize, &[usize]) -> Result<tch::Tensor>,
-                      prefix: &str,
-                      first: usize,
-                      c: usize,
-                      bare: bool|
-         -> Result<Vec<ResBlock>> {
-            (0..arch.nb)
-                .map(|i| {
-                    let p = if bare {
-                        prefix.to_string()
-                    } else {
-                        format!("{prefix}.{}", first + i)
-                    };
-                    Ok(ResBlock {
-                        conv1: take(&format!("{p}.res.0.weight"), c, c, &k3)?,
-                        conv2: take(&format!("{p}.res.2.weight"), c, c, &k3)?,
-                    })
-                })
-                .collect()
+        let mut w = WeightTaker {
+            weights: &mut weights,
+            dev,
+            dim: arch.dim,
+            nb: arch.nb,
         };
         let nc = arch.nc;
-        let head = take("m_head.weight", nc[0], arch.in_channels + 1, &k3)?;
+        let head = w.conv("m_head.weight", nc[0], arch.in_channels + 1, 3)?;
         let mut down = Vec::new();
         for k in 0..3 {
             let name = format!("m_down{}", k + 1);
-            let b = blocks(&mut take, &name, 0, nc[k], false)?;
+            let b = w.blocks(&name, 0, nc[k], false)?;
             // A strided conv weight is (out, in, 2, 2).
-            let conv = take(&format!("{name}.{}.weight", arch.nb), nc[k + 1], nc[k], &k2)?;
+            let conv = w.conv(&format!("{name}.{}.weight", arch.nb), nc[k + 1], nc[k], 2)?;
             down.push((b, conv));
         }
-        let body = blocks(&mut take, "m_body", 0, nc[3], arch.nb == 1)?;
+        // nn.Sequential flattens a single module away, so with nb = 1 the body's block has no index.
+        let body = w.blocks("m_body", 0, nc[3], arch.nb == 1)?;
         let mut up = Vec::new();
         for k in (0..3).rev() {
             let name = format!("m_up{}", k + 1);
             // A transposed conv weight is (in, out, 2, 2).
-            let convt = take(&format!("{name}.0.weight"), nc[k + 1], nc[k], &k2)?;
-            let b = blocks(&mut take, &name, 1, nc[k], false)?;
+            let convt = w.conv(&format!("{name}.0.weight"), nc[k + 1], nc[k], 2)?;
+            let b = w.blocks(&name, 1, nc[k], false)?;
             up.push((convt, b));
         }
-        let tail = take("m_tail.weight", arch.out_channels, nc[0], &k3)?;
+        let tail = w.conv("m_tail.weight", arch.out_channels, nc[0], 3)?;
         weights.finish()?;
         Ok(TorchDrunet {
             arch: arch.clone(),
@@ -441,6 +421,46 @@ impl TorchDrunet {
 
     pub fn arch(&self) -> &DrunetArch {
         &self.arch
+    }
+}
+
+/// Takes DRUNet's weights out of a state dict, checking each shape, onto the device.
+struct WeightTaker<'a> {
+    weights: &'a mut StateDict,
+    dev: Device,
+    dim: usize,
+    nb: usize,
+}
+
+impl WeightTaker<'_> {
+    /// A convolution weight `(a, b, k, k[, k])`.
+    fn conv(&mut self, key: &str, a: usize, b: usize, k: usize) -> Result<tch::Tensor> {
+        let mut shape = vec![a, b];
+        shape.extend(std::iter::repeat_n(k, self.dim));
+        to_torch(&self.weights.take(key, &shape)?, self.dev)
+    }
+
+    /// `nb` residual blocks `{prefix}.{first + i}.res.{0,2}.weight` (or `{prefix}.res…` if `bare`).
+    fn blocks(
+        &mut self,
+        prefix: &str,
+        first: usize,
+        c: usize,
+        bare: bool,
+    ) -> Result<Vec<ResBlock>> {
+        (0..self.nb)
+            .map(|i| {
+                let p = if bare {
+                    prefix.to_string()
+                } else {
+                    format!("{prefix}.{}", first + i)
+                };
+                Ok(ResBlock {
+                    conv1: self.conv(&format!("{p}.res.0.weight"), c, c, 3)?,
+                    conv2: self.conv(&format!("{p}.res.2.weight"), c, c, 3)?,
+                })
+            })
+            .collect()
     }
 }
 
