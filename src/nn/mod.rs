@@ -6,6 +6,8 @@
 //! denoiser, on libtorch. Both appear to the rest of tessera as a [`crate::denoise::Denoiser`], so
 //! tiling and distribution work unchanged.
 
+pub mod pth;
+pub mod safetensors;
 pub mod weights;
 
 pub use weights::StateDict;
