@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 use tessera::Tensor;
 use tessera::denoise::Denoiser;
 use tessera::io::read_npy;
-use tessera::nn::torch::{
-    DrunetArch, TorchDevice, TorchDrunet, TorchScriptDenoiser, build_drunet, read_safetensors,
-};
+use tessera::nn::StateDict;
+use tessera::nn::torch::{DrunetArch, TorchDevice, TorchDrunet, TorchScriptDenoiser, build_drunet};
 
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -20,7 +19,8 @@ fn fixture(rel: &str) -> PathBuf {
 
 /// deepinv's DRUNet.forward(x, σ = 0.1) with the fixture's seeded weights, run on libtorch.
 fn drunet_parity(name: &str, expected: DrunetArch) -> f32 {
-    let weights = read_safetensors(&fixture(&format!("deepinv/{name}.safetensors"))).unwrap();
+    // deepinv's own checkpoint format (torch.save), read by tessera's native loader.
+    let weights = StateDict::load(&fixture(&format!("deepinv/{name}.pth"))).unwrap();
     let arch = DrunetArch::from_weights(&weights).unwrap();
     assert_eq!(arch, expected, "architecture read off {name}'s weights");
     let net = build_drunet(&arch, weights, TorchDevice::Cpu).unwrap();
@@ -74,7 +74,7 @@ fn drunet_3d_gray_matches_deepinv_through_the_padding_path() {
 /// shape and a batch of two gives what its items give one by one (batch items are independent).
 #[test]
 fn drunet_runs_odd_sizes_and_batches_like_single_items() {
-    let weights = read_safetensors(&fixture("deepinv/drunet2d_gray.safetensors")).unwrap();
+    let weights = StateDict::load(&fixture("deepinv/drunet2d_gray.safetensors")).unwrap();
     let arch = DrunetArch::from_weights(&weights).unwrap();
     let net = TorchDrunet::new(&arch, weights, TorchDevice::Cpu).unwrap();
     for shape in [[2usize, 1, 37, 50], [2, 1, 130, 70]] {
@@ -94,7 +94,7 @@ fn drunet_runs_odd_sizes_and_batches_like_single_items() {
 
 #[test]
 fn drunet_rejects_wrong_channels_and_weights() {
-    let weights = read_safetensors(&fixture("deepinv/drunet2d_gray.safetensors")).unwrap();
+    let weights = StateDict::load(&fixture("deepinv/drunet2d_gray.safetensors")).unwrap();
     let arch = DrunetArch::from_weights(&weights).unwrap();
     // Asking for more blocks than the weights hold names the first missing key.
     let wrong = DrunetArch {
@@ -162,7 +162,7 @@ fn torchscript_sigma_falls_back_to_per_item_and_float_forms() {
 /// A deepinv DRUNet traced with torch.jit.trace (tests/fixtures/torch/trace_deepinv_drunet.py), run
 /// through TorchScriptDenoiser: the way to bring in any deepinv denoiser.
 #[test]
-fn traced_deepinv_drunet_matches_deepinv_and_the_libtorch_drunet() {
+fn traced_deepinv_drunet_matches_deepinv() {
     let model =
         TorchScriptDenoiser::load(&fixture("torch/drunet2d_gray_traced.pt"), TorchDevice::Cpu)
             .unwrap();
@@ -205,7 +205,7 @@ fn cuda_is_used_when_present_and_refused_clearly_when_not() {
         assert!(e.contains("no CUDA GPU"), "{e}");
         return;
     }
-    let weights = read_safetensors(&fixture("deepinv/drunet2d_color.safetensors")).unwrap();
+    let weights = StateDict::load(&fixture("deepinv/drunet2d_color.safetensors")).unwrap();
     let arch = DrunetArch::from_weights(&weights).unwrap();
     let net = build_drunet(&arch, weights, TorchDevice::Cuda(0)).unwrap();
     let x = read_npy(&fixture("deepinv/drunet2d_color_x.npy")).unwrap();

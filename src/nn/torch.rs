@@ -667,22 +667,6 @@ pub fn build_drunet(
     Ok(Box::new(TorchDrunet::new(arch, weights, device)?))
 }
 
-/// Reads a `.safetensors` file into a [`StateDict`] through libtorch (f32). A stand-in for the
-/// native loader where only the torch engine is built.
-pub fn read_safetensors(path: &Path) -> Result<StateDict> {
-    let named = tch::Tensor::read_safetensors(path).map_err(|e| {
-        Error::format(
-            path,
-            format!("not a safetensors file libtorch can read: {e}"),
-        )
-    })?;
-    let mut sd = StateDict::new(path.display().to_string());
-    for (name, t) in named {
-        sd.insert(name, from_torch(&t)?);
-    }
-    Ok(sd)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
