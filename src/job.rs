@@ -177,12 +177,13 @@ fn to_grayscale(x: &Tensor) -> Tensor {
 /// Without tiling every rank denoises the whole image (the same result on each).
 pub fn build_denoiser(
     preset: &Preset,
+    base_dir: &Path,
     comm: Arc<dyn Collective>,
 ) -> Result<Option<Box<dyn Denoiser>>> {
     let Some(cfg) = &preset.denoiser else {
         return Ok(None);
     };
-    let inner = cfg.build()?;
+    let inner = cfg.build_in(base_dir)?;
     Ok(Some(match &preset.tiling {
         Some(t) => Box::new(DistributedTiledDenoiser::new(
             comm,
@@ -228,7 +229,7 @@ pub fn run_in_group(
     stack.sum_order = preset.distributed.sum_order;
     let ys = stack.measure(&truth, preset.seed)?;
     let adjoint = stack.adjoint(&ys)?;
-    let denoiser = build_denoiser(preset, comm.clone())?;
+    let denoiser = build_denoiser(preset, base_dir, comm.clone())?;
     if rank == 0 {
         std::fs::create_dir_all(out_dir)
             .map_err(|e| Error::io("creating output folder", out_dir, e))?;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use tessera::Tensor;
 use tessera::denoise::Denoiser;
 use tessera::io::read_npy;
-use tessera::nn::StateDict;
-use tessera::nn::torch::{DrunetArch, TorchDevice, TorchDrunet, TorchScriptDenoiser, build_drunet};
+use tessera::nn::torch::{TorchDevice, TorchDrunet, TorchScriptDenoiser};
+use tessera::nn::{DrunetArch, DrunetConfig, Engine, StateDict};
 
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -17,13 +17,22 @@ fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// The grey fixtures' architecture (deepinv: nc = [8, 16, 32, 64], nb = 1).
+fn gray_arch(dim: usize) -> DrunetArch {
+    DrunetArch {
+        in_channels: 1,
+        out_channels: 1,
+        nc: [8, 16, 32, 64],
+        nb: 1,
+        dim,
+    }
+}
+
 /// deepinv's DRUNet.forward(x, σ = 0.1) with the fixture's seeded weights, run on libtorch.
-fn drunet_parity(name: &str, expected: DrunetArch) -> f32 {
+fn drunet_parity(name: &str, arch: DrunetArch) -> f32 {
     // deepinv's own checkpoint format (torch.save), read by tessera's native loader.
     let weights = StateDict::load(&fixture(&format!("deepinv/{name}.pth"))).unwrap();
-    let arch = DrunetArch::from_weights(&weights).unwrap();
-    assert_eq!(arch, expected, "architecture read off {name}'s weights");
-    let net = build_drunet(&arch, weights, TorchDevice::Cpu).unwrap();
+    let net = TorchDrunet::from_state_dict(arch, weights, false, TorchDevice::Cpu).unwrap();
     let x = read_npy(&fixture(&format!("deepinv/{name}_x.npy"))).unwrap();
     let y_ref = read_npy(&fixture(&format!("deepinv/{name}_y.npy"))).unwrap();
     let y = net.denoise(&x, 0.1).unwrap();
@@ -47,27 +56,13 @@ fn drunet_2d_color_matches_deepinv() {
 
 #[test]
 fn drunet_2d_gray_matches_deepinv() {
-    let arch = DrunetArch {
-        in_channels: 1,
-        out_channels: 1,
-        nc: [8, 16, 32, 64],
-        nb: 1,
-        dim: 2,
-    };
-    assert!(drunet_parity("drunet2d_gray", arch) <= 1e-4);
+    assert!(drunet_parity("drunet2d_gray", gray_arch(2)) <= 1e-4);
 }
 
 /// 16×24×32 is not a safe size, so this also checks deepinv's replicate-pad-to-16 path.
 #[test]
 fn drunet_3d_gray_matches_deepinv_through_the_padding_path() {
-    let arch = DrunetArch {
-        in_channels: 1,
-        out_channels: 1,
-        nc: [8, 16, 32, 64],
-        nb: 1,
-        dim: 3,
-    };
-    assert!(drunet_parity("drunet3d_gray", arch) <= 1e-4);
+    assert!(drunet_parity("drunet3d_gray", gray_arch(3)) <= 1e-4);
 }
 
 /// Sizes deepinv pads (small) or splits into four windows (large, 2-D): the output keeps the input's
@@ -75,8 +70,7 @@ fn drunet_3d_gray_matches_deepinv_through_the_padding_path() {
 #[test]
 fn drunet_runs_odd_sizes_and_batches_like_single_items() {
     let weights = StateDict::load(&fixture("deepinv/drunet2d_gray.safetensors")).unwrap();
-    let arch = DrunetArch::from_weights(&weights).unwrap();
-    let net = TorchDrunet::new(&arch, weights, TorchDevice::Cpu).unwrap();
+    let net = TorchDrunet::from_state_dict(gray_arch(2), weights, false, TorchDevice::Cpu).unwrap();
     for shape in [[2usize, 1, 37, 50], [2, 1, 130, 70]] {
         let x = Tensor::from_fn(&shape, |i| ((i * 7919) % 1000) as f32 / 1000.0);
         let y = net.denoise(&x, 0.05).unwrap();
@@ -95,23 +89,66 @@ fn drunet_runs_odd_sizes_and_batches_like_single_items() {
 #[test]
 fn drunet_rejects_wrong_channels_and_weights() {
     let weights = StateDict::load(&fixture("deepinv/drunet2d_gray.safetensors")).unwrap();
-    let arch = DrunetArch::from_weights(&weights).unwrap();
     // Asking for more blocks than the weights hold names the first missing key.
     let wrong = DrunetArch {
         nb: 2,
-        ..arch.clone()
+        ..gray_arch(2)
     };
-    let e = TorchDrunet::new(&wrong, weights.clone(), TorchDevice::Cpu)
+    let e = TorchDrunet::from_state_dict(wrong, weights.clone(), false, TorchDevice::Cpu)
         .err()
         .unwrap()
         .to_string();
     assert!(e.contains("m_down1.1.res.0.weight"), "{e}");
-    let net = TorchDrunet::new(&arch, weights, TorchDevice::Cpu).unwrap();
+    let net = TorchDrunet::from_state_dict(gray_arch(2), weights, false, TorchDevice::Cpu).unwrap();
+    // A 2-D network built with a fixed architecture does not take volumes.
+    let e = net
+        .denoise(&Tensor::zeros(&[1, 1, 8, 32, 32]), 0.1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("2-D"), "{e}");
     let e = net
         .denoise(&Tensor::zeros(&[1, 3, 32, 32]), 0.1)
         .unwrap_err()
         .to_string();
     assert!(e.contains("channels"), "{e}");
+}
+
+/// A preset's `[denoiser] kind = "drunet"`, `engine = "torch"` builds the libtorch network, which
+/// agrees with the native engine; with no `dim`, the 2-D network also denoises volumes (inflated
+/// kernels), and a volume of equal slices then gives the 2-D output in every slice.
+#[test]
+fn preset_config_with_engine_torch_matches_the_native_engine() {
+    let dir = fixture("deepinv");
+    let cfg = |engine| DrunetConfig {
+        weights: Some("drunet2d_gray.pth".into()),
+        in_channels: 1,
+        out_channels: 1,
+        nc: vec![8, 16, 32, 64],
+        nb: 1,
+        engine,
+        ..DrunetConfig::default()
+    };
+    let torch = cfg(Engine::Torch).build(&dir).unwrap();
+    let native = cfg(Engine::Native).build(&dir).unwrap();
+    assert!(torch.name().contains("libtorch"), "{}", torch.name());
+    let x = read_npy(&fixture("deepinv/drunet2d_gray_x.npy")).unwrap();
+    let (yt, yn) = (
+        torch.denoise(&x, 0.1).unwrap(),
+        native.denoise(&x, 0.1).unwrap(),
+    );
+    assert!(yt.max_abs_diff(&yn) <= 1e-4, "{}", yt.max_abs_diff(&yn));
+
+    let (h, w) = (x.shape()[2], x.shape()[3]);
+    let depth = 4;
+    let vol = Tensor::from_fn(&[1, 1, depth, h, w], |i| x.data()[i % (h * w)]);
+    let yv = torch.denoise(&vol, 0.1).unwrap();
+    let yn3 = native.denoise(&vol, 0.1).unwrap();
+    assert!(yv.max_abs_diff(&yn3) <= 1e-4, "{}", yv.max_abs_diff(&yn3));
+    // Interior slices see equal neighbours on both sides: the 2-D result.
+    let slice = |t: &Tensor, z: usize| {
+        Tensor::from_vec(&[1, 1, h, w], t.data()[z * h * w..(z + 1) * h * w].to_vec()).unwrap()
+    };
+    assert!(slice(&yv, 1).max_abs_diff(&yt) <= 1e-4);
 }
 
 // Repeated from tests/fixtures/torch/make_torchscript.py.
@@ -206,8 +243,14 @@ fn cuda_is_used_when_present_and_refused_clearly_when_not() {
         return;
     }
     let weights = StateDict::load(&fixture("deepinv/drunet2d_color.safetensors")).unwrap();
-    let arch = DrunetArch::from_weights(&weights).unwrap();
-    let net = build_drunet(&arch, weights, TorchDevice::Cuda(0)).unwrap();
+    let arch = DrunetArch {
+        in_channels: 3,
+        out_channels: 3,
+        nc: [16, 32, 64, 128],
+        nb: 2,
+        dim: 2,
+    };
+    let net = TorchDrunet::from_state_dict(arch, weights, false, TorchDevice::Cuda(0)).unwrap();
     let x = read_npy(&fixture("deepinv/drunet2d_color_x.npy")).unwrap();
     let y_ref = read_npy(&fixture("deepinv/drunet2d_color_y.npy")).unwrap();
     // cuDNN may pick TF32 or other algorithms: a looser bound than on the CPU.

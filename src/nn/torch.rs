@@ -18,9 +18,12 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use tch::{Device, IValue, Kind, TchError};
 
+use super::drunet::check_arch;
+use super::weights_source::LayerKind::{self, Conv, Transposed};
+use super::weights_source::WeightSource;
+use super::{DrunetArch, DrunetConfig, StateDict};
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
-use crate::nn::StateDict;
 use crate::tensor::Tensor;
 
 /// Where libtorch runs a network.
@@ -269,88 +272,13 @@ impl Denoiser for TorchScriptDenoiser {
 // DRUNet
 // ---------------------------------------------------------------------------------------------
 
-/// DRUNet's architecture, as deepinv's `DRUNet(in_channels, out_channels, nc, nb, dim=…)` takes it
-/// (ReLU, strided-conv down, transposed-conv up, no biases: deepinv's defaults and only variant here).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DrunetArch {
-    /// Image channels (the network sees one more: the σ map).
-    pub in_channels: usize,
-    pub out_channels: usize,
-    /// Channels at the four scales.
-    pub nc: [usize; 4],
-    /// Residual blocks per scale.
-    pub nb: usize,
-    /// 2 for images, 3 for volumes.
-    pub dim: usize,
-}
-
-impl DrunetArch {
-    /// Reads the architecture off a state dict's shapes (`m_head`, `m_down*.N`, `m_tail`), so that
-    /// weights alone describe the network. The keys are checked again when the network is built.
-    pub fn from_weights(weights: &StateDict) -> Result<Self> {
-        let shape = |key: &str| {
-            weights.get(key).map(|t| t.shape().to_vec()).ok_or_else(|| {
-                Error::format(
-                    weights.source(),
-                    format!("weights: missing key `{key}`, not a DRUNet state dict"),
-                )
-            })
-        };
-        let head = shape("m_head.weight")?;
-        let tail = shape("m_tail.weight")?;
-        if !(head.len() == 4 || head.len() == 5) || head[1] < 2 {
-            return Err(Error::format(
-                weights.source(),
-                format!("weights: `m_head.weight` has shape {head:?}, not a DRUNet head"),
-            ));
-        }
-        // m_downK holds nb residual blocks then the strided conv, whose index is therefore nb.
-        let nb = (0..)
-            .take_while(|i| weights.get(&format!("m_down1.{i}.res.0.weight")).is_some())
-            .count();
-        let mut nc = [head[0], 0, 0, 0];
-        for (k, c) in nc.iter_mut().enumerate().skip(1) {
-            *c = shape(&format!("m_down{k}.{nb}.weight"))?[0];
-        }
-        Ok(DrunetArch {
-            in_channels: head[1] - 1,
-            out_channels: tail[0],
-            nc,
-            nb,
-            dim: head.len() - 2,
-        })
-    }
-
-    fn validate(&self) -> Result<()> {
-        if !(self.dim == 2 || self.dim == 3) {
-            return Err(Error::config(
-                "denoiser.dim",
-                format!("DRUNet is 2-D or 3-D, got {}", self.dim),
-            ));
-        }
-        if self.in_channels == 0 || self.out_channels == 0 || self.nc.contains(&0) {
-            return Err(Error::config(
-                "denoiser.nc",
-                "channel counts must be positive",
-            ));
-        }
-        if self.nb == 0 {
-            return Err(Error::config(
-                "denoiser.nb",
-                "needs at least one residual block",
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// One residual block `x + conv(relu(conv(x)))` (deepinv's `ResBlock`, mode "CRC").
 struct ResBlock {
     conv1: tch::Tensor,
     conv2: tch::Tensor,
 }
 
-/// The weights, on the network's device.
+/// The weights of one network (2-D, or 3-D), on its device.
 struct DrunetWeights {
     head: tch::Tensor,
     /// Per scale 1..=3: residual blocks, then the 2×2 stride-2 convolution.
@@ -361,36 +289,111 @@ struct DrunetWeights {
     tail: tch::Tensor,
 }
 
-/// deepinv's DRUNet on libtorch.
+/// The networks of a [`TorchDrunet`]: the one it was built as, and with inflation on demand the 3-D
+/// network made from the kept 2-D weights on the first volume.
+struct Nets {
+    main: DrunetWeights,
+    inflatable: Option<StateDict>,
+    inflated: Option<DrunetWeights>,
+}
+
+/// deepinv's DRUNet on libtorch (the architecture and key names of [`crate::nn::Drunet`]).
 pub struct TorchDrunet {
     arch: DrunetArch,
     device: TorchDevice,
     dev: Device,
+    random: bool,
     /// tch tensors are `Send` but not `Sync`; calls are serialised (libtorch parallelises inside
     /// each convolution).
-    weights: Mutex<DrunetWeights>,
+    nets: Mutex<Nets>,
 }
 
 impl TorchDrunet {
-    /// Builds the network from `weights` (deepinv's key names; every key must be used, with the
-    /// shape `arch` implies) on `device`.
-    pub fn new(arch: &DrunetArch, mut weights: StateDict, device: TorchDevice) -> Result<Self> {
-        arch.validate()?;
+    /// Builds the network from `dict` (deepinv's key names; every key must be used, with the shape
+    /// `arch` implies) on `device`. With `inflate_3d`, `dict` holds 2-D weights for a 3-D `arch`,
+    /// inflated as the native engine does ([`crate::nn::Drunet::from_state_dict`]).
+    pub fn from_state_dict(
+        arch: DrunetArch,
+        dict: StateDict,
+        inflate_3d: bool,
+        device: TorchDevice,
+    ) -> Result<Self> {
+        let mut src = WeightSource::Dict {
+            dict,
+            inflate: inflate_3d,
+        };
+        Self::build(arch, &mut src, device, false)
+    }
+
+    /// Seeded random weights, as [`crate::nn::Drunet::random`]: for timing only.
+    pub fn random(arch: DrunetArch, seed: u64, device: TorchDevice) -> Result<Self> {
+        tracing::warn!(
+            "DRUNet (torch engine) built with RANDOM weights (no `weights` file): its output is meaningless; use it for timing only"
+        );
+        Self::build(arch, &mut WeightSource::random(seed), device, true)
+    }
+
+    fn build(
+        arch: DrunetArch,
+        src: &mut WeightSource,
+        device: TorchDevice,
+        random: bool,
+    ) -> Result<Self> {
+        check_arch(&arch)?;
         let dev = device.to_tch()?;
-        let mut w = WeightTaker {
-            weights: &mut weights,
+        let main = DrunetWeights::build(&arch, arch.dim, src, dev)?;
+        Ok(TorchDrunet {
+            arch,
+            device,
             dev,
-            dim: arch.dim,
+            random,
+            nets: Mutex::new(Nets {
+                main,
+                inflatable: None,
+                inflated: None,
+            }),
+        })
+    }
+
+    /// Lets a 2-D network also denoise volumes `(B, C, D, H, W)` with its kernels inflated to 3-D
+    /// (built on the first 5-D input from `dict`, the 2-D weights it was built from).
+    pub fn with_inflation_on_demand(self, dict: StateDict) -> Self {
+        if self.arch.dim == 2 {
+            self.nets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .inflatable = Some(dict);
+        }
+        self
+    }
+
+    pub fn arch(&self) -> &DrunetArch {
+        &self.arch
+    }
+}
+
+impl DrunetWeights {
+    /// Takes every weight from `src` (deepinv's key names) for a network of `rank` spatial axes.
+    fn build(arch: &DrunetArch, rank: usize, src: &mut WeightSource, dev: Device) -> Result<Self> {
+        let mut w = WeightTaker {
+            src,
+            dev,
+            rank,
             nb: arch.nb,
         };
         let nc = arch.nc;
-        let head = w.conv("m_head.weight", nc[0], arch.in_channels + 1, 3)?;
+        let head = w.conv("m_head.weight", Conv, nc[0], arch.in_channels + 1, 3)?;
         let mut down = Vec::new();
         for k in 0..3 {
             let name = format!("m_down{}", k + 1);
             let b = w.blocks(&name, 0, nc[k], false)?;
-            // A strided conv weight is (out, in, 2, 2).
-            let conv = w.conv(&format!("{name}.{}.weight", arch.nb), nc[k + 1], nc[k], 2)?;
+            let conv = w.conv(
+                &format!("{name}.{}.weight", arch.nb),
+                Conv,
+                nc[k + 1],
+                nc[k],
+                2,
+            )?;
             down.push((b, conv));
         }
         // nn.Sequential flattens a single module away, so with nb = 1 the body's block has no index.
@@ -399,45 +402,44 @@ impl TorchDrunet {
         for k in (0..3).rev() {
             let name = format!("m_up{}", k + 1);
             // A transposed conv weight is (in, out, 2, 2).
-            let convt = w.conv(&format!("{name}.0.weight"), nc[k + 1], nc[k], 2)?;
+            let convt = w.conv(&format!("{name}.0.weight"), Transposed, nc[k + 1], nc[k], 2)?;
             let b = w.blocks(&name, 1, nc[k], false)?;
             up.push((convt, b));
         }
-        let tail = w.conv("m_tail.weight", arch.out_channels, nc[0], 3)?;
-        weights.finish()?;
-        Ok(TorchDrunet {
-            arch: arch.clone(),
-            device,
-            dev,
-            weights: Mutex::new(DrunetWeights {
-                head,
-                down,
-                body,
-                up,
-                tail,
-            }),
+        let tail = w.conv("m_tail.weight", Conv, arch.out_channels, nc[0], 3)?;
+        Ok(DrunetWeights {
+            head,
+            down,
+            body,
+            up,
+            tail,
         })
-    }
-
-    pub fn arch(&self) -> &DrunetArch {
-        &self.arch
     }
 }
 
-/// Takes DRUNet's weights out of a state dict, checking each shape, onto the device.
+/// Moves DRUNet's weights from a [`WeightSource`] (checked shapes, optional 2-D → 3-D inflation)
+/// onto the device.
 struct WeightTaker<'a> {
-    weights: &'a mut StateDict,
+    src: &'a mut WeightSource,
     dev: Device,
-    dim: usize,
+    rank: usize,
     nb: usize,
 }
 
 impl WeightTaker<'_> {
-    /// A convolution weight `(a, b, k, k[, k])`.
-    fn conv(&mut self, key: &str, a: usize, b: usize, k: usize) -> Result<tch::Tensor> {
+    /// A weight of 2-D shape `(a, b, k, k)`, as `(a, b, k, k[, k])` for the network's rank.
+    fn conv(
+        &mut self,
+        key: &str,
+        kind: LayerKind,
+        a: usize,
+        b: usize,
+        k: usize,
+    ) -> Result<tch::Tensor> {
+        let data = self.src.weight(key, kind, [a, b, k], self.rank)?;
         let mut shape = vec![a, b];
-        shape.extend(std::iter::repeat_n(k, self.dim));
-        to_torch(&self.weights.take(key, &shape)?, self.dev)
+        shape.extend(std::iter::repeat_n(k, self.rank));
+        to_torch(&Tensor::from_vec(&shape, data)?, self.dev)
     }
 
     /// `nb` residual blocks `{prefix}.{first + i}.res.{0,2}.weight` (or `{prefix}.res…` if `bare`).
@@ -456,8 +458,8 @@ impl WeightTaker<'_> {
                     format!("{prefix}.{}", first + i)
                 };
                 Ok(ResBlock {
-                    conv1: self.conv(&format!("{p}.res.0.weight"), c, c, 3)?,
-                    conv2: self.conv(&format!("{p}.res.2.weight"), c, c, 3)?,
+                    conv1: self.conv(&format!("{p}.res.0.weight"), Conv, c, c, 3)?,
+                    conv2: self.conv(&format!("{p}.res.2.weight"), Conv, c, c, 3)?,
                 })
             })
             .collect()
@@ -611,27 +613,60 @@ impl Denoiser for TorchDrunet {
     fn name(&self) -> String {
         let a = &self.arch;
         format!(
-            "drunet{}d(nc={:?}, nb={}, libtorch {})",
-            a.dim, a.nc, a.nb, self.device
+            "drunet{}d(nc={:?}, nb={}, libtorch {}{})",
+            a.dim,
+            a.nc,
+            a.nb,
+            self.device,
+            if self.random { ", RANDOM weights" } else { "" }
         )
     }
 
     fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor> {
         let a = &self.arch;
-        x.expect_rank("drunet", &[a.dim + 2])?;
+        x.expect_rank("drunet", &[4, 5])?;
         crate::denoise::check_sigma("drunet", sigma)?;
         if x.shape()[1] != a.in_channels {
             let mut expected = x.shape().to_vec();
             expected[1] = a.in_channels;
             return Err(Error::shape("drunet input channels", &expected, x.shape()));
         }
+        let rank = x.ndim() - 2;
+        let mut nets = self
+            .nets
+            .lock()
+            .map_err(|_| Error::Unsupported("drunet: an earlier call panicked".into()))?;
+        if rank != a.dim {
+            if rank == 3 && nets.inflatable.is_some() && nets.inflated.is_none() {
+                let dict = nets.inflatable.clone().expect("checked");
+                let mut src = WeightSource::Dict {
+                    dict,
+                    inflate: true,
+                };
+                nets.inflated = Some(DrunetWeights::build(a, 3, &mut src, self.dev)?);
+            }
+            if rank != 3 || nets.inflated.is_none() {
+                return Err(Error::Unsupported(format!(
+                    "this DRUNet is {}-D: it denoises ({}) arrays, not {}-D ones (a 2-D network \
+                     with `weights` and no `dim` also takes volumes)",
+                    a.dim,
+                    if a.dim == 3 {
+                        "B, C, D, H, W"
+                    } else {
+                        "B, C, H, W"
+                    },
+                    rank
+                )));
+            }
+        }
         if x.numel() == 0 {
             return Ok(x.zeros_like());
         }
-        let weights = self
-            .weights
-            .lock()
-            .map_err(|_| Error::Unsupported("drunet: an earlier call panicked".into()))?;
+        let net = if rank == a.dim {
+            &nets.main
+        } else {
+            nets.inflated.as_ref().expect("built above")
+        };
         let y = tch::no_grad(|| -> Result<tch::Tensor> {
             let xt = to_torch(x, self.dev)?;
             let mut map_shape = xt.size();
@@ -642,13 +677,13 @@ impl Denoiser for TorchDrunet {
                     .and_then(|map| tch::Tensor::f_cat(&[xt, map], 1))
                     .map_err(torch_err("DRUNet σ map"))?;
             let spatial: Vec<i64> = x.spatial().iter().map(|&s| s as i64).collect();
-            let unet = |t: &tch::Tensor| weights.unet(t);
+            let unet = |t: &tch::Tensor| net.unet(t);
             // deepinv's DRUNet.forward: sizes that the three halvings keep whole and large enough
             // run as they are; small ones are padded to multiples of 16; large 2-D images of other
             // sizes go through test_onesplit. (deepinv has no large-3-D path; tessera pads those too.)
             if spatial.iter().all(|&s| s % 8 == 0 && s > 31) {
                 unet(&x0)
-            } else if a.dim == 3 || spatial.iter().any(|&s| s < 64) {
+            } else if rank == 3 || spatial.iter().any(|&s| s < 64) {
                 pad_run(&x0, 16, unet)
             } else {
                 onesplit_run(&x0, 64, unet)
@@ -658,13 +693,44 @@ impl Denoiser for TorchDrunet {
     }
 }
 
-/// The engine entry point for presets: DRUNet with `arch` and `weights` on `device`.
-pub fn build_drunet(
-    arch: &DrunetArch,
-    weights: StateDict,
-    device: TorchDevice,
-) -> Result<Box<dyn Denoiser>> {
-    Ok(Box::new(TorchDrunet::new(arch, weights, device)?))
+/// The engine entry point for presets (`[denoiser] kind = "drunet"`, `engine = "torch"`), called by
+/// [`DrunetConfig::build`] with the loaded weights (`None`: seeded random weights). Same rules as
+/// the native engine: `dim` unset means 3 with `inflate_3d`, else the weights' rank, else 2, and a
+/// 2-D network with weights then also takes volumes. The device is the CPU unless the environment
+/// variable `TESSERA_TORCH_DEVICE` says `cuda` or `cuda:N` (presets have no device field yet).
+pub fn build_drunet(cfg: &DrunetConfig, weights: Option<StateDict>) -> Result<Box<dyn Denoiser>> {
+    cfg.validate()?;
+    let dim = match (
+        cfg.dim,
+        cfg.inflate_3d,
+        weights.as_ref().and_then(|d| d.get("m_head.weight")),
+    ) {
+        (Some(d), _, _) => d,
+        (None, true, _) => 3,
+        (None, false, Some(t)) if t.ndim() == 5 => 3,
+        _ => 2,
+    };
+    let mut nc = [0; 4];
+    nc.iter_mut().zip(&cfg.nc).for_each(|(d, s)| *d = *s);
+    let arch = DrunetArch {
+        in_channels: cfg.in_channels,
+        out_channels: cfg.out_channels,
+        nc,
+        nb: cfg.nb,
+        dim,
+    };
+    let device = match std::env::var("TESSERA_TORCH_DEVICE") {
+        Ok(text) => TorchDevice::parse("TESSERA_TORCH_DEVICE", &text)?,
+        Err(_) => TorchDevice::Cpu,
+    };
+    Ok(Box::new(match weights {
+        Some(dict) if cfg.dim.is_none() && dim == 2 => {
+            let spare = dict.clone();
+            TorchDrunet::from_state_dict(arch, dict, false, device)?.with_inflation_on_demand(spare)
+        }
+        Some(dict) => TorchDrunet::from_state_dict(arch, dict, cfg.inflate_3d, device)?,
+        None => TorchDrunet::random(arch, cfg.seed, device)?,
+    }))
 }
 
 #[cfg(test)]
