@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use tessera::denoise::{Denoiser, DenoiserConfig};
 use tessera::error::Error;
 use tessera::io::npy::read_npy;
-use tessera::nn::{DncnnConfig, Drunet, DrunetArch, DrunetConfig, Engine, StateDict};
+use tessera::nn::{DncnnConfig, Drunet, DrunetArch, DrunetConfig, StateDict};
 use tessera::tensor::Tensor;
 use tessera::tiling::{OverlapTiling, TiledDenoiser};
 
@@ -176,7 +176,7 @@ fn bad_configs_name_their_field() {
     #[cfg(not(feature = "torch"))]
     {
         let c = DenoiserConfig::Drunet(DrunetConfig {
-            engine: Engine::Torch,
+            engine: tessera::nn::Engine::Torch,
             nc: vec![4, 4, 4, 4],
             nb: 1,
             ..d
