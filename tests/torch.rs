@@ -151,6 +151,31 @@ fn preset_config_with_engine_torch_matches_the_native_engine() {
     assert!(slice(&yv, 1).max_abs_diff(&yt) <= 1e-4);
 }
 
+/// Without `weights` the torch engine builds seeded random weights (for timing), says so in its name,
+/// and the same seed gives the same network.
+#[test]
+fn preset_config_without_weights_builds_a_seeded_random_network() {
+    let cfg = DrunetConfig {
+        in_channels: 1,
+        out_channels: 1,
+        nc: vec![4, 8, 8, 16],
+        nb: 1,
+        engine: Engine::Torch,
+        seed: 3,
+        ..DrunetConfig::default()
+    };
+    let (a, b) = (
+        cfg.build(Path::new(".")).unwrap(),
+        cfg.build(Path::new(".")).unwrap(),
+    );
+    assert!(a.name().contains("RANDOM"), "{}", a.name());
+    let x = Tensor::from_fn(&[1, 1, 40, 24], |i| (i % 13) as f32 / 13.0);
+    let (ya, yb) = (a.denoise(&x, 0.1).unwrap(), b.denoise(&x, 0.1).unwrap());
+    assert_eq!(ya.shape(), x.shape());
+    assert_eq!(ya.data(), yb.data());
+    assert!(ya.norm() > 0.0);
+}
+
 // Repeated from tests/fixtures/torch/make_torchscript.py.
 const MIX: [[f32; 3]; 3] = [[0.5, -0.25, 1.0], [0.0, 2.0, 0.125], [-1.5, 0.75, 0.25]];
 const SIGMA_GAIN: [f32; 3] = [1.0, -2.0, 0.5];
