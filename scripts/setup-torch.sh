@@ -46,7 +46,8 @@ print_env() {
 }
 
 if [[ -x "$VENV/bin/python" && -f "$VENV/.tessera-setup" && "$(cat "$VENV/.tessera-setup")" == "$STAMP" ]] &&
-    "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    "$VENV/bin/python" -c "import importlib.util as u; assert u.find_spec('torch')" 2>/dev/null; then
+    # (find_spec, not import: importing torch takes seconds; the smoke test below ran at install.)
     print_env
     exit 0
 fi
