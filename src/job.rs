@@ -211,12 +211,13 @@ fn to_grayscale(x: &Tensor) -> Tensor {
 /// Without tiling every rank denoises the whole image (the same result on each).
 pub fn build_denoiser(
     preset: &Preset,
+    base_dir: &Path,
     comm: Arc<dyn Collective>,
 ) -> Result<Option<Box<dyn Denoiser>>> {
     let Some(cfg) = &preset.denoiser else {
         return Ok(None);
     };
-    let inner = cfg.build()?;
+    let inner = cfg.build_in(base_dir)?;
     Ok(Some(match &preset.tiling {
         Some(t) => Box::new(DistributedTiledDenoiser::new(
             comm,
@@ -276,7 +277,7 @@ pub fn run_in_group_with(
         crate::dist::rank_seed(preset.seed, rank, preset.distributed.seed_offset_by_rank);
     let ys = stack.measure(&truth, noise_seed)?;
     let adjoint = stack.adjoint(&ys)?;
-    let denoiser = build_denoiser(preset, comm.clone())?;
+    let denoiser = build_denoiser(preset, base_dir, comm.clone())?;
     if rank == 0 {
         std::fs::create_dir_all(out_dir)
             .map_err(|e| Error::io("creating output folder", out_dir, e))?;

@@ -13,6 +13,8 @@
 //! threshold = "soft"
 //! ```
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use super::gaussian::GaussianDenoiser;
@@ -21,6 +23,7 @@ use super::tv::TvDenoiser;
 use super::wavelet::{Threshold, WaveletDenoiser, WaveletKind};
 use super::{Denoiser, Identity};
 use crate::error::{Error, Result};
+use crate::nn::{DncnnConfig, DrunetConfig};
 
 /// Which denoiser a preset uses, and its parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +39,10 @@ pub enum DenoiserConfig {
     Median(MedianConfig),
     /// Gaussian smoothing (σ optionally widens the blur).
     Gaussian(GaussianConfig),
+    /// DRUNet (σ = noise level), native or torch engine (`crate::nn`).
+    Drunet(DrunetConfig),
+    /// DnCNN (σ ignored).
+    Dncnn(DncnnConfig),
 }
 
 impl DenoiserConfig {
@@ -47,17 +54,27 @@ impl DenoiserConfig {
             DenoiserConfig::Wavelet(c) => c.validate(),
             DenoiserConfig::Median(c) => c.validate(),
             DenoiserConfig::Gaussian(c) => c.validate(),
+            DenoiserConfig::Drunet(c) => c.validate(),
+            DenoiserConfig::Dncnn(c) => c.validate(),
         }
     }
 
-    /// Validates and builds the denoiser.
+    /// Validates and builds the denoiser; weights files are relative to the current folder.
     pub fn build(&self) -> Result<Box<dyn Denoiser>> {
+        self.build_in(Path::new("."))
+    }
+
+    /// Validates and builds the denoiser; relative weights paths resolve against `base_dir` (the
+    /// preset's folder).
+    pub fn build_in(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
         Ok(match self {
             DenoiserConfig::Identity => Box::new(Identity),
             DenoiserConfig::Tv(c) => Box::new(c.build()?),
             DenoiserConfig::Wavelet(c) => Box::new(c.build()?),
             DenoiserConfig::Median(c) => Box::new(c.build()?),
             DenoiserConfig::Gaussian(c) => Box::new(c.build()?),
+            DenoiserConfig::Drunet(c) => c.build(base_dir)?,
+            DenoiserConfig::Dncnn(c) => c.build(base_dir)?,
         })
     }
 }

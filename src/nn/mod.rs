@@ -2,12 +2,23 @@
 //!
 //! A network is described by plain data (its architecture config) plus a [`StateDict`] of named
 //! weights, as PyTorch stores them. The native engine (default build) runs the networks with
-//! tessera's own convolution kernels; the `torch` feature runs the same networks, or any TorchScript
-//! denoiser, on libtorch. Both appear to the rest of tessera as a [`crate::denoise::Denoiser`], so
-//! tiling and distribution work unchanged.
+//! tessera's own convolution kernels ([`conv`]); the `torch` feature runs the same networks, or any
+//! TorchScript denoiser, on libtorch. Both appear to the rest of tessera as a
+//! [`crate::denoise::Denoiser`], so tiling and distribution work unchanged.
 
+pub mod config;
+pub mod conv;
+pub mod dncnn;
+pub mod drunet;
 pub mod pth;
 pub mod safetensors;
 pub mod weights;
+mod weights_source;
 
+pub use config::{DncnnConfig, DrunetConfig, Engine};
+pub use dncnn::{Dncnn, DncnnArch};
+pub use drunet::{Drunet, DrunetArch};
 pub use weights::StateDict;
+
+#[cfg(feature = "torch")]
+pub mod torch;

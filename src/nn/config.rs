@@ -1,0 +1,275 @@
+//! Preset configs of the neural denoisers (`[denoiser] kind = "drunet" | "dncnn"`), validated, and
+//! how they become a live [`Denoiser`] on the chosen engine.
+//!
+//! ```toml
+//! [denoiser]
+//! kind = "drunet"
+//! weights = "drunet_color.pth"   # relative to the preset's folder; omit for random (timing) weights
+//! in_channels = 3
+//! nc = [64, 128, 256, 512]
+//! nb = 4
+//! engine = "native"              # or "torch" (build with --features torch)
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::StateDict;
+use super::dncnn::{Dncnn, DncnnArch};
+use super::drunet::{Drunet, DrunetArch};
+use crate::denoise::Denoiser;
+use crate::error::{Error, Result};
+
+/// Which engine runs a network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// tessera's own CPU kernels.
+    #[default]
+    Native,
+    /// libtorch (the `torch` feature).
+    Torch,
+}
+
+/// Parameters of a DRUNet (deepinv's names and defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DrunetConfig {
+    /// A `.pth` or `.safetensors` state_dict; relative paths are relative to the preset's folder.
+    /// Without one the network has seeded random weights (timing only; it says so loudly).
+    #[serde(alias = "pretrained")]
+    pub weights: Option<PathBuf>,
+    /// Image channels, 1 ..= 64 (default 3).
+    pub in_channels: usize,
+    /// Output channels, 1 ..= 64 (default 3).
+    pub out_channels: usize,
+    /// Channels of the four scales, each 1 ..= 4096 (default [64, 128, 256, 512]).
+    pub nc: Vec<usize>,
+    /// Residual blocks per scale, 1 ..= 64 (default 4).
+    pub nb: usize,
+    /// 2 or 3 spatial axes. Unset: 3 with `inflate_3d`, else from the weights' rank, else 2; a 2-D
+    /// network then also denoises volumes with inflated kernels.
+    pub dim: Option<usize>,
+    /// The weights are 2-D; inflate them into a 3-D network (2-D kernel in the central depth slice).
+    pub inflate_3d: bool,
+    pub engine: Engine,
+    /// Seed of the random weights used without a `weights` file.
+    pub seed: u64,
+}
+
+impl Default for DrunetConfig {
+    fn default() -> Self {
+        DrunetConfig {
+            weights: None,
+            in_channels: 3,
+            out_channels: 3,
+            nc: vec![64, 128, 256, 512],
+            nb: 4,
+            dim: None,
+            inflate_3d: false,
+            engine: Engine::Native,
+            seed: 0,
+        }
+    }
+}
+
+/// Parameters of a DnCNN (deepinv's names and defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DncnnConfig {
+    /// As for DRUNet.
+    #[serde(alias = "pretrained")]
+    pub weights: Option<PathBuf>,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    /// Convolutions, 2 ..= 1000 (default 20).
+    pub depth: usize,
+    /// Hidden channels, 1 ..= 4096 (default 64).
+    pub nf: usize,
+    /// Convolutions with biases (default true).
+    pub bias: bool,
+    /// Add the input to the output (default true, as deepinv always does).
+    pub residual: bool,
+    /// 2 or 3; unset: 3 with `inflate_3d`, else from the weights' rank, else 2.
+    pub dim: Option<usize>,
+    pub inflate_3d: bool,
+    pub engine: Engine,
+    pub seed: u64,
+}
+
+impl Default for DncnnConfig {
+    fn default() -> Self {
+        DncnnConfig {
+            weights: None,
+            in_channels: 3,
+            out_channels: 3,
+            depth: 20,
+            nf: 64,
+            bias: true,
+            residual: true,
+            dim: None,
+            inflate_3d: false,
+            engine: Engine::Native,
+            seed: 0,
+        }
+    }
+}
+
+fn check_dim(dim: Option<usize>, inflate_3d: bool) -> Result<()> {
+    match dim {
+        Some(d) if !(2..=3).contains(&d) => Err(Error::config(
+            "denoiser.dim",
+            format!("must be 2 or 3, got {d}"),
+        )),
+        Some(2) if inflate_3d => Err(Error::config(
+            "denoiser.inflate_3d",
+            "inflating to 3-D needs dim = 3 (or no dim)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The state dict at `path` (resolved against `base_dir` when relative).
+fn load_weights(path: &Path, base_dir: &Path) -> Result<StateDict> {
+    let full = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base_dir.join(path)
+    };
+    StateDict::load(&full)
+}
+
+/// The dimensionality to build: the config's, else 3 when inflating, else the rank of `probe`'s
+/// weight in `dict` (4 → 2-D, 5 → 3-D), else 2.
+fn resolve_dim(
+    dim: Option<usize>,
+    inflate_3d: bool,
+    dict: Option<&StateDict>,
+    probe: &str,
+) -> usize {
+    match (dim, inflate_3d, dict.and_then(|d| d.get(probe))) {
+        (Some(d), _, _) => d,
+        (None, true, _) => 3,
+        (None, false, Some(t)) if t.ndim() == 5 => 3,
+        _ => 2,
+    }
+}
+
+#[cfg(not(feature = "torch"))]
+fn no_torch() -> Error {
+    Error::config(
+        "denoiser.engine",
+        "this build has no torch engine; rebuild with --features torch",
+    )
+}
+
+impl DrunetConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.nc.len() != 4 {
+            return Err(Error::config(
+                "denoiser.nc",
+                format!(
+                    "DRUNet has four scales: give 4 channel counts, got {:?}",
+                    self.nc
+                ),
+            ));
+        }
+        check_dim(self.dim, self.inflate_3d)?;
+        if self.inflate_3d && self.weights.is_none() {
+            return Err(Error::config(
+                "denoiser.inflate_3d",
+                "inflating needs 2-D `weights`",
+            ));
+        }
+        super::drunet::check_arch(&self.arch(self.dim.unwrap_or(2)))
+    }
+
+    fn arch(&self, dim: usize) -> DrunetArch {
+        let mut nc = [0; 4];
+        for (d, s) in nc.iter_mut().zip(&self.nc) {
+            *d = *s;
+        }
+        DrunetArch {
+            in_channels: self.in_channels,
+            out_channels: self.out_channels,
+            nc,
+            nb: self.nb,
+            dim,
+        }
+    }
+
+    /// Validates, loads the weights (relative paths against `base_dir`) and builds the network.
+    pub fn build(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
+        self.validate()?;
+        let dict = match &self.weights {
+            Some(p) => Some(load_weights(p, base_dir)?),
+            None => None,
+        };
+        let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "m_head.weight");
+        let arch = self.arch(dim);
+        match self.engine {
+            Engine::Native => {
+                let net = match dict {
+                    Some(d) => Drunet::from_state_dict(arch, d, self.inflate_3d)?,
+                    None => Drunet::random(arch, self.seed)?,
+                };
+                Ok(Box::new(if self.dim.is_none() {
+                    net.with_inflation_on_demand()
+                } else {
+                    net
+                }))
+            }
+            #[cfg(feature = "torch")]
+            Engine::Torch => super::torch::build_drunet(self, dict),
+            #[cfg(not(feature = "torch"))]
+            Engine::Torch => Err(no_torch()),
+        }
+    }
+}
+
+impl DncnnConfig {
+    fn arch(&self, dim: usize) -> DncnnArch {
+        DncnnArch {
+            in_channels: self.in_channels,
+            out_channels: self.out_channels,
+            depth: self.depth,
+            nf: self.nf,
+            bias: self.bias,
+            residual: self.residual,
+            dim,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        check_dim(self.dim, self.inflate_3d)?;
+        if self.inflate_3d && self.weights.is_none() {
+            return Err(Error::config(
+                "denoiser.inflate_3d",
+                "inflating needs 2-D `weights`",
+            ));
+        }
+        super::dncnn::check_arch(&self.arch(self.dim.unwrap_or(2)))
+    }
+
+    /// Validates, loads the weights (relative paths against `base_dir`) and builds the network.
+    pub fn build(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
+        self.validate()?;
+        let dict = match &self.weights {
+            Some(p) => Some(load_weights(p, base_dir)?),
+            None => None,
+        };
+        let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "in_conv.weight");
+        let arch = self.arch(dim);
+        match self.engine {
+            Engine::Native => Ok(Box::new(match dict {
+                Some(d) => Dncnn::from_state_dict(arch, d, self.inflate_3d)?,
+                None => Dncnn::random(arch, self.seed)?,
+            })),
+            Engine::Torch => Err(Error::config(
+                "denoiser.engine",
+                "DnCNN runs on the native engine only",
+            )),
+        }
+    }
+}
