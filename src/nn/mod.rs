@@ -10,7 +10,6 @@ pub mod config;
 pub mod conv;
 pub mod dncnn;
 pub mod drunet;
-mod load_shim;
 pub mod weights;
 mod weights_source;
 
