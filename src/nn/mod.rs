@@ -10,6 +10,8 @@ pub mod config;
 pub mod conv;
 pub mod dncnn;
 pub mod drunet;
+pub mod pth;
+pub mod safetensors;
 pub mod weights;
 mod weights_source;
 

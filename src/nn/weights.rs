@@ -6,9 +6,93 @@
 //! error that names the key, never a silently wrong network.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+
+/// The stored element types that load as f32 (every other dtype is rejected, naming the key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FloatDtype {
+    F32,
+    F16,
+    BF16,
+    F64,
+}
+
+impl FloatDtype {
+    pub(crate) fn size_bytes(self) -> usize {
+        match self {
+            FloatDtype::F32 => 4,
+            FloatDtype::F16 | FloatDtype::BF16 => 2,
+            FloatDtype::F64 => 8,
+        }
+    }
+
+    /// Decodes one element from exactly `size_bytes()` bytes. Conversion to f32 is exact except for
+    /// f64, which rounds to nearest as torch's `.float()` does.
+    pub(crate) fn decode(self, b: &[u8], big_endian: bool) -> f32 {
+        match self {
+            FloatDtype::F32 => {
+                let a = [b[0], b[1], b[2], b[3]];
+                f32::from_bits(if big_endian {
+                    u32::from_be_bytes(a)
+                } else {
+                    u32::from_le_bytes(a)
+                })
+            }
+            FloatDtype::F16 | FloatDtype::BF16 => {
+                let a = [b[0], b[1]];
+                let h = if big_endian {
+                    u16::from_be_bytes(a)
+                } else {
+                    u16::from_le_bytes(a)
+                };
+                if self == FloatDtype::F16 {
+                    f16_to_f32(h)
+                } else {
+                    // bfloat16 is the top half of an f32.
+                    f32::from_bits(u32::from(h) << 16)
+                }
+            }
+            FloatDtype::F64 => {
+                let a = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
+                (if big_endian {
+                    f64::from_be_bytes(a)
+                } else {
+                    f64::from_le_bytes(a)
+                }) as f32
+            }
+        }
+    }
+
+    /// Decodes a whole number of contiguous elements.
+    pub(crate) fn decode_all(self, bytes: &[u8], big_endian: bool) -> Vec<f32> {
+        bytes
+            .chunks_exact(self.size_bytes())
+            .map(|b| self.decode(b, big_endian))
+            .collect()
+    }
+}
+
+/// IEEE 754 binary16 → binary32, exact (every half value is representable as a float).
+fn f16_to_f32(h: u16) -> f32 {
+    let negative = h & 0x8000 != 0;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let mantissa = u32::from(h & 0x3ff);
+    let sign_bit = u32::from(negative) << 31;
+    match exp {
+        // Zero and subnormals: mantissa · 2⁻²⁴ (exact in f32).
+        0 => {
+            let v = mantissa as f32 * (1.0 / 16_777_216.0);
+            if negative { -v } else { v }
+        }
+        // Inf and NaN keep their payload.
+        0x1f => f32::from_bits(sign_bit | 0x7f80_0000 | (mantissa << 13)),
+        // Normal: rebias the exponent from 15 to 127.
+        _ => f32::from_bits(sign_bit | ((exp + 112) << 23) | (mantissa << 13)),
+    }
+}
 
 /// Weight tensors by name, in f32 (converted from the file's dtype on load).
 #[derive(Debug, Clone, Default)]
@@ -19,6 +103,36 @@ pub struct StateDict {
 }
 
 impl StateDict {
+    /// Reads a weight file: torch.save's archive (`.pth`, `.pt`, also the legacy pre-1.6 format) or
+    /// `.safetensors`, recognised by content (zip, legacy pickle or safetensors header) rather than by
+    /// extension. Tensors stored as f32, f16, bf16 or f64 load as f32; any other dtype is an error
+    /// naming the key. A checkpoint dict that wraps exactly one tensor dict (`{"state_dict": …,
+    /// "epoch": 3}`) yields that inner dict.
+    pub fn load(path: &Path) -> Result<StateDict> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io("reading weights", path, e))?;
+        if super::safetensors::looks_like(&bytes) {
+            super::safetensors::parse(path, &bytes)
+        } else if super::pth::looks_like(&bytes) {
+            super::pth::parse(path, &bytes)
+        } else {
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            Err(Error::format(
+                path,
+                format!(
+                    "weights: not a torch.save archive (.pth/.pt) nor a .safetensors file \
+                     (extension `.{ext}`, first bytes {:02x?})",
+                    &bytes[..bytes.len().min(8)]
+                ),
+            ))
+        }
+    }
+
+    /// Writes all tensors as f32 to a `.safetensors` file (keys sorted, header padded to 8 bytes),
+    /// readable by the `safetensors` Python package and by [`StateDict::load`].
+    pub fn save_safetensors(&self, path: &Path) -> Result<()> {
+        super::safetensors::write(self, path)
+    }
+
     /// An empty dictionary whose errors mention `source`.
     pub fn new(source: impl Into<String>) -> Self {
         StateDict {
@@ -40,6 +154,11 @@ impl StateDict {
     /// The names still present, in sorted order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
+    }
+
+    /// Every (name, tensor) pair, in sorted key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v))
     }
 
     pub fn len(&self) -> usize {
