@@ -1,6 +1,6 @@
 //! `cargo bench --bench drunet [-- SIZE… | --2048]`: DRUNet forward (default nc/nb, 3 colour channels
-//! + the noise channel, random weights, σ = 0.1, batch 1) on the native engine at 256², 512², 1024²,
-//! each size followed by deepinv's DRUNet on PyTorch CPU in the same run
+//! and the noise channel, random weights, σ = 0.1, batch 1) on the native engine at 256², 512²,
+//! 1024², each size followed by deepinv's DRUNet on PyTorch CPU in the same run
 //! (scripts/bench_torch_drunet.py in ~/.cache/tessera/deepinv-venv, 2 threads) and the ratio
 //! native / torch. Then tiled (256² patches, 32 px overlap) against untiled at 1024².
 //! `--2048` runs one untiled 2048² forward only (for `/usr/bin/time -v` peak memory).
@@ -49,7 +49,13 @@ fn torch_time(python: &PathBuf, size: usize, reps: usize) -> Result<(f64, f64), 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/bench_torch_drunet.py");
     let out = Command::new(python)
         .arg(&script)
-        .args(["--threads", "2", "--reps", &reps.to_string(), &size.to_string()])
+        .args([
+            "--threads",
+            "2",
+            "--reps",
+            &reps.to_string(),
+            &size.to_string(),
+        ])
         .output()
         .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
     if !out.status.success() {
@@ -87,7 +93,11 @@ fn main() {
     }
     let sizes: Vec<usize> = {
         let s: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
-        if s.is_empty() { vec![256, 512, 1024] } else { s }
+        if s.is_empty() {
+            vec![256, 512, 1024]
+        } else {
+            s
+        }
     };
     let python = torch_python();
     println!(
@@ -121,7 +131,8 @@ fn main() {
             net.denoise(&x, 0.1).expect("forward");
         });
         let inner = Drunet::random(DrunetArch::default(), 0).expect("default DRUNet");
-        let tiled = TiledDenoiser::new(Box::new(inner), Box::new(OverlapTiling::new(256, 32)), None);
+        let tiled =
+            TiledDenoiser::new(Box::new(inner), Box::new(OverlapTiling::new(256, 32)), None);
         let (t, _) = time(reps, || {
             tiled.denoise(&x, 0.1).expect("tiled forward");
         });

@@ -142,7 +142,12 @@ fn load_weights(path: &Path, base_dir: &Path) -> Result<StateDict> {
 
 /// The dimensionality to build: the config's, else 3 when inflating, else the rank of `probe`'s
 /// weight in `dict` (4 → 2-D, 5 → 3-D), else 2.
-fn resolve_dim(dim: Option<usize>, inflate_3d: bool, dict: Option<&StateDict>, probe: &str) -> usize {
+fn resolve_dim(
+    dim: Option<usize>,
+    inflate_3d: bool,
+    dict: Option<&StateDict>,
+    probe: &str,
+) -> usize {
     match (dim, inflate_3d, dict.and_then(|d| d.get(probe))) {
         (Some(d), _, _) => d,
         (None, true, _) => 3,

@@ -79,7 +79,11 @@ impl Conv {
         bias: Option<Vec<f32>>,
         relu: bool,
     ) -> Self {
-        let (kd, sd, pd) = if rank == 3 { (k, stride, pad) } else { (1, 1, 0) };
+        let (kd, sd, pd) = if rank == 3 {
+            (k, stride, pad)
+        } else {
+            (1, 1, 0)
+        };
         assert_eq!(weight.len(), c_out * c_in * kd * k * k, "conv weight size");
         Conv {
             c_in,
@@ -149,53 +153,55 @@ impl Conv {
         } else {
             gemm::Parallelism::None
         };
-        (0..tasks).into_par_iter().for_each_init(Vec::new, |col, task| {
-            let (b, s) = (task / strips, task % strips);
-            let r0 = s * rows;
-            let r1 = (r0 + rows).min(rows_total);
-            let n = (r1 - r0) * wo;
-            col.resize(k_len * n, 0.0);
-            let xb = &x.data[b * self.c_in * in_s..(b + 1) * self.c_in * in_s];
-            im2col(self, xb, x.dims, od, r0, r1, col);
-            let out_ptr = &out_ptr;
-            // SAFETY: task (b, s) writes only rows r0..r1 of every channel of item b; tasks are
-            // disjoint, and `out` outlives the parallel loop.
-            unsafe {
-                let dst = out_ptr.0.add(b * self.c_out * out_s + r0 * wo);
-                gemm::gemm(
-                    self.c_out,
-                    n,
-                    k_len,
-                    dst,
-                    1,
-                    out_s as isize,
-                    accumulate,
-                    self.weight.as_ptr(),
-                    1,
-                    k_len as isize,
-                    col.as_ptr(),
-                    1,
-                    n as isize,
-                    1.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    inner_par,
-                );
-                if self.bias.is_some() || self.relu {
-                    for co in 0..self.c_out {
-                        let row = std::slice::from_raw_parts_mut(dst.add(co * out_s), n);
-                        let bias = self.bias.as_ref().map_or(0.0, |b| b[co]);
-                        if self.relu {
-                            row.iter_mut().for_each(|v| *v = (*v + bias).max(0.0));
-                        } else {
-                            row.iter_mut().for_each(|v| *v += bias);
+        (0..tasks)
+            .into_par_iter()
+            .for_each_init(Vec::new, |col, task| {
+                let (b, s) = (task / strips, task % strips);
+                let r0 = s * rows;
+                let r1 = (r0 + rows).min(rows_total);
+                let n = (r1 - r0) * wo;
+                col.resize(k_len * n, 0.0);
+                let xb = &x.data[b * self.c_in * in_s..(b + 1) * self.c_in * in_s];
+                im2col(self, xb, x.dims, od, r0, r1, col);
+                let out_ptr = &out_ptr;
+                // SAFETY: task (b, s) writes only rows r0..r1 of every channel of item b; tasks are
+                // disjoint, and `out` outlives the parallel loop.
+                unsafe {
+                    let dst = out_ptr.0.add(b * self.c_out * out_s + r0 * wo);
+                    gemm::gemm(
+                        self.c_out,
+                        n,
+                        k_len,
+                        dst,
+                        1,
+                        out_s as isize,
+                        accumulate,
+                        self.weight.as_ptr(),
+                        1,
+                        k_len as isize,
+                        col.as_ptr(),
+                        1,
+                        n as isize,
+                        1.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        inner_par,
+                    );
+                    if self.bias.is_some() || self.relu {
+                        for co in 0..self.c_out {
+                            let row = std::slice::from_raw_parts_mut(dst.add(co * out_s), n);
+                            let bias = self.bias.as_ref().map_or(0.0, |b| b[co]);
+                            if self.relu {
+                                row.iter_mut().for_each(|v| *v = (*v + bias).max(0.0));
+                            } else {
+                                row.iter_mut().for_each(|v| *v += bias);
+                            }
                         }
                     }
                 }
-            }
-        });
+            });
         out
     }
 }
@@ -214,7 +220,11 @@ pub struct ConvTranspose2x {
 impl ConvTranspose2x {
     pub fn new(rank: usize, c_in: usize, c_out: usize, weight: Vec<f32>) -> Self {
         let taps = if rank == 3 { 8 } else { 4 };
-        assert_eq!(weight.len(), c_in * c_out * taps, "transposed conv weight size");
+        assert_eq!(
+            weight.len(),
+            c_in * c_out * taps,
+            "transposed conv weight size"
+        );
         ConvTranspose2x {
             c_in,
             c_out,
@@ -250,63 +260,66 @@ impl ConvTranspose2x {
             gemm::Parallelism::None
         };
         let kd_n = if self.rank == 3 { 2 } else { 1 };
-        (0..tasks).into_par_iter().for_each_init(Vec::new, |tmp, task| {
-            let (b, s) = (task / strips, task % strips);
-            let r0 = s * rows;
-            let r1 = (r0 + rows).min(rows_total);
-            let n = (r1 - r0) * w;
-            tmp.resize(m * n, 0.0);
-            // lhs[(co, t), ci] = weight[ci, co, t]: a column-major view of the stored weights.
-            // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    self.c_in,
-                    tmp.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    self.weight.as_ptr(),
-                    m as isize,
-                    1,
-                    x.data.as_ptr().add(b * self.c_in * in_s + r0 * w),
-                    1,
-                    in_s as isize,
-                    1.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    inner_par,
-                );
-            }
-            let out_ptr = &out_ptr;
-            for co in 0..self.c_out {
-                for kz in 0..kd_n {
-                    for ky in 0..2 {
-                        for kx in 0..2 {
-                            let t = (kz * 2 + ky) * 2 + kx;
-                            let src = &tmp[(co * taps + t) * n..(co * taps + t + 1) * n];
-                            for r in r0..r1 {
-                                let (z, y) = (r / h, r % h);
-                                let oz = if self.rank == 3 { 2 * z + kz } else { z };
-                                let orow = (oz * od[1] + 2 * y + ky) * od[2];
-                                let srow = &src[(r - r0) * w..(r - r0 + 1) * w];
-                                // SAFETY: output row (oz, 2y+ky) belongs to input row r of this
-                                // task only; columns 2x+kx < 2w.
-                                unsafe {
-                                    let dst = out_ptr.0.add((b * self.c_out + co) * out_s + orow);
-                                    for (xi, v) in srow.iter().enumerate() {
-                                        *dst.add(2 * xi + kx) = *v;
+        (0..tasks)
+            .into_par_iter()
+            .for_each_init(Vec::new, |tmp, task| {
+                let (b, s) = (task / strips, task % strips);
+                let r0 = s * rows;
+                let r1 = (r0 + rows).min(rows_total);
+                let n = (r1 - r0) * w;
+                tmp.resize(m * n, 0.0);
+                // lhs[(co, t), ci] = weight[ci, co, t]: a column-major view of the stored weights.
+                // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        n,
+                        self.c_in,
+                        tmp.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        self.weight.as_ptr(),
+                        m as isize,
+                        1,
+                        x.data.as_ptr().add(b * self.c_in * in_s + r0 * w),
+                        1,
+                        in_s as isize,
+                        1.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        inner_par,
+                    );
+                }
+                let out_ptr = &out_ptr;
+                for co in 0..self.c_out {
+                    for kz in 0..kd_n {
+                        for ky in 0..2 {
+                            for kx in 0..2 {
+                                let t = (kz * 2 + ky) * 2 + kx;
+                                let src = &tmp[(co * taps + t) * n..(co * taps + t + 1) * n];
+                                for r in r0..r1 {
+                                    let (z, y) = (r / h, r % h);
+                                    let oz = if self.rank == 3 { 2 * z + kz } else { z };
+                                    let orow = (oz * od[1] + 2 * y + ky) * od[2];
+                                    let srow = &src[(r - r0) * w..(r - r0 + 1) * w];
+                                    // SAFETY: output row (oz, 2y+ky) belongs to input row r of this
+                                    // task only; columns 2x+kx < 2w.
+                                    unsafe {
+                                        let dst =
+                                            out_ptr.0.add((b * self.c_out + co) * out_s + orow);
+                                        for (xi, v) in srow.iter().enumerate() {
+                                            *dst.add(2 * xi + kx) = *v;
+                                        }
                                     }
                                 }
                             }
                         }
                     }
                 }
-            }
-        });
+            });
         out
     }
 }
@@ -526,11 +539,7 @@ pub(crate) mod tests {
             let c_in = rng.random_range(1..6);
             let c_out = rng.random_range(1..7);
             let dims = [
-                if rank == 3 {
-                    rng.random_range(2..7)
-                } else {
-                    1
-                },
+                if rank == 3 { rng.random_range(2..7) } else { 1 },
                 rng.random_range(2..12),
                 rng.random_range(2..13),
             ];

@@ -278,7 +278,11 @@ impl Drunet {
             Err(Error::Unsupported(format!(
                 "this DRUNet is {}-D and takes (B, C, {}) arrays, got a {rank}-D array",
                 self.arch.dim,
-                if self.arch.dim == 3 { "D, H, W" } else { "H, W" }
+                if self.arch.dim == 3 {
+                    "D, H, W"
+                } else {
+                    "H, W"
+                }
             )))
         }
     }
@@ -300,10 +304,7 @@ pub(crate) fn check_arch(arch: &DrunetArch) -> Result<()> {
     if arch.nc.iter().any(|&c| !(1..=4096).contains(&c)) {
         return Err(Error::config(
             "denoiser.nc",
-            format!(
-                "every channel count must be in 1..=4096, got {:?}",
-                arch.nc
-            ),
+            format!("every channel count must be in 1..=4096, got {:?}", arch.nc),
         ));
     }
     if !(1..=64).contains(&arch.nb) {
@@ -379,7 +380,13 @@ fn crop(f: &Features, offset: [usize; 3], size: [usize; 3]) -> Features {
 }
 
 /// Copies the block `src_off .. src_off + size` of `f` to `dst_off` in `out` (`(B, C, spatial…)`).
-fn paste(f: &Features, src_off: [usize; 3], size: [usize; 3], out: &mut Tensor, dst_off: [usize; 3]) {
+fn paste(
+    f: &Features,
+    src_off: [usize; 3],
+    size: [usize; 3],
+    out: &mut Tensor,
+    dst_off: [usize; 3],
+) {
     let od = dims3(out.spatial());
     let sin = f.spatial_len();
     for (p, dst) in out.planes_mut().enumerate() {
@@ -456,7 +463,13 @@ impl Denoiser for Drunet {
             // Quadrant rows: top → 0..h/2 (first rows of the crop); bottom → h/2..h (last rows).
             let (qy, qh) = if top { (0, h / 2) } else { (h / 2, h - h / 2) };
             let (qx, qw) = if left { (0, w / 2) } else { (w / 2, w - w / 2) };
-            paste(&y, [0, qy - oy, qx - ox], [1, qh, qw], &mut out, [0, qy, qx]);
+            paste(
+                &y,
+                [0, qy - oy, qx - ox],
+                [1, qh, qw],
+                &mut out,
+                [0, qy, qx],
+            );
         }
         Ok(out)
     }
@@ -486,9 +499,13 @@ mod tests {
             assert_eq!(y.shape(), &[2, 2, h, w]);
             assert!(y.data().iter().all(|v| v.is_finite()));
         }
-        let e = net.denoise(&Tensor::zeros(&[1, 3, 32, 32]), 0.1).unwrap_err();
+        let e = net
+            .denoise(&Tensor::zeros(&[1, 3, 32, 32]), 0.1)
+            .unwrap_err();
         assert!(e.to_string().contains("channels"), "{e}");
-        let e = net.denoise(&Tensor::zeros(&[1, 2, 8, 32, 32]), 0.1).unwrap_err();
+        let e = net
+            .denoise(&Tensor::zeros(&[1, 2, 8, 32, 32]), 0.1)
+            .unwrap_err();
         assert!(e.to_string().contains("2-D"), "{e}");
         assert!(net.denoise(&Tensor::zeros(&[1, 2, 32, 32]), -1.0).is_err());
     }
