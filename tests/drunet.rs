@@ -69,8 +69,8 @@ fn drunet_matches_deepinv_on_every_fixture_and_weights_format() {
     }
 }
 
-/// The `.pth` reader arrives with the weights loaders; until then only safetensors.
-const WEIGHT_FORMATS: &[&str] = &["safetensors"];
+/// Both of the fixtures' weight files: torch.save archives and safetensors.
+const WEIGHT_FORMATS: &[&str] = &["pth", "safetensors"];
 
 #[test]
 fn wrong_architecture_for_the_weights_names_the_key() {

@@ -1,0 +1,144 @@
+//! `cargo bench --bench drunet [-- SIZE… | --2048]`: DRUNet forward (default nc/nb, 3 colour channels
+//! and the noise channel, random weights, σ = 0.1, batch 1) on the native engine at 256², 512²,
+//! 1024², each size followed by deepinv's DRUNet on PyTorch CPU in the same run
+//! (scripts/bench_torch_drunet.py in ~/.cache/tessera/deepinv-venv, 2 threads) and the ratio
+//! native / torch. Then tiled (256² patches, 32 px overlap) against untiled at 1024².
+//! `--2048` runs one untiled 2048² forward only (for `/usr/bin/time -v` peak memory).
+//! Environment: TESSERA_BENCH_REPS (default 3), TESSERA_TORCH_PYTHON (the venv's python).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use tessera::denoise::Denoiser;
+use tessera::nn::{Drunet, DrunetArch};
+use tessera::tensor::Tensor;
+use tessera::tiling::{OverlapTiling, TiledDenoiser};
+
+fn image(size: usize) -> Tensor {
+    Tensor::from_fn(&[1, 3, size, size], |i| {
+        ((i.wrapping_mul(2654435761) >> 7) % 1000) as f32 / 1000.0
+    })
+}
+
+/// Median and minimum of `reps` timed calls after one warm-up call.
+fn time(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
+    f();
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t0 = Instant::now();
+            f();
+            t0.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    (t[t.len() / 2], t[0])
+}
+
+fn torch_python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TESSERA_TORCH_PYTHON") {
+        return Some(PathBuf::from(p));
+    }
+    let home = std::env::var_os("HOME")?;
+    let p = PathBuf::from(home).join(".cache/tessera/deepinv-venv/bin/python");
+    p.exists().then_some(p)
+}
+
+/// deepinv's time at `size` (median, min), or why there is none.
+fn torch_time(python: &PathBuf, size: usize, reps: usize) -> Result<(f64, f64), String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/bench_torch_drunet.py");
+    let out = Command::new(python)
+        .arg(&script)
+        .args([
+            "--threads",
+            "2",
+            "--reps",
+            &reps.to_string(),
+            &size.to_string(),
+        ])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<f64> = text
+        .split_whitespace()
+        .skip(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    match f[..] {
+        [median, min] => Ok((median, min)),
+        _ => Err(format!("unexpected output: {text}")),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let reps: usize = std::env::var("TESSERA_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let net = Drunet::random(DrunetArch::default(), 0).expect("default DRUNet");
+    if args.iter().any(|a| a == "--2048") {
+        let x = image(2048);
+        let t0 = Instant::now();
+        let y = net.denoise(&x, 0.1).expect("forward");
+        println!(
+            "native 2048² forward: {:.2} s (output {:?})",
+            t0.elapsed().as_secs_f64(),
+            y.shape()
+        );
+        return;
+    }
+    let sizes: Vec<usize> = {
+        let s: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+        if s.is_empty() {
+            vec![256, 512, 1024]
+        } else {
+            s
+        }
+    };
+    let python = torch_python();
+    println!(
+        "DRUNet forward, nc [64,128,256,512], nb 4, 3+1 channels, batch 1; {} rayon threads; median (min) of {reps}",
+        rayon::current_num_threads()
+    );
+    if python.is_none() {
+        println!(
+            "(no PyTorch comparison: ~/.cache/tessera/deepinv-venv/bin/python not found; set TESSERA_TORCH_PYTHON)"
+        );
+    }
+    for &size in &sizes {
+        let x = image(size);
+        let (med, min) = time(reps, || {
+            net.denoise(&x, 0.1).expect("forward");
+        });
+        print!("{size:>5}²  native {med:7.3} s ({min:.3})");
+        match python.as_ref().map(|p| torch_time(p, size, reps)) {
+            Some(Ok((tmed, tmin))) => println!(
+                "   torch {tmed:7.3} s ({tmin:.3})   native/torch {:.2} (min/min {:.2})",
+                med / tmed,
+                min / tmin
+            ),
+            Some(Err(e)) => println!("   torch failed: {}", e.trim()),
+            None => println!(),
+        }
+    }
+    if sizes.contains(&1024) {
+        let x = image(1024);
+        let (untiled, _) = time(reps, || {
+            net.denoise(&x, 0.1).expect("forward");
+        });
+        let inner = Drunet::random(DrunetArch::default(), 0).expect("default DRUNet");
+        let tiled =
+            TiledDenoiser::new(Box::new(inner), Box::new(OverlapTiling::new(256, 32)), None);
+        let (t, _) = time(reps, || {
+            tiled.denoise(&x, 0.1).expect("tiled forward");
+        });
+        println!(
+            "1024² tiled (256² patches + 32 px overlap, one batch) {t:.3} s vs untiled {untiled:.3} s: overhead {:+.0}%",
+            (t / untiled - 1.0) * 100.0
+        );
+    }
+}
