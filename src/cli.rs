@@ -1,4 +1,5 @@
-//! Command-line interface: `run`, `presets`, `apply`, `denoise`.
+//! Command-line interface: `run`, `presets`, `apply`, `denoise`, `bench`; no subcommand opens the
+//! workbench (`tessera::gui`).
 //!
 //! A thin layer over the library: every subcommand loads its inputs, calls `tessera::job` or one
 //! operator/denoiser, and reports errors once, with context naming the file and the problem.
@@ -33,8 +34,9 @@ struct Cli {
     /// Log filter (error, warn, info, debug, trace), overridden by RUST_LOG.
     #[arg(long, global = true, default_value = "warn")]
     log: String,
+    /// Without a subcommand the workbench window opens.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
@@ -160,13 +162,31 @@ pub fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    match dispatch(cli.command) {
+    let result = match cli.command {
+        Some(command) => dispatch(command),
+        None => workbench(),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// `tessera` alone: the workbench with the quick sample and a local backend of 2 ranks.
+fn workbench() -> Result<()> {
+    let options = tessera::gui::WorkbenchOptions {
+        starter: tessera::gui::backend::unavailable(
+            "this build cannot start a backend yet (tessera serve is not merged)",
+        ),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: tessera::gui::AppState::default(),
+    };
+    tessera::gui::run_workbench(options).context("workbench")
 }
 
 fn dispatch(command: Command) -> Result<()> {
