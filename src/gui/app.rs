@@ -627,12 +627,13 @@ impl Workbench {
         ui.horizontal(|ui| {
             ui.heading("tessera");
             ui.separator();
-            let (dot, color) = if self.backend.is_some() {
-                ("●", Color32::from_rgb(60, 180, 75))
+            let color = if self.backend.is_some() {
+                Color32::from_rgb(60, 180, 75)
             } else {
-                ("○", Color32::GRAY)
+                Color32::GRAY
             };
-            ui.label(RichText::new(dot).color(color));
+            let (dot, _) = ui.allocate_exact_size(Vec2::splat(12.0), Sense::hover());
+            ui.painter().circle_filled(dot.center(), 5.0, color);
             let status = match (&self.backend, &self.session.backend) {
                 (Some(_), Some(info)) => format!(
                     "{} — {} rank(s) over {}",
@@ -742,7 +743,7 @@ impl Workbench {
             self.edited();
         }
         if let Some(p) = &self.preset_problem {
-            ui.colored_label(Color32::from_rgb(230, 70, 70), format!("⚠ {p}"));
+            ui.colored_label(Color32::from_rgb(230, 70, 70), p.as_str());
         }
     }
 
@@ -775,7 +776,7 @@ impl Workbench {
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_else(|| p.display().to_string());
                 if ui
-                    .button(format!("↺ {name}"))
+                    .button(name)
                     .on_hover_text(p.display().to_string())
                     .clicked()
                 {
@@ -947,7 +948,7 @@ impl Workbench {
                     ui.label(format!("{} tiles:", map.tiles.len()));
                     for (rank, n) in patch_map::tiles_per_rank(&map).iter().enumerate() {
                         ui.label(
-                            RichText::new(format!("■ rank {rank}: {n}"))
+                            RichText::new(format!("rank {rank}: {n}"))
                                 .color(patch_map::rank_color(rank)),
                         );
                     }

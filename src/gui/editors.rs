@@ -49,20 +49,32 @@ fn combo<T: PartialEq + Copy>(
     changed
 }
 
-fn labelled<R>(ui: &mut Ui, label: &str, add: impl FnOnce(&mut Ui) -> R) -> R {
+/// A label and a value editor named by it (screen readers and tests find the editor by the label).
+fn labelled(ui: &mut Ui, label: &str, value: DragValue<'_>) -> bool {
     ui.horizontal(|ui| {
-        ui.label(label);
-        add(ui)
+        let l = ui.label(label);
+        ui.add(value).labelled_by(l.id).changed()
     })
     .inner
 }
 
-fn drag_f32(ui: &mut Ui, label: &str, v: &mut f32, speed: f64, range: std::ops::RangeInclusive<f32>) -> bool {
-    labelled(ui, label, |ui| ui.add(DragValue::new(v).speed(speed).range(range)).changed())
+fn drag_f32(
+    ui: &mut Ui,
+    label: &str,
+    v: &mut f32,
+    speed: f64,
+    range: std::ops::RangeInclusive<f32>,
+) -> bool {
+    labelled(ui, label, DragValue::new(v).speed(speed).range(range))
 }
 
-fn drag_usize(ui: &mut Ui, label: &str, v: &mut usize, range: std::ops::RangeInclusive<usize>) -> bool {
-    labelled(ui, label, |ui| ui.add(DragValue::new(v).range(range)).changed())
+fn drag_usize(
+    ui: &mut Ui,
+    label: &str,
+    v: &mut usize,
+    range: std::ops::RangeInclusive<usize>,
+) -> bool {
+    labelled(ui, label, DragValue::new(v).range(range))
 }
 
 /// The physics stack: add, remove, reorder and edit operators.
@@ -81,13 +93,13 @@ pub fn physics_stack(ui: &mut Ui, stack: &mut Vec<PhysicsConfig>, thumbs: &mut V
             egui::Frame::group(ui.style()).show(ui, |ui| {
                 ui.horizontal(|ui| {
                     ui.strong(format!("#{i} {title}"));
-                    if ui.small_button("⏶").on_hover_text("move up").clicked() {
+                    if ui.small_button("up").on_hover_text("move up").clicked() {
                         action = Some((i, -1));
                     }
-                    if ui.small_button("⏷").on_hover_text("move down").clicked() {
+                    if ui.small_button("down").on_hover_text("move down").clicked() {
                         action = Some((i, 1));
                     }
-                    if ui.small_button("✖").on_hover_text("remove").clicked() {
+                    if ui.small_button("remove").on_hover_text("remove").clicked() {
                         action = Some((i, 0));
                     }
                 });

@@ -217,11 +217,11 @@ fn worker(rx: Receiver<PumpMsg>, tx: Sender<PumpOut>, wake: impl Fn()) {
         batch.clear();
         batch.push(first);
         batch.extend(rx.try_iter());
-        // Only the newest preview of each slot is worth mapping.
-        let mut newest: HashMap<(u64, Slot), usize> = HashMap::new();
+        // Only the newest preview of each slot (of each job) is worth mapping.
+        let mut newest: HashMap<(u64, JobId, Slot), usize> = HashMap::new();
         for (i, m) in batch.iter().enumerate() {
-            if let PumpMsg::Incoming(g, Incoming::Event(Event::Preview { what, .. })) = m {
-                newest.insert((*g, Slot::of(what)), i);
+            if let PumpMsg::Incoming(g, Incoming::Event(Event::Preview { job, what, .. })) = m {
+                newest.insert((*g, *job, Slot::of(what)), i);
             }
         }
         for (i, m) in batch.drain(..).enumerate() {
@@ -240,7 +240,7 @@ fn worker(rx: Receiver<PumpMsg>, tx: Sender<PumpOut>, wake: impl Fn()) {
                     }),
                 ) => {
                     let slot = Slot::of(&what);
-                    (newest.get(&(g, slot)) == Some(&i))
+                    (newest.get(&(g, job, slot)) == Some(&i))
                         .then(|| map_preview(slot, Some((g, job)), iteration, image, display))
                         .map(PumpOut::Mapped)
                 }
