@@ -56,6 +56,27 @@ enum Command {
         #[command(flatten)]
         group: GroupArgs,
     },
+    /// Keep a process group up and run jobs sent by the workbench (or any protocol client).
+    ///
+    /// Rank 0 listens on a Unix socket (--socket) or TCP (--listen, loopback by default; another
+    /// interface needs --token-file). Under torchrun, srun or mpirun each rank joins from its
+    /// environment; --ranks N starts N local ranks.
+    Serve {
+        /// Unix socket path for the control connection (local mode).
+        #[arg(long, conflicts_with = "listen")]
+        socket: Option<PathBuf>,
+        /// HOST:PORT for the control connection (default 127.0.0.1:7341; port 0 picks one).
+        #[arg(long)]
+        listen: Option<String>,
+        /// File holding the token clients must present (required off loopback).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Folder for job outputs (job N writes into DIR/job-N).
+        #[arg(long, default_value = "out/serve")]
+        out: PathBuf,
+        #[command(flatten)]
+        group: GroupArgs,
+    },
     /// List and validate the bundled presets (and any preset files given).
     Presets { files: Vec<PathBuf> },
     /// Apply one operator (or its adjoint) to an .npy array.
@@ -158,9 +179,15 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    use tracing_subscriber::prelude::*;
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
+        )
+        // Forwards rank 0's logs to workbench clients; inert outside `tessera serve`.
+        .with(tessera::serve::logs::layer())
         .init();
     let result = match cli.command {
         Some(command) => dispatch(command),
@@ -175,12 +202,17 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `tessera` alone: the workbench with the quick sample and a local backend of 2 ranks.
+/// `tessera` alone: the workbench with the quick sample and a local backend of 2 ranks (outputs in
+/// out/workbench/).
 fn workbench() -> Result<()> {
+    let out_dir = std::env::current_dir()
+        .context("finding the working directory")?
+        .join("out")
+        .join("workbench");
     let options = tessera::gui::WorkbenchOptions {
-        starter: tessera::gui::backend::unavailable(
-            "this build cannot start a backend yet (tessera serve is not merged)",
-        ),
+        starter: tessera::gui::local::local_starter(tessera::protocol::LocalOptions::new(
+            2, out_dir,
+        )),
         start_backend: true,
         preset: None,
         state_path: None,
@@ -198,6 +230,13 @@ fn dispatch(command: Command) -> Result<()> {
             quiet,
             group,
         } => run(&preset, &set, out, quiet, &group),
+        Command::Serve {
+            socket,
+            listen,
+            token_file,
+            out,
+            group,
+        } => serve(socket, listen, token_file.as_deref(), out, &group),
         Command::Presets { files } => presets(&files),
         Command::Apply {
             physics,
@@ -334,6 +373,73 @@ fn run(
     }
     println!("  outputs in {}", out_dir.display());
     Ok(())
+}
+
+/// Default control address of `tessera serve` (loopback: reach it from elsewhere by SSH tunnel).
+const DEFAULT_LISTEN: &str = "127.0.0.1:7341";
+
+fn serve(
+    socket: Option<PathBuf>,
+    listen: Option<String>,
+    token_file: Option<&Path>,
+    out: PathBuf,
+    group: &GroupArgs,
+) -> Result<()> {
+    use tessera::serve::{Endpoint, ServeOptions};
+    let token = match token_file {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("reading the token file {}", f.display()))?;
+            let t = text.trim().to_string();
+            if t.is_empty() {
+                bail!("the token file is empty: {}", f.display());
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    let endpoint = match (socket, listen) {
+        (Some(p), _) => Endpoint::Unix(p),
+        (None, Some(l)) if l.parse::<u16>().is_ok() => Endpoint::Tcp(format!("127.0.0.1:{l}")),
+        (None, Some(l)) => Endpoint::Tcp(l),
+        (None, None) => Endpoint::Tcp(DEFAULT_LISTEN.into()),
+    };
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        dist::launch::launch(n, &args).context("local process group")?;
+        return Ok(());
+    }
+    let comm = join_group(group)?;
+    let opts = ServeOptions {
+        endpoint,
+        token,
+        out_dir: out,
+        base_dir: PathBuf::from("."),
+    };
+    tessera::serve::serve(comm, &opts).context("tessera serve")
+}
+
+/// Discovers this process's rank and joins the group with the chosen transport.
+fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
+    let flags = RankFlags {
+        rank: group.rank,
+        world_size: group.world_size,
+        master_addr: group.master_addr.clone(),
+        master_port: group.master_port,
+    };
+    let info = RankInfo::discover(&flags).context("finding this process's rank")?;
+    dist::init_backend(
+        group.backend,
+        &info,
+        Duration::from_secs(group.rendezvous_timeout),
+    )
+    .with_context(|| {
+        format!(
+            "joining the process group as rank {} of {}",
+            info.rank, info.world_size
+        )
+    })
 }
 
 fn bench(what: BenchWhat) -> Result<()> {

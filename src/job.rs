@@ -42,8 +42,14 @@ pub enum JobEvent<'a> {
         operators: usize,
         iterations: usize,
         world_size: usize,
+        /// Name of each operator (operator `i` is owned by rank `i % world_size`).
+        operator_names: &'a [String],
+        /// The ground truth and the simulated measurements (every rank holds them).
+        truth: &'a Tensor,
+        measurements: &'a [Tensor],
     },
-    /// One iteration finished; `x` is the current reconstruction.
+    /// One iteration finished; `x` is the current reconstruction. `report.times.communication_secs`
+    /// is this rank's time inside collectives during the iteration.
     Iteration {
         report: &'a IterationReport,
         x: &'a Tensor,
@@ -100,6 +106,9 @@ pub struct JobSummary {
     pub preset: String,
 }
 
+/// Arrays a job receives with its preset instead of from files (`[image] inline = "NAME"`).
+pub type InlineArrays = [(String, Tensor)];
+
 /// Loads the ground truth described by `source` (sample or file relative to `base_dir`).
 pub fn load_image(
     source: &ImageSource,
@@ -107,6 +116,31 @@ pub fn load_image(
     seed: u64,
     base_dir: &Path,
 ) -> Result<Tensor> {
+    load_image_with(source, volumetric, seed, base_dir, &[])
+}
+
+/// Like [`load_image`], resolving `inline = "NAME"` among `inline`.
+pub fn load_image_with(
+    source: &ImageSource,
+    volumetric: bool,
+    seed: u64,
+    base_dir: &Path,
+    inline: &InlineArrays,
+) -> Result<Tensor> {
+    if let Some(name) = &source.inline {
+        let Some((_, x)) = inline.iter().find(|(n, _)| n == name) else {
+            return Err(Error::config(
+                "image.inline",
+                format!("no array named `{name}` was sent with the job"),
+            ));
+        };
+        x.check_finite(&format!("inline array `{name}`"))?;
+        let mut x = to_batch_layout(x.clone(), volumetric, Path::new(name))?;
+        if source.grayscale && x.shape()[1] > 1 {
+            x = to_grayscale(&x);
+        }
+        return Ok(x);
+    }
     let mut x = match (&source.sample, &source.path) {
         (Some(sample), _) => {
             let size = source
@@ -213,13 +247,25 @@ pub fn run_in_group(
     comm: Box<dyn Collective>,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
+    run_in_group_with(preset, base_dir, out_dir, comm, &[], on_event)
+}
+
+/// [`run_in_group`] with arrays sent along with the preset (every rank passes the same ones).
+pub fn run_in_group_with(
+    preset: &Preset,
+    base_dir: &Path,
+    out_dir: &Path,
+    comm: Box<dyn Collective>,
+    inline: &InlineArrays,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+) -> Result<JobSummary> {
     preset.validate()?;
     let t_start = Instant::now();
     let timed = Arc::new(TimedCollective::new(comm));
     let comm: Arc<dyn Collective> = timed.clone();
     let (rank, world_size) = (comm.rank(), comm.world_size());
     let volumetric = preset.is_volumetric();
-    let truth = load_image(&preset.image, volumetric, preset.seed, base_dir)?;
+    let truth = load_image_with(&preset.image, volumetric, preset.seed, base_dir, inline)?;
     let x_shape = truth.shape().to_vec();
     let mut stack = DistributedStack::from_factory(comm.clone(), preset.physics.len(), |i| {
         preset.physics[i].build(&x_shape, preset.noise.as_ref())
@@ -243,12 +289,16 @@ pub fn run_in_group(
         ssim_every: preset.output.ssim_every,
     };
     let iterations = preset.algorithm.iterations();
+    let operator_names = stack.names();
     if on_event(JobEvent::Started {
         name: &preset.name,
         image_shape: &x_shape,
         operators: stack.len(),
         iterations,
         world_size,
+        operator_names: &operator_names,
+        truth: &truth,
+        measurements: &ys,
     })
     .is_break()
     {
@@ -259,8 +309,10 @@ pub fn run_in_group(
     let mut callback = |report: &IterationReport, x: &Tensor| {
         let now = timed.secs();
         comm_per_iter.push(now - comm_mark);
+        let mut report = report.clone();
+        report.times.communication_secs = now - comm_mark;
         comm_mark = now;
-        on_event(JobEvent::Iteration { report, x })
+        on_event(JobEvent::Iteration { report: &report, x })
     };
     let t_solve = Instant::now();
     let (algorithm, recon) = match &preset.algorithm {
@@ -315,7 +367,7 @@ pub fn run_in_group(
     let mut summary = JobSummary {
         name: preset.name.clone(),
         image_shape: x_shape.clone(),
-        operators: stack.names(),
+        operators: operator_names,
         algorithm,
         iterations: recon.history.len(),
         stopped_early: recon.stopped,

@@ -37,6 +37,7 @@ pub mod physics;
 pub mod preset;
 pub mod protocol;
 pub mod samples;
+pub mod serve;
 pub mod tensor;
 pub mod tiling;
 

@@ -82,6 +82,10 @@ pub struct ImageSource {
     /// Convert a colour image to one channel (mean of R, G, B).
     #[serde(default)]
     pub grayscale: bool,
+    /// The name of an array sent along with the job (`tessera serve`: the image the user opened in
+    /// the workbench); exclusive with `sample` and `path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
 }
 
 /// What to write and what to measure.
@@ -260,12 +264,30 @@ impl Preset {
 
 impl ImageSource {
     fn validate(&self, volumetric: bool) -> Result<()> {
+        if let Some(name) = &self.inline {
+            if self.sample.is_some() || self.path.is_some() {
+                return Err(Error::config(
+                    "image.inline",
+                    "give one of `sample`, `path` or `inline`",
+                ));
+            }
+            if name.trim().is_empty() {
+                return Err(Error::config("image.inline", "must name an array"));
+            }
+            if self.size.is_some() {
+                return Err(Error::config(
+                    "image.size",
+                    "only applies to samples; an inline array has its own size",
+                ));
+            }
+            return Ok(());
+        }
         match (&self.sample, &self.path) {
             (Some(_), Some(_)) => Err(Error::config(
                 "image",
                 "give either `sample` or `path`, not both",
             )),
-            (None, None) => Err(Error::config("image", "give `sample` or `path`")),
+            (None, None) => Err(Error::config("image", "give `sample`, `path` or `inline`")),
             (Some(sample), None) => {
                 if let Some(size) = &self.size {
                     let want = if volumetric { 3 } else { 2 };

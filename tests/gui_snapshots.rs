@@ -17,7 +17,10 @@ use tessera::protocol::{Event, OperatorInfo, PreviewImage, PreviewKind, RankIter
 fn step_until(h: &mut Harness<'_, Workbench>, what: &str, done: impl Fn(&Workbench) -> bool) {
     let start = Instant::now();
     while !done(h.state()) {
-        assert!(start.elapsed() < Duration::from_secs(120), "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
         h.step();
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -41,7 +44,7 @@ fn workbench_after_a_run() {
     let mut h = Harness::builder()
         .with_size([1400.0, 1000.0])
         .build_ui_state(|ui, wb: &mut Workbench| wb.ui(ui), wb);
-    h.run_steps(2);
+    step_until(&mut h, "the backend", Workbench::has_backend);
     // multiblur has a tiled denoiser: its patch map is drawn over the ground truth.
     h.get_by_role_and_label(Role::Button, "multiblur").click();
     h.run_steps(2);
@@ -63,7 +66,10 @@ fn workbench_after_a_run() {
         world_size: 2,
         devices: vec![],
         image_shape: vec![1, 3, 128, 128],
-        operators: vec![OperatorInfo { name: "blur".into(), rank: 0 }],
+        operators: vec![OperatorInfo {
+            name: "blur".into(),
+            rank: 0,
+        }],
         iterations: 10,
         patch_map: None,
     });
@@ -104,7 +110,11 @@ fn workbench_after_a_run() {
                 .collect(),
         },
     });
-    send(Event::Finished { job: 1, outputs: vec![], summary_json: "{}".into() });
+    send(Event::Finished {
+        job: 1,
+        outputs: vec![],
+        summary_json: "{}".into(),
+    });
     step_until(&mut h, "the run", |wb| {
         wb.session.state() == &JobState::Finished { job: 1 } && wb.shown_reconstruction().is_some()
     });

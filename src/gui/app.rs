@@ -8,11 +8,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use egui::{
-    Color32, Pos2, Rect, RichText, ScrollArea, Sense, TextureHandle, TextureOptions,
-    Ui, Vec2,
+    Color32, Pos2, Rect, RichText, ScrollArea, Sense, TextureHandle, TextureOptions, Ui, Vec2,
 };
 use egui_plot::{Legend, Line, Plot, PlotPoints};
 
@@ -126,7 +125,9 @@ pub struct Workbench {
     backend_label: String,
     /// Generation of the current connection; events of older ones are dropped.
     generation: u64,
-    starter: Starter,
+    starter: Arc<Mutex<Starter>>,
+    /// A backend being started on a helper thread.
+    starting: Option<Receiver<crate::Result<Link>>>,
     start_pending: bool,
     pump: Pump,
     ctx: Arc<OnceLock<egui::Context>>,
@@ -163,7 +164,8 @@ impl Workbench {
             backend: None,
             backend_label: String::new(),
             generation: 0,
-            starter: options.starter,
+            starter: Arc::new(Mutex::new(options.starter)),
+            starting: None,
             start_pending: options.start_backend,
             pump,
             ctx,
@@ -209,14 +211,46 @@ impl Workbench {
 
     // ---- backend ------------------------------------------------------------------------------
 
-    /// Starts a backend (replacing a dead or live one).
+    /// Starts a backend on a helper thread (replacing a dead or live one); [`Self::poll`] attaches
+    /// it when it is up.
     pub fn start_backend(&mut self) {
+        if self.starting.is_some() {
+            return;
+        }
+        self.drop_backend();
         let ranks = self.app_state.ranks.max(1);
-        match (self.starter)(ranks) {
-            Ok(link) => self.attach(link),
-            Err(e) => self
-                .session
-                .log(LogLevel::Error, format!("could not start a backend: {e}")),
+        let starter = self.starter.clone();
+        let ctx = self.ctx.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("gui-start-backend".into())
+            .spawn(move || {
+                let mut start = starter.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = tx.send(start(ranks));
+                if let Some(c) = ctx.get() {
+                    c.request_repaint();
+                }
+            })
+            .expect("spawning a thread");
+        self.starting = Some(rx);
+        self.session.log(
+            LogLevel::Info,
+            format!("starting a backend with {ranks} rank(s)…"),
+        );
+    }
+
+    /// Whether a backend is being started.
+    pub fn backend_starting(&self) -> bool {
+        self.starting.is_some()
+    }
+
+    /// Lets go of the backend; a local backend process is stopped on a helper thread.
+    fn drop_backend(&mut self) {
+        if let Some(old) = self.backend.take() {
+            self.generation += 1;
+            let _ = std::thread::Builder::new()
+                .name("gui-stop-backend".into())
+                .spawn(move || drop(old));
         }
     }
 
@@ -254,7 +288,7 @@ impl Workbench {
         match b.send(request) {
             Ok(()) => true,
             Err(e) => {
-                self.backend = None;
+                self.drop_backend();
                 self.session.disconnected(&e.to_string());
                 false
             }
@@ -329,10 +363,9 @@ impl Workbench {
                     .log(LogLevel::Info, format!("opened preset {}", path.display()));
                 self.set_preset(loaded);
             }
-            Err(e) => self.session.log(
-                LogLevel::Error,
-                format!("could not open the preset: {e}"),
-            ),
+            Err(e) => self
+                .session
+                .log(LogLevel::Error, format!("could not open the preset: {e}")),
         }
     }
 
@@ -363,6 +396,7 @@ impl Workbench {
             size: None,
             path: Some(path.to_path_buf()),
             grayscale: self.preset.image.grayscale,
+            inline: None,
         };
         self.edited();
     }
@@ -379,8 +413,10 @@ impl Workbench {
         if let Some(path) = &self.state_path
             && let Err(e) = self.app_state.save(path)
         {
-            self.session
-                .log(LogLevel::Warn, format!("could not save the workbench state: {e}"));
+            self.session.log(
+                LogLevel::Warn,
+                format!("could not save the workbench state: {e}"),
+            );
         }
     }
 
@@ -415,9 +451,7 @@ impl Workbench {
                     DialogKind::OpenPreset => {
                         pollster::block_on(d.add_filter("preset", &["toml"]).pick_file())
                     }
-                    DialogKind::SavePreset => {
-                        pollster::block_on(d.set_file_name(name).save_file())
-                    }
+                    DialogKind::SavePreset => pollster::block_on(d.set_file_name(name).save_file()),
                 };
                 let _ = tx.send(picked.map(|h| h.path().to_path_buf()));
                 if let Some(c) = ctx.get() {
@@ -432,6 +466,21 @@ impl Workbench {
 
     /// Takes what the backend, the pump, the dialog and the image loader have ready (never blocks).
     fn poll(&mut self) {
+        if let Some(rx) = &self.starting {
+            match rx.try_recv() {
+                Ok(Ok(link)) => {
+                    self.starting = None;
+                    self.attach(link);
+                }
+                Ok(Err(e)) => {
+                    self.starting = None;
+                    self.session
+                        .log(LogLevel::Error, format!("could not start a backend: {e}"));
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+                Err(mpsc::TryRecvError::Disconnected) => self.starting = None,
+            }
+        }
         // Events are moved (previews are not copied) into the worker, in order; a bounded number
         // per frame keeps a flood from stalling the frame.
         if let Some(b) = self.backend.as_mut() {
@@ -447,7 +496,8 @@ impl Workbench {
                 PumpOut::Incoming(g, _) if g != self.generation => {}
                 PumpOut::Incoming(_, Incoming::Event(e)) => self.session.apply(e),
                 PumpOut::Incoming(_, Incoming::Disconnected(reason)) => {
-                    if self.backend.take().is_some() {
+                    if self.backend.is_some() {
+                        self.drop_backend();
                         self.session.disconnected(&reason);
                     }
                 }
@@ -496,11 +546,8 @@ impl Workbench {
                 s.range = m.range;
             }
             None => {
-                let texture = ctx.load_texture(
-                    format!("{:?}", m.slot),
-                    m.color,
-                    TextureOptions::LINEAR,
-                );
+                let texture =
+                    ctx.load_texture(format!("{:?}", m.slot), m.color, TextureOptions::LINEAR);
                 self.shown.insert(
                     m.slot,
                     Shown {
@@ -651,8 +698,9 @@ impl Workbench {
             } else {
                 "Start backend"
             };
-            if ui.button(start).clicked() {
-                self.backend = None;
+            if self.starting.is_some() {
+                ui.spinner();
+            } else if ui.button(start).clicked() {
                 self.start_backend();
             }
             ui.separator();
@@ -738,7 +786,9 @@ impl Workbench {
             });
         egui::CollapsingHeader::new("Algorithm")
             .default_open(true)
-            .show(ui, |ui| changed |= editors::algorithm(ui, &mut self.preset.algorithm));
+            .show(ui, |ui| {
+                changed |= editors::algorithm(ui, &mut self.preset.algorithm)
+            });
         if changed {
             self.edited();
         }
@@ -804,7 +854,10 @@ impl Workbench {
         let samples: &[(Sample, &str)] = if volumetric {
             &[(Sample::SheppLogan3d, "Shepp-Logan 3-D")]
         } else {
-            &[(Sample::Natural, "natural image"), (Sample::SheppLogan, "Shepp-Logan")]
+            &[
+                (Sample::Natural, "natural image"),
+                (Sample::SheppLogan, "Shepp-Logan"),
+            ]
         };
         egui::ComboBox::from_label("sample")
             .selected_text(current)
@@ -822,7 +875,11 @@ impl Workbench {
                 }
             });
         if img.sample.is_some() {
-            let mut side = img.size.as_ref().and_then(|s| s.last().copied()).unwrap_or(256);
+            let mut side = img
+                .size
+                .as_ref()
+                .and_then(|s| s.last().copied())
+                .unwrap_or(256);
             let label = ui.label("size (px)");
             if ui
                 .add(egui::DragValue::new(&mut side).range(8..=4096))
@@ -890,8 +947,10 @@ impl Workbench {
         if let Contrast::Range { lo, hi } = &mut d.contrast {
             let l = ui.label("window");
             ui.horizontal(|ui| {
-                ui.add(egui::DragValue::new(lo).speed(0.01)).labelled_by(l.id);
-                ui.add(egui::DragValue::new(hi).speed(0.01)).labelled_by(l.id);
+                ui.add(egui::DragValue::new(lo).speed(0.01))
+                    .labelled_by(l.id);
+                ui.add(egui::DragValue::new(hi).speed(0.01))
+                    .labelled_by(l.id);
             });
         }
         egui::ComboBox::from_label("colormap")
@@ -969,7 +1028,10 @@ impl Workbench {
                 .show(ui, |ui| {
                     ui.horizontal_wrapped(|ui| {
                         ui.label(RichText::new(format!("Error: {err}")).color(Color32::WHITE));
-                        if self.backend.is_none() && ui.button("Start a new backend").clicked() {
+                        if self.backend.is_none()
+                            && self.starting.is_none()
+                            && ui.button("Start a new backend").clicked()
+                        {
                             self.start_backend();
                         }
                         if ui.button("Dismiss").clicked() {
@@ -1027,7 +1089,9 @@ impl Workbench {
                         None => title.to_string(),
                     };
                     ui.label(caption);
-                    let overlay = map.as_ref().filter(|_| slot != Slot::Measurement(self.measurement));
+                    let overlay = map
+                        .as_ref()
+                        .filter(|_| slot != Slot::Measurement(self.measurement));
                     image_pane(ui, self.shown.get(&slot), width, &mut view, overlay);
                 });
             }
@@ -1073,7 +1137,9 @@ impl Workbench {
                     .width(w)
                     .x_axis_label("iteration")
                     .y_axis_label("objective")
-                    .show(ui, |p| p.line(Line::new("objective", PlotPoints::from(objective))));
+                    .show(ui, |p| {
+                        p.line(Line::new("objective", PlotPoints::from(objective)))
+                    });
             }
         });
     }
@@ -1105,13 +1171,19 @@ impl Workbench {
                             .collect()
                     };
                     p.line(
-                        Line::new(format!("rank {} gradient", t.rank), series(|r| r.gradient_secs))
-                            .color(color),
+                        Line::new(
+                            format!("rank {} gradient", t.rank),
+                            series(|r| r.gradient_secs),
+                        )
+                        .color(color),
                     );
                     p.line(
-                        Line::new(format!("rank {} denoiser", t.rank), series(|r| r.denoiser_secs))
-                            .color(color)
-                            .style(egui_plot::LineStyle::dashed_loose()),
+                        Line::new(
+                            format!("rank {} denoiser", t.rank),
+                            series(|r| r.denoiser_secs),
+                        )
+                        .color(color)
+                        .style(egui_plot::LineStyle::dashed_loose()),
                     );
                     p.line(
                         Line::new(
@@ -1126,7 +1198,13 @@ impl Workbench {
         egui::Grid::new("timing_table")
             .striped(true)
             .show(ui, |ui| {
-                for head in ["rank", "gradient s", "denoiser s", "communication s", "s / iteration"] {
+                for head in [
+                    "rank",
+                    "gradient s",
+                    "denoiser s",
+                    "communication s",
+                    "s / iteration",
+                ] {
                     ui.strong(head);
                 }
                 ui.end_row();

@@ -19,8 +19,9 @@ pub enum Incoming {
     Disconnected(String),
 }
 
-/// One connection.
-pub trait Backend {
+/// One connection (Send: it is made on a helper thread, and dropped on one, since stopping a
+/// local backend process can take a moment).
+pub trait Backend: Send {
     /// Queues a request; never blocks on the backend's work.
     fn send(&mut self, request: Request) -> Result<()>;
     /// The next event if one is waiting (never blocks).
@@ -35,8 +36,9 @@ pub trait Backend {
 /// One live connection.
 pub type Link = Box<dyn Backend>;
 
-/// Starts a backend with this many ranks (the app calls it at start-up and after a backend died).
-pub type Starter = Box<dyn FnMut(usize) -> Result<Link>>;
+/// Starts a backend with this many ranks (the app calls it on a helper thread, at start-up and
+/// when the user asks for a new one).
+pub type Starter = Box<dyn FnMut(usize) -> Result<Link> + Send>;
 
 /// A backend that is two channels: what the app sends arrives at [`TestEnd::requests`], what the
 /// other end sends through [`TestEnd::events`] is drawn. Tests and the frame-time bench drive the
@@ -96,7 +98,9 @@ impl Backend for ChannelBackend {
             // The far end was dropped: that is a dead backend.
             Err(mpsc::TryRecvError::Disconnected) => {
                 self.closed = true;
-                Some(Incoming::Disconnected("the backend closed the connection".into()))
+                Some(Incoming::Disconnected(
+                    "the backend closed the connection".into(),
+                ))
             }
         }
     }

@@ -78,7 +78,11 @@ fn drag_usize(
 }
 
 /// The physics stack: add, remove, reorder and edit operators.
-pub fn physics_stack(ui: &mut Ui, stack: &mut Vec<PhysicsConfig>, thumbs: &mut Vec<Option<Thumb>>) -> bool {
+pub fn physics_stack(
+    ui: &mut Ui,
+    stack: &mut Vec<PhysicsConfig>,
+    thumbs: &mut Vec<Option<Thumb>>,
+) -> bool {
     let mut changed = false;
     let mut action: Option<(usize, i32)> = None; // (index, -1 up / +1 down / 0 remove)
     thumbs.resize_with(stack.len(), || None);
@@ -223,13 +227,18 @@ fn kernel_thumbnail(ui: &mut Ui, sigma: [f32; 2], angle_deg: f32, thumb: &mut Op
         };
         let max = img.pixels.iter().copied().fold(0.0f32, f32::max);
         let display = Display {
-            contrast: Contrast::Range { lo: 0.0, hi: max.max(1e-12) },
+            contrast: Contrast::Range {
+                lo: 0.0,
+                hi: max.max(1e-12),
+            },
             colormap: Colormap::Magma,
         };
         let (color, _) = colorize(&img, display);
         *thumb = Some(Thumb {
             key,
-            texture: ui.ctx().load_texture("kernel", color, TextureOptions::NEAREST),
+            texture: ui
+                .ctx()
+                .load_texture("kernel", color, TextureOptions::NEAREST),
             side,
         });
     }
@@ -285,7 +294,11 @@ pub fn noise(ui: &mut Ui, noise: &mut Option<NoiseConfig>) -> bool {
         ui,
         "noise",
         &mut kind,
-        &[(K::None, "none"), (K::Gaussian, "gaussian"), (K::Poisson, "poisson")],
+        &[
+            (K::None, "none"),
+            (K::Gaussian, "gaussian"),
+            (K::Poisson, "poisson"),
+        ],
     );
     if changed {
         *noise = match kind {
@@ -357,7 +370,11 @@ pub fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
                 ui,
                 "wavelet",
                 &mut c.wavelet,
-                &[(WaveletKind::Haar, "haar"), (WaveletKind::Db4, "db4"), (WaveletKind::Db8, "db8")],
+                &[
+                    (WaveletKind::Haar, "haar"),
+                    (WaveletKind::Db4, "db4"),
+                    (WaveletKind::Db8, "db8"),
+                ],
             );
             changed |= drag_usize(ui, "levels", &mut c.levels, 1..=16);
             changed |= combo(
@@ -482,14 +499,26 @@ pub fn algorithm(ui: &mut Ui, a: &mut AlgorithmConfig) -> bool {
             if let Some(step) = &mut c.step {
                 changed |= drag_f32(ui, "step", step, 0.01, 1e-6..=1e6);
             }
-            changed |= drag_f32(ui, "denoiser strength", &mut c.denoiser_sigma, 0.001, 0.0..=10.0);
+            changed |= drag_f32(
+                ui,
+                "denoiser strength",
+                &mut c.denoiser_sigma,
+                0.001,
+                0.0..=10.0,
+            );
             changed |= combo(
                 ui,
                 "init",
                 &mut c.init,
-                &[(Init::Zeros, "zeros"), (Init::Adjoint, "adjoint"), (Init::Pinv, "pinv")],
+                &[
+                    (Init::Zeros, "zeros"),
+                    (Init::Adjoint, "adjoint"),
+                    (Init::Pinv, "pinv"),
+                ],
             );
-            changed |= ui.checkbox(&mut c.track_objective, "track objective").changed();
+            changed |= ui
+                .checkbox(&mut c.track_objective, "track objective")
+                .changed();
         }
         AlgorithmConfig::Cg(c) => {
             changed |= drag_usize(ui, "iterations", &mut c.iterations, 1..=100_000);

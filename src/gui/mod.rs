@@ -4,7 +4,8 @@
 //! Place in the flow: `gui → protocol → tessera serve → job`. The GUI never runs numerics on its UI
 //! thread and never calls the algorithms: a run is a [`crate::protocol::Request::Submit`] of the
 //! preset's TOML; iterations, previews and timings come back as [`crate::protocol::Event`]s.
-//! Modules: [`backend`] (the connection seam, and a channel backend for tests), [`preview`]
+//! Modules: [`backend`] (the connection seam, and a channel backend for tests), [`local`] (the
+//! seam over `protocol::Client` and a `LocalBackend` child process), [`preview`]
 //! (float images → textures on a worker thread), [`session`] (state built from events),
 //! [`patch_map`] (tiles per rank), [`editors`] (preset editors), [`settings`] (persisted app
 //! state), [`app`] (the window).
@@ -12,6 +13,7 @@
 pub mod app;
 pub mod backend;
 pub mod editors;
+pub mod local;
 pub mod patch_map;
 pub mod preview;
 pub mod session;
@@ -63,9 +65,7 @@ pub fn run_workbench(mut options: WorkbenchOptions) -> Result<()> {
             let mut workbench = Workbench::new(options);
             if let Some(w) = warning {
                 tracing::warn!("{w}");
-                workbench
-                    .session
-                    .log(crate::protocol::LogLevel::Warn, w);
+                workbench.session.log(crate::protocol::LogLevel::Warn, w);
             }
             Ok(Box::new(Shell { workbench }))
         }),

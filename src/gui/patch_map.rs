@@ -133,7 +133,11 @@ mod tests {
         let map = plan_patch_map(&tiling, &[128, 192], 2, TileAssignment::RoundRobin).unwrap();
         assert_eq!(map.tiles.len(), 6);
         assert_eq!(tiles_per_rank(&map), vec![3, 3]);
-        let owned: usize = map.tiles.iter().map(|t| t.region[0].1 * t.region[1].1).sum();
+        let owned: usize = map
+            .tiles
+            .iter()
+            .map(|t| t.region[0].1 * t.region[1].1)
+            .sum();
         assert_eq!(owned, 128 * 192, "regions tile the image exactly");
         // Overlap: the first window starts 8 px before the image (reflect padding).
         assert_eq!(map.tiles[0].window[0], (-8, 80));

@@ -262,9 +262,8 @@ fn worker(rx: Receiver<PumpMsg>, tx: Sender<PumpOut>, wake: impl Fn()) {
                     axis,
                     index,
                     display,
-                } => slice(&volume, axis, index).map(|img| {
-                    PumpOut::Mapped(map_preview(Slot::Data, None, 0, img, display))
-                }),
+                } => slice(&volume, axis, index)
+                    .map(|img| PumpOut::Mapped(map_preview(Slot::Data, None, 0, img, display))),
             };
             if let Some(out) = out
                 && tx.send(out).is_err()
@@ -483,7 +482,10 @@ mod tests {
             height: h,
             channels: 1,
             slice: None,
-            pixels: (0..h).flat_map(|y| (0..w).map(move |x| (x, y))).map(|(x, y)| f(x, y)).collect(),
+            pixels: (0..h)
+                .flat_map(|y| (0..w).map(move |x| (x, y)))
+                .map(|(x, y)| f(x, y))
+                .collect(),
         }
     }
 
@@ -493,7 +495,13 @@ mod tests {
         let d = downsample(img, 2);
         // factor ⌈5/2⌉ = 3: columns {0,1,2}, {3,4}; rows {0,1,2}, {3}.
         assert_eq!((d.width, d.height), (2, 2));
-        assert_eq!(d.pixels[0], (0..3).map(|x| (0..3).map(|y| (x + 10 * y) as f32).sum::<f32>()).sum::<f32>() / 9.0);
+        assert_eq!(
+            d.pixels[0],
+            (0..3)
+                .map(|x| (0..3).map(|y| (x + 10 * y) as f32).sum::<f32>())
+                .sum::<f32>()
+                / 9.0
+        );
         assert_eq!(d.pixels[3], (3.0 + 30.0 + 4.0 + 30.0) / 2.0);
     }
 
@@ -527,7 +535,9 @@ mod tests {
     fn slices_follow_the_axis() {
         // value = 100 z + 10 y + x on a 2×3×4 volume.
         let data: Vec<f32> = (0..2)
-            .flat_map(|z| (0..3).flat_map(move |y| (0..4).map(move |x| (100 * z + 10 * y + x) as f32)))
+            .flat_map(|z| {
+                (0..3).flat_map(move |y| (0..4).map(move |x| (100 * z + 10 * y + x) as f32))
+            })
             .collect();
         let v = Tensor::from_vec(&[1, 1, 2, 3, 4], data).unwrap();
         let s = slice(&v, 0, 1).unwrap();

@@ -14,10 +14,18 @@ pub enum JobState {
     Idle,
     /// Submitted, not yet accepted or started.
     Submitted,
-    Running { job: JobId },
-    Finished { job: JobId },
-    Failed { error: String },
-    Cancelled { job: JobId },
+    Running {
+        job: JobId,
+    },
+    Finished {
+        job: JobId,
+    },
+    Failed {
+        error: String,
+    },
+    Cancelled {
+        job: JobId,
+    },
 }
 
 /// One iteration as the plots need it.
@@ -95,9 +103,9 @@ impl Session {
     /// The job whose events are drawn.
     pub fn current_job(&self) -> Option<JobId> {
         match self.state.0 {
-            JobState::Running { job } | JobState::Finished { job } | JobState::Cancelled { job } => {
-                Some(job)
-            }
+            JobState::Running { job }
+            | JobState::Finished { job }
+            | JobState::Cancelled { job } => Some(job),
             _ => None,
         }
     }
@@ -171,7 +179,10 @@ impl Session {
             }
             Event::Refused { reason } => {
                 self.connected = false;
-                self.log(LogLevel::Error, format!("the backend refused the connection: {reason}"));
+                self.log(
+                    LogLevel::Error,
+                    format!("the backend refused the connection: {reason}"),
+                );
             }
             Event::Accepted { job } => {
                 if self.state.0 == JobState::Submitted {

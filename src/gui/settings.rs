@@ -54,11 +54,16 @@ impl AppState {
     pub fn load(path: &Path) -> (AppState, Option<String>) {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (AppState::default(), None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return (AppState::default(), None);
+            }
             Err(e) => {
                 return (
                     AppState::default(),
-                    Some(format!("could not read the workbench state ({e}), using defaults: {}", path.display())),
+                    Some(format!(
+                        "could not read the workbench state ({e}), using defaults: {}",
+                        path.display()
+                    )),
                 );
             }
         };
@@ -123,7 +128,10 @@ mod tests {
         s.save(&path).unwrap();
         let (back, warning) = AppState::load(&path);
         assert_eq!(warning, None);
-        assert_eq!(back.recent, vec![PathBuf::from("/a.toml"), PathBuf::from("/b.toml")]);
+        assert_eq!(
+            back.recent,
+            vec![PathBuf::from("/a.toml"), PathBuf::from("/b.toml")]
+        );
 
         // A file from another version: unknown fields ignored, missing ones defaulted.
         std::fs::write(&path, r#"{"ranks": 3, "future": true}"#).unwrap();
@@ -138,6 +146,9 @@ mod tests {
 
         std::fs::write(&path, r#"{"ranks": 0, "window_size": [1e30, -1]}"#).unwrap();
         let (back, _) = AppState::load(&path);
-        assert_eq!((back.ranks, back.window_size), (1, AppState::default().window_size));
+        assert_eq!(
+            (back.ranks, back.window_size),
+            (1, AppState::default().window_size)
+        );
     }
 }

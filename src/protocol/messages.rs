@@ -70,9 +70,13 @@ pub enum Event {
         backend: String,
     },
     /// Handshake refused (version mismatch, bad token); the server closes the connection.
-    Refused { reason: String },
+    Refused {
+        reason: String,
+    },
     /// A submitted job was queued.
-    Accepted { job: JobId },
+    Accepted {
+        job: JobId,
+    },
     /// The job is set up and its algorithm starts.
     Started {
         job: JobId,

@@ -1,14 +1,22 @@
 //! The workbench protocol: how a GUI (or any client) talks to a `tessera serve` coordinator.
 //!
-//! A connection carries length-prefixed frames (`u32` little-endian length, then a serde-encoded
-//! message), each at most [`MAX_FRAME_BYTES`]. The client speaks first with [`Request::Hello`]
-//! (protocol version and, for remote attach, the token); the server answers [`Event::Welcome`] or
-//! [`Event::Refused`] and closes. After that the client sends requests and the server streams events.
+//! A connection carries length-prefixed frames (`u32` little-endian length, then a postcard-encoded
+//! message; see [`frame`]), each at most [`MAX_FRAME_BYTES`]. The client speaks first with
+//! [`Request::Hello`] (protocol version and, for remote attach, the token); the server answers
+//! [`Event::Welcome`] or [`Event::Refused`] and closes. After that the client sends requests and the
+//! server streams events.
 //!
 //! Flow: GUI → [`Request::Submit`] → coordinator (rank 0) broadcasts the job to its ranks → ranks run
 //! `job::run_in_group` → rank 0 turns job events into [`Event`]s (iterations every step, previews
-//! rate-limited and downsampled off the ranks' critical path) → GUI draws them.
+//! rate-limited and downsampled off the ranks' critical path) → GUI draws them. The GUI side is
+//! [`client::Client`] (and [`client::LocalBackend`] to start a backend on this machine); the server
+//! side is `crate::serve`.
 
+pub mod client;
+pub mod frame;
 pub mod messages;
+pub mod transport;
 
+pub use client::{Client, ClientEvent, LocalBackend, LocalOptions, Welcome};
 pub use messages::*;
+pub use transport::BackendAddr;

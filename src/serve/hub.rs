@@ -1,0 +1,356 @@
+//! Rank 0's bookkeeping between the job loop and the connected clients: the job queue, each job's
+//! history (for re-attach), and fan-out of events to every watching client.
+//!
+//! An event is encoded once and its frame shared by all clients. Each client has a writer thread
+//! behind a bounded queue; the job loop never waits on a client: previews are skipped for a client
+//! that is behind, and a client whose queue is full is disconnected (it can re-attach and the
+//! history is replayed).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::protocol::frame;
+use crate::protocol::transport::Stream;
+use crate::protocol::{Event, InlineArray, JobId, MAX_FRAME_BYTES, PreviewKind};
+
+/// Frames a client may have queued before it is dropped as too slow (a whole replayed history
+/// fits; frames are shared, so a slot costs a pointer).
+const CLIENT_QUEUE: usize = 1 << 16;
+/// A client with more frames than this waiting gets no previews until it catches up.
+const PREVIEW_BACKLOG: usize = 8;
+/// Finished jobs whose history is kept for [`crate::protocol::Request::Attach`].
+const KEPT_JOBS: usize = 16;
+
+type Frame = Arc<Vec<u8>>;
+
+/// A submitted job waiting for the ranks.
+pub struct QueuedJob {
+    pub job: JobId,
+    pub preset_toml: String,
+    pub inline: Vec<InlineArray>,
+    pub preview_max_side: u32,
+    pub cancel: Arc<AtomicBool>,
+}
+
+struct ClientSlot {
+    id: u64,
+    tx: SyncSender<Frame>,
+    queued: Arc<AtomicUsize>,
+    watching: bool,
+    stream: Stream,
+}
+
+#[derive(Default)]
+struct JobRecord {
+    started: Option<Frame>,
+    history: Vec<Frame>,
+    previews: BTreeMap<String, Frame>,
+    end: Option<Frame>,
+    cancel: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct State {
+    clients: Vec<ClientSlot>,
+    next_client: u64,
+    next_job: JobId,
+    queue: VecDeque<QueuedJob>,
+    running: Option<JobId>,
+    done: Vec<JobId>,
+    jobs: BTreeMap<JobId, JobRecord>,
+}
+
+/// Shared by the job loop, the accept thread and the client threads.
+pub struct Hub {
+    state: Mutex<State>,
+    queue_cv: Condvar,
+    pub world_size: usize,
+}
+
+fn encode(event: &Event) -> Option<Frame> {
+    match frame::encode(event) {
+        Ok(bytes) if bytes.len() <= MAX_FRAME_BYTES => Some(Arc::new(bytes)),
+        Ok(bytes) => {
+            tracing::warn!(
+                "dropping an event of {} bytes (over the frame limit)",
+                bytes.len()
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("dropping an event that cannot be encoded: {e}");
+            None
+        }
+    }
+}
+
+fn preview_key(what: &PreviewKind) -> String {
+    format!("{what:?}")
+}
+
+impl Hub {
+    pub fn new(world_size: usize) -> Hub {
+        Hub {
+            state: Mutex::new(State {
+                next_job: 1,
+                ..Default::default()
+            }),
+            queue_cv: Condvar::new(),
+            world_size,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a connection (after its handshake) and starts its writer thread.
+    pub fn add_client(&self, stream: &Stream) -> std::io::Result<u64> {
+        let mut write_half = stream.try_clone()?;
+        let shutdown_half = stream.try_clone()?;
+        let (tx, rx) = sync_channel::<Frame>(CLIENT_QUEUE);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let q = queued.clone();
+        std::thread::Builder::new()
+            .name("tessera-serve-write".into())
+            .spawn(move || {
+                for f in rx {
+                    q.fetch_sub(1, Ordering::Relaxed);
+                    if frame::write_frame(&mut write_half, &f, MAX_FRAME_BYTES).is_err() {
+                        write_half.shutdown();
+                        return;
+                    }
+                }
+            })?;
+        let mut s = self.lock();
+        let id = s.next_client;
+        s.next_client += 1;
+        s.clients.push(ClientSlot {
+            id,
+            tx,
+            queued,
+            watching: false,
+            stream: shutdown_half,
+        });
+        Ok(id)
+    }
+
+    pub fn remove_client(&self, id: u64) {
+        let mut s = self.lock();
+        if let Some(i) = s.clients.iter().position(|c| c.id == id) {
+            let c = s.clients.remove(i);
+            c.stream.shutdown();
+        }
+    }
+
+    /// Sends to every client (`watching_only`: only those that submitted or attached).
+    fn fan_out(s: &mut State, f: &Frame, watching_only: bool, droppable: bool) {
+        s.clients.retain(|c| {
+            if watching_only && !c.watching {
+                return true;
+            }
+            if droppable && c.queued.load(Ordering::Relaxed) > PREVIEW_BACKLOG {
+                return true;
+            }
+            c.queued.fetch_add(1, Ordering::Relaxed);
+            match c.tx.try_send(f.clone()) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    tracing::warn!(
+                        "a client fell {CLIENT_QUEUE} events behind; disconnecting it (it can re-attach)"
+                    );
+                    c.stream.shutdown();
+                    false
+                }
+                Err(TrySendError::Disconnected(_)) => false,
+            }
+        });
+    }
+
+    fn send_slot(s: &mut State, id: u64, f: Frame) {
+        if let Some(c) = s.clients.iter().find(|c| c.id == id) {
+            c.queued.fetch_add(1, Ordering::Relaxed);
+            if c.tx.try_send(f).is_err() {
+                c.stream.shutdown();
+            }
+        }
+    }
+
+    /// Sends one event to one client.
+    pub fn send_to(&self, id: u64, event: &Event) {
+        if let Some(f) = encode(event) {
+            Self::send_slot(&mut self.lock(), id, f);
+        }
+    }
+
+    /// A log line for every client.
+    pub fn log(&self, event: &Event) {
+        if let Some(f) = encode(event) {
+            Self::fan_out(&mut self.lock(), &f, false, false);
+        }
+    }
+
+    /// Queues a job; the submitter starts watching. Returns its id.
+    pub fn submit(
+        &self,
+        client: u64,
+        preset_toml: String,
+        inline: Vec<InlineArray>,
+        preview_max_side: u32,
+    ) -> JobId {
+        let mut s = self.lock();
+        let job = s.next_job;
+        s.next_job += 1;
+        let cancel = Arc::new(AtomicBool::new(false));
+        s.jobs.insert(
+            job,
+            JobRecord {
+                cancel: cancel.clone(),
+                ..Default::default()
+            },
+        );
+        s.queue.push_back(QueuedJob {
+            job,
+            preset_toml,
+            inline,
+            preview_max_side,
+            cancel,
+        });
+        if let Some(c) = s.clients.iter_mut().find(|c| c.id == client) {
+            c.watching = true;
+        }
+        if let Some(f) = encode(&Event::Accepted { job }) {
+            Self::send_slot(&mut s, client, f);
+        }
+        self.queue_cv.notify_all();
+        job
+    }
+
+    /// Blocks until a job is queued, marks it running and hands it over.
+    pub fn next_job(&self) -> QueuedJob {
+        let mut s = self.lock();
+        loop {
+            if let Some(q) = s.queue.pop_front() {
+                s.running = Some(q.job);
+                return q;
+            }
+            s = self.queue_cv.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Cancels a queued or running job. `Err` explains why nothing was cancelled.
+    pub fn cancel(&self, job: JobId) -> Result<(), String> {
+        let mut s = self.lock();
+        if let Some(i) = s.queue.iter().position(|q| q.job == job) {
+            s.queue.remove(i);
+            drop(s);
+            self.end(
+                job,
+                &Event::Failed {
+                    job: Some(job),
+                    error: "cancelled before it started".into(),
+                },
+            );
+            return Ok(());
+        }
+        match (s.running, s.jobs.get(&job)) {
+            (Some(r), Some(rec)) if r == job => {
+                rec.cancel.store(true, Ordering::SeqCst);
+                Ok(())
+            }
+            _ => Err(format!("job {job} is neither running nor queued")),
+        }
+    }
+
+    /// A job event that belongs to the job's history (Started, Iteration).
+    pub fn record(&self, job: JobId, event: &Event) {
+        let Some(f) = encode(event) else { return };
+        let mut s = self.lock();
+        if let Some(rec) = s.jobs.get_mut(&job) {
+            match event {
+                Event::Started { .. } => rec.started = Some(f.clone()),
+                _ => rec.history.push(f.clone()),
+            }
+        }
+        Self::fan_out(&mut s, &f, true, false);
+    }
+
+    /// A preview: kept as the latest of its kind, sent to clients that are not behind.
+    pub fn preview(&self, job: JobId, event: &Event) {
+        let Event::Preview { what, .. } = event else {
+            return;
+        };
+        let Some(f) = encode(event) else { return };
+        let mut s = self.lock();
+        if let Some(rec) = s.jobs.get_mut(&job) {
+            rec.previews.insert(preview_key(what), f.clone());
+        }
+        Self::fan_out(&mut s, &f, true, true);
+    }
+
+    /// The job's last event (Finished or Failed); the job leaves the running slot.
+    pub fn end(&self, job: JobId, event: &Event) {
+        let Some(f) = encode(event) else { return };
+        let mut s = self.lock();
+        if let Some(rec) = s.jobs.get_mut(&job) {
+            rec.end = Some(f.clone());
+        }
+        if s.running == Some(job) {
+            s.running = None;
+        }
+        s.done.push(job);
+        while s.jobs.len() > KEPT_JOBS {
+            let oldest = *s.jobs.keys().next().expect("non-empty");
+            if s.running == Some(oldest) || s.queue.iter().any(|q| q.job == oldest) {
+                break;
+            }
+            s.jobs.remove(&oldest);
+        }
+        Self::fan_out(&mut s, &f, true, false);
+    }
+
+    pub fn status(&self) -> Event {
+        let s = self.lock();
+        Event::Status {
+            world_size: self.world_size,
+            running: s.running,
+            done: s.done.clone(),
+        }
+    }
+
+    /// Replays a job (the running one, else the latest, for `None`) to one client — Started, its
+    /// iterations, its latest previews, its end if it ended — and makes the client a watcher, all
+    /// under one lock so nothing is missed or sent twice.
+    pub fn attach(&self, client: u64, job: Option<JobId>) -> Result<(), String> {
+        let mut s = self.lock();
+        let job = job
+            .or(s.running)
+            .or_else(|| s.jobs.keys().next_back().copied());
+        let frames: Vec<Frame> = match job.and_then(|j| s.jobs.get(&j)) {
+            Some(rec) => rec
+                .started
+                .iter()
+                .chain(&rec.history)
+                .chain(rec.previews.values())
+                .chain(&rec.end)
+                .cloned()
+                .collect(),
+            None if job.is_none() => Vec::new(),
+            None => {
+                return Err(format!(
+                    "job {} is not known (or too old)",
+                    job.unwrap_or(0)
+                ));
+            }
+        };
+        if let Some(c) = s.clients.iter_mut().find(|c| c.id == client) {
+            c.watching = true;
+        }
+        for f in frames {
+            Self::send_slot(&mut s, client, f);
+        }
+        Ok(())
+    }
+}
