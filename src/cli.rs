@@ -274,25 +274,9 @@ fn run(
             return Ok(());
         }
     }
-    let flags = RankFlags {
-        rank: group.rank,
-        world_size: group.world_size,
-        master_addr: group.master_addr.clone(),
-        master_port: group.master_port,
-    };
-    let info = RankInfo::discover(&flags).context("finding this process's rank")?;
-    let comm = dist::init_backend(
-        group.backend,
-        &info,
-        Duration::from_secs(group.rendezvous_timeout),
-    )
-    .with_context(|| {
-        format!(
-            "joining the process group as rank {} of {}",
-            info.rank, info.world_size
-        )
-    })?;
-    let quiet = quiet || info.rank != 0;
+    let comm = join_group(group)?;
+    let rank = comm.rank();
+    let quiet = quiet || rank != 0;
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let preset = &loaded.preset;
     let out_dir = out
@@ -346,7 +330,7 @@ fn run(
     let summary = job::run_in_group(preset, &loaded.base_dir, &out_dir, comm, &mut on_event)
         .with_context(|| format!("running preset {}", loaded.origin))?;
     bar.finish_and_clear();
-    if info.rank != 0 {
+    if rank != 0 {
         return Ok(());
     }
     println!(

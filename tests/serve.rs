@@ -468,4 +468,20 @@ fn measure_round_trip_and_control_overhead() {
         .collect();
     let mean = iter_secs.iter().sum::<f64>() / iter_secs.len() as f64;
     eprintln!("mean iteration (quick preset, 48×40) {:.0} µs", mean * 1e6);
+    // What a preview costs on a large image: the hand-off on rank 0 is a copy; the downsampling
+    // runs on the preview thread.
+    let big = tessera::Tensor::from_fn(&[1, 3, 2048, 2048], |i| (i % 255) as f32);
+    let t = Instant::now();
+    let copy = big.clone();
+    let copy_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let p = tessera::serve::preview::preview_image(&copy, 512).unwrap();
+    let down_secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "2048×2048×3 preview: hand-off copy {:.1} ms, downsampling to {}×{} {:.1} ms (preview thread)",
+        copy_secs * 1e3,
+        p.width,
+        p.height,
+        down_secs * 1e3
+    );
 }

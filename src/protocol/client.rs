@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -176,10 +176,7 @@ impl Client {
 
     /// The next event if one is waiting. After [`ClientEvent::Disconnected`] it returns `None`.
     pub fn try_recv(&self) -> Option<ClientEvent> {
-        match self.events.try_recv() {
-            Ok(e) => Some(e),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-        }
+        self.events.try_recv().ok()
     }
 
     /// Called (on the reader thread) after each event is queued, e.g. egui's `request_repaint`.

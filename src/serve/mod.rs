@@ -353,11 +353,14 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
     }
 }
 
+/// A submission that passed [`precheck`]: the preset, its inline arrays, its output folder.
+type CheckedJob = (Preset, Vec<(String, Tensor)>, PathBuf);
+
 /// Checks a submission on rank 0 before any rank sees it.
 fn precheck(
     queued: &hub::QueuedJob,
     opts: &ServeOptions,
-) -> Result<(Preset, Vec<(String, Tensor)>, PathBuf)> {
+) -> Result<CheckedJob> {
     let preset = Preset::from_toml(&queued.preset_toml, "submitted preset", &[])?;
     let inline = inline_tensors(queued.inline.clone())?;
     if let Some(name) = &preset.image.inline {
