@@ -740,11 +740,14 @@ impl Workbench {
                 self.session.log.clear();
             }
         });
+        // Only the visible rows are laid out, so a long log costs nothing per frame.
+        let row_height = ui.text_style_height(&egui::TextStyle::Monospace);
+        let lines = &self.session.log;
         ScrollArea::vertical()
             .stick_to_bottom(true)
             .auto_shrink([false, false])
-            .show(ui, |ui| {
-                for line in &self.session.log {
+            .show_rows(ui, row_height, lines.len(), |ui, rows| {
+                for line in &lines[rows] {
                     let color = match line.level {
                         LogLevel::Info => ui.visuals().text_color(),
                         LogLevel::Warn => Color32::from_rgb(220, 160, 40),
