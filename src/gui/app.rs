@@ -320,12 +320,12 @@ impl Workbench {
 
     /// Asks the backend to stop the current job.
     pub fn stop(&mut self) {
-        if let JobState::Running { job } = *self.session.state() {
-            if self.send(Request::Cancel { job }) {
-                self.session.cancelled();
-                self.session
-                    .log(LogLevel::Info, format!("stopping job {job}…"));
-            }
+        if let JobState::Running { job } = *self.session.state()
+            && self.send(Request::Cancel { job })
+        {
+            self.session.cancelled();
+            self.session
+                .log(LogLevel::Info, format!("stopping job {job}…"));
         }
     }
 

@@ -357,10 +357,7 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
 type CheckedJob = (Preset, Vec<(String, Tensor)>, PathBuf);
 
 /// Checks a submission on rank 0 before any rank sees it.
-fn precheck(
-    queued: &hub::QueuedJob,
-    opts: &ServeOptions,
-) -> Result<CheckedJob> {
+fn precheck(queued: &hub::QueuedJob, opts: &ServeOptions) -> Result<CheckedJob> {
     let preset = Preset::from_toml(&queued.preset_toml, "submitted preset", &[])?;
     let inline = inline_tensors(queued.inline.clone())?;
     if let Some(name) = &preset.image.inline {
