@@ -48,13 +48,17 @@ fn workbench_after_a_run() {
     // multiblur has a tiled denoiser: its patch map is drawn over the ground truth.
     h.get_by_role_and_label(Role::Button, "multiblur").click();
     h.run_steps(2);
-    step_until(&mut h, "the sample", |wb| !wb.data_loading());
+    step_until(&mut h, "the sample on screen", |wb| {
+        wb.shown_data_size() == Some([1024, 683])
+    });
     h.run_steps(4);
     h.snapshot("workbench_patch_map");
 
     h.get_by_role_and_label(Role::Button, "quick").click();
     h.run_steps(2);
-    step_until(&mut h, "the sample", |wb| !wb.data_loading());
+    step_until(&mut h, "the sample on screen", |wb| {
+        wb.shown_data_size() == Some([128, 128])
+    });
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
     while end.requests.recv_timeout(Duration::from_secs(5)).unwrap() == Request::Status {}

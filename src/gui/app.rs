@@ -537,7 +537,7 @@ impl Workbench {
         match self.shown.get_mut(&m.slot) {
             Some(s) => {
                 // Re-mappings (contrast changes) keep the iteration they show.
-                if m.job.is_some() {
+                if m.job.is_some() || m.slot == Slot::Data {
                     s.iteration = m.iteration;
                     s.full_size = m.full_size;
                 }
@@ -643,6 +643,11 @@ impl Workbench {
         self.shown
             .get(&Slot::Reconstruction)
             .map(|s| (s.iteration, s.texture.size()))
+    }
+
+    /// Size of the Data panel's texture on screen.
+    pub fn shown_data_size(&self) -> Option<[usize; 2]> {
+        self.shown.get(&Slot::Data).map(|s| s.texture.size())
     }
 
     fn set_display(&mut self, display: Display) {
