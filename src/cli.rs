@@ -1,4 +1,5 @@
-//! Command-line interface: `run`, `presets`, `apply`, `denoise`.
+//! Command-line interface: `run`, `presets`, `apply`, `denoise`, `bench`; no subcommand opens the
+//! workbench (`tessera::gui`).
 //!
 //! A thin layer over the library: every subcommand loads its inputs, calls `tessera::job` or one
 //! operator/denoiser, and reports errors once, with context naming the file and the problem.
@@ -33,8 +34,9 @@ struct Cli {
     /// Log filter (error, warn, info, debug, trace), overridden by RUST_LOG.
     #[arg(long, global = true, default_value = "warn")]
     log: String,
+    /// Without a subcommand the workbench window opens.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
@@ -191,13 +193,36 @@ pub fn main() -> ExitCode {
         // Forwards rank 0's logs to workbench clients; inert outside `tessera serve`.
         .with(tessera::serve::logs::layer())
         .init();
-    match dispatch(cli.command) {
+    let result = match cli.command {
+        Some(command) => dispatch(command),
+        None => workbench(),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// `tessera` alone: the workbench with the quick sample and a local backend of 2 ranks (outputs in
+/// out/workbench/).
+fn workbench() -> Result<()> {
+    let out_dir = std::env::current_dir()
+        .context("finding the working directory")?
+        .join("out")
+        .join("workbench");
+    let options = tessera::gui::WorkbenchOptions {
+        starter: tessera::gui::local::local_starter(tessera::protocol::LocalOptions::new(
+            2, out_dir,
+        )),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: tessera::gui::AppState::default(),
+    };
+    tessera::gui::run_workbench(options).context("workbench")
 }
 
 fn dispatch(command: Command) -> Result<()> {
@@ -574,9 +599,11 @@ fn denoise(denoiser_file: &Path, sigma: f32, input: &Path, output: &Path) -> Res
     }
     let file: DenoiserFile = read_toml(denoiser_file)?;
     let x = read_input(input)?;
+    // A weights path in the file is relative to the file's folder, as in presets.
+    let base_dir = denoiser_file.parent().unwrap_or(Path::new("."));
     let inner = file
         .denoiser
-        .build()
+        .build_in(base_dir)
         .with_context(|| denoiser_file.display().to_string())?;
     let d: Box<dyn tessera::denoise::Denoiser> = match &file.tiling {
         Some(t) => Box::new(TiledDenoiser::from_config(inner, t)?),

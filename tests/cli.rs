@@ -210,3 +210,46 @@ fn denoise_applies_a_configured_denoiser() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--sigma"));
 }
+
+#[test]
+fn denoise_runs_a_drunet_from_pytorch_weights_next_to_its_config() {
+    // The config sits in a sub-folder and names its weights relative to itself, not to the cwd.
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepinv");
+    let models = dir.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    std::fs::copy(
+        fixtures.join("drunet2d_gray.pth"),
+        models.join("drunet_gray.pth"),
+    )
+    .unwrap();
+    std::fs::write(
+        models.join("drunet.toml"),
+        "kind = \"drunet\"\nweights = \"drunet_gray.pth\"\nin_channels = 1\nout_channels = 1\n\
+         nc = [8, 16, 32, 64]\nnb = 1\n",
+    )
+    .unwrap();
+    let x = fixtures.join("drunet2d_gray_x.npy");
+    let o = tessera(
+        &[
+            "denoise",
+            "--denoiser",
+            "models/drunet.toml",
+            "--sigma",
+            "0.1",
+            x.to_str().unwrap(),
+            "y.npy",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = read_npy(&dir.path().join("y.npy")).unwrap();
+    let want = read_npy(&fixtures.join("drunet2d_gray_y.npy")).unwrap();
+    let err = got
+        .data()
+        .iter()
+        .zip(want.data())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(err <= 1e-4, "max abs error {err} against deepinv");
+}

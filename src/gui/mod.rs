@@ -1,0 +1,74 @@
+//! The workbench (`tessera` with no arguments): an egui window that edits a preset, sends it to a
+//! backend and draws the events that come back.
+//!
+//! Place in the flow: `gui → protocol → tessera serve → job`. The GUI never runs numerics on its UI
+//! thread and never calls the algorithms: a run is a [`crate::protocol::Request::Submit`] of the
+//! preset's TOML; iterations, previews and timings come back as [`crate::protocol::Event`]s.
+//! Modules: [`backend`] (the connection seam, and a channel backend for tests), [`local`] (the
+//! seam over `protocol::Client` and a `LocalBackend` child process), [`preview`]
+//! (float images → textures on a worker thread), [`session`] (state built from events),
+//! [`patch_map`] (tiles per rank), [`editors`] (preset editors), [`settings`] (persisted app
+//! state), [`app`] (the window).
+
+pub mod app;
+pub mod backend;
+pub mod editors;
+pub mod local;
+pub mod patch_map;
+pub mod preview;
+pub mod session;
+pub mod settings;
+
+pub use app::{Workbench, WorkbenchOptions};
+pub use backend::{Backend, ChannelBackend, Incoming, Link, Starter, TestEnd};
+pub use settings::AppState;
+
+use crate::error::{Error, Result};
+
+/// The eframe shell around [`Workbench`]: persists the app state on exit.
+struct Shell {
+    workbench: Workbench,
+}
+
+impl eframe::App for Shell {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        self.workbench.ui(ui);
+    }
+
+    fn on_exit(&mut self) {
+        self.workbench.save_state();
+    }
+}
+
+/// Opens the workbench window and returns when it is closed.
+pub fn run_workbench(mut options: WorkbenchOptions) -> Result<()> {
+    if options.state_path.is_none() {
+        options.state_path = AppState::default_path();
+    }
+    let mut warning = None;
+    if let Some(path) = &options.state_path {
+        let (state, w) = AppState::load(path);
+        options.state = state;
+        warning = w;
+    }
+    let size = options.state.window_size;
+    let native = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_title("tessera workbench")
+            .with_inner_size(size),
+        ..Default::default()
+    };
+    eframe::run_native(
+        "tessera workbench",
+        native,
+        Box::new(move |_cc| {
+            let mut workbench = Workbench::new(options);
+            if let Some(w) = warning {
+                tracing::warn!("{w}");
+                workbench.session.log(crate::protocol::LogLevel::Warn, w);
+            }
+            Ok(Box::new(Shell { workbench }))
+        }),
+    )
+    .map_err(|e| Error::Unsupported(format!("could not open the workbench window: {e}")))
+}

@@ -1,0 +1,127 @@
+//! Screenshots of the workbench rendered with wgpu, compared with the PNGs in tests/snapshots/
+//! (`UPDATE_SNAPSHOTS=1` rewrites them). Needs the `snapshots` feature and a Vulkan driver (on
+//! headless machines mesa's lavapipe, installed by .ci/run).
+#![cfg(feature = "snapshots")]
+
+use std::time::{Duration, Instant};
+
+use egui::accesskit::Role;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+
+use tessera::gui::session::JobState;
+use tessera::gui::{AppState, ChannelBackend, Incoming, Workbench, WorkbenchOptions};
+use tessera::optim::{ComponentTimes, IterationReport};
+use tessera::protocol::{Event, OperatorInfo, PreviewImage, PreviewKind, RankIteration, Request};
+
+fn step_until(h: &mut Harness<'_, Workbench>, what: &str, done: impl Fn(&Workbench) -> bool) {
+    let start = Instant::now();
+    while !done(h.state()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
+        h.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    h.step();
+}
+
+#[test]
+fn workbench_after_a_run() {
+    let (link, end) = ChannelBackend::pair("test backend");
+    let mut link = Some(link);
+    let wb = Workbench::new(WorkbenchOptions {
+        starter: Box::new(move |_| {
+            link.take()
+                .ok_or_else(|| tessera::Error::Unsupported("one backend only".into()))
+        }),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+    });
+    let mut h = Harness::builder()
+        .with_size([1400.0, 1000.0])
+        .build_ui_state(|ui, wb: &mut Workbench| wb.ui(ui), wb);
+    step_until(&mut h, "the backend", Workbench::has_backend);
+    // multiblur has a tiled denoiser: its patch map is drawn over the ground truth.
+    h.get_by_role_and_label(Role::Button, "multiblur").click();
+    h.run_steps(2);
+    step_until(&mut h, "the sample on screen", |wb| {
+        wb.shown_data_size() == Some([1024, 683])
+    });
+    h.run_steps(4);
+    h.snapshot("workbench_patch_map");
+
+    h.get_by_role_and_label(Role::Button, "quick").click();
+    h.run_steps(2);
+    step_until(&mut h, "the sample on screen", |wb| {
+        wb.shown_data_size() == Some([128, 128])
+    });
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    while end.requests.recv_timeout(Duration::from_secs(5)).unwrap() == Request::Status {}
+    let send = |e| end.events.send(Incoming::Event(e)).unwrap();
+    send(Event::Accepted { job: 1 });
+    send(Event::Started {
+        job: 1,
+        name: "quick".into(),
+        world_size: 2,
+        devices: vec![],
+        image_shape: vec![1, 3, 128, 128],
+        operators: vec![OperatorInfo {
+            name: "blur".into(),
+            rank: 0,
+        }],
+        iterations: 10,
+        patch_map: None,
+    });
+    let side = 128u32;
+    for k in 1..=10usize {
+        send(Event::Iteration {
+            job: 1,
+            report: IterationReport {
+                iteration: k,
+                iterations: 10,
+                psnr_db: Some(20.0 + 5.0 * (1.0 - (-(k as f64) / 3.0).exp())),
+                ssim: None,
+                objective: None,
+                relative_change: 0.01,
+                times: ComponentTimes::default(),
+            },
+            ranks: (0..2)
+                .map(|rank| RankIteration {
+                    rank,
+                    gradient_secs: 0.010 + 0.004 * rank as f64,
+                    denoiser_secs: 0.020 - 0.002 * rank as f64,
+                    communication_secs: 0.002,
+                })
+                .collect(),
+        });
+    }
+    send(Event::Preview {
+        job: 1,
+        iteration: 10,
+        what: PreviewKind::Reconstruction,
+        image: PreviewImage {
+            width: side,
+            height: side,
+            channels: 1,
+            slice: None,
+            pixels: (0..side * side)
+                .map(|i| (((i % side) / 16 + (i / side) / 16) % 2) as f32)
+                .collect(),
+        },
+    });
+    send(Event::Finished {
+        job: 1,
+        outputs: vec![],
+        summary_json: "{}".into(),
+    });
+    step_until(&mut h, "the run", |wb| {
+        wb.session.state() == &JobState::Finished { job: 1 } && wb.shown_reconstruction().is_some()
+    });
+    h.run_steps(4);
+    h.snapshot("workbench_after_run");
+}
