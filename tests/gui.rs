@@ -450,3 +450,110 @@ fn frame_time_while_previews_stream() {
     );
     assert!(shown.is_some_and(|(k, size)| k > 1 && size == [1024, 1024]));
 }
+
+#[test]
+fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&token_file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .split_whitespace()
+        .find(|w| w.starts_with("tcp:"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    // Someone else (a CLI client) starts a long job; the workbench attaches while it runs.
+    let other =
+        tessera::protocol::Client::connect(&address.parse().unwrap(), Some("s3cret".into()))
+            .unwrap();
+    let preset = tessera::preset::Preset::load(
+        "quick",
+        &[
+            "algorithm.iterations=100000".into(),
+            "image.size=[48, 40]".into(),
+        ],
+    )
+    .unwrap()
+    .preset
+    .to_toml()
+    .unwrap();
+    other
+        .send(Request::Submit {
+            preset_toml: preset,
+            inline: Vec::new(),
+            preview_max_side: 32,
+        })
+        .unwrap();
+
+    let wb = Workbench::new(WorkbenchOptions {
+        starter: starter(Vec::new()),
+        start_backend: false,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+    });
+    let mut h = harness(wb);
+    // The address is typed once; the dialog remembers it, the token it forgets.
+    let attach = |h: &mut Harness<'_, Workbench>, address: Option<&str>, token: &str| {
+        h.get_by_role_and_label(Role::Button, "Attach…").click();
+        h.run_steps(2);
+        let fields = [
+            (Role::TextInput, "address", address),
+            (Role::PasswordInput, "token", Some(token)),
+        ];
+        for (role, label, text) in fields.into_iter().filter_map(|(r, l, t)| Some((r, l, t?))) {
+            h.get_by_role_and_label(role, label).focus();
+            h.run_steps(1);
+            h.get_by_role_and_label(role, label).type_text(text);
+            h.run_steps(1);
+        }
+        h.get_by_role_and_label(Role::Button, "Connect").click();
+        h.run_steps(2);
+        step_until(h, "the attach attempt", |wb| !wb.backend_starting());
+    };
+    attach(&mut h, Some(&address), "wrong");
+    assert!(!h.state().has_backend());
+    assert!(
+        h.state()
+            .session
+            .log
+            .iter()
+            .any(|l| l.text.contains("could not attach") && l.text.contains("wrong token")),
+        "the refusal is shown: {:#?}",
+        h.state()
+            .session
+            .log
+            .iter()
+            .map(|l| &l.text)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(h.state().app_state.attach_address, address);
+    attach(&mut h, None, "s3cret");
+    assert!(h.state().has_backend());
+    step_until(&mut h, "the running job's iterations", |wb| {
+        wb.session.history.len() >= 3
+    });
+    assert_eq!(h.state().session.backend.as_ref().unwrap().world_size, 1);
+    // The token is not kept once the dialog is closed, nor persisted.
+    assert!(
+        !serde_json::to_string(&h.state().app_state)
+            .unwrap()
+            .contains("s3cret")
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -129,6 +129,11 @@ pub struct Workbench {
     /// A backend being started on a helper thread.
     starting: Option<Receiver<crate::Result<Link>>>,
     start_pending: bool,
+    /// After a remote attach, ask the server to replay and stream its running job.
+    resume_on_attach: bool,
+    /// The "Attach…" window: open, and the token typed into it (kept only while it is open).
+    attach_open: bool,
+    attach_token: String,
     pump: Pump,
     ctx: Arc<OnceLock<egui::Context>>,
     shown: HashMap<Slot, Shown>,
@@ -167,6 +172,9 @@ impl Workbench {
             starter: Arc::new(Mutex::new(options.starter)),
             starting: None,
             start_pending: options.start_backend,
+            resume_on_attach: false,
+            attach_open: false,
+            attach_token: String::new(),
             pump,
             ctx,
             shown: HashMap::new(),
@@ -194,6 +202,7 @@ impl Workbench {
         }
 
         egui::Panel::top("top").show(ui, |ui| self.top_bar(ui));
+        self.attach_window(&ctx);
         egui::Panel::bottom("log")
             .resizable(true)
             .default_size(120.0)
@@ -239,6 +248,43 @@ impl Workbench {
         );
     }
 
+    /// Connects to a running `tessera serve` (remote attach: `host:port` through an SSH tunnel, or a
+    /// Unix socket path) on a helper thread, then resumes the stream of its running job, if any.
+    pub fn attach_remote(&mut self, address: &str, token: Option<String>) {
+        if self.starting.is_some() {
+            return;
+        }
+        let addr = match address.trim().parse::<crate::protocol::BackendAddr>() {
+            Ok(a) => a,
+            Err(e) => {
+                self.session
+                    .log(LogLevel::Error, format!("attach: `{address}`: {e}"));
+                return;
+            }
+        };
+        self.drop_backend();
+        self.app_state.attach_address = address.trim().to_string();
+        let ctx = self.ctx.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("gui-attach".into())
+            .spawn(move || {
+                let link = crate::protocol::Client::connect(&addr, token).map(|client| {
+                    let label = format!("attached to {addr}");
+                    Box::new(super::local::ServeBackend::new(client, None, label)) as Link
+                });
+                let _ = tx.send(link);
+                if let Some(c) = ctx.get() {
+                    c.request_repaint();
+                }
+            })
+            .expect("spawning a thread");
+        self.starting = Some(rx);
+        self.resume_on_attach = true;
+        self.session
+            .log(LogLevel::Info, format!("attaching to {address}…"));
+    }
+
     /// Whether a backend is being started.
     pub fn backend_starting(&self) -> bool {
         self.starting.is_some()
@@ -270,6 +316,10 @@ impl Workbench {
         self.session
             .log(LogLevel::Info, format!("backend: {}", self.backend_label));
         self.send(Request::Status);
+        if std::mem::take(&mut self.resume_on_attach) {
+            self.session.adopt_next_job = true;
+            self.send(Request::Attach { job: None });
+        }
     }
 
     /// Whether a backend is attached and alive.
@@ -474,8 +524,12 @@ impl Workbench {
                 }
                 Ok(Err(e)) => {
                     self.starting = None;
-                    self.session
-                        .log(LogLevel::Error, format!("could not start a backend: {e}"));
+                    let what = if std::mem::take(&mut self.resume_on_attach) {
+                        "could not attach"
+                    } else {
+                        "could not start a backend"
+                    };
+                    self.session.log(LogLevel::Error, format!("{what}: {e}"));
                 }
                 Err(mpsc::TryRecvError::Empty) => {}
                 Err(mpsc::TryRecvError::Disconnected) => self.starting = None,
@@ -705,8 +759,13 @@ impl Workbench {
             };
             if self.starting.is_some() {
                 ui.spinner();
-            } else if ui.button(start).clicked() {
-                self.start_backend();
+            } else {
+                if ui.button(start).clicked() {
+                    self.start_backend();
+                }
+                if ui.button("Attach…").clicked() {
+                    self.attach_open = true;
+                }
             }
             ui.separator();
             let busy = self.session.is_busy();
@@ -719,6 +778,42 @@ impl Workbench {
             }
             ui.label(self.job_status());
         });
+    }
+
+    /// "Attach…": the address of a running `tessera serve` and its token.
+    fn attach_window(&mut self, ctx: &egui::Context) {
+        if !self.attach_open {
+            return;
+        }
+        let mut open = true;
+        let mut connect = false;
+        egui::Window::new("Attach to a backend")
+            .open(&mut open)
+            .collapsible(false)
+            .show(ctx, |ui| {
+                ui.label(
+                    "A backend started with `tessera serve --listen HOST:PORT --token-file F` \
+                     (through an SSH tunnel: ssh -L 7341:localhost:7341 cluster), or a Unix socket path.",
+                );
+                let addr_label = ui.label("address");
+                ui.text_edit_singleline(&mut self.app_state.attach_address)
+                    .labelled_by(addr_label.id);
+                let token_label = ui.label("token");
+                ui.add(egui::TextEdit::singleline(&mut self.attach_token).password(true))
+                    .labelled_by(token_label.id);
+                connect = ui.button("Connect").clicked();
+            });
+        if connect {
+            let address = self.app_state.attach_address.clone();
+            let token = std::mem::take(&mut self.attach_token);
+            let token = (!token.trim().is_empty()).then(|| token.trim().to_string());
+            self.attach_remote(&address, token);
+            open = false;
+        }
+        if !open {
+            self.attach_token.clear();
+        }
+        self.attach_open = open;
     }
 
     fn job_status(&self) -> String {

@@ -78,6 +78,8 @@ pub struct Session {
     pub outputs: Vec<PathBuf>,
     pub summary_json: Option<String>,
     pub log: Vec<LogLine>,
+    /// After a remote attach: adopt the next job that starts (the server replays the running one).
+    pub adopt_next_job: bool,
     /// The newest error, shown in a banner until dismissed.
     pub error: Option<String>,
 }
@@ -128,6 +130,7 @@ impl Session {
 
     /// A new run was submitted: forget the previous one's curves.
     pub fn submitted(&mut self) {
+        self.adopt_next_job = false;
         self.state = JobStateCell(JobState::Submitted);
         self.history.clear();
         self.outputs.clear();
@@ -199,7 +202,7 @@ impl Session {
                 world_size,
                 ..
             } => {
-                if !self.is_current(job) {
+                if !self.is_current(job) && !std::mem::take(&mut self.adopt_next_job) {
                     return;
                 }
                 self.state = JobStateCell(JobState::Running { job });

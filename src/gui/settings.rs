@@ -25,6 +25,8 @@ pub struct AppState {
     /// Ranks of the local backend.
     pub ranks: usize,
     pub display: Display,
+    /// Last address typed into "Attach…" (the token is never stored).
+    pub attach_address: String,
 }
 
 impl Default for AppState {
@@ -35,6 +37,7 @@ impl Default for AppState {
             recent: Vec::new(),
             ranks: 2,
             display: Display::default(),
+            attach_address: String::new(),
         }
     }
 }
