@@ -554,6 +554,37 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
             .unwrap()
             .contains("s3cret")
     );
+
+    // An image opened from a file on this machine travels inline to the remote backend.
+    other.send(Request::Cancel { job: 1 }).unwrap();
+    step_until(&mut h, "the other job to stop", |wb| !wb.session.is_busy());
+    let image = dir.path().join("local_only.npy");
+    let x = tessera::Tensor::from_fn(&[1, 1, 24, 20], |i| (i % 7) as f32 / 7.0);
+    tessera::io::write_npy(&image, &x).unwrap();
+    h.state_mut().open_data_path(&image);
+    h.run_steps(2);
+    step_until(&mut h, "the image to load", |wb| !wb.data_loading());
+    // Gone from disk: only the array the workbench holds can reach the backend.
+    std::fs::remove_file(&image).unwrap();
+    h.state_mut().run();
+    step_until(&mut h, "the inline job to end", |wb| {
+        matches!(
+            wb.session.state(),
+            JobState::Finished { .. } | JobState::Failed { .. }
+        )
+    });
+    let log: Vec<String> = h
+        .state()
+        .session
+        .log
+        .iter()
+        .map(|l| l.text.clone())
+        .collect();
+    assert!(
+        matches!(h.state().session.state(), JobState::Finished { job: 2 }),
+        "{log:#?}"
+    );
+    assert_eq!(h.state().session.image_shape, vec![1, 1, 24, 20]);
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -97,6 +97,8 @@ struct DataView {
     /// The source (with seed and dimensionality) the shown or loading image comes from.
     source: Option<(ImageSource, u64, bool)>,
     loading: Option<Receiver<Result<Tensor, String>>>,
+    /// The loaded array (what a remote backend receives inline, since it cannot read our files).
+    loaded: Option<Arc<Tensor>>,
     volume: Option<Arc<Tensor>>,
     /// Spatial shape of the loaded image.
     spatial: Vec<usize>,
@@ -131,6 +133,8 @@ pub struct Workbench {
     start_pending: bool,
     /// After a remote attach, ask the server to replay and stream its running job.
     resume_on_attach: bool,
+    /// The backend is remote (attached): files are sent inline.
+    remote: bool,
     /// The "Attach…" window: open, and the token typed into it (kept only while it is open).
     attach_open: bool,
     attach_token: String,
@@ -173,6 +177,7 @@ impl Workbench {
             starting: None,
             start_pending: options.start_backend,
             resume_on_attach: false,
+            remote: false,
             attach_open: false,
             attach_token: String::new(),
             pump,
@@ -227,6 +232,7 @@ impl Workbench {
             return;
         }
         self.drop_backend();
+        self.remote = false;
         let ranks = self.app_state.ranks.max(1);
         let starter = self.starter.clone();
         let ctx = self.ctx.clone();
@@ -281,6 +287,7 @@ impl Workbench {
             .expect("spawning a thread");
         self.starting = Some(rx);
         self.resume_on_attach = true;
+        self.remote = true;
         self.session
             .log(LogLevel::Info, format!("attaching to {address}…"));
     }
@@ -355,9 +362,17 @@ impl Workbench {
                 return;
             }
         };
+        let (toml, inline) = match self.inline_for_remote(toml) {
+            Ok(t) => t,
+            Err(e) => {
+                self.session
+                    .log(LogLevel::Error, format!("cannot run: {e}"));
+                return;
+            }
+        };
         let sent = self.send(Request::Submit {
             preset_toml: toml,
-            inline: Vec::new(),
+            inline,
             preview_max_side: MAX_TEXTURE_SIDE as u32,
         });
         if sent {
@@ -366,6 +381,38 @@ impl Workbench {
                 .retain(|slot, _| matches!(slot, Slot::Data | Slot::GroundTruth));
             self.shown.remove(&Slot::GroundTruth);
         }
+    }
+
+    /// A remote backend cannot read this machine's files: an image opened from a file travels with
+    /// the job (`[image] inline = "image"`), as the array the Data panel loaded. Local backends and
+    /// samples keep the plain preset.
+    fn inline_for_remote(
+        &self,
+        toml: String,
+    ) -> Result<(String, Vec<crate::protocol::InlineArray>), String> {
+        if !self.remote || self.preset.image.path.is_none() {
+            return Ok((toml, Vec::new()));
+        }
+        let loaded = match (&self.data.source, &self.data.loaded) {
+            (Some((source, _, _)), Some(t)) if *source == self.preset.image => t.clone(),
+            _ => return Err("the image is still loading (or failed to load)".into()),
+        };
+        let mut preset = self.preset.clone();
+        preset.image = ImageSource {
+            sample: None,
+            size: None,
+            path: None,
+            // The loaded array is already converted.
+            grayscale: false,
+            inline: Some("image".into()),
+        };
+        let toml = preset.to_toml().map_err(|e| e.to_string())?;
+        let array = crate::protocol::InlineArray {
+            name: "image".into(),
+            shape: loaded.shape().to_vec(),
+            data: loaded.data().to_vec(),
+        };
+        Ok((toml, vec![array]))
     }
 
     /// Asks the backend to stop the current job.
@@ -624,8 +671,10 @@ impl Workbench {
                     self.data.loading = None;
                     self.data.error = None;
                     self.data.spatial = t.shape()[2..].to_vec();
+                    let t = Arc::new(t);
+                    self.data.loaded = Some(t.clone());
                     if t.shape().len() == 5 {
-                        let v = Arc::new(t);
+                        let v = t;
                         self.data.axis = 0;
                         self.data.slice = v.shape()[2] / 2;
                         self.data.volume = Some(v.clone());
