@@ -6,43 +6,20 @@
 
 use egui::{Color32, Painter, Pos2, Rect, Stroke, StrokeKind};
 
-use crate::dist::denoise::{TileAssignment, assign_tiles};
-use crate::error::{Error, Result};
-use crate::protocol::{PatchMap, PatchTile};
+use crate::dist::denoise::TileAssignment;
+use crate::error::Result;
+use crate::protocol::PatchMap;
 use crate::tiling::TilingConfig;
 
-/// The tiles of an image of spatial shape `spatial` (`H, W` or `D, H, W`) on `world` ranks.
+/// The tiles of an image of spatial shape `spatial` (`H, W` or `D, H, W`) on `world` ranks
+/// ([`PatchMap::plan`], the same planner the backend uses).
 pub fn plan_patch_map(
     tiling: &TilingConfig,
     spatial: &[usize],
     world: usize,
     how: TileAssignment,
 ) -> Result<PatchMap> {
-    if world == 0 {
-        return Err(Error::config("ranks", "must be ≥ 1"));
-    }
-    let plan = tiling.build()?.plan(spatial)?;
-    let owners = assign_tiles(&plan, world, how);
-    let tiles = plan
-        .tiles()
-        .iter()
-        .zip(owners)
-        .map(|(t, rank)| PatchTile {
-            // Windows are in padded coordinates; shift them back so they may start before 0.
-            window: t
-                .window()
-                .iter()
-                .zip(plan.padding())
-                .map(|(w, (lo, _))| (w.start as i64 - *lo as i64, w.size))
-                .collect(),
-            region: t.region().iter().map(|r| (r.start, r.size)).collect(),
-            rank,
-        })
-        .collect();
-    Ok(PatchMap {
-        spatial: spatial.to_vec(),
-        tiles,
-    })
+    PatchMap::plan(tiling, spatial, world, how)
 }
 
 /// A distinct colour per rank (Tableau 10).

@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::dist::Collective;
-use crate::dist::denoise::assign_tiles;
 use crate::dist::physics::owner;
 use crate::error::{Error, Result};
 use crate::job::{self, JobEvent, JobSummary};
@@ -39,7 +38,7 @@ use crate::protocol::frame;
 use crate::protocol::transport::{Listener, Stream};
 use crate::protocol::{
     Event, InlineArray, JobId, LogLevel, MAX_FRAME_BYTES, OperatorInfo, PROTOCOL_VERSION, PatchMap,
-    PatchTile, PreviewKind, RankIteration, Request,
+    PreviewKind, RankIteration, Request,
 };
 use crate::tensor::Tensor;
 use hub::Hub;
@@ -439,27 +438,7 @@ fn decode_record(rank: usize, b: &[u8]) -> Result<(bool, RankIteration)> {
 fn patch_map(preset: &Preset, image_shape: &[usize], world: usize) -> Option<PatchMap> {
     let tiling = preset.tiling.as_ref()?;
     let spatial = image_shape.get(2..)?;
-    let plan = tiling.build().ok()?.plan(spatial).ok()?;
-    let owners = assign_tiles(&plan, world, preset.distributed.tile_assignment);
-    let tiles = plan
-        .tiles()
-        .iter()
-        .zip(owners)
-        .map(|(t, rank)| PatchTile {
-            window: t
-                .window()
-                .iter()
-                .zip(plan.padding())
-                .map(|(s, (before, _))| (s.start as i64 - *before as i64, s.size))
-                .collect(),
-            region: t.region().iter().map(|s| (s.start, s.size)).collect(),
-            rank,
-        })
-        .collect();
-    Some(PatchMap {
-        spatial: spatial.to_vec(),
-        tiles,
-    })
+    PatchMap::plan(tiling, spatial, world, preset.distributed.tile_assignment).ok()
 }
 
 /// Runs one job on this rank with the collective stop/timing exchange after every iteration.
