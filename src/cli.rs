@@ -346,10 +346,13 @@ fn run(
         summary.gradient_secs,
         summary.denoiser_secs
     );
-    println!(
-        "  reconstruction PSNR {:.2} dB, SSIM {:.4}   (back-projection Aᵀy: PSNR {:.2} dB)",
-        summary.reconstruction.psnr_db, summary.reconstruction.ssim, summary.adjoint.psnr_db
-    );
+    match (&summary.reconstruction, &summary.adjoint) {
+        (Some(r), Some(a)) => println!(
+            "  reconstruction PSNR {:.2} dB, SSIM {:.4}   (back-projection Aᵀy: PSNR {:.2} dB)",
+            r.psnr_db, r.ssim, a.psnr_db
+        ),
+        _ => println!("  no ground truth (measured data): PSNR and SSIM not computed"),
+    }
     if summary.world_size > 1 {
         println!("  {} ranks over {}:", summary.world_size, summary.backend);
         for r in &summary.ranks {

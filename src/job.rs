@@ -1,5 +1,6 @@
 //! Running a preset end to end: load or generate the image, build the physics stack, simulate the
-//! measurements, reconstruct, and write the outputs (arrays, images, `metrics.json`).
+//! measurements (or load measured data), reconstruct, and write the outputs (arrays, images,
+//! `metrics.json`).
 //!
 //! This is the one place where configs become live objects. Progress goes out through a callback of
 //! [`JobEvent`]s (the CLI draws a progress bar from them; the GUI backend will stream them), and the
@@ -24,7 +25,7 @@ use crate::io;
 use crate::metrics;
 use crate::optim::{self, AlgorithmConfig, IterationReport, Monitor, Reconstruction};
 use crate::physics::{PhysicsConfig, StackedLinearPhysics};
-use crate::preset::{ImageSource, Preset};
+use crate::preset::{ImageSource, MeasurementSource, Preset};
 use crate::samples;
 use crate::tensor::Tensor;
 use crate::tiling::TiledDenoiser;
@@ -44,8 +45,9 @@ pub enum JobEvent<'a> {
         world_size: usize,
         /// Name of each operator (operator `i` is owned by rank `i % world_size`).
         operator_names: &'a [String],
-        /// The ground truth and the simulated measurements (every rank holds them).
-        truth: &'a Tensor,
+        /// The ground truth (`None` for measured data of an unknown image) and the measurements,
+        /// simulated or loaded (every rank holds them).
+        truth: Option<&'a Tensor>,
         measurements: &'a [Tensor],
     },
     /// One iteration finished; `x` is the current reconstruction. `report.times.communication_secs`
@@ -85,10 +87,12 @@ pub struct JobSummary {
     pub algorithm: String,
     pub iterations: usize,
     pub stopped_early: bool,
-    /// Quality of the final reconstruction.
-    pub reconstruction: Quality,
+    /// Quality of the final reconstruction (`None` without a ground truth).
+    pub reconstruction: Option<Quality>,
     /// Quality of the back-projection `Σ Aᵢᵀyᵢ`, for comparison.
-    pub adjoint: Quality,
+    pub adjoint: Option<Quality>,
+    /// Whether the measurements were loaded (`[measurements]`) rather than simulated.
+    pub measurements_loaded: bool,
     pub setup_secs: f64,
     pub solve_secs: f64,
     /// Totals over all iterations.
@@ -127,6 +131,12 @@ pub fn load_image_with(
     base_dir: &Path,
     inline: &InlineArrays,
 ) -> Result<Tensor> {
+    if let Some(shape) = &source.shape {
+        return Err(Error::config(
+            "image.shape",
+            format!("an unknown image of shape {shape:?} has no pixels to load"),
+        ));
+    }
     if let Some(name) = &source.inline {
         let Some((_, x)) = inline.iter().find(|(n, _)| n == name) else {
             return Err(Error::config(
@@ -150,11 +160,7 @@ pub fn load_image_with(
             samples::generate(*sample, &size, seed)?
         }
         (None, Some(path)) => {
-            let full = if path.is_absolute() {
-                path.clone()
-            } else {
-                base_dir.join(path)
-            };
+            let full = resolve(base_dir, path);
             let x = io::read_array(&full)?;
             x.check_finite(&full.display().to_string())?;
             to_batch_layout(x, volumetric, &full)?
@@ -165,6 +171,127 @@ pub fn load_image_with(
         x = to_grayscale(&x);
     }
     Ok(x)
+}
+
+/// A path from a preset: absolute, or relative to the preset's folder.
+fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base_dir.join(path)
+    }
+}
+
+/// The ground truth, when the preset has one, and the shape `(B, C, …)` of the image to reconstruct.
+pub fn load_truth(
+    source: &ImageSource,
+    volumetric: bool,
+    seed: u64,
+    base_dir: &Path,
+    inline: &InlineArrays,
+) -> Result<(Option<Tensor>, Vec<usize>)> {
+    if let Some(shape) = &source.shape {
+        return Ok((None, [&[1], &shape[..]].concat()));
+    }
+    let x = load_image_with(source, volumetric, seed, base_dir, inline)?;
+    let shape = x.shape().to_vec();
+    Ok((Some(x), shape))
+}
+
+/// Loads `[measurements]` (files relative to `base_dir`, or arrays among `inline`) and checks each
+/// against the shape its operator produces (`shapes[i]`, operator named `names[i]`). Leading axes
+/// of size 1 that a file leaves out are added.
+pub fn load_measurements(
+    source: &MeasurementSource,
+    base_dir: &Path,
+    inline: &InlineArrays,
+    shapes: &[Vec<usize>],
+    names: &[String],
+) -> Result<Vec<Tensor>> {
+    if source.len() != shapes.len() {
+        return Err(Error::config(
+            "measurements",
+            format!(
+                "{} measurement(s) for {} operator(s)",
+                source.len(),
+                shapes.len()
+            ),
+        ));
+    }
+    (0..shapes.len())
+        .map(|i| {
+            let (field, what, y) = if source.paths.is_empty() {
+                let name = &source.inline[i];
+                let field = format!("measurements.inline[{i}]");
+                let Some((_, y)) = inline.iter().find(|(n, _)| n == name) else {
+                    return Err(Error::config(
+                        field,
+                        format!("no array named `{name}` was sent with the job"),
+                    ));
+                };
+                (field, format!("inline array `{name}`"), y.clone())
+            } else {
+                let path = resolve(base_dir, &source.paths[i]);
+                let y = io::read_array(&path)?;
+                (
+                    format!("measurements.paths[{i}]"),
+                    path.display().to_string(),
+                    y,
+                )
+            };
+            y.check_finite(&what)?;
+            let want = &shapes[i];
+            let name = names.get(i).map(String::as_str).unwrap_or("?");
+            fit_leading_ones(y, want).map_err(|got| {
+                Error::config(
+                    field,
+                    format!(
+                        "{what} has shape {got:?}, but operator {i} ({name}) measures {want:?}"
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `y` reshaped to `want` when it equals `want` up to leading axes of size 1; else `y`'s shape.
+fn fit_leading_ones(y: Tensor, want: &[usize]) -> std::result::Result<Tensor, Vec<usize>> {
+    let got = y.shape().to_vec();
+    if got == want {
+        return Ok(y);
+    }
+    let extra = want.len().saturating_sub(got.len());
+    if got.len() < want.len() && want[..extra].iter().all(|&d| d == 1) && want[extra..] == got {
+        return y.reshape(want).map_err(|_| got);
+    }
+    Err(got)
+}
+
+/// Checks a preset's inputs without running it: the image (or its shape) loads, and loaded
+/// measurements exist, are finite and fit their operators. `tessera serve` calls this on rank 0
+/// before any rank starts, so bad input fails the job instead of the whole group.
+pub fn check_inputs(preset: &Preset, base_dir: &Path, inline: &InlineArrays) -> Result<()> {
+    let (_, x_shape) = load_truth(
+        &preset.image,
+        preset.is_volumetric(),
+        preset.seed,
+        base_dir,
+        inline,
+    )?;
+    if let Some(source) = &preset.measurements {
+        let ops = preset
+            .physics
+            .iter()
+            .map(|p| p.build(&x_shape, None))
+            .collect::<Result<Vec<_>>>()?;
+        let shapes = ops
+            .iter()
+            .map(|op| op.output_shape(&x_shape))
+            .collect::<Result<Vec<_>>>()?;
+        let names: Vec<String> = ops.iter().map(|op| op.name()).collect();
+        load_measurements(source, base_dir, inline, &shapes, &names)?;
+    }
+    Ok(())
 }
 
 /// Brings a file's array into (B, C, H, W) or (B, C, D, H, W).
@@ -266,8 +393,7 @@ pub fn run_in_group_with(
     let comm: Arc<dyn Collective> = timed.clone();
     let (rank, world_size) = (comm.rank(), comm.world_size());
     let volumetric = preset.is_volumetric();
-    let truth = load_image_with(&preset.image, volumetric, preset.seed, base_dir, inline)?;
-    let x_shape = truth.shape().to_vec();
+    let (truth, x_shape) = load_truth(&preset.image, volumetric, preset.seed, base_dir, inline)?;
     let mut stack = DistributedStack::from_factory(comm.clone(), preset.physics.len(), |i| {
         preset.physics[i].build(&x_shape, preset.noise.as_ref())
     })?;
@@ -275,7 +401,22 @@ pub fn run_in_group_with(
     stack.sum_order = preset.distributed.sum_order;
     let noise_seed =
         crate::dist::rank_seed(preset.seed, rank, preset.distributed.seed_offset_by_rank);
-    let ys = stack.measure(&truth, noise_seed)?;
+    let operator_names = stack.names();
+    let ys = match (&preset.measurements, &truth) {
+        (Some(source), _) => {
+            // Every rank reads every measurement (the stack's adjoint sums need all of them); the
+            // shapes are gathered first so that all ranks agree on an error.
+            let shapes = stack.output_shapes(&x_shape)?;
+            load_measurements(source, base_dir, inline, &shapes, &operator_names)?
+        }
+        (None, Some(truth)) => stack.measure(truth, noise_seed)?,
+        (None, None) => {
+            return Err(Error::config(
+                "image.shape",
+                "an unknown image needs loaded [measurements]",
+            ));
+        }
+    };
     let adjoint = stack.adjoint(&ys)?;
     let denoiser = build_denoiser(preset, base_dir, comm.clone())?;
     if rank == 0 {
@@ -287,12 +428,11 @@ pub fn run_in_group_with(
     let mut comm_mark = timed.secs();
 
     let monitor = Monitor {
-        ground_truth: Some(&truth),
+        ground_truth: truth.as_ref(),
         data_range: 1.0,
         ssim_every: preset.output.ssim_every,
     };
     let iterations = preset.algorithm.iterations();
-    let operator_names = stack.names();
     if on_event(JobEvent::Started {
         name: &preset.name,
         image_shape: &x_shape,
@@ -300,7 +440,7 @@ pub fn run_in_group_with(
         iterations,
         world_size,
         operator_names: &operator_names,
-        truth: &truth,
+        truth: truth.as_ref(),
         measurements: &ys,
     })
     .is_break()
@@ -361,11 +501,14 @@ pub fn run_in_group_with(
     };
     let ranks = gather_rank_times(comm.as_ref(), &mine)?;
 
-    let quality = |x: &Tensor| -> Result<Quality> {
-        Ok(Quality {
-            psnr_db: metrics::psnr(x, &truth, 1.0)?,
-            ssim: metrics::ssim(x, &truth, 1.0)?,
-        })
+    let quality = |x: &Tensor| -> Result<Option<Quality>> {
+        let Some(truth) = &truth else {
+            return Ok(None);
+        };
+        Ok(Some(Quality {
+            psnr_db: metrics::psnr(x, truth, 1.0)?,
+            ssim: metrics::ssim(x, truth, 1.0)?,
+        }))
     };
     let mut summary = JobSummary {
         name: preset.name.clone(),
@@ -376,6 +519,7 @@ pub fn run_in_group_with(
         stopped_early: recon.stopped,
         reconstruction: quality(&recon.x)?,
         adjoint: quality(&adjoint)?,
+        measurements_loaded: preset.measurements.is_some(),
         setup_secs,
         solve_secs,
         gradient_secs,
@@ -391,7 +535,7 @@ pub fn run_in_group_with(
     if rank != 0 {
         return Ok(summary);
     }
-    summary.outputs = write_outputs(out_dir, preset, &truth, &recon, &ys, volumetric)?;
+    summary.outputs = write_outputs(out_dir, preset, truth.as_ref(), &recon, &ys, volumetric)?;
     let metrics_path = out_dir.join("metrics.json");
     summary.outputs.push(metrics_path.clone());
     let json = serde_json::to_vec_pretty(&summary)
@@ -455,7 +599,7 @@ fn run_fbp(
 fn write_outputs(
     out_dir: &Path,
     preset: &Preset,
-    truth: &Tensor,
+    truth: Option<&Tensor>,
     recon: &Reconstruction,
     ys: &[Tensor],
     volumetric: bool,
@@ -468,14 +612,19 @@ fn write_outputs(
         Ok(())
     };
     put("reconstruction.npy", &recon.x)?;
-    put("ground_truth.npy", truth)?;
+    if let Some(truth) = truth {
+        put("ground_truth.npy", truth)?;
+    }
     if volumetric {
         put("reconstruction.nii.gz", &recon.x)?;
     } else if matches!(recon.x.shape(), [1, 1 | 3, _, _]) {
         put("reconstruction.png", &recon.x)?;
-        put("ground_truth.png", truth)?;
+        if let Some(truth) = truth {
+            put("ground_truth.png", truth)?;
+        }
     }
-    if preset.output.save_measurements {
+    // Loaded measurements are the user's files: they are not copied.
+    if preset.output.save_measurements && preset.measurements.is_none() {
         for (i, y) in ys.iter().enumerate() {
             put(&format!("measurement_{i}.npy"), y)?;
         }

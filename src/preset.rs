@@ -20,6 +20,9 @@ use crate::physics::{NoiseConfig, PhysicsConfig};
 use crate::samples::Sample;
 use crate::tiling::TilingConfig;
 
+/// Largest unknown image `[image] shape` may declare (2³², 16 GiB of f32).
+const MAX_SHAPE_ELEMENTS: usize = 1 << 32;
+
 /// The preset format version this build reads and writes.
 pub const PRESET_VERSION: u32 = 1;
 
@@ -41,6 +44,10 @@ pub struct Preset {
     /// Noise added to every simulated measurement.
     #[serde(default)]
     pub noise: Option<NoiseConfig>,
+    /// Measured data to reconstruct from, one array per operator, instead of simulating
+    /// `A(x) + noise` from the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measurements: Option<MeasurementSource>,
     #[serde(default)]
     pub fidelity: FidelityConfig,
     #[serde(default)]
@@ -70,8 +77,69 @@ pub struct DistributedConfig {
     pub seed_offset_by_rank: bool,
 }
 
-/// Where the ground-truth image comes from: a built-in sample or a file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Loaded measurements: `paths` (files) or `inline` (arrays sent with the job), one per operator in
+/// operator order. Each must have the shape its operator produces, e.g. `(B, C, H, W)` for a
+/// circular blur or `(B, C, N_det, N_angles)` for tomography; missing leading batch/channel axes of
+/// size 1 are added.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasurementSource {
+    /// `.npy` (or image/NIfTI) files, relative to the preset's folder.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathBuf>,
+    /// Names of arrays sent along with the job (`tessera serve`, the workbench).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inline: Vec<String>,
+}
+
+impl MeasurementSource {
+    /// How many measurements it names.
+    pub fn len(&self) -> usize {
+        self.paths.len() + self.inline.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn validate(&self, operators: usize) -> Result<()> {
+        match (self.paths.is_empty(), self.inline.is_empty()) {
+            (false, false) => {
+                return Err(Error::config(
+                    "measurements",
+                    "give either `paths` or `inline`, not both",
+                ));
+            }
+            (true, true) => {
+                return Err(Error::config(
+                    "measurements",
+                    "give `paths` (one file per operator) or `inline`",
+                ));
+            }
+            _ => {}
+        }
+        if self.len() != operators {
+            return Err(Error::config(
+                "measurements",
+                format!(
+                    "{} measurement(s) for {operators} operator(s): give one per [[physics]] entry, in order",
+                    self.len()
+                ),
+            ));
+        }
+        if let Some(i) = self.inline.iter().position(|n| n.trim().is_empty()) {
+            return Err(Error::config(
+                format!("measurements.inline[{i}]"),
+                "must name an array",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where the ground-truth image comes from: a built-in sample, a file, an array sent with the job,
+/// or nowhere (`shape`: real measured data, whose image is unknown).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImageSource {
     /// A built-in sample (exclusive with `path`).
@@ -90,6 +158,17 @@ pub struct ImageSource {
     /// the workbench); exclusive with `sample` and `path`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline: Option<String>,
+    /// No ground truth: the unknown image has this shape, `[C, H, W]` (or `[C, D, H, W]` for
+    /// volumes). Only with loaded `[measurements]`; quality metrics are then not computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<usize>>,
+}
+
+impl ImageSource {
+    /// Whether the source holds an image (every source but `shape`).
+    pub fn has_truth(&self) -> bool {
+        self.shape.is_none()
+    }
 }
 
 /// What to write and what to measure.
@@ -236,6 +315,24 @@ impl Preset {
         if let Some(n) = &self.noise {
             n.validate()?;
         }
+        match &self.measurements {
+            Some(m) => {
+                m.validate(self.physics.len())?;
+                if self.noise.is_some() {
+                    return Err(Error::config(
+                        "noise",
+                        "only applies to simulated measurements; remove [noise] or [measurements]",
+                    ));
+                }
+            }
+            None if !self.image.has_truth() => {
+                return Err(Error::config(
+                    "image.shape",
+                    "an image known only by its shape needs loaded [measurements] to reconstruct from",
+                ));
+            }
+            None => {}
+        }
         self.fidelity.validate()?;
         if let Some(d) = &self.denoiser {
             d.validate()?;
@@ -268,6 +365,48 @@ impl Preset {
 
 impl ImageSource {
     fn validate(&self, volumetric: bool) -> Result<()> {
+        if let Some(shape) = &self.shape {
+            if self.sample.is_some() || self.path.is_some() || self.inline.is_some() {
+                return Err(Error::config(
+                    "image.shape",
+                    "give one of `sample`, `path`, `inline` or `shape`",
+                ));
+            }
+            if self.size.is_some() {
+                return Err(Error::config(
+                    "image.size",
+                    "only applies to samples; with `shape` give the channels too",
+                ));
+            }
+            let want = if volumetric { 4 } else { 3 };
+            if shape.len() != want || shape.contains(&0) {
+                return Err(Error::config(
+                    "image.shape",
+                    format!(
+                        "needs {want} positive numbers ({}) for a {} experiment, got {shape:?}",
+                        if volumetric { "C, D, H, W" } else { "C, H, W" },
+                        if volumetric { "3-D" } else { "2-D" }
+                    ),
+                ));
+            }
+            if shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .is_none_or(|n| n > MAX_SHAPE_ELEMENTS)
+            {
+                return Err(Error::config(
+                    "image.shape",
+                    format!("{shape:?} has more than {MAX_SHAPE_ELEMENTS} elements"),
+                ));
+            }
+            if self.grayscale {
+                return Err(Error::config(
+                    "image.grayscale",
+                    "does not apply to an image known only by its shape",
+                ));
+            }
+            return Ok(());
+        }
         if let Some(name) = &self.inline {
             if self.sample.is_some() || self.path.is_some() {
                 return Err(Error::config(

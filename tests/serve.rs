@@ -555,3 +555,79 @@ fn measure_round_trip_and_control_overhead() {
         down_secs * 1e3
     );
 }
+
+#[test]
+fn measured_data_travels_inline_and_a_misfit_fails_only_its_job() {
+    let (_backend, client, dir) = local(2);
+    // Measurements simulated once in this process stand in for data from an instrument.
+    let simulated = Preset::from_toml(&quick(2), "quick", &[]).unwrap();
+    let sim_dir = dir.path().join("sim");
+    tessera::job::run(&simulated, std::path::Path::new("."), &sim_dir, &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    let y = tessera::io::read_npy(&sim_dir.join("measurement_0.npy")).unwrap();
+    let mut measured = simulated.clone();
+    measured.noise = None;
+    measured.image = tessera::preset::ImageSource {
+        shape: Some(vec![3, 48, 40]),
+        ..Default::default()
+    };
+    measured.measurements = Some(tessera::preset::MeasurementSource {
+        paths: Vec::new(),
+        inline: vec!["y0".into()],
+    });
+    let array = |shape: Vec<usize>, data: Vec<f32>| InlineArray {
+        name: "y0".into(),
+        shape,
+        data,
+    };
+    // A measurement of the wrong size is refused on rank 0 before the ranks start…
+    client
+        .send(Request::Submit {
+            preset_toml: measured.to_toml().unwrap(),
+            inline: vec![array(vec![1, 3, 40, 40], vec![0.0; 4800])],
+            preview_max_side: 32,
+        })
+        .unwrap();
+    let events = until(&client, is_end);
+    match events.last() {
+        Some(Event::Failed {
+            job: Some(1),
+            error,
+        }) => assert!(
+            error.contains("measurements.inline[0]") && error.contains("[1, 3, 48, 40]"),
+            "{error}"
+        ),
+        other => panic!("expected Failed, got {other:?}"),
+    }
+    // …and the same 2-rank backend then reconstructs from the right one, with no ground truth.
+    client
+        .send(Request::Submit {
+            preset_toml: measured.to_toml().unwrap(),
+            inline: vec![array(y.shape().to_vec(), y.data().to_vec())],
+            preview_max_side: 32,
+        })
+        .unwrap();
+    let events = until(&client, is_end);
+    let Some(Event::Finished {
+        job: 2,
+        summary_json,
+        ..
+    }) = events.last()
+    else {
+        panic!("expected job 2 to finish: {events:#?}");
+    };
+    let summary: serde_json::Value = serde_json::from_str(summary_json).unwrap();
+    assert!(summary["reconstruction"].is_null(), "{summary}");
+    assert_eq!(summary["world_size"], 2);
+    let kinds: Vec<&PreviewKind> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Preview { what, .. } => Some(what),
+            _ => None,
+        })
+        .collect();
+    assert!(kinds.contains(&&PreviewKind::Measurement(0)), "{kinds:?}");
+    assert!(!kinds.contains(&&PreviewKind::GroundTruth), "{kinds:?}");
+}

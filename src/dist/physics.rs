@@ -408,6 +408,43 @@ impl StackedLinearPhysics for DistributedStack {
         names
     }
 
+    fn output_shapes(&self, x_shape: &[usize]) -> Result<Vec<Vec<usize>>> {
+        // Every rank joins the gather even when its own operators fail, so that all ranks return
+        // the same error instead of leaving the others waiting.
+        let mine: std::result::Result<Vec<(usize, Vec<usize>)>, String> = self
+            .local
+            .iter()
+            .map(|(i, op)| Ok((*i, op.output_shape(x_shape)?)))
+            .collect::<Result<_>>()
+            .map_err(|e: Error| e.to_string());
+        let bytes =
+            serde_json::to_vec(&mine).map_err(|e| Error::config("output shapes", e.to_string()))?;
+        let mut shapes: Vec<Option<Vec<usize>>> = vec![None; self.n_ops];
+        for (rank, part) in self.comm.all_gather(&bytes)?.iter().enumerate() {
+            let part: std::result::Result<Vec<(usize, Vec<usize>)>, String> =
+                serde_json::from_slice(part).map_err(|e| Error::PeerLost {
+                    rank,
+                    how: format!("sent unreadable output shapes ({e})"),
+                })?;
+            for (i, shape) in
+                part.map_err(|e| Error::config("physics", format!("rank {rank}: {e}")))?
+            {
+                if let Some(slot) = shapes.get_mut(i) {
+                    *slot = Some(shape);
+                }
+            }
+        }
+        shapes
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.ok_or_else(|| {
+                    Error::config("output shapes", format!("no rank owns operator {i}"))
+                })
+            })
+            .collect()
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
         let local = self.forward_local(x)?;
         self.gather_indexed(local)

@@ -399,12 +399,9 @@ impl Workbench {
         };
         let mut preset = self.preset.clone();
         preset.image = ImageSource {
-            sample: None,
-            size: None,
-            path: None,
             // The loaded array is already converted.
-            grayscale: false,
             inline: Some("image".into()),
+            ..ImageSource::default()
         };
         let toml = preset.to_toml().map_err(|e| e.to_string())?;
         let array = crate::protocol::InlineArray {
@@ -489,11 +486,9 @@ impl Workbench {
     pub fn open_data_path(&mut self, path: &Path) {
         self.remember_folder(path);
         self.preset.image = ImageSource {
-            sample: None,
-            size: None,
             path: Some(path.to_path_buf()),
             grayscale: self.preset.image.grayscale,
-            inline: None,
+            ..ImageSource::default()
         };
         self.edited();
     }

@@ -42,6 +42,9 @@ pub trait StackedLinearPhysics: Send + Sync {
     /// Names of the operators, in order.
     fn names(&self) -> Vec<String>;
 
+    /// Shape of each operator's measurement for an input of shape `x_shape`, in order.
+    fn output_shapes(&self, x_shape: &[usize]) -> Result<Vec<Vec<usize>>>;
+
     /// `[A₁x, …, Aₙx]`.
     fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>>;
 
@@ -393,6 +396,10 @@ impl StackedLinearPhysics for Stack {
 
     fn names(&self) -> Vec<String> {
         self.ops.iter().map(|o| o.name()).collect()
+    }
+
+    fn output_shapes(&self, x_shape: &[usize]) -> Result<Vec<Vec<usize>>> {
+        self.ops.iter().map(|o| o.output_shape(x_shape)).collect()
     }
 
     fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {

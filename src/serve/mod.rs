@@ -370,17 +370,9 @@ type CheckedJob = (Preset, Vec<(String, Tensor)>, PathBuf);
 fn precheck(queued: &hub::QueuedJob, opts: &ServeOptions) -> Result<CheckedJob> {
     let preset = Preset::from_toml(&queued.preset_toml, "submitted preset", &[])?;
     let inline = inline_tensors(queued.inline.clone())?;
-    if let Some(name) = &preset.image.inline {
-        // Resolves the name and checks the layout and values, exactly as every rank will.
-        job::load_image_with(
-            &preset.image,
-            preset.is_volumetric(),
-            preset.seed,
-            &opts.base_dir,
-            &inline,
-        )
-        .map_err(|e| Error::config("image.inline", format!("`{name}`: {e}")))?;
-    }
+    // Loads the image and any measurements and checks their shapes and values, exactly as every
+    // rank will: a bad input fails this job, not the group.
+    job::check_inputs(&preset, &opts.base_dir, &inline)?;
     let out_dir = opts.out_dir.join(format!("job-{}", queued.job));
     std::fs::create_dir_all(&out_dir)
         .map_err(|e| Error::io("creating output folder", &out_dir, e))?;
@@ -499,7 +491,9 @@ fn run_job(
                             max_side: c.preview_max_side,
                         })
                     };
-                    once(PreviewKind::GroundTruth, truth);
+                    if let Some(truth) = truth {
+                        once(PreviewKind::GroundTruth, truth);
+                    }
                     for (i, y) in measurements.iter().enumerate() {
                         once(PreviewKind::Measurement(i), y);
                     }
