@@ -127,6 +127,12 @@ impl MeasurementSource {
                 ),
             ));
         }
+        if let Some(i) = self.paths.iter().position(|p| p.as_os_str().is_empty()) {
+            return Err(Error::config(
+                format!("measurements.paths[{i}]"),
+                format!("no file given for operator {i}"),
+            ));
+        }
         if let Some(i) = self.inline.iter().position(|n| n.trim().is_empty()) {
             return Err(Error::config(
                 format!("measurements.inline[{i}]"),

@@ -588,3 +588,151 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+fn log_of(wb: &Workbench) -> Vec<String> {
+    wb.session.log.iter().map(|l| l.text.clone()).collect()
+}
+
+/// Clicks Run and steps until that job ends.
+fn run_to_end(h: &mut Harness<'_, Workbench>) {
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(h.state().session.is_busy(), "Run submitted a job");
+    step_until(h, "the run to end", |wb| {
+        matches!(
+            wb.session.state(),
+            JobState::Finished { .. } | JobState::Failed { .. }
+        )
+    });
+}
+
+/// Measured data: the Physics panel switches to loaded measurements, the file is read and shown
+/// before the run, the Data panel declares the image unknown, a misfit file fails its job only, and
+/// a real 2-rank backend reconstructs from the right file (no PSNR: there is no ground truth).
+#[test]
+fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
+    let dir = tempfile::tempdir().unwrap();
+    // The quick preset's measurement, simulated once, stands in for an instrument's data.
+    let quick = tessera::preset::Preset::load("quick", &[]).unwrap().preset;
+    let sim = dir.path().join("sim");
+    tessera::job::run(&quick, Path::new("."), &sim, &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    let good = sim.join("measurement_0.npy");
+    let misfit = dir.path().join("misfit.npy");
+    tessera::io::write_npy(&misfit, &tessera::Tensor::zeros(&[1, 3, 64, 64])).unwrap();
+
+    let mut local = LocalOptions::new(2, dir.path().join("out"));
+    local.exe = Some(env!("CARGO_BIN_EXE_tessera").into());
+    let mut h = harness(Workbench::new(WorkbenchOptions {
+        starter: local_starter(local),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+    }));
+    step_until(&mut h, "the backend's welcome", |wb| {
+        wb.session.backend.is_some()
+    });
+    step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
+
+    h.get_by_role_and_label(Role::RadioButton, "loaded").click();
+    h.run_steps(2);
+    assert!(h.state().preset.noise.is_none(), "noise is for simulation");
+    assert!(h.query_by_label("no file chosen").is_some());
+    let problem = h.state().preset_problem.clone().unwrap_or_default();
+    assert!(problem.contains("measurements.paths[0]"), "{problem}");
+
+    // The image nobody has seen: its shape comes from the sample shown so far.
+    h.get_by_role_and_label(Role::ComboBox, "sample").click();
+    h.run_steps(2);
+    h.get_by_label("none (measured data)").click();
+    h.run_steps(2);
+    assert_eq!(h.state().preset.image.shape, Some(vec![3, 128, 128]));
+
+    h.state_mut().open_measurement_path(0, &misfit);
+    step_until(&mut h, "the misfit file", |wb| !wb.measurements_loading());
+    assert!(h.query_by_label("misfit.npy [1, 3, 64, 64]").is_some());
+    assert_eq!(h.state().preset_problem, None);
+    run_to_end(&mut h);
+    let log = log_of(h.state());
+    assert!(
+        matches!(h.state().session.state(), JobState::Failed { .. }),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("measurements.paths[0]") && l.contains("[1, 3, 128, 128]")),
+        "{log:#?}"
+    );
+    assert!(h.state().has_backend(), "a misfit fails its job, not the backend");
+
+    h.state_mut().open_measurement_path(0, &good);
+    step_until(&mut h, "the measurement on screen", |wb| {
+        wb.shown_measurement(0).is_some()
+    });
+    assert_eq!(h.state().shown_measurement(0), Some([128, 128]));
+    run_to_end(&mut h);
+    let log = log_of(h.state());
+    assert!(
+        matches!(h.state().session.state(), JobState::Finished { .. }),
+        "{log:#?}"
+    );
+    step_until(&mut h, "the reconstruction", |wb| {
+        wb.shown_reconstruction().is_some()
+    });
+    assert_eq!(h.state().session.history.len(), 30);
+    assert_eq!(h.state().session.latest_psnr(), None, "no ground truth");
+    assert!(h.query_by_label("PSNR —").is_some());
+}
+
+/// Loaded files stay with their operators when the stack is reordered or shortened, and going back
+/// to simulated measurements brings the noise model back.
+#[test]
+fn measurement_files_follow_their_operators() {
+    let (link, _end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend", Workbench::has_backend);
+    h.get_by_role_and_label(Role::Button, "tomography2d").click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Button, "blur").click();
+    h.run_steps(2);
+    assert_eq!(h.state().preset.physics.len(), 2);
+    let noise = h.state().preset.noise.clone();
+    assert!(noise.is_some());
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("sino.npy"), dir.path().join("blurred.npy"));
+    h.state_mut().open_measurement_path(0, &a);
+    h.state_mut().open_measurement_path(1, &b);
+    h.run_steps(2);
+    let paths = |h: &Harness<'_, Workbench>| {
+        h.state().preset.measurements.as_ref().unwrap().paths.clone()
+    };
+    assert_eq!(paths(&h), vec![a.clone(), b.clone()]);
+    assert!(h.state().preset.noise.is_none());
+    // The missing files are reported where they are listed.
+    step_until(&mut h, "the reads to fail", |wb| !wb.measurements_loading());
+    assert!(h.query_by_label_contains("sino.npy: ").is_some());
+
+    h.get_all_by_role_and_label(Role::Button, "down")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    assert_eq!(paths(&h), vec![b.clone(), a.clone()], "moved down with #0");
+    h.get_all_by_role_and_label(Role::Button, "remove")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    assert_eq!(paths(&h), vec![a], "removed with its operator");
+    h.get_by_role_and_label(Role::Button, "blur").click();
+    h.run_steps(2);
+    assert_eq!(paths(&h).len(), 2, "an added operator gets an empty slot");
+
+    h.get_by_role_and_label(Role::RadioButton, "simulated").click();
+    h.run_steps(2);
+    assert!(h.state().preset.measurements.is_none());
+    assert_eq!(h.state().preset.noise, noise);
+}

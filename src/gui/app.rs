@@ -17,6 +17,7 @@ use egui_plot::{Legend, Line, Plot, PlotPoints};
 
 use super::backend::{Backend, Incoming, Link, Starter};
 use super::editors::{self, Thumb};
+use super::measured::{Measured, MeasurementFiles};
 use super::patch_map;
 use super::preview::{
     Colormap, Contrast, Display, MAX_TEXTURE_SIDE, Mapped, Pump, PumpMsg, PumpOut, Slot,
@@ -24,10 +25,14 @@ use super::preview::{
 };
 use super::session::{JobState, Session};
 use super::settings::AppState;
-use crate::preset::{BUNDLED, ImageSource, LoadedPreset, Preset};
+use crate::physics::NoiseConfig;
+use crate::preset::{BUNDLED, ImageSource, LoadedPreset, MeasurementSource, Preset};
 use crate::protocol::{JobId, LogLevel, PatchMap, PreviewImage, Request};
 use crate::samples::Sample;
 use crate::tensor::Tensor;
+
+/// The Data panel's name for `[image] shape` (no ground truth).
+const UNKNOWN_IMAGE: &str = "none (measured data)";
 
 /// Events taken from the backend per frame.
 const MAX_EVENTS_PER_FRAME: usize = 1000;
@@ -87,6 +92,8 @@ impl SharedView {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum DialogKind {
     OpenData,
+    /// A measurement file for operator `i`.
+    OpenMeasurement(usize),
     OpenPreset,
     SavePreset,
 }
@@ -146,6 +153,10 @@ pub struct Workbench {
     thumbs: Vec<Option<Thumb>>,
     planned: Option<(PlanKey, Result<PatchMap, String>)>,
     measurement: usize,
+    /// Loaded measurement files (`[measurements] paths`), read for display and remote runs.
+    measured: MeasurementFiles,
+    /// The noise model set aside while measurements are loaded (restored when simulating again).
+    stashed_noise: Option<NoiseConfig>,
     state_path: Option<PathBuf>,
 }
 
@@ -188,6 +199,8 @@ impl Workbench {
             thumbs: Vec::new(),
             planned: None,
             measurement: 0,
+            measured: MeasurementFiles::default(),
+            stashed_noise: None,
             state_path: options.state_path,
         };
         wb.set_preset(loaded);
@@ -384,32 +397,55 @@ impl Workbench {
     }
 
     /// A remote backend cannot read this machine's files: an image opened from a file travels with
-    /// the job (`[image] inline = "image"`), as the array the Data panel loaded. Local backends and
-    /// samples keep the plain preset.
+    /// the job (`[image] inline = "image"`) as the array the Data panel loaded, and loaded
+    /// measurements as `[measurements] inline = ["measurement_0", …]`. Local backends and samples
+    /// keep the plain preset.
     fn inline_for_remote(
         &self,
         toml: String,
     ) -> Result<(String, Vec<crate::protocol::InlineArray>), String> {
-        if !self.remote || self.preset.image.path.is_none() {
+        if !self.remote {
             return Ok((toml, Vec::new()));
         }
-        let loaded = match (&self.data.source, &self.data.loaded) {
-            (Some((source, _, _)), Some(t)) if *source == self.preset.image => t.clone(),
-            _ => return Err("the image is still loading (or failed to load)".into()),
+        let array = |name: String, t: &Tensor| crate::protocol::InlineArray {
+            name,
+            shape: t.shape().to_vec(),
+            data: t.data().to_vec(),
         };
         let mut preset = self.preset.clone();
-        preset.image = ImageSource {
-            // The loaded array is already converted.
-            inline: Some("image".into()),
-            ..ImageSource::default()
-        };
-        let toml = preset.to_toml().map_err(|e| e.to_string())?;
-        let array = crate::protocol::InlineArray {
-            name: "image".into(),
-            shape: loaded.shape().to_vec(),
-            data: loaded.data().to_vec(),
-        };
-        Ok((toml, vec![array]))
+        let mut arrays = Vec::new();
+        if self.preset.image.path.is_some() {
+            let loaded = match (&self.data.source, &self.data.loaded) {
+                (Some((source, _, _)), Some(t)) if *source == self.preset.image => t.clone(),
+                _ => return Err("the image is still loading (or failed to load)".into()),
+            };
+            preset.image = ImageSource {
+                // The loaded array is already converted.
+                inline: Some("image".into()),
+                ..ImageSource::default()
+            };
+            arrays.push(array("image".into(), &loaded));
+        }
+        if let Some(m) = &mut preset.measurements
+            && !m.paths.is_empty()
+        {
+            for (i, path) in m.paths.iter().enumerate() {
+                let name = format!("measurement_{i}");
+                match self.measured.get(path) {
+                    Some(Measured::Ready(t)) => arrays.push(array(name.clone(), t)),
+                    Some(Measured::Failed(e)) => {
+                        return Err(format!("measurement #{i} could not be read: {e}"));
+                    }
+                    _ => return Err(format!("measurement #{i} is still being read")),
+                }
+                m.inline.push(name);
+            }
+            m.paths.clear();
+        }
+        if arrays.is_empty() {
+            return Ok((toml, arrays));
+        }
+        Ok((preset.to_toml().map_err(|e| e.to_string())?, arrays))
     }
 
     /// Asks the backend to stop the current job.
@@ -441,7 +477,14 @@ impl Workbench {
         {
             *p = loaded.base_dir.join(&*p);
         }
+        if let Some(m) = &mut preset.measurements {
+            for p in m.paths.iter_mut().filter(|p| p.is_relative()) {
+                *p = loaded.base_dir.join(&*p);
+            }
+        }
         self.preset = preset;
+        self.stashed_noise = None;
+        self.request_measurements(false);
         self.origin = loaded.origin;
         self.thumbs.clear();
         self.edited();
@@ -493,6 +536,102 @@ impl Workbench {
         self.edited();
     }
 
+    /// Uses `path` as the measurement of operator `i` (switching to loaded measurements).
+    pub fn open_measurement_path(&mut self, i: usize, path: &Path) {
+        self.remember_folder(path);
+        if self.preset.measurements.is_none() {
+            self.set_measurements_loaded(true);
+        }
+        let n = self.preset.physics.len();
+        if let Some(m) = &mut self.preset.measurements
+            && i < n
+        {
+            m.paths.resize_with(n, PathBuf::new);
+            m.paths[i] = path.to_path_buf();
+        }
+        self.shown.remove(&Slot::Measurement(i));
+        let wake = self.waker();
+        self.measured.request(path, true, wake);
+        self.edited();
+    }
+
+    /// Simulated (`false`) or loaded (`true`) measurements. Loading sets the noise model aside (it
+    /// only applies to simulation) and brings it back when simulating again.
+    pub fn set_measurements_loaded(&mut self, loaded: bool) {
+        if loaded == self.preset.measurements.is_some() {
+            return;
+        }
+        if loaded {
+            self.stashed_noise = self.preset.noise.take();
+            self.preset.measurements = Some(MeasurementSource {
+                paths: vec![PathBuf::new(); self.preset.physics.len()],
+                inline: Vec::new(),
+            });
+        } else {
+            self.preset.measurements = None;
+            if self.preset.noise.is_none() {
+                self.preset.noise = self.stashed_noise.take();
+            }
+            self.shown.retain(|slot, _| !matches!(slot, Slot::Measurement(_)));
+        }
+        self.edited();
+    }
+
+    /// Whether measurement files are still being read.
+    pub fn measurements_loading(&self) -> bool {
+        self.measured.loading()
+    }
+
+    /// Starts reading the preset's measurement files that are not read yet.
+    fn request_measurements(&mut self, reread: bool) {
+        let paths: Vec<PathBuf> = self
+            .preset
+            .measurements
+            .iter()
+            .flat_map(|m| m.paths.iter().cloned())
+            .collect();
+        for p in paths {
+            let wake = self.waker();
+            self.measured.request(&p, reread, wake);
+        }
+    }
+
+    /// Shows the ready measurement files in their Measurement panes.
+    fn show_measurements(&mut self, ready: &[PathBuf]) {
+        let Some(m) = &self.preset.measurements else {
+            return;
+        };
+        for (i, p) in m.paths.iter().enumerate() {
+            if !ready.contains(p) {
+                continue;
+            }
+            let Some(Measured::Ready(t)) = self.measured.get(p) else {
+                continue;
+            };
+            let image = match t.shape().len() {
+                5 => super::preview::slice(t, 0, t.shape()[2] / 2),
+                _ => tensor_image(t),
+            };
+            if let Some(img) = image {
+                self.pump.send(PumpMsg::Map {
+                    slot: Slot::Measurement(i),
+                    raw: Arc::new(super::preview::downsample(img, MAX_TEXTURE_SIDE)),
+                    display: self.app_state.display,
+                });
+            }
+        }
+    }
+
+    /// A callback that asks for a repaint (for helper threads).
+    fn waker(&self) -> impl Fn() + Send + 'static {
+        let ctx = self.ctx.clone();
+        move || {
+            if let Some(c) = ctx.get() {
+                c.request_repaint();
+            }
+        }
+    }
+
     fn remember_folder(&mut self, path: &Path) {
         if let Some(dir) = path.parent() {
             self.app_state.last_folder = Some(dir.to_path_buf());
@@ -533,6 +672,13 @@ impl Workbench {
                     d = d.set_directory(f);
                 }
                 let picked = match kind {
+                    DialogKind::OpenMeasurement(_) => pollster::block_on(
+                        d.add_filter(
+                            "measurements",
+                            &["npy", "nii", "gz", "tif", "tiff", "png"],
+                        )
+                        .pick_file(),
+                    ),
                     DialogKind::OpenData => pollster::block_on(
                         d.add_filter(
                             "images and volumes",
@@ -608,6 +754,9 @@ impl Workbench {
                     if let Some(path) = picked {
                         match kind {
                             DialogKind::OpenData => self.open_data_path(&path),
+                            DialogKind::OpenMeasurement(i) => {
+                                self.open_measurement_path(i, &path)
+                            }
                             DialogKind::OpenPreset => self.open_preset_path(&path),
                             DialogKind::SavePreset => self.save_preset_path(&path),
                         }
@@ -618,6 +767,10 @@ impl Workbench {
             }
         }
         self.poll_data();
+        let ready = self.measured.poll();
+        if !ready.is_empty() {
+            self.show_measurements(&ready);
+        }
     }
 
     fn show_mapped(&mut self, m: Mapped) {
@@ -709,6 +862,15 @@ impl Workbench {
             return;
         }
         self.data.source = Some(want.clone());
+        if !want.0.has_truth() {
+            // Measured data of an unknown image: nothing to load or show.
+            self.data.loaded = None;
+            self.data.volume = None;
+            self.data.spatial.clear();
+            self.data.error = None;
+            self.shown.remove(&Slot::Data);
+            return;
+        }
         let (tx, rx) = mpsc::channel();
         let ctx = self.ctx.clone();
         std::thread::Builder::new()
@@ -741,6 +903,13 @@ impl Workbench {
         self.shown
             .get(&Slot::Reconstruction)
             .map(|s| (s.iteration, s.texture.size()))
+    }
+
+    /// Size of measurement `i`'s texture on screen.
+    pub fn shown_measurement(&self, i: usize) -> Option<[usize; 2]> {
+        self.shown
+            .get(&Slot::Measurement(i))
+            .map(|s| s.texture.size())
     }
 
     /// Size of the Data panel's texture on screen.
@@ -913,9 +1082,13 @@ impl Workbench {
         egui::CollapsingHeader::new("Physics")
             .default_open(true)
             .show(ui, |ui| {
-                changed |= editors::physics_stack(ui, &mut self.preset.physics, &mut self.thumbs);
-                changed |= editors::noise(ui, &mut self.preset.noise);
-                ui.label("Measurements: simulated from the image");
+                changed |= editors::physics_stack(
+                    ui,
+                    &mut self.preset.physics,
+                    &mut self.thumbs,
+                    self.preset.measurements.as_mut().map(|m| &mut m.paths),
+                );
+                self.measurements_panel(ui);
             });
         egui::CollapsingHeader::new("Denoiser and tiling")
             .default_open(true)
@@ -941,6 +1114,49 @@ impl Workbench {
         }
         if let Some(p) = &self.preset_problem {
             ui.colored_label(Color32::from_rgb(230, 70, 70), p.as_str());
+        }
+    }
+
+    /// Simulated measurements (with the noise editor) or one loaded file per operator.
+    fn measurements_panel(&mut self, ui: &mut Ui) {
+        let was = self.preset.measurements.is_some();
+        let mut loaded = was;
+        ui.horizontal(|ui| {
+            ui.label("Measurements:");
+            ui.radio_value(&mut loaded, false, "simulated");
+            ui.radio_value(&mut loaded, true, "loaded");
+        });
+        if loaded != was {
+            self.set_measurements_loaded(loaded);
+        }
+        let Some(m) = &self.preset.measurements else {
+            if editors::noise(ui, &mut self.preset.noise) {
+                self.edited();
+            }
+            return;
+        };
+        let mut pick = None;
+        for (i, path) in m.paths.iter().enumerate() {
+            ui.horizontal(|ui| {
+                if ui
+                    .small_button(format!("Load #{i}…"))
+                    .on_hover_text(format!("the measurement of operator #{i}"))
+                    .clicked()
+                {
+                    pick = Some(i);
+                }
+                let text = self.measured.describe(path);
+                match self.measured.get(path) {
+                    Some(Measured::Failed(_)) => {
+                        ui.colored_label(Color32::from_rgb(230, 70, 70), text)
+                    }
+                    _ => ui.label(text),
+                }
+                .on_hover_text(path.display().to_string());
+            });
+        }
+        if let Some(i) = pick {
+            self.open_dialog(DialogKind::OpenMeasurement(i));
         }
     }
 
@@ -996,7 +1212,14 @@ impl Workbench {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
+            _ if img.shape.is_some() => UNKNOWN_IMAGE.into(),
             _ => "none".into(),
+        };
+        // An unknown image starts with the shape of the image shown so far.
+        let default_shape = match self.data.loaded.as_deref() {
+            Some(t) if t.shape().len() == if volumetric { 5 } else { 4 } => t.shape()[1..].to_vec(),
+            _ if volumetric => vec![1, 32, 32, 32],
+            _ => vec![1, 256, 256],
         };
         let samples: &[(Sample, &str)] = if volumetric {
             &[(Sample::SheppLogan3d, "Shepp-Logan 3-D")]
@@ -1013,6 +1236,7 @@ impl Workbench {
                     if ui.selectable_label(img.sample == Some(*s), *name).clicked() {
                         img.sample = Some(*s);
                         img.path = None;
+                        img.shape = None;
                         let n = if volumetric { 3 } else { 2 };
                         if img.size.as_ref().map(Vec::len) != Some(n) {
                             img.size = Some(vec![if volumetric { 32 } else { 256 }; n]);
@@ -1020,7 +1244,40 @@ impl Workbench {
                         changed = true;
                     }
                 }
+                if ui
+                    .selectable_label(img.shape.is_some(), UNKNOWN_IMAGE)
+                    .on_hover_text("reconstruct loaded measurements of an image nobody has seen")
+                    .clicked()
+                    && img.shape.is_none()
+                {
+                    *img = ImageSource {
+                        shape: Some(default_shape.clone()),
+                        ..ImageSource::default()
+                    };
+                    changed = true;
+                }
             });
+        if let Some(shape) = &mut img.shape {
+            let names: &[&str] = if volumetric {
+                &["channels", "depth", "height", "width"]
+            } else {
+                &["channels", "height", "width"]
+            };
+            if shape.len() != names.len() {
+                *shape = default_shape;
+                changed = true;
+            }
+            for (d, name) in shape.iter_mut().zip(names) {
+                changed |= ui
+                    .horizontal(|ui| {
+                        let l = ui.label(*name);
+                        ui.add(egui::DragValue::new(d).range(1..=16384))
+                            .labelled_by(l.id)
+                            .changed()
+                    })
+                    .inner;
+            }
+        }
         if img.sample.is_some() {
             let mut side = img
                 .size
@@ -1217,10 +1474,15 @@ impl Workbench {
         } else {
             Slot::Data
         };
+        let truth_title = if self.preset.image.has_truth() {
+            "Ground truth"
+        } else {
+            "Ground truth: none (measured data)"
+        };
         let panes = [
             ("Reconstruction", Slot::Reconstruction),
             ("Measurement", Slot::Measurement(self.measurement)),
-            ("Ground truth", gt_slot),
+            (truth_title, gt_slot),
         ];
         let width = ((ui.available_width() - 16.0) / 3.0).max(64.0);
         let mut view = self.view;

@@ -2,6 +2,8 @@
 //! and algorithm. Each edits the config in place and says whether it changed; the app validates the
 //! whole preset afterwards and shows the first error (named by its preset field).
 
+use std::path::PathBuf;
+
 use egui::{ComboBox, DragValue, TextureHandle, TextureOptions, Ui};
 
 use super::preview::{Colormap, Contrast, Display, colorize};
@@ -78,15 +80,21 @@ fn drag_usize(
     labelled(ui, label, DragValue::new(v).range(range))
 }
 
-/// The physics stack: add, remove, reorder and edit operators.
+/// The physics stack: add, remove, reorder and edit operators. `files` (the loaded measurement of
+/// each operator, when measurements are loaded) moves with its operator and gets an empty entry for
+/// an added one.
 pub fn physics_stack(
     ui: &mut Ui,
     stack: &mut Vec<PhysicsConfig>,
     thumbs: &mut Vec<Option<Thumb>>,
+    mut files: Option<&mut Vec<PathBuf>>,
 ) -> bool {
     let mut changed = false;
     let mut action: Option<(usize, i32)> = None; // (index, -1 up / +1 down / 0 remove)
     thumbs.resize_with(stack.len(), || None);
+    if let Some(f) = files.as_deref_mut() {
+        f.resize_with(stack.len(), PathBuf::new);
+    }
     for (i, op) in stack.iter_mut().enumerate() {
         let title = match op {
             PhysicsConfig::Blur(_) => "blur",
@@ -118,18 +126,28 @@ pub fn physics_stack(
         });
     }
     if let Some((i, how)) = action {
+        let files = files.as_deref_mut();
         match how {
             0 => {
                 stack.remove(i);
                 thumbs.remove(i);
+                if let Some(f) = files {
+                    f.remove(i);
+                }
             }
             -1 if i > 0 => {
                 stack.swap(i, i - 1);
                 thumbs.swap(i, i - 1);
+                if let Some(f) = files {
+                    f.swap(i, i - 1);
+                }
             }
             1 if i + 1 < stack.len() => {
                 stack.swap(i, i + 1);
                 thumbs.swap(i, i + 1);
+                if let Some(f) = files {
+                    f.swap(i, i + 1);
+                }
             }
             _ => {}
         }
@@ -171,6 +189,9 @@ pub fn physics_stack(
             changed = true;
         }
     });
+    if let Some(f) = files {
+        f.resize_with(stack.len(), PathBuf::new);
+    }
     changed
 }
 
