@@ -666,7 +666,10 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
             .any(|l| l.contains("measurements.paths[0]") && l.contains("[1, 3, 128, 128]")),
         "{log:#?}"
     );
-    assert!(h.state().has_backend(), "a misfit fails its job, not the backend");
+    assert!(
+        h.state().has_backend(),
+        "a misfit fails its job, not the backend"
+    );
 
     h.state_mut().open_measurement_path(0, &good);
     step_until(&mut h, "the measurement on screen", |wb| {
@@ -694,7 +697,8 @@ fn measurement_files_follow_their_operators() {
     let (link, _end) = ChannelBackend::pair("test backend");
     let mut h = harness(workbench(vec![link], AppState::default()));
     step_until(&mut h, "the backend", Workbench::has_backend);
-    h.get_by_role_and_label(Role::Button, "tomography2d").click();
+    h.get_by_role_and_label(Role::Button, "tomography2d")
+        .click();
     h.run_steps(2);
     h.get_by_role_and_label(Role::Button, "blur").click();
     h.run_steps(2);
@@ -707,7 +711,13 @@ fn measurement_files_follow_their_operators() {
     h.state_mut().open_measurement_path(1, &b);
     h.run_steps(2);
     let paths = |h: &Harness<'_, Workbench>| {
-        h.state().preset.measurements.as_ref().unwrap().paths.clone()
+        h.state()
+            .preset
+            .measurements
+            .as_ref()
+            .unwrap()
+            .paths
+            .clone()
     };
     assert_eq!(paths(&h), vec![a.clone(), b.clone()]);
     assert!(h.state().preset.noise.is_none());
@@ -731,7 +741,8 @@ fn measurement_files_follow_their_operators() {
     h.run_steps(2);
     assert_eq!(paths(&h).len(), 2, "an added operator gets an empty slot");
 
-    h.get_by_role_and_label(Role::RadioButton, "simulated").click();
+    h.get_by_role_and_label(Role::RadioButton, "simulated")
+        .click();
     h.run_steps(2);
     assert!(h.state().preset.measurements.is_none());
     assert_eq!(h.state().preset.noise, noise);

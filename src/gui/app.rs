@@ -210,7 +210,10 @@ impl Workbench {
     /// Draws one frame.
     pub fn ui(&mut self, ui: &mut Ui) {
         let ctx = ui.ctx().clone();
-        self.ctx.get_or_init(|| ctx.clone());
+        self.ctx.get_or_init(|| {
+            super::fonts::install(&ctx);
+            ctx.clone()
+        });
         if std::mem::take(&mut self.start_pending) {
             self.start_backend();
         }
@@ -572,7 +575,8 @@ impl Workbench {
             if self.preset.noise.is_none() {
                 self.preset.noise = self.stashed_noise.take();
             }
-            self.shown.retain(|slot, _| !matches!(slot, Slot::Measurement(_)));
+            self.shown
+                .retain(|slot, _| !matches!(slot, Slot::Measurement(_)));
         }
         self.edited();
     }
@@ -673,11 +677,8 @@ impl Workbench {
                 }
                 let picked = match kind {
                     DialogKind::OpenMeasurement(_) => pollster::block_on(
-                        d.add_filter(
-                            "measurements",
-                            &["npy", "nii", "gz", "tif", "tiff", "png"],
-                        )
-                        .pick_file(),
+                        d.add_filter("measurements", &["npy", "nii", "gz", "tif", "tiff", "png"])
+                            .pick_file(),
                     ),
                     DialogKind::OpenData => pollster::block_on(
                         d.add_filter(
@@ -754,9 +755,7 @@ impl Workbench {
                     if let Some(path) = picked {
                         match kind {
                             DialogKind::OpenData => self.open_data_path(&path),
-                            DialogKind::OpenMeasurement(i) => {
-                                self.open_measurement_path(i, &path)
-                            }
+                            DialogKind::OpenMeasurement(i) => self.open_measurement_path(i, &path),
                             DialogKind::OpenPreset => self.open_preset_path(&path),
                             DialogKind::SavePreset => self.save_preset_path(&path),
                         }

@@ -141,7 +141,11 @@ mod tests {
         files.request(&bad, false, || {});
         assert_eq!(wait(&mut files), vec![good.clone()]);
         assert_eq!(files.describe(&good), "y.npy [1, 2, 3, 4]");
-        assert!(files.describe(&bad).starts_with("bad.npy: "), "{}", files.describe(&bad));
+        assert!(
+            files.describe(&bad).starts_with("bad.npy: "),
+            "{}",
+            files.describe(&bad)
+        );
         assert_eq!(files.describe(Path::new("")), "no file chosen");
 
         // A file picked again is read again (it may have changed on disk).

@@ -7,13 +7,14 @@
 //! Modules: [`backend`] (the connection seam, and a channel backend for tests), [`local`] (the
 //! seam over `protocol::Client` and a `LocalBackend` child process), [`preview`]
 //! (float images → textures on a worker thread), [`session`] (state built from events),
-//! [`patch_map`] (tiles per rank), [`editors`] (preset editors), [`measured`] (loaded measurement
+//! [`patch_map`] (tiles per rank), [`editors`] (preset editors), [`fonts`], [`measured`] (loaded measurement
 //! files), [`settings`] (persisted app
 //! state), [`app`] (the window).
 
 pub mod app;
 pub mod backend;
 pub mod editors;
+pub mod fonts;
 pub mod local;
 pub mod measured;
 pub mod patch_map;
