@@ -124,4 +124,21 @@ fn workbench_after_a_run() {
     });
     h.run_steps(4);
     h.snapshot("workbench_after_run");
+
+    // Measured data: a loaded file per operator (shown before any run) and an unknown image.
+    let dir = tempfile::tempdir().unwrap();
+    let y = dir.path().join("blurred.npy");
+    let stripes = tessera::Tensor::from_fn(&[1, 3, 128, 128], |i| ((i / 8) % 2) as f32 * 0.8);
+    tessera::io::write_npy(&y, &stripes).unwrap();
+    h.get_by_role_and_label(Role::RadioButton, "loaded").click();
+    h.run_steps(2);
+    h.state_mut().open_measurement_path(0, &y);
+    step_until(&mut h, "the measurement on screen", |wb| {
+        wb.shown_measurement(0).is_some()
+    });
+    h.get_by_role_and_label(Role::ComboBox, "sample").click();
+    h.run_steps(2);
+    h.get_by_label("none (measured data)").click();
+    h.run_steps(4);
+    h.snapshot("workbench_measured_data");
 }
