@@ -253,3 +253,56 @@ fn denoise_runs_a_drunet_from_pytorch_weights_next_to_its_config() {
         .fold(0.0f32, f32::max);
     assert!(err <= 1e-4, "max abs error {err} against deepinv");
 }
+
+/// `[denoiser] kind = "torchscript"`: a traced deepinv DRUNet named relative to its config. With the
+/// torch feature it reproduces deepinv; without, the error says how to get the engine.
+#[test]
+fn denoise_runs_a_torchscript_model_or_says_how_to_get_libtorch() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let models = dir.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    std::fs::copy(
+        fixtures.join("torch/drunet2d_gray_traced.pt"),
+        models.join("traced.pt"),
+    )
+    .unwrap();
+    std::fs::write(
+        models.join("ts.toml"),
+        "kind = \"torchscript\"\nmodel = \"traced.pt\"\ndevice = \"cpu\"\n",
+    )
+    .unwrap();
+    let x = fixtures.join("deepinv/drunet2d_gray_x.npy");
+    let o = tessera(
+        &[
+            "denoise",
+            "--denoiser",
+            "models/ts.toml",
+            "--sigma",
+            "0.1",
+            x.to_str().unwrap(),
+            "y.npy",
+        ],
+        dir.path(),
+    );
+    if cfg!(feature = "torch") {
+        assert!(o.status.success(), "{}", stderr(&o));
+        let got = read_npy(&dir.path().join("y.npy")).unwrap();
+        let want = read_npy(&fixtures.join("deepinv/drunet2d_gray_y.npy")).unwrap();
+        let err = got
+            .data()
+            .iter()
+            .zip(want.data())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(err <= 1e-4, "max abs error {err} against deepinv");
+    } else {
+        assert!(!o.status.success());
+        let e = stderr(&o);
+        assert!(
+            e.contains("--features torch") && e.contains("TorchScript"),
+            "{e}"
+        );
+        assert!(!dir.path().join("y.npy").exists());
+    }
+}

@@ -23,7 +23,7 @@ use super::tv::TvDenoiser;
 use super::wavelet::{Threshold, WaveletDenoiser, WaveletKind};
 use super::{Denoiser, Identity};
 use crate::error::{Error, Result};
-use crate::nn::{DncnnConfig, DrunetConfig};
+use crate::nn::{DncnnConfig, DrunetConfig, TorchScriptConfig};
 
 /// Which denoiser a preset uses, and its parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +43,8 @@ pub enum DenoiserConfig {
     Drunet(DrunetConfig),
     /// DnCNN (σ ignored).
     Dncnn(DncnnConfig),
+    /// Any TorchScript `forward(x, sigma)` model, on libtorch (the `torch` feature).
+    Torchscript(TorchScriptConfig),
 }
 
 impl DenoiserConfig {
@@ -56,6 +58,7 @@ impl DenoiserConfig {
             DenoiserConfig::Gaussian(c) => c.validate(),
             DenoiserConfig::Drunet(c) => c.validate(),
             DenoiserConfig::Dncnn(c) => c.validate(),
+            DenoiserConfig::Torchscript(c) => c.validate(),
         }
     }
 
@@ -75,6 +78,7 @@ impl DenoiserConfig {
             DenoiserConfig::Gaussian(c) => Box::new(c.build()?),
             DenoiserConfig::Drunet(c) => c.build(base_dir)?,
             DenoiserConfig::Dncnn(c) => c.build(base_dir)?,
+            DenoiserConfig::Torchscript(c) => c.build(base_dir)?,
         })
     }
 }

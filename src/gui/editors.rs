@@ -11,7 +11,7 @@ use crate::denoise::{
     DenoiserConfig, GaussianConfig, MedianConfig, Threshold, TvConfig, WaveletConfig, WaveletKind,
 };
 use crate::dist::denoise::TileAssignment;
-use crate::nn::{DncnnConfig, DrunetConfig, Engine};
+use crate::nn::{DncnnConfig, DrunetConfig, Engine, TorchDevice, TorchScriptConfig};
 use crate::optim::{AlgorithmConfig, CgConfig, FbpConfig, Init, PnpConfig};
 use crate::physics::blur::{Blur3dConfig, BlurConfig, Padding, gaussian_kernel};
 use crate::physics::tomography::{Angles, TomographyConfig};
@@ -353,6 +353,7 @@ pub fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
         Gaussian,
         Drunet,
         Dncnn,
+        Torchscript,
     }
     let mut kind = match d {
         None => K::None,
@@ -363,6 +364,7 @@ pub fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
         Some(DenoiserConfig::Gaussian(_)) => K::Gaussian,
         Some(DenoiserConfig::Drunet(_)) => K::Drunet,
         Some(DenoiserConfig::Dncnn(_)) => K::Dncnn,
+        Some(DenoiserConfig::Torchscript(_)) => K::Torchscript,
     };
     let mut changed = combo(
         ui,
@@ -377,6 +379,7 @@ pub fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             (K::Gaussian, "gaussian"),
             (K::Drunet, "drunet"),
             (K::Dncnn, "dncnn"),
+            (K::Torchscript, "torchscript (libtorch)"),
         ],
     );
     if changed {
@@ -389,6 +392,10 @@ pub fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             K::Gaussian => Some(DenoiserConfig::Gaussian(GaussianConfig::default())),
             K::Drunet => Some(DenoiserConfig::Drunet(DrunetConfig::default())),
             K::Dncnn => Some(DenoiserConfig::Dncnn(DncnnConfig::default())),
+            K::Torchscript => Some(DenoiserConfig::Torchscript(TorchScriptConfig {
+                model: PathBuf::new(),
+                device: None,
+            })),
         };
     }
     match d {
@@ -422,6 +429,9 @@ pub fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
         }
         Some(DenoiserConfig::Drunet(c)) => {
             changed |= network(ui, &mut c.weights, &mut c.engine, &mut c.inflate_3d);
+            if c.engine == Engine::Torch {
+                changed |= torch_device(ui, &mut c.device);
+            }
             changed |= drag_usize(ui, "in channels", &mut c.in_channels, 1..=64);
             changed |= drag_usize(ui, "out channels", &mut c.out_channels, 1..=64);
             changed |= drag_usize(ui, "blocks per scale (nb)", &mut c.nb, 1..=64);
@@ -434,9 +444,40 @@ pub fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             changed |= drag_usize(ui, "depth", &mut c.depth, 2..=1000);
             changed |= drag_usize(ui, "features (nf)", &mut c.nf, 1..=4096);
         }
+        Some(DenoiserConfig::Torchscript(c)) => {
+            let mut text = c.model.display().to_string();
+            ui.horizontal(|ui| {
+                let l = ui.label("model (torch.jit.save, .pt)");
+                if ui
+                    .text_edit_singleline(&mut text)
+                    .labelled_by(l.id)
+                    .changed()
+                {
+                    c.model = PathBuf::from(text.trim());
+                    changed = true;
+                }
+            });
+            ui.label("forward(x, sigma) → denoised x; needs a build with --features torch");
+            changed |= torch_device(ui, &mut c.device);
+        }
         _ => {}
     }
     changed
+}
+
+/// Where libtorch runs a network: unset (TESSERA_TORCH_DEVICE, else the CPU), the CPU or a GPU.
+fn torch_device(ui: &mut Ui, device: &mut Option<TorchDevice>) -> bool {
+    combo(
+        ui,
+        "device",
+        device,
+        &[
+            (None, "default"),
+            (Some(TorchDevice::Cpu), "cpu"),
+            (Some(TorchDevice::Cuda(0)), "cuda:0"),
+            (Some(TorchDevice::Cuda(1)), "cuda:1"),
+        ],
+    )
 }
 
 /// What every neural denoiser has: the weights file, the engine, 2-D → 3-D inflation. An empty path

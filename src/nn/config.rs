@@ -1,5 +1,5 @@
-//! Preset configs of the neural denoisers (`[denoiser] kind = "drunet" | "dncnn"`), validated, and
-//! how they become a live [`Denoiser`] on the chosen engine.
+//! Preset configs of the neural denoisers (`[denoiser] kind = "drunet" | "dncnn" | "torchscript"`),
+//! validated, and how they become a live [`Denoiser`] on the chosen engine.
 //!
 //! ```toml
 //! [denoiser]
@@ -9,8 +9,18 @@
 //! nc = [64, 128, 256, 512]
 //! nb = 4
 //! engine = "native"              # or "torch" (build with --features torch)
+//! # device = "cuda:0"            # torch engine only; default TESSERA_TORCH_DEVICE, else cpu
+//! ```
+//!
+//! Any denoiser saved with `torch.jit.save` whose `forward(x, sigma)` denoises `x` (docs/TORCH.md):
+//!
+//! ```toml
+//! [denoiser]
+//! kind = "torchscript"
+//! model = "denoiser.pt"          # relative to the preset's folder
 //! ```
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -30,6 +40,108 @@ pub enum Engine {
     Native,
     /// libtorch (the `torch` feature).
     Torch,
+}
+
+/// Where libtorch runs a network: `cpu`, `cuda` (GPU 0) or `cuda:N` in presets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum TorchDevice {
+    /// The CPU (libtorch's own thread pool).
+    #[default]
+    Cpu,
+    /// CUDA GPU number `n`.
+    Cuda(usize),
+}
+
+impl TorchDevice {
+    /// Parses `cpu`, `cuda` (GPU 0) or `cuda:N`; `field` names the setting in errors.
+    pub fn parse(field: &str, text: &str) -> Result<Self> {
+        match text.trim() {
+            "cpu" => Ok(TorchDevice::Cpu),
+            "cuda" => Ok(TorchDevice::Cuda(0)),
+            s => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(TorchDevice::Cuda)
+                .ok_or_else(|| {
+                    Error::config(field, format!("expected cpu, cuda or cuda:N, got `{text}`"))
+                }),
+        }
+    }
+
+    /// The device a network runs on: `configured` if given, else `TESSERA_TORCH_DEVICE`, else the CPU.
+    pub fn chosen(configured: Option<TorchDevice>) -> Result<Self> {
+        match (configured, std::env::var("TESSERA_TORCH_DEVICE")) {
+            (Some(d), _) => Ok(d),
+            (None, Ok(text)) => TorchDevice::parse("TESSERA_TORCH_DEVICE", &text),
+            (None, Err(_)) => Ok(TorchDevice::Cpu),
+        }
+    }
+}
+
+impl TryFrom<String> for TorchDevice {
+    type Error = String;
+
+    fn try_from(text: String) -> std::result::Result<Self, String> {
+        TorchDevice::parse("denoiser.device", &text).map_err(|e| e.to_string())
+    }
+}
+
+impl From<TorchDevice> for String {
+    fn from(d: TorchDevice) -> String {
+        d.to_string()
+    }
+}
+
+impl fmt::Display for TorchDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TorchDevice::Cpu => write!(f, "cpu"),
+            TorchDevice::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// A TorchScript denoiser: any module saved with `torch.jit.save` whose `forward(x, sigma)` returns
+/// the denoised `x` (how a deepinv denoiser is brought in; docs/TORCH.md). Runs on libtorch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TorchScriptConfig {
+    /// The `.pt` file; relative paths are relative to the preset's folder.
+    pub model: PathBuf,
+    /// Unset: `TESSERA_TORCH_DEVICE`, else the CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<TorchDevice>,
+}
+
+impl TorchScriptConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.model.as_os_str().is_empty() {
+            return Err(Error::config(
+                "denoiser.model",
+                "give the TorchScript file (torch.jit.save)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Loads the model (the `torch` feature; without it, an error that says how to get it).
+    pub fn build(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
+        self.validate()?;
+        #[cfg(feature = "torch")]
+        {
+            super::torch::build_torchscript(self, base_dir)
+        }
+        #[cfg(not(feature = "torch"))]
+        {
+            let _ = base_dir;
+            Err(Error::config(
+                "denoiser.kind",
+                "TorchScript models run on libtorch, and this build has no torch engine; run \
+                 scripts/setup-torch.sh and rebuild with --features torch (docs/TORCH.md)",
+            ))
+        }
+    }
 }
 
 /// Parameters of a DRUNet (deepinv's names and defaults).
@@ -54,6 +166,9 @@ pub struct DrunetConfig {
     /// The weights are 2-D; inflate them into a 3-D network (2-D kernel in the central depth slice).
     pub inflate_3d: bool,
     pub engine: Engine,
+    /// Where the torch engine runs it; unset: `TESSERA_TORCH_DEVICE`, else the CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<TorchDevice>,
     /// Seed of the random weights used without a `weights` file.
     pub seed: u64,
 }
@@ -69,6 +184,7 @@ impl Default for DrunetConfig {
             dim: None,
             inflate_3d: false,
             engine: Engine::Native,
+            device: None,
             seed: 0,
         }
     }
@@ -176,6 +292,15 @@ impl DrunetConfig {
             ));
         }
         check_dim(self.dim, self.inflate_3d)?;
+        if self.engine == Engine::Native
+            && let Some(d) = self.device
+            && d != TorchDevice::Cpu
+        {
+            return Err(Error::config(
+                "denoiser.device",
+                format!("{d} needs engine = \"torch\"; the native engine runs on the CPU"),
+            ));
+        }
         if self.inflate_3d && self.weights.is_none() {
             return Err(Error::config(
                 "denoiser.inflate_3d",
@@ -271,5 +396,67 @@ impl DncnnConfig {
                 "DnCNN runs on the native engine only",
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::denoise::DenoiserConfig;
+
+    fn parse(text: &str) -> std::result::Result<DenoiserConfig, String> {
+        let c: DenoiserConfig = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    #[test]
+    fn torchscript_and_devices_parse_validate_and_round_trip() {
+        let c = parse("kind = \"torchscript\"\nmodel = \"m.pt\"\ndevice = \"cuda:1\"").unwrap();
+        assert_eq!(
+            c,
+            DenoiserConfig::Torchscript(TorchScriptConfig {
+                model: "m.pt".into(),
+                device: Some(TorchDevice::Cuda(1)),
+            })
+        );
+        let again: DenoiserConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(again, c);
+
+        let e = parse("kind = \"torchscript\"\nmodel = \"m.pt\"\ndevice = \"gpu\"").unwrap_err();
+        assert!(
+            e.contains("cpu, cuda or cuda:N") && e.contains("gpu"),
+            "{e}"
+        );
+        let e = parse("kind = \"torchscript\"\nmodel = \"\"").unwrap_err();
+        assert!(e.contains("denoiser.model"), "{e}");
+        let e = parse("kind = \"torchscript\"").unwrap_err();
+        assert!(e.contains("model"), "{e}");
+
+        // A DRUNet's device is for the torch engine.
+        let drunet = "kind = \"drunet\"\ndevice = \"cuda\"";
+        let e = parse(drunet).unwrap_err();
+        assert!(e.contains("denoiser.device") && e.contains("torch"), "{e}");
+        let c = parse(&format!("{drunet}\nengine = \"torch\"")).unwrap();
+        assert!(matches!(
+            c,
+            DenoiserConfig::Drunet(DrunetConfig {
+                device: Some(TorchDevice::Cuda(0)),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_configured_device_wins_over_the_environment_default() {
+        assert_eq!(
+            TorchDevice::chosen(Some(TorchDevice::Cuda(2))).unwrap(),
+            TorchDevice::Cuda(2)
+        );
+        assert_eq!(
+            TorchDevice::parse("f", " cuda ").unwrap(),
+            TorchDevice::Cuda(0)
+        );
+        assert_eq!(TorchDevice::Cuda(3).to_string(), "cuda:3");
     }
 }

@@ -15,7 +15,7 @@ pub mod safetensors;
 pub mod weights;
 mod weights_source;
 
-pub use config::{DncnnConfig, DrunetConfig, Engine};
+pub use config::{DncnnConfig, DrunetConfig, Engine, TorchDevice, TorchScriptConfig};
 pub use dncnn::{Dncnn, DncnnArch};
 pub use drunet::{Drunet, DrunetArch};
 pub use weights::StateDict;

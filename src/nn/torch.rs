@@ -11,7 +11,6 @@
 //! Every libtorch call goes through tch's fallible `f_` functions: a libtorch exception becomes an
 //! error, never a panic.
 
-use std::fmt;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -26,32 +25,9 @@ use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-/// Where libtorch runs a network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TorchDevice {
-    /// The CPU (libtorch's own thread pool).
-    #[default]
-    Cpu,
-    /// CUDA GPU number `n`.
-    Cuda(usize),
-}
+pub use super::config::TorchDevice;
 
 impl TorchDevice {
-    /// Parses `cpu`, `cuda` (GPU 0) or `cuda:N`; `field` names the setting in errors.
-    pub fn parse(field: &str, text: &str) -> Result<Self> {
-        match text.trim() {
-            "cpu" => Ok(TorchDevice::Cpu),
-            "cuda" => Ok(TorchDevice::Cuda(0)),
-            s => s
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(TorchDevice::Cuda)
-                .ok_or_else(|| {
-                    Error::config(field, format!("expected cpu, cuda or cuda:N, got `{text}`"))
-                }),
-        }
-    }
-
     /// The tch device; a CUDA request without a usable GPU is an error that says so.
     pub fn to_tch(self) -> Result<Device> {
         match self {
@@ -80,13 +56,22 @@ impl TorchDevice {
     }
 }
 
-impl fmt::Display for TorchDevice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TorchDevice::Cpu => write!(f, "cpu"),
-            TorchDevice::Cuda(n) => write!(f, "cuda:{n}"),
-        }
-    }
+/// The entry point for `[denoiser] kind = "torchscript"`: the model at `cfg.model` (relative to
+/// `base_dir`) on [`TorchDevice::chosen`].
+pub fn build_torchscript(
+    cfg: &super::TorchScriptConfig,
+    base_dir: &Path,
+) -> Result<Box<dyn Denoiser>> {
+    cfg.validate()?;
+    let path = if cfg.model.is_absolute() {
+        cfg.model.clone()
+    } else {
+        base_dir.join(&cfg.model)
+    };
+    Ok(Box::new(TorchScriptDenoiser::load(
+        &path,
+        TorchDevice::chosen(cfg.device)?,
+    )?))
 }
 
 /// A libtorch error, with what tessera was doing when it happened.
@@ -696,8 +681,7 @@ impl Denoiser for TorchDrunet {
 /// The engine entry point for presets (`[denoiser] kind = "drunet"`, `engine = "torch"`), called by
 /// [`DrunetConfig::build`] with the loaded weights (`None`: seeded random weights). Same rules as
 /// the native engine: `dim` unset means 3 with `inflate_3d`, else the weights' rank, else 2, and a
-/// 2-D network with weights then also takes volumes. The device is the CPU unless the environment
-/// variable `TESSERA_TORCH_DEVICE` says `cuda` or `cuda:N` (presets have no device field yet).
+/// 2-D network with weights then also takes volumes. The device is [`TorchDevice::chosen`].
 pub fn build_drunet(cfg: &DrunetConfig, weights: Option<StateDict>) -> Result<Box<dyn Denoiser>> {
     cfg.validate()?;
     let dim = match (
@@ -719,10 +703,7 @@ pub fn build_drunet(cfg: &DrunetConfig, weights: Option<StateDict>) -> Result<Bo
         nb: cfg.nb,
         dim,
     };
-    let device = match std::env::var("TESSERA_TORCH_DEVICE") {
-        Ok(text) => TorchDevice::parse("TESSERA_TORCH_DEVICE", &text)?,
-        Err(_) => TorchDevice::Cpu,
-    };
+    let device = TorchDevice::chosen(cfg.device)?;
     Ok(Box::new(match weights {
         Some(dict) if cfg.dim.is_none() && dim == 2 => {
             let spare = dict.clone();
