@@ -230,3 +230,29 @@ fn drunet_runs_through_the_tiled_denoiser() {
     let rel = all_at_once.sub(&whole).norm() / whole.norm();
     assert!(rel < 0.2, "tiled vs whole relative difference {rel}");
 }
+
+/// DnCNN against deepinv 0.5.0 (fixtures from scripts/make_dncnn_fixtures.py: seeded random
+/// weights, with and without biases, 2-D colour and grey, 3-D), built from a preset config the way
+/// a user would, with the weights resolved against the config's folder and `dim` from the weights.
+#[test]
+fn dncnn_matches_deepinv() {
+    for (name, channels, depth, nf, bias) in [
+        ("dncnn2d_color", 3, 5, 16, true),
+        ("dncnn2d_gray_nobias", 1, 4, 8, false),
+        ("dncnn3d_gray", 1, 3, 8, true),
+    ] {
+        let text = format!(
+            "kind = \"dncnn\"\nweights = \"{name}.pth\"\nin_channels = {channels}\n\
+             out_channels = {channels}\ndepth = {depth}\nnf = {nf}\nbias = {bias}\n"
+        );
+        let config: DenoiserConfig = toml::from_str(&text).unwrap();
+        let net = config.build_in(&fixtures()).unwrap();
+        let x = read_npy(&fixtures().join(format!("{name}_x.npy"))).unwrap();
+        let want = read_npy(&fixtures().join(format!("{name}_y.npy"))).unwrap();
+        let got = net.denoise(&x, 0.1).unwrap();
+        assert_eq!(got.shape(), want.shape(), "{name}");
+        let err = got.max_abs_diff(&want);
+        println!("{name}: max abs error {err:.2e}");
+        assert!(err <= 1e-4, "{name}: max abs error {err}");
+    }
+}
