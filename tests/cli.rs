@@ -211,30 +211,26 @@ fn denoise_applies_a_configured_denoiser() {
     assert!(stderr(&o).contains("--sigma"));
 }
 
-#[test]
-fn denoise_runs_a_drunet_from_pytorch_weights_next_to_its_config() {
-    // The config sits in a sub-folder and names its weights relative to itself, not to the cwd.
+/// Runs `tessera denoise --denoiser models/CONFIG --sigma 0.1` on a deepinv DRUNet fixture input
+/// in a fresh folder, with `model` copied next to the config as `name` (relative paths in a config
+/// resolve against its own folder, not the working directory).
+fn denoise_next_to_config(
+    model: &str,
+    name: &str,
+    config: &str,
+) -> (tempfile::TempDir, std::process::Output) {
     let dir = tempfile::tempdir().unwrap();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepinv");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let models = dir.path().join("models");
     std::fs::create_dir(&models).unwrap();
-    std::fs::copy(
-        fixtures.join("drunet2d_gray.pth"),
-        models.join("drunet_gray.pth"),
-    )
-    .unwrap();
-    std::fs::write(
-        models.join("drunet.toml"),
-        "kind = \"drunet\"\nweights = \"drunet_gray.pth\"\nin_channels = 1\nout_channels = 1\n\
-         nc = [8, 16, 32, 64]\nnb = 1\n",
-    )
-    .unwrap();
-    let x = fixtures.join("drunet2d_gray_x.npy");
+    std::fs::copy(fixtures.join(model), models.join(name)).unwrap();
+    std::fs::write(models.join("config.toml"), config).unwrap();
+    let x = fixtures.join("deepinv/drunet2d_gray_x.npy");
     let o = tessera(
         &[
             "denoise",
             "--denoiser",
-            "models/drunet.toml",
+            "models/config.toml",
             "--sigma",
             "0.1",
             x.to_str().unwrap(),
@@ -242,15 +238,33 @@ fn denoise_runs_a_drunet_from_pytorch_weights_next_to_its_config() {
         ],
         dir.path(),
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let got = read_npy(&dir.path().join("y.npy")).unwrap();
-    let want = read_npy(&fixtures.join("drunet2d_gray_y.npy")).unwrap();
-    let err = got
-        .data()
+    (dir, o)
+}
+
+/// Max |y − deepinv's DRUNet output| for the `y.npy` written in `dir`.
+fn error_against_deepinv_drunet(dir: &Path) -> f32 {
+    let got = read_npy(&dir.join("y.npy")).unwrap();
+    let want = read_npy(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepinv/drunet2d_gray_y.npy"),
+    )
+    .unwrap();
+    got.data()
         .iter()
         .zip(want.data())
         .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+        .fold(0.0f32, f32::max)
+}
+
+#[test]
+fn denoise_runs_a_drunet_from_pytorch_weights_next_to_its_config() {
+    let (dir, o) = denoise_next_to_config(
+        "deepinv/drunet2d_gray.pth",
+        "drunet_gray.pth",
+        "kind = \"drunet\"\nweights = \"drunet_gray.pth\"\nin_channels = 1\nout_channels = 1\n\
+         nc = [8, 16, 32, 64]\nnb = 1\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = error_against_deepinv_drunet(dir.path());
     assert!(err <= 1e-4, "max abs error {err} against deepinv");
 }
 
@@ -258,43 +272,14 @@ fn denoise_runs_a_drunet_from_pytorch_weights_next_to_its_config() {
 /// torch feature it reproduces deepinv; without, the error says how to get the engine.
 #[test]
 fn denoise_runs_a_torchscript_model_or_says_how_to_get_libtorch() {
-    let dir = tempfile::tempdir().unwrap();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let models = dir.path().join("models");
-    std::fs::create_dir(&models).unwrap();
-    std::fs::copy(
-        fixtures.join("torch/drunet2d_gray_traced.pt"),
-        models.join("traced.pt"),
-    )
-    .unwrap();
-    std::fs::write(
-        models.join("ts.toml"),
+    let (dir, o) = denoise_next_to_config(
+        "torch/drunet2d_gray_traced.pt",
+        "traced.pt",
         "kind = \"torchscript\"\nmodel = \"traced.pt\"\ndevice = \"cpu\"\n",
-    )
-    .unwrap();
-    let x = fixtures.join("deepinv/drunet2d_gray_x.npy");
-    let o = tessera(
-        &[
-            "denoise",
-            "--denoiser",
-            "models/ts.toml",
-            "--sigma",
-            "0.1",
-            x.to_str().unwrap(),
-            "y.npy",
-        ],
-        dir.path(),
     );
     if cfg!(feature = "torch") {
         assert!(o.status.success(), "{}", stderr(&o));
-        let got = read_npy(&dir.path().join("y.npy")).unwrap();
-        let want = read_npy(&fixtures.join("deepinv/drunet2d_gray_y.npy")).unwrap();
-        let err = got
-            .data()
-            .iter()
-            .zip(want.data())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let err = error_against_deepinv_drunet(dir.path());
         assert!(err <= 1e-4, "max abs error {err} against deepinv");
     } else {
         assert!(!o.status.success());

@@ -77,6 +77,46 @@ fn send(end: &TestEnd, e: Event) {
     end.events.send(Incoming::Event(e)).unwrap();
 }
 
+fn log_of(wb: &Workbench) -> Vec<String> {
+    wb.session.log.iter().map(|l| l.text.clone()).collect()
+}
+
+/// Steps until the current job has ended (finished or failed).
+fn until_ended(h: &mut Harness<'_, Workbench>, what: &str) {
+    step_until(h, what, |wb| {
+        matches!(
+            wb.session.state(),
+            JobState::Finished { .. } | JobState::Failed { .. }
+        )
+    });
+}
+
+/// Clicks Run and steps until that job ends.
+fn run_to_end(h: &mut Harness<'_, Workbench>) {
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(h.state().session.is_busy(), "Run submitted a job");
+    until_ended(h, "the run to end");
+}
+
+/// The workbench on a real `tessera serve` with `ranks` local ranks (the binary this test suite
+/// builds), once the backend has said hello.
+fn with_local_backend(out: &Path, ranks: usize) -> Harness<'static, Workbench> {
+    let mut local = LocalOptions::new(ranks, out.to_path_buf());
+    local.exe = Some(env!("CARGO_BIN_EXE_tessera").into());
+    let mut h = harness(Workbench::new(WorkbenchOptions {
+        starter: local_starter(local),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+    }));
+    step_until(&mut h, "the backend's welcome", |wb| {
+        wb.session.backend.is_some()
+    });
+    h
+}
+
 fn iteration(job: u64, k: usize, psnr: f64) -> Event {
     Event::Iteration {
         job,
@@ -318,37 +358,13 @@ fn a_dead_backend_is_reported_and_a_new_one_starts() {
 #[test]
 fn quick_preset_on_a_real_two_rank_backend() {
     let dir = tempfile::tempdir().unwrap();
-    let mut local = LocalOptions::new(2, dir.path().join("out"));
-    local.exe = Some(env!("CARGO_BIN_EXE_tessera").into());
-    let wb = Workbench::new(WorkbenchOptions {
-        starter: local_starter(local),
-        start_backend: true,
-        preset: None,
-        state_path: None,
-        state: AppState::default(),
-    });
-    let mut h = harness(wb);
-    step_until(&mut h, "the backend's welcome", |wb| {
-        wb.session.backend.is_some()
-    });
+    let mut h = with_local_backend(&dir.path().join("out"), 2);
     assert_eq!(h.state().session.backend.as_ref().unwrap().world_size, 2);
     h.get_by_role_and_label(Role::Button, "quick").click();
     h.run_steps(2);
     step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
-    h.get_by_role_and_label(Role::Button, "Run").click();
-    step_until(&mut h, "the run to end", |wb| {
-        matches!(
-            wb.session.state(),
-            JobState::Finished { .. } | JobState::Failed { .. }
-        )
-    });
-    let log: Vec<String> = h
-        .state()
-        .session
-        .log
-        .iter()
-        .map(|l| l.text.clone())
-        .collect();
+    run_to_end(&mut h);
+    let log = log_of(h.state());
     assert!(
         matches!(h.state().session.state(), JobState::Finished { .. }),
         "{log:#?}"
@@ -567,19 +583,8 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
     // Gone from disk: only the array the workbench holds can reach the backend.
     std::fs::remove_file(&image).unwrap();
     h.state_mut().run();
-    step_until(&mut h, "the inline job to end", |wb| {
-        matches!(
-            wb.session.state(),
-            JobState::Finished { .. } | JobState::Failed { .. }
-        )
-    });
-    let log: Vec<String> = h
-        .state()
-        .session
-        .log
-        .iter()
-        .map(|l| l.text.clone())
-        .collect();
+    until_ended(&mut h, "the inline job to end");
+    let log = log_of(h.state());
     assert!(
         matches!(h.state().session.state(), JobState::Finished { job: 2 }),
         "{log:#?}"
@@ -587,23 +592,6 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
     assert_eq!(h.state().session.image_shape, vec![1, 1, 24, 20]);
     let _ = child.kill();
     let _ = child.wait();
-}
-
-fn log_of(wb: &Workbench) -> Vec<String> {
-    wb.session.log.iter().map(|l| l.text.clone()).collect()
-}
-
-/// Clicks Run and steps until that job ends.
-fn run_to_end(h: &mut Harness<'_, Workbench>) {
-    h.get_by_role_and_label(Role::Button, "Run").click();
-    h.run_steps(2);
-    assert!(h.state().session.is_busy(), "Run submitted a job");
-    step_until(h, "the run to end", |wb| {
-        matches!(
-            wb.session.state(),
-            JobState::Finished { .. } | JobState::Failed { .. }
-        )
-    });
 }
 
 /// Measured data: the Physics panel switches to loaded measurements, the file is read and shown
@@ -623,18 +611,7 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
     let misfit = dir.path().join("misfit.npy");
     tessera::io::write_npy(&misfit, &tessera::Tensor::zeros(&[1, 3, 64, 64])).unwrap();
 
-    let mut local = LocalOptions::new(2, dir.path().join("out"));
-    local.exe = Some(env!("CARGO_BIN_EXE_tessera").into());
-    let mut h = harness(Workbench::new(WorkbenchOptions {
-        starter: local_starter(local),
-        start_backend: true,
-        preset: None,
-        state_path: None,
-        state: AppState::default(),
-    }));
-    step_until(&mut h, "the backend's welcome", |wb| {
-        wb.session.backend.is_some()
-    });
+    let mut h = with_local_backend(&dir.path().join("out"), 2);
     step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
 
     h.get_by_role_and_label(Role::RadioButton, "loaded").click();
