@@ -99,6 +99,20 @@ fn run_to_end(h: &mut Harness<'_, Workbench>) {
     until_ended(h, "the run to end");
 }
 
+/// Clicks Run, checks that the job finished, and waits for its reconstruction on screen (the
+/// preview may trail the Finished event by a frame or two).
+fn run_to_a_reconstruction(h: &mut Harness<'_, Workbench>) {
+    run_to_end(h);
+    let log = log_of(h.state());
+    assert!(
+        matches!(h.state().session.state(), JobState::Finished { .. }),
+        "{log:#?}"
+    );
+    step_until(h, "the reconstruction", |wb| {
+        wb.shown_reconstruction().is_some()
+    });
+}
+
 /// The workbench on a real `tessera serve` with `ranks` local ranks (the binary this test suite
 /// builds), once the backend has said hello.
 fn with_local_backend(out: &Path, ranks: usize) -> Harness<'static, Workbench> {
@@ -363,16 +377,7 @@ fn quick_preset_on_a_real_two_rank_backend() {
     h.get_by_role_and_label(Role::Button, "quick").click();
     h.run_steps(2);
     step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
-    run_to_end(&mut h);
-    let log = log_of(h.state());
-    assert!(
-        matches!(h.state().session.state(), JobState::Finished { .. }),
-        "{log:#?}"
-    );
-    // The reconstruction preview may trail the Finished event by a frame or two.
-    step_until(&mut h, "the reconstruction", |wb| {
-        wb.shown_reconstruction().is_some()
-    });
+    run_to_a_reconstruction(&mut h);
     let wb = h.state();
     assert_eq!(wb.session.history.len(), 30, "quick runs 30 iterations");
     let psnr = wb
@@ -653,15 +658,7 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
         wb.shown_measurement(0).is_some()
     });
     assert_eq!(h.state().shown_measurement(0), Some([128, 128]));
-    run_to_end(&mut h);
-    let log = log_of(h.state());
-    assert!(
-        matches!(h.state().session.state(), JobState::Finished { .. }),
-        "{log:#?}"
-    );
-    step_until(&mut h, "the reconstruction", |wb| {
-        wb.shown_reconstruction().is_some()
-    });
+    run_to_a_reconstruction(&mut h);
     assert_eq!(h.state().session.history.len(), 30);
     assert_eq!(h.state().session.latest_psnr(), None, "no ground truth");
     assert!(h.query_by_label("PSNR —").is_some());
