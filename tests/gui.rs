@@ -595,6 +595,27 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
         "{log:#?}"
     );
     assert_eq!(h.state().session.image_shape, vec![1, 1, 24, 20]);
+
+    // So does a loaded measurement file (the quick preset's circular blur measures 24×20 here).
+    let y = dir.path().join("measured_here.npy");
+    let measured = tessera::Tensor::from_fn(&[1, 1, 24, 20], |i| (i % 5) as f32 / 5.0);
+    tessera::io::write_npy(&y, &measured).unwrap();
+    h.state_mut().set_measurements_loaded(true);
+    h.state_mut().open_measurement_path(0, &y);
+    step_until(&mut h, "the measurement to be read", |wb| {
+        !wb.measurements_loading()
+    });
+    std::fs::remove_file(&y).unwrap();
+    h.state_mut().run();
+    until_ended(&mut h, "the measured-data job to end");
+    let log = log_of(h.state());
+    assert!(
+        matches!(h.state().session.state(), JobState::Finished { job: 3 }),
+        "{log:#?}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(h.state().session.summary_json.as_deref().unwrap()).unwrap();
+    assert_eq!(summary["measurements_loaded"], true, "{summary}");
     let _ = child.kill();
     let _ = child.wait();
 }
