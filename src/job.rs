@@ -160,7 +160,7 @@ pub fn load_image_with(
             samples::generate(*sample, &size, seed)?
         }
         (None, Some(path)) => {
-            let full = resolve(base_dir, path);
+            let full = io::resolve(base_dir, path);
             let x = io::read_array(&full)?;
             x.check_finite(&full.display().to_string())?;
             to_batch_layout(x, volumetric, &full)?
@@ -171,15 +171,6 @@ pub fn load_image_with(
         x = to_grayscale(&x);
     }
     Ok(x)
-}
-
-/// A path from a preset: absolute, or relative to the preset's folder.
-fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        base_dir.join(path)
-    }
 }
 
 /// The ground truth, when the preset has one, and the shape `(B, C, …)` of the image to reconstruct.
@@ -231,7 +222,7 @@ pub fn load_measurements(
                 };
                 (field, format!("inline array `{name}`"), y.clone())
             } else {
-                let path = resolve(base_dir, &source.paths[i]);
+                let path = io::resolve(base_dir, &source.paths[i]);
                 let y = io::read_array(&path)?;
                 (
                     format!("measurements.paths[{i}]"),

@@ -11,45 +11,12 @@ use tessera::nn::{DncnnConfig, Drunet, DrunetArch, DrunetConfig, StateDict};
 use tessera::tensor::Tensor;
 use tessera::tiling::{OverlapTiling, TiledDenoiser};
 
+#[path = "support/drunet_fixtures.rs"]
+mod drunet_fixtures;
+use drunet_fixtures::{arch_of, cases};
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepinv")
-}
-
-/// (fixture name, config as in manifest.json).
-fn cases() -> Vec<(&'static str, DrunetArch)> {
-    vec![
-        (
-            "drunet2d_color",
-            DrunetArch {
-                in_channels: 3,
-                out_channels: 3,
-                nc: [16, 32, 64, 128],
-                nb: 2,
-                dim: 2,
-            },
-        ),
-        (
-            "drunet2d_gray",
-            DrunetArch {
-                in_channels: 1,
-                out_channels: 1,
-                nc: [8, 16, 32, 64],
-                nb: 1,
-                dim: 2,
-            },
-        ),
-        (
-            // 16×24×32: below 32 on one axis, so deepinv replicate-pads to multiples of 16 and crops.
-            "drunet3d_gray",
-            DrunetArch {
-                in_channels: 1,
-                out_channels: 1,
-                nc: [8, 16, 32, 64],
-                nb: 1,
-                dim: 3,
-            },
-        ),
-    ]
 }
 
 #[test]
@@ -209,7 +176,7 @@ fn random_weights_are_announced_in_the_name() {
 #[test]
 fn drunet_runs_through_the_tiled_denoiser() {
     let dict = StateDict::load(&fixtures().join("drunet2d_gray.safetensors")).unwrap();
-    let arch = cases()[1].1.clone();
+    let arch = arch_of("drunet2d_gray");
     let x = read_npy(&fixtures().join("drunet2d_gray_x.npy")).unwrap();
     let whole = Drunet::from_state_dict(arch.clone(), dict.clone(), false)
         .unwrap()

@@ -9,6 +9,10 @@ use egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
+#[path = "support/serve_tcp.rs"]
+mod serve_tcp;
+use serve_tcp::serve_tcp;
+
 use tessera::gui::local::local_starter;
 use tessera::gui::session::JobState;
 use tessera::gui::{
@@ -474,33 +478,19 @@ fn frame_time_while_previews_stream() {
 
 #[test]
 fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "s3cret\n").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
-        .arg(&token_file)
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .split_whitespace()
-        .find(|w| w.starts_with("tcp:"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
+    let out = dir.path().join("out");
+    let (mut child, addr) = serve_tcp(&[
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let address = addr.to_string();
     // Someone else (a CLI client) starts a long job; the workbench attaches while it runs.
-    let other =
-        tessera::protocol::Client::connect(&address.parse().unwrap(), Some("s3cret".into()))
-            .unwrap();
+    let other = tessera::protocol::Client::connect(&addr, Some("s3cret".into())).unwrap();
     let preset = tessera::preset::Preset::load(
         "quick",
         &[

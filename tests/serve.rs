@@ -2,10 +2,13 @@
 //! Finished, cancel stops every rank at one iteration, re-attach replays the history, tokens and
 //! protocol versions are checked, and a killed backend leaves the client able to start a new one.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
+
+#[path = "support/serve_tcp.rs"]
+mod serve_tcp;
+use serve_tcp::serve_tcp;
 
 use tessera::preset::Preset;
 use tessera::protocol::{
@@ -327,26 +330,6 @@ fn inline_images_run_and_a_bad_submission_fails_without_stopping_the_backend() {
         events.last(),
         Some(Event::Finished { job: 2, .. })
     ));
-}
-
-/// `tessera serve --listen 127.0.0.1:0 …` and the address it prints.
-fn serve_tcp(args: &[&str]) -> (Child, BackendAddr) {
-    let mut child = Command::new(EXE)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split_whitespace()
-        .find(|w| w.starts_with("tcp:"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    (child, addr.parse().unwrap())
 }
 
 #[test]

@@ -17,15 +17,17 @@ fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+#[path = "support/drunet_fixtures.rs"]
+mod drunet_fixtures;
+use drunet_fixtures::arch_of;
+
 /// The grey fixtures' architecture (deepinv: nc = [8, 16, 32, 64], nb = 1).
 fn gray_arch(dim: usize) -> DrunetArch {
-    DrunetArch {
-        in_channels: 1,
-        out_channels: 1,
-        nc: [8, 16, 32, 64],
-        nb: 1,
-        dim,
-    }
+    arch_of(if dim == 3 {
+        "drunet3d_gray"
+    } else {
+        "drunet2d_gray"
+    })
 }
 
 /// deepinv's DRUNet.forward(x, σ = 0.1) with the fixture's seeded weights, run on libtorch.
@@ -44,14 +46,7 @@ fn drunet_parity(name: &str, arch: DrunetArch) -> f32 {
 
 #[test]
 fn drunet_2d_color_matches_deepinv() {
-    let arch = DrunetArch {
-        in_channels: 3,
-        out_channels: 3,
-        nc: [16, 32, 64, 128],
-        nb: 2,
-        dim: 2,
-    };
-    assert!(drunet_parity("drunet2d_color", arch) <= 1e-4);
+    assert!(drunet_parity("drunet2d_color", arch_of("drunet2d_color")) <= 1e-4);
 }
 
 #[test]

@@ -12,7 +12,8 @@ use crate::tensor::Tensor;
 /// One file's state.
 #[derive(Debug, Clone)]
 pub enum Measured {
-    Loading,
+    /// Being read by the load with this generation (a newer read of the same path replaces it).
+    Loading(u64),
     Ready(Arc<Tensor>),
     Failed(String),
 }
@@ -20,8 +21,6 @@ pub enum Measured {
 /// The files read so far, by path.
 pub struct MeasurementFiles {
     files: HashMap<PathBuf, Measured>,
-    /// Loads in flight carry a generation so that a re-read replaces an older, slower one.
-    generation: HashMap<PathBuf, u64>,
     next_generation: u64,
     tx: Sender<(PathBuf, u64, Result<Tensor, String>)>,
     rx: Receiver<(PathBuf, u64, Result<Tensor, String>)>,
@@ -32,7 +31,6 @@ impl Default for MeasurementFiles {
         let (tx, rx) = mpsc::channel();
         MeasurementFiles {
             files: HashMap::new(),
-            generation: HashMap::new(),
             next_generation: 0,
             tx,
             rx,
@@ -49,8 +47,8 @@ impl MeasurementFiles {
         }
         self.next_generation += 1;
         let generation = self.next_generation;
-        self.files.insert(path.to_path_buf(), Measured::Loading);
-        self.generation.insert(path.to_path_buf(), generation);
+        self.files
+            .insert(path.to_path_buf(), Measured::Loading(generation));
         let tx = self.tx.clone();
         let path = path.to_path_buf();
         std::thread::Builder::new()
@@ -72,7 +70,7 @@ impl MeasurementFiles {
     pub fn poll(&mut self) -> Vec<PathBuf> {
         let mut ready = Vec::new();
         while let Ok((path, generation, r)) = self.rx.try_recv() {
-            if self.generation.get(&path) != Some(&generation) {
+            if !matches!(self.files.get(&path), Some(Measured::Loading(g)) if *g == generation) {
                 continue;
             }
             let state = match r {
@@ -93,7 +91,9 @@ impl MeasurementFiles {
 
     /// Whether any file is still being read.
     pub fn loading(&self) -> bool {
-        self.files.values().any(|m| matches!(m, Measured::Loading))
+        self.files
+            .values()
+            .any(|m| matches!(m, Measured::Loading(_)))
     }
 
     /// One line for the Physics panel: the file's name and shape, or why it is not usable.
@@ -106,7 +106,7 @@ impl MeasurementFiles {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.display().to_string());
         match self.files.get(path) {
-            None | Some(Measured::Loading) => format!("{name} (reading…)"),
+            None | Some(Measured::Loading(_)) => format!("{name} (reading…)"),
             Some(Measured::Ready(t)) => format!("{name} {:?}", t.shape()),
             Some(Measured::Failed(e)) => format!("{name}: {e}"),
         }

@@ -8,7 +8,7 @@ pub mod nifti;
 pub mod npy;
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -45,6 +45,16 @@ impl FileKind {
             "tif" | "tiff" => FileKind::Tiff,
             _ => return None,
         })
+    }
+}
+
+/// A path named in a config: absolute as given, relative to `base_dir` (the config's folder)
+/// otherwise.
+pub fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base_dir.join(path)
     }
 }
 

@@ -248,12 +248,7 @@ fn check_dim(dim: Option<usize>, inflate_3d: bool) -> Result<()> {
 
 /// The state dict at `path` (resolved against `base_dir` when relative).
 fn load_weights(path: &Path, base_dir: &Path) -> Result<StateDict> {
-    let full = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        base_dir.join(path)
-    };
-    StateDict::load(&full)
+    StateDict::load(&crate::io::resolve(base_dir, path))
 }
 
 /// The dimensionality to build: the config's, else 3 when inflating, else the rank of `probe`'s
@@ -346,7 +341,7 @@ impl DrunetConfig {
                 }))
             }
             #[cfg(feature = "torch")]
-            Engine::Torch => super::torch::build_drunet(self, dict),
+            Engine::Torch => super::torch::build_drunet(self, arch, dict),
             #[cfg(not(feature = "torch"))]
             Engine::Torch => Err(no_torch()),
         }

@@ -148,11 +148,7 @@ impl Conv {
         let in_s = x.spatial_len();
         let out_ptr = SendPtr(out.data.as_mut_ptr());
         let tasks = x.batch * strips;
-        let inner_par = if tasks == 1 {
-            gemm::Parallelism::Rayon(rayon::current_num_threads())
-        } else {
-            gemm::Parallelism::None
-        };
+        let inner_par = gemm_parallelism(tasks);
         (0..tasks)
             .into_par_iter()
             .for_each_init(Vec::new, |col, task| {
@@ -254,11 +250,7 @@ impl ConvTranspose2x {
         let (in_s, out_s) = (x.spatial_len(), out.spatial_len());
         let out_ptr = SendPtr(out.data.as_mut_ptr());
         let tasks = x.batch * strips;
-        let inner_par = if tasks == 1 {
-            gemm::Parallelism::Rayon(rayon::current_num_threads())
-        } else {
-            gemm::Parallelism::None
-        };
+        let inner_par = gemm_parallelism(tasks);
         let kd_n = if self.rank == 3 { 2 } else { 1 };
         (0..tasks)
             .into_par_iter()
@@ -403,6 +395,16 @@ fn im2col(
                 }
             }
         }
+    }
+}
+
+/// gemm's own threads when there is a single (item, strip) task, so both cores work on it; none
+/// when rayon already spreads several tasks.
+fn gemm_parallelism(tasks: usize) -> gemm::Parallelism {
+    if tasks == 1 {
+        gemm::Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        gemm::Parallelism::None
     }
 }
 

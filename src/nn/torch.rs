@@ -62,14 +62,8 @@ pub fn build_torchscript(
     cfg: &super::TorchScriptConfig,
     base_dir: &Path,
 ) -> Result<Box<dyn Denoiser>> {
-    cfg.validate()?;
-    let path = if cfg.model.is_absolute() {
-        cfg.model.clone()
-    } else {
-        base_dir.join(&cfg.model)
-    };
     Ok(Box::new(TorchScriptDenoiser::load(
-        &path,
+        &crate::io::resolve(base_dir, &cfg.model),
         TorchDevice::chosen(cfg.device)?,
     )?))
 }
@@ -679,30 +673,16 @@ impl Denoiser for TorchDrunet {
 }
 
 /// The engine entry point for presets (`[denoiser] kind = "drunet"`, `engine = "torch"`), called by
-/// [`DrunetConfig::build`] with the loaded weights (`None`: seeded random weights). Same rules as
-/// the native engine: `dim` unset means 3 with `inflate_3d`, else the weights' rank, else 2, and a
-/// 2-D network with weights then also takes volumes. The device is [`TorchDevice::chosen`].
-pub fn build_drunet(cfg: &DrunetConfig, weights: Option<StateDict>) -> Result<Box<dyn Denoiser>> {
-    cfg.validate()?;
-    let dim = match (
-        cfg.dim,
-        cfg.inflate_3d,
-        weights.as_ref().and_then(|d| d.get("m_head.weight")),
-    ) {
-        (Some(d), _, _) => d,
-        (None, true, _) => 3,
-        (None, false, Some(t)) if t.ndim() == 5 => 3,
-        _ => 2,
-    };
-    let mut nc = [0; 4];
-    nc.iter_mut().zip(&cfg.nc).for_each(|(d, s)| *d = *s);
-    let arch = DrunetArch {
-        in_channels: cfg.in_channels,
-        out_channels: cfg.out_channels,
-        nc,
-        nb: cfg.nb,
-        dim,
-    };
+/// [`DrunetConfig::build`] with the validated config, the architecture it resolved (the same rules
+/// as the native engine: `dim` unset means 3 with `inflate_3d`, else the weights' rank, else 2) and
+/// the loaded weights (`None`: seeded random weights). A 2-D network with weights and no `dim` also
+/// takes volumes. The device is [`TorchDevice::chosen`].
+pub fn build_drunet(
+    cfg: &DrunetConfig,
+    arch: DrunetArch,
+    weights: Option<StateDict>,
+) -> Result<Box<dyn Denoiser>> {
+    let dim = arch.dim;
     let device = TorchDevice::chosen(cfg.device)?;
     Ok(Box::new(match weights {
         Some(dict) if cfg.dim.is_none() && dim == 2 => {

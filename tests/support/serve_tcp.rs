@@ -1,0 +1,29 @@
+//! `tessera serve --listen 127.0.0.1:0` as a child process, and the address it announces.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use tessera::protocol::BackendAddr;
+
+/// Starts `tessera serve --listen 127.0.0.1:0 ARGS…` (the binary this test suite builds) and reads
+/// the `tcp:` address from the first line it prints.
+pub fn serve_tcp(args: &[&str]) -> (Child, BackendAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split_whitespace()
+        .find(|w| w.starts_with("tcp:"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (child, addr.parse().unwrap())
+}
