@@ -21,7 +21,6 @@ use super::measured::{Measured, MeasurementFiles};
 use super::patch_map;
 use super::preview::{
     Colormap, Contrast, Display, MAX_TEXTURE_SIDE, Mapped, Pump, PumpMsg, PumpOut, Slot,
-    tensor_image,
 };
 use super::session::{JobState, Session};
 use super::settings::AppState;
@@ -30,6 +29,16 @@ use crate::preset::{BUNDLED, ImageSource, LoadedPreset, MeasurementSource, Prese
 use crate::protocol::{JobId, LogLevel, PatchMap, PreviewImage, Request};
 use crate::samples::Sample;
 use crate::tensor::Tensor;
+
+/// A callback for helper threads that asks the window for a repaint (once it has a context).
+fn repaint_waker(ctx: &Arc<OnceLock<egui::Context>>) -> impl Fn() + Send + Sync + 'static {
+    let ctx = ctx.clone();
+    move || {
+        if let Some(c) = ctx.get() {
+            c.request_repaint();
+        }
+    }
+}
 
 /// The Data panel's name for `[image] shape` (no ground truth).
 const UNKNOWN_IMAGE: &str = "none (measured data)";
@@ -163,12 +172,7 @@ pub struct Workbench {
 impl Workbench {
     pub fn new(options: WorkbenchOptions) -> Workbench {
         let ctx: Arc<OnceLock<egui::Context>> = Arc::default();
-        let wake_ctx = ctx.clone();
-        let pump = Pump::start(move || {
-            if let Some(c) = wake_ctx.get() {
-                c.request_repaint();
-            }
-        });
+        let pump = Pump::start(repaint_waker(&ctx));
         pump.send(PumpMsg::SetDisplay(options.state.display));
         let loaded = options.preset.unwrap_or_else(|| {
             Preset::load("quick", &[]).expect("the bundled quick preset is valid")
@@ -251,16 +255,14 @@ impl Workbench {
         self.remote = false;
         let ranks = self.app_state.ranks.max(1);
         let starter = self.starter.clone();
-        let ctx = self.ctx.clone();
+        let wake = self.waker();
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("gui-start-backend".into())
             .spawn(move || {
                 let mut start = starter.lock().unwrap_or_else(|p| p.into_inner());
                 let _ = tx.send(start(ranks));
-                if let Some(c) = ctx.get() {
-                    c.request_repaint();
-                }
+                wake();
             })
             .expect("spawning a thread");
         self.starting = Some(rx);
@@ -286,7 +288,7 @@ impl Workbench {
         };
         self.drop_backend();
         self.app_state.attach_address = address.trim().to_string();
-        let ctx = self.ctx.clone();
+        let wake = self.waker();
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("gui-attach".into())
@@ -296,9 +298,7 @@ impl Workbench {
                     Box::new(super::local::ServeBackend::new(client, None, label)) as Link
                 });
                 let _ = tx.send(link);
-                if let Some(c) = ctx.get() {
-                    c.request_repaint();
-                }
+                wake();
             })
             .expect("spawning a thread");
         self.starting = Some(rx);
@@ -327,12 +327,8 @@ impl Workbench {
     pub fn attach(&mut self, mut link: Link) {
         self.generation += 1;
         self.backend_label = link.describe();
-        let ctx = self.ctx.clone();
-        link.set_waker(Box::new(move || {
-            if let Some(c) = ctx.get() {
-                c.request_repaint();
-            }
-        }));
+        let wake = self.waker();
+        link.set_waker(Box::new(wake));
         self.backend = Some(link);
         self.session.connected = true;
         self.session.backend = None;
@@ -612,28 +608,17 @@ impl Workbench {
             let Some(Measured::Ready(t)) = self.measured.get(p) else {
                 continue;
             };
-            let image = match t.shape().len() {
-                5 => super::preview::slice(t, 0, t.shape()[2] / 2),
-                _ => tensor_image(t),
-            };
-            if let Some(img) = image {
-                self.pump.send(PumpMsg::Map {
-                    slot: Slot::Measurement(i),
-                    raw: Arc::new(super::preview::downsample(img, MAX_TEXTURE_SIDE)),
-                    display: self.app_state.display,
-                });
-            }
+            self.pump.send(PumpMsg::Show {
+                slot: Slot::Measurement(i),
+                tensor: t.clone(),
+                display: self.app_state.display,
+            });
         }
     }
 
     /// A callback that asks for a repaint (for helper threads).
-    fn waker(&self) -> impl Fn() + Send + 'static {
-        let ctx = self.ctx.clone();
-        move || {
-            if let Some(c) = ctx.get() {
-                c.request_repaint();
-            }
-        }
+    fn waker(&self) -> impl Fn() + Send + Sync + 'static {
+        repaint_waker(&self.ctx)
     }
 
     fn remember_folder(&mut self, path: &Path) {
@@ -667,7 +652,7 @@ impl Workbench {
         let folder = self.app_state.last_folder.clone();
         let name = format!("{}.toml", self.preset.name);
         let (tx, rx) = mpsc::channel();
-        let ctx = self.ctx.clone();
+        let wake = self.waker();
         std::thread::Builder::new()
             .name("gui-dialog".into())
             .spawn(move || {
@@ -693,9 +678,7 @@ impl Workbench {
                     DialogKind::SavePreset => pollster::block_on(d.set_file_name(name).save_file()),
                 };
                 let _ = tx.send(picked.map(|h| h.path().to_path_buf()));
-                if let Some(c) = ctx.get() {
-                    c.request_repaint();
-                }
+                wake();
             })
             .expect("spawning a thread");
         self.dialog = Some((kind, rx));
@@ -831,11 +814,11 @@ impl Workbench {
                             index: self.data.slice,
                             display: self.app_state.display,
                         });
-                    } else if let Some(img) = tensor_image(&t) {
+                    } else {
                         self.data.volume = None;
-                        self.pump.send(PumpMsg::Map {
+                        self.pump.send(PumpMsg::Show {
                             slot: Slot::Data,
-                            raw: Arc::new(super::preview::downsample(img, MAX_TEXTURE_SIDE)),
+                            tensor: t,
                             display: self.app_state.display,
                         });
                     }
@@ -871,7 +854,7 @@ impl Workbench {
             return;
         }
         let (tx, rx) = mpsc::channel();
-        let ctx = self.ctx.clone();
+        let wake = self.waker();
         std::thread::Builder::new()
             .name("gui-load".into())
             .spawn(move || {
@@ -879,9 +862,7 @@ impl Workbench {
                 let r = crate::job::load_image(&source, volumetric, seed, Path::new("."))
                     .map_err(|e| e.to_string());
                 let _ = tx.send(r);
-                if let Some(c) = ctx.get() {
-                    c.request_repaint();
-                }
+                wake();
             })
             .expect("spawning a thread");
         self.data.loading = Some(rx);

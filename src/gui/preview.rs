@@ -164,6 +164,13 @@ pub enum PumpMsg {
         raw: Arc<PreviewImage>,
         display: Display,
     },
+    /// Show an array in `slot`: an image `(B, C, H, W)` (first item), or the central depth slice of
+    /// a volume `(B, C, D, H, W)`; converted and downsampled here, off the UI thread.
+    Show {
+        slot: Slot,
+        tensor: Arc<Tensor>,
+        display: Display,
+    },
     /// Cut a slice of a volume `(B, C, D, H, W)` along `axis` (0 = depth, 1 = rows, 2 = columns) and map it.
     Slice {
         volume: Arc<Tensor>,
@@ -257,6 +264,15 @@ fn worker(rx: Receiver<PumpMsg>, tx: Sender<PumpOut>, wake: impl Fn()) {
                         range,
                     }))
                 }
+                PumpMsg::Show {
+                    slot,
+                    tensor,
+                    display,
+                } => match tensor.shape().len() {
+                    5 => slice(&tensor, 0, tensor.shape()[2] / 2),
+                    _ => tensor_image(&tensor),
+                }
+                .map(|img| PumpOut::Mapped(map_preview(slot, None, 0, img, display))),
                 PumpMsg::Slice {
                     volume,
                     axis,
