@@ -56,41 +56,15 @@ if [[ -x "$VENV/bin/python" && -f "$VENV/.tessera-setup" && "$(cat "$VENV/.tesse
 fi
 
 "$PY" -c 'import sys; assert sys.version_info >= (3, 10), "deepinv 0.5.0 needs Python >= 3.10"'
-if [[ "$MODE" == lean ]]; then
-    for tool in cc readelf nm; do
-        command -v "$tool" >/dev/null || {
-            echo "lean mode needs '$tool' (apt-get install build-essential), or set TESSERA_BENCH_TORCH=full" >&2
-            exit 1
-        }
-    done
-fi
+# shellcheck source=scripts/torch-wheels.sh
+source "$HERE/torch-wheels.sh"
+require_lean_tools TESSERA_BENCH_TORCH
 
 start=$(date +%s)
 wheels_before=$(du -sb "$WHEELS" 2>/dev/null | cut -f1 || echo 0)
 echo "creating $VENV ($MODE torch) with $("$PY" --version)"
-rm -rf "$VENV"
-mkdir -p "$(dirname "$VENV")" "$WHEELS"
-"$PY" -m venv "$VENV"
-PIP=("$VENV/bin/pip" --disable-pip-version-check)
-
-# The package mirror sends no cache validators, so pip's HTTP cache keeps nothing: keep the wheels
-# ourselves. `pip download -d` skips files already in $WHEELS.
-TOP=("torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" "torchmetrics==$TORCHMETRICS_VERSION"
-    "deepinv==$DEEPINV_VERSION")
-if [[ "$MODE" == full ]]; then
-    "${PIP[@]}" download -q -d "$WHEELS" "${TOP[@]}"
-    "${PIP[@]}" install -q --no-index --find-links "$WHEELS" "${TOP[@]}"
-else
-    "${PIP[@]}" download -q --no-deps -d "$WHEELS" "${TOP[@]}"
-    # The dependencies of the four, less each other and the CUDA wheels, from their metadata.
-    mapfile -t DEPS < <("$VENV/bin/python" "$HERE/lean_torch.py" deps "$WHEELS" "${TOP[@]}")
-    "${PIP[@]}" download -q -d "$WHEELS" "${DEPS[@]}"
-    "${PIP[@]}" install -q --no-index --find-links "$WHEELS" "${DEPS[@]}"
-    "${PIP[@]}" install -q --no-index --find-links "$WHEELS" --no-deps "${TOP[@]}"
-
-    SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    "$VENV/bin/python" "$HERE/lean_torch.py" stubs "$SITE"
-fi
+install_torch_packages "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" \
+    "torchmetrics==$TORCHMETRICS_VERSION" "deepinv==$DEEPINV_VERSION"
 
 # Smoke test: a blur through deepinv on CPU.
 "$VENV/bin/python" - <<'EOF'

@@ -52,37 +52,13 @@ if [[ -x "$VENV/bin/python" && -f "$VENV/.tessera-setup" && "$(cat "$VENV/.tesse
     exit 0
 fi
 
-if [[ "$MODE" == lean ]]; then
-    for tool in cc readelf nm; do
-        command -v "$tool" >/dev/null || {
-            echo "lean mode needs '$tool' (apt-get install build-essential), or set TESSERA_TORCH_MODE=full" >&2
-            exit 1
-        }
-    done
-fi
+# shellcheck source=scripts/torch-wheels.sh
+source "$HERE/torch-wheels.sh"
+require_lean_tools TESSERA_TORCH_MODE
 
 start=$(date +%s)
 echo "creating $VENV ($MODE torch $TORCH_VERSION) with $("$PY" --version)"
-rm -rf "$VENV"
-mkdir -p "$(dirname "$VENV")" "$WHEELS"
-"$PY" -m venv "$VENV"
-PIP=("$VENV/bin/pip" --disable-pip-version-check)
-
-# The package mirror sends no cache validators, so pip's HTTP cache keeps nothing: keep the wheels
-# ourselves. `pip download -d` skips files already in $WHEELS.
-if [[ "$MODE" == full ]]; then
-    "${PIP[@]}" download -q -d "$WHEELS" "torch==$TORCH_VERSION" "numpy==$NUMPY_VERSION"
-    "${PIP[@]}" install -q --no-index --find-links "$WHEELS" "torch==$TORCH_VERSION" "numpy==$NUMPY_VERSION"
-else
-    "${PIP[@]}" download -q --no-deps -d "$WHEELS" "torch==$TORCH_VERSION"
-    mapfile -t DEPS < <("$VENV/bin/python" "$HERE/lean_torch.py" deps "$WHEELS" "torch==$TORCH_VERSION")
-    DEPS+=("numpy==$NUMPY_VERSION")
-    "${PIP[@]}" download -q -d "$WHEELS" "${DEPS[@]}"
-    "${PIP[@]}" install -q --no-index --find-links "$WHEELS" "${DEPS[@]}"
-    "${PIP[@]}" install -q --no-index --find-links "$WHEELS" --no-deps "torch==$TORCH_VERSION"
-    SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    "$VENV/bin/python" "$HERE/lean_torch.py" stubs "$SITE"
-fi
+install_torch_packages "torch==$TORCH_VERSION" -- "numpy==$NUMPY_VERSION"
 
 # Smoke test: what tch's build script asks (version, ABI, library path), and a convolution.
 "$VENV/bin/python" - "$TORCH_VERSION" <<'EOF'
