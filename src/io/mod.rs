@@ -15,7 +15,7 @@ use crate::tensor::Tensor;
 
 pub use self::image::{read_image, write_png, write_png16, write_tiff_f32};
 pub use nifti::{read_nifti, write_nifti};
-pub use npy::{read_npy, write_npy};
+pub use npy::{read_npy, read_npy_f64, write_npy};
 
 /// File kinds known to [`read_array`] and [`write_array`], chosen by extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
