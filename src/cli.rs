@@ -136,6 +136,29 @@ enum BenchWhat {
         #[arg(long, default_value_t = 3)]
         repeats: usize,
     },
+    /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
+    /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is
+    /// scripts/bench_deepwave.py, which runs this interleaved with deepwave.
+    Wave {
+        #[arg(long, default_value_t = 250)]
+        nz: usize,
+        #[arg(long, default_value_t = 600)]
+        nx: usize,
+        #[arg(long, default_value_t = 2)]
+        shots: usize,
+        #[arg(long, default_value_t = 500)]
+        nt: usize,
+        #[arg(long, default_value_t = 4)]
+        accuracy: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Forward only.
+        #[arg(long)]
+        no_gradient: bool,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// All-reduce over local ranks vs a raw Unix-socket copy.
     Collectives {
         #[arg(long, default_value_t = 64)]
@@ -463,6 +486,36 @@ fn bench(what: BenchWhat) -> Result<()> {
             println!("  Aᵀ   {:8.1} ms", r.adjoint_secs * 1e3);
             println!("  FBP  {:8.1} ms", r.fbp_secs * 1e3);
             println!("  (single-threaded reference and ratios: cargo bench --bench tomography)");
+        }
+        BenchWhat::Wave {
+            nz,
+            nx,
+            shots,
+            nt,
+            accuracy,
+            repeats,
+            no_gradient,
+            json,
+        } => {
+            use tessera::physics::wave::bench::{WaveBenchSpec, bench_wave};
+            let spec = WaveBenchSpec {
+                nz,
+                nx,
+                shots,
+                nt,
+                accuracy,
+                repeats,
+                gradient: !no_gradient,
+                ..WaveBenchSpec::default()
+            };
+            let r = bench_wave(&spec)?;
+            if json {
+                let mut v = serde_json::to_value(&r)?;
+                v["forward_bandwidth_fraction"] = r.forward_bandwidth_fraction().into();
+                println!("{v}");
+            } else {
+                println!("{r}");
+            }
         }
         BenchWhat::Collectives {
             mib,

@@ -8,6 +8,7 @@
 //! over the float type ([`Real`]): `f64` for the parity tests against deepwave, `f32` in production.
 //! The inversion loop over ranks is [`crate::fwi`].
 
+pub mod bench;
 pub mod config;
 pub mod geometry;
 mod grid;
