@@ -6,6 +6,7 @@
 pub mod image;
 pub mod nifti;
 pub mod npy;
+pub mod segy;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use crate::tensor::Tensor;
 pub use self::image::{read_image, write_png, write_png16, write_tiff_f32};
 pub use nifti::{read_nifti, write_nifti};
 pub use npy::{read_npy, read_npy_f64, write_npy};
+pub use segy::{Segy, read_raw_f32, read_segy, write_segy};
 
 /// File kinds known to [`read_array`] and [`write_array`], chosen by extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
