@@ -26,6 +26,7 @@ pub mod denoise;
 pub mod dist;
 pub mod error;
 pub mod fidelity;
+pub mod fwi;
 pub mod gui;
 pub mod io;
 pub mod job;

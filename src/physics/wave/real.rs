@@ -34,6 +34,13 @@ pub trait Real:
     fn from_f64(x: f64) -> Self;
     fn to_f64(self) -> f64;
     fn is_finite(self) -> bool;
+    fn sqrt(self) -> Self;
+    /// `self·a + b` with one rounding.
+    fn mul_add(self, a: Self, b: Self) -> Self;
+    /// Appends the little-endian bytes.
+    fn put_le(self, out: &mut Vec<u8>);
+    /// Reads a value from `BYTES` little-endian bytes.
+    fn get_le(bytes: &[u8]) -> Self;
 }
 
 impl Real for f32 {
@@ -51,6 +58,18 @@ impl Real for f32 {
     fn is_finite(self) -> bool {
         f32::is_finite(self)
     }
+    fn sqrt(self) -> Self {
+        f32::sqrt(self)
+    }
+    fn mul_add(self, a: Self, b: Self) -> Self {
+        f32::mul_add(self, a, b)
+    }
+    fn put_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn get_le(bytes: &[u8]) -> Self {
+        f32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"))
+    }
 }
 
 impl Real for f64 {
@@ -67,6 +86,18 @@ impl Real for f64 {
     }
     fn is_finite(self) -> bool {
         f64::is_finite(self)
+    }
+    fn sqrt(self) -> Self {
+        f64::sqrt(self)
+    }
+    fn mul_add(self, a: Self, b: Self) -> Self {
+        f64::mul_add(self, a, b)
+    }
+    fn put_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn get_le(bytes: &[u8]) -> Self {
+        f64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))
     }
 }
 
