@@ -291,6 +291,11 @@ fn run(
     quiet: bool,
     group: &GroupArgs,
 ) -> Result<()> {
+    if let Some(fwi) =
+        tessera::fwi::FwiPreset::load(name, set).with_context(|| format!("loading preset `{name}`"))?
+    {
+        return run_fwi(name, fwi, out, quiet, group);
+    }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     if let Some(n) = group.ranks.filter(|_| !launched) {
         // Validate before starting N processes that would all fail the same way.
@@ -385,6 +390,92 @@ fn run(
             );
         }
     }
+    println!("  outputs in {}", out_dir.display());
+    Ok(())
+}
+
+/// `tessera run` of a full-waveform inversion preset (the `[fwi]` kind): the same launcher and
+/// process group as imaging runs, a progress bar of epochs.
+fn run_fwi(
+    name: &str,
+    (preset, base_dir, origin): (tessera::fwi::FwiPreset, PathBuf, String),
+    out: Option<PathBuf>,
+    quiet: bool,
+    group: &GroupArgs,
+) -> Result<()> {
+    use tessera::fwi::FwiEvent;
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        dist::launch::launch(n, &args).context("local process group")?;
+        return Ok(());
+    }
+    let comm = join_group(group)?;
+    let rank = comm.rank();
+    let quiet = quiet || rank != 0;
+    let out_dir = out
+        .or_else(|| preset.output.dir.clone())
+        .unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
+    let epochs = preset.fwi.epochs;
+    let interactive = std::io::stderr().is_terminal();
+    let bar = if quiet || !interactive {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(epochs as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} epochs  {msg}  ETA {eta}")
+            .expect("static template is valid")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(preset.name.clone());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let every = epochs.div_ceil(10).max(1);
+    let mut on_event = |event: FwiEvent<'_>| {
+        match event {
+            FwiEvent::Started { nz, nx, shots, world_size, step_ratio, .. } => bar.set_message(format!(
+                "{nz}×{nx} model, {shots} shots, {world_size} rank(s), {step_ratio} steps/sample"
+            )),
+            FwiEvent::Epoch { report, .. } => {
+                bar.set_position(report.epoch as u64);
+                let err = report
+                    .model_error
+                    .map(|e| format!(", model error {:.2} %", 100.0 * e))
+                    .unwrap_or_default();
+                bar.set_message(format!("loss {:.4e}{err}", report.loss));
+                let k = report.epoch;
+                if !quiet && !interactive && (k.is_multiple_of(every) || k == epochs) {
+                    eprintln!("epoch {k}/{epochs}: loss {:.4e}{err}", report.loss);
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    };
+    let summary = tessera::fwi::run_in_group(&preset, &base_dir, &out_dir, comm, &mut on_event)
+        .with_context(|| format!("running preset {origin} ({name})"))?;
+    bar.finish_and_clear();
+    if rank != 0 {
+        return Ok(());
+    }
+    let last = summary.history.last();
+    println!(
+        "{}: {} epochs in {:.1} s on {} rank(s) over {}; final loss {:.4e}",
+        summary.name,
+        summary.epochs,
+        summary.solve_secs,
+        summary.world_size,
+        summary.backend,
+        last.map_or(f64::NAN, |r| r.loss)
+    );
+    if let (Some(a), Some(b)) = (summary.initial_model_error, summary.final_model_error) {
+        println!("  model error {:.2} % → {:.2} %", 100.0 * a, 100.0 * b);
+    }
+    println!(
+        "  {} internal steps per sample, gradient by {:?}: {:.1} MiB per shot",
+        summary.step_ratio,
+        summary.gradient_strategy,
+        summary.peak_bytes_per_shot as f64 / (1 << 20) as f64
+    );
     println!("  outputs in {}", out_dir.display());
     Ok(())
 }
@@ -558,6 +649,15 @@ fn presets(files: &[PathBuf]) -> Result<()> {
     for (name, _) in BUNDLED {
         report_preset(name, &mut failures);
     }
+    for (name, text) in tessera::fwi::BUNDLED_FWI {
+        match tessera::fwi::FwiPreset::from_toml(text, name, &[]) {
+            Ok(p) => println!("ok       {:<14} {}", p.name, p.description),
+            Err(e) => {
+                failures += 1;
+                println!("INVALID  {name:<14} {e}");
+            }
+        }
+    }
     for f in files {
         report_preset(&f.to_string_lossy(), &mut failures);
     }
@@ -568,6 +668,10 @@ fn presets(files: &[PathBuf]) -> Result<()> {
 }
 
 fn report_preset(name: &str, failures: &mut usize) {
+    if let Ok(Some((p, _, _))) = tessera::fwi::FwiPreset::load(name, &[]) {
+        println!("ok       {:<14} {}", p.name, p.description);
+        return;
+    }
     match Preset::load(name, &[]) {
         Ok(p) => println!("ok       {:<14} {}", p.preset.name, p.preset.description),
         Err(e) => {

@@ -110,8 +110,19 @@ pub fn marmousi_like(nz: usize, nx: usize, seed: u64) -> Vec<f32> {
 /// Gaussian smoothing (standard deviation `sigma` cells, edges replicated) of an `nz × nx` field: the
 /// usual FWI starting model. Rows above `keep_rows` (a water layer) are left as they are.
 pub fn smooth(v: &[f32], nz: usize, nx: usize, sigma: f64, keep_rows: usize) -> Vec<f32> {
+    let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+    let s = gaussian_smooth(&f, nz, nx, sigma);
+    s.iter()
+        .enumerate()
+        .map(|(i, &x)| if i / nx < keep_rows { v[i] } else { x as f32 })
+        .collect()
+}
+
+/// Separable Gaussian smoothing (standard deviation `sigma` cells, edges replicated) of an
+/// `nz × nx` field.
+pub fn gaussian_smooth(f: &[f64], nz: usize, nx: usize, sigma: f64) -> Vec<f64> {
     if sigma <= 0.0 {
-        return v.to_vec();
+        return f.to_vec();
     }
     let radius = (3.0 * sigma).ceil() as i64;
     let kernel: Vec<f64> = (-radius..=radius)
@@ -137,12 +148,7 @@ pub fn smooth(v: &[f32], nz: usize, nx: usize, sigma: f64, keep_rows: usize) -> 
         }
         out
     };
-    let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
-    let s = pass(&pass(&f, true), false);
-    s.iter()
-        .enumerate()
-        .map(|(i, &x)| if i / nx < keep_rows { v[i] } else { x as f32 })
-        .collect()
+    pass(&pass(f, true), false)
 }
 
 /// Rows of water at the top of a model made by [`marmousi_like`].

@@ -177,6 +177,9 @@ pub struct ShotGradient<T> {
     pub receiver_illumination: Option<Vec<T>>,
     /// Bytes held at the peak of the computation (state, history, gradient buffers).
     pub peak_bytes: usize,
+    /// Wall-clock seconds of the forward pass (with the misfit) and of the adjoint pass.
+    pub forward_secs: f64,
+    pub adjoint_secs: f64,
 }
 
 /// A shot prepared for stepping: padded indices and wavelets at the internal rate, time-major.
@@ -771,6 +774,8 @@ impl<T: Real> Solver<T> {
                 0
             };
         let peak_bytes;
+        let t_start = std::time::Instant::now();
+        let forward_secs;
         let (loss, synthetic) = match opts.strategy {
             GradientStrategy::StoreWavefield => {
                 let mut hist = vec![T::ZERO; nti * cells];
@@ -787,6 +792,7 @@ impl<T: Real> Solver<T> {
                 let syn = self.to_gather(&rec, nr)?;
                 let (loss, res) = misfit.evaluate(index, &syn)?;
                 let rho = self.residual_internal(&res, nr)?;
+                forward_secs = t_start.elapsed().as_secs_f64();
                 for t in (0..nti).rev() {
                     let w = &hist[t * cells..(t + 1) * cells];
                     self.adjoint_step(
@@ -824,6 +830,7 @@ impl<T: Real> Solver<T> {
                 let syn = self.to_gather(&rec, nr)?;
                 let (loss, res) = misfit.evaluate(index, &syn)?;
                 let rho = self.residual_internal(&res, nr)?;
+                forward_secs = t_start.elapsed().as_secs_f64();
                 let mut seg = vec![T::ZERO; every * cells];
                 peak_bytes = common + (snaps.len() * 6 * cells + seg.len()) * T::BYTES;
                 for (j, snap) in snaps.iter().enumerate().rev() {
@@ -874,6 +881,7 @@ impl<T: Real> Solver<T> {
                 let syn = self.to_gather(&rec, nr)?;
                 let (loss, res) = misfit.evaluate(index, &syn)?;
                 let rho = self.residual_internal(&res, nr)?;
+                forward_secs = t_start.elapsed().as_secs_f64();
                 // u(t+1) in `state.cur`, u(t) in `state.prev` once swapped below.
                 let (mut hi, mut lo) = (
                     std::mem::take(&mut state.cur),
@@ -929,6 +937,8 @@ impl<T: Real> Solver<T> {
             source_illumination: crop(src_energy, false),
             receiver_illumination: crop(rec_energy, true),
             peak_bytes,
+            forward_secs,
+            adjoint_secs: t_start.elapsed().as_secs_f64() - forward_secs,
         })
     }
 
