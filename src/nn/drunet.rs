@@ -17,7 +17,7 @@
 use std::sync::OnceLock;
 
 use super::StateDict;
-use super::conv::{Conv, ConvTranspose2x, Features};
+use super::conv::{Conv, ConvTranspose, Features};
 use super::weights_source::{LayerKind, WeightSource, inflate_2d_to_3d};
 use crate::denoise::{Denoiser, check_sigma};
 use crate::error::{Error, Result};
@@ -79,7 +79,7 @@ struct UNet {
     down: Vec<(Vec<ResBlock>, Conv)>,
     body: Vec<ResBlock>,
     /// `m_up3, m_up2, m_up1`: transposed convolution, then residual blocks.
-    up: Vec<(ConvTranspose2x, Vec<ResBlock>)>,
+    up: Vec<(ConvTranspose, Vec<ResBlock>)>,
     tail: Conv,
 }
 
@@ -126,7 +126,7 @@ impl UNet {
             let name = format!("m_up{i}");
             let key = format!("{name}.0.weight");
             let w = src.weight(&key, LayerKind::Transposed, [c, c_prev, 2], r)?;
-            let t = ConvTranspose2x::new(r, c, c_prev, w);
+            let t = ConvTranspose::new_2x(r, c, c_prev, w);
             let blocks = (0..nb)
                 .map(|j| block(src, &format!("{name}.{}", j + 1), c_prev))
                 .collect::<Result<Vec<_>>>()?;
@@ -182,7 +182,7 @@ impl UNet {
                 .iter()
                 .map(|(t, bs)| {
                     let w = inflate_2d_to_3d(&t.weight, LayerKind::Transposed, t.c_in * t.c_out, 2);
-                    (ConvTranspose2x::new(3, t.c_in, t.c_out, w), blocks(bs))
+                    (ConvTranspose::new_2x(3, t.c_in, t.c_out, w), blocks(bs))
                 })
                 .collect(),
             tail: conv(&self.tail),

@@ -12,6 +12,7 @@ pub mod dncnn;
 pub mod drunet;
 pub mod pth;
 pub mod safetensors;
+pub mod scalar;
 pub mod weights;
 mod weights_source;
 
