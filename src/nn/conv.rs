@@ -380,31 +380,29 @@ impl<T: Scalar> ConvTranspose<T> {
         let od = self
             .out_dims(x.dims)
             .expect("transposed conv output would be empty");
-        self.forward_window(x, [0; 3], od)
+        self.forward_window(x, self.pad, od)
     }
 
-    /// The output window `offset .. offset + out_dims`, where output index `o` is
-    /// `i·s + k·d − pad − offset` for input index `i` and tap `k` (a block of a larger output; the
-    /// offset may not be negative, see [`Self::window_offset_ok`]).
+    /// A window of `out_dims` of the output, where input index `i` and tap `k` reach window index
+    /// `i·s + k·d − crop_lo` (`crop_lo = pad` is the whole output; a block of a larger output on
+    /// another input block has its own).
     pub fn forward_window(
         &self,
         x: &Features<T>,
-        offset: [usize; 3],
+        crop_lo: [usize; 3],
         out_dims: [usize; 3],
     ) -> Features<T> {
         assert_eq!(x.channels, self.c_in, "transposed conv input channels");
         let direct = (0..3).all(|a| {
             self.kernel[a] == self.stride[a]
-                && self.pad[a] == 0
+                && crop_lo[a] == 0
                 && self.dilation[a] == 1
-                && offset[a] == 0
                 && out_dims[a] == x.dims[a] * self.stride[a]
         });
         let mut out = if direct {
             self.forward_direct(x, out_dims)
         } else {
-            let pad_lo = std::array::from_fn(|a| self.pad[a] + offset[a]);
-            conv_backward_input(&self.adjoint_geom(), &self.weight, x, out_dims, pad_lo)
+            conv_backward_input(&self.adjoint_geom(), &self.weight, x, out_dims, crop_lo)
         };
         if let Some(b) = &self.bias {
             add_channel_bias(&mut out, b);
@@ -412,15 +410,14 @@ impl<T: Scalar> ConvTranspose<T> {
         out
     }
 
-    /// Gradient with respect to the input (of spatial size `in_dims`) for the output window at
-    /// `offset` (see [`Self::forward_window`]) with gradient `dy`.
+    /// Gradient with respect to the input (of spatial size `in_dims`) of the output window at
+    /// `crop_lo` (see [`Self::forward_window`]) with gradient `dy`.
     pub fn backward_input(
         &self,
         dy: &Features<T>,
         in_dims: [usize; 3],
-        offset: [usize; 3],
+        crop_lo: [usize; 3],
     ) -> Features<T> {
-        let pad_lo = std::array::from_fn(|a| self.pad[a] + offset[a]);
         conv_forward(
             &self.adjoint_geom(),
             &self.weight,
@@ -428,7 +425,7 @@ impl<T: Scalar> ConvTranspose<T> {
             false,
             dy,
             None,
-            pad_lo,
+            crop_lo,
             in_dims,
         )
     }
@@ -438,13 +435,12 @@ impl<T: Scalar> ConvTranspose<T> {
         &self,
         x: &Features<T>,
         dy: &Features<T>,
-        offset: [usize; 3],
+        crop_lo: [usize; 3],
         grad_w: &mut [T],
         grad_b: Option<&mut [T]>,
     ) {
-        let pad_lo = std::array::from_fn(|a| self.pad[a] + offset[a]);
         // The adjoint convolution maps dy to x: its weight gradient is Σ x · im2col(dy)ᵀ.
-        conv_backward_weight(&self.adjoint_geom(), dy, x, pad_lo, grad_w);
+        conv_backward_weight(&self.adjoint_geom(), dy, x, crop_lo, grad_w);
         if let Some(gb) = grad_b {
             channel_sums_into(dy, gb);
         }
@@ -1323,14 +1319,14 @@ pub(crate) mod tests {
             let y: Features<f64> = random_features(2, c_in, td, &mut rng);
             let (l, r) = (
                 dot(&tw.forward(&x).data, &y.data),
-                dot(&x.data, &tw.backward_input(&y, dims, [0; 3]).data),
+                dot(&x.data, &tw.backward_input(&y, dims, pad).data),
             );
             assert!(
                 (l - r).abs() <= 1e-12 * l.abs().max(1.0),
                 "transposed case {case}: {l} vs {r}"
             );
             let mut gw = vec![0.0; w.len()];
-            tw.backward_params(&x, &y, [0; 3], &mut gw, None);
+            tw.backward_params(&x, &y, pad, &mut gw, None);
             let (l, r) = (dot(&gw, &v), dot(&tv.forward(&x).data, &y.data));
             assert!(
                 (l - r).abs() <= 1e-12 * l.abs().max(1.0),
@@ -1457,10 +1453,10 @@ pub(crate) mod tests {
             let x: Features<f64> = random_features(1, c_in, dims, &mut rng);
             let r: Features<f64> = random_features(1, c_out, od, &mut rng);
             let loss = |t: &ConvTranspose<f64>, x: &Features<f64>| dot(&t.forward(x).data, &r.data);
-            let gx = t.backward_input(&r, dims, [0; 3]);
+            let gx = t.backward_input(&r, dims, t.pad);
             let mut gw = vec![0.0; t.weight.len()];
             let mut gb = vec![0.0; c_out];
-            t.backward_params(&x, &r, [0; 3], &mut gw, Some(&mut gb));
+            t.backward_params(&x, &r, t.pad, &mut gw, Some(&mut gb));
             let eps = 1e-6;
             for i in 0..x.data.len() {
                 let (mut xp, mut xm) = (x.clone(), x.clone());

@@ -18,6 +18,8 @@ use std::sync::OnceLock;
 
 use super::StateDict;
 use super::conv::{Conv, ConvTranspose, Features};
+use super::domain::Whole;
+use super::graph::Network;
 use super::weights_source::{LayerKind, WeightSource, inflate_2d_to_3d};
 use crate::denoise::{Denoiser, check_sigma};
 use crate::error::{Error, Result};
@@ -49,103 +51,87 @@ impl Default for DrunetArch {
     }
 }
 
-/// `x + conv2(relu(conv1(x)))`.
-#[derive(Clone)]
-struct ResBlock {
-    conv1: Conv,
-    conv2: Conv,
-}
-
-impl ResBlock {
-    fn forward(&self, x: Features) -> Features {
-        let t = self.conv1.forward(&x, None);
-        self.conv2.forward(&t, Some(x))
-    }
-}
-
-fn run_blocks(blocks: &[ResBlock], mut x: Features) -> Features {
-    for b in blocks {
-        x = b.forward(x);
-    }
-    x
-}
-
-/// The U-Net of one dimensionality with its weights (deepinv's `forward_unet`).
-#[derive(Clone)]
-struct UNet {
-    dim: usize,
-    head: Conv,
-    /// `m_down1..3`: residual blocks, then the stride-2 convolution.
-    down: Vec<(Vec<ResBlock>, Conv)>,
-    body: Vec<ResBlock>,
-    /// `m_up3, m_up2, m_up1`: transposed convolution, then residual blocks.
-    up: Vec<(ConvTranspose, Vec<ResBlock>)>,
-    tail: Conv,
-}
-
-impl UNet {
-    fn build(arch: &DrunetArch, src: &mut WeightSource) -> Result<UNet> {
-        let r = arch.dim;
-        let nb = arch.nb;
-        let nc = arch.nc;
-        let conv3 = |src: &mut WeightSource, key: &str, c_in: usize, c_out: usize, relu: bool| {
-            let w = src.weight(key, LayerKind::Conv, [c_out, c_in, 3], r)?;
-            Ok::<_, Error>(Conv::new(r, c_in, c_out, 3, 1, 1, w, None, relu))
-        };
-        let block = |src: &mut WeightSource, prefix: &str, c: usize| {
-            Ok::<_, Error>(ResBlock {
-                conv1: conv3(src, &format!("{prefix}.res.0.weight"), c, c, true)?,
-                conv2: conv3(src, &format!("{prefix}.res.2.weight"), c, c, false)?,
-            })
-        };
-        let head = conv3(src, "m_head.weight", arch.in_channels + 1, nc[0], false)?;
-        let mut down = Vec::new();
-        for i in 0..3 {
-            let (c, c_next) = (nc[i], nc[i + 1]);
-            let name = format!("m_down{}", i + 1);
-            let blocks = (0..nb)
-                .map(|j| block(src, &format!("{name}.{j}"), c))
-                .collect::<Result<Vec<_>>>()?;
-            let key = format!("{name}.{nb}.weight");
-            let w = src.weight(&key, LayerKind::Conv, [c_next, c, 2], r)?;
-            down.push((blocks, Conv::new(r, c, c_next, 2, 2, 0, w, None, false)));
+/// Builds deepinv's `forward_unet` as a graph: head, three scales down (residual blocks
+/// `x + conv(relu(conv(x)))`, then a 2×2 stride-2 convolution), the body blocks, three scales up
+/// (add the skip, 2×2 stride-2 transposed convolution, residual blocks), add the first skip, tail.
+/// Every spatial size must be a multiple of 8.
+pub(crate) fn build_unet(arch: &DrunetArch, src: &mut WeightSource) -> Result<Network> {
+    let r = arch.dim;
+    let nb = arch.nb;
+    let nc = arch.nc;
+    let mut net = Network::new(r, arch.in_channels + 1);
+    let conv3 = |src: &mut WeightSource, name: &str, c_in: usize, c_out: usize, relu: bool| {
+        let w = src.weight(
+            &format!("{name}.weight"),
+            LayerKind::Conv,
+            [c_out, c_in, 3],
+            r,
+        )?;
+        Ok::<_, Error>(Conv::new(r, c_in, c_out, 3, 1, 1, w, None, relu))
+    };
+    let block = |net: &mut Network, src: &mut WeightSource, prefix: &str, c: usize| {
+        let x = net.last();
+        let c1 = conv3(src, &format!("{prefix}.res.0"), c, c, true)?;
+        let t = net.conv(&format!("{prefix}.res.0"), x, None, c1);
+        let c2 = conv3(src, &format!("{prefix}.res.2"), c, c, false)?;
+        net.conv(&format!("{prefix}.res.2"), t, Some(x), c2);
+        Ok::<_, Error>(())
+    };
+    let head = conv3(src, "m_head", arch.in_channels + 1, nc[0], false)?;
+    let mut skips = vec![net.conv("m_head", 0, None, head)];
+    for i in 0..3 {
+        let (c, c_next) = (nc[i], nc[i + 1]);
+        let name = format!("m_down{}", i + 1);
+        for j in 0..nb {
+            block(&mut net, src, &format!("{name}.{j}"), c)?;
         }
-        // deepinv's `sequential` unwraps a single module, so one body block has no index.
-        let body = (0..nb)
-            .map(|j| {
-                if nb == 1 {
-                    block(src, "m_body", nc[3])
-                } else {
-                    block(src, &format!("m_body.{j}"), nc[3])
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut up = Vec::new();
-        for i in (1..4).rev() {
-            let (c, c_prev) = (nc[i], nc[i - 1]);
-            let name = format!("m_up{i}");
-            let key = format!("{name}.0.weight");
-            let w = src.weight(&key, LayerKind::Transposed, [c, c_prev, 2], r)?;
-            let t = ConvTranspose::new_2x(r, c, c_prev, w);
-            let blocks = (0..nb)
-                .map(|j| block(src, &format!("{name}.{}", j + 1), c_prev))
-                .collect::<Result<Vec<_>>>()?;
-            up.push((t, blocks));
-        }
-        let tail = conv3(src, "m_tail.weight", nc[0], arch.out_channels, false)?;
-        Ok(UNet {
-            dim: r,
-            head,
-            down,
-            body,
-            up,
-            tail,
-        })
+        let key = format!("{name}.{nb}");
+        let w = src.weight(&format!("{key}.weight"), LayerKind::Conv, [c_next, c, 2], r)?;
+        let x = net.last();
+        skips.push(net.conv(
+            &key,
+            x,
+            None,
+            Conv::new(r, c, c_next, 2, 2, 0, w, None, false),
+        ));
     }
+    // deepinv's `sequential` unwraps a single module, so one body block has no index.
+    for j in 0..nb {
+        let prefix = if nb == 1 {
+            "m_body".to_string()
+        } else {
+            format!("m_body.{j}")
+        };
+        block(&mut net, src, &prefix, nc[3])?;
+    }
+    for i in (1..4).rev() {
+        let (c, c_prev) = (nc[i], nc[i - 1]);
+        let name = format!("m_up{i}");
+        let x = net.last();
+        let sum = net.add(x, skips.pop().expect("skip"));
+        let key = format!("{name}.0");
+        let w = src.weight(
+            &format!("{key}.weight"),
+            LayerKind::Transposed,
+            [c, c_prev, 2],
+            r,
+        )?;
+        net.conv_transpose(&key, sum, ConvTranspose::new_2x(r, c, c_prev, w));
+        for j in 0..nb {
+            block(&mut net, src, &format!("{name}.{}", j + 1), c_prev)?;
+        }
+    }
+    let x = net.last();
+    let sum = net.add(x, skips.pop().expect("skip"));
+    let tail = conv3(src, "m_tail", nc[0], arch.out_channels, false)?;
+    net.conv("m_tail", sum, None, tail);
+    Ok(net)
+}
 
-    /// The same network with every 2-D kernel inflated to 3-D (see [`inflate_2d_to_3d`]).
-    fn inflated(&self) -> UNet {
-        let conv = |c: &Conv| {
+/// The same network with every 2-D kernel inflated to 3-D (see [`inflate_2d_to_3d`]).
+fn inflated(net: &Network) -> Network {
+    net.map_layers(
+        |c| {
             let k = c.kernel[1];
             let w = inflate_2d_to_3d(&c.weight, LayerKind::Conv, c.c_out * c.c_in, k);
             Conv::new(
@@ -159,63 +145,22 @@ impl UNet {
                 c.bias.clone(),
                 c.relu,
             )
-        };
-        let blocks = |bs: &[ResBlock]| {
-            bs.iter()
-                .map(|b| ResBlock {
-                    conv1: conv(&b.conv1),
-                    conv2: conv(&b.conv2),
-                })
-                .collect::<Vec<_>>()
-        };
-        UNet {
-            dim: 3,
-            head: conv(&self.head),
-            down: self
-                .down
-                .iter()
-                .map(|(bs, d)| (blocks(bs), conv(d)))
-                .collect(),
-            body: blocks(&self.body),
-            up: self
-                .up
-                .iter()
-                .map(|(t, bs)| {
-                    let w = inflate_2d_to_3d(&t.weight, LayerKind::Transposed, t.c_in * t.c_out, 2);
-                    (ConvTranspose::new_2x(3, t.c_in, t.c_out, w), blocks(bs))
-                })
-                .collect(),
-            tail: conv(&self.tail),
-        }
-    }
-
-    /// deepinv's `forward_unet`; every spatial size must be a multiple of 8. Each activation is
-    /// dropped as soon as nothing needs it.
-    fn forward(&self, x0: Features) -> Features {
-        let x1 = self.head.forward(&x0, None);
-        drop(x0);
-        let mut skips = vec![x1];
-        for (blocks, down) in &self.down {
-            let x = run_blocks(blocks, skips.last().expect("skip").clone());
-            skips.push(down.forward(&x, None));
-        }
-        let mut x = run_blocks(&self.body, skips.last().expect("skip").clone());
-        for (t, blocks) in &self.up {
-            x.add_assign(&skips.pop().expect("skip"));
-            x = run_blocks(blocks, t.forward(&x));
-        }
-        x.add_assign(&skips.pop().expect("skip"));
-        self.tail.forward(&x, None)
-    }
+        },
+        |t| {
+            let w = inflate_2d_to_3d(&t.weight, LayerKind::Transposed, t.c_in * t.c_out, 2);
+            ConvTranspose::new_2x(3, t.c_in, t.c_out, w)
+        },
+        3,
+    )
 }
 
 /// A DRUNet denoiser on the native engine.
 pub struct Drunet {
     arch: DrunetArch,
-    net: UNet,
+    net: Network,
     /// With 2-D weights and no fixed `dim`, a 5-D input runs an inflated copy, built on first use.
     inflate_on_demand: bool,
-    net3d: OnceLock<UNet>,
+    net3d: OnceLock<Network>,
     /// Where the weights came from, or `None` for random weights.
     weights_from: Option<String>,
 }
@@ -230,7 +175,7 @@ impl Drunet {
             dict,
             inflate: inflate_3d,
         };
-        let net = UNet::build(&arch, &mut src)?;
+        let net = build_unet(&arch, &mut src)?;
         src.finish()?;
         Ok(Drunet {
             arch,
@@ -248,7 +193,7 @@ impl Drunet {
         tracing::warn!(
             "DRUNet built with RANDOM weights (no `weights` file): its output is meaningless; use it for timing only"
         );
-        let net = UNet::build(&arch, &mut WeightSource::random(seed))?;
+        let net = build_unet(&arch, &mut WeightSource::random(seed))?;
         Ok(Drunet {
             arch,
             net,
@@ -269,11 +214,11 @@ impl Drunet {
         &self.arch
     }
 
-    fn net_for(&self, rank: usize) -> Result<&UNet> {
+    fn net_for(&self, rank: usize) -> Result<&Network> {
         if rank == self.arch.dim + 2 {
             Ok(&self.net)
         } else if rank == 5 && self.inflate_on_demand {
-            Ok(self.net3d.get_or_init(|| self.net.inflated()))
+            Ok(self.net3d.get_or_init(|| inflated(&self.net)))
         } else {
             Err(Error::Unsupported(format!(
                 "this DRUNet is {}-D and takes (B, C, {}) arrays, got a {rank}-D array",
@@ -320,6 +265,12 @@ pub(crate) fn check_arch(arch: &DrunetArch) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The U-Net on one process.
+fn run(net: &Network, x: Features) -> Result<Features> {
+    let dims = x.dims;
+    net.forward(x, dims, &Whole)
 }
 
 /// `(B, C+1, dims)` features: the batch `x` (`(B, C, spatial…)`) edge-replicated at the high end up
@@ -435,16 +386,16 @@ impl Denoiser for Drunet {
         let dims = dims3(spatial);
         let safe = spatial.iter().all(|&s| s % 8 == 0 && s > 31);
         if safe {
-            let y = net.forward(input_features(x, sigma, dims));
+            let y = run(net, input_features(x, sigma, dims))?;
             return Tensor::from_vec(&out_shape, y.data);
         }
-        if net.dim == 3 || spatial.iter().any(|&s| s < 64) {
+        if net.rank() == 3 || spatial.iter().any(|&s| s < 64) {
             // deepinv `test_pad(modulo=16)`: replicate-pad the high end, run, crop.
             let mut padded = dims;
             for (p, &s) in padded.iter_mut().rev().zip(spatial.iter().rev()) {
                 *p = s.div_ceil(16) * 16;
             }
-            let y = net.forward(input_features(x, sigma, padded));
+            let y = run(net, input_features(x, sigma, padded))?;
             let mut out = Tensor::zeros(&out_shape);
             paste(&y, [0; 3], dims, &mut out, [0; 3]);
             return Ok(out);
@@ -459,7 +410,7 @@ impl Denoiser for Drunet {
         for (top, left) in [(true, true), (true, false), (false, true), (false, false)] {
             let oy = if top { 0 } else { h - ch };
             let ox = if left { 0 } else { w - cw };
-            let y = net.forward(crop(&full, [0, oy, ox], [1, ch, cw]));
+            let y = run(net, crop(&full, [0, oy, ox], [1, ch, cw]))?;
             // Quadrant rows: top → 0..h/2 (first rows of the crop); bottom → h/2..h (last rows).
             let (qy, qh) = if top { (0, h / 2) } else { (h / 2, h - h / 2) };
             let (qx, qw) = if left { (0, w / 2) } else { (w / 2, w - w / 2) };
