@@ -16,6 +16,7 @@ pub mod mpi;
 pub mod nccl;
 pub mod physics;
 pub mod sockets;
+pub mod spatial;
 pub mod store;
 pub mod timed;
 pub mod wire;
