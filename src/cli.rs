@@ -609,6 +609,14 @@ fn denoise(denoiser_file: &Path, sigma: f32, input: &Path, output: &Path) -> Res
         .build_in(base_dir)
         .with_context(|| denoiser_file.display().to_string())?;
     let d: Box<dyn tessera::denoise::Denoiser> = match &file.tiling {
+        // One process: the exact decomposition is a single block (the untiled network).
+        Some(t) if t.kind == tessera::tiling::TilingKind::Spatial => {
+            Box::new(tessera::dist::spatial::SpatialDenoiser::new(
+                std::sync::Arc::new(tessera::dist::SingleProcess),
+                inner,
+                t,
+            )?)
+        }
         Some(t) => Box::new(TiledDenoiser::from_config(inner, t)?),
         None => inner,
     };

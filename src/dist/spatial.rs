@@ -13,14 +13,17 @@
 //! the halo gradients back to their owners, who add them to their own cells in rank order.
 
 use std::borrow::Cow;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::denoise::Denoiser;
 use crate::dist::Collective;
 use crate::error::{Error, Result};
 use crate::nn::conv::Features;
 use crate::nn::domain::{Domain, Grid, Region, add_region, copy_region};
 use crate::nn::scalar::Scalar;
+use crate::tensor::Tensor;
+use crate::tiling::TilingConfig;
 
 /// What one rank sent and how long it spent in exchanges.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -210,6 +213,132 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
         let mut s = self.stats.lock().expect("stats lock");
         s.exchange_time += start.elapsed();
         Ok(())
+    }
+}
+
+/// A native neural denoiser run by exact spatial decomposition: every rank denoises its block of
+/// the image (halos exchanged before each layer) and the blocks are all-gathered, so every rank
+/// holds the whole result — equal to the untiled network's (the "spatial (exact)" tiling).
+pub struct SpatialDenoiser {
+    comm: Arc<dyn Collective>,
+    inner: Box<dyn Denoiser>,
+    /// Ranks per spatial axis as configured (right-aligned to the image's axes); `None` = auto.
+    grid: Option<Vec<usize>>,
+    last_stats: Mutex<ExchangeStats>,
+}
+
+impl SpatialDenoiser {
+    /// Fails unless `inner` can run on blocks (native DnCNN or DRUNet).
+    pub fn new(
+        comm: Arc<dyn Collective>,
+        inner: Box<dyn Denoiser>,
+        config: &TilingConfig,
+    ) -> Result<Self> {
+        config.validate()?;
+        if inner.as_block_denoiser().is_none() {
+            return Err(Error::config(
+                "tiling.kind",
+                format!(
+                    "\"spatial\" (exact) runs native dncnn and drunet denoisers only, not {}",
+                    inner.name()
+                ),
+            ));
+        }
+        Ok(SpatialDenoiser {
+            comm,
+            inner,
+            grid: config.grid.clone(),
+            last_stats: Mutex::new(ExchangeStats::default()),
+        })
+    }
+
+    /// The grid for an image of spatial size `dims` with `axes` spatial axes.
+    pub fn grid_for(&self, dims: [usize; 3], axes: usize) -> Result<Grid> {
+        let world = self.comm.world_size();
+        match &self.grid {
+            None => Grid::auto(world, dims),
+            Some(g) if g.len() != axes => Err(Error::config(
+                "tiling.grid",
+                format!(
+                    "has {} entries but the image has {axes} spatial axes",
+                    g.len()
+                ),
+            )),
+            Some(g) => {
+                let mut shape = [1; 3];
+                shape[3 - axes..].copy_from_slice(g);
+                let grid = Grid::given(shape, world)?;
+                grid.check_fits(dims, "the image")?;
+                Ok(grid)
+            }
+        }
+    }
+
+    /// Bytes sent and exchange time of the last `denoise` call on this rank.
+    pub fn last_stats(&self) -> ExchangeStats {
+        self.last_stats.lock().expect("stats lock").clone()
+    }
+}
+
+impl Denoiser for SpatialDenoiser {
+    fn name(&self) -> String {
+        let grid = match &self.grid {
+            Some(g) => format!("{g:?}"),
+            None => "auto".into(),
+        };
+        format!(
+            "spatial(exact, {} ranks, grid {grid}) of {}",
+            self.comm.world_size(),
+            self.inner.name()
+        )
+    }
+
+    fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor> {
+        x.expect_rank("spatial denoiser", &[3, 4, 5])?;
+        let block_net = self.inner.as_block_denoiser().expect("checked in new");
+        let axes = x.ndim() - 2;
+        let dims = crate::nn::drunet::dims3(x.spatial());
+        let grid = self.grid_for(dims, axes)?;
+        let domain = SpatialDomain::new(&*self.comm, grid)?;
+        let me = self.comm.rank();
+        let whole = Region::whole(dims);
+        let full = Features {
+            batch: x.shape()[0],
+            channels: x.shape()[1],
+            dims,
+            data: x.data().to_vec(),
+        };
+        let xb = copy_region(&full, &whole, &grid.block(dims, me));
+        drop(full);
+        let yb = block_net.denoise_block(&xb, dims, axes, sigma, &domain)?;
+        let mut stats = domain.take_stats();
+        let start = Instant::now();
+        let blocks = self.comm.all_gather(bytemuck::cast_slice(&yb.data))?;
+        stats.exchange_time += start.elapsed();
+        *self.last_stats.lock().expect("stats lock") = stats;
+        let c_out = block_net.out_channels();
+        let mut out = Features::zeros(yb.batch, c_out, dims);
+        for (r, bytes) in blocks.iter().enumerate() {
+            let at = grid.block(dims, r);
+            let want = yb.batch * c_out * at.volume() * std::mem::size_of::<f32>();
+            if bytes.len() != want {
+                return Err(Error::shape(
+                    format!("denoised block bytes from rank {r}"),
+                    &[want],
+                    &[bytes.len()],
+                ));
+            }
+            let f = Features {
+                batch: yb.batch,
+                channels: c_out,
+                dims: at.dims(),
+                data: bytemuck::pod_collect_to_vec(bytes),
+            };
+            add_region(&mut out, &whole, &f, &at);
+        }
+        let mut shape = x.shape().to_vec();
+        shape[1] = c_out;
+        Tensor::from_vec(&shape, out.data)
     }
 }
 

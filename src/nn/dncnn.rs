@@ -5,7 +5,7 @@
 
 use super::StateDict;
 use super::conv::{Conv, Features};
-use super::domain::Whole;
+use super::domain::{BlockDenoiser, Domain, Whole};
 use super::graph::Network;
 use super::weights_source::{LayerKind, WeightSource};
 use crate::denoise::{Denoiser, check_sigma};
@@ -205,11 +205,7 @@ impl Denoiser for Dncnn {
                 &[x.shape()[1]],
             ));
         }
-        let dims = match *x.spatial() {
-            [h, w] => [1, h, w],
-            [d, h, w] => [d, h, w],
-            _ => unreachable!("rank checked"),
-        };
+        let dims = super::drunet::dims3(x.spatial());
         let input = Features {
             batch: x.shape()[0],
             channels: x.shape()[1],
@@ -220,6 +216,35 @@ impl Denoiser for Dncnn {
         let mut shape = x.shape().to_vec();
         shape[1] = self.arch.out_channels;
         Tensor::from_vec(&shape, y.data)
+    }
+
+    fn as_block_denoiser(&self) -> Option<&dyn BlockDenoiser> {
+        Some(self)
+    }
+}
+
+impl BlockDenoiser for Dncnn {
+    fn denoise_block(
+        &self,
+        x: &Features,
+        dims: [usize; 3],
+        spatial_axes: usize,
+        sigma: f32,
+        domain: &dyn Domain<f32>,
+    ) -> Result<Features> {
+        check_sigma("denoiser", sigma)?;
+        if spatial_axes != self.arch.dim || x.channels != self.arch.in_channels {
+            return Err(Error::shape(
+                "dncnn input block (channels, spatial axes)",
+                &[self.arch.in_channels, self.arch.dim],
+                &[x.channels, spatial_axes],
+            ));
+        }
+        self.net.forward(x.clone(), dims, domain)
+    }
+
+    fn out_channels(&self) -> usize {
+        self.arch.out_channels
     }
 }
 

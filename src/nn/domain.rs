@@ -244,6 +244,22 @@ pub trait Domain<T: Scalar>: Sync {
     fn sum_over_ranks(&self, grads: &mut [T]) -> Result<()>;
 }
 
+/// A denoiser that runs on this rank's block of an image decomposed over a [`Domain`].
+pub trait BlockDenoiser: Send + Sync {
+    /// This rank's block of the denoised batch, from this rank's block `x` of a batch with
+    /// `spatial_axes` (1 to 3) axes of global size `dims`.
+    fn denoise_block(
+        &self,
+        x: &Features<f32>,
+        dims: [usize; 3],
+        spatial_axes: usize,
+        sigma: f32,
+        domain: &dyn Domain<f32>,
+    ) -> Result<Features<f32>>;
+
+    fn out_channels(&self) -> usize;
+}
+
 /// The whole map on one process: gathers are views, adjoints the identity.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Whole;

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use super::StateDict;
 use super::conv::{Conv, ConvTranspose, Features};
-use super::domain::Whole;
+use super::domain::{BlockDenoiser, Domain, Region, Whole, add_region};
 use super::graph::Network;
 use super::weights_source::{LayerKind, WeightSource, inflate_2d_to_3d};
 use crate::denoise::{Denoiser, check_sigma};
@@ -267,89 +267,162 @@ pub(crate) fn check_arch(arch: &DrunetArch) -> Result<()> {
     Ok(())
 }
 
-/// The U-Net on one process.
-fn run(net: &Network, x: Features) -> Result<Features> {
-    let dims = x.dims;
-    net.forward(x, dims, &Whole)
-}
-
-/// `(B, C+1, dims)` features: the batch `x` (`(B, C, spatial…)`) edge-replicated at the high end up
-/// to `dims`, plus a constant channel `sigma`.
-fn input_features(x: &Tensor, sigma: f32, dims: [usize; 3]) -> Features {
-    let b = x.shape()[0];
-    let c = x.shape()[1];
-    let src = dims3(x.spatial());
-    let mut f = Features::zeros(b, c + 1, dims);
-    let (plane_in, plane_out) = (x.plane_len(), f.spatial_len());
-    for bi in 0..b {
-        for ci in 0..c {
-            let xin = x.plane(bi * c + ci);
-            let out = &mut f.data[(bi * (c + 1) + ci) * plane_out..][..plane_out];
-            for z in 0..dims[0] {
-                let sz = z.min(src[0] - 1);
-                for y in 0..dims[1] {
-                    let sy = y.min(src[1] - 1);
-                    let srow = &xin[(sz * src[1] + sy) * src[2]..][..src[2]];
-                    let drow = &mut out[(z * dims[1] + y) * dims[2]..][..dims[2]];
-                    drow[..src[2]].copy_from_slice(srow);
-                    let edge = srow[src[2] - 1];
-                    drow[src[2]..].fill(edge);
-                }
-            }
-        }
-        f.data[(bi * (c + 1) + c) * plane_out..][..plane_out].fill(sigma);
-    }
-    debug_assert_eq!(plane_in, src.iter().product::<usize>());
-    f
-}
-
 /// `[D, H, W]` of a 2-D (`[H, W]`) or 3-D spatial shape.
-fn dims3(spatial: &[usize]) -> [usize; 3] {
+pub(crate) fn dims3(spatial: &[usize]) -> [usize; 3] {
     match *spatial {
+        [w] => [1, 1, w],
         [h, w] => [1, h, w],
         [d, h, w] => [d, h, w],
         _ => unreachable!("rank checked"),
     }
 }
 
-/// The sub-block `offset .. offset + size` of `f`, as new features.
-fn crop(f: &Features, offset: [usize; 3], size: [usize; 3]) -> Features {
-    let mut out = Features::zeros(f.batch, f.channels, size);
-    let (sin, sout) = (f.spatial_len(), out.spatial_len());
-    for p in 0..f.batch * f.channels {
-        let src = &f.data[p * sin..][..sin];
-        let dst = &mut out.data[p * sout..][..sout];
-        for z in 0..size[0] {
-            for y in 0..size[1] {
-                let s = ((offset[0] + z) * f.dims[1] + offset[1] + y) * f.dims[2] + offset[2];
-                let d = (z * size[1] + y) * size[2];
-                dst[d..d + size[2]].copy_from_slice(&src[s..s + size[2]]);
+/// `x` with a constant channel `sigma` appended (DRUNet's noise-level map).
+fn with_sigma_channel(x: &Features, sigma: f32) -> Features {
+    let s = x.spatial_len();
+    let c = x.channels;
+    let mut f = Features::zeros(x.batch, c + 1, x.dims);
+    for b in 0..x.batch {
+        f.data[b * (c + 1) * s..][..c * s].copy_from_slice(&x.data[b * c * s..][..c * s]);
+        f.data[(b * (c + 1) + c) * s..][..s].fill(sigma);
+    }
+    f
+}
+
+/// `block` (of the map `dims`) shifted by `offset`.
+fn shifted(r: &Region, offset: [usize; 3]) -> Region {
+    Region {
+        lo: std::array::from_fn(|a| r.lo[a] + offset[a] as isize),
+        hi: std::array::from_fn(|a| r.hi[a] + offset[a] as isize),
+    }
+}
+
+impl BlockDenoiser for Drunet {
+    fn out_channels(&self) -> usize {
+        self.arch.out_channels
+    }
+
+    /// deepinv's DRUNet `forward` (with its size handling) on this rank's block `x` (`C` image
+    /// channels) of a batch with `spatial_axes` (2 or 3) axes of global size `dims`; returns this
+    /// rank's block of the output. On one process the domain is [`Whole`] and the block is the
+    /// whole image.
+    fn denoise_block(
+        &self,
+        x: &Features,
+        dims: [usize; 3],
+        spatial_axes: usize,
+        sigma: f32,
+        domain: &dyn Domain<f32>,
+    ) -> Result<Features> {
+        check_sigma("denoiser", sigma)?;
+        let net = self.net_for(spatial_axes + 2)?;
+        if x.channels != self.arch.in_channels {
+            return Err(Error::shape(
+                "drunet input channels",
+                &[self.arch.in_channels],
+                &[x.channels],
+            ));
+        }
+        let grid = domain.grid();
+        let me = domain.rank();
+        let spatial = &dims[3 - net.rank()..];
+        if spatial.iter().all(|&s| s % 8 == 0 && s > 31) {
+            return net.forward(with_sigma_channel(x, sigma), dims, domain);
+        }
+        let out_c = self.arch.out_channels;
+        if net.rank() == 3 || spatial.iter().any(|&s| s < 64) {
+            // deepinv `test_pad(modulo=16)`: replicate-pad the high end, run, crop.
+            let mut padded = dims;
+            for a in 3 - net.rank()..3 {
+                padded[a] = dims[a].div_ceil(16) * 16;
+            }
+            // Each padded block reads the image at min(i, n − 1): gather that, then replicate.
+            let clamp = |r: Region| Region {
+                lo: std::array::from_fn(|a| r.lo[a].min(dims[a] as isize - 1)),
+                hi: std::array::from_fn(|a| (r.hi[a] - 1).min(dims[a] as isize - 1) + 1),
+            };
+            let needs: Vec<Region> = (0..grid.ranks())
+                .map(|r| clamp(grid.block(padded, r)))
+                .collect();
+            let src = domain.gather(x, dims, &needs)?;
+            let block = grid.block(padded, me);
+            let xin = replicate_into(&src, &needs[me], &block);
+            let y = net.forward(with_sigma_channel(&xin, sigma), padded, domain)?;
+            // Crop: this rank's block of the output from the blocks of the padded output.
+            let needs: Vec<Region> = (0..grid.ranks()).map(|r| grid.block(dims, r)).collect();
+            return Ok(domain.gather(&y, padded, &needs)?.into_owned());
+        }
+        // deepinv `test_onesplit(refield=64)`: four corner crops of side (s/2/64 + 1)·64, each
+        // denoised alone; each quadrant of the output comes from the crop at its corner.
+        let (h, w) = (dims[1], dims[2]);
+        let crop = [1, (h / 2 / 64 + 1) * 64, (w / 2 / 64 + 1) * 64];
+        let own = grid.block(dims, me);
+        let mut out = Features::zeros(x.batch, out_c, own.dims());
+        for (top, left) in [(true, true), (true, false), (false, true), (false, false)] {
+            let off = [
+                0,
+                if top { 0 } else { h - crop[1] },
+                if left { 0 } else { w - crop[2] },
+            ];
+            let needs: Vec<Region> = (0..grid.ranks())
+                .map(|r| shifted(&grid.block(crop, r), off))
+                .collect();
+            let xc = domain.gather(x, dims, &needs)?;
+            let y = net.forward(with_sigma_channel(&xc, sigma), crop, domain)?;
+            // Quadrant rows: top → 0..h/2 (first rows of the crop); bottom → h/2..h (last rows).
+            let quadrant = Region {
+                lo: [
+                    0,
+                    if top { 0 } else { h / 2 } as isize,
+                    if left { 0 } else { w / 2 } as isize,
+                ],
+                hi: [
+                    1,
+                    if top { h / 2 } else { h } as isize,
+                    if left { w / 2 } else { w } as isize,
+                ],
+            };
+            // Each rank's part of this quadrant, in crop coordinates.
+            let back = |r: &Region| Region {
+                lo: std::array::from_fn(|a| r.lo[a] - off[a] as isize),
+                hi: std::array::from_fn(|a| r.hi[a] - off[a] as isize),
+            };
+            let needs: Vec<Region> = (0..grid.ranks())
+                .map(|r| back(&grid.block(dims, r).intersect(&quadrant)))
+                .collect();
+            let part = domain.gather(&y, crop, &needs)?;
+            let at = own.intersect(&quadrant);
+            if !at.is_empty() {
+                add_region(&mut out, &own, &part, &at);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The block `to` of a map whose voxel `i` is the source voxel `min(i, last)`, from `src` holding the
+/// clamped region `src_at` (edge replication at the high end).
+fn replicate_into(src: &Features, src_at: &Region, to: &Region) -> Features {
+    let td = to.dims();
+    let sd = src_at.dims();
+    let mut out = Features::zeros(src.batch, src.channels, td);
+    let (sv, tv) = (src.spatial_len(), out.spatial_len());
+    let idx = |a: usize, i: usize| {
+        let g = (to.lo[a] + i as isize).min(src_at.hi[a] - 1);
+        (g - src_at.lo[a]) as usize
+    };
+    for p in 0..src.batch * src.channels {
+        for z in 0..td[0] {
+            for y in 0..td[1] {
+                let srow = &src.data[p * sv + (idx(0, z) * sd[1] + idx(1, y)) * sd[2]..][..sd[2]];
+                let drow = &mut out.data[p * tv + (z * td[1] + y) * td[2]..][..td[2]];
+                for (xx, d) in drow.iter_mut().enumerate() {
+                    *d = srow[idx(2, xx)];
+                }
             }
         }
     }
     out
-}
-
-/// Copies the block `src_off .. src_off + size` of `f` to `dst_off` in `out` (`(B, C, spatial…)`).
-fn paste(
-    f: &Features,
-    src_off: [usize; 3],
-    size: [usize; 3],
-    out: &mut Tensor,
-    dst_off: [usize; 3],
-) {
-    let od = dims3(out.spatial());
-    let sin = f.spatial_len();
-    for (p, dst) in out.planes_mut().enumerate() {
-        let src = &f.data[p * sin..][..sin];
-        for z in 0..size[0] {
-            for y in 0..size[1] {
-                let s = ((src_off[0] + z) * f.dims[1] + src_off[1] + y) * f.dims[2] + src_off[2];
-                let d = ((dst_off[0] + z) * od[1] + dst_off[1] + y) * od[2] + dst_off[2];
-                dst[d..d + size[2]].copy_from_slice(&src[s..s + size[2]]);
-            }
-        }
-    }
 }
 
 impl Denoiser for Drunet {
@@ -368,61 +441,25 @@ impl Denoiser for Drunet {
     fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor> {
         check_sigma("denoiser", sigma)?;
         x.expect_rank("drunet", &[4, 5])?;
-        let net = self.net_for(x.ndim())?;
         let c = x.shape()[1];
-        if c != self.arch.in_channels {
-            return Err(Error::shape(
-                "drunet input channels",
-                &[self.arch.in_channels],
-                &[c],
-            ));
-        }
         if x.numel() == 0 {
             return Err(Error::shape("drunet input", &[1], x.shape()));
         }
-        let spatial = x.spatial();
+        let dims = dims3(x.spatial());
+        let input = Features {
+            batch: x.shape()[0],
+            channels: c,
+            dims,
+            data: x.data().to_vec(),
+        };
+        let y = self.denoise_block(&input, dims, x.ndim() - 2, sigma, &Whole)?;
         let mut out_shape = x.shape().to_vec();
         out_shape[1] = self.arch.out_channels;
-        let dims = dims3(spatial);
-        let safe = spatial.iter().all(|&s| s % 8 == 0 && s > 31);
-        if safe {
-            let y = run(net, input_features(x, sigma, dims))?;
-            return Tensor::from_vec(&out_shape, y.data);
-        }
-        if net.rank() == 3 || spatial.iter().any(|&s| s < 64) {
-            // deepinv `test_pad(modulo=16)`: replicate-pad the high end, run, crop.
-            let mut padded = dims;
-            for (p, &s) in padded.iter_mut().rev().zip(spatial.iter().rev()) {
-                *p = s.div_ceil(16) * 16;
-            }
-            let y = run(net, input_features(x, sigma, padded))?;
-            let mut out = Tensor::zeros(&out_shape);
-            paste(&y, [0; 3], dims, &mut out, [0; 3]);
-            return Ok(out);
-        }
-        // deepinv `test_onesplit(refield=64)`: four corner crops of side (s/2/64 + 1)·64, each
-        // denoised alone; each quadrant of the output comes from the crop at its corner.
-        let (h, w) = (dims[1], dims[2]);
-        let ch = (h / 2 / 64 + 1) * 64;
-        let cw = (w / 2 / 64 + 1) * 64;
-        let full = input_features(x, sigma, dims);
-        let mut out = Tensor::zeros(&out_shape);
-        for (top, left) in [(true, true), (true, false), (false, true), (false, false)] {
-            let oy = if top { 0 } else { h - ch };
-            let ox = if left { 0 } else { w - cw };
-            let y = run(net, crop(&full, [0, oy, ox], [1, ch, cw]))?;
-            // Quadrant rows: top → 0..h/2 (first rows of the crop); bottom → h/2..h (last rows).
-            let (qy, qh) = if top { (0, h / 2) } else { (h / 2, h - h / 2) };
-            let (qx, qw) = if left { (0, w / 2) } else { (w / 2, w - w / 2) };
-            paste(
-                &y,
-                [0, qy - oy, qx - ox],
-                [1, qh, qw],
-                &mut out,
-                [0, qy, qx],
-            );
-        }
-        Ok(out)
+        Tensor::from_vec(&out_shape, y.data)
+    }
+
+    fn as_block_denoiser(&self) -> Option<&dyn BlockDenoiser> {
+        Some(self)
     }
 }
 
