@@ -40,6 +40,7 @@ pub mod samples;
 pub mod serve;
 pub mod tensor;
 pub mod tiling;
+pub mod train;
 
 pub use error::{Error, Result};
 pub use tensor::Tensor;

@@ -214,6 +214,12 @@ impl Drunet {
         &self.arch
     }
 
+    /// The network graph (for training and spatial decomposition); its input is the image
+    /// channels plus the noise-level channel.
+    pub fn network(&self) -> &Network {
+        &self.net
+    }
+
     fn net_for(&self, rank: usize) -> Result<&Network> {
         if rank == self.arch.dim + 2 {
             Ok(&self.net)
