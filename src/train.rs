@@ -120,13 +120,13 @@ impl TrainConfig {
                 format!("must be a positive number, got {}", self.learning_rate),
             ));
         }
-        if let Some(g) = &self.grid {
-            if g.is_empty() || g.len() > 3 || g.contains(&0) {
-                return Err(Error::config(
-                    "train.grid",
-                    format!("must be 1 to 3 positive rank counts, got {g:?}"),
-                ));
-            }
+        if let Some(g) = &self.grid
+            && (g.is_empty() || g.len() > 3 || g.contains(&0))
+        {
+            return Err(Error::config(
+                "train.grid",
+                format!("must be 1 to 3 positive rank counts, got {g:?}"),
+            ));
         }
         let name = Path::new(&self.weights);
         if name.extension().and_then(|e| e.to_str()) != Some("safetensors")
@@ -529,7 +529,7 @@ fn add_noise(x: &Features, block: &Region, crop: [usize; 3], sigmas: &[f32], key
     let bd = block.dims();
     let mut out = x.clone();
     let plane = block.volume();
-    for b in 0..x.batch {
+    for (b, &sigma) in sigmas.iter().enumerate().take(x.batch) {
         for c in 0..x.channels {
             let p = (b * x.channels + c) * plane;
             let item = ((b * x.channels + c) * crop.iter().product::<usize>()) as u64;
@@ -543,7 +543,7 @@ fn add_noise(x: &Features, block: &Region, crop: [usize; 3], sigmas: &[f32], key
                         ];
                         let idx = item + ((g[0] * crop[1] + g[1]) * crop[2] + g[2]) as u64;
                         let v = &mut out.data[p + (z * bd[1] + y) * bd[2] + xx];
-                        *v += sigmas[b] * normal(key, idx);
+                        *v += sigma * normal(key, idx);
                     }
                 }
             }
@@ -557,9 +557,9 @@ fn append_sigma_channel(x: &Features, sigmas: &[f32]) -> Features {
     let s = x.spatial_len();
     let c = x.channels;
     let mut f = Features::zeros(x.batch, c + 1, x.dims);
-    for b in 0..x.batch {
+    for (b, &sigma) in sigmas.iter().enumerate().take(x.batch) {
         f.data[b * (c + 1) * s..][..c * s].copy_from_slice(&x.data[b * c * s..][..c * s]);
-        f.data[(b * (c + 1) + c) * s..][..s].fill(sigmas[b]);
+        f.data[(b * (c + 1) + c) * s..][..s].fill(sigma);
     }
     f
 }

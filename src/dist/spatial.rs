@@ -343,6 +343,7 @@ impl Denoiser for SpatialDenoiser {
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::dist::testutil::on_group;

@@ -951,6 +951,7 @@ fn gemm_parallelism(tasks: usize) -> gemm::Parallelism {
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop, clippy::type_complexity)]
 pub(crate) mod tests {
     use super::*;
     use rand::{RngExt, SeedableRng};

@@ -208,7 +208,7 @@ impl Grid {
 }
 
 fn divisors(n: usize) -> impl Iterator<Item = usize> {
-    (1..=n).filter(move |d| n % d == 0)
+    (1..=n).filter(move |d: &usize| n.is_multiple_of(*d))
 }
 
 /// Where feature maps live and how a layer gets the input region it needs. Every rank makes the

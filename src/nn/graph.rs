@@ -161,10 +161,10 @@ impl<T: Scalar> Network<T> {
                 Op::Input { .. } => Some(dims),
                 Op::Conv { layer, x, acc } => {
                     let d = layer.out_dims(out[*x]);
-                    if let (Some(d), Some(a)) = (d, acc) {
-                        if out[*a] != d {
-                            return Err(Error::shape(&node.name, &out[*a], &d));
-                        }
+                    if let (Some(d), Some(a)) = (d, acc)
+                        && out[*a] != d
+                    {
+                        return Err(Error::shape(&node.name, &out[*a], &d));
                     }
                     d
                 }
@@ -400,7 +400,7 @@ impl<T: Scalar> Network<T> {
     }
 
     /// For each node: the flat ranges of its weight and bias in [`Gradients::data`].
-    fn param_spans(&self) -> Vec<Option<(std::ops::Range<usize>, Option<std::ops::Range<usize>>)>> {
+    fn param_spans(&self) -> Vec<Option<ParamSpan>> {
         let mut at = 0;
         let mut span = |len: usize| {
             at += len;
@@ -552,6 +552,9 @@ impl<T: Scalar> Network<T> {
         }
     }
 }
+
+/// A layer's weight range and optional bias range in the flat gradients.
+type ParamSpan = (std::ops::Range<usize>, Option<std::ops::Range<usize>>);
 
 fn cast_vec<T: Scalar, U: Scalar>(v: &[T]) -> Vec<U> {
     v.iter().map(|x| U::from_f64(x.to_f64())).collect()

@@ -238,13 +238,13 @@ impl TilingConfig {
                 ] {
                     only(field, set, "\"overlap\", \"blend\" or \"basic\"")?;
                 }
-                if let Some(g) = &self.grid {
-                    if g.is_empty() || g.len() > 3 || g.contains(&0) {
-                        return Err(Error::config(
-                            "tiling.grid",
-                            format!("must be 1 to 3 positive rank counts, got {g:?}"),
-                        ));
-                    }
+                if let Some(g) = &self.grid
+                    && (g.is_empty() || g.len() > 3 || g.contains(&0))
+                {
+                    return Err(Error::config(
+                        "tiling.grid",
+                        format!("must be 1 to 3 positive rank counts, got {g:?}"),
+                    ));
                 }
             }
         }
