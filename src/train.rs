@@ -321,23 +321,7 @@ pub fn train(
         None => dims,
     };
     let world = comm.world_size();
-    let grid = match &cfg.grid {
-        None => Grid::auto(world, crop)?,
-        Some(g) if g.len() != axes => {
-            return Err(Error::config(
-                "train.grid",
-                format!(
-                    "has {} entries but the image has {axes} spatial axes",
-                    g.len()
-                ),
-            ));
-        }
-        Some(g) => {
-            let mut shape = [1; 3];
-            shape[3 - axes..].copy_from_slice(g);
-            Grid::given(shape, world)?
-        }
-    };
+    let grid = Grid::for_axes(cfg.grid.as_deref(), axes, world, crop, "train.grid")?;
     net.shapes(crop)?;
     let domain = SpatialDomain::new(comm, grid)?;
     let me = comm.rank();

@@ -1,34 +1,11 @@
 //! Exact spatial decomposition end to end: `tessera run --ranks N` with `[tiling] kind = "spatial"`
 //! (real rank processes over real sockets) gives the untiled single-process reconstruction.
 
-use std::path::Path;
-use std::process::{Command, Output};
+#[path = "support/cli.rs"]
+mod cli;
 
+use cli::run;
 use tessera::io::read_array;
-
-fn tessera() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    for v in [
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "TESSERA_LAUNCHED",
-    ] {
-        c.env_remove(v);
-    }
-    c
-}
-
-fn run(args: &[&str], cwd: &Path) -> Output {
-    tessera()
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("tessera runs")
-}
 
 /// PnP with a small random-weight DRUNet on a 72×88 colour image: not a multiple of 8, so DRUNet's
 /// four-corner-crop size handling runs decomposed too.

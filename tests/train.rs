@@ -1,31 +1,11 @@
 //! `tessera train` end to end: real rank processes, weights that `tessera denoise` loads back.
 
+#[path = "support/cli.rs"]
+mod cli;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn tessera() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    for v in [
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "TESSERA_LAUNCHED",
-    ] {
-        c.env_remove(v);
-    }
-    c
-}
-
-fn run(args: &[&str], cwd: &Path) -> Output {
-    tessera()
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("tessera runs")
-}
+use cli::run;
 
 const SMALL: &[&str] = &[
     "--quiet",

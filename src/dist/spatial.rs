@@ -255,23 +255,7 @@ impl SpatialDenoiser {
     /// The grid for an image of spatial size `dims` with `axes` spatial axes.
     pub fn grid_for(&self, dims: [usize; 3], axes: usize) -> Result<Grid> {
         let world = self.comm.world_size();
-        match &self.grid {
-            None => Grid::auto(world, dims),
-            Some(g) if g.len() != axes => Err(Error::config(
-                "tiling.grid",
-                format!(
-                    "has {} entries but the image has {axes} spatial axes",
-                    g.len()
-                ),
-            )),
-            Some(g) => {
-                let mut shape = [1; 3];
-                shape[3 - axes..].copy_from_slice(g);
-                let grid = Grid::given(shape, world)?;
-                grid.check_fits(dims, "the image")?;
-                Ok(grid)
-            }
-        }
+        Grid::for_axes(self.grid.as_deref(), axes, world, dims, "tiling.grid")
     }
 
     /// Bytes sent and exchange time of the last `denoise` call on this rank.
@@ -516,6 +500,37 @@ mod tests {
                     close(&g.data, &want_g.data, "weight gradient");
                     // Every rank holds the same summed gradients, bit for bit.
                     assert_eq!(g, &results[0].1, "{name}: ranks disagree on the gradients");
+                }
+            }
+        }
+    }
+
+    /// The bytes every layer's exchange sends, summed over ranks, equal the predicted halo volume.
+    #[test]
+    fn bytes_exchanged_per_layer_equal_the_predicted_halo_volume() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for (name, net, dims) in models() {
+            for grid in [Grid { shape: [1, 1, 3] }, Grid { shape: [1, 2, 2] }] {
+                if (0..3).any(|a| grid.shape[a] > 1 && dims[a] == 1) {
+                    continue;
+                }
+                let x: Features = random_features(2, net.in_channels(), dims, &mut rng);
+                let sent = on_group(grid.ranks(), |comm| {
+                    let domain = SpatialDomain::new(&*comm, grid).unwrap();
+                    net.forward(block_of(&x, grid, comm.rank()), dims, &domain)
+                        .unwrap();
+                    domain.take_stats().bytes_sent
+                });
+                let predicted = net.halo_volumes(dims, grid).unwrap();
+                assert_eq!(sent[0].len(), predicted.len(), "{name}: exchanges");
+                for (i, (layer, values)) in predicted.iter().enumerate() {
+                    let total: u64 = sent.iter().map(|s| s[i]).sum();
+                    assert_eq!(
+                        total,
+                        (values * 2 * 4) as u64,
+                        "{name} on {:?}, layer {layer}",
+                        grid.shape
+                    );
                 }
             }
         }

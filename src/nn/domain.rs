@@ -57,13 +57,13 @@ impl Region {
     }
 
     /// How far the region reaches beyond a map of size `dims` on each side: the zero padding a
-    /// layer applies to the clipped data.
+    /// layer applies to the clipped data (the whole extent when the region lies entirely outside).
     pub fn overhang(&self, dims: [usize; 3]) -> Pads {
+        let inside = self.clip(dims).dims();
         std::array::from_fn(|a| {
-            [
-                (-self.lo[a]).max(0) as usize,
-                (self.hi[a] - dims[a] as isize).max(0) as usize,
-            ]
+            let len = (self.hi[a] - self.lo[a]).max(0);
+            let lo = (-self.lo[a]).clamp(0, len) as usize;
+            [lo, len as usize - lo - inside[a]]
         })
     }
 }
@@ -157,7 +157,7 @@ impl Grid {
         }
         best.map(|(_, shape)| Grid { shape }).ok_or_else(|| {
             Error::config(
-                "spatial.grid",
+                "grid",
                 format!("{world} ranks cannot split a map of {dims:?} voxels (one voxel per rank at least)"),
             )
         })
@@ -168,7 +168,7 @@ impl Grid {
         let g = Grid { shape };
         if shape.contains(&0) || g.ranks() != world {
             return Err(Error::config(
-                "spatial.grid",
+                "grid",
                 format!("a grid of {shape:?} ranks does not match the world size {world}"),
             ));
         }
@@ -178,6 +178,34 @@ impl Grid {
     pub fn coords(&self, rank: usize) -> [usize; 3] {
         let [_, h, w] = self.shape;
         [rank / (h * w), rank / w % h, rank % w]
+    }
+
+    /// The grid `counts` (ranks per spatial axis, one entry for each of the data's `axes` spatial
+    /// axes) for `world` ranks, or [`Grid::auto`] for `None`; `field` names the setting in errors.
+    pub fn for_axes(
+        counts: Option<&[usize]>,
+        axes: usize,
+        world: usize,
+        dims: [usize; 3],
+        field: &str,
+    ) -> Result<Self> {
+        let Some(g) = counts else {
+            return Grid::auto(world, dims);
+        };
+        if g.len() != axes {
+            return Err(Error::config(
+                field,
+                format!(
+                    "has {} entries but the data has {axes} spatial axes",
+                    g.len()
+                ),
+            ));
+        }
+        let mut shape = [1; 3];
+        shape[3 - axes..].copy_from_slice(g);
+        let grid = Grid::given(shape, world)?;
+        grid.check_fits(dims, "the image")?;
+        Ok(grid)
     }
 
     /// Rank `rank`'s block of a map of `dims`.
@@ -196,7 +224,7 @@ impl Grid {
     pub fn check_fits(&self, dims: [usize; 3], what: &str) -> Result<()> {
         if (0..3).any(|a| dims[a] < self.shape[a]) {
             return Err(Error::config(
-                "spatial.grid",
+                "grid",
                 format!(
                     "{what} is {dims:?} voxels, too small for a grid of {:?} ranks (each rank needs one voxel per axis at least)",
                     self.shape

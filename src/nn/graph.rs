@@ -399,6 +399,35 @@ impl<T: Scalar> Network<T> {
         Ok(if input_grad { g[0].take() } else { None })
     }
 
+    /// The halo each layer's exchange moves on `grid` for an input of `dims`: for every layer that
+    /// gathers (convolutions and transposed convolutions, in execution order), its name and the
+    /// values all ranks together receive from other ranks per batch item (channels × voxels of each
+    /// rank's clipped need outside its own block).
+    pub fn halo_volumes(&self, dims: [usize; 3], grid: Grid) -> Result<Vec<(String, usize)>> {
+        let shapes = self.shapes(dims)?;
+        let mut out = Vec::new();
+        for (j, node) in self.nodes.iter().enumerate() {
+            let (x, needs) = match &node.op {
+                Op::Conv { layer, x, .. } => (*x, conv_needs(layer, shapes[j], grid)),
+                Op::ConvTranspose { layer, x } => (
+                    *x,
+                    transposed_needs(layer, shapes[j], shapes[*x], grid, 0).0,
+                ),
+                _ => continue,
+            };
+            let voxels: usize = needs
+                .iter()
+                .enumerate()
+                .map(|(r, n)| {
+                    let n = n.clip(shapes[x]);
+                    n.volume() - n.intersect(&grid.block(shapes[x], r)).volume()
+                })
+                .sum();
+            out.push((node.name.clone(), voxels * self.channels(x)));
+        }
+        Ok(out)
+    }
+
     /// For each node: the flat ranges of its weight and bias in [`Gradients::data`].
     fn param_spans(&self) -> Vec<Option<ParamSpan>> {
         let mut at = 0;
