@@ -40,6 +40,7 @@ fn workbench(links: Vec<Link>, state: AppState) -> Workbench {
         preset: None,
         state_path: None,
         state,
+        output_root: None,
     })
 }
 
@@ -99,7 +100,13 @@ fn until_ended(h: &mut Harness<'_, Workbench>, what: &str) {
 fn run_to_end(h: &mut Harness<'_, Workbench>) {
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
-    assert!(h.state().session.is_busy(), "Run submitted a job");
+    // (A job refused by serve's precheck may already have failed.)
+    assert!(
+        h.state().session.state() != &JobState::Idle,
+        "Run submitted a job: {:?} {:#?}",
+        h.state().run_blocker(),
+        log_of(h.state())
+    );
     until_ended(h, "the run to end");
 }
 
@@ -128,6 +135,7 @@ fn with_local_backend(out: &Path, ranks: usize) -> Harness<'static, Workbench> {
         preset: None,
         state_path: None,
         state: AppState::default(),
+        output_root: None,
     }));
     step_until(&mut h, "the backend's welcome", |wb| {
         wb.session.backend.is_some()
@@ -177,14 +185,16 @@ fn preview(job: u64, iteration: usize, what: PreviewKind, side: u32) -> Event {
 fn quick_preset_runs_and_shows_psnr_and_timing() {
     let (link, end) = ChannelBackend::pair("test backend");
     let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
 
     h.get_by_role_and_label(Role::Button, "multiblur").click();
     h.run_steps(2);
-    assert_eq!(h.state().preset.name, "multiblur");
+    assert_eq!(h.state().doc.preset.name, "multiblur");
     h.get_by_role_and_label(Role::Button, "quick").click();
     h.run_steps(2);
-    assert_eq!(h.state().preset.name, "quick");
+    assert_eq!(h.state().doc.preset.name, "quick");
     step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
 
     h.get_by_role_and_label(Role::Button, "Run").click();
@@ -254,7 +264,9 @@ fn quick_preset_runs_and_shows_psnr_and_timing() {
 fn stop_cancels_the_running_job() {
     let (link, end) = ChannelBackend::pair("test backend");
     let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
     assert!(matches!(next_request(&end), Request::Submit { .. }));
@@ -263,7 +275,80 @@ fn stop_cancels_the_running_job() {
     h.get_by_role_and_label(Role::Button, "Stop").click();
     h.run_steps(2);
     assert_eq!(next_request(&end), Request::Cancel { job: 4 });
-    assert_eq!(h.state().session.state(), &JobState::Cancelled { job: 4 });
+    assert_eq!(h.state().session.state(), &JobState::Stopping { job: 4 });
+    send(&end, iteration(4, 1, 20.0));
+    send(
+        &end,
+        Event::Finished {
+            job: 4,
+            outputs: vec![],
+            summary_json: r#"{"stopped_early": true}"#.into(),
+        },
+    );
+    step_until(&mut h, "the job to stop", |wb| {
+        wb.session.state() == &JobState::Cancelled { job: 4 }
+    });
+    assert!(h.query_by_label("job 4 stopped 1").is_some());
+}
+
+/// Stop pressed near the end of a job that still ran to its last iteration: the window shows the
+/// one true final state (finished 40/40), not "stopped 38/40" while iterations go on.
+#[test]
+fn stop_near_the_end_shows_the_one_final_state() {
+    let (link, end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(matches!(next_request(&end), Request::Submit { .. }));
+    send(&end, Event::Accepted { job: 1 });
+    send(
+        &end,
+        Event::Started {
+            job: 1,
+            name: "quick".into(),
+            world_size: 2,
+            devices: vec![],
+            image_shape: vec![1, 3, 128, 128],
+            operators: vec![],
+            iterations: 40,
+            patch_map: None,
+        },
+    );
+    for k in 1..=38 {
+        send(&end, iteration(1, k, 20.0));
+    }
+    step_until(&mut h, "iteration 38", |wb| wb.session.history.len() == 38);
+    h.get_by_role_and_label(Role::Button, "Stop").click();
+    h.run_steps(2);
+    assert_eq!(next_request(&end), Request::Cancel { job: 1 });
+    assert!(
+        h.query_by_label_contains("stopped 38/40").is_none(),
+        "not stopped until the backend says so"
+    );
+    assert!(h.query_by_label_contains("job 1 stopping 38/40").is_some());
+    // The cancel came too late: the job ran to its end.
+    for k in 39..=40 {
+        send(&end, iteration(1, k, 20.0));
+    }
+    send(
+        &end,
+        Event::Finished {
+            job: 1,
+            outputs: vec![],
+            summary_json: r#"{"stopped_early": false}"#.into(),
+        },
+    );
+    step_until(&mut h, "the final state", |wb| !wb.session.is_busy());
+    assert_eq!(h.state().session.state(), &JobState::Finished { job: 1 });
+    assert!(h.query_by_label("job 1 finished 40/40").is_some());
+    let log = log_of(h.state());
+    assert!(
+        !log.iter().any(|l| l.contains("stopped")),
+        "the log agrees: {log:#?}"
+    );
 }
 
 #[test]
@@ -279,13 +364,15 @@ fn a_preset_from_the_recent_list_loads() {
     state.remember(&path);
     let (link, _end) = ChannelBackend::pair("test backend");
     let mut h = harness(workbench(vec![link], state));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.get_by_role_and_label(Role::Button, "mine.toml").click();
     h.run_steps(2);
     let wb = h.state();
-    assert_eq!(wb.preset.name, "mine");
-    assert_eq!(wb.preset.algorithm.iterations(), 7);
-    assert_eq!(wb.preset.physics.len(), 8);
+    assert_eq!(wb.doc.preset.name, "mine");
+    assert_eq!(wb.doc.preset.algorithm.iterations(), 7);
+    assert_eq!(wb.doc.preset.physics.len(), 8);
     assert!(wb.session.error.is_none());
 }
 
@@ -295,10 +382,12 @@ fn saved_presets_run_unchanged() {
     let path = dir.path().join("saved.toml");
     let (link, _end) = ChannelBackend::pair("test backend");
     let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.state_mut().save_preset_path(&path);
     let loaded = tessera::preset::Preset::load(&path.to_string_lossy(), &[]).unwrap();
-    assert_eq!(loaded.preset, h.state().preset);
+    assert_eq!(loaded.preset, h.state().doc.preset);
     assert_eq!(
         h.state().app_state.recent.first().map(|p| p.as_path()),
         Some(path.as_path())
@@ -318,7 +407,9 @@ fn bad_files_show_errors_and_the_app_keeps_running() {
     state.remember(&bad_preset);
     let (link, _end) = ChannelBackend::pair("test backend");
     let mut h = harness(workbench(vec![link], state));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.get_by_role_and_label(Role::Button, "broken.toml").click();
     h.run_steps(2);
     assert!(
@@ -326,7 +417,11 @@ fn bad_files_show_errors_and_the_app_keeps_running() {
             .is_some(),
         "the error is shown"
     );
-    assert_eq!(h.state().preset.name, "quick", "the edited preset is kept");
+    assert_eq!(
+        h.state().doc.preset.name,
+        "quick",
+        "the edited preset is kept"
+    );
 
     let bad_image = dir.path().join("noise.png");
     std::fs::write(&bad_image, b"this is not a png").unwrap();
@@ -348,7 +443,9 @@ fn a_dead_backend_is_reported_and_a_new_one_starts() {
     let (first, first_end) = ChannelBackend::pair("first backend");
     let (second, second_end) = ChannelBackend::pair("second backend");
     let mut h = harness(workbench(vec![first, second], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
     send(&first_end, Event::Accepted { job: 1 });
@@ -412,7 +509,9 @@ fn frame_time_while_previews_stream() {
     const SECS: f64 = 6.0;
     let (link, end) = ChannelBackend::pair("bench backend");
     let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
     assert!(matches!(next_request(&end), Request::Submit { .. }));
@@ -516,6 +615,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
         preset: None,
         state_path: None,
         state: AppState::default(),
+        output_root: None,
     });
     let mut h = harness(wb);
     // The address is typed once; the dialog remembers it, the token it forgets.
@@ -632,9 +732,12 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
 
     h.get_by_role_and_label(Role::RadioButton, "loaded").click();
     h.run_steps(2);
-    assert!(h.state().preset.noise.is_none(), "noise is for simulation");
+    assert!(
+        h.state().doc.preset.noise.is_none(),
+        "noise is for simulation"
+    );
     assert!(h.query_by_label("no file chosen").is_some());
-    let problem = h.state().preset_problem.clone().unwrap_or_default();
+    let problem = h.state().preset_problem().unwrap_or_default().to_string();
     assert!(problem.contains("measurements.paths[0]"), "{problem}");
 
     // The image nobody has seen: its shape comes from the sample shown so far.
@@ -642,12 +745,12 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
     h.run_steps(2);
     h.get_by_label("none (measured data)").click();
     h.run_steps(2);
-    assert_eq!(h.state().preset.image.shape, Some(vec![3, 128, 128]));
+    assert_eq!(h.state().doc.preset.image.shape, Some(vec![3, 128, 128]));
 
     h.state_mut().open_measurement_path(0, &misfit);
     step_until(&mut h, "the misfit file", |wb| !wb.measurements_loading());
     assert!(h.query_by_label("misfit.npy [1, 3, 64, 64]").is_some());
-    assert_eq!(h.state().preset_problem, None);
+    assert_eq!(h.state().preset_problem(), None);
     run_to_end(&mut h);
     let log = log_of(h.state());
     assert!(
@@ -681,14 +784,16 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
 fn measurement_files_follow_their_operators() {
     let (link, _end) = ChannelBackend::pair("test backend");
     let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.get_by_role_and_label(Role::Button, "tomography2d")
         .click();
     h.run_steps(2);
     h.get_by_role_and_label(Role::Button, "blur").click();
     h.run_steps(2);
-    assert_eq!(h.state().preset.physics.len(), 2);
-    let noise = h.state().preset.noise.clone();
+    assert_eq!(h.state().doc.preset.physics.len(), 2);
+    let noise = h.state().doc.preset.noise.clone();
     assert!(noise.is_some());
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("sino.npy"), dir.path().join("blurred.npy"));
@@ -697,6 +802,7 @@ fn measurement_files_follow_their_operators() {
     h.run_steps(2);
     let paths = |h: &Harness<'_, Workbench>| {
         h.state()
+            .doc
             .preset
             .measurements
             .as_ref()
@@ -705,7 +811,7 @@ fn measurement_files_follow_their_operators() {
             .clone()
     };
     assert_eq!(paths(&h), vec![a.clone(), b.clone()]);
-    assert!(h.state().preset.noise.is_none());
+    assert!(h.state().doc.preset.noise.is_none());
     // The missing files are reported where they are listed.
     step_until(&mut h, "the reads to fail", |wb| !wb.measurements_loading());
     assert!(h.query_by_label_contains("sino.npy: ").is_some());
@@ -729,6 +835,6 @@ fn measurement_files_follow_their_operators() {
     h.get_by_role_and_label(Role::RadioButton, "simulated")
         .click();
     h.run_steps(2);
-    assert!(h.state().preset.measurements.is_none());
-    assert_eq!(h.state().preset.noise, noise);
+    assert!(h.state().doc.preset.measurements.is_none());
+    assert_eq!(h.state().doc.preset.noise, noise);
 }
