@@ -838,3 +838,326 @@ fn measurement_files_follow_their_operators() {
     assert!(h.state().doc.preset.measurements.is_none());
     assert_eq!(h.state().doc.preset.noise, noise);
 }
+
+/// Sets the tiled denoiser's patch size (as an edit in the panel would) and checks again.
+fn set_patch(h: &mut Harness<'_, Workbench>, patch: usize) {
+    let wb = h.state_mut();
+    wb.doc
+        .preset
+        .tiling
+        .as_mut()
+        .expect("a tiled preset")
+        .patch_size = tessera::tiling::Extent::Uniform(patch);
+    wb.edited();
+    h.run_steps(2);
+}
+
+/// Typing "128" into the patch-size field applies 128 on Enter, never 1 or 12 on the way; a plan
+/// of absurd size (patch 1: one tile per pixel of the 1024×683 image) is refused with its count
+/// before anything is drawn, and Run is disabled with the reason.
+#[test]
+fn typed_patch_sizes_apply_on_enter_and_absurd_plans_are_refused() {
+    let (link, end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    h.get_by_role_and_label(Role::Button, "multiblur").click();
+    h.run_steps(2);
+    step_until(&mut h, "the image", |wb| {
+        !wb.data_loading() && wb.shown_data_size().is_some()
+    });
+    let patch = |h: &Harness<'_, Workbench>| {
+        h.state()
+            .doc
+            .preset
+            .tiling
+            .as_ref()
+            .unwrap()
+            .patch_size
+            .clone()
+    };
+    let before = patch(&h);
+    h.get_by_role_and_label(Role::SpinButton, "patch size (px)")
+        .focus();
+    h.run_steps(2);
+    for digit in ["1", "2", "8"] {
+        h.get_by_role_and_label(Role::SpinButton, "patch size (px)")
+            .type_text(digit);
+        h.run_steps(1);
+        assert_eq!(patch(&h), before, "no value applied while typing");
+    }
+    h.key_press(egui::Key::Enter);
+    h.run_steps(2);
+    assert_eq!(
+        patch(&h),
+        tessera::tiling::Extent::Uniform(128),
+        "{:#?}",
+        log_of(h.state())
+    );
+
+    set_patch(&mut h, 1);
+    let problem = h.state().preset_problem().unwrap_or_default().to_string();
+    assert!(
+        problem.contains("tiling.patch_size") && problem.contains("699392 tiles"),
+        "{problem}"
+    );
+    assert!(
+        h.query_all_by_label_contains("699392 tiles").count() >= 1,
+        "shown next to the field"
+    );
+    let blocker = h.state().run_blocker().unwrap_or_default();
+    assert!(blocker.contains("699392 tiles"), "{blocker}");
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(
+        !end.requests
+            .try_iter()
+            .any(|r| matches!(r, Request::Submit { .. })),
+        "a refused plan is not sent"
+    );
+    // Patch 9 with overlap 32 is a plan (8,664 tiles): drawn within bounds, with a word of advice.
+    set_patch(&mut h, 9);
+    assert_eq!(h.state().preset_problem(), None);
+    assert!(h.query_all_by_label_contains("pixels it keeps").count() >= 1);
+    h.run_steps(3);
+}
+
+/// An edit that cannot run on the real image (patch larger than it) or names a file that is not
+/// there (DRUNet weights) disables Run with the reason, and nothing is sent.
+#[test]
+fn an_invalid_edit_disables_run_with_the_reason() {
+    let (link, end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    assert_eq!(h.state().run_blocker(), None);
+    h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
+        .click();
+    h.run_steps(2);
+    set_patch(&mut h, 512);
+    let problem = h.state().preset_problem().unwrap_or_default().to_string();
+    assert!(
+        problem.contains("tiling.patch_size") && problem.contains("larger than the image"),
+        "{problem}"
+    );
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    set_patch(&mut h, 64);
+    assert_eq!(h.state().run_blocker(), None);
+
+    let missing = std::path::PathBuf::from("/nonexistent/drunet_color.pth");
+    let wb = h.state_mut();
+    wb.doc.preset.denoiser = Some(tessera::denoise::DenoiserConfig::Drunet(
+        tessera::nn::DrunetConfig {
+            weights: Some(missing.clone()),
+            ..Default::default()
+        },
+    ));
+    wb.edited();
+    h.run_steps(2);
+    let blocker = h.state().run_blocker().unwrap_or_default();
+    assert!(
+        blocker.contains("denoiser.weights") && blocker.contains("/nonexistent/drunet_color.pth"),
+        "{blocker}"
+    );
+    assert!(h.query_all_by_label_contains("no such file").count() >= 1);
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(
+        !end.requests
+            .try_iter()
+            .any(|r| matches!(r, Request::Submit { .. })),
+        "nothing was sent"
+    );
+}
+
+/// Opening another preset after a run clears the run's images, curves and patch map.
+#[test]
+fn switching_preset_clears_the_previous_run() {
+    let (link, end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(matches!(next_request(&end), Request::Submit { .. }));
+    send(&end, Event::Accepted { job: 1 });
+    send(&end, iteration(1, 1, 20.0));
+    send(&end, preview(1, 1, PreviewKind::Reconstruction, 64));
+    send(
+        &end,
+        Event::Finished {
+            job: 1,
+            outputs: vec![],
+            summary_json: "{}".into(),
+        },
+    );
+    step_until(&mut h, "the run on screen", |wb| {
+        wb.shown_reconstruction().is_some() && !wb.session.is_busy()
+    });
+    h.get_by_role_and_label(Role::Button, "tomography2d")
+        .click();
+    h.run_steps(2);
+    let wb = h.state();
+    assert_eq!(wb.shown_reconstruction(), None);
+    assert!(wb.session.history.is_empty() && wb.session.patch_map.is_none());
+    assert!(h.query_by_label("PSNR —").is_some());
+}
+
+/// After a run of a volume on a local backend, the slice slider moves every pane — the
+/// reconstruction and the ground truth too, not only the image before the run.
+#[test]
+fn volumes_are_sliced_on_every_pane_after_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("20250101-120000-tomography3d-1");
+    std::fs::create_dir_all(&run).unwrap();
+    // value = depth index (reconstruction) and 10 × depth index (ground truth).
+    let volume =
+        |scale: f32| tessera::Tensor::from_fn(&[1, 1, 8, 6, 5], move |i| (i / 30) as f32 * scale);
+    tessera::io::write_npy(&run.join("reconstruction.npy"), &volume(1.0)).unwrap();
+    tessera::io::write_npy(&run.join("ground_truth.npy"), &volume(10.0)).unwrap();
+    std::fs::write(
+        run.join("metrics.json"),
+        r#"{"name": "tomography3d", "iterations": 1}"#,
+    )
+    .unwrap();
+
+    let (link, end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    h.get_by_role_and_label(Role::Button, "tomography3d")
+        .click();
+    h.run_steps(2);
+    step_until(&mut h, "the volume", |wb| !wb.data_loading());
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(matches!(next_request(&end), Request::Submit { .. }));
+    send(&end, Event::Accepted { job: 1 });
+    send(
+        &end,
+        Event::Finished {
+            job: 1,
+            outputs: vec![run.join("reconstruction.npy"), run.join("metrics.json")],
+            summary_json: "{}".into(),
+        },
+    );
+    let value = |wb: &Workbench, slot| wb.viewer().shown.get(&slot).map(|s| s.raw.pixels[0]);
+    use tessera::gui::preview::Slot;
+    step_until(&mut h, "the run's volumes on screen", |wb| {
+        let r = value(wb, Slot::Reconstruction);
+        r.is_some() && value(wb, Slot::GroundTruth) == r.map(|v| v * 10.0)
+    });
+    h.state_mut().set_slice(0, 2);
+    step_until(&mut h, "slice 2 on both panes", |wb| {
+        value(wb, Slot::Reconstruction) == Some(2.0) && value(wb, Slot::GroundTruth) == Some(20.0)
+    });
+    // Page Down: the previous slice, on every pane.
+    h.key_press(egui::Key::PageDown);
+    step_until(&mut h, "slice 1", |wb| {
+        value(wb, Slot::Reconstruction) == Some(1.0) && value(wb, Slot::GroundTruth) == Some(10.0)
+    });
+    // The run is in the history, marked as this window's.
+    step_until(&mut h, "the history", |wb| {
+        wb.runs.runs.iter().any(|r| r.folder == run)
+    });
+}
+
+/// A failed attach (nothing listens there) leaves the working backend in place.
+#[test]
+fn a_failed_attach_keeps_the_working_backend() {
+    let (link, _end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    // A port nobody listens on: bind one, then free it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    h.state_mut()
+        .attach_remote(&format!("127.0.0.1:{port}"), Some("token".into()));
+    h.run_steps(1);
+    step_until(&mut h, "the attach attempt", |wb| !wb.backend_starting());
+    assert!(h.state().has_backend(), "the local backend is kept");
+    assert_eq!(h.state().backend_label(), "test backend");
+    let log = log_of(h.state());
+    assert!(
+        log.iter()
+            .any(|l| l.contains("could not attach") && l.contains("still using test backend")),
+        "{log:#?}"
+    );
+    assert_eq!(h.state().run_blocker(), None);
+}
+
+/// A dropped file for `egui::RawInput::dropped_files`.
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+/// Files are chosen by typing their path (the system file dialog may not exist) or by dropping
+/// them onto the window.
+#[test]
+fn files_can_be_typed_or_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let typed = dir.path().join("typed.toml");
+    let dropped = dir.path().join("dropped.toml");
+    for (path, name) in [(&typed, "typed"), (&dropped, "dropped")] {
+        let text = tessera::preset::BUNDLED[0]
+            .1
+            .replace("name = \"quick\"", &format!("name = \"{name}\""));
+        std::fs::write(path, text).unwrap();
+    }
+    let (link, _end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    h.get_by_role_and_label(Role::Button, "Open preset…")
+        .click();
+    h.run_steps(2);
+    assert!(h.state().dialog_open(), "the path window is open");
+    h.run_steps(10);
+    let field = h.get_by_role_and_label(Role::TextInput, "path");
+    field.focus();
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::TextInput, "path")
+        .type_text(&format!("{}", dir.path().join("nosuch.toml").display()));
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::Button, "Open").click();
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("no such file").is_some());
+    assert_eq!(h.state().doc.preset.name, "quick");
+    h.state_mut()
+        .open_dialog(tessera::gui::dialogs::DialogKind::OpenPreset);
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::TextInput, "path").focus();
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::TextInput, "path")
+        .type_text(&typed.display().to_string());
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::Button, "Open").click();
+    h.run_steps(2);
+    assert_eq!(h.state().doc.preset.name, "typed");
+
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(dropped.clone())));
+    h.run_steps(2);
+    assert_eq!(h.state().doc.preset.name, "dropped");
+}

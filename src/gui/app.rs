@@ -573,6 +573,11 @@ impl Workbench {
         self.dialogs.open(kind, suggested);
     }
 
+    /// Whether the file window is open.
+    pub fn dialog_open(&self) -> bool {
+        self.dialogs.is_open()
+    }
+
     /// A file was chosen (typed, picked or dropped).
     fn chosen(&mut self, kind: DialogKind, path: &Path) {
         match kind {

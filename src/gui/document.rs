@@ -40,10 +40,7 @@ impl Problem {
     }
 
     fn at(field: impl Into<String>, message: impl Into<String>) -> Problem {
-        Problem {
-            field: field.into(),
-            message: message.into(),
-        }
+        Problem::of(&Error::config(field, message))
     }
 
     /// Whether it concerns `section` (a field name or a prefix such as `tiling`).

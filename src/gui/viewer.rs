@@ -101,10 +101,12 @@ impl Viewer {
         self.displays.get(&slot).copied().unwrap_or(default)
     }
 
-    /// The section of a volume the panes show now.
-    pub fn section(&self) -> Section {
+    /// The section of `tensor` the panes show now (the cursor, within the array's extent).
+    pub fn section(&self, tensor: &Tensor) -> Section {
+        let a = self.cursor.axis;
+        let extent = tensor.shape().get(2 + a).copied().unwrap_or(1).max(1);
         Section {
-            cut: Some((self.cursor.axis, self.cursor.index[self.cursor.axis])),
+            cut: Some((a, self.cursor.index[a].min(extent - 1))),
             channel: None,
         }
     }
@@ -132,8 +134,8 @@ impl Viewer {
         self.arrays.insert(slot, tensor.clone());
         pump.send(PumpMsg::Show {
             slot,
+            section: self.section(&tensor),
             tensor,
-            section: self.section(),
             display: self.display_of(slot, default),
         });
     }
@@ -145,7 +147,7 @@ impl Viewer {
                 pump.send(PumpMsg::Show {
                     slot: *slot,
                     tensor: tensor.clone(),
-                    section: self.section(),
+                    section: self.section(tensor),
                     display: self.display_of(*slot, default),
                 });
             }
@@ -176,7 +178,7 @@ impl Viewer {
                 Some(t) => pump.send(PumpMsg::Show {
                     slot: *slot,
                     tensor: t.clone(),
-                    section: self.section(),
+                    section: self.section(t),
                     display,
                 }),
                 None => pump.send(PumpMsg::Map {
