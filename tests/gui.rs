@@ -64,6 +64,16 @@ fn step_until(h: &mut Harness<'_, Workbench>, what: &str, done: impl Fn(&Workben
     h.step();
 }
 
+/// A workbench on a channel backend, once the backend is attached and the image loaded.
+fn ready_workbench() -> (Harness<'static, Workbench>, TestEnd) {
+    let (link, end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    (h, end)
+}
+
 /// The next request other than `Status`.
 fn next_request(end: &TestEnd) -> Request {
     loop {
@@ -183,11 +193,7 @@ fn preview(job: u64, iteration: usize, what: PreviewKind, side: u32) -> Event {
 
 #[test]
 fn quick_preset_runs_and_shows_psnr_and_timing() {
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, end) = ready_workbench();
 
     h.get_by_role_and_label(Role::Button, "multiblur").click();
     h.run_steps(2);
@@ -262,11 +268,7 @@ fn quick_preset_runs_and_shows_psnr_and_timing() {
 
 #[test]
 fn stop_cancels_the_running_job() {
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, end) = ready_workbench();
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
     assert!(matches!(next_request(&end), Request::Submit { .. }));
@@ -295,11 +297,7 @@ fn stop_cancels_the_running_job() {
 /// one true final state (finished 40/40), not "stopped 38/40" while iterations go on.
 #[test]
 fn stop_near_the_end_shows_the_one_final_state() {
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, end) = ready_workbench();
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
     assert!(matches!(next_request(&end), Request::Submit { .. }));
@@ -380,11 +378,7 @@ fn a_preset_from_the_recent_list_loads() {
 fn saved_presets_run_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("saved.toml");
-    let (link, _end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, _end) = ready_workbench();
     h.state_mut().save_preset_path(&path);
     let loaded = tessera::preset::Preset::load(&path.to_string_lossy(), &[]).unwrap();
     assert_eq!(loaded.preset, h.state().doc.preset);
@@ -782,11 +776,7 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
 /// to simulated measurements brings the noise model back.
 #[test]
 fn measurement_files_follow_their_operators() {
-    let (link, _end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, _end) = ready_workbench();
     h.get_by_role_and_label(Role::Button, "tomography2d")
         .click();
     h.run_steps(2);
@@ -857,11 +847,7 @@ fn set_patch(h: &mut Harness<'_, Workbench>, patch: usize) {
 /// before anything is drawn, and Run is disabled with the reason.
 #[test]
 fn typed_patch_sizes_apply_on_enter_and_absurd_plans_are_refused() {
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, end) = ready_workbench();
     h.get_by_role_and_label(Role::Button, "multiblur").click();
     h.run_steps(2);
     step_until(&mut h, "the image", |wb| {
@@ -921,17 +907,18 @@ fn typed_patch_sizes_apply_on_enter_and_absurd_plans_are_refused() {
     assert_eq!(h.state().preset_problem(), None);
     assert!(h.query_all_by_label_contains("pixels it keeps").count() >= 1);
     h.run_steps(3);
+    // 8,664 tiles in view: not drawn one by one (a bounded number of shapes), and said so.
+    assert!(
+        h.query_by_label_contains("8664 tiles in view, too many to draw")
+            .is_some()
+    );
 }
 
 /// An edit that cannot run on the real image (patch larger than it) or names a file that is not
 /// there (DRUNet weights) disables Run with the reason, and nothing is sent.
 #[test]
 fn an_invalid_edit_disables_run_with_the_reason() {
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, end) = ready_workbench();
     assert_eq!(h.state().run_blocker(), None);
     h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
         .click();
@@ -944,6 +931,14 @@ fn an_invalid_edit_disables_run_with_the_reason() {
     );
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
+    // The reason is where the user looks: Run's tooltip (and under the field).
+    h.get_by_role_and_label(Role::Button, "Run").hover();
+    h.run_steps(60);
+    assert!(
+        h.query_all_by_label_contains("larger than the image")
+            .count()
+            >= 3
+    );
     set_patch(&mut h, 64);
     assert_eq!(h.state().run_blocker(), None);
 
@@ -976,11 +971,7 @@ fn an_invalid_edit_disables_run_with_the_reason() {
 /// Opening another preset after a run clears the run's images, curves and patch map.
 #[test]
 fn switching_preset_clears_the_previous_run() {
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, end) = ready_workbench();
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
     assert!(matches!(next_request(&end), Request::Submit { .. }));
@@ -1025,11 +1016,7 @@ fn volumes_are_sliced_on_every_pane_after_a_run() {
     )
     .unwrap();
 
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, end) = ready_workbench();
     h.get_by_role_and_label(Role::Button, "tomography3d")
         .click();
     h.run_steps(2);
@@ -1070,11 +1057,7 @@ fn volumes_are_sliced_on_every_pane_after_a_run() {
 /// A failed attach (nothing listens there) leaves the working backend in place.
 #[test]
 fn a_failed_attach_keeps_the_working_backend() {
-    let (link, _end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, _end) = ready_workbench();
     // A port nobody listens on: bind one, then free it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -1123,11 +1106,7 @@ fn files_can_be_typed_or_dropped() {
             .replace("name = \"quick\"", &format!("name = \"{name}\""));
         std::fs::write(path, text).unwrap();
     }
-    let (link, _end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend and the image", |wb| {
-        wb.has_backend() && !wb.data_loading()
-    });
+    let (mut h, _end) = ready_workbench();
     h.get_by_role_and_label(Role::Button, "Open preset…")
         .click();
     h.run_steps(2);
@@ -1160,4 +1139,115 @@ fn files_can_be_typed_or_dropped() {
         .push(std::sync::Arc::new(Dropped(dropped.clone())));
     h.run_steps(2);
     assert_eq!(h.state().doc.preset.name, "dropped");
+}
+
+/// Writes a complete run folder (reconstruction and ground truth filled with constants).
+fn run_folder(root: &Path, name: &str, recon: f32, truth: f32) -> std::path::PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    tessera::io::write_npy(
+        &dir.join("reconstruction.npy"),
+        &tessera::Tensor::full(&[1, 1, 16, 12], recon),
+    )
+    .unwrap();
+    tessera::io::write_npy(
+        &dir.join("ground_truth.npy"),
+        &tessera::Tensor::full(&[1, 1, 16, 12], truth),
+    )
+    .unwrap();
+    let metrics = format!(
+        r#"{{"name": "{name}", "iterations": 5, "stopped_early": false, "reconstruction": {{"psnr_db": 30.5}}}}"#
+    );
+    std::fs::write(dir.join("metrics.json"), metrics).unwrap();
+    dir
+}
+
+/// The run history lists the complete runs under the output root (not a staging folder), reopens
+/// one into the panes, compares another beside it and as a difference, and a pane exports as PNG.
+#[test]
+fn runs_are_listed_reopened_compared_and_exported() {
+    use tessera::gui::preview::Slot;
+    let root = tempfile::tempdir().unwrap();
+    let a = run_folder(root.path(), "20250101-120000-quick-1", 0.75, 0.5);
+    std::thread::sleep(Duration::from_millis(20));
+    let b = run_folder(root.path(), "20250101-120500-quick-2", 0.25, 0.5);
+    run_folder(root.path(), ".20250101-121000-quick-3.staging", 0.0, 0.0);
+    let (link, _end) = ChannelBackend::pair("test backend");
+    let mut h = harness(Workbench::new(WorkbenchOptions {
+        starter: starter(vec![link]),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+        output_root: Some(root.path().to_path_buf()),
+    }));
+    step_until(&mut h, "the runs", |wb| wb.runs.runs.len() == 2);
+    let listed: Vec<_> = h
+        .state()
+        .runs
+        .runs
+        .iter()
+        .map(|r| r.folder.clone())
+        .collect();
+    assert_eq!(
+        listed,
+        vec![b.clone(), a.clone()],
+        "newest first, staging skipped"
+    );
+    h.get_by_role_and_label(Role::Button, "Runs").click();
+    h.run_steps(2);
+    assert!(h.query_all_by_label("30.50 dB").count() == 2);
+
+    // Reopen the older run, compare with the newer: difference = 0.75 − 0.25.
+    h.get_all_by_role_and_label(Role::Button, "reopen")
+        .nth(1)
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    let value = |wb: &Workbench, slot| wb.viewer().shown.get(&slot).map(|s| s.raw.pixels[0]);
+    step_until(&mut h, "the reopened run", |wb| {
+        value(wb, Slot::Reconstruction) == Some(0.75) && value(wb, Slot::GroundTruth) == Some(0.5)
+    });
+    h.get_all_by_role_and_label(Role::Button, "compare")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    step_until(&mut h, "the comparison", |wb| {
+        value(wb, Slot::Compare) == Some(0.25) && value(wb, Slot::Difference) == Some(0.5)
+    });
+    assert!(
+        h.query_by_label_contains("Compared: 20250101-120500-quick-2")
+            .is_some()
+    );
+    // The values under the mouse read from the panes' float images.
+    let (at, v) = h
+        .state()
+        .viewer()
+        .value_at(Slot::Difference, egui::pos2(0.5, 0.5))
+        .unwrap();
+    assert_eq!((at, v), ((6, 8), vec![0.5]));
+
+    let png = root.path().join("recon.png");
+    h.state_mut().export_png(Slot::Reconstruction, &png);
+    let img = image::open(&png).unwrap();
+    assert_eq!((img.width(), img.height()), (12, 16));
+}
+
+/// A typed value outside a field's range is brought into it, and the field says so.
+#[test]
+fn clamped_values_are_shown() {
+    let (mut h, _end) = ready_workbench();
+    h.get_by_role_and_label(Role::SpinButton, "noise sigma")
+        .focus();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::SpinButton, "noise sigma")
+        .type_text("-0.5");
+    h.key_press(egui::Key::Enter);
+    h.run_steps(2);
+    assert_eq!(
+        h.state().doc.preset.noise,
+        Some(tessera::physics::NoiseConfig::Gaussian { sigma: 0.0 })
+    );
+    assert!(h.query_by_label("-0.5 is out of range: set to 0").is_some());
 }

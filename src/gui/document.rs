@@ -172,8 +172,12 @@ impl Document {
                 format!("the image cannot be loaded: {e}"),
             ));
         }
-        if let Some(Err(e)) = self.patch_map().map(|m| m.map(|_| ())) {
-            return Err(Problem::at("tiling.patch_size", e));
+        if let Some(Err(message)) = self.patch_map().map(|m| m.map(|_| ())) {
+            // The planner's error already names its field.
+            return Err(Problem {
+                field: "tiling".into(),
+                message,
+            });
         }
         self.tiling_warnings();
         if !self.remote {

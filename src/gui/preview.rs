@@ -50,101 +50,16 @@ pub enum Contrast {
     Range { lo: f32, hi: f32 },
 }
 
-/// Colormaps for one-channel images (colour images are shown as they are).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Colormap {
-    Gray,
-    Viridis,
-    Magma,
-    /// Blue – white – red, for signed images such as differences (white at the window's centre).
-    Diverging,
-}
+/// Colormaps for one-channel images (colour images are shown as they are): the maps of
+/// [`crate::plot`], so figures and the window colour alike.
+pub use crate::plot::Colormap;
 
-impl Colormap {
-    pub const ALL: [Colormap; 4] = [
-        Colormap::Gray,
-        Colormap::Viridis,
-        Colormap::Magma,
-        Colormap::Diverging,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Colormap::Gray => "gray",
-            Colormap::Viridis => "viridis",
-            Colormap::Magma => "magma",
-            Colormap::Diverging => "diverging",
-        }
-    }
-
-    /// Control points at t = 0, 1/8, …, 1 (sampled from matplotlib's maps), linearly interpolated.
-    fn stops(self) -> &'static [[u8; 3]; 9] {
-        const VIRIDIS: [[u8; 3]; 9] = [
-            [68, 1, 84],
-            [71, 44, 122],
-            [59, 81, 139],
-            [44, 113, 142],
-            [33, 144, 141],
-            [39, 173, 129],
-            [92, 200, 99],
-            [170, 220, 50],
-            [253, 231, 37],
-        ];
-        const MAGMA: [[u8; 3]; 9] = [
-            [0, 0, 4],
-            [28, 16, 68],
-            [79, 18, 123],
-            [129, 37, 129],
-            [181, 54, 122],
-            [229, 80, 100],
-            [251, 135, 97],
-            [254, 194, 135],
-            [252, 253, 191],
-        ];
-        const GRAY: [[u8; 3]; 9] = [
-            [0, 0, 0],
-            [32, 32, 32],
-            [64, 64, 64],
-            [96, 96, 96],
-            [128, 128, 128],
-            [159, 159, 159],
-            [191, 191, 191],
-            [223, 223, 223],
-            [255, 255, 255],
-        ];
-        // matplotlib's RdBu reversed (blue for negative).
-        const DIVERGING: [[u8; 3]; 9] = [
-            [5, 48, 97],
-            [33, 102, 172],
-            [67, 147, 195],
-            [146, 197, 222],
-            [247, 247, 247],
-            [244, 165, 130],
-            [214, 96, 77],
-            [178, 24, 43],
-            [103, 0, 31],
-        ];
-        match self {
-            Colormap::Gray => &GRAY,
-            Colormap::Viridis => &VIRIDIS,
-            Colormap::Magma => &MAGMA,
-            Colormap::Diverging => &DIVERGING,
-        }
-    }
-
-    /// A 256-entry lookup table.
-    pub fn lut(self) -> [Color32; 256] {
-        let stops = self.stops();
-        std::array::from_fn(|i| {
-            let t = i as f32 / 255.0 * 8.0;
-            let k = (t as usize).min(7);
-            let f = t - k as f32;
-            let mix = |c: usize| {
-                (stops[k][c] as f32 * (1.0 - f) + stops[k + 1][c] as f32 * f).round() as u8
-            };
-            Color32::from_rgb(mix(0), mix(1), mix(2))
-        })
-    }
+/// A 256-entry lookup table of `map`.
+pub fn lut(map: Colormap) -> [Color32; 256] {
+    std::array::from_fn(|i| {
+        let [r, g, b] = map.map(i as f32 / 255.0);
+        Color32::from_rgb(r, g, b)
+    })
 }
 
 /// Where an image is shown; previews of one slot replace each other.
@@ -484,7 +399,7 @@ pub fn colorize(image: &PreviewImage, display: Display) -> (ColorImage, (f32, f3
             .map(|p| Color32::from_rgb(level(p[0]), level(p[1]), level(p[2])))
             .collect()
     } else {
-        let lut = display.colormap.lut();
+        let lut = lut(display.colormap);
         let step = if channel.is_some() { 1 } else { c };
         values
             .iter()
