@@ -1048,6 +1048,29 @@ fn volumes_are_sliced_on_every_pane_after_a_run() {
     step_until(&mut h, "slice 1", |wb| {
         value(wb, Slot::Reconstruction) == Some(1.0) && value(wb, Slot::GroundTruth) == Some(10.0)
     });
+    // Three orthogonal cuts of the reconstruction through one point; a click in the rows cut
+    // moves the depth cut to the clicked depth.
+    h.get_by_role_and_label(Role::CheckBox, "orthogonal views")
+        .click();
+    h.run_steps(2);
+    let size = |wb: &Workbench, a| {
+        wb.viewer()
+            .shown
+            .get(&Slot::Ortho(a))
+            .map(|s| s.texture.size())
+    };
+    step_until(&mut h, "the orthogonal views", |wb| {
+        size(wb, 0) == Some([5, 6]) && size(wb, 1) == Some([5, 8]) && size(wb, 2) == Some([6, 8])
+    });
+    assert_eq!(
+        value(h.state(), Slot::Ortho(0)),
+        Some(1.0),
+        "the depth cut at slice 1"
+    );
+    h.state_mut().ortho_click(1, egui::pos2(0.5, 6.5 / 8.0));
+    step_until(&mut h, "the depth cut to move", |wb| {
+        value(wb, Slot::Ortho(0)) == Some(6.0)
+    });
     // The run is in the history, marked as this window's.
     step_until(&mut h, "the history", |wb| {
         wb.runs.runs.iter().any(|r| r.folder == run)

@@ -681,6 +681,22 @@ impl Workbench {
         self.viewer.reslice(&self.pump, self.app_state.display);
     }
 
+    /// Shows `source`'s volume as three orthogonal cuts through the cursor (None: the panes).
+    pub fn set_orthogonal(&mut self, source: Option<Slot>) {
+        self.viewer.ortho = source;
+        for a in 0..3 {
+            self.viewer.shown.remove(&Slot::Ortho(a));
+        }
+        self.viewer.show_ortho(&self.pump, self.app_state.display);
+    }
+
+    /// A click in orthogonal view `axis` at texture coordinates `uv` moves the other cuts there.
+    pub fn ortho_click(&mut self, axis: u8, uv: egui::Pos2) {
+        if self.viewer.ortho_click(axis, uv) {
+            self.reslice();
+        }
+    }
+
     pub fn request_difference(&mut self) {
         self.viewer
             .request_difference(&self.pump, self.app_state.display);

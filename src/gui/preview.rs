@@ -74,6 +74,8 @@ pub enum Slot {
     Difference,
     /// The reconstruction of another run, shown beside this one.
     Compare,
+    /// One of the three orthogonal cuts (0 = depth, 1 = rows, 2 = columns) through the cursor.
+    Ortho(u8),
 }
 
 impl Slot {

@@ -86,6 +86,8 @@ pub struct Viewer {
     pub profile: Option<(egui::Pos2, egui::Pos2)>,
     /// The pixel under the mouse: its pane and texture coordinates.
     pub hover: Option<(Slot, egui::Pos2)>,
+    /// The volume shown as three orthogonal cuts through the cursor (instead of the panes).
+    pub ortho: Option<Slot>,
 }
 
 impl Viewer {
@@ -113,8 +115,9 @@ impl Viewer {
 
     /// The spatial extent of the first volume held (for the slice slider), if any.
     pub fn volume_dims(&self) -> Option<[usize; 3]> {
-        [Slot::Reconstruction, Slot::GroundTruth, Slot::Data]
+        self.ortho
             .iter()
+            .chain(&[Slot::Reconstruction, Slot::GroundTruth, Slot::Data])
             .chain(self.arrays.keys())
             .filter_map(|s| self.arrays.get(s))
             .find_map(|t| match *t.shape() {
@@ -140,8 +143,62 @@ impl Viewer {
         });
     }
 
+    /// Cuts the orthogonal views' volume along each axis through the cursor.
+    pub fn show_ortho(&self, pump: &Pump, default: Display) {
+        let Some((source, tensor)) = self.ortho.and_then(|s| Some((s, self.arrays.get(&s)?)))
+        else {
+            return;
+        };
+        let display = self.display_of(source, default);
+        for a in 0..3u8 {
+            let extent = tensor
+                .shape()
+                .get(2 + a as usize)
+                .copied()
+                .unwrap_or(1)
+                .max(1);
+            pump.send(PumpMsg::Show {
+                slot: Slot::Ortho(a),
+                tensor: tensor.clone(),
+                section: Section {
+                    cut: Some((a as usize, self.cursor.index[a as usize].min(extent - 1))),
+                    channel: None,
+                },
+                display,
+            });
+        }
+    }
+
+    /// Where the other two cuts cross orthogonal view `axis`, in its texture coordinates.
+    pub fn ortho_cross(&self, axis: u8) -> Option<egui::Pos2> {
+        let dims = self.volume_dims()?;
+        let f = |a: usize| (self.cursor.index[a] as f32 + 0.5) / dims[a] as f32;
+        Some(match axis {
+            0 => egui::pos2(f(2), f(1)),
+            1 => egui::pos2(f(2), f(0)),
+            _ => egui::pos2(f(1), f(0)),
+        })
+    }
+
+    /// A click at texture coordinates `uv` of orthogonal view `axis` moves the other two cuts
+    /// there (as in napari's and Fiji's orthogonal views).
+    pub fn ortho_click(&mut self, axis: u8, uv: egui::Pos2) -> bool {
+        let Some(dims) = self.volume_dims() else {
+            return false;
+        };
+        let at = |t: f32, a: usize| ((t * dims[a] as f32) as usize).min(dims[a] - 1);
+        let before = self.cursor.index;
+        match axis {
+            0 => (self.cursor.index[1], self.cursor.index[2]) = (at(uv.y, 1), at(uv.x, 2)),
+            1 => (self.cursor.index[0], self.cursor.index[2]) = (at(uv.y, 0), at(uv.x, 2)),
+            _ => (self.cursor.index[0], self.cursor.index[1]) = (at(uv.y, 0), at(uv.x, 1)),
+        }
+        before != self.cursor.index
+    }
+
     /// Cuts every held volume again at the cursor (after the slider moved).
     pub fn reslice(&self, pump: &Pump, default: Display) {
+        self.show_ortho(pump, default);
         for (slot, tensor) in &self.arrays {
             if tensor.shape().len() == 5 {
                 pump.send(PumpMsg::Show {
@@ -168,8 +225,11 @@ impl Viewer {
 
     /// Maps every pane again with its display (after a contrast or colormap change).
     pub fn remap(&self, pump: &Pump, default: Display, only: Option<Slot>) {
+        if only.is_none() || only == self.ortho {
+            self.show_ortho(pump, default);
+        }
         for (slot, s) in &self.shown {
-            if only.is_some_and(|o| o != *slot) {
+            if only.is_some_and(|o| o != *slot) || matches!(slot, Slot::Ortho(_)) {
                 continue;
             }
             let display = self.display_of(*slot, default);
@@ -198,6 +258,9 @@ impl Viewer {
             Slot::GroundTruth,
             Slot::Difference,
             Slot::Compare,
+            Slot::Ortho(0),
+            Slot::Ortho(1),
+            Slot::Ortho(2),
         ] {
             self.shown.remove(&slot);
             self.arrays.remove(&slot);

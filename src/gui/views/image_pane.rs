@@ -15,8 +15,16 @@ pub struct PaneResponse {
     pub hover_uv: Option<Pos2>,
     /// What the patch map overlay drew, if it was drawn.
     pub overlay: Option<Drawn>,
-    /// The pane was clicked (it becomes the one shortcuts and export act on).
-    pub clicked: bool,
+    /// Texture coordinates of a click (without a drag).
+    pub clicked_uv: Option<Pos2>,
+}
+
+/// What is drawn over a pane's image.
+#[derive(Default)]
+pub struct Overlays<'a> {
+    pub map: Option<&'a PatchMap>,
+    /// Where the other orthogonal cuts cross this one (texture coordinates).
+    pub cross: Option<Pos2>,
 }
 
 /// Draws a pane of `size`; `view` and `profile` are shared with the other panes.
@@ -26,15 +34,12 @@ pub fn image_pane(
     size: Vec2,
     view: &mut SharedView,
     profile: &mut Option<(Pos2, Pos2)>,
-    map: Option<&PatchMap>,
+    overlays: Overlays<'_>,
 ) -> PaneResponse {
     let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 2.0, Color32::from_gray(24));
-    let mut out = PaneResponse {
-        clicked: response.clicked(),
-        ..PaneResponse::default()
-    };
+    let mut out = PaneResponse::default();
     let Some(s) = shown else {
         painter.text(
             rect.center(),
@@ -97,7 +102,20 @@ pub fn image_pane(
     if let Some(p) = response.hover_pos().filter(|p| image.contains(*p)) {
         out.hover_uv = Some(to_uv(p));
     }
-    if let Some(map) = map {
+    if response.clicked()
+        && let Some(p) = response
+            .interact_pointer_pos()
+            .filter(|p| image.contains(*p))
+    {
+        out.clicked_uv = Some(to_uv(p));
+    }
+    if let Some(c) = overlays.cross {
+        let stroke = Stroke::new(1.0, Color32::from_rgba_unmultiplied(0, 255, 255, 160));
+        let p = to_screen(c.x, c.y);
+        painter.hline(image.x_range(), p.y, stroke);
+        painter.vline(p.x, image.y_range(), stroke);
+    }
+    if let Some(map) = overlays.map {
         let whole = Rect::from_min_max(to_screen(0.0, 0.0), to_screen(1.0, 1.0));
         out.overlay = Some(patch_map::paint(&painter, whole, image, map));
     }

@@ -5,7 +5,7 @@
 use egui::{Color32, RichText, Ui, Vec2};
 use egui_plot::{Bar, BarChart, Plot, VLine};
 
-use super::image_pane::image_pane;
+use super::image_pane::{Overlays, image_pane};
 use super::{Place, View};
 use crate::gui::Workbench;
 use crate::gui::dialogs::DialogKind;
@@ -42,6 +42,7 @@ impl View for LiveView {
         let mut profile = wb.viewer.profile;
         let mut hover = None;
         let mut hidden_tiles = None;
+        let mut clicked = None;
         ui.horizontal_top(|ui| {
             for (title, slot) in &panes {
                 ui.vertical(|ui| {
@@ -53,16 +54,26 @@ impl View for LiveView {
                     let overlay = overlay_map
                         .as_deref()
                         .filter(|_| !matches!(slot, Slot::Measurement(_) | Slot::Difference));
+                    let cross = match slot {
+                        Slot::Ortho(a) => wb.viewer.ortho_cross(*a),
+                        _ => None,
+                    };
                     let r = image_pane(
                         ui,
                         wb.viewer.shown.get(slot),
                         Vec2::new(width, height),
                         &mut view,
                         &mut profile,
-                        overlay,
+                        Overlays {
+                            map: overlay,
+                            cross,
+                        },
                     );
                     if let Some(uv) = r.hover_uv {
                         hover = Some((*slot, uv));
+                    }
+                    if let (Slot::Ortho(a), Some(uv)) = (slot, r.clicked_uv) {
+                        clicked = Some((*a, uv));
                     }
                     if let Some(d) = r.overlay.filter(|d| d.drawn < d.visible) {
                         hidden_tiles = Some(d.visible);
@@ -73,6 +84,9 @@ impl View for LiveView {
         wb.viewer.view = view;
         wb.viewer.profile = profile;
         wb.viewer.hover = hover;
+        if let Some((axis, uv)) = clicked {
+            wb.ortho_click(axis, uv);
+        }
         readout(ui, wb, &panes);
         if let Some(n) = hidden_tiles {
             ui.label(format!(
@@ -84,6 +98,17 @@ impl View for LiveView {
 
 /// The panes, left to right: (title, slot).
 fn panes(wb: &Workbench) -> Vec<(String, Slot)> {
+    if let Some(source) = wb.viewer.ortho {
+        let name = format!("{source:?}");
+        return (0..3u8)
+            .map(|a| {
+                (
+                    format!("{name}: {} cut", AXIS_NAMES[a as usize]),
+                    Slot::Ortho(a),
+                )
+            })
+            .collect();
+    }
     let truth = if wb.viewer.shown.contains_key(&Slot::GroundTruth) {
         Slot::GroundTruth
     } else {
@@ -184,7 +209,39 @@ fn slice_controls(ui: &mut Ui, wb: &mut Workbench) {
         return;
     };
     let mut cursor = wb.viewer.cursor;
+    let mut ortho = wb.viewer.ortho;
+    let sources: Vec<Slot> = [
+        Slot::Reconstruction,
+        Slot::GroundTruth,
+        Slot::Data,
+        Slot::Compare,
+    ]
+    .into_iter()
+    .filter(|s| {
+        wb.viewer
+            .arrays
+            .get(s)
+            .is_some_and(|t| t.shape().len() == 5)
+    })
+    .collect();
     ui.horizontal(|ui| {
+        let mut on = ortho.is_some();
+        if ui
+            .checkbox(&mut on, "orthogonal views")
+            .on_hover_text("three cuts through one point; click in one to move the others")
+            .changed()
+        {
+            ortho = if on { sources.first().copied() } else { None };
+        }
+        if let Some(src) = &mut ortho {
+            egui::ComboBox::from_label("of")
+                .selected_text(format!("{src:?}"))
+                .show_ui(ui, |ui| {
+                    for s in &sources {
+                        ui.selectable_value(src, *s, format!("{s:?}"));
+                    }
+                });
+        }
         egui::ComboBox::from_label("axis")
             .selected_text(AXIS_NAMES[cursor.axis])
             .show_ui(ui, |ui| {
@@ -198,6 +255,9 @@ fn slice_controls(ui: &mut Ui, wb: &mut Workbench) {
         ui.add(egui::Slider::new(&mut cursor.index[a], 0..=max).text("slice"))
             .on_hover_text("Page Up / Page Down: next / previous slice");
     });
+    if ortho != wb.viewer.ortho {
+        wb.set_orthogonal(ortho);
+    }
     if cursor != wb.viewer.cursor {
         wb.viewer.cursor = cursor;
         wb.reslice();

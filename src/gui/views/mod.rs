@@ -16,7 +16,7 @@ use egui::Ui;
 
 use super::Workbench;
 
-pub use image_pane::PaneResponse;
+pub use image_pane::{Overlays, PaneResponse};
 
 /// Where a view is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
