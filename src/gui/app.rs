@@ -448,25 +448,13 @@ impl Workbench {
             .map(|b| b.world_size)
             .unwrap_or(self.app_state.ranks)
             .max(1);
-        if self.doc.preset.measurements.is_none() {
-            let loaded: Vec<Slot> = self
-                .viewer
-                .arrays
-                .keys()
-                .copied()
-                .filter(|s| matches!(s, Slot::Measurement(_)))
-                .collect();
-            if !loaded.is_empty() && self.session.outputs.is_empty() {
-                self.viewer.clear_measurements();
-            }
-        }
         self.doc.edited();
     }
 
     /// The patch map to draw now: the backend's during and after a run, else planned here.
     pub fn patch_map(&mut self) -> Option<Result<Arc<PatchMap>, String>> {
         if let Some(m) = &self.session.patch_map {
-            return Some(Ok(Arc::new(m.clone())));
+            return Some(Ok(m.clone()));
         }
         self.doc.patch_map()
     }
@@ -883,19 +871,18 @@ impl Workbench {
 
     /// One backend event: the session's state, and what follows from it here.
     fn apply(&mut self, e: crate::protocol::Event) {
-        use crate::protocol::Event;
-        let finished = matches!(&e, Event::Finished { job, .. } if self.session.current_job() == Some(*job) || self.session.state() == &JobState::Submitted);
-        let welcome = matches!(e, Event::Welcome { .. });
+        let was_busy = self.session.is_busy();
+        let welcome = matches!(e, crate::protocol::Event::Welcome { .. });
         self.session.apply(e);
         if welcome {
+            // The world size the patch map is planned for.
             self.edited();
         }
-        if finished
-            && matches!(
-                self.session.state(),
-                JobState::Finished { .. } | JobState::Cancelled { .. }
-            )
-        {
+        let ended = matches!(
+            self.session.state(),
+            JobState::Finished { .. } | JobState::Cancelled { .. }
+        );
+        if was_busy && ended {
             // The run's folder: listed in the history, and (when its files are readable here, as
             // with a local backend) its arrays become the panes' sources, so volumes can be sliced.
             if let Some(folder) = self.session.outputs.first().and_then(|p| p.parent()) {

@@ -5,6 +5,7 @@
 //! cancelled run) are dropped.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::protocol::{Event, JobId, LogLevel, OperatorInfo, PatchMap, RankIteration};
 
@@ -77,7 +78,7 @@ pub struct Session {
     pub iterations_planned: usize,
     pub image_shape: Vec<usize>,
     pub operators: Vec<OperatorInfo>,
-    pub patch_map: Option<PatchMap>,
+    pub patch_map: Option<Arc<PatchMap>>,
     pub history: Vec<IterationPoint>,
     pub outputs: Vec<PathBuf>,
     pub summary_json: Option<String>,
@@ -227,7 +228,7 @@ impl Session {
                 self.image_shape = image_shape;
                 self.operators = operators;
                 self.iterations_planned = iterations;
-                self.patch_map = patch_map;
+                self.patch_map = patch_map.map(Arc::new);
                 self.history.clear();
             }
             Event::Iteration { job, report, ranks } => {

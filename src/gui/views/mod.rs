@@ -16,8 +16,6 @@ use egui::Ui;
 
 use super::Workbench;
 
-pub use image_pane::{Overlays, PaneResponse};
-
 /// Where a view is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
