@@ -1274,3 +1274,17 @@ fn clamped_values_are_shown() {
     );
     assert!(h.query_by_label("-0.5 is out of range: set to 0").is_some());
 }
+
+/// Ctrl+R runs, Escape stops.
+#[test]
+fn shortcuts_run_and_stop() {
+    let (mut h, end) = ready_workbench();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::R);
+    h.run_steps(2);
+    assert!(matches!(next_request(&end), Request::Submit { .. }));
+    send(&end, Event::Accepted { job: 3 });
+    step_until(&mut h, "the job to run", |wb| wb.current_job() == Some(3));
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    assert_eq!(next_request(&end), Request::Cancel { job: 3 });
+}
