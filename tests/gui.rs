@@ -88,6 +88,14 @@ fn next_request(end: &TestEnd) -> Request {
     }
 }
 
+/// Clicks Run, checks that the preset was submitted, and accepts it as job `job`.
+fn submit(h: &mut Harness<'_, Workbench>, end: &TestEnd, job: u64) {
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(matches!(next_request(end), Request::Submit { .. }));
+    send(end, Event::Accepted { job });
+}
+
 fn send(end: &TestEnd, e: Event) {
     end.events.send(Incoming::Event(e)).unwrap();
 }
@@ -269,10 +277,7 @@ fn quick_preset_runs_and_shows_psnr_and_timing() {
 #[test]
 fn stop_cancels_the_running_job() {
     let (mut h, end) = ready_workbench();
-    h.get_by_role_and_label(Role::Button, "Run").click();
-    h.run_steps(2);
-    assert!(matches!(next_request(&end), Request::Submit { .. }));
-    send(&end, Event::Accepted { job: 4 });
+    submit(&mut h, &end, 4);
     step_until(&mut h, "the job to run", |wb| wb.current_job() == Some(4));
     h.get_by_role_and_label(Role::Button, "Stop").click();
     h.run_steps(2);
@@ -298,10 +303,7 @@ fn stop_cancels_the_running_job() {
 #[test]
 fn stop_near_the_end_shows_the_one_final_state() {
     let (mut h, end) = ready_workbench();
-    h.get_by_role_and_label(Role::Button, "Run").click();
-    h.run_steps(2);
-    assert!(matches!(next_request(&end), Request::Submit { .. }));
-    send(&end, Event::Accepted { job: 1 });
+    submit(&mut h, &end, 1);
     send(
         &end,
         Event::Started {
@@ -506,10 +508,7 @@ fn frame_time_while_previews_stream() {
     step_until(&mut h, "the backend and the image", |wb| {
         wb.has_backend() && !wb.data_loading()
     });
-    h.get_by_role_and_label(Role::Button, "Run").click();
-    h.run_steps(2);
-    assert!(matches!(next_request(&end), Request::Submit { .. }));
-    send(&end, Event::Accepted { job: 1 });
+    submit(&mut h, &end, 1);
     let image: Vec<f32> = (0..SIDE * SIDE)
         .map(|i| ((i % SIDE) as f32 / SIDE as f32 + (i / SIDE) as f32 / SIDE as f32) * 0.5)
         .collect();
@@ -972,10 +971,7 @@ fn an_invalid_edit_disables_run_with_the_reason() {
 #[test]
 fn switching_preset_clears_the_previous_run() {
     let (mut h, end) = ready_workbench();
-    h.get_by_role_and_label(Role::Button, "Run").click();
-    h.run_steps(2);
-    assert!(matches!(next_request(&end), Request::Submit { .. }));
-    send(&end, Event::Accepted { job: 1 });
+    submit(&mut h, &end, 1);
     send(&end, iteration(1, 1, 20.0));
     send(&end, preview(1, 1, PreviewKind::Reconstruction, 64));
     send(
@@ -1021,10 +1017,7 @@ fn volumes_are_sliced_on_every_pane_after_a_run() {
         .click();
     h.run_steps(2);
     step_until(&mut h, "the volume", |wb| !wb.data_loading());
-    h.get_by_role_and_label(Role::Button, "Run").click();
-    h.run_steps(2);
-    assert!(matches!(next_request(&end), Request::Submit { .. }));
-    send(&end, Event::Accepted { job: 1 });
+    submit(&mut h, &end, 1);
     send(
         &end,
         Event::Finished {

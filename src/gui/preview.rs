@@ -415,19 +415,7 @@ pub fn colorize(image: &PreviewImage, display: Display) -> (ColorImage, (f32, f3
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn gray(w: u32, h: u32, f: impl Fn(u32, u32) -> f32) -> PreviewImage {
-        PreviewImage {
-            width: w,
-            height: h,
-            channels: 1,
-            slice: None,
-            pixels: (0..h)
-                .flat_map(|y| (0..w).map(move |x| (x, y)))
-                .map(|(x, y)| f(x, y))
-                .collect(),
-        }
-    }
+    use crate::protocol::preview::gray;
 
     #[test]
     fn contrast_window_maps_to_full_range() {

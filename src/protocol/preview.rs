@@ -154,22 +154,24 @@ impl PreviewImage {
     }
 }
 
+/// A one-channel `w`×`h` image with value `f(x, y)` (for tests here and in the workbench).
+#[cfg(test)]
+pub(crate) fn gray(w: u32, h: u32, f: impl Fn(u32, u32) -> f32) -> PreviewImage {
+    PreviewImage {
+        width: w,
+        height: h,
+        channels: 1,
+        slice: None,
+        pixels: (0..h)
+            .flat_map(|y| (0..w).map(move |x| (x, y)))
+            .map(|(x, y)| f(x, y))
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn gray(w: u32, h: u32, f: impl Fn(u32, u32) -> f32) -> PreviewImage {
-        PreviewImage {
-            width: w,
-            height: h,
-            channels: 1,
-            slice: None,
-            pixels: (0..h)
-                .flat_map(|y| (0..w).map(move |x| (x, y)))
-                .map(|(x, y)| f(x, y))
-                .collect(),
-        }
-    }
 
     #[test]
     fn box_downsampling_averages_blocks_and_keeps_colour_interleaved() {
