@@ -14,6 +14,7 @@ pub mod launch;
 pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod patch_map;
 pub mod physics;
 pub mod sockets;
 pub mod spatial;
