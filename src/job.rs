@@ -337,6 +337,9 @@ pub fn build_denoiser(
     };
     let inner = cfg.build_in(base_dir)?;
     Ok(Some(match &preset.tiling {
+        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => {
+            Box::new(crate::dist::spatial::SpatialDenoiser::new(comm, inner, t)?)
+        }
         Some(t) => Box::new(DistributedTiledDenoiser::new(
             comm,
             TiledDenoiser::from_config(inner, t)?,

@@ -14,8 +14,10 @@ pub mod launch;
 pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod patch_map;
 pub mod physics;
 pub mod sockets;
+pub mod spatial;
 pub mod store;
 pub mod timed;
 pub mod wire;
