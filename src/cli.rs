@@ -364,8 +364,8 @@ fn run(
     quiet: bool,
     group: &GroupArgs,
 ) -> Result<()> {
-    if let Some(fwi) =
-        tessera::fwi::FwiPreset::load(name, set).with_context(|| format!("loading preset `{name}`"))?
+    if let Some(fwi) = tessera::fwi::FwiPreset::load(name, set)
+        .with_context(|| format!("loading preset `{name}`"))?
     {
         return run_fwi(name, fwi, out, quiet, group);
     }
@@ -506,7 +506,14 @@ fn run_fwi(
     let every = epochs.div_ceil(10).max(1);
     let mut on_event = |event: FwiEvent<'_>| {
         match event {
-            FwiEvent::Started { nz, nx, shots, world_size, step_ratio, .. } => bar.set_message(format!(
+            FwiEvent::Started {
+                nz,
+                nx,
+                shots,
+                world_size,
+                step_ratio,
+                ..
+            } => bar.set_message(format!(
                 "{nz}×{nx} model, {shots} shots, {world_size} rank(s), {step_ratio} steps/sample"
             )),
             FwiEvent::Epoch { report, .. } => {

@@ -21,23 +21,91 @@ fn adam_matches_torch_bit_for_bit() {
     let mut p: Vec<f32> = p0.iter().map(|&v| v as f32).collect();
     let mut adam = Adam::<f32>::new(n, 5.0, (0.9, 0.999), 1e-22);
     for k in 0..gs[0] {
-        let g: Vec<f32> = grads[k * n..(k + 1) * n].iter().map(|&v| v as f32).collect();
+        let g: Vec<f32> = grads[k * n..(k + 1) * n]
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
         adam.step(&mut p, &g);
         let w: Vec<f32> = want[k * n..(k + 1) * n].iter().map(|&v| v as f32).collect();
-        let differ = p.iter().zip(&w).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-        assert_eq!(differ, 0, "step {}: {differ} of {n} parameters differ from torch", k + 1);
+        let differ = p
+            .iter()
+            .zip(&w)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            differ,
+            0,
+            "step {}: {differ} of {n} parameters differ from torch",
+            k + 1
+        );
     }
 }
 
 #[test]
 fn tensor_split_matches_torch() {
-    let cases: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures().join("tensor_split.json")).unwrap()).unwrap();
+    let cases: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("tensor_split.json")).unwrap(),
+    )
+    .unwrap();
     for c in cases.as_array().unwrap() {
-        let (n, k) = (c["n"].as_u64().unwrap() as usize, c["k"].as_u64().unwrap() as usize);
+        let (n, k) = (
+            c["n"].as_u64().unwrap() as usize,
+            c["k"].as_u64().unwrap() as usize,
+        );
         for (part, want) in c["parts"].as_array().unwrap().iter().enumerate() {
-            let want: Vec<usize> = want.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
-            assert_eq!(tensor_split(n, k, part).collect::<Vec<_>>(), want, "n {n}, k {k}, part {part}");
+            let want: Vec<usize> = want
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as usize)
+                .collect();
+            assert_eq!(
+                tensor_split(n, k, part).collect::<Vec<_>>(),
+                want,
+                "n {n}, k {k}, part {part}"
+            );
         }
     }
+}
+
+/// The inversion on 1, 2 and 3 local rank processes (real sockets) ends with the same model bytes.
+#[test]
+fn one_two_and_three_ranks_give_the_same_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut models = Vec::new();
+    for n in ["1", "2", "3"] {
+        let out = dir.path().join(format!("r{n}"));
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["run", "fwi_marmousi", "-q", "--ranks", n, "--out"])
+            .arg(&out)
+            .args([
+                "--set",
+                "fwi.epochs=3",
+                "--set",
+                "model.truth.nz=30",
+                "--set",
+                "model.truth.nx=60",
+            ])
+            .args([
+                "--set",
+                "acquisition.shots=4",
+                "--set",
+                "acquisition.receivers_per_shot=30",
+            ])
+            .args([
+                "--set",
+                "wave.nt=200",
+                "--set",
+                "fwi.batch_size=3",
+                "--set",
+                "fwi.stages=[]",
+            ])
+            .current_dir(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{n} rank(s)");
+        models.push(std::fs::read(out.join("inverted_model.npy")).unwrap());
+    }
+    assert_eq!(models[0], models[1]);
+    assert_eq!(models[0], models[2]);
 }

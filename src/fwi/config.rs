@@ -15,7 +15,10 @@ use crate::preset::apply_override;
 pub const FWI_VERSION: u32 = 1;
 
 /// The FWI presets shipped in `presets/`, embedded in the binary.
-pub const BUNDLED_FWI: &[(&str, &str)] = &[("fwi_marmousi", include_str!("../../presets/fwi_marmousi.toml"))];
+pub const BUNDLED_FWI: &[(&str, &str)] = &[(
+    "fwi_marmousi",
+    include_str!("../../presets/fwi_marmousi.toml"),
+)];
 
 /// One inversion experiment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,29 +192,37 @@ impl FwiPreset {
             Some(v) => {
                 return Err(Error::format(
                     origin,
-                    format!("FWI preset version {v} is not supported (this tessera reads version {FWI_VERSION})"),
+                    format!(
+                        "FWI preset version {v} is not supported (this tessera reads version {FWI_VERSION})"
+                    ),
                 ));
             }
             None => {
                 return Err(Error::format(
                     origin,
-                    format!("preset has no `version` field (this tessera reads FWI version {FWI_VERSION})"),
+                    format!(
+                        "preset has no `version` field (this tessera reads FWI version {FWI_VERSION})"
+                    ),
                 ));
             }
         }
-        let preset: FwiPreset = value
-            .try_into()
-            .map_err(|e: toml::de::Error| Error::format(origin, format!("invalid FWI preset: {}", e.message())))?;
+        let preset: FwiPreset = value.try_into().map_err(|e: toml::de::Error| {
+            Error::format(origin, format!("invalid FWI preset: {}", e.message()))
+        })?;
         preset.validate()?;
         Ok(preset)
     }
 
     /// Loads a bundled FWI preset by name or a file that is an FWI preset; `Ok(None)` when
     /// `name_or_path` is neither (an imaging preset or nothing).
-    pub fn load(name_or_path: &str, overrides: &[String]) -> Result<Option<(FwiPreset, PathBuf, String)>> {
+    pub fn load(
+        name_or_path: &str,
+        overrides: &[String],
+    ) -> Result<Option<(FwiPreset, PathBuf, String)>> {
         let path = Path::new(name_or_path);
         if path.is_file() {
-            let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading preset", path, e))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| Error::io("reading preset", path, e))?;
             if !Self::is_fwi(&text) {
                 return Ok(None);
             }
@@ -220,14 +231,22 @@ impl FwiPreset {
                 .filter(|p| !p.as_os_str().is_empty())
                 .map(Path::to_path_buf)
                 .unwrap_or_else(|| PathBuf::from("."));
-            return Ok(Some((Self::from_toml(&text, name_or_path, overrides)?, base, name_or_path.to_string())));
+            return Ok(Some((
+                Self::from_toml(&text, name_or_path, overrides)?,
+                base,
+                name_or_path.to_string(),
+            )));
         }
         let name = name_or_path.trim_end_matches(".toml");
         let name = name.strip_prefix("presets/").unwrap_or(name);
         match BUNDLED_FWI.iter().find(|(n, _)| *n == name) {
             Some((n, text)) => {
                 let origin = format!("bundled:{n}");
-                Ok(Some((Self::from_toml(text, &origin, overrides)?, PathBuf::from("."), origin)))
+                Ok(Some((
+                    Self::from_toml(text, &origin, overrides)?,
+                    PathBuf::from("."),
+                    origin,
+                )))
             }
             None => Ok(None),
         }
@@ -240,7 +259,10 @@ impl FwiPreset {
     /// Checks every section and their consistency.
     pub fn validate(&self) -> Result<()> {
         if self.version != FWI_VERSION {
-            return Err(Error::config("version", format!("FWI preset version {} is not supported", self.version)));
+            return Err(Error::config(
+                "version",
+                format!("FWI preset version {} is not supported", self.version),
+            ));
         }
         if self.name.trim().is_empty() {
             return Err(Error::config("name", "must not be empty"));
@@ -252,12 +274,17 @@ impl FwiPreset {
         {
             return Err(Error::config(
                 "model.truth",
-                format!("a generated model needs 8..=2²⁶ cells and at least 8 per axis, got {nz}×{nx}"),
+                format!(
+                    "a generated model needs 8..=2²⁶ cells and at least 8 per axis, got {nz}×{nx}"
+                ),
             ));
         }
         match (&self.model.truth, &self.model.start, &self.data) {
             (None, StartModel::Smooth { .. }, _) => {
-                return Err(Error::config("model.start", "smoothing needs a true model ([model.truth])"));
+                return Err(Error::config(
+                    "model.start",
+                    "smoothing needs a true model ([model.truth])",
+                ));
             }
             (None, _, None) => {
                 return Err(Error::config(
@@ -270,7 +297,10 @@ impl FwiPreset {
         if let StartModel::Smooth { sigma_cells, .. } = &self.model.start
             && !(sigma_cells.is_finite() && *sigma_cells >= 0.0)
         {
-            return Err(Error::config("model.start.sigma_cells", format!("must be ≥ 0, got {sigma_cells}")));
+            return Err(Error::config(
+                "model.start.sigma_cells",
+                format!("must be ≥ 0, got {sigma_cells}"),
+            ));
         }
         self.acquisition.validate()?;
         self.wavelet.validate()?;
@@ -280,21 +310,33 @@ impl FwiPreset {
             return Err(Error::config("fwi.epochs", "needs at least one epoch"));
         }
         if f.batch_size == 0 {
-            return Err(Error::config("fwi.batch_size", "needs at least one shot per epoch"));
+            return Err(Error::config(
+                "fwi.batch_size",
+                "needs at least one shot per epoch",
+            ));
         }
         positive("fwi.learning_rate", f.learning_rate)?;
         positive("fwi.eps", f.eps)?;
         for (i, b) in f.betas.iter().enumerate() {
             if !(0.0..1.0).contains(b) {
-                return Err(Error::config(format!("fwi.betas[{i}]"), format!("must be in [0, 1), got {b}")));
+                return Err(Error::config(
+                    format!("fwi.betas[{i}]"),
+                    format!("must be in [0, 1), got {b}"),
+                ));
             }
         }
         if let (Some(lo), Some(hi)) = (f.min_velocity, f.max_velocity)
             && !(lo > 0.0 && lo < hi)
         {
-            return Err(Error::config("fwi.min_velocity", format!("bounds [{lo}, {hi}] are empty or not positive")));
+            return Err(Error::config(
+                "fwi.min_velocity",
+                format!("bounds [{lo}, {hi}] are empty or not positive"),
+            ));
         }
-        for (name, v) in [("fwi.smooth_gradient_cells", f.smooth_gradient_cells), ("fwi.source_mask_cells", f.source_mask_cells)] {
+        for (name, v) in [
+            ("fwi.smooth_gradient_cells", f.smooth_gradient_cells),
+            ("fwi.source_mask_cells", f.source_mask_cells),
+        ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(Error::config(name, format!("must be ≥ 0, got {v}")));
             }
@@ -306,7 +348,10 @@ impl FwiPreset {
             if s.cutoff_hz >= nyquist {
                 return Err(Error::config(
                     format!("fwi.stages[{i}].cutoff_hz"),
-                    format!("{} Hz is not below the data's Nyquist frequency {nyquist} Hz", s.cutoff_hz),
+                    format!(
+                        "{} Hz is not below the data's Nyquist frequency {nyquist} Hz",
+                        s.cutoff_hz
+                    ),
                 ));
             }
             staged += s.epochs;
@@ -314,7 +359,10 @@ impl FwiPreset {
         if staged > f.epochs {
             return Err(Error::config(
                 "fwi.stages",
-                format!("the stages take {staged} epochs but fwi.epochs is {}", f.epochs),
+                format!(
+                    "the stages take {staged} epochs but fwi.epochs is {}",
+                    f.epochs
+                ),
             ));
         }
         if f.sum_order == SumOrder::AllReduce && self.wave.precision == Precision::F64 {

@@ -18,7 +18,10 @@ pub fn epoch_panel(
     _gradient: &[f32],
     _illumination: Option<(&[f32], &[f32])>,
 ) -> Result<()> {
-    tracing::debug!("epoch {}: figures are not drawn in this build", report.epoch);
+    tracing::debug!(
+        "epoch {}: figures are not drawn in this build",
+        report.epoch
+    );
     Ok(())
 }
 

@@ -7,7 +7,9 @@ use crate::error::{Error, Result};
 use crate::io;
 
 fn kind(path: &Path) -> String {
-    path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default()
+    path.extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default()
 }
 
 /// An array with its shape, as f64.
@@ -17,14 +19,20 @@ pub fn read_array(file: &ArrayFile, base_dir: &Path) -> Result<(Vec<usize>, Vec<
         "npy" => io::read_npy_f64(&path)?,
         "bin" | "raw" | "f32" => {
             let shape = file.shape.clone().ok_or_else(|| {
-                Error::config("shape", format!("a raw float32 file needs `shape`: {}", path.display()))
+                Error::config(
+                    "shape",
+                    format!("a raw float32 file needs `shape`: {}", path.display()),
+                )
             })?;
             let data = io::read_raw_f32(&path, &shape)?;
             (shape, data.into_iter().map(f64::from).collect())
         }
         "segy" | "sgy" => {
             let s = io::read_segy(&path)?;
-            (vec![s.traces(), s.samples], s.data.into_iter().map(f64::from).collect())
+            (
+                vec![s.traces(), s.samples],
+                s.data.into_iter().map(f64::from).collect(),
+            )
         }
         other => {
             return Err(Error::Unsupported(format!(
@@ -60,7 +68,12 @@ pub fn read_model(file: &ArrayFile, base_dir: &Path) -> Result<(usize, usize, Ve
 
 /// Observed data `(shots, receivers, nt)`; SEG-Y traces are grouped `receivers` per shot in file
 /// order.
-pub fn read_data(file: &ArrayFile, base_dir: &Path, shots: usize, receivers: usize) -> Result<(usize, Vec<f64>)> {
+pub fn read_data(
+    file: &ArrayFile,
+    base_dir: &Path,
+    shots: usize,
+    receivers: usize,
+) -> Result<(usize, Vec<f64>)> {
     let (shape, data) = read_array(file, base_dir)?;
     let path = io::resolve(base_dir, &file.path);
     let nt = match shape.as_slice() {
@@ -69,7 +82,9 @@ pub fn read_data(file: &ArrayFile, base_dir: &Path, shots: usize, receivers: usi
         _ => {
             return Err(Error::format(
                 &path,
-                format!("observed data of shape {shape:?} does not fit {shots} shots × {receivers} receivers × nt"),
+                format!(
+                    "observed data of shape {shape:?} does not fit {shots} shots × {receivers} receivers × nt"
+                ),
             ));
         }
     };

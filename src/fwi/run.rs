@@ -171,7 +171,10 @@ impl Cursor<'_> {
     }
     fn values<T: Real>(&mut self) -> Result<Vec<T>> {
         let n = self.u64()? as usize;
-        let need = n.checked_mul(T::BYTES).filter(|&b| b <= self.0.len()).ok_or_else(Self::bad)?;
+        let need = n
+            .checked_mul(T::BYTES)
+            .filter(|&b| b <= self.0.len())
+            .ok_or_else(Self::bad)?;
         let (a, b) = self.0.split_at(need);
         self.0 = b;
         Ok(a.chunks_exact(T::BYTES).map(T::get_le).collect())
@@ -195,8 +198,14 @@ fn broadcast_result(comm: &dyn Collective, result: Option<Result<Vec<u8>>>) -> R
     comm.broadcast(&mut buf, 0)?;
     match buf.split_first() {
         Some((0, rest)) => Ok(rest.to_vec()),
-        Some((_, msg)) if comm.rank() == 0 => Err(Error::config("fwi", String::from_utf8_lossy(msg).to_string())),
-        Some((_, msg)) => Err(Error::config("fwi", format!("rank 0 failed: {}", String::from_utf8_lossy(msg)))),
+        Some((_, msg)) if comm.rank() == 0 => Err(Error::config(
+            "fwi",
+            String::from_utf8_lossy(msg).to_string(),
+        )),
+        Some((_, msg)) => Err(Error::config(
+            "fwi",
+            format!("rank 0 failed: {}", String::from_utf8_lossy(msg)),
+        )),
         None => Err(Cursor::bad()),
     }
 }
@@ -214,31 +223,59 @@ struct Setup {
 
 fn load_setup(preset: &FwiPreset, base_dir: &Path) -> Result<Setup> {
     let truth = match &preset.model.truth {
-        Some(ModelSource::Marmousi { nz, nx, seed }) => Some((*nz, *nx, marmousi::marmousi_like(*nz, *nx, *seed).into_iter().map(f64::from).collect::<Vec<_>>())),
+        Some(ModelSource::Marmousi { nz, nx, seed }) => Some((
+            *nz,
+            *nx,
+            marmousi::marmousi_like(*nz, *nx, *seed)
+                .into_iter()
+                .map(f64::from)
+                .collect::<Vec<_>>(),
+        )),
         Some(ModelSource::File(f)) => Some(load::read_model(f, base_dir)?),
         None => None,
     };
     let (nz, nx, start) = match (&preset.model.start, &truth) {
-        (StartModel::Smooth { sigma_cells, keep_rows }, Some((nz, nx, t))) => {
+        (
+            StartModel::Smooth {
+                sigma_cells,
+                keep_rows,
+            },
+            Some((nz, nx, t)),
+        ) => {
             let s = marmousi::gaussian_smooth(t, *nz, *nx, *sigma_cells);
-            let s = s.iter().enumerate().map(|(i, &x)| if i / nx < *keep_rows { t[i] } else { x }).collect();
+            let s = s
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| if i / nx < *keep_rows { t[i] } else { x })
+                .collect();
             (*nz, *nx, s)
         }
         (StartModel::File(f), _) => load::read_model(f, base_dir)?,
-        (StartModel::Smooth { .. }, None) => return Err(Error::config("model.start", "smoothing needs a true model")),
+        (StartModel::Smooth { .. }, None) => {
+            return Err(Error::config("model.start", "smoothing needs a true model"));
+        }
     };
     if let Some((tz, tx, _)) = &truth
         && (*tz, *tx) != (nz, nx)
     {
-        return Err(Error::config("model.start", format!("the starting model is {nz}×{nx}, the true model {tz}×{tx}")));
+        return Err(Error::config(
+            "model.start",
+            format!("the starting model is {nz}×{nx}, the true model {tz}×{tx}"),
+        ));
     }
     let acquisition = match preset.acquisition.lines(nz, nx) {
         Some(a) => a?,
         None => {
-            let crate::physics::wave::AcquisitionConfig::Files { sources, receivers } = &preset.acquisition else {
+            let crate::physics::wave::AcquisitionConfig::Files { sources, receivers } =
+                &preset.acquisition
+            else {
                 unreachable!("lines() covers the other layout")
             };
-            let file = |p: &PathBuf| super::config::ArrayFile { path: p.clone(), shape: None, transpose: false };
+            let file = |p: &PathBuf| super::config::ArrayFile {
+                path: p.clone(),
+                shape: None,
+                transpose: false,
+            };
             let (ss, s) = load::read_array(&file(sources), base_dir)?;
             let (rs, r) = load::read_array(&file(receivers), base_dir)?;
             let a = acquisition_from_cells((&ss, &s), (&rs, &r))?;
@@ -250,10 +287,22 @@ fn load_setup(preset: &FwiPreset, base_dir: &Path) -> Result<Setup> {
     let wavelet = match preset.wavelet.ricker_samples(nt, preset.wave.dt_s) {
         Some(w) => w,
         None => {
-            let crate::physics::wave::WaveletConfig::File { path, .. } = &preset.wavelet else { unreachable!("ricker handled") };
-            let (shape, w) = load::read_array(&super::config::ArrayFile { path: path.clone(), shape: Some(vec![nt]), transpose: false }, base_dir)?;
+            let crate::physics::wave::WaveletConfig::File { path, .. } = &preset.wavelet else {
+                unreachable!("ricker handled")
+            };
+            let (shape, w) = load::read_array(
+                &super::config::ArrayFile {
+                    path: path.clone(),
+                    shape: Some(vec![nt]),
+                    transpose: false,
+                },
+                base_dir,
+            )?;
             if shape.iter().product::<usize>() != nt {
-                return Err(Error::config("wavelet.path", format!("the wavelet has shape {shape:?}, wave.nt is {nt}")));
+                return Err(Error::config(
+                    "wavelet.path",
+                    format!("the wavelet has shape {shape:?}, wave.nt is {nt}"),
+                ));
             }
             w
         }
@@ -262,11 +311,17 @@ fn load_setup(preset: &FwiPreset, base_dir: &Path) -> Result<Setup> {
         Some(f) => {
             let nr = acquisition.max_receivers();
             if acquisition.shots.iter().any(|s| s.receivers.len() != nr) {
-                return Err(Error::config("data", "loaded data need the same number of receivers in every shot"));
+                return Err(Error::config(
+                    "data",
+                    "loaded data need the same number of receivers in every shot",
+                ));
             }
             let (dnt, d) = load::read_data(f, base_dir, acquisition.len(), nr)?;
             if dnt != nt {
-                return Err(Error::config("data", format!("the data have {dnt} samples per trace, wave.nt is {nt}")));
+                return Err(Error::config(
+                    "data",
+                    format!("the data have {dnt} samples per trace, wave.nt is {nt}"),
+                ));
             }
             Some(d)
         }
@@ -316,7 +371,9 @@ fn decode_setup(bytes: &[u8]) -> Result<Setup> {
     for _ in 0..n {
         let mut cells = || -> Result<Vec<[usize; 2]>> {
             let k = c.u64()? as usize;
-            (0..k).map(|_| Ok([c.u64()? as usize, c.u64()? as usize])).collect()
+            (0..k)
+                .map(|_| Ok([c.u64()? as usize, c.u64()? as usize]))
+                .collect()
         };
         let sources = cells()?;
         let receivers = cells()?;
@@ -339,11 +396,17 @@ fn model_hash<T: Real>(model: &[T]) -> u64 {
     for v in model {
         v.put_le(&mut bytes);
     }
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 fn rel_error<T: Real>(v: &[T], truth: &[f64]) -> f64 {
-    let num: f64 = v.iter().zip(truth).map(|(a, b)| (a.to_f64() - b).powi(2)).sum();
+    let num: f64 = v
+        .iter()
+        .zip(truth)
+        .map(|(a, b)| (a.to_f64() - b).powi(2))
+        .sum();
     let den: f64 = truth.iter().map(|b| b * b).sum();
     (num / den).sqrt()
 }
@@ -370,13 +433,26 @@ fn run_typed<T: Real>(
     let t_start = Instant::now();
     let comm: Arc<dyn Collective> = timed.clone();
     let (rank, world) = (comm.rank(), comm.world_size());
-    let setup = broadcast_result(comm.as_ref(), (rank == 0).then(|| load_setup(preset, base_dir).map(|s| encode_setup(&s))))?;
+    let setup = broadcast_result(
+        comm.as_ref(),
+        (rank == 0).then(|| load_setup(preset, base_dir).map(|s| encode_setup(&s))),
+    )?;
     let setup = decode_setup(&setup)?;
     let (nz, nx) = (setup.nz, setup.nx);
     let (dz, dx) = (preset.model.dz_m, preset.model.dx_m);
     let cells = nz * nx;
-    let start = VelocityModel::<T>::new(nz, nx, dz, dx, setup.start.iter().map(|&v| T::from_f64(v)).collect())?;
-    let truth_max = setup.truth.as_ref().map(|t| t.iter().cloned().fold(0.0, f64::max)).unwrap_or(0.0);
+    let start = VelocityModel::<T>::new(
+        nz,
+        nx,
+        dz,
+        dx,
+        setup.start.iter().map(|&v| T::from_f64(v)).collect(),
+    )?;
+    let truth_max = setup
+        .truth
+        .as_ref()
+        .map(|t| t.iter().cloned().fold(0.0, f64::max))
+        .unwrap_or(0.0);
     // A fixed discretisation for the whole inversion (deepwave advises pinning max_vel): the model
     // is kept below it.
     let max_vel = preset
@@ -393,7 +469,11 @@ fn run_typed<T: Real>(
     let wavelets: Vec<Vec<T>> = acq
         .shots
         .iter()
-        .map(|s| (0..s.sources.len()).flat_map(|_| setup.wavelet.iter().map(|&v| T::from_f64(v))).collect())
+        .map(|s| {
+            (0..s.sources.len())
+                .flat_map(|_| setup.wavelet.iter().map(|&v| T::from_f64(v)))
+                .collect()
+        })
         .collect();
     let nt = preset.wave.nt;
 
@@ -402,8 +482,17 @@ fn run_typed<T: Real>(
         Some(d) => d.iter().map(|&v| T::from_f64(v)).collect(),
         None => {
             let made = (rank == 0).then(|| -> Result<Vec<u8>> {
-                let truth = setup.truth.as_ref().ok_or_else(|| Error::config("model.truth", "needed to model the data"))?;
-                let tm = VelocityModel::<T>::new(nz, nx, dz, dx, truth.iter().map(|&v| T::from_f64(v)).collect())?;
+                let truth = setup
+                    .truth
+                    .as_ref()
+                    .ok_or_else(|| Error::config("model.truth", "needed to model the data"))?;
+                let tm = VelocityModel::<T>::new(
+                    nz,
+                    nx,
+                    dz,
+                    dx,
+                    truth.iter().map(|&v| T::from_f64(v)).collect(),
+                )?;
                 let d = Solver::new(&tm, &settings)?.forward(&acq.shots, &wavelets)?;
                 let mut b = Bytes(Vec::new());
                 b.values(&d.into_iter().flat_map(|g| g.data).collect::<Vec<T>>());
@@ -416,8 +505,15 @@ fn run_typed<T: Real>(
     let mut at = 0;
     for s in &acq.shots {
         let n = s.receivers.len() * nt;
-        let data = observed_flat.get(at..at + n).ok_or_else(Cursor::bad)?.to_vec();
-        observed.push(Gather { receivers: s.receivers.len(), nt, data });
+        let data = observed_flat
+            .get(at..at + n)
+            .ok_or_else(Cursor::bad)?
+            .to_vec();
+        observed.push(Gather {
+            receivers: s.receivers.len(),
+            nt,
+            data,
+        });
         at += n;
     }
 
@@ -439,13 +535,17 @@ fn run_typed<T: Real>(
     let hi = T::from_f64(preset.fwi.max_velocity.map_or(max_vel, |m| m.min(max_vel)));
 
     let mut model = start.v.clone();
-    let truth_f32 = setup.truth.as_ref().map(|t| t.iter().map(|&v| v as f32).collect::<Vec<_>>());
+    let truth_f32 = setup
+        .truth
+        .as_ref()
+        .map(|t| t.iter().map(|&v| v as f32).collect::<Vec<_>>());
     let initial_f32 = to_f32(&model);
     let initial_error = setup.truth.as_ref().map(|t| rel_error(&model, t));
     let step_ratio = Solver::new(&start, &settings)?.step_ratio();
     let internal_dt = preset.wave.dt_s / step_ratio as f64;
     if rank == 0 {
-        std::fs::create_dir_all(out_dir).map_err(|e| Error::io("creating output folder", out_dir, e))?;
+        std::fs::create_dir_all(out_dir)
+            .map_err(|e| Error::io("creating output folder", out_dir, e))?;
     }
     let epochs = preset.fwi.epochs;
     let mut stop = on_event(FwiEvent::Started {
@@ -475,7 +575,10 @@ fn run_typed<T: Real>(
         if rank == 0 {
             let mut b = Bytes(Vec::new());
             b.u64(stop as u64);
-            let batch: Vec<u64> = draw(n_shots, preset.fwi.batch_size, preset.seed, epoch).into_iter().map(|i| i as u64).collect();
+            let batch: Vec<u64> = draw(n_shots, preset.fwi.batch_size, preset.seed, epoch)
+                .into_iter()
+                .map(|i| i as u64)
+                .collect();
             b.values(&batch.iter().map(|&i| i as f64).collect::<Vec<f64>>());
             buf = b.0;
         }
@@ -490,11 +593,21 @@ fn run_typed<T: Real>(
             return Err(Cursor::bad());
         }
         let mine = tensor_split(batch.len(), world, rank);
-        let my_shots: Vec<Shot> = batch[mine.clone()].iter().map(|&i| acq.shots[i].clone()).collect();
-        let my_wavelets: Vec<Vec<T>> = batch[mine.clone()].iter().map(|&i| wavelets[i].clone()).collect();
-        let my_observed: Vec<Gather<T>> = batch[mine.clone()].iter().map(|&i| observed[i].clone()).collect();
+        let my_shots: Vec<Shot> = batch[mine.clone()]
+            .iter()
+            .map(|&i| acq.shots[i].clone())
+            .collect();
+        let my_wavelets: Vec<Vec<T>> = batch[mine.clone()]
+            .iter()
+            .map(|&i| wavelets[i].clone())
+            .collect();
+        let my_observed: Vec<Gather<T>> = batch[mine.clone()]
+            .iter()
+            .map(|&i| observed[i].clone())
+            .collect();
         let cutoff = preset.cutoff_at(epoch);
-        let figures = epoch + 1 == epochs || (preset.output.figures_every > 0 && (epoch + 1) % preset.output.figures_every == 0);
+        let figures = epoch + 1 == epochs
+            || (preset.output.figures_every > 0 && (epoch + 1) % preset.output.figures_every == 0);
         let current = VelocityModel::new(nz, nx, dz, dx, model.clone())?;
         let solver = Solver::new(&current, &settings)?;
         let misfit = L2Misfit {
@@ -508,10 +621,21 @@ fn run_typed<T: Real>(
             illumination: figures,
         };
         let t_model = Instant::now();
-        let results = if my_shots.is_empty() { Vec::new() } else { solver.gradient(&my_shots, &my_wavelets, &misfit, &opts)? };
+        let results = if my_shots.is_empty() {
+            Vec::new()
+        } else {
+            solver.gradient(&my_shots, &my_wavelets, &misfit, &opts)?
+        };
         let model_secs = t_model.elapsed().as_secs_f64();
-        let (f_sum, a_sum): (f64, f64) = results.iter().map(|r| (r.forward_secs, r.adjoint_secs)).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
-        let forward_secs = if f_sum + a_sum > 0.0 { model_secs * f_sum / (f_sum + a_sum) } else { 0.0 };
+        let (f_sum, a_sum): (f64, f64) = results
+            .iter()
+            .map(|r| (r.forward_secs, r.adjoint_secs))
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let forward_secs = if f_sum + a_sum > 0.0 {
+            model_secs * f_sum / (f_sum + a_sum)
+        } else {
+            0.0
+        };
         peak_bytes = peak_bytes.max(results.iter().map(|r| r.peak_bytes).max().unwrap_or(0));
 
         // Sum over the batch: gradient, loss, and on figure epochs the illumination.
@@ -536,7 +660,11 @@ fn run_typed<T: Real>(
                     let mut c = Cursor(&bytes);
                     for _ in 0..c.u64()? {
                         let pos = c.u64()? as usize;
-                        let l = c.values::<f64>()?.first().copied().ok_or_else(Cursor::bad)?;
+                        let l = c
+                            .values::<f64>()?
+                            .first()
+                            .copied()
+                            .ok_or_else(Cursor::bad)?;
                         let mut g: Vec<T> = c.values()?;
                         if figures {
                             g.extend(c.values::<T>()?);
@@ -564,7 +692,11 @@ fn run_typed<T: Real>(
                         *a += b.to_f64() as f32;
                     }
                     if figures {
-                        let illum = res.source_illumination.iter().chain(&res.receiver_illumination).flatten();
+                        let illum = res
+                            .source_illumination
+                            .iter()
+                            .chain(&res.receiver_illumination)
+                            .flatten();
                         for (a, b) in buf[cells..width].iter_mut().zip(illum) {
                             *a += b.to_f64() as f32;
                         }
@@ -572,13 +704,19 @@ fn run_typed<T: Real>(
                 }
                 comm.all_reduce(&mut buf, ReduceOp::Sum)?;
                 loss = buf[width] as f64;
-                grad = buf[..width].iter().map(|&v| T::from_f64(v as f64)).collect();
+                grad = buf[..width]
+                    .iter()
+                    .map(|&v| T::from_f64(v as f64))
+                    .collect();
             }
         }
         let illumination = figures.then(|| grad.split_off(cells));
         let mut g: Vec<T> = if preset.fwi.smooth_gradient_cells > 0.0 {
             let f: Vec<f64> = grad.iter().map(|v| v.to_f64()).collect();
-            marmousi::gaussian_smooth(&f, nz, nx, preset.fwi.smooth_gradient_cells).into_iter().map(T::from_f64).collect()
+            marmousi::gaussian_smooth(&f, nz, nx, preset.fwi.smooth_gradient_cells)
+                .into_iter()
+                .map(T::from_f64)
+                .collect()
         } else {
             grad
         };
@@ -606,11 +744,16 @@ fn run_typed<T: Real>(
             },
             hash: model_hash(&model),
         };
-        let bytes = serde_json::to_vec(&mine_report).map_err(|e| Error::config("report", e.to_string()))?;
+        let bytes =
+            serde_json::to_vec(&mine_report).map_err(|e| Error::config("report", e.to_string()))?;
         let reports: Vec<Report> = comm
             .all_gather(&bytes)?
             .iter()
-            .map(|b| serde_json::from_slice(b).map_err(|e| Error::config("report", format!("a rank sent an unreadable report: {e}"))))
+            .map(|b| {
+                serde_json::from_slice(b).map_err(|e| {
+                    Error::config("report", format!("a rank sent an unreadable report: {e}"))
+                })
+            })
             .collect::<Result<_>>()?;
         if let Some(bad) = reports.iter().find(|r| r.hash != reports[0].hash) {
             return Err(Error::PeerLost {
@@ -698,12 +841,22 @@ fn run_typed<T: Real>(
     put("inverted_model.npy", grid(&summary.model)?)?;
     let nr = acq.max_receivers();
     if setup.data.is_none() && acq.shots.iter().all(|s| s.receivers.len() == nr) {
-        put("observed_data.npy", crate::tensor::Tensor::from_vec(&[n_shots, nr, nt], to_f32(&observed_flat))?)?;
+        put(
+            "observed_data.npy",
+            crate::tensor::Tensor::from_vec(&[n_shots, nr, nt], to_f32(&observed_flat))?,
+        )?;
     }
-    summary.outputs.extend(super::figures::summary_figures(out_dir, &summary, &setup.wavelet, preset.wave.dt_s, &observed)?);
+    summary.outputs.extend(super::figures::summary_figures(
+        out_dir,
+        &summary,
+        &setup.wavelet,
+        preset.wave.dt_s,
+        &observed,
+    )?);
     let metrics = out_dir.join("metrics.json");
     summary.outputs.push(metrics.clone());
-    let json = serde_json::to_vec_pretty(&summary).map_err(|e| Error::config("metrics.json", e.to_string()))?;
+    let json = serde_json::to_vec_pretty(&summary)
+        .map_err(|e| Error::config("metrics.json", e.to_string()))?;
     io::write_atomic(&metrics, &json)?;
     Ok(summary)
 }
