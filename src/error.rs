@@ -42,9 +42,23 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A peer rank is gone or misbehaved.
+    /// A peer rank is gone: it closed its connection, was killed, or stopped answering.
     #[error("rank {rank} {how}")]
     PeerLost { rank: usize, how: String },
+    /// A peer rank is alive but sent something that does not decode or does not fit (different
+    /// builds, or ranks out of step).
+    #[error("rank {rank} sent bad data: {what}")]
+    BadPeerData { rank: usize, what: String },
+    /// The work was stopped on request (Stop in the workbench, `Cancel` over the protocol).
+    #[error("cancelled {0}")]
+    Cancelled(String),
+    /// A device or an accelerator library failed at run time (CUDA, NCCL, libtorch).
+    #[error("{device}: {reason}")]
+    Device { device: String, reason: String },
+    /// A broken invariant inside tessera (a panicked thread, a value that cannot be encoded): a bug,
+    /// not a problem with the input.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// A request that is valid in principle but not supported by this operator or build.
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -74,6 +88,27 @@ impl Error {
             path: path.into(),
             reason: reason.into(),
         }
+    }
+
+    /// Shorthand for [`Error::BadPeerData`].
+    pub fn bad_peer_data(rank: usize, what: impl Into<String>) -> Self {
+        Error::BadPeerData {
+            rank,
+            what: what.into(),
+        }
+    }
+
+    /// Whether the error leaves the process group unusable: a peer is gone or out of step, or a
+    /// transport failed. Other errors (bad input, a full disk on one rank, a cancelled job) happen
+    /// at points every rank passes in step, so the group can run the next job.
+    pub fn breaks_group(&self) -> bool {
+        matches!(
+            self,
+            Error::PeerLost { .. }
+                | Error::BadPeerData { .. }
+                | Error::Comm { .. }
+                | Error::Timeout { .. }
+        )
     }
 
     /// Shorthand for [`Error::Io`].

@@ -436,9 +436,7 @@ pub fn run_in_group_with(
     })
     .is_break()
     {
-        return Err(Error::Unsupported(
-            "the job was cancelled before it started".into(),
-        ));
+        return Err(Error::Cancelled("before the first iteration".into()));
     }
     let mut callback = |report: &IterationReport, x: &Tensor| {
         let now = timed.secs();
@@ -490,7 +488,7 @@ pub fn run_in_group_with(
         communication_secs: timed.secs(),
         total_secs: t_start.elapsed().as_secs_f64(),
     };
-    let ranks = gather_rank_times(comm.as_ref(), &mine)?;
+    let ranks = crate::dist::wire::all_gather_as(comm.as_ref(), "timings", &mine)?;
 
     let quality = |x: &Tensor| -> Result<Option<Quality>> {
         let Some(truth) = &truth else {
@@ -530,22 +528,9 @@ pub fn run_in_group_with(
     let metrics_path = out_dir.join("metrics.json");
     summary.outputs.push(metrics_path.clone());
     let json = serde_json::to_vec_pretty(&summary)
-        .map_err(|e| Error::config("metrics.json", e.to_string()))?;
+        .map_err(|e| Error::Internal(format!("encoding metrics.json: {e}")))?;
     io::write_atomic(&metrics_path, &json)?;
     Ok(summary)
-}
-
-/// Every rank's timings, in rank order.
-fn gather_rank_times(comm: &dyn Collective, mine: &RankTimes) -> Result<Vec<RankTimes>> {
-    let bytes = serde_json::to_vec(mine).map_err(|e| Error::config("timings", e.to_string()))?;
-    comm.all_gather(&bytes)?
-        .iter()
-        .map(|b| {
-            serde_json::from_slice(b).map_err(|e| {
-                Error::config("timings", format!("a rank sent unreadable timings: {e}"))
-            })
-        })
-        .collect()
 }
 
 fn run_fbp(

@@ -94,6 +94,13 @@ pub fn init_backend(
     }
 }
 
+/// `timeout` from now; a timeout too long for the clock (`u64::MAX` seconds) means a century.
+pub fn deadline_after(timeout: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
 /// Default time allowed for all ranks to arrive.
 pub const DEFAULT_RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(60);
 

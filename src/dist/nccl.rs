@@ -96,8 +96,9 @@ impl Collective for NcclGroup {
         self.sockets.world_size()
     }
     fn all_reduce(&self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
-        let gpu = |e: cudarc::driver::DriverError| {
-            Error::Unsupported(format!("CUDA error during all-reduce: {e}"))
+        let gpu = |e: cudarc::driver::DriverError| Error::Device {
+            device: "CUDA".into(),
+            reason: format!("during all-reduce: {e}"),
         };
         let comm = self.comm.lock().unwrap_or_else(|p| p.into_inner());
         let mut dev = self.stream.clone_htod(buf).map_err(gpu)?;
@@ -106,7 +107,10 @@ impl Collective for NcclGroup {
             ReduceOp::Max => cudarc::nccl::ReduceOp::Max,
         };
         comm.all_reduce_in_place(&mut dev, &nccl_op)
-            .map_err(|e| Error::Unsupported(format!("NCCL all-reduce failed: {e:?}")))?;
+            .map_err(|e| Error::Device {
+                device: "NCCL".into(),
+                reason: format!("all-reduce failed: {e:?}"),
+            })?;
         self.stream.memcpy_dtoh(&dev, buf).map_err(gpu)?;
         self.stream.synchronize().map_err(gpu)?;
         if op == ReduceOp::Mean {

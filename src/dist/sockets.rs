@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::collective::{Collective, ReduceOp, check_rank, reduce_into};
 use super::env::RankInfo;
 use super::store::{StoreClient, StoreServer};
-use super::wire::{Reader, Writer, read_frame, write_frame};
+use super::wire::{self, read_frame, write_frame};
 use crate::error::{Error, Result};
 
 /// Largest point-to-point or gather message (1 GiB).
@@ -77,6 +77,13 @@ impl Write for Stream {
     }
 }
 
+/// The first frame on a link: which group (a nonce rank 0 chose) and which rank dials.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Greeting {
+    session: String,
+    rank: usize,
+}
+
 struct Link {
     reader: Mutex<BufReader<Stream>>,
     writer: Mutex<BufWriter<Stream>>,
@@ -113,7 +120,7 @@ impl SocketGroup {
     /// Joins the group described by `info`: rendezvous through rank 0's store, then a full mesh.
     /// Fails after `timeout` naming the ranks that never arrived.
     pub fn connect(info: &RankInfo, timeout: Duration) -> Result<SocketGroup> {
-        let deadline = Instant::now() + timeout;
+        let deadline = super::deadline_after(timeout);
         let left = || deadline.saturating_duration_since(Instant::now());
         let (rank, world) = (info.rank, info.world_size);
         let master = format!("{}:{}", info.master_addr, info.master_port);
@@ -188,8 +195,11 @@ impl SocketGroup {
                 String::from_utf8_lossy(&store.get(&format!("addr/{peer}"), left())?).into_owned();
             let mut s =
                 dial(&addr).map_err(|e| comm(format!("connecting to rank {peer} at {addr}"), e))?;
-            write_frame(&mut s, &Writer::default().str(&session).u64(rank as u64).0)
-                .map_err(|e| comm(format!("greeting rank {peer}"), e))?;
+            let greeting = wire::encode(&Greeting {
+                session: session.clone(),
+                rank,
+            })?;
+            write_frame(&mut s, &greeting).map_err(|e| comm(format!("greeting rank {peer}"), e))?;
             *slot = Some(Link::new(s).map_err(|e| comm(format!("rank {peer}"), e))?);
         }
         listener
@@ -212,13 +222,13 @@ impl SocketGroup {
                         .map_err(|e| comm("accepting a peer".into(), e))?;
                     let hello = read_frame(&mut s, 4096)
                         .map_err(|e| comm("reading a peer's greeting".into(), e))?;
-                    let mut r = Reader(&hello);
-                    let (their_session, peer) = match (r.string(), r.u64()) {
-                        (Ok(s), Ok(p)) => (s, p as usize),
-                        _ => {
-                            tracing::warn!("ignoring a connection with a malformed greeting");
-                            continue;
-                        }
+                    let Ok(Greeting {
+                        session: their_session,
+                        rank: peer,
+                    }) = wire::decode(&hello)
+                    else {
+                        tracing::warn!("ignoring a connection with a malformed greeting");
+                        continue;
                     };
                     if their_session != session
                         || peer <= rank
@@ -326,7 +336,7 @@ impl SocketGroup {
             })();
             let sent = sender
                 .join()
-                .unwrap_or_else(|_| Err(Error::Unsupported("the sender thread panicked".into())));
+                .unwrap_or_else(|_| Err(Error::Internal("the sender thread panicked".into())));
             received.and(sent)
         })
     }
@@ -438,9 +448,9 @@ impl Collective for SocketGroup {
             let received = std::thread::scope(|scope| {
                 let sender = scope.spawn(|| self.write_to(right, payload));
                 let got = self.read_from(left, self.max_message);
-                let sent = sender.join().unwrap_or_else(|_| {
-                    Err(Error::Unsupported("the sender thread panicked".into()))
-                });
+                let sent = sender
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::Internal("the sender thread panicked".into())));
                 sent.and(got)
             })?;
             blocks[recv_idx] = Some(received);

@@ -70,7 +70,10 @@ pub fn build_torchscript(
 
 /// A libtorch error, with what tessera was doing when it happened.
 fn torch_err(what: &str) -> impl Fn(TchError) -> Error + '_ {
-    move |e| Error::Unsupported(format!("libtorch: {what}: {e}"))
+    move |e| Error::Device {
+        device: "libtorch".into(),
+        reason: format!("{what}: {e}"),
+    }
 }
 
 /// Copies a tessera array to libtorch (f32, same shape) on `device`.
@@ -614,7 +617,7 @@ impl Denoiser for TorchDrunet {
         let mut nets = self
             .nets
             .lock()
-            .map_err(|_| Error::Unsupported("drunet: an earlier call panicked".into()))?;
+            .map_err(|_| Error::Internal("drunet: an earlier call panicked".into()))?;
         if rank != a.dim {
             if rank == 3 && nets.inflatable.is_some() && nets.inflated.is_none() {
                 let dict = nets.inflatable.clone().expect("checked");

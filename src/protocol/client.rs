@@ -349,7 +349,7 @@ impl LocalBackend {
                 return Err(Error::io("starting the backend", &exe, e));
             }
             Err(_) => {
-                return Err(Error::Unsupported(
+                return Err(Error::Internal(
                     "the backend keeper thread ended early".into(),
                 ));
             }
@@ -514,7 +514,7 @@ fn private_dir() -> Result<PathBuf> {
             Err(e) => return Err(Error::io("creating a private socket folder", dir, e)),
         }
     }
-    Err(Error::Unsupported(
-        "could not create a private socket folder".into(),
+    Err(Error::Internal(
+        "could not create a private socket folder (100 names taken)".into(),
     ))
 }

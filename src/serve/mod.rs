@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dist::Collective;
 use crate::dist::physics::owner;
+use crate::dist::{Collective, wire};
 use crate::error::{Error, Result};
 use crate::job::{self, JobEvent, JobSummary};
 use crate::preset::Preset;
@@ -172,7 +172,7 @@ fn follow(comm: Arc<dyn Collective>, devices: &[String], opts: &ServeOptions) ->
         comm.set_op_timeout(None)?;
         comm.broadcast(&mut buf, 0)?;
         comm.set_op_timeout(opts.op_timeout)?;
-        match frame::decode::<RankCommand>(&buf)? {
+        match wire::decode_from::<RankCommand>(0, "job command", &buf)? {
             RankCommand::Shutdown => return Ok(()),
             RankCommand::Run {
                 job,
@@ -294,7 +294,7 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
                 continue;
             }
         };
-        let mut command = frame::encode(&RankCommand::Run {
+        let mut command = wire::encode(&RankCommand::Run {
             job,
             preset_toml: queued.preset_toml,
             inline: queued.inline,
@@ -394,36 +394,25 @@ struct JobContext<'a> {
     coordinator: Option<Coordinator<'a>>,
 }
 
-/// Bytes of one rank's per-iteration record: stop flag, then gradient, denoiser and communication
-/// seconds as f64 little-endian.
-const RECORD_BYTES: usize = 1 + 3 * 8;
-
-fn encode_record(stop: bool, g: f64, d: f64, c: f64) -> [u8; RECORD_BYTES] {
-    let mut r = [0u8; RECORD_BYTES];
-    r[0] = stop as u8;
-    r[1..9].copy_from_slice(&g.to_le_bytes());
-    r[9..17].copy_from_slice(&d.to_le_bytes());
-    r[17..25].copy_from_slice(&c.to_le_bytes());
-    r
+/// One rank's record after every iteration: whether it asks to stop (rank 0, on Cancel) and its
+/// times for the iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct IterationRecord {
+    stop: bool,
+    gradient_secs: f64,
+    denoiser_secs: f64,
+    communication_secs: f64,
 }
 
-fn decode_record(rank: usize, b: &[u8]) -> Result<(bool, RankIteration)> {
-    if b.len() != RECORD_BYTES {
-        return Err(Error::PeerLost {
-            rank,
-            how: format!("sent an iteration record of {} bytes", b.len()),
-        });
-    }
-    let f = |i: usize| f64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-    Ok((
-        b[0] != 0,
+impl IterationRecord {
+    fn of_rank(&self, rank: usize) -> RankIteration {
         RankIteration {
             rank,
-            gradient_secs: f(1),
-            denoiser_secs: f(9),
-            communication_secs: f(17),
-        },
-    ))
+            gradient_secs: self.gradient_secs,
+            denoiser_secs: self.denoiser_secs,
+            communication_secs: self.communication_secs,
+        }
+    }
 }
 
 /// Which tile each rank denoises, when the preset tiles its denoiser.
@@ -508,18 +497,13 @@ fn run_job(
                     .as_ref()
                     .is_some_and(|c| c.cancel.load(Ordering::SeqCst));
                 let t = &report.times;
-                let mine = encode_record(
-                    stop_here,
-                    t.gradient_secs,
-                    t.denoiser_secs,
-                    t.communication_secs,
-                );
-                let records = comm.all_gather(&mine).and_then(|all| {
-                    all.iter()
-                        .enumerate()
-                        .map(|(r, b)| decode_record(r, b))
-                        .collect::<Result<Vec<_>>>()
-                });
+                let mine = IterationRecord {
+                    stop: stop_here,
+                    gradient_secs: t.gradient_secs,
+                    denoiser_secs: t.denoiser_secs,
+                    communication_secs: t.communication_secs,
+                };
+                let records = wire::all_gather_as(comm.as_ref(), "iteration record", &mine);
                 exchange_secs += t_exchange.elapsed().as_secs_f64();
                 let records = match records {
                     Ok(r) => r,
@@ -528,14 +512,18 @@ fn run_job(
                         return ControlFlow::Break(());
                     }
                 };
-                let stop = records.iter().any(|(s, _)| *s);
+                let stop = records.iter().any(|r| r.stop);
                 if let Some(c) = &ctx.coordinator {
                     c.hub.record(
                         job,
                         &Event::Iteration {
                             job,
                             report: report.clone(),
-                            ranks: records.into_iter().map(|(_, r)| r).collect(),
+                            ranks: records
+                                .iter()
+                                .enumerate()
+                                .map(|(rank, r)| r.of_rank(rank))
+                                .collect(),
                         },
                     );
                     let last = stop || report.iteration >= report.iterations;
@@ -720,22 +708,5 @@ mod tests {
         assert!(!same_token("s3cret", "s3cres"));
         assert!(!same_token("s3cret", "s3cret "));
         assert!(!same_token("", "x"));
-    }
-
-    #[test]
-    fn iteration_records_round_trip_and_a_short_one_is_an_error() {
-        let r = encode_record(true, 1.5, 0.25, 1e-3);
-        let (stop, it) = decode_record(3, &r).unwrap();
-        assert!(stop);
-        assert_eq!(
-            (
-                it.rank,
-                it.gradient_secs,
-                it.denoiser_secs,
-                it.communication_secs
-            ),
-            (3, 1.5, 0.25, 1e-3)
-        );
-        assert!(decode_record(0, &r[..10]).is_err());
     }
 }
