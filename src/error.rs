@@ -45,6 +45,10 @@ pub enum Error {
     /// A peer rank is gone: it closed its connection, was killed, or stopped answering.
     #[error("rank {rank} {how}")]
     PeerLost { rank: usize, how: String },
+    /// A peer rank failed on its own (bad input on its host, a full disk, …) and told the group,
+    /// which stays in step for the next job.
+    #[error("rank {rank} failed: {reason}")]
+    PeerFailed { rank: usize, reason: String },
     /// A peer rank is alive but sent something that does not decode or does not fit (different
     /// builds, or ranks out of step).
     #[error("rank {rank} sent bad data: {what}")]
@@ -98,17 +102,13 @@ impl Error {
         }
     }
 
-    /// Whether the error leaves the process group unusable: a peer is gone or out of step, or a
-    /// transport failed. Other errors (bad input, a full disk on one rank, a cancelled job) happen
-    /// at points every rank passes in step, so the group can run the next job.
-    pub fn breaks_group(&self) -> bool {
-        matches!(
-            self,
-            Error::PeerLost { .. }
-                | Error::BadPeerData { .. }
-                | Error::Comm { .. }
-                | Error::Timeout { .. }
-        )
+    /// The rank a failure started on and what it was, as a group reports it: a failure another
+    /// rank told us about keeps its origin; anything else started on `this_rank`.
+    pub fn origin(&self, this_rank: usize) -> (usize, String) {
+        match self {
+            Error::PeerFailed { rank, reason } => (*rank, reason.clone()),
+            other => (this_rank, other.to_string()),
+        }
     }
 
     /// Shorthand for [`Error::Io`].

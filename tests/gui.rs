@@ -228,7 +228,8 @@ fn quick_preset_runs_and_shows_psnr_and_timing() {
         &end,
         Event::Finished {
             job: 1,
-            outputs: vec!["/tmp/out/quick/reconstruction.png".into()],
+            run_dir: "/tmp/out/quick".into(),
+            outputs: vec!["reconstruction.png".into()],
             summary_json: "{}".into(),
         },
     );
@@ -479,8 +480,7 @@ fn frame_time_while_previews_stream() {
 #[test]
 fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
     let out = dir.path().join("out");
     let (mut child, addr) = serve_tcp(&[
         "--token-file",
@@ -490,7 +490,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
     ]);
     let address = addr.to_string();
     // Someone else (a CLI client) starts a long job; the workbench attaches while it runs.
-    let other = tessera::protocol::Client::connect(&addr, Some("s3cret".into())).unwrap();
+    let other = tessera::protocol::Client::connect(&addr, Some(token.clone())).unwrap();
     let preset = tessera::preset::Preset::load(
         "quick",
         &[
@@ -553,7 +553,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
             .collect::<Vec<_>>()
     );
     assert_eq!(h.state().app_state.attach_address, address);
-    attach(&mut h, None, "s3cret");
+    attach(&mut h, None, &token);
     assert!(h.state().has_backend());
     step_until(&mut h, "the running job's iterations", |wb| {
         wb.session.history.len() >= 3
@@ -563,7 +563,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
     assert!(
         !serde_json::to_string(&h.state().app_state)
             .unwrap()
-            .contains("s3cret")
+            .contains(&token)
     );
 
     // An image opened from a file on this machine travels inline to the remote backend.
@@ -619,7 +619,7 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
     // The quick preset's measurement, simulated once, stands in for an instrument's data.
     let quick = tessera::preset::Preset::load("quick", &[]).unwrap().preset;
     let sim = dir.path().join("sim");
-    tessera::job::run(&quick, Path::new("."), &sim, &mut |_| {
+    tessera::job::run(&quick, sim.as_path(), &mut |_| {
         std::ops::ControlFlow::Continue(())
     })
     .unwrap();

@@ -189,9 +189,22 @@ fn event() -> impl Strategy<Value = Event> {
             .prop_map(|(job, error)| Event::Failed { job, error }),
         (any::<u64>(), text()).prop_map(|(job, s)| Event::Finished {
             job,
-            outputs: vec![PathBuf::from(&s), PathBuf::from("/out/metrics.json")],
+            run_dir: PathBuf::from("/out/20250101-000000-quick-1"),
+            outputs: vec![PathBuf::from(&s), PathBuf::from("metrics.json")],
             summary_json: s,
         }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..64)
+        )
+            .prop_map(|(job, offset, data)| Event::File {
+                job,
+                file: "reconstruction.npy".into(),
+                offset,
+                total: offset + data.len() as u64,
+                data,
+            }),
     ]
 }
 

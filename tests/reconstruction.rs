@@ -9,10 +9,7 @@ use tessera::preset::Preset;
 
 fn run(preset: &Preset) -> JobSummary {
     let out = tempfile::tempdir().unwrap();
-    job::run(preset, std::path::Path::new("."), out.path(), &mut |_| {
-        ControlFlow::Continue(())
-    })
-    .unwrap()
+    job::run(preset, out.path(), &mut |_| ControlFlow::Continue(())).unwrap()
 }
 
 fn psnr(s: &JobSummary) -> f64 {
@@ -20,7 +17,11 @@ fn psnr(s: &JobSummary) -> f64 {
 }
 
 fn adjoint_psnr(s: &JobSummary) -> f64 {
-    s.adjoint.as_ref().expect("a ground truth").psnr_db
+    s.back_projection
+        .as_ref()
+        .expect("a ground truth")
+        .quality
+        .psnr_db
 }
 
 #[test]

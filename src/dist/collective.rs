@@ -41,6 +41,23 @@ pub trait Collective: Send + Sync {
     /// A short name for logs and timings (`single`, `sockets(unix)`, `mpi`, …).
     fn backend_name(&self) -> String;
 
+    /// Brings the group back in step after a failure on some rank, so that it can run the next job:
+    /// every rank calls it once it has left the failed work — the rank the failure started on, and
+    /// the others when a collective returned [`Error::PeerFailed`]. `failure` is what this rank saw;
+    /// the peers learn its origin (as [`Error::PeerFailed`]) instead of waiting for data that will
+    /// not come. `Ok` means the ranks are in step again; an error means the group cannot be used any
+    /// more (a peer is gone, or the transport cannot realign ranks).
+    fn recover(&self, failure: &Error) -> Result<()> {
+        let _ = failure;
+        if self.world_size() == 1 {
+            return Ok(());
+        }
+        Err(Error::Unsupported(format!(
+            "the {} transport cannot bring its ranks back in step after a failure",
+            self.backend_name()
+        )))
+    }
+
     /// How long one receive or send may wait for a peer before the peer is declared lost
     /// ([`Error::PeerLost`] naming it: hung, stopped, or far slower than this rank); `None` waits
     /// forever. Transports without timeouts (MPI) ignore it; a group of one never waits.

@@ -62,15 +62,29 @@ pub fn launch(world: usize, args: &[OsString]) -> Result<()> {
             Ok(c) => c,
             Err(e) => {
                 terminate(&mut children);
-                return Err(Error::io("starting rank process", &exe, e));
+                return Err(Error::io("starting rank process (process limit?)", &exe, e));
             }
         };
-        eprintln!("[launcher] rank {rank}: pid {}", child.id());
+        {
+            let mut e = std::io::stderr().lock();
+            let _ = writeln!(e, "[launcher] rank {rank}: pid {}", child.id());
+        }
         let out = child.stdout.take().expect("piped");
         let err = child.stderr.take().expect("piped");
-        pipes.push(forward(out, rank, false));
-        pipes.push(forward(err, rank, true));
         children.push(child);
+        for forwarded in [forward(out, rank, false), forward(err, rank, true)] {
+            match forwarded {
+                Ok(p) => pipes.push(p),
+                Err(e) => {
+                    terminate(&mut children);
+                    return Err(Error::io(
+                        "starting a thread to forward a rank's output (process or thread limit?)",
+                        format!("rank {rank}"),
+                        e,
+                    ));
+                }
+            }
+        }
     }
     let result = supervise(&mut children);
     for p in pipes {
@@ -84,8 +98,8 @@ fn forward(
     stream: impl Read + Send + 'static,
     rank: usize,
     is_err: bool,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().spawn(move || {
         let reader = BufReader::new(stream);
         for line in reader.split(b'\n') {
             let Ok(line) = line else { break };

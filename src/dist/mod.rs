@@ -10,10 +10,12 @@ pub mod collective;
 pub mod denoise;
 pub mod env;
 pub mod launch;
+pub mod liveness;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub(crate) mod net;
 pub mod physics;
 pub mod sockets;
 pub mod store;
@@ -67,16 +69,18 @@ pub fn rank_seed(seed: u64, rank: usize, offset_by_rank: bool) -> u64 {
     }
 }
 
-/// Joins the process group with the chosen transport.
+/// Joins the process group with the chosen transport: every rank must arrive within `timeout`;
+/// a rank silent for `liveness` (no heartbeat) is declared lost (`None`: never).
 pub fn init_backend(
     backend: Backend,
     info: &RankInfo,
     timeout: Duration,
+    liveness: Option<Duration>,
 ) -> Result<Box<dyn Collective>> {
     match backend {
-        Backend::Sockets => init(info, timeout),
+        Backend::Sockets => init(info, timeout, liveness),
         #[cfg(feature = "mpi")]
-        Backend::Mpi => Ok(Box::new(mpi::MpiGroup::init()?)),
+        Backend::Mpi => Ok(Box::new(mpi::MpiGroup::init(liveness)?)),
         #[cfg(not(feature = "mpi"))]
         Backend::Mpi => Err(crate::Error::Unsupported(
             "this tessera was built without MPI; rebuild with `cargo build --release --features mpi` \
@@ -84,13 +88,26 @@ pub fn init_backend(
                 .into(),
         )),
         #[cfg(feature = "nccl")]
-        Backend::Nccl => Ok(Box::new(nccl::NcclGroup::connect(info, timeout)?)),
+        Backend::Nccl => Ok(Box::new(nccl::NcclGroup::connect(info, timeout, liveness)?)),
         #[cfg(not(feature = "nccl"))]
         Backend::Nccl => Err(crate::Error::Unsupported(
             "this tessera was built without NCCL; rebuild with `cargo build --release --features nccl` \
              (needs NVIDIA GPUs with the CUDA driver and libnccl at run time)"
                 .into(),
         )),
+    }
+}
+
+/// This host's name (`?` if the system will not say).
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into our buffer.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if ok {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "?".into()
     }
 }
 
@@ -105,11 +122,17 @@ pub fn deadline_after(timeout: Duration) -> std::time::Instant {
 pub const DEFAULT_RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Joins the process group described by `info` over sockets (a group of one needs no sockets).
-pub fn init(info: &RankInfo, timeout: Duration) -> Result<Box<dyn Collective>> {
+pub fn init(
+    info: &RankInfo,
+    timeout: Duration,
+    liveness: Option<Duration>,
+) -> Result<Box<dyn Collective>> {
     if info.world_size == 1 {
         return Ok(Box::new(SingleProcess));
     }
-    Ok(Box::new(SocketGroup::connect(info, timeout)?))
+    Ok(Box::new(SocketGroup::connect_with(
+        info, timeout, liveness,
+    )?))
 }
 
 /// Helpers for tests that run several ranks as threads of one process over real sockets.

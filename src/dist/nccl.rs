@@ -38,7 +38,11 @@ fn no_gpu(what: &str) -> Error {
 
 impl NcclGroup {
     /// Joins the group: socket rendezvous, then an NCCL communicator on GPU `local_rank % devices`.
-    pub fn connect(info: &RankInfo, timeout: Duration) -> Result<NcclGroup> {
+    pub fn connect(
+        info: &RankInfo,
+        timeout: Duration,
+        liveness: Option<Duration>,
+    ) -> Result<NcclGroup> {
         // SAFETY: these only try to dlopen the libraries.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(no_gpu("no CUDA driver library (libcuda.so) was found"));
@@ -51,7 +55,7 @@ impl NcclGroup {
         if devices < 1 {
             return Err(no_gpu("the CUDA driver sees no device"));
         }
-        let sockets = SocketGroup::connect(info, timeout)?;
+        let sockets = SocketGroup::connect_with(info, timeout, liveness)?;
         let ctx = CudaContext::new(info.local_rank % devices as usize).map_err(|e| {
             no_gpu(&format!(
                 "opening GPU {}: {e}",

@@ -66,4 +66,7 @@ impl Collective for TimedCollective {
     fn set_op_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
         self.inner.set_op_timeout(timeout)
     }
+    fn recover(&self, failure: &crate::Error) -> Result<()> {
+        self.inner.recover(failure)
+    }
 }

@@ -467,21 +467,10 @@ impl Workbench {
 
     // ---- presets ------------------------------------------------------------------------------
 
-    /// Opens a loaded preset in the editors. Relative image paths are made absolute so the preset
+    /// Opens a loaded preset in the editors. `Preset::load` made its paths absolute, so the preset
     /// runs wherever the backend's working directory is.
     pub fn set_preset(&mut self, loaded: LoadedPreset) {
-        let mut preset = loaded.preset;
-        if let Some(p) = &mut preset.image.path
-            && p.is_relative()
-        {
-            *p = loaded.base_dir.join(&*p);
-        }
-        if let Some(m) = &mut preset.measurements {
-            for p in m.paths.iter_mut().filter(|p| p.is_relative()) {
-                *p = loaded.base_dir.join(&*p);
-            }
-        }
-        self.preset = preset;
+        self.preset = loaded.preset;
         self.stashed_noise = None;
         self.request_measurements(false);
         self.origin = loaded.origin;
@@ -859,8 +848,8 @@ impl Workbench {
             .name("gui-load".into())
             .spawn(move || {
                 let (source, seed, volumetric) = want;
-                let r = crate::job::load_image(&source, volumetric, seed, Path::new("."))
-                    .map_err(|e| e.to_string());
+                let r =
+                    crate::job::load_image(&source, volumetric, seed).map_err(|e| e.to_string());
                 let _ = tx.send(r);
                 wake();
             })

@@ -245,22 +245,46 @@ impl Session {
             }
             Event::Finished {
                 job,
+                run_dir,
                 outputs,
                 summary_json,
             } => {
                 if !self.is_current(job) {
                     return;
                 }
-                // A cancelled job also finishes (with what it had); keep saying it was cancelled.
-                if !matches!(self.state.0, JobState::Cancelled { .. }) {
-                    self.state = JobStateCell(JobState::Finished { job });
-                }
+                // The server's word is final: a Stop that came after the last iteration did not
+                // stop anything.
+                self.state = JobStateCell(JobState::Finished { job });
                 self.log(
                     LogLevel::Info,
-                    format!("job {job} finished; {} output file(s)", outputs.len()),
+                    format!(
+                        "job {job} finished; {} output file(s) in {}",
+                        outputs.len(),
+                        run_dir.display()
+                    ),
                 );
-                self.outputs = outputs;
+                self.outputs = outputs.iter().map(|o| run_dir.join(o)).collect();
                 self.summary_json = Some(summary_json);
+            }
+            Event::Cancelled {
+                job,
+                iterations,
+                run_dir,
+                outputs,
+                summary_json,
+            } => {
+                if !self.is_current(job) {
+                    return;
+                }
+                self.state = JobStateCell(JobState::Cancelled { job });
+                self.log(
+                    LogLevel::Info,
+                    format!("job {job} cancelled after {iterations} iteration(s)"),
+                );
+                if let Some(dir) = run_dir {
+                    self.outputs = outputs.iter().map(|o| dir.join(o)).collect();
+                }
+                self.summary_json = summary_json;
             }
             Event::Failed { job, error } => {
                 if let Some(job) = job
@@ -275,7 +299,7 @@ impl Session {
                 }
                 self.log(LogLevel::Error, format!("job failed: {error}"));
             }
-            Event::Status { .. } => {}
+            Event::Status { .. } | Event::File { .. } | Event::FetchFailed { .. } => {}
         }
     }
 
@@ -356,6 +380,7 @@ mod tests {
         assert_eq!(totals[1].iterations, 2);
         s.apply(Event::Finished {
             job: 2,
+            run_dir: "/tmp/run".into(),
             outputs: vec![],
             summary_json: "{}".into(),
         });

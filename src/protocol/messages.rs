@@ -11,7 +11,7 @@ use crate::optim::IterationReport;
 use crate::tiling::TilingConfig;
 
 /// Bumped on every incompatible change of [`Request`] or [`Event`].
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest frame either side accepts (inline data included); a larger length prefix is an error
 /// before anything is allocated.
@@ -19,6 +19,9 @@ pub const MAX_FRAME_BYTES: usize = 256 << 20;
 
 /// Identifies one submitted job on a server (1, 2, …; unique for the server's lifetime).
 pub type JobId = u64;
+
+/// Most bytes of a file one [`Event::File`] carries; a client asks again from the next offset.
+pub const FILE_CHUNK_BYTES: usize = 4 << 20;
 
 /// Client → server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,6 +49,14 @@ pub enum Request {
     /// Re-attach after a dropped connection: the server replays the job's `Started`, its iteration
     /// history and its latest preview, then keeps streaming. `None` means the current job.
     Attach { job: Option<JobId> },
+    /// Up to [`FILE_CHUNK_BYTES`] of one output file of a completed job (a name from its
+    /// `Finished`/`Cancelled` outputs), from `offset`: answered by [`Event::File`] or
+    /// [`Event::FetchFailed`].
+    Fetch {
+        job: JobId,
+        file: String,
+        offset: u64,
+    },
 }
 
 /// An array sent inside a [`Request::Submit`].
@@ -113,15 +124,41 @@ pub enum Event {
         rank: Option<usize>,
         message: String,
     },
+    /// The job ran all its iterations. One of `Finished`, `Cancelled`, `Failed` ends every job.
     Finished {
         job: JobId,
-        /// Files written by rank 0 (paths on the server's machine).
+        /// The job's own folder on the server's machine (`<out>/<YYYYMMDD-HHMMSS>-<preset>-<n>`).
+        run_dir: PathBuf,
+        /// The files in it (names relative to `run_dir`; `metrics.json` last).
         outputs: Vec<PathBuf>,
         /// The job's `metrics.json`.
         summary_json: String,
     },
+    /// The job stopped on a `Cancel`: after `iterations` iterations (its folder then holds the
+    /// reconstruction it had reached), or before it started (`run_dir` `None`).
+    Cancelled {
+        job: JobId,
+        iterations: usize,
+        run_dir: Option<PathBuf>,
+        outputs: Vec<PathBuf>,
+        summary_json: Option<String>,
+    },
     Failed {
         job: Option<JobId>,
+        error: String,
+    },
+    /// A part of an output file ([`Request::Fetch`]).
+    File {
+        job: JobId,
+        file: String,
+        offset: u64,
+        /// The file's size.
+        total: u64,
+        data: Vec<u8>,
+    },
+    FetchFailed {
+        job: JobId,
+        file: String,
         error: String,
     },
     Status {
@@ -202,7 +239,7 @@ pub struct RankIteration {
     pub communication_secs: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum PreviewKind {
     Reconstruction,
     GroundTruth,
