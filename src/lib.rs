@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod nn;
 pub mod optim;
 pub mod physics;
+pub mod plot;
 pub mod preset;
 pub mod protocol;
 pub mod samples;

@@ -5,8 +5,9 @@
 use egui::epaint::text::{FontInsert, FontPriority, InsertFontFamily};
 use egui::{FontData, FontFamily};
 
-/// DejaVu Sans restricted to Greek, sub/superscripts, punctuation, arrows and mathematical symbols.
-const MATH_FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans-math.ttf");
+/// DejaVu Sans restricted to Latin-1, Greek, sub/superscripts, punctuation, arrows and mathematical
+/// symbols (the workbench uses it only for what egui's own fonts lack).
+const MATH_FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans-subset.ttf");
 
 /// Adds the fallback font to `ctx` (once; later calls change nothing).
 pub fn install(ctx: &egui::Context) {
@@ -15,7 +16,7 @@ pub fn install(ctx: &egui::Context) {
         priority: FontPriority::Lowest,
     };
     ctx.add_font(FontInsert::new(
-        "DejaVuSans-math",
+        "DejaVuSans-subset",
         FontData::from_static(MATH_FONT),
         vec![last(FontFamily::Proportional), last(FontFamily::Monospace)],
     ));

@@ -261,6 +261,24 @@ pub fn write_png16(path: &Path, tensor: &Tensor) -> Result<()> {
     encode_png(path, &raw, w, h, color)
 }
 
+/// Writes interleaved 8-bit RGB pixels (`width × height × 3`, rows top to bottom) as a PNG.
+pub fn encode_png_rgb8(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<()> {
+    if rgb.len() != width as usize * height as usize * 3 {
+        return Err(Error::shape(
+            "RGB image",
+            &[height as usize, width as usize, 3],
+            &[rgb.len()],
+        ));
+    }
+    encode_png(
+        path,
+        rgb,
+        width as usize,
+        height as usize,
+        ExtendedColorType::Rgb8,
+    )
+}
+
 fn encode_png(path: &Path, raw: &[u8], w: usize, h: usize, color: ExtendedColorType) -> Result<()> {
     let mut buf = Vec::new();
     image::codecs::png::PngEncoder::new(&mut buf)

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub use self::image::{read_image, write_png, write_png16, write_tiff_f32};
+pub use self::image::{encode_png_rgb8, read_image, write_png, write_png16, write_tiff_f32};
 pub use nifti::{read_nifti, write_nifti};
 pub use npy::{read_npy, write_npy};
 pub use run_dir::{RunDir, Staging};
