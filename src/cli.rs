@@ -339,8 +339,20 @@ fn run(
             root: PathBuf::from("out").join(&preset.name),
         },
     };
-    // Checked before any rank starts computing (rank 0 checks again when it stages the run).
+    // Checked before any rank starts computing (rank 0 checks again when it stages the run): the
+    // output folder, and the inputs against the real image, memory included.
     out_dir.check()?;
+    if !launched {
+        let (world, here) = match group.ranks {
+            Some(n) => (n, n),
+            None => {
+                let info = RankInfo::discover(&rank_flags(group))?;
+                (info.world_size, info.local_world_size)
+            }
+        };
+        job::check_inputs(preset, &[], world, here)
+            .with_context(|| format!("checking preset {}", loaded.origin))?;
+    }
     if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
         let args = strip_option(std::env::args_os().skip(1), "--ranks");
         dist::launch::launch(n, &args).context("local process group")?;
@@ -464,10 +476,12 @@ fn serve(
         return Ok(());
     }
     let comm = join_group(group)?;
+    let info = RankInfo::discover(&rank_flags(group))?;
     let opts = ServeOptions {
         endpoint,
         token,
         out_dir: out,
+        ranks_here: info.local_world_size,
         op_timeout: Some(Duration::from_secs(group.op_timeout as u64)),
     };
     tessera::serve::serve(comm, &opts).context("tessera serve")
@@ -496,15 +510,18 @@ fn default_token_file() -> Result<PathBuf> {
     Ok(dir.join("serve-token"))
 }
 
-/// Discovers this process's rank and joins the group with the chosen transport.
-fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
-    let flags = RankFlags {
+fn rank_flags(group: &GroupArgs) -> RankFlags {
+    RankFlags {
         rank: group.rank,
         world_size: group.world_size,
         master_addr: group.master_addr.clone(),
         master_port: group.master_port,
-    };
-    let info = RankInfo::discover(&flags).context("finding this process's rank")?;
+    }
+}
+
+/// Discovers this process's rank and joins the group with the chosen transport.
+fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
+    let info = RankInfo::discover(&rank_flags(group)).context("finding this process's rank")?;
     dist::init_backend(
         group.backend,
         &info,

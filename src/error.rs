@@ -63,6 +63,18 @@ pub enum Error {
     /// not a problem with the input.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A job would need more memory than the machine has available (it is refused before it
+    /// starts, rather than killed by the system).
+    #[error(
+        "not enough memory: the job needs {} but {} are available ({detail})",
+        crate::memory::human(*needed_bytes),
+        crate::memory::human(*available_bytes)
+    )]
+    InsufficientMemory {
+        needed_bytes: u64,
+        available_bytes: u64,
+        detail: String,
+    },
     /// A request that is valid in principle but not supported by this operator or build.
     #[error("unsupported: {0}")]
     Unsupported(String),

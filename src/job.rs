@@ -278,21 +278,37 @@ fn fit_leading_ones(y: Tensor, want: &[usize]) -> std::result::Result<Tensor, Ve
 
 /// Checks a preset against its real inputs without running it: the image (or its shape) loads,
 /// every operator accepts that image, loaded measurements exist, are finite and fit their
-/// operators, the tiling plans tiles for that image, and the denoiser builds (its weights or model
-/// file exists and reads). `tessera serve` calls this on rank 0 before any rank starts, so bad
-/// input fails the job, never the group.
-pub fn check_inputs(preset: &Preset, inline: &InlineArrays) -> Result<()> {
+/// operators, the job fits in the memory this machine has left for its `ranks_here` of `world`
+/// ranks (see [`crate::memory`]), the tiling plans tiles for that image, and the denoiser builds
+/// (its weights or model file exists and reads). `tessera serve` calls this on rank 0 before any
+/// rank starts, and `tessera run` before it starts its ranks, so bad input fails the job, never the
+/// group.
+pub fn check_inputs(
+    preset: &Preset,
+    inline: &InlineArrays,
+    world: usize,
+    ranks_here: usize,
+) -> Result<()> {
     let (_, x_shape) = load_truth(&preset.image, preset.is_volumetric(), preset.seed, inline)?;
     let ops = preset
         .physics
         .iter()
         .map(|p| p.build(&x_shape, None))
         .collect::<Result<Vec<_>>>()?;
+    let shapes = ops
+        .iter()
+        .map(|op| op.output_shape(&x_shape))
+        .collect::<Result<Vec<_>>>()?;
+    let measurement_elems = shapes
+        .iter()
+        .map(|s| s.iter().map(|&d| d as u64).product::<u64>())
+        .sum();
+    // Before anything large is built (weights, tiles): a job that cannot fit is refused here.
+    if let Some(available) = crate::memory::available_bytes() {
+        crate::memory::estimate(preset, &x_shape, measurement_elems, world, ranks_here)?
+            .check_fits(available)?;
+    }
     if let Some(source) = &preset.measurements {
-        let shapes = ops
-            .iter()
-            .map(|op| op.output_shape(&x_shape))
-            .collect::<Result<Vec<_>>>()?;
         let names: Vec<String> = ops.iter().map(|op| op.name()).collect();
         load_measurements(source, inline, &shapes, &names)?;
     }

@@ -67,6 +67,8 @@ pub struct ServeOptions {
     /// Each job writes into a folder of its own under it,
     /// `out_dir/<YYYYMMDD-HHMMSS>-<preset name>-<n>` (see [`RunDir::Unique`]).
     pub out_dir: PathBuf,
+    /// Ranks of the group on rank 0's machine: they share its memory.
+    pub ranks_here: usize,
     /// The group's operation timeout while a job runs (`--op-timeout`). Between jobs ranks wait
     /// for the next one without a timeout: an idle backend is not a hung peer.
     pub op_timeout: Option<Duration>,
@@ -313,7 +315,7 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
     loop {
         let queued = hub.next_job();
         let job = queued.job;
-        let (preset, inline) = match precheck(&queued, &out) {
+        let (preset, inline) = match precheck(&queued, &out, (world, opts.ranks_here)) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("job {job} refused: {e}");
@@ -422,12 +424,16 @@ fn ended(job: JobId, summary: &JobSummary, cancel: &AtomicBool) -> Event {
 
 /// Checks a submission on rank 0 before any rank sees it: the preset, its inline arrays, its
 /// inputs against the real image (see [`job::check_inputs`]) and the output folder.
-fn precheck(queued: &hub::QueuedJob, out: &RunDir) -> Result<(Preset, Vec<(String, Tensor)>)> {
+fn precheck(
+    queued: &hub::QueuedJob,
+    out: &RunDir,
+    (world, ranks_here): (usize, usize),
+) -> Result<(Preset, Vec<(String, Tensor)>)> {
     let mut preset = Preset::from_toml(&queued.preset_toml, "submitted preset", &[])?;
     // Relative paths in a submission are the server's, from its working directory.
     preset.resolve_paths(Path::new(""))?;
     let inline = inline_tensors(queued.inline.clone())?;
-    job::check_inputs(&preset, &inline)?;
+    job::check_inputs(&preset, &inline, world, ranks_here)?;
     // Proves the output folder writable (the probe is removed at once).
     drop(crate::io::Staging::create(out)?);
     Ok((preset, inline))
