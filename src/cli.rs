@@ -258,12 +258,14 @@ fn workbench() -> Result<()> {
         .join("workbench");
     let options = tessera::gui::WorkbenchOptions {
         starter: tessera::gui::local::local_starter(tessera::protocol::LocalOptions::new(
-            2, out_dir,
+            2,
+            out_dir.clone(),
         )),
         start_backend: true,
         preset: None,
         state_path: None,
         state: tessera::gui::AppState::default(),
+        output_root: Some(out_dir),
     };
     tessera::gui::run_workbench(options).context("workbench")
 }

@@ -411,7 +411,7 @@ fn draw_legend<DB: DrawingBackend>(
 
 /// Colour maps for images: perceptually ordered sequential maps and a diverging one for signed data
 /// (gradients, differences).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Colormap {
     #[default]
     Gray,
@@ -422,6 +422,23 @@ pub enum Colormap {
 }
 
 impl Colormap {
+    pub const ALL: [Colormap; 4] = [
+        Colormap::Gray,
+        Colormap::Viridis,
+        Colormap::Magma,
+        Colormap::Diverging,
+    ];
+
+    /// The name shown in menus.
+    pub fn name(self) -> &'static str {
+        match self {
+            Colormap::Gray => "gray",
+            Colormap::Viridis => "viridis",
+            Colormap::Magma => "magma",
+            Colormap::Diverging => "diverging",
+        }
+    }
+
     /// Control points at t = 0, 1/8, …, 1 (sampled from matplotlib's maps), linearly interpolated.
     fn stops(self) -> [[u8; 3]; 9] {
         match self {

@@ -40,6 +40,7 @@ fn workbench(links: Vec<Link>, state: AppState) -> Workbench {
         preset: None,
         state_path: None,
         state,
+        output_root: None,
     })
 }
 
@@ -63,6 +64,16 @@ fn step_until(h: &mut Harness<'_, Workbench>, what: &str, done: impl Fn(&Workben
     h.step();
 }
 
+/// A workbench on a channel backend, once the backend is attached and the image loaded.
+fn ready_workbench() -> (Harness<'static, Workbench>, TestEnd) {
+    let (link, end) = ChannelBackend::pair("test backend");
+    let mut h = harness(workbench(vec![link], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    (h, end)
+}
+
 /// The next request other than `Status`.
 fn next_request(end: &TestEnd) -> Request {
     loop {
@@ -75,6 +86,14 @@ fn next_request(end: &TestEnd) -> Request {
             r => return r,
         }
     }
+}
+
+/// Clicks Run, checks that the preset was submitted, and accepts it as job `job`.
+fn submit(h: &mut Harness<'_, Workbench>, end: &TestEnd, job: u64) {
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(matches!(next_request(end), Request::Submit { .. }));
+    send(end, Event::Accepted { job });
 }
 
 fn send(end: &TestEnd, e: Event) {
@@ -99,7 +118,13 @@ fn until_ended(h: &mut Harness<'_, Workbench>, what: &str) {
 fn run_to_end(h: &mut Harness<'_, Workbench>) {
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
-    assert!(h.state().session.is_busy(), "Run submitted a job");
+    // (A job refused by serve's precheck may already have failed.)
+    assert!(
+        h.state().session.state() != &JobState::Idle,
+        "Run submitted a job: {:?} {:#?}",
+        h.state().run_blocker(),
+        log_of(h.state())
+    );
     until_ended(h, "the run to end");
 }
 
@@ -128,6 +153,7 @@ fn with_local_backend(out: &Path, ranks: usize) -> Harness<'static, Workbench> {
         preset: None,
         state_path: None,
         state: AppState::default(),
+        output_root: None,
     }));
     step_until(&mut h, "the backend's welcome", |wb| {
         wb.session.backend.is_some()
@@ -175,16 +201,14 @@ fn preview(job: u64, iteration: usize, what: PreviewKind, side: u32) -> Event {
 
 #[test]
 fn quick_preset_runs_and_shows_psnr_and_timing() {
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    let (mut h, end) = ready_workbench();
 
     h.get_by_role_and_label(Role::Button, "multiblur").click();
     h.run_steps(2);
-    assert_eq!(h.state().preset.name, "multiblur");
+    assert_eq!(h.state().doc.preset.name, "multiblur");
     h.get_by_role_and_label(Role::Button, "quick").click();
     h.run_steps(2);
-    assert_eq!(h.state().preset.name, "quick");
+    assert_eq!(h.state().doc.preset.name, "quick");
     step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
 
     h.get_by_role_and_label(Role::Button, "Run").click();
@@ -253,18 +277,82 @@ fn quick_preset_runs_and_shows_psnr_and_timing() {
 
 #[test]
 fn stop_cancels_the_running_job() {
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
-    h.get_by_role_and_label(Role::Button, "Run").click();
-    h.run_steps(2);
-    assert!(matches!(next_request(&end), Request::Submit { .. }));
-    send(&end, Event::Accepted { job: 4 });
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 4);
     step_until(&mut h, "the job to run", |wb| wb.current_job() == Some(4));
     h.get_by_role_and_label(Role::Button, "Stop").click();
     h.run_steps(2);
     assert_eq!(next_request(&end), Request::Cancel { job: 4 });
-    assert_eq!(h.state().session.state(), &JobState::Cancelled { job: 4 });
+    assert_eq!(h.state().session.state(), &JobState::Stopping { job: 4 });
+    send(&end, iteration(4, 1, 20.0));
+    send(
+        &end,
+        Event::Cancelled {
+            job: 4,
+            iterations: 1,
+            run_dir: None,
+            outputs: vec![],
+            summary_json: Some(r#"{"stopped_early": true}"#.into()),
+        },
+    );
+    step_until(&mut h, "the job to stop", |wb| {
+        wb.session.state() == &JobState::Cancelled { job: 4 }
+    });
+    assert!(h.query_by_label("job 4 stopped 1").is_some());
+}
+
+/// Stop pressed near the end of a job that still ran to its last iteration: the window shows the
+/// one true final state (finished 40/40), not "stopped 38/40" while iterations go on.
+#[test]
+fn stop_near_the_end_shows_the_one_final_state() {
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    send(
+        &end,
+        Event::Started {
+            job: 1,
+            name: "quick".into(),
+            world_size: 2,
+            devices: vec![],
+            image_shape: vec![1, 3, 128, 128],
+            operators: vec![],
+            iterations: 40,
+            patch_map: None,
+        },
+    );
+    for k in 1..=38 {
+        send(&end, iteration(1, k, 20.0));
+    }
+    step_until(&mut h, "iteration 38", |wb| wb.session.history.len() == 38);
+    h.get_by_role_and_label(Role::Button, "Stop").click();
+    h.run_steps(2);
+    assert_eq!(next_request(&end), Request::Cancel { job: 1 });
+    assert!(
+        h.query_by_label_contains("stopped 38/40").is_none(),
+        "not stopped until the backend says so"
+    );
+    assert!(h.query_by_label_contains("job 1 stopping 38/40").is_some());
+    // The cancel came too late: the job ran to its end.
+    for k in 39..=40 {
+        send(&end, iteration(1, k, 20.0));
+    }
+    send(
+        &end,
+        Event::Finished {
+            job: 1,
+            run_dir: "/tmp/out/run".into(),
+            outputs: vec![],
+            summary_json: r#"{"stopped_early": false}"#.into(),
+        },
+    );
+    step_until(&mut h, "the final state", |wb| !wb.session.is_busy());
+    assert_eq!(h.state().session.state(), &JobState::Finished { job: 1 });
+    assert!(h.query_by_label("job 1 finished 40/40").is_some());
+    let log = log_of(h.state());
+    assert!(
+        !log.iter().any(|l| l.contains("stopped")),
+        "the log agrees: {log:#?}"
+    );
 }
 
 #[test]
@@ -280,13 +368,15 @@ fn a_preset_from_the_recent_list_loads() {
     state.remember(&path);
     let (link, _end) = ChannelBackend::pair("test backend");
     let mut h = harness(workbench(vec![link], state));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.get_by_role_and_label(Role::Button, "mine.toml").click();
     h.run_steps(2);
     let wb = h.state();
-    assert_eq!(wb.preset.name, "mine");
-    assert_eq!(wb.preset.algorithm.iterations(), 7);
-    assert_eq!(wb.preset.physics.len(), 8);
+    assert_eq!(wb.doc.preset.name, "mine");
+    assert_eq!(wb.doc.preset.algorithm.iterations(), 7);
+    assert_eq!(wb.doc.preset.physics.len(), 8);
     assert!(wb.session.error.is_none());
 }
 
@@ -294,12 +384,10 @@ fn a_preset_from_the_recent_list_loads() {
 fn saved_presets_run_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("saved.toml");
-    let (link, _end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    let (mut h, _end) = ready_workbench();
     h.state_mut().save_preset_path(&path);
     let loaded = tessera::preset::Preset::load(&path.to_string_lossy(), &[]).unwrap();
-    assert_eq!(loaded.preset, h.state().preset);
+    assert_eq!(loaded.preset, h.state().doc.preset);
     assert_eq!(
         h.state().app_state.recent.first().map(|p| p.as_path()),
         Some(path.as_path())
@@ -319,7 +407,9 @@ fn bad_files_show_errors_and_the_app_keeps_running() {
     state.remember(&bad_preset);
     let (link, _end) = ChannelBackend::pair("test backend");
     let mut h = harness(workbench(vec![link], state));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.get_by_role_and_label(Role::Button, "broken.toml").click();
     h.run_steps(2);
     assert!(
@@ -327,7 +417,11 @@ fn bad_files_show_errors_and_the_app_keeps_running() {
             .is_some(),
         "the error is shown"
     );
-    assert_eq!(h.state().preset.name, "quick", "the edited preset is kept");
+    assert_eq!(
+        h.state().doc.preset.name,
+        "quick",
+        "the edited preset is kept"
+    );
 
     let bad_image = dir.path().join("noise.png");
     std::fs::write(&bad_image, b"this is not a png").unwrap();
@@ -349,7 +443,9 @@ fn a_dead_backend_is_reported_and_a_new_one_starts() {
     let (first, first_end) = ChannelBackend::pair("first backend");
     let (second, second_end) = ChannelBackend::pair("second backend");
     let mut h = harness(workbench(vec![first, second], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     h.get_by_role_and_label(Role::Button, "Run").click();
     h.run_steps(2);
     send(&first_end, Event::Accepted { job: 1 });
@@ -413,11 +509,10 @@ fn frame_time_while_previews_stream() {
     const SECS: f64 = 6.0;
     let (link, end) = ChannelBackend::pair("bench backend");
     let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
-    h.get_by_role_and_label(Role::Button, "Run").click();
-    h.run_steps(2);
-    assert!(matches!(next_request(&end), Request::Submit { .. }));
-    send(&end, Event::Accepted { job: 1 });
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    submit(&mut h, &end, 1);
     let image: Vec<f32> = (0..SIDE * SIDE)
         .map(|i| ((i % SIDE) as f32 / SIDE as f32 + (i / SIDE) as f32 / SIDE as f32) * 0.5)
         .collect();
@@ -516,6 +611,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
         preset: None,
         state_path: None,
         state: AppState::default(),
+        output_root: None,
     });
     let mut h = harness(wb);
     // The address is typed once; the dialog remembers it, the token it forgets.
@@ -632,9 +728,12 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
 
     h.get_by_role_and_label(Role::RadioButton, "loaded").click();
     h.run_steps(2);
-    assert!(h.state().preset.noise.is_none(), "noise is for simulation");
+    assert!(
+        h.state().doc.preset.noise.is_none(),
+        "noise is for simulation"
+    );
     assert!(h.query_by_label("no file chosen").is_some());
-    let problem = h.state().preset_problem.clone().unwrap_or_default();
+    let problem = h.state().preset_problem().unwrap_or_default().to_string();
     assert!(problem.contains("measurements.paths[0]"), "{problem}");
 
     // The image nobody has seen: its shape comes from the sample shown so far.
@@ -642,12 +741,12 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
     h.run_steps(2);
     h.get_by_label("none (measured data)").click();
     h.run_steps(2);
-    assert_eq!(h.state().preset.image.shape, Some(vec![3, 128, 128]));
+    assert_eq!(h.state().doc.preset.image.shape, Some(vec![3, 128, 128]));
 
     h.state_mut().open_measurement_path(0, &misfit);
     step_until(&mut h, "the misfit file", |wb| !wb.measurements_loading());
     assert!(h.query_by_label("misfit.npy [1, 3, 64, 64]").is_some());
-    assert_eq!(h.state().preset_problem, None);
+    assert_eq!(h.state().preset_problem(), None);
     run_to_end(&mut h);
     let log = log_of(h.state());
     assert!(
@@ -679,16 +778,14 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
 /// to simulated measurements brings the noise model back.
 #[test]
 fn measurement_files_follow_their_operators() {
-    let (link, _end) = ChannelBackend::pair("test backend");
-    let mut h = harness(workbench(vec![link], AppState::default()));
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    let (mut h, _end) = ready_workbench();
     h.get_by_role_and_label(Role::Button, "tomography2d")
         .click();
     h.run_steps(2);
     h.get_by_role_and_label(Role::Button, "blur").click();
     h.run_steps(2);
-    assert_eq!(h.state().preset.physics.len(), 2);
-    let noise = h.state().preset.noise.clone();
+    assert_eq!(h.state().doc.preset.physics.len(), 2);
+    let noise = h.state().doc.preset.noise.clone();
     assert!(noise.is_some());
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("sino.npy"), dir.path().join("blurred.npy"));
@@ -697,6 +794,7 @@ fn measurement_files_follow_their_operators() {
     h.run_steps(2);
     let paths = |h: &Harness<'_, Workbench>| {
         h.state()
+            .doc
             .preset
             .measurements
             .as_ref()
@@ -705,7 +803,7 @@ fn measurement_files_follow_their_operators() {
             .clone()
     };
     assert_eq!(paths(&h), vec![a.clone(), b.clone()]);
-    assert!(h.state().preset.noise.is_none());
+    assert!(h.state().doc.preset.noise.is_none());
     // The missing files are reported where they are listed.
     step_until(&mut h, "the reads to fail", |wb| !wb.measurements_loading());
     assert!(h.query_by_label_contains("sino.npy: ").is_some());
@@ -729,6 +827,462 @@ fn measurement_files_follow_their_operators() {
     h.get_by_role_and_label(Role::RadioButton, "simulated")
         .click();
     h.run_steps(2);
-    assert!(h.state().preset.measurements.is_none());
-    assert_eq!(h.state().preset.noise, noise);
+    assert!(h.state().doc.preset.measurements.is_none());
+    assert_eq!(h.state().doc.preset.noise, noise);
+}
+
+/// Sets the tiled denoiser's patch size (as an edit in the panel would) and checks again.
+fn set_patch(h: &mut Harness<'_, Workbench>, patch: usize) {
+    let wb = h.state_mut();
+    wb.doc
+        .preset
+        .tiling
+        .as_mut()
+        .expect("a tiled preset")
+        .patch_size = tessera::tiling::Extent::Uniform(patch);
+    wb.edited();
+    h.run_steps(2);
+}
+
+/// Typing "128" into the patch-size field applies 128 on Enter, never 1 or 12 on the way; a plan
+/// of absurd size (patch 1: one tile per pixel of the 1024×683 image) is refused with its count
+/// before anything is drawn, and Run is disabled with the reason.
+#[test]
+fn typed_patch_sizes_apply_on_enter_and_absurd_plans_are_refused() {
+    let (mut h, end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "multiblur").click();
+    h.run_steps(2);
+    step_until(&mut h, "the image", |wb| {
+        !wb.data_loading() && wb.shown_data_size().is_some()
+    });
+    let patch = |h: &Harness<'_, Workbench>| {
+        h.state()
+            .doc
+            .preset
+            .tiling
+            .as_ref()
+            .unwrap()
+            .patch_size
+            .clone()
+    };
+    let before = patch(&h);
+    h.get_by_role_and_label(Role::SpinButton, "patch size (px)")
+        .focus();
+    h.run_steps(2);
+    for digit in ["1", "2", "8"] {
+        h.get_by_role_and_label(Role::SpinButton, "patch size (px)")
+            .type_text(digit);
+        h.run_steps(1);
+        assert_eq!(patch(&h), before, "no value applied while typing");
+    }
+    h.key_press(egui::Key::Enter);
+    h.run_steps(2);
+    assert_eq!(
+        patch(&h),
+        tessera::tiling::Extent::Uniform(128),
+        "{:#?}",
+        log_of(h.state())
+    );
+
+    set_patch(&mut h, 1);
+    let problem = h.state().preset_problem().unwrap_or_default().to_string();
+    assert!(
+        problem.contains("tiling.patch_size") && problem.contains("699392 tiles"),
+        "{problem}"
+    );
+    assert!(
+        h.query_all_by_label_contains("699392 tiles").count() >= 1,
+        "shown next to the field"
+    );
+    let blocker = h.state().run_blocker().unwrap_or_default();
+    assert!(blocker.contains("699392 tiles"), "{blocker}");
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(
+        !end.requests
+            .try_iter()
+            .any(|r| matches!(r, Request::Submit { .. })),
+        "a refused plan is not sent"
+    );
+    // Patch 9 with overlap 32 is a plan (8,664 tiles): drawn within bounds, with a word of advice.
+    set_patch(&mut h, 9);
+    assert_eq!(h.state().preset_problem(), None);
+    assert!(h.query_all_by_label_contains("pixels it keeps").count() >= 1);
+    h.run_steps(3);
+    // 8,664 tiles in view: not drawn one by one (a bounded number of shapes), and said so.
+    assert!(
+        h.query_by_label_contains("8664 tiles in view, too many to draw")
+            .is_some()
+    );
+}
+
+/// An edit that cannot run on the real image (patch larger than it) or names a file that is not
+/// there (DRUNet weights) disables Run with the reason, and nothing is sent.
+#[test]
+fn an_invalid_edit_disables_run_with_the_reason() {
+    let (mut h, end) = ready_workbench();
+    assert_eq!(h.state().run_blocker(), None);
+    h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
+        .click();
+    h.run_steps(2);
+    set_patch(&mut h, 512);
+    let problem = h.state().preset_problem().unwrap_or_default().to_string();
+    assert!(
+        problem.contains("tiling.patch_size") && problem.contains("larger than the image"),
+        "{problem}"
+    );
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    // The reason is where the user looks: Run's tooltip (and under the field).
+    h.get_by_role_and_label(Role::Button, "Run").hover();
+    h.run_steps(60);
+    assert!(
+        h.query_all_by_label_contains("larger than the image")
+            .count()
+            >= 3
+    );
+    set_patch(&mut h, 64);
+    assert_eq!(h.state().run_blocker(), None);
+
+    let missing = std::path::PathBuf::from("/nonexistent/drunet_color.pth");
+    let wb = h.state_mut();
+    wb.doc.preset.denoiser = Some(tessera::denoise::DenoiserConfig::Drunet(
+        tessera::nn::DrunetConfig {
+            weights: Some(missing.clone()),
+            ..Default::default()
+        },
+    ));
+    wb.edited();
+    h.run_steps(2);
+    let blocker = h.state().run_blocker().unwrap_or_default();
+    assert!(
+        blocker.contains("denoiser.weights") && blocker.contains("/nonexistent/drunet_color.pth"),
+        "{blocker}"
+    );
+    assert!(h.query_all_by_label_contains("no such file").count() >= 1);
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    assert!(
+        !end.requests
+            .try_iter()
+            .any(|r| matches!(r, Request::Submit { .. })),
+        "nothing was sent"
+    );
+}
+
+/// Opening another preset after a run clears the run's images, curves and patch map.
+#[test]
+fn switching_preset_clears_the_previous_run() {
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    send(&end, iteration(1, 1, 20.0));
+    send(&end, preview(1, 1, PreviewKind::Reconstruction, 64));
+    send(
+        &end,
+        Event::Finished {
+            job: 1,
+            run_dir: "/tmp/out/run".into(),
+            outputs: vec![],
+            summary_json: "{}".into(),
+        },
+    );
+    step_until(&mut h, "the run on screen", |wb| {
+        wb.shown_reconstruction().is_some() && !wb.session.is_busy()
+    });
+    h.get_by_role_and_label(Role::Button, "tomography2d")
+        .click();
+    h.run_steps(2);
+    let wb = h.state();
+    assert_eq!(wb.shown_reconstruction(), None);
+    assert!(wb.session.history.is_empty() && wb.session.patch_map.is_none());
+    assert!(h.query_by_label("PSNR —").is_some());
+}
+
+/// After a run of a volume on a local backend, the slice slider moves every pane — the
+/// reconstruction and the ground truth too, not only the image before the run.
+#[test]
+fn volumes_are_sliced_on_every_pane_after_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("20250101-120000-tomography3d-1");
+    std::fs::create_dir_all(&run).unwrap();
+    // value = depth index (reconstruction) and 10 × depth index (ground truth).
+    let volume =
+        |scale: f32| tessera::Tensor::from_fn(&[1, 1, 8, 6, 5], move |i| (i / 30) as f32 * scale);
+    tessera::io::write_npy(&run.join("reconstruction.npy"), &volume(1.0)).unwrap();
+    tessera::io::write_npy(&run.join("ground_truth.npy"), &volume(10.0)).unwrap();
+    std::fs::write(
+        run.join("metrics.json"),
+        r#"{"name": "tomography3d", "iterations": 1}"#,
+    )
+    .unwrap();
+
+    let (mut h, end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "tomography3d")
+        .click();
+    h.run_steps(2);
+    step_until(&mut h, "the volume", |wb| !wb.data_loading());
+    submit(&mut h, &end, 1);
+    send(
+        &end,
+        Event::Finished {
+            job: 1,
+            run_dir: run.clone(),
+            outputs: vec!["reconstruction.npy".into(), "metrics.json".into()],
+            summary_json: "{}".into(),
+        },
+    );
+    let value = |wb: &Workbench, slot| wb.viewer().shown.get(&slot).map(|s| s.raw.pixels[0]);
+    use tessera::gui::preview::Slot;
+    step_until(&mut h, "the run's volumes on screen", |wb| {
+        let r = value(wb, Slot::Reconstruction);
+        r.is_some() && value(wb, Slot::GroundTruth) == r.map(|v| v * 10.0)
+    });
+    h.state_mut().set_slice(0, 2);
+    step_until(&mut h, "slice 2 on both panes", |wb| {
+        value(wb, Slot::Reconstruction) == Some(2.0) && value(wb, Slot::GroundTruth) == Some(20.0)
+    });
+    // Page Down: the previous slice, on every pane.
+    h.key_press(egui::Key::PageDown);
+    step_until(&mut h, "slice 1", |wb| {
+        value(wb, Slot::Reconstruction) == Some(1.0) && value(wb, Slot::GroundTruth) == Some(10.0)
+    });
+    // Three orthogonal cuts of the reconstruction through one point; a click in the rows cut
+    // moves the depth cut to the clicked depth.
+    h.get_by_role_and_label(Role::CheckBox, "orthogonal views")
+        .click();
+    h.run_steps(2);
+    let size = |wb: &Workbench, a| {
+        wb.viewer()
+            .shown
+            .get(&Slot::Ortho(a))
+            .map(|s| s.texture.size())
+    };
+    step_until(&mut h, "the orthogonal views", |wb| {
+        size(wb, 0) == Some([5, 6]) && size(wb, 1) == Some([5, 8]) && size(wb, 2) == Some([6, 8])
+    });
+    assert_eq!(
+        value(h.state(), Slot::Ortho(0)),
+        Some(1.0),
+        "the depth cut at slice 1"
+    );
+    h.state_mut().ortho_click(1, egui::pos2(0.5, 6.5 / 8.0));
+    step_until(&mut h, "the depth cut to move", |wb| {
+        value(wb, Slot::Ortho(0)) == Some(6.0)
+    });
+    // The run is in the history, marked as this window's.
+    step_until(&mut h, "the history", |wb| {
+        wb.runs.runs.iter().any(|r| r.folder == run)
+    });
+}
+
+/// A failed attach (nothing listens there) leaves the working backend in place.
+#[test]
+fn a_failed_attach_keeps_the_working_backend() {
+    let (mut h, _end) = ready_workbench();
+    // A port nobody listens on: bind one, then free it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    h.state_mut()
+        .attach_remote(&format!("127.0.0.1:{port}"), Some("token".into()));
+    h.run_steps(1);
+    step_until(&mut h, "the attach attempt", |wb| !wb.backend_starting());
+    assert!(h.state().has_backend(), "the local backend is kept");
+    assert_eq!(h.state().backend_label(), "test backend");
+    let log = log_of(h.state());
+    assert!(
+        log.iter()
+            .any(|l| l.contains("could not attach") && l.contains("still using test backend")),
+        "{log:#?}"
+    );
+    assert_eq!(h.state().run_blocker(), None);
+}
+
+/// A dropped file for `egui::RawInput::dropped_files`.
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+/// Files are chosen by typing their path (the system file dialog may not exist) or by dropping
+/// them onto the window.
+#[test]
+fn files_can_be_typed_or_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let typed = dir.path().join("typed.toml");
+    let dropped = dir.path().join("dropped.toml");
+    for (path, name) in [(&typed, "typed"), (&dropped, "dropped")] {
+        let text = tessera::preset::BUNDLED[0]
+            .1
+            .replace("name = \"quick\"", &format!("name = \"{name}\""));
+        std::fs::write(path, text).unwrap();
+    }
+    let (mut h, _end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "Open preset…")
+        .click();
+    h.run_steps(2);
+    assert!(h.state().dialog_open(), "the path window is open");
+    h.run_steps(10);
+    let field = h.get_by_role_and_label(Role::TextInput, "path");
+    field.focus();
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::TextInput, "path")
+        .type_text(&format!("{}", dir.path().join("nosuch.toml").display()));
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::Button, "Open").click();
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("no such file").is_some());
+    assert_eq!(h.state().doc.preset.name, "quick");
+    h.state_mut()
+        .open_dialog(tessera::gui::dialogs::DialogKind::OpenPreset);
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::TextInput, "path").focus();
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::TextInput, "path")
+        .type_text(&typed.display().to_string());
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::Button, "Open").click();
+    h.run_steps(2);
+    assert_eq!(h.state().doc.preset.name, "typed");
+
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(dropped.clone())));
+    h.run_steps(2);
+    assert_eq!(h.state().doc.preset.name, "dropped");
+}
+
+/// Writes a complete run folder (reconstruction and ground truth filled with constants).
+fn run_folder(root: &Path, name: &str, recon: f32, truth: f32) -> std::path::PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    tessera::io::write_npy(
+        &dir.join("reconstruction.npy"),
+        &tessera::Tensor::full(&[1, 1, 16, 12], recon),
+    )
+    .unwrap();
+    tessera::io::write_npy(
+        &dir.join("ground_truth.npy"),
+        &tessera::Tensor::full(&[1, 1, 16, 12], truth),
+    )
+    .unwrap();
+    let metrics = format!(
+        r#"{{"name": "{name}", "iterations": 5, "stopped_early": false, "reconstruction": {{"psnr_db": 30.5}}}}"#
+    );
+    std::fs::write(dir.join("metrics.json"), metrics).unwrap();
+    dir
+}
+
+/// The run history lists the complete runs under the output root (not a staging folder), reopens
+/// one into the panes, compares another beside it and as a difference, and a pane exports as PNG.
+#[test]
+fn runs_are_listed_reopened_compared_and_exported() {
+    use tessera::gui::preview::Slot;
+    let root = tempfile::tempdir().unwrap();
+    let a = run_folder(root.path(), "20250101-120000-quick-1", 0.75, 0.5);
+    std::thread::sleep(Duration::from_millis(20));
+    let b = run_folder(root.path(), "20250101-120500-quick-2", 0.25, 0.5);
+    run_folder(root.path(), ".20250101-121000-quick-3.staging", 0.0, 0.0);
+    let (link, _end) = ChannelBackend::pair("test backend");
+    let mut h = harness(Workbench::new(WorkbenchOptions {
+        starter: starter(vec![link]),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+        output_root: Some(root.path().to_path_buf()),
+    }));
+    step_until(&mut h, "the runs", |wb| wb.runs.runs.len() == 2);
+    let listed: Vec<_> = h
+        .state()
+        .runs
+        .runs
+        .iter()
+        .map(|r| r.folder.clone())
+        .collect();
+    assert_eq!(
+        listed,
+        vec![b.clone(), a.clone()],
+        "newest first, staging skipped"
+    );
+    h.get_by_role_and_label(Role::Button, "Runs").click();
+    h.run_steps(2);
+    assert!(h.query_all_by_label("30.50 dB").count() == 2);
+
+    // Reopen the older run, compare with the newer: difference = 0.75 − 0.25.
+    h.get_all_by_role_and_label(Role::Button, "reopen")
+        .nth(1)
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    let value = |wb: &Workbench, slot| wb.viewer().shown.get(&slot).map(|s| s.raw.pixels[0]);
+    step_until(&mut h, "the reopened run", |wb| {
+        value(wb, Slot::Reconstruction) == Some(0.75) && value(wb, Slot::GroundTruth) == Some(0.5)
+    });
+    h.get_all_by_role_and_label(Role::Button, "compare")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    step_until(&mut h, "the comparison", |wb| {
+        value(wb, Slot::Compare) == Some(0.25) && value(wb, Slot::Difference) == Some(0.5)
+    });
+    assert!(
+        h.query_by_label_contains("Compared: 20250101-120500-quick-2")
+            .is_some()
+    );
+    // The values under the mouse read from the panes' float images.
+    let (at, v) = h
+        .state()
+        .viewer()
+        .value_at(Slot::Difference, egui::pos2(0.5, 0.5))
+        .unwrap();
+    assert_eq!((at, v), ((6, 8), vec![0.5]));
+
+    let png = root.path().join("recon.png");
+    h.state_mut().export_png(Slot::Reconstruction, &png);
+    let img = image::open(&png).unwrap();
+    assert_eq!((img.width(), img.height()), (12, 16));
+}
+
+/// A typed value outside a field's range is brought into it, and the field says so.
+#[test]
+fn clamped_values_are_shown() {
+    let (mut h, _end) = ready_workbench();
+    h.get_by_role_and_label(Role::SpinButton, "noise sigma")
+        .focus();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::SpinButton, "noise sigma")
+        .type_text("-0.5");
+    h.key_press(egui::Key::Enter);
+    h.run_steps(2);
+    assert_eq!(
+        h.state().doc.preset.noise,
+        Some(tessera::physics::NoiseConfig::Gaussian { sigma: 0.0 })
+    );
+    assert!(h.query_by_label("-0.5 is out of range: set to 0").is_some());
+}
+
+/// Ctrl+R runs, Escape stops.
+#[test]
+fn shortcuts_run_and_stop() {
+    let (mut h, end) = ready_workbench();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::R);
+    h.run_steps(2);
+    assert!(matches!(next_request(&end), Request::Submit { .. }));
+    send(&end, Event::Accepted { job: 3 });
+    step_until(&mut h, "the job to run", |wb| wb.current_job() == Some(3));
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    assert_eq!(next_request(&end), Request::Cancel { job: 3 });
 }

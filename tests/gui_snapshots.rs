@@ -40,11 +40,14 @@ fn workbench_after_a_run() {
         preset: None,
         state_path: None,
         state: AppState::default(),
+        output_root: None,
     });
     let mut h = Harness::builder()
         .with_size([1400.0, 1000.0])
         .build_ui_state(|ui, wb: &mut Workbench| wb.ui(ui), wb);
-    step_until(&mut h, "the backend", Workbench::has_backend);
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
     // multiblur has a tiled denoiser: its patch map is drawn over the ground truth.
     h.get_by_role_and_label(Role::Button, "multiblur").click();
     h.run_steps(2);

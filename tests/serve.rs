@@ -702,7 +702,7 @@ fn measure_round_trip_and_control_overhead() {
     copy.data_mut().copy_from_slice(big.data()); // the recycled-buffer hand-off
     let copy_secs = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let p = tessera::serve::preview::preview_image(&copy, 512).unwrap();
+    let p = tessera::protocol::PreviewImage::of_tensor(&copy, Default::default(), 512).unwrap();
     let down_secs = t.elapsed().as_secs_f64();
     eprintln!(
         "2048×2048×3 preview: hand-off {:.1} ms (first, fresh allocation {:.1} ms), downsampling \

@@ -16,6 +16,7 @@ pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub(crate) mod net;
+pub mod patch_map;
 pub mod physics;
 pub mod sockets;
 pub mod store;

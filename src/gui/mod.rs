@@ -4,23 +4,37 @@
 //! Place in the flow: `gui → protocol → tessera serve → job`. The GUI never runs numerics on its UI
 //! thread and never calls the algorithms: a run is a [`crate::protocol::Request::Submit`] of the
 //! preset's TOML; iterations, previews and timings come back as [`crate::protocol::Event`]s.
-//! Modules: [`backend`] (the connection seam, and a channel backend for tests), [`local`] (the
-//! seam over `protocol::Client` and a `LocalBackend` child process), [`preview`]
-//! (float images → textures on a worker thread), [`session`] (state built from events),
-//! [`patch_map`] (tiles per rank), [`editors`] (preset editors), [`fonts`], [`measured`] (loaded measurement
-//! files), [`settings`] (persisted app
-//! state), [`app`] (the window).
+//!
+//! Modules, split the way egui's demo app is: [`app`] (the window's state and layout, the actions
+//! panels share), [`settings`] (persisted state), [`panels`] (one file per editor panel) and
+//! [`views`] (one file per view: live images, plots, profile, runs) — the seam where a new
+//! experiment kind adds its own editors and views, see `docs/WORKBENCH.md` —, the backend apart in
+//! [`connection`] (which link is live, starting and attaching) over [`backend`] (the `Backend`
+//! seam, and a channel backend for tests) and [`local`] (`protocol::Client`, a `LocalBackend`
+//! child); [`document`] (the edited preset, its inputs and the checks before Run), [`session`]
+//! (state built from events), [`viewer`] (what the panes show), [`preview`] (float images →
+//! textures on a worker thread), [`history`] (runs on disk), [`dialogs`] (typed paths, the system
+//! file dialog, dropped files), [`patch_map`] (drawing tiles per rank), [`measured`] (loaded
+//! measurement files), [`widgets`], [`fonts`], [`top_bar`] (top bar, Attach…, log).
 
 pub mod app;
 pub mod backend;
-pub mod editors;
+pub mod connection;
+pub mod dialogs;
+pub mod document;
 pub mod fonts;
+pub mod history;
 pub mod local;
 pub mod measured;
+pub mod panels;
 pub mod patch_map;
 pub mod preview;
 pub mod session;
 pub mod settings;
+pub mod top_bar;
+pub mod viewer;
+pub mod views;
+pub mod widgets;
 
 pub use app::{Workbench, WorkbenchOptions};
 pub use backend::{Backend, ChannelBackend, Incoming, Link, Starter, TestEnd};

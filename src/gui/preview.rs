@@ -4,7 +4,10 @@
 //! downsampled to at most [`MAX_TEXTURE_SIDE`] per side and colour-mapped there, so the UI thread
 //! only swaps a texture's image (an `Arc`, no copy) once per new preview and never per frame. When
 //! previews arrive faster than the worker maps them, only the newest per slot is mapped. Contrast
-//! or colormap changes and volume slices are mapped by the same worker ([`PumpMsg::Map`]).
+//! or colormap changes ([`PumpMsg::Map`]), sections of arrays the workbench holds (an opened image,
+//! a volume slice, a run's outputs: [`PumpMsg::Show`]) and difference images are mapped by the same
+//! worker. Reducing an image to the texture size is [`PreviewImage::of_tensor`] /
+//! [`PreviewImage::downsampled`], the implementation `tessera serve` uses for its previews.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use egui::{Color32, ColorImage};
 
 use super::backend::Incoming;
-use crate::protocol::{Event, JobId, PreviewImage, PreviewKind};
+use crate::protocol::{Event, JobId, PreviewImage, PreviewKind, Section};
 use crate::tensor::Tensor;
 
 /// Largest texture side the view keeps; larger previews are box-averaged down to it.
@@ -21,9 +24,12 @@ pub const MAX_TEXTURE_SIDE: usize = 1024;
 
 /// How float samples become colours.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Display {
     pub contrast: Contrast,
     pub colormap: Colormap,
+    /// One channel of a colour image shown alone (with the colormap); `None` shows colour.
+    pub channel: Option<u8>,
 }
 
 impl Default for Display {
@@ -31,6 +37,7 @@ impl Default for Display {
         Display {
             contrast: Contrast::Auto,
             colormap: Colormap::Gray,
+            channel: None,
         }
     }
 }
@@ -43,90 +50,32 @@ pub enum Contrast {
     Range { lo: f32, hi: f32 },
 }
 
-/// Colormaps for one-channel images (colour images are shown as they are).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Colormap {
-    Gray,
-    Viridis,
-    Magma,
-}
+/// Colormaps for one-channel images (colour images are shown as they are): the maps of
+/// [`crate::plot`], so figures and the window colour alike.
+pub use crate::plot::Colormap;
 
-impl Colormap {
-    pub const ALL: [Colormap; 3] = [Colormap::Gray, Colormap::Viridis, Colormap::Magma];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Colormap::Gray => "gray",
-            Colormap::Viridis => "viridis",
-            Colormap::Magma => "magma",
-        }
-    }
-
-    /// Control points at t = 0, 1/8, …, 1 (sampled from matplotlib's maps), linearly interpolated.
-    fn stops(self) -> &'static [[u8; 3]; 9] {
-        const VIRIDIS: [[u8; 3]; 9] = [
-            [68, 1, 84],
-            [71, 44, 122],
-            [59, 81, 139],
-            [44, 113, 142],
-            [33, 144, 141],
-            [39, 173, 129],
-            [92, 200, 99],
-            [170, 220, 50],
-            [253, 231, 37],
-        ];
-        const MAGMA: [[u8; 3]; 9] = [
-            [0, 0, 4],
-            [28, 16, 68],
-            [79, 18, 123],
-            [129, 37, 129],
-            [181, 54, 122],
-            [229, 80, 100],
-            [251, 135, 97],
-            [254, 194, 135],
-            [252, 253, 191],
-        ];
-        const GRAY: [[u8; 3]; 9] = [
-            [0, 0, 0],
-            [32, 32, 32],
-            [64, 64, 64],
-            [96, 96, 96],
-            [128, 128, 128],
-            [159, 159, 159],
-            [191, 191, 191],
-            [223, 223, 223],
-            [255, 255, 255],
-        ];
-        match self {
-            Colormap::Gray => &GRAY,
-            Colormap::Viridis => &VIRIDIS,
-            Colormap::Magma => &MAGMA,
-        }
-    }
-
-    /// A 256-entry lookup table.
-    pub fn lut(self) -> [Color32; 256] {
-        let stops = self.stops();
-        std::array::from_fn(|i| {
-            let t = i as f32 / 255.0 * 8.0;
-            let k = (t as usize).min(7);
-            let f = t - k as f32;
-            let mix = |c: usize| {
-                (stops[k][c] as f32 * (1.0 - f) + stops[k + 1][c] as f32 * f).round() as u8
-            };
-            Color32::from_rgb(mix(0), mix(1), mix(2))
-        })
-    }
+/// A 256-entry lookup table of `map`.
+pub fn lut(map: Colormap) -> [Color32; 256] {
+    std::array::from_fn(|i| {
+        let [r, g, b] = map.map(i as f32 / 255.0);
+        Color32::from_rgb(r, g, b)
+    })
 }
 
 /// Where an image is shown; previews of one slot replace each other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Slot {
     Reconstruction,
     GroundTruth,
     Measurement(usize),
     /// The image or volume slice opened in the Data panel.
     Data,
+    /// Reconstruction minus ground truth (or minus the compared run's reconstruction).
+    Difference,
+    /// The reconstruction of another run, shown beside this one.
+    Compare,
+    /// One of the three orthogonal cuts (0 = depth, 1 = rows, 2 = columns) through the cursor.
+    Ortho(u8),
 }
 
 impl Slot {
@@ -139,17 +88,54 @@ impl Slot {
     }
 }
 
+/// Counts of the finite samples of an image in equal bins over `[lo, hi]` (its min and max).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Histogram {
+    pub lo: f32,
+    pub hi: f32,
+    pub counts: Vec<u32>,
+}
+
+/// Bins of [`Histogram`].
+pub const HISTOGRAM_BINS: usize = 64;
+
+impl Histogram {
+    pub fn of(pixels: &[f32]) -> Histogram {
+        let (lo, hi) = pixels
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
+                (a.min(v), b.max(v))
+            });
+        if lo > hi {
+            return Histogram::default();
+        }
+        let mut counts = vec![0u32; HISTOGRAM_BINS];
+        let scale = if hi > lo {
+            HISTOGRAM_BINS as f32 / (hi - lo)
+        } else {
+            0.0
+        };
+        for &v in pixels.iter().filter(|v| v.is_finite()) {
+            let bin = (((v - lo) * scale) as usize).min(HISTOGRAM_BINS - 1);
+            counts[bin] += 1;
+        }
+        Histogram { lo, hi, counts }
+    }
+}
+
 /// A mapped image, ready to become a texture.
 pub struct Mapped {
     pub slot: Slot,
     /// The connection generation and job it belongs to (None for local images and re-mappings).
     pub job: Option<(u64, JobId)>,
     pub iteration: usize,
-    pub color: ColorImage,
-    /// The (downsampled) float image, kept for re-mapping when the contrast changes.
+    pub color: Arc<ColorImage>,
+    /// The (downsampled) float image, kept for re-mapping, pixel values and differences.
     pub raw: Arc<PreviewImage>,
     /// The contrast window that was applied.
     pub range: (f32, f32),
+    pub histogram: Histogram,
     /// Size of the image before downsampling (width, height).
     pub full_size: (u32, u32),
 }
@@ -164,22 +150,22 @@ pub enum PumpMsg {
         raw: Arc<PreviewImage>,
         display: Display,
     },
-    /// Show an array in `slot`: an image `(B, C, H, W)` (first item), or the central depth slice of
-    /// a volume `(B, C, D, H, W)`; converted and downsampled here, off the UI thread.
+    /// Show a section of an array `(B, C, H, W)` or `(B, C, D, H, W)` in `slot` (converted and
+    /// downsampled here, off the UI thread).
     Show {
         slot: Slot,
         tensor: Arc<Tensor>,
+        section: Section,
         display: Display,
     },
-    /// Cut a slice of a volume `(B, C, D, H, W)` along `axis` (0 = depth, 1 = rows, 2 = columns) and map it.
-    Slice {
-        volume: Arc<Tensor>,
-        axis: usize,
-        index: usize,
+    /// Show `a − b` in [`Slot::Difference`] (images of equal size).
+    Difference {
+        a: Arc<PreviewImage>,
+        b: Arc<PreviewImage>,
         display: Display,
     },
-    /// Settings for previews that arrive from now on.
-    SetDisplay(Display),
+    /// Settings for previews of `slot` that arrive from now on.
+    SetDisplay(Slot, Display),
 }
 
 /// Output of the worker, in the order events arrived.
@@ -218,23 +204,30 @@ impl Pump {
 }
 
 fn worker(rx: Receiver<PumpMsg>, tx: Sender<PumpOut>, wake: impl Fn()) {
-    let mut display = Display::default();
+    let mut displays: HashMap<Slot, Display> = HashMap::new();
     let mut batch = Vec::new();
     while let Ok(first) = rx.recv() {
         batch.clear();
         batch.push(first);
         batch.extend(rx.try_iter());
-        // Only the newest preview of each slot (of each job) is worth mapping.
-        let mut newest: HashMap<(u64, JobId, Slot), usize> = HashMap::new();
+        // Only the newest image of each slot (of each job) is worth mapping.
+        let mut newest: HashMap<(Option<(u64, JobId)>, Slot), usize> = HashMap::new();
         for (i, m) in batch.iter().enumerate() {
-            if let PumpMsg::Incoming(g, Incoming::Event(Event::Preview { job, what, .. })) = m {
-                newest.insert((*g, *job, Slot::of(what)), i);
-            }
+            let key = match m {
+                PumpMsg::Incoming(g, Incoming::Event(Event::Preview { job, what, .. })) => {
+                    (Some((*g, *job)), Slot::of(what))
+                }
+                PumpMsg::Show { slot, .. } | PumpMsg::Map { slot, .. } => (None, *slot),
+                PumpMsg::Difference { .. } => (None, Slot::Difference),
+                _ => continue,
+            };
+            newest.insert(key, i);
         }
+        let is_newest = |key, i| newest.get(&key) == Some(&i);
         for (i, m) in batch.drain(..).enumerate() {
             let out = match m {
-                PumpMsg::SetDisplay(d) => {
-                    display = d;
+                PumpMsg::SetDisplay(slot, d) => {
+                    displays.insert(slot, d);
                     None
                 }
                 PumpMsg::Incoming(
@@ -247,39 +240,38 @@ fn worker(rx: Receiver<PumpMsg>, tx: Sender<PumpOut>, wake: impl Fn()) {
                     }),
                 ) => {
                     let slot = Slot::of(&what);
-                    (newest.get(&(g, job, slot)) == Some(&i))
-                        .then(|| map_preview(slot, Some((g, job)), iteration, image, display))
-                        .map(PumpOut::Mapped)
+                    let display = displays.get(&slot).copied().unwrap_or_default();
+                    is_newest((Some((g, job)), slot), i).then(|| {
+                        let full_size = (image.width, image.height);
+                        let raw = image.downsampled(MAX_TEXTURE_SIDE);
+                        mapped(slot, Some((g, job)), iteration, raw, full_size, display)
+                    })
                 }
                 PumpMsg::Incoming(g, other) => Some(PumpOut::Incoming(g, other)),
-                PumpMsg::Map { slot, raw, display } => {
-                    let (color, range) = colorize(&raw, display);
-                    Some(PumpOut::Mapped(Mapped {
-                        slot,
-                        job: None,
-                        iteration: 0,
-                        full_size: (raw.width, raw.height),
-                        color,
-                        raw,
-                        range,
-                    }))
-                }
+                PumpMsg::Map { slot, raw, display } => is_newest((None, slot), i).then(|| {
+                    let full_size = (raw.width, raw.height);
+                    mapped_arc(slot, None, 0, raw, full_size, display)
+                }),
                 PumpMsg::Show {
                     slot,
                     tensor,
+                    section,
                     display,
-                } => match tensor.shape().len() {
-                    5 => slice(&tensor, 0, tensor.shape()[2] / 2),
-                    _ => tensor_image(&tensor),
-                }
-                .map(|img| PumpOut::Mapped(map_preview(slot, None, 0, img, display))),
-                PumpMsg::Slice {
-                    volume,
-                    axis,
-                    index,
-                    display,
-                } => slice(&volume, axis, index)
-                    .map(|img| PumpOut::Mapped(map_preview(Slot::Data, None, 0, img, display))),
+                } => is_newest((None, slot), i)
+                    .then(|| {
+                        let full = full_size_of(&tensor, section);
+                        PreviewImage::of_tensor(&tensor, section, MAX_TEXTURE_SIDE)
+                            .map(|raw| mapped(slot, None, 0, raw, full, display))
+                    })
+                    .flatten(),
+                PumpMsg::Difference { a, b, display } => is_newest((None, Slot::Difference), i)
+                    .then(|| {
+                        difference(&a, &b).map(|raw| {
+                            let full = (raw.width, raw.height);
+                            mapped(Slot::Difference, None, 0, raw, full, display)
+                        })
+                    })
+                    .flatten(),
             };
             if let Some(out) = out
                 && tx.send(out).is_err()
@@ -291,74 +283,59 @@ fn worker(rx: Receiver<PumpMsg>, tx: Sender<PumpOut>, wake: impl Fn()) {
     }
 }
 
-fn map_preview(
-    slot: Slot,
-    job: Option<(u64, JobId)>,
-    iteration: usize,
-    image: PreviewImage,
-    display: Display,
-) -> Mapped {
-    let full_size = (image.width, image.height);
-    let raw = Arc::new(downsample(image, MAX_TEXTURE_SIDE));
-    let (color, range) = colorize(&raw, display);
-    Mapped {
-        slot,
-        job,
-        iteration,
-        color,
-        raw,
-        range,
-        full_size,
+/// Width and height of the section of `t` before downsampling.
+fn full_size_of(t: &Tensor, section: Section) -> (u32, u32) {
+    match (t.shape(), section.cut) {
+        ([_, _, d, _, w], Some((1, _))) => (*w as u32, *d as u32),
+        ([_, _, d, h, _], Some((2, _))) => (*h as u32, *d as u32),
+        ([_, _, _, h, w], _) | ([_, _, h, w], _) => (*w as u32, *h as u32),
+        _ => (0, 0),
     }
 }
 
-/// Box-averages `image` by the smallest integer factor that brings both sides to ≤ `max_side`.
-/// A malformed image (pixel count not matching its size) becomes an empty one.
-pub fn downsample(image: PreviewImage, max_side: usize) -> PreviewImage {
-    let (w, h, c) = (
-        image.width as usize,
-        image.height as usize,
-        image.channels.max(1) as usize,
-    );
-    if image.pixels.len() != w * h * c {
-        return PreviewImage {
-            width: 0,
-            height: 0,
-            channels: 1,
-            slice: image.slice,
-            pixels: Vec::new(),
-        };
-    }
-    let f = w.max(h).div_ceil(max_side.max(1)).max(1);
-    if f == 1 {
-        return image;
-    }
-    let (ow, oh) = (w.div_ceil(f), h.div_ceil(f));
-    let mut out = vec![0.0f32; ow * oh * c];
-    let mut count = vec![0u32; ow * oh];
-    for y in 0..h {
-        let row = &image.pixels[y * w * c..(y + 1) * w * c];
-        let orow = (y / f) * ow;
-        for x in 0..w {
-            let o = orow + x / f;
-            count[o] += 1;
-            for k in 0..c {
-                out[o * c + k] += row[x * c + k];
-            }
-        }
-    }
-    for (o, n) in count.iter().enumerate() {
-        for k in 0..c {
-            out[o * c + k] /= *n as f32;
-        }
-    }
-    PreviewImage {
-        width: ow as u32,
-        height: oh as u32,
-        channels: c as u8,
-        slice: image.slice,
-        pixels: out,
-    }
+fn mapped(
+    slot: Slot,
+    job: Option<(u64, JobId)>,
+    iteration: usize,
+    raw: PreviewImage,
+    full_size: (u32, u32),
+    display: Display,
+) -> PumpOut {
+    mapped_arc(slot, job, iteration, Arc::new(raw), full_size, display)
+}
+
+fn mapped_arc(
+    slot: Slot,
+    job: Option<(u64, JobId)>,
+    iteration: usize,
+    raw: Arc<PreviewImage>,
+    full_size: (u32, u32),
+    display: Display,
+) -> PumpOut {
+    let (color, range) = colorize(&raw, display);
+    PumpOut::Mapped(Mapped {
+        slot,
+        job,
+        iteration,
+        color: Arc::new(color),
+        histogram: Histogram::of(&raw.pixels),
+        raw,
+        range,
+        full_size,
+    })
+}
+
+/// `a − b` sample by sample, when both have the same size and channels.
+pub fn difference(a: &PreviewImage, b: &PreviewImage) -> Option<PreviewImage> {
+    let same = (a.width, a.height, a.channels) == (b.width, b.height, b.channels)
+        && a.pixels.len() == b.pixels.len();
+    same.then(|| PreviewImage {
+        width: a.width,
+        height: a.height,
+        channels: a.channels,
+        slice: a.slice,
+        pixels: a.pixels.iter().zip(&b.pixels).map(|(x, y)| x - y).collect(),
+    })
 }
 
 /// The 1st and 99th percentiles of the finite samples (from at most ~65k of them).
@@ -379,15 +356,33 @@ pub fn auto_range(pixels: &[f32]) -> (f32, f32) {
     if hi > lo { (lo, hi) } else { (lo, lo + 1.0) }
 }
 
-/// Maps an image to colours; returns it and the window applied.
+/// Maps an image to colours; returns it and the window applied. A signed image shown with the
+/// diverging map gets a window symmetric about 0 (auto contrast), so white means "no difference".
 pub fn colorize(image: &PreviewImage, display: Display) -> (ColorImage, (f32, f32)) {
     let (w, h, c) = (
         image.width as usize,
         image.height as usize,
         image.channels.max(1) as usize,
     );
+    let channel = display
+        .channel
+        .map(|k| k as usize)
+        .filter(|&k| k < c && c > 1);
+    let samples: Vec<f32>;
+    let values: &[f32] = match channel {
+        Some(k) => {
+            samples = image.pixels.iter().skip(k).step_by(c).copied().collect();
+            &samples
+        }
+        None => &image.pixels,
+    };
     let (lo, hi) = match display.contrast {
-        Contrast::Auto => auto_range(&image.pixels),
+        Contrast::Auto if display.colormap == Colormap::Diverging => {
+            let (lo, hi) = auto_range(values);
+            let m = lo.abs().max(hi.abs()).max(f32::MIN_POSITIVE);
+            (-m, m)
+        }
+        Contrast::Auto => auto_range(values),
         Contrast::Range { lo, hi } if hi > lo => (lo, hi),
         Contrast::Range { lo, .. } => (lo, lo + 1.0),
     };
@@ -399,144 +394,35 @@ pub fn colorize(image: &PreviewImage, display: Display) -> (ColorImage, (f32, f3
         // NaN maps to 0 through the saturating cast.
         ((v - lo) * scale).clamp(0.0, 255.0) as u8
     };
-    let pixels: Vec<Color32> = if c >= 3 {
+    let pixels: Vec<Color32> = if c >= 3 && channel.is_none() {
         image
             .pixels
             .chunks_exact(c)
             .map(|p| Color32::from_rgb(level(p[0]), level(p[1]), level(p[2])))
             .collect()
     } else {
-        let lut = display.colormap.lut();
-        image
-            .pixels
+        let lut = lut(display.colormap);
+        let step = if channel.is_some() { 1 } else { c };
+        values
             .iter()
+            .step_by(step)
             .map(|&v| lut[level(v) as usize])
             .collect()
     };
     (ColorImage::new([w, h], pixels), (lo, hi))
 }
 
-/// A float image of a tensor `(B, C, H, W)` (first batch item; 1 or 3 channels, others shown as
-/// the first channel).
-pub fn tensor_image(t: &Tensor) -> Option<PreviewImage> {
-    let s = t.shape();
-    if s.len() != 4 {
-        return None;
-    }
-    let (ch, h, w) = (s[1], s[2], s[3]);
-    let c = if ch == 3 { 3 } else { 1 };
-    let plane = h * w;
-    let data = t.data();
-    let mut pixels = Vec::with_capacity(plane * c);
-    for i in 0..plane {
-        for k in 0..c {
-            pixels.push(data[k * plane + i]);
-        }
-    }
-    Some(PreviewImage {
-        width: w as u32,
-        height: h as u32,
-        channels: c as u8,
-        slice: None,
-        pixels,
-    })
-}
-
-/// Slice `index` of a volume `(B, C, D, H, W)` along `axis` (first batch item and channel).
-pub fn slice(volume: &Tensor, axis: usize, index: usize) -> Option<PreviewImage> {
-    let s = volume.shape();
-    if s.len() != 5 || axis > 2 {
-        return None;
-    }
-    let (d, h, w) = (s[2], s[3], s[4]);
-    let dims = [d, h, w];
-    let index = index.min(dims[axis].saturating_sub(1));
-    let data = volume.data();
-    let at = |z: usize, y: usize, x: usize| data[(z * h + y) * w + x];
-    let (ow, oh, pixels): (usize, usize, Vec<f32>) = match axis {
-        0 => (
-            w,
-            h,
-            (0..h)
-                .flat_map(|y| (0..w).map(move |x| (y, x)))
-                .map(|(y, x)| at(index, y, x))
-                .collect(),
-        ),
-        1 => (
-            w,
-            d,
-            (0..d)
-                .flat_map(|z| (0..w).map(move |x| (z, x)))
-                .map(|(z, x)| at(z, index, x))
-                .collect(),
-        ),
-        _ => (
-            h,
-            d,
-            (0..d)
-                .flat_map(|z| (0..h).map(move |y| (z, y)))
-                .map(|(z, y)| at(z, y, index))
-                .collect(),
-        ),
-    };
-    Some(PreviewImage {
-        width: ow as u32,
-        height: oh as u32,
-        channels: 1,
-        slice: Some(index as u32),
-        pixels,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn gray(w: u32, h: u32, f: impl Fn(u32, u32) -> f32) -> PreviewImage {
-        PreviewImage {
-            width: w,
-            height: h,
-            channels: 1,
-            slice: None,
-            pixels: (0..h)
-                .flat_map(|y| (0..w).map(move |x| (x, y)))
-                .map(|(x, y)| f(x, y))
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn downsample_averages_blocks_and_keeps_ragged_edges() {
-        let img = gray(5, 4, |x, y| (x + 10 * y) as f32);
-        let d = downsample(img, 2);
-        // factor ⌈5/2⌉ = 3: columns {0,1,2}, {3,4}; rows {0,1,2}, {3}.
-        assert_eq!((d.width, d.height), (2, 2));
-        assert_eq!(
-            d.pixels[0],
-            (0..3)
-                .map(|x| (0..3).map(|y| (x + 10 * y) as f32).sum::<f32>())
-                .sum::<f32>()
-                / 9.0
-        );
-        assert_eq!(d.pixels[3], (3.0 + 30.0 + 4.0 + 30.0) / 2.0);
-    }
-
-    #[test]
-    fn malformed_previews_do_not_panic() {
-        let mut img = gray(4, 4, |_, _| 0.0);
-        img.pixels.pop();
-        let d = downsample(img.clone(), 2);
-        assert_eq!((d.width, d.height), (0, 0));
-        let (c, _) = colorize(&img, Display::default());
-        assert_eq!(c.size, [1, 1]);
-    }
+    use crate::protocol::preview::gray;
 
     #[test]
     fn contrast_window_maps_to_full_range() {
         let img = gray(256, 1, |x, _| x as f32 / 255.0);
         let display = Display {
             contrast: Contrast::Range { lo: 0.25, hi: 0.75 },
-            colormap: Colormap::Gray,
+            ..Display::default()
         };
         let (c, range) = colorize(&img, display);
         assert_eq!(range, (0.25, 0.75));
@@ -545,22 +431,43 @@ mod tests {
         assert_eq!(c.pixels[128].r(), 128);
         let (lo, hi) = auto_range(&img.pixels);
         assert!(lo < 0.02 && hi > 0.98, "{lo} {hi}");
+        let mut bad = img.clone();
+        bad.pixels.pop();
+        assert_eq!(colorize(&bad, Display::default()).0.size, [1, 1]);
     }
 
     #[test]
-    fn slices_follow_the_axis() {
-        // value = 100 z + 10 y + x on a 2×3×4 volume.
-        let data: Vec<f32> = (0..2)
-            .flat_map(|z| {
-                (0..3).flat_map(move |y| (0..4).map(move |x| (100 * z + 10 * y + x) as f32))
-            })
-            .collect();
-        let v = Tensor::from_vec(&[1, 1, 2, 3, 4], data).unwrap();
-        let s = slice(&v, 0, 1).unwrap();
-        assert_eq!((s.width, s.height, s.pixels[5]), (4, 3, 111.0));
-        let s = slice(&v, 1, 2).unwrap();
-        assert_eq!((s.width, s.height, s.pixels[4 + 3]), (4, 2, 123.0));
-        let s = slice(&v, 2, 9).unwrap();
-        assert_eq!((s.width, s.height, s.slice), (3, 2, Some(3)));
+    fn one_channel_of_a_colour_image_and_signed_differences() {
+        // Two pixels: (R, G, B) = (0, 1, 2) and (3, 4, 5).
+        let rgb = PreviewImage {
+            width: 2,
+            height: 1,
+            channels: 3,
+            slice: None,
+            pixels: vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+        };
+        let green = Display {
+            contrast: Contrast::Range { lo: 1.0, hi: 4.0 },
+            channel: Some(1),
+            ..Display::default()
+        };
+        let (c, _) = colorize(&rgb, green);
+        assert_eq!(c.pixels, vec![Color32::BLACK, Color32::WHITE]);
+
+        let a = gray(2, 1, |x, _| x as f32);
+        let b = gray(2, 1, |_, _| 0.5);
+        let d = difference(&a, &b).unwrap();
+        assert_eq!(d.pixels, vec![-0.5, 0.5]);
+        assert!(difference(&a, &rgb).is_none());
+        let diverging = Display {
+            colormap: Colormap::Diverging,
+            ..Display::default()
+        };
+        let (_, (lo, hi)) = colorize(&d, diverging);
+        assert_eq!(lo, -hi, "centred on zero");
+
+        let h = Histogram::of(&[0.0, 0.5, 1.0, f32::NAN]);
+        assert_eq!((h.lo, h.hi, h.counts.iter().sum::<u32>()), (0.0, 1.0, 3));
+        assert_eq!((h.counts[0], h.counts[HISTOGRAM_BINS - 1]), (1, 1));
     }
 }

@@ -5,6 +5,7 @@
 //! cancelled run) are dropped.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::protocol::{Event, JobId, LogLevel, OperatorInfo, PatchMap, RankIteration};
 
@@ -15,6 +16,10 @@ pub enum JobState {
     /// Submitted, not yet accepted or started.
     Submitted,
     Running {
+        job: JobId,
+    },
+    /// Stop was asked; the job's own final event decides between finished and stopped.
+    Stopping {
         job: JobId,
     },
     Finished {
@@ -73,7 +78,7 @@ pub struct Session {
     pub iterations_planned: usize,
     pub image_shape: Vec<usize>,
     pub operators: Vec<OperatorInfo>,
-    pub patch_map: Option<PatchMap>,
+    pub patch_map: Option<Arc<PatchMap>>,
     pub history: Vec<IterationPoint>,
     pub outputs: Vec<PathBuf>,
     pub summary_json: Option<String>,
@@ -106,6 +111,7 @@ impl Session {
     pub fn current_job(&self) -> Option<JobId> {
         match self.state.0 {
             JobState::Running { job }
+            | JobState::Stopping { job }
             | JobState::Finished { job }
             | JobState::Cancelled { job } => Some(job),
             _ => None,
@@ -113,7 +119,10 @@ impl Session {
     }
 
     pub fn is_busy(&self) -> bool {
-        matches!(self.state.0, JobState::Submitted | JobState::Running { .. })
+        matches!(
+            self.state.0,
+            JobState::Submitted | JobState::Running { .. } | JobState::Stopping { .. }
+        )
     }
 
     pub fn log(&mut self, level: LogLevel, text: impl Into<String>) {
@@ -205,7 +214,9 @@ impl Session {
                 if !self.is_current(job) && !std::mem::take(&mut self.adopt_next_job) {
                     return;
                 }
-                self.state = JobStateCell(JobState::Running { job });
+                if self.state.0 != (JobState::Stopping { job }) {
+                    self.state = JobStateCell(JobState::Running { job });
+                }
                 self.log(
                     LogLevel::Info,
                     format!(
@@ -217,7 +228,7 @@ impl Session {
                 self.image_shape = image_shape;
                 self.operators = operators;
                 self.iterations_planned = iterations;
-                self.patch_map = patch_map;
+                self.patch_map = patch_map.map(Arc::new);
                 self.history.clear();
             }
             Event::Iteration { job, report, ranks } => {
@@ -303,11 +314,24 @@ impl Session {
         }
     }
 
-    /// The user asked to stop the current job.
-    pub fn cancelled(&mut self) {
+    /// The user asked to stop the current job (its final event says how it ended).
+    pub fn stopping(&mut self) {
         if let JobState::Running { job } = self.state.0 {
-            self.state = JobStateCell(JobState::Cancelled { job });
+            self.state = JobStateCell(JobState::Stopping { job });
         }
+    }
+
+    /// Forgets the last run's results (a new preset was opened): curves, patch map, outputs.
+    pub fn clear_run(&mut self) {
+        if !self.is_busy() {
+            self.state = JobStateCell(JobState::Idle);
+        }
+        self.history.clear();
+        self.outputs.clear();
+        self.summary_json = None;
+        self.patch_map = None;
+        self.operators.clear();
+        self.image_shape.clear();
     }
 
     /// PSNR of the newest iteration that has one.

@@ -5,10 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dist::denoise::{TileAssignment, assign_tiles};
-use crate::error::{Error, Result};
+pub use crate::dist::patch_map::{PatchMap, PatchTile};
 use crate::optim::IterationReport;
-use crate::tiling::TilingConfig;
 
 /// Bumped on every incompatible change of [`Request`] or [`Event`].
 pub const PROTOCOL_VERSION: u32 = 2;
@@ -173,60 +171,6 @@ pub enum Event {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperatorInfo {
     pub name: String,
-    pub rank: usize,
-}
-
-/// Which tile each rank denoises, in image coordinates.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PatchMap {
-    /// Spatial shape of the image, (H, W) or (D, H, W).
-    pub spatial: Vec<usize>,
-    pub tiles: Vec<PatchTile>,
-}
-
-impl PatchMap {
-    /// The tiles of an image of spatial shape `spatial` (`H, W` or `D, H, W`) on `world` ranks.
-    pub fn plan(
-        tiling: &TilingConfig,
-        spatial: &[usize],
-        world: usize,
-        how: TileAssignment,
-    ) -> Result<PatchMap> {
-        if world == 0 {
-            return Err(Error::config("ranks", "must be ≥ 1"));
-        }
-        let plan = tiling.build()?.plan(spatial)?;
-        let owners = assign_tiles(&plan, world, how);
-        let tiles = plan
-            .tiles()
-            .iter()
-            .zip(owners)
-            .map(|(t, rank)| PatchTile {
-                // Windows are in padded coordinates; shift them back so they may start before 0.
-                window: t
-                    .window()
-                    .iter()
-                    .zip(plan.padding())
-                    .map(|(w, (lo, _))| (w.start as i64 - *lo as i64, w.size))
-                    .collect(),
-                region: t.region().iter().map(|r| (r.start, r.size)).collect(),
-                rank,
-            })
-            .collect();
-        Ok(PatchMap {
-            spatial: spatial.to_vec(),
-            tiles,
-        })
-    }
-}
-
-/// One tile: the window the denoiser sees (with overlap) and the region it owns in the output,
-/// both as (start, size) per spatial axis in image coordinates (windows may extend past the edge
-/// where the strategy pads).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PatchTile {
-    pub window: Vec<(i64, usize)>,
-    pub region: Vec<(usize, usize)>,
     pub rank: usize,
 }
 

@@ -16,8 +16,10 @@ pub mod auth;
 pub mod client;
 pub mod frame;
 pub mod messages;
+pub mod preview;
 pub mod transport;
 
 pub use client::{Client, ClientEvent, LocalBackend, LocalOptions, Welcome};
 pub use messages::*;
+pub use preview::Section;
 pub use transport::BackendAddr;

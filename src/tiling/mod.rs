@@ -23,6 +23,11 @@ pub use strategies::{BasicTiling, OverlapTiling};
 
 use crate::error::{Error, Result};
 
+/// Most tiles a plan may have. Far beyond any useful tiling (a 16384² image in 64² patches has 65,536),
+/// low enough that a typo such as patch size 1 (one tile per pixel: 699,392 for a 1024×683 image) is
+/// refused before the tiles are made, drawn by the workbench or sent to ranks.
+pub const MAX_TILES: usize = 1 << 18;
+
 /// Turns an image's spatial shape (`H, W` or `D, H, W`) into tiles.
 pub trait TilingStrategy: Send + Sync {
     /// The tiles for an image of this spatial shape; fails with a message naming the config field

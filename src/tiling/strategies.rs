@@ -10,7 +10,7 @@
 //! deepinv, so tile indices match deepinv's patch indices.
 
 use super::plan::{PadMode, Span, TilePlan};
-use super::{Extent, TilingStrategy};
+use super::{Extent, MAX_TILES, TilingStrategy};
 use crate::error::{Error, Result};
 
 /// One tile along one axis: window start (padded coordinates) and owned region (image coordinates).
@@ -129,6 +129,27 @@ fn product<T: Clone>(axes: &[Vec<T>]) -> Vec<Vec<T>> {
     out
 }
 
+/// Refuses a plan of more than [`MAX_TILES`] tiles before any tile is made: `per_axis` holds the
+/// tile count along each spatial axis, `field` the config field that sets them.
+fn check_tile_count(per_axis: &[usize], spatial: &[usize], field: &str) -> Result<()> {
+    let total = per_axis
+        .iter()
+        .try_fold(1usize, |a, &n| a.checked_mul(n))
+        .unwrap_or(usize::MAX);
+    if total > MAX_TILES {
+        let axes: Vec<String> = per_axis.iter().map(usize::to_string).collect();
+        return Err(Error::config(
+            field,
+            format!(
+                "{total} tiles ({} along the axes of the {spatial:?} image) is more than the {MAX_TILES} \
+                 a plan may have; use larger patches",
+                axes.join(" × ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_image(spatial: &[usize]) -> Result<()> {
     if spatial.is_empty() || spatial.contains(&0) {
         return Err(Error::config(
@@ -215,6 +236,8 @@ impl TilingStrategy for OverlapTiling {
         let axes: Vec<Vec<AxisTile>> = (0..spatial.len())
             .map(|a| overlap_axis(spatial[a], p[a], rf[a], s[a]))
             .collect();
+        let per_axis: Vec<usize> = axes.iter().map(Vec::len).collect();
+        check_tile_count(&per_axis, spatial, "tiling.patch_size")?;
         let padding: Vec<(usize, usize)> = rf.iter().map(|&r| (r, r)).collect();
         let tiles = if self.blend {
             let blended: Vec<Vec<(AxisTile, Span, Vec<f32>)>> = axes
@@ -313,6 +336,12 @@ impl TilingStrategy for BasicTiling {
                 v
             }
         };
+        let field = if self.num_splits.is_some() {
+            "tiling.num_splits"
+        } else {
+            "tiling.patch_size"
+        };
+        check_tile_count(&splits, spatial, field)?;
         let axes: Vec<Vec<AxisTile>> = (0..n).map(|a| basic_axis(spatial[a], splits[a])).collect();
         let tiles = product(&axes)
             .into_iter()
@@ -336,6 +365,30 @@ impl TilingStrategy for BasicTiling {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_plans_are_refused_with_their_tile_count() {
+        // Patch 1 on a 1024×683 image: one tile per pixel.
+        let e = OverlapTiling::new(1, 8).plan(&[683, 1024]).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("tiling.patch_size")
+                && msg.contains("699392 tiles")
+                && msg.contains("683 × 1024"),
+            "{msg}"
+        );
+        let basic = BasicTiling {
+            patch_size: Extent::Uniform(1),
+            num_splits: None,
+        };
+        assert!(basic.plan(&[683, 1024]).is_err());
+        // Just under the limit is a plan (512 × 512 tiles).
+        let ok = BasicTiling {
+            patch_size: Extent::Uniform(2),
+            num_splits: None,
+        };
+        assert_eq!(ok.plan(&[1024, 1024]).unwrap().num_tiles(), MAX_TILES);
+    }
 
     #[test]
     fn overlap_axis_matches_deepinv_by_hand() {

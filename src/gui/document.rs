@@ -1,0 +1,482 @@
+//! The experiment being edited: the [`Preset`], where it came from, the inputs it names as the
+//! workbench holds them (the Data panel's image, loaded measurement files), and whether it may run.
+//!
+//! Nothing here draws. The editors change `preset` and call [`Document::edited`]; the check before
+//! Run ([`Document::validate`]) goes further than the preset's own validation: the tiling is planned
+//! against the real image's shape, and the files the run will read (weights, models, kernels,
+//! measurements) must exist and be readable here when the backend is local.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver};
+
+use super::measured::{Measured, MeasurementFiles};
+use crate::denoise::DenoiserConfig;
+use crate::dist::denoise::TileAssignment;
+use crate::error::Error;
+use crate::physics::{NoiseConfig, PhysicsConfig};
+use crate::preset::{ImageSource, LoadedPreset, MeasurementSource, Preset};
+use crate::protocol::{InlineArray, PatchMap};
+use crate::tensor::Tensor;
+use crate::tiling::{Extent, TilingConfig, TilingKind};
+
+/// Why the edited preset cannot run, and the preset field it concerns (empty when none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub field: String,
+    pub message: String,
+}
+
+impl Problem {
+    fn of(e: &Error) -> Problem {
+        let field = match e {
+            Error::InvalidConfig { field, .. } => field.clone(),
+            _ => String::new(),
+        };
+        Problem {
+            field,
+            message: e.to_string(),
+        }
+    }
+
+    fn at(field: impl Into<String>, message: impl Into<String>) -> Problem {
+        Problem::of(&Error::config(field, message))
+    }
+
+    /// Whether it concerns `section` (a field name or a prefix such as `tiling`).
+    pub fn concerns(&self, section: &str) -> bool {
+        self.field == section
+            || self
+                .field
+                .strip_prefix(section)
+                .is_some_and(|rest| rest.starts_with(['.', '[']))
+    }
+}
+
+/// The Data panel's image (or volume), loaded on a helper thread for display and for remote runs.
+#[derive(Default)]
+pub struct DataImage {
+    /// The source (with seed and dimensionality) the loaded or loading image comes from.
+    source: Option<(ImageSource, u64, bool)>,
+    loading: Option<Receiver<Result<Tensor, String>>>,
+    /// The loaded array, `(B, C, H, W)` or `(B, C, D, H, W)`.
+    pub loaded: Option<Arc<Tensor>>,
+    pub error: Option<String>,
+}
+
+impl DataImage {
+    /// Spatial shape of the loaded image (empty when none).
+    pub fn spatial(&self) -> &[usize] {
+        self.loaded
+            .as_deref()
+            .map(|t| &t.shape()[2..])
+            .unwrap_or(&[])
+    }
+
+    pub fn is_loading(&self) -> bool {
+        self.loading.is_some()
+    }
+}
+
+/// What finished in the background since the last poll.
+pub enum Loaded {
+    /// The Data panel's image (its array, or why it could not be loaded).
+    Image(Result<Arc<Tensor>, String>),
+    /// The source has no image (measured data of an unknown image).
+    NoImage,
+    /// Measurement files became readable: operator index and array.
+    Measurements(Vec<(usize, Arc<Tensor>)>),
+}
+
+/// The plan drawn as the patch map, and what it was planned from.
+struct PlannedMap {
+    key: (TilingConfig, TileAssignment, Vec<usize>, usize),
+    map: Result<Arc<PatchMap>, String>,
+}
+
+/// The experiment being edited.
+pub struct Document {
+    /// The experiment (what Run sends and Save writes).
+    pub preset: Preset,
+    /// Where the preset came from (`bundled:quick` or a path).
+    pub origin: String,
+    /// Why the preset cannot run now, if it cannot.
+    pub problem: Option<Problem>,
+    /// Advice that does not stop a run (e.g. tiles that mostly compute their overlap).
+    pub warnings: Vec<String>,
+    pub data: DataImage,
+    /// Loaded measurement files (`[measurements] paths`), read for display and remote runs.
+    pub measured: MeasurementFiles,
+    /// The noise model set aside while measurements are loaded (restored when simulating again).
+    stashed_noise: Option<NoiseConfig>,
+    planned: Option<PlannedMap>,
+    /// Ranks the patch map is planned for.
+    pub world: usize,
+    /// The backend is remote: files named by the preset are read there, not here.
+    pub remote: bool,
+}
+
+impl Document {
+    pub fn new(loaded: LoadedPreset, world: usize) -> Document {
+        let mut doc = Document {
+            preset: loaded.preset.clone(),
+            origin: String::new(),
+            problem: None,
+            warnings: Vec::new(),
+            data: DataImage::default(),
+            measured: MeasurementFiles::default(),
+            stashed_noise: None,
+            planned: None,
+            world: world.max(1),
+            remote: false,
+        };
+        doc.set_preset(loaded, || {});
+        doc
+    }
+
+    /// Opens a loaded preset. `Preset::load` made its paths (image, measurements, weights, models,
+    /// kernels) absolute against the preset's folder, so the preset runs wherever the backend's
+    /// working directory is and saves as what it is.
+    pub fn set_preset(&mut self, loaded: LoadedPreset, wake: impl Fn() + Clone + Send + 'static) {
+        self.preset = loaded.preset;
+        self.stashed_noise = None;
+        self.origin = loaded.origin;
+        self.request_measurements(false, wake);
+        self.edited();
+    }
+
+    /// The preset as TOML after its own validation (what Save writes).
+    pub fn checked_toml(&self) -> crate::Result<String> {
+        let toml = self.preset.to_toml()?;
+        Preset::from_toml(&toml, "workbench", &[])?;
+        Ok(toml)
+    }
+
+    /// After any edit, image load or backend change: checks again.
+    pub fn edited(&mut self) {
+        self.warnings.clear();
+        self.problem = self.validate().err();
+    }
+
+    /// Everything Run checks: the preset, the image, the tiling against the image's real shape,
+    /// and (with a local backend) the files the run will read.
+    fn validate(&mut self) -> Result<(), Problem> {
+        self.checked_toml().map_err(|e| Problem::of(&e))?;
+        if self.preset.image.has_truth()
+            && let Some(e) = &self.data.error
+        {
+            return Err(Problem::at(
+                "image",
+                format!("the image cannot be loaded: {e}"),
+            ));
+        }
+        if let Some(Err(message)) = self.patch_map().map(|m| m.map(|_| ())) {
+            // The planner's error already names its field.
+            return Err(Problem {
+                field: "tiling".into(),
+                message,
+            });
+        }
+        self.tiling_warnings();
+        if !self.remote {
+            for (field, path) in files_read_by(&self.preset) {
+                if !path.is_file() {
+                    return Err(Problem::at(
+                        field,
+                        format!("no such file: {}", path.display()),
+                    ));
+                }
+            }
+        }
+        if let Some(m) = &self.preset.measurements {
+            for (i, path) in m.paths.iter().enumerate() {
+                if let Some(Measured::Failed(e)) = self.measured.get(path) {
+                    return Err(Problem::at(format!("measurements.paths[{i}]"), e.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tiles that compute far more than they keep are allowed but worth a word.
+    fn tiling_warnings(&mut self) {
+        let Some(t) = &self.preset.tiling else { return };
+        let (Extent::Uniform(patch), Some(Extent::Uniform(overlap))) = (&t.patch_size, &t.overlap)
+        else {
+            return;
+        };
+        let (patch, overlap) = (*patch, *overlap);
+        if t.kind == TilingKind::Basic || patch == 0 {
+            return;
+        }
+        let window = patch + 2 * overlap;
+        let ratio = (window * window) as f64 / (patch * patch) as f64;
+        if ratio >= 4.0 {
+            self.warnings.push(format!(
+                "each {patch} px tile is denoised with {overlap} px of overlap on every side: \
+                 {ratio:.0}× the pixels it keeps"
+            ));
+        }
+    }
+
+    /// Why Run is not possible (None when it is).
+    pub fn run_blocker(&self) -> Option<String> {
+        if let Some(p) = &self.problem {
+            return Some(p.message.clone());
+        }
+        if self.data.is_loading() && self.preset.image.has_truth() {
+            return Some("the image is still loading".into());
+        }
+        if self.measured.loading() {
+            return Some("measurement files are still being read".into());
+        }
+        None
+    }
+
+    /// The patch map of the preset's tiling on the loaded image and `self.world` ranks (None
+    /// without tiling or image); planned again only when one of its inputs changed.
+    pub fn patch_map(&mut self) -> Option<Result<Arc<PatchMap>, String>> {
+        let tiling = self.preset.tiling.as_ref()?;
+        let spatial = self.data.spatial();
+        if spatial.is_empty() {
+            return None;
+        }
+        let key = (
+            tiling.clone(),
+            self.preset.distributed.tile_assignment,
+            spatial.to_vec(),
+            self.world,
+        );
+        if self.planned.as_ref().map(|p| &p.key) != Some(&key) {
+            let map = PatchMap::plan(tiling, spatial, self.world, key.1)
+                .map(Arc::new)
+                .map_err(|e| e.to_string());
+            self.planned = Some(PlannedMap { key, map });
+        }
+        self.planned.as_ref().map(|p| p.map.clone())
+    }
+
+    /// Uses an image or volume file as the ground truth.
+    pub fn open_data_path(&mut self, path: &Path) {
+        self.preset.image = ImageSource {
+            path: Some(path.to_path_buf()),
+            grayscale: self.preset.image.grayscale,
+            ..ImageSource::default()
+        };
+        self.edited();
+    }
+
+    /// Uses `path` as the measurement of operator `i` (switching to loaded measurements).
+    pub fn open_measurement_path(
+        &mut self,
+        i: usize,
+        path: &Path,
+        wake: impl Fn() + Clone + Send + 'static,
+    ) {
+        if self.preset.measurements.is_none() {
+            self.set_measurements_loaded(true);
+        }
+        let n = self.preset.physics.len();
+        if let Some(m) = &mut self.preset.measurements
+            && i < n
+        {
+            m.paths.resize_with(n, PathBuf::new);
+            m.paths[i] = path.to_path_buf();
+        }
+        self.measured.request(path, true, wake);
+        self.edited();
+    }
+
+    /// Simulated (`false`) or loaded (`true`) measurements. Loading sets the noise model aside (it
+    /// only applies to simulation) and brings it back when simulating again.
+    pub fn set_measurements_loaded(&mut self, loaded: bool) {
+        if loaded == self.preset.measurements.is_some() {
+            return;
+        }
+        if loaded {
+            self.stashed_noise = self.preset.noise.take();
+            self.preset.measurements = Some(MeasurementSource {
+                paths: vec![PathBuf::new(); self.preset.physics.len()],
+                inline: Vec::new(),
+            });
+        } else {
+            self.preset.measurements = None;
+            if self.preset.noise.is_none() {
+                self.preset.noise = self.stashed_noise.take();
+            }
+        }
+        self.edited();
+    }
+
+    /// Starts reading the preset's measurement files that are not read yet (all again if `reread`).
+    fn request_measurements(&mut self, reread: bool, wake: impl Fn() + Clone + Send + 'static) {
+        let paths: Vec<PathBuf> = self
+            .preset
+            .measurements
+            .iter()
+            .flat_map(|m| m.paths.iter().cloned())
+            .collect();
+        for p in paths {
+            self.measured.request(&p, reread, wake.clone());
+        }
+    }
+
+    /// Takes finished loads and starts loading the Data panel's image when its source changed.
+    pub fn poll(&mut self, wake: impl Fn() + Send + 'static) -> Vec<Loaded> {
+        let mut out = Vec::new();
+        let mut changed = false;
+        if let Some(rx) = &self.data.loading {
+            match rx.try_recv() {
+                Ok(r) => {
+                    self.data.loading = None;
+                    changed = true;
+                    match r {
+                        Ok(t) => {
+                            let t = Arc::new(t);
+                            self.data.error = None;
+                            self.data.loaded = Some(t.clone());
+                            out.push(Loaded::Image(Ok(t)));
+                        }
+                        Err(e) => {
+                            self.data.loaded = None;
+                            self.data.error = Some(e.clone());
+                            out.push(Loaded::Image(Err(e)));
+                        }
+                    }
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+                Err(mpsc::TryRecvError::Disconnected) => self.data.loading = None,
+            }
+        }
+        let want = (
+            self.preset.image.clone(),
+            self.preset.seed,
+            self.preset.is_volumetric(),
+        );
+        if self.data.loading.is_none() && self.data.source.as_ref() != Some(&want) {
+            self.data.source = Some(want.clone());
+            changed = true;
+            if want.0.has_truth() {
+                let (tx, rx) = mpsc::channel();
+                std::thread::Builder::new()
+                    .name("gui-load".into())
+                    .spawn(move || {
+                        let (source, seed, volumetric) = want;
+                        let r = crate::job::load_image(&source, volumetric, seed)
+                            .map_err(|e| e.to_string());
+                        let _ = tx.send(r);
+                        wake();
+                    })
+                    .expect("spawning a thread");
+                self.data.loading = Some(rx);
+            } else {
+                self.data.loaded = None;
+                self.data.error = None;
+                out.push(Loaded::NoImage);
+            }
+        }
+        let ready = self.measured.poll();
+        if !ready.is_empty() {
+            changed = true;
+            if let Some(m) = &self.preset.measurements {
+                let arrays = m
+                    .paths
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| ready.contains(p))
+                    .filter_map(|(i, p)| match self.measured.get(p) {
+                        Some(Measured::Ready(t)) => Some((i, t.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                out.push(Loaded::Measurements(arrays));
+            }
+        }
+        if changed {
+            self.edited();
+        }
+        out
+    }
+
+    /// The preset as sent to the backend. A remote backend cannot read this machine's files: an
+    /// image opened from a file travels with the job (`[image] inline = "image"`) as the array the
+    /// Data panel loaded, and loaded measurements as `[measurements] inline = ["measurement_0", …]`.
+    /// Local backends and samples get the plain preset.
+    pub fn submission(&self) -> Result<(String, Vec<InlineArray>), String> {
+        let toml = self.checked_toml().map_err(|e| e.to_string())?;
+        if !self.remote {
+            return Ok((toml, Vec::new()));
+        }
+        let array = |name: String, t: &Tensor| InlineArray {
+            name,
+            shape: t.shape().to_vec(),
+            data: t.data().to_vec(),
+        };
+        let mut preset = self.preset.clone();
+        let mut arrays = Vec::new();
+        if self.preset.image.path.is_some() {
+            let current = self.data.source.as_ref().map(|s| &s.0) == Some(&self.preset.image);
+            let loaded = match &self.data.loaded {
+                Some(t) if current && !self.data.is_loading() => t.clone(),
+                _ => return Err("the image is still loading (or failed to load)".into()),
+            };
+            preset.image = ImageSource {
+                // The loaded array is already converted.
+                inline: Some("image".into()),
+                ..ImageSource::default()
+            };
+            arrays.push(array("image".into(), &loaded));
+        }
+        if let Some(m) = &mut preset.measurements
+            && !m.paths.is_empty()
+        {
+            for (i, path) in m.paths.iter().enumerate() {
+                let name = format!("measurement_{i}");
+                match self.measured.get(path) {
+                    Some(Measured::Ready(t)) => arrays.push(array(name.clone(), t)),
+                    Some(Measured::Failed(e)) => {
+                        return Err(format!("measurement #{i} could not be read: {e}"));
+                    }
+                    _ => return Err(format!("measurement #{i} is still being read")),
+                }
+                m.inline.push(name);
+            }
+            m.paths.clear();
+        }
+        if arrays.is_empty() {
+            return Ok((toml, arrays));
+        }
+        Ok((preset.to_toml().map_err(|e| e.to_string())?, arrays))
+    }
+}
+
+/// The files a run reads besides the image and measurements, with the preset field naming each.
+fn files_read_by(preset: &Preset) -> Vec<(String, PathBuf)> {
+    let mut files = Vec::new();
+    for (i, op) in preset.physics.iter().enumerate() {
+        let kernel = match op {
+            PhysicsConfig::Blur(c) => c.kernel_file.as_ref(),
+            PhysicsConfig::Blur3d(c) => c.kernel_file.as_ref(),
+            PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_) => None,
+        };
+        if let Some(k) = kernel {
+            files.push((format!("physics[{i}].kernel_file"), k.clone()));
+        }
+    }
+    match &preset.denoiser {
+        Some(DenoiserConfig::Drunet(c)) => {
+            files.extend(c.weights.clone().map(|w| ("denoiser.weights".into(), w)))
+        }
+        Some(DenoiserConfig::Dncnn(c)) => {
+            files.extend(c.weights.clone().map(|w| ("denoiser.weights".into(), w)))
+        }
+        Some(DenoiserConfig::Torchscript(c)) => {
+            files.push(("denoiser.model".into(), c.model.clone()))
+        }
+        _ => {}
+    }
+    if let Some(p) = &preset.image.path {
+        files.push(("image.path".into(), p.clone()));
+    }
+    files
+}

@@ -1,0 +1,283 @@
+//! Denoiser and tiling: the denoiser's kind and parameters, the tiling strategy and sizes, which
+//! rank gets which tile, and the patch map's legend.
+
+use std::path::PathBuf;
+
+use egui::{RichText, Ui};
+
+use super::{EditorPanel, problem_here};
+use crate::denoise::{
+    DenoiserConfig, GaussianConfig, MedianConfig, Threshold, TvConfig, WaveletConfig, WaveletKind,
+};
+use crate::dist::denoise::TileAssignment;
+use crate::gui::Workbench;
+use crate::gui::patch_map::rank_color;
+use crate::gui::widgets::{
+    ERROR_COLOR, combo, committed_text, kind_combo, number, same_optional_variant,
+};
+use crate::nn::{DncnnConfig, DrunetConfig, Engine, TorchDevice, TorchScriptConfig};
+use crate::tiling::{Extent, TilingConfig, TilingKind};
+
+pub struct DenoiserPanel;
+
+impl EditorPanel for DenoiserPanel {
+    fn title(&self) -> &'static str {
+        "Denoiser and tiling"
+    }
+
+    fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool {
+        let mut changed = denoiser(ui, &mut wb.doc.preset.denoiser);
+        problem_here(ui, wb, "denoiser");
+        let preset = &mut wb.doc.preset;
+        changed |= tiling(
+            ui,
+            &mut preset.tiling,
+            &mut preset.distributed.tile_assignment,
+        );
+        problem_here(ui, wb, "tiling");
+        if wb.doc.preset.tiling.is_some() {
+            for w in &wb.doc.warnings {
+                ui.colored_label(ui.visuals().warn_fg_color, w);
+            }
+            ui.checkbox(&mut wb.viewer.show_patch_map, "show patch map");
+            patch_map_legend(ui, wb);
+        }
+        changed
+    }
+}
+
+fn patch_map_legend(ui: &mut Ui, wb: &mut Workbench) {
+    match wb.patch_map() {
+        Some(Ok(map)) => {
+            ui.horizontal_wrapped(|ui| {
+                ui.label(format!("{} tiles:", map.tiles.len()));
+                for (rank, n) in map.tiles_per_rank().iter().enumerate() {
+                    ui.label(
+                        RichText::new(format!("■ rank {rank}: {n}"))
+                            .color(rank_color(rank))
+                            .strong(),
+                    );
+                }
+            });
+        }
+        // A refused plan is the document's problem, shown above; other errors here.
+        Some(Err(e)) if wb.doc.problem.as_ref().is_none_or(|p| p.message != e) => {
+            ui.colored_label(ERROR_COLOR, e);
+        }
+        _ => {}
+    }
+}
+
+/// The denoiser's kind and parameters.
+fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
+    let mut changed = kind_combo(
+        ui,
+        "denoiser",
+        d,
+        &[
+            ("none", || None),
+            ("identity", || Some(DenoiserConfig::Identity)),
+            ("tv", || Some(DenoiserConfig::Tv(TvConfig::default()))),
+            ("wavelet", || {
+                Some(DenoiserConfig::Wavelet(WaveletConfig::default()))
+            }),
+            ("median", || {
+                Some(DenoiserConfig::Median(MedianConfig::default()))
+            }),
+            ("gaussian", || {
+                Some(DenoiserConfig::Gaussian(GaussianConfig::default()))
+            }),
+            ("drunet", || {
+                Some(DenoiserConfig::Drunet(DrunetConfig::default()))
+            }),
+            ("dncnn", || {
+                Some(DenoiserConfig::Dncnn(DncnnConfig::default()))
+            }),
+            ("torchscript (libtorch)", || {
+                Some(DenoiserConfig::Torchscript(TorchScriptConfig {
+                    model: PathBuf::new(),
+                    device: None,
+                }))
+            }),
+        ],
+        same_optional_variant,
+    );
+    match d {
+        Some(DenoiserConfig::Tv(c)) => {
+            changed |= number(ui, "TV iterations", &mut c.n_it_max, 1.0, 1..=100_000)
+        }
+        Some(DenoiserConfig::Wavelet(c)) => {
+            changed |= combo(
+                ui,
+                "wavelet",
+                &mut c.wavelet,
+                &[
+                    (WaveletKind::Haar, "haar"),
+                    (WaveletKind::Db4, "db4"),
+                    (WaveletKind::Db8, "db8"),
+                ],
+            );
+            changed |= number(ui, "levels", &mut c.levels, 1.0, 1..=16);
+            changed |= combo(
+                ui,
+                "threshold",
+                &mut c.threshold,
+                &[(Threshold::Soft, "soft"), (Threshold::Hard, "hard")],
+            );
+        }
+        Some(DenoiserConfig::Median(c)) => {
+            changed |= number(ui, "kernel size", &mut c.kernel_size, 1.0, 1..=31)
+        }
+        Some(DenoiserConfig::Gaussian(c)) => {
+            changed |= number(ui, "sigma (px)", &mut c.sigma_px, 0.05, 0.0..=256.0)
+        }
+        Some(DenoiserConfig::Drunet(c)) => {
+            changed |= network(ui, &mut c.weights, &mut c.engine, &mut c.inflate_3d);
+            if c.engine == Engine::Torch {
+                changed |= torch_device(ui, &mut c.device);
+            }
+            changed |= number(ui, "in channels", &mut c.in_channels, 1.0, 1..=64);
+            changed |= number(ui, "out channels", &mut c.out_channels, 1.0, 1..=64);
+            changed |= number(ui, "blocks per scale (nb)", &mut c.nb, 1.0, 1..=64);
+            ui.label(format!("channels per scale (nc): {:?}", c.nc));
+        }
+        Some(DenoiserConfig::Dncnn(c)) => {
+            changed |= network(ui, &mut c.weights, &mut c.engine, &mut c.inflate_3d);
+            changed |= number(ui, "in channels", &mut c.in_channels, 1.0, 1..=64);
+            changed |= number(ui, "out channels", &mut c.out_channels, 1.0, 1..=64);
+            changed |= number(ui, "depth", &mut c.depth, 1.0, 2..=1000);
+            changed |= number(ui, "features (nf)", &mut c.nf, 1.0, 1..=4096);
+        }
+        Some(DenoiserConfig::Torchscript(c)) => {
+            let current = c.model.display().to_string();
+            if let Some(text) = committed_text(ui, "model (torch.jit.save, .pt)", &current) {
+                c.model = PathBuf::from(text.trim());
+                changed = true;
+            }
+            ui.label("forward(x, sigma) → denoised x; needs a build with --features torch");
+            changed |= torch_device(ui, &mut c.device);
+        }
+        Some(DenoiserConfig::Identity) | None => {}
+    }
+    changed
+}
+
+/// Where libtorch runs a network: unset (TESSERA_TORCH_DEVICE, else the CPU), the CPU or a GPU.
+fn torch_device(ui: &mut Ui, device: &mut Option<TorchDevice>) -> bool {
+    combo(
+        ui,
+        "device",
+        device,
+        &[
+            (None, "default"),
+            (Some(TorchDevice::Cpu), "cpu"),
+            (Some(TorchDevice::Cuda(0)), "cuda:0"),
+            (Some(TorchDevice::Cuda(1)), "cuda:1"),
+        ],
+    )
+}
+
+/// What every neural denoiser has: the weights file, the engine, 2-D → 3-D inflation. An empty path
+/// means random weights, which the network announces as meaningless.
+fn network(
+    ui: &mut Ui,
+    weights: &mut Option<PathBuf>,
+    engine: &mut Engine,
+    inflate_3d: &mut bool,
+) -> bool {
+    let current = weights
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let mut changed = false;
+    if let Some(text) = committed_text(ui, "weights (.pth / .safetensors)", &current) {
+        *weights = (!text.trim().is_empty()).then(|| text.trim().into());
+        changed = true;
+    }
+    if weights.is_none() {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            "no weights: random network, output meaningless (timing only)",
+        );
+    }
+    changed |= combo(
+        ui,
+        "engine",
+        engine,
+        &[
+            (Engine::Native, "native"),
+            (Engine::Torch, "torch (libtorch)"),
+        ],
+    );
+    changed |= ui
+        .checkbox(inflate_3d, "inflate 2-D weights to 3-D")
+        .changed();
+    changed
+}
+
+/// Tiling on or off, strategy, patch size, overlap, max batch size, and who gets which tile.
+fn tiling(ui: &mut Ui, t: &mut Option<TilingConfig>, assignment: &mut TileAssignment) -> bool {
+    let mut on = t.is_some();
+    let mut changed = ui.checkbox(&mut on, "tiled denoiser").changed();
+    if changed {
+        *t = on.then(|| TilingConfig {
+            patch_size: Extent::Uniform(64),
+            overlap: Some(Extent::Uniform(8)),
+            ..Default::default()
+        });
+    }
+    let Some(c) = t else { return changed };
+    let before_kind = c.kind;
+    changed |= combo(
+        ui,
+        "strategy",
+        &mut c.kind,
+        &[
+            (TilingKind::Overlap, "overlap"),
+            (TilingKind::Blend, "blend"),
+            (TilingKind::Basic, "basic"),
+        ],
+    );
+    if c.kind != before_kind {
+        // Fields that only apply to the other kinds would fail validation.
+        if c.kind == TilingKind::Basic {
+            c.overlap = None;
+            c.stride = None;
+            c.pad_mode = None;
+        } else {
+            c.num_splits = None;
+        }
+    }
+    match &mut c.patch_size {
+        Extent::Uniform(p) => changed |= number(ui, "patch size (px)", p, 1.0, 1..=16384),
+        Extent::PerAxis(v) => {
+            ui.label(format!("patch size {v:?} (per axis)"));
+        }
+    }
+    if c.kind != TilingKind::Basic {
+        let mut overlap = match &c.overlap {
+            Some(Extent::Uniform(o)) => *o,
+            None => 32,
+            Some(Extent::PerAxis(v)) => v.first().copied().unwrap_or(32),
+        };
+        if number(ui, "overlap (px)", &mut overlap, 1.0, 0..=4096) {
+            c.overlap = Some(Extent::Uniform(overlap));
+            changed = true;
+        }
+    }
+    let mut batch = c.max_batch_size.unwrap_or(0);
+    if number(ui, "max batch size (0 = all)", &mut batch, 1.0, 0..=4096) {
+        c.max_batch_size = (batch > 0).then_some(batch);
+        changed = true;
+    }
+    changed |= combo(
+        ui,
+        "tiles to ranks",
+        assignment,
+        &[
+            (TileAssignment::RoundRobin, "round robin"),
+            (TileAssignment::CostAware, "cost aware"),
+        ],
+    );
+    changed
+}

@@ -1,0 +1,60 @@
+//! Presets: the bundled ones, Open / Save (file dialogs), recent files.
+
+use egui::Ui;
+
+use super::EditorPanel;
+use crate::gui::Workbench;
+use crate::gui::dialogs::DialogKind;
+use crate::preset::{BUNDLED, Preset};
+use crate::protocol::LogLevel;
+
+pub struct PresetsPanel;
+
+impl EditorPanel for PresetsPanel {
+    fn title(&self) -> &'static str {
+        "Presets"
+    }
+
+    fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool {
+        ui.label(format!("{} ({})", wb.doc.preset.name, wb.doc.origin));
+        ui.horizontal_wrapped(|ui| {
+            for (name, _) in BUNDLED {
+                if ui.button(*name).clicked() {
+                    match Preset::load(name, &[]) {
+                        Ok(p) => wb.set_preset(p),
+                        Err(e) => wb.session.log(LogLevel::Error, e.to_string()),
+                    }
+                }
+            }
+        });
+        ui.horizontal(|ui| {
+            if ui.button("Open preset…").clicked() {
+                wb.open_dialog(DialogKind::OpenPreset);
+            }
+            if ui.button("Save preset…").clicked() {
+                wb.open_dialog(DialogKind::SavePreset);
+            }
+        });
+        if !wb.app_state.recent.is_empty() {
+            ui.label("Recent:");
+            let mut open = None;
+            for p in &wb.app_state.recent {
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| p.display().to_string());
+                if ui
+                    .button(name)
+                    .on_hover_text(p.display().to_string())
+                    .clicked()
+                {
+                    open = Some(p.clone());
+                }
+            }
+            if let Some(p) = open {
+                wb.open_preset_path(&p);
+            }
+        }
+        false
+    }
+}

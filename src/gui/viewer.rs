@@ -1,0 +1,401 @@
+//! What the image panes show: a texture per [`Slot`], the arrays a slot can be sliced from, the
+//! shared zoom, pan and slice position, and each pane's display settings.
+//!
+//! A slot shows either the backend's latest preview (during a run) or a section of an array the
+//! workbench holds: the Data panel's image, a loaded measurement file, the outputs of a finished
+//! run on a local backend, or a run reopened from the history. Arrays are cut and mapped on the
+//! preview worker; the UI thread only swaps textures.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use egui::{ColorImage, Rect, TextureHandle, TextureOptions, Vec2};
+
+use super::preview::{Display, Histogram, Mapped, Pump, PumpMsg, Slot};
+use crate::protocol::{PreviewImage, Section};
+use crate::tensor::Tensor;
+
+/// A texture on screen and what it was made from.
+pub struct Shown {
+    pub texture: TextureHandle,
+    /// The float image (downsampled to the texture), for pixel values, profiles and differences.
+    pub raw: Arc<PreviewImage>,
+    /// The colours on screen, for export.
+    pub color: Arc<ColorImage>,
+    pub range: (f32, f32),
+    pub histogram: Histogram,
+    pub iteration: usize,
+    pub full_size: (u32, u32),
+}
+
+/// Zoom and pan shared by the panes: `zoom` 1 shows the whole image, `center` is in texture
+/// coordinates (0..1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SharedView {
+    pub zoom: f32,
+    pub center: Vec2,
+}
+
+impl Default for SharedView {
+    fn default() -> Self {
+        SharedView {
+            zoom: 1.0,
+            center: Vec2::splat(0.5),
+        }
+    }
+}
+
+impl SharedView {
+    /// The visible part of the texture.
+    pub fn uv(&self) -> Rect {
+        let half = 0.5 / self.zoom;
+        let c = Vec2::new(
+            self.center.x.clamp(half, 1.0 - half),
+            self.center.y.clamp(half, 1.0 - half),
+        );
+        Rect::from_center_size(c.to_pos2(), Vec2::splat(2.0 * half))
+    }
+}
+
+/// Where volumes are cut: the axis (0 = depth, 1 = rows, 2 = columns) and a position on each axis,
+/// shared by every pane.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct VolumeCursor {
+    pub axis: usize,
+    pub index: [usize; 3],
+}
+
+pub const AXIS_NAMES: [&str; 3] = ["depth", "rows", "columns"];
+
+/// The state of the image panes.
+#[derive(Default)]
+pub struct Viewer {
+    pub shown: HashMap<Slot, Shown>,
+    /// Arrays slots are cut from (when the workbench holds them).
+    pub arrays: HashMap<Slot, Arc<Tensor>>,
+    pub view: SharedView,
+    pub show_patch_map: bool,
+    pub cursor: VolumeCursor,
+    /// Per-pane display settings (the app's default applies where none is set).
+    pub displays: HashMap<Slot, Display>,
+    /// Which measurement the Measurement pane shows.
+    pub measurement: usize,
+    /// Show reconstruction − ground truth as a fourth pane.
+    pub show_difference: bool,
+    /// A line profile in texture coordinates (start, end), drawn on every pane.
+    pub profile: Option<(egui::Pos2, egui::Pos2)>,
+    /// The pixel under the mouse: its pane and texture coordinates.
+    pub hover: Option<(Slot, egui::Pos2)>,
+    /// The volume shown as three orthogonal cuts through the cursor (instead of the panes).
+    pub ortho: Option<Slot>,
+}
+
+impl Viewer {
+    pub fn new() -> Viewer {
+        Viewer {
+            show_patch_map: true,
+            ..Viewer::default()
+        }
+    }
+
+    /// The display settings of `slot`.
+    pub fn display_of(&self, slot: Slot, default: Display) -> Display {
+        self.displays.get(&slot).copied().unwrap_or(default)
+    }
+
+    /// The section of `tensor` the panes show now (the cursor, within the array's extent).
+    pub fn section(&self, tensor: &Tensor) -> Section {
+        let a = self.cursor.axis;
+        let extent = tensor.shape().get(2 + a).copied().unwrap_or(1).max(1);
+        Section {
+            cut: Some((a, self.cursor.index[a].min(extent - 1))),
+            channel: None,
+        }
+    }
+
+    /// The spatial extent of the first volume held (for the slice slider), if any.
+    pub fn volume_dims(&self) -> Option<[usize; 3]> {
+        self.ortho
+            .iter()
+            .chain(&[Slot::Reconstruction, Slot::GroundTruth, Slot::Data])
+            .chain(self.arrays.keys())
+            .filter_map(|s| self.arrays.get(s))
+            .find_map(|t| match *t.shape() {
+                [_, _, d, h, w] => Some([d, h, w]),
+                _ => None,
+            })
+    }
+
+    /// Holds `tensor` as the array of `slot` and shows its current section.
+    pub fn show_array(&mut self, slot: Slot, tensor: Arc<Tensor>, pump: &Pump, default: Display) {
+        if let [_, _, d, h, w] = *tensor.shape()
+            && self.volume_dims().is_none()
+        {
+            // The first volume: start in its middle.
+            self.cursor.index = [d / 2, h / 2, w / 2];
+        }
+        self.arrays.insert(slot, tensor.clone());
+        pump.send(PumpMsg::Show {
+            slot,
+            section: self.section(&tensor),
+            tensor,
+            display: self.display_of(slot, default),
+        });
+    }
+
+    /// Cuts the orthogonal views' volume along each axis through the cursor.
+    pub fn show_ortho(&self, pump: &Pump, default: Display) {
+        let Some((source, tensor)) = self.ortho.and_then(|s| Some((s, self.arrays.get(&s)?)))
+        else {
+            return;
+        };
+        let display = self.display_of(source, default);
+        for a in 0..3u8 {
+            let extent = tensor
+                .shape()
+                .get(2 + a as usize)
+                .copied()
+                .unwrap_or(1)
+                .max(1);
+            pump.send(PumpMsg::Show {
+                slot: Slot::Ortho(a),
+                tensor: tensor.clone(),
+                section: Section {
+                    cut: Some((a as usize, self.cursor.index[a as usize].min(extent - 1))),
+                    channel: None,
+                },
+                display,
+            });
+        }
+    }
+
+    /// Where the other two cuts cross orthogonal view `axis`, in its texture coordinates.
+    pub fn ortho_cross(&self, axis: u8) -> Option<egui::Pos2> {
+        let dims = self.volume_dims()?;
+        let f = |a: usize| (self.cursor.index[a] as f32 + 0.5) / dims[a] as f32;
+        Some(match axis {
+            0 => egui::pos2(f(2), f(1)),
+            1 => egui::pos2(f(2), f(0)),
+            _ => egui::pos2(f(1), f(0)),
+        })
+    }
+
+    /// A click at texture coordinates `uv` of orthogonal view `axis` moves the other two cuts
+    /// there (as in napari's and Fiji's orthogonal views).
+    pub fn ortho_click(&mut self, axis: u8, uv: egui::Pos2) -> bool {
+        let Some(dims) = self.volume_dims() else {
+            return false;
+        };
+        let at = |t: f32, a: usize| ((t * dims[a] as f32) as usize).min(dims[a] - 1);
+        let before = self.cursor.index;
+        match axis {
+            0 => (self.cursor.index[1], self.cursor.index[2]) = (at(uv.y, 1), at(uv.x, 2)),
+            1 => (self.cursor.index[0], self.cursor.index[2]) = (at(uv.y, 0), at(uv.x, 2)),
+            _ => (self.cursor.index[0], self.cursor.index[1]) = (at(uv.y, 0), at(uv.x, 1)),
+        }
+        before != self.cursor.index
+    }
+
+    /// Cuts every held volume again at the cursor (after the slider moved).
+    pub fn reslice(&self, pump: &Pump, default: Display) {
+        self.show_ortho(pump, default);
+        for (slot, tensor) in &self.arrays {
+            if tensor.shape().len() == 5 {
+                pump.send(PumpMsg::Show {
+                    slot: *slot,
+                    tensor: tensor.clone(),
+                    section: self.section(tensor),
+                    display: self.display_of(*slot, default),
+                });
+            }
+        }
+    }
+
+    /// Moves the slice on the current axis by `delta` (shortcuts); false when there is no volume.
+    pub fn step_slice(&mut self, delta: isize) -> bool {
+        let Some(dims) = self.volume_dims() else {
+            return false;
+        };
+        let a = self.cursor.axis;
+        let i = (self.cursor.index[a] as isize + delta).clamp(0, dims[a] as isize - 1) as usize;
+        let moved = i != self.cursor.index[a];
+        self.cursor.index[a] = i;
+        moved
+    }
+
+    /// Maps every pane again with its display (after a contrast or colormap change).
+    pub fn remap(&self, pump: &Pump, default: Display, only: Option<Slot>) {
+        if only.is_none() || only == self.ortho {
+            self.show_ortho(pump, default);
+        }
+        for (slot, s) in &self.shown {
+            if only.is_some_and(|o| o != *slot) || matches!(slot, Slot::Ortho(_)) {
+                continue;
+            }
+            let display = self.display_of(*slot, default);
+            pump.send(PumpMsg::SetDisplay(*slot, display));
+            match self.arrays.get(slot) {
+                Some(t) => pump.send(PumpMsg::Show {
+                    slot: *slot,
+                    tensor: t.clone(),
+                    section: self.section(t),
+                    display,
+                }),
+                None => pump.send(PumpMsg::Map {
+                    slot: *slot,
+                    raw: s.raw.clone(),
+                    display,
+                }),
+            }
+        }
+    }
+
+    /// Forgets what a run showed (its previews, outputs and differences); the Data panel's image
+    /// and loaded measurement files stay.
+    pub fn clear_run(&mut self) {
+        for slot in [
+            Slot::Reconstruction,
+            Slot::GroundTruth,
+            Slot::Difference,
+            Slot::Compare,
+            Slot::Ortho(0),
+            Slot::Ortho(1),
+            Slot::Ortho(2),
+        ] {
+            self.shown.remove(&slot);
+            self.arrays.remove(&slot);
+        }
+        self.shown.retain(|slot, _| {
+            !matches!(slot, Slot::Measurement(_)) || self.arrays.contains_key(slot)
+        });
+        self.profile = None;
+    }
+
+    /// Forgets the measurement panes (when measurements are simulated again).
+    pub fn clear_measurements(&mut self) {
+        self.shown.retain(|s, _| !matches!(s, Slot::Measurement(_)));
+        self.arrays
+            .retain(|s, _| !matches!(s, Slot::Measurement(_)));
+    }
+
+    /// Puts a mapped image on screen. Returns whether a reconstruction or ground truth changed
+    /// (the difference image then needs mapping again).
+    pub fn apply(&mut self, m: Mapped, ctx: &egui::Context) -> bool {
+        let options = TextureOptions::NEAREST;
+        match self.shown.get_mut(&m.slot) {
+            Some(s) => {
+                // Re-mappings and sections of a run's outputs keep the iteration they show.
+                if m.job.is_some() {
+                    s.iteration = m.iteration;
+                }
+                s.full_size = m.full_size;
+                s.texture.set(ColorImage::clone(&m.color), options);
+                s.color = m.color;
+                s.raw = m.raw;
+                s.range = m.range;
+                s.histogram = m.histogram;
+            }
+            None => {
+                let texture = ctx.load_texture(
+                    format!("{:?}", m.slot),
+                    ColorImage::clone(&m.color),
+                    options,
+                );
+                self.shown.insert(
+                    m.slot,
+                    Shown {
+                        texture,
+                        raw: m.raw,
+                        color: m.color,
+                        range: m.range,
+                        histogram: m.histogram,
+                        iteration: m.iteration,
+                        full_size: m.full_size,
+                    },
+                );
+            }
+        }
+        matches!(
+            m.slot,
+            Slot::Reconstruction | Slot::GroundTruth | Slot::Compare
+        )
+    }
+
+    /// Asks for the difference image when both of its sides are on screen: reconstruction minus
+    /// the compared run when one is open, else minus the ground truth.
+    pub fn request_difference(&self, pump: &Pump, default: Display) {
+        if !self.show_difference {
+            return;
+        }
+        let other = if self.shown.contains_key(&Slot::Compare) {
+            Slot::Compare
+        } else {
+            Slot::GroundTruth
+        };
+        if let (Some(a), Some(b)) = (
+            self.shown.get(&Slot::Reconstruction),
+            self.shown.get(&other),
+        ) {
+            pump.send(PumpMsg::Difference {
+                a: a.raw.clone(),
+                b: b.raw.clone(),
+                display: self.display_of(Slot::Difference, diverging(default)),
+            });
+        }
+    }
+
+    /// The value(s) of `slot` at texture coordinates `uv`, with the pixel's coordinates in the
+    /// full image (x, y).
+    pub fn value_at(&self, slot: Slot, uv: egui::Pos2) -> Option<((u32, u32), Vec<f32>)> {
+        let s = self.shown.get(&slot)?;
+        let r = &s.raw;
+        if !(0.0..1.0).contains(&uv.x) || !(0.0..1.0).contains(&uv.y) || r.width == 0 {
+            return None;
+        }
+        let (x, y) = (
+            (uv.x * r.width as f32) as usize,
+            (uv.y * r.height as f32) as usize,
+        );
+        let c = r.channels.max(1) as usize;
+        let at = (y * r.width as usize + x) * c;
+        let values = r.pixels.get(at..at + c)?.to_vec();
+        let full = (
+            (uv.x * s.full_size.0 as f32) as u32,
+            (uv.y * s.full_size.1 as f32) as u32,
+        );
+        Some((full, values))
+    }
+
+    /// Samples of `slot` along the profile line (first channel), one per texture pixel crossed.
+    pub fn profile_of(&self, slot: Slot) -> Option<Vec<[f64; 2]>> {
+        let (a, b) = self.profile?;
+        let s = self.shown.get(&slot)?;
+        let r = &s.raw;
+        let (w, h) = (r.width as f32, r.height as f32);
+        let length_px = ((b.x - a.x) * w).hypot((b.y - a.y) * h);
+        let n = (length_px.ceil() as usize).clamp(2, 4096);
+        let c = r.channels.max(1) as usize;
+        Some(
+            (0..n)
+                .filter_map(|k| {
+                    let t = k as f32 / (n - 1) as f32;
+                    let (u, v) = (a.x + (b.x - a.x) * t, a.y + (b.y - a.y) * t);
+                    let (x, y) = ((u * w) as isize, (v * h) as isize);
+                    if x < 0 || y < 0 || x >= w as isize || y >= h as isize {
+                        return None;
+                    }
+                    let at = (y as usize * r.width as usize + x as usize) * c;
+                    Some([(t * length_px) as f64, r.pixels[at] as f64])
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The default display for a difference: the diverging map, centred on zero.
+pub fn diverging(default: Display) -> Display {
+    Display {
+        colormap: super::preview::Colormap::Diverging,
+        ..default
+    }
+}

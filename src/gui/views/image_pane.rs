@@ -1,0 +1,129 @@
+//! One image pane: the texture with the shared zoom and pan (wheel zooms, drag pans, double-click
+//! resets), Shift+drag draws the line profile, the patch map and the profile line drawn over it,
+//! and the pixel under the mouse reported back.
+
+use egui::{Color32, Pos2, Rect, Sense, Stroke, Ui, Vec2};
+
+use crate::gui::patch_map::{self, Drawn};
+use crate::gui::viewer::{SharedView, Shown};
+use crate::protocol::PatchMap;
+
+/// What happened in a pane this frame.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PaneResponse {
+    /// Texture coordinates (0..1) of the pixel under the mouse.
+    pub hover_uv: Option<Pos2>,
+    /// What the patch map overlay drew, if it was drawn.
+    pub overlay: Option<Drawn>,
+    /// Texture coordinates of a click (without a drag).
+    pub clicked_uv: Option<Pos2>,
+}
+
+/// What is drawn over a pane's image.
+#[derive(Default)]
+pub struct Overlays<'a> {
+    pub map: Option<&'a PatchMap>,
+    /// Where the other orthogonal cuts cross this one (texture coordinates).
+    pub cross: Option<Pos2>,
+}
+
+/// Draws a pane of `size`; `view` and `profile` are shared with the other panes.
+pub fn image_pane(
+    ui: &mut Ui,
+    shown: Option<&Shown>,
+    size: Vec2,
+    view: &mut SharedView,
+    profile: &mut Option<(Pos2, Pos2)>,
+    overlays: Overlays<'_>,
+) -> PaneResponse {
+    let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
+    let painter = ui.painter_at(rect);
+    painter.rect_filled(rect, 2.0, Color32::from_gray(24));
+    let mut out = PaneResponse::default();
+    let Some(s) = shown else {
+        painter.text(
+            rect.center(),
+            egui::Align2::CENTER_CENTER,
+            "—",
+            egui::FontId::proportional(16.0),
+            Color32::GRAY,
+        );
+        return out;
+    };
+    // The image keeps its aspect ratio inside the pane.
+    let [tw, th] = s.texture.size();
+    let aspect = th as f32 / tw.max(1) as f32;
+    let fit = if rect.width() * aspect <= rect.height() {
+        Vec2::new(rect.width(), rect.width() * aspect)
+    } else {
+        Vec2::new(rect.height() / aspect.max(1e-6), rect.height())
+    };
+    let image = Rect::from_center_size(rect.center(), fit);
+    let uv = view.uv();
+    let to_uv = |p: Pos2| {
+        Pos2::new(
+            uv.min.x + (p.x - image.min.x) / image.width() * uv.width(),
+            uv.min.y + (p.y - image.min.y) / image.height() * uv.height(),
+        )
+    };
+    let to_screen = |u: f32, v: f32| {
+        Pos2::new(
+            image.min.x + (u - uv.min.x) / uv.width() * image.width(),
+            image.min.y + (v - uv.min.y) / uv.height() * image.height(),
+        )
+    };
+    let shift = ui.input(|i| i.modifiers.shift);
+    if response.hovered() {
+        let scroll = ui.input(|i| i.smooth_scroll_delta.y);
+        if scroll != 0.0 {
+            view.zoom = (view.zoom * (scroll * 0.003).exp()).clamp(1.0, 64.0);
+        }
+    }
+    if response.drag_started()
+        && shift
+        && let Some(p) = response.interact_pointer_pos()
+    {
+        let start = to_uv(p);
+        *profile = Some((start, start));
+    }
+    if response.dragged() {
+        match (shift, profile.as_mut(), response.interact_pointer_pos()) {
+            (true, Some((_, end)), Some(p)) => *end = to_uv(p),
+            _ => {
+                let d = response.drag_delta();
+                view.center -= Vec2::new(d.x / image.width(), d.y / image.height()) / view.zoom;
+            }
+        }
+    }
+    if response.double_clicked() {
+        *view = SharedView::default();
+    }
+    painter.image(s.texture.id(), image, uv, Color32::WHITE);
+    if let Some(p) = response.hover_pos().filter(|p| image.contains(*p)) {
+        out.hover_uv = Some(to_uv(p));
+    }
+    if response.clicked()
+        && let Some(p) = response
+            .interact_pointer_pos()
+            .filter(|p| image.contains(*p))
+    {
+        out.clicked_uv = Some(to_uv(p));
+    }
+    if let Some(c) = overlays.cross {
+        let stroke = Stroke::new(1.0, Color32::from_rgba_unmultiplied(0, 255, 255, 160));
+        let p = to_screen(c.x, c.y);
+        painter.hline(image.x_range(), p.y, stroke);
+        painter.vline(p.x, image.y_range(), stroke);
+    }
+    if let Some(map) = overlays.map {
+        let whole = Rect::from_min_max(to_screen(0.0, 0.0), to_screen(1.0, 1.0));
+        out.overlay = Some(patch_map::paint(&painter, whole, image, map));
+    }
+    if let Some((a, b)) = *profile {
+        painter.line_segment(
+            [to_screen(a.x, a.y), to_screen(b.x, b.y)],
+            Stroke::new(2.0, Color32::YELLOW),
+        );
+    }
+    out
+}

@@ -1,0 +1,405 @@
+//! The live view: reconstruction, measurement and ground truth side by side (and, on request, their
+//! difference and a compared run), with a shared zoom, pan and volume slice; per-pane contrast with
+//! a histogram, colormap and channel; the value under the mouse; the patch map over the images.
+
+use egui::{Color32, RichText, Ui, Vec2};
+use egui_plot::{Bar, BarChart, Plot, VLine};
+
+use super::image_pane::{Overlays, image_pane};
+use super::{Place, View};
+use crate::gui::Workbench;
+use crate::gui::dialogs::DialogKind;
+use crate::gui::preview::{Colormap, Contrast, Slot};
+use crate::gui::viewer::{AXIS_NAMES, diverging};
+use crate::gui::widgets::combo;
+
+pub struct LiveView;
+
+impl View for LiveView {
+    fn title(&self) -> &'static str {
+        "Live view"
+    }
+
+    fn place(&self) -> Place {
+        Place::Main
+    }
+
+    fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) {
+        header(ui, wb);
+        slice_controls(ui, wb);
+        let panes = panes(wb);
+        let overlay_map = if wb.viewer.show_patch_map {
+            wb.patch_map().and_then(Result::ok)
+        } else {
+            None
+        };
+        let gap = 8.0;
+        let n = panes.len() as f32;
+        let width = ((ui.available_width() - gap * (n - 1.0)) / n).max(64.0);
+        let readout_h = ui.text_style_height(&egui::TextStyle::Body) * 2.5;
+        let height = (ui.available_height() - readout_h - 48.0).clamp(64.0, 2000.0);
+        let mut view = wb.viewer.view;
+        let mut profile = wb.viewer.profile;
+        let mut hover = None;
+        let mut hidden_tiles = None;
+        let mut clicked = None;
+        ui.horizontal_top(|ui| {
+            for (title, slot) in &panes {
+                ui.vertical(|ui| {
+                    ui.set_width(width);
+                    ui.horizontal(|ui| {
+                        ui.label(caption(wb, title, *slot));
+                        pane_menu(ui, wb, *slot);
+                    });
+                    let overlay = overlay_map
+                        .as_deref()
+                        .filter(|_| !matches!(slot, Slot::Measurement(_) | Slot::Difference));
+                    let cross = match slot {
+                        Slot::Ortho(a) => wb.viewer.ortho_cross(*a),
+                        _ => None,
+                    };
+                    let r = image_pane(
+                        ui,
+                        wb.viewer.shown.get(slot),
+                        Vec2::new(width, height),
+                        &mut view,
+                        &mut profile,
+                        Overlays {
+                            map: overlay,
+                            cross,
+                        },
+                    );
+                    if let Some(uv) = r.hover_uv {
+                        hover = Some((*slot, uv));
+                    }
+                    if let (Slot::Ortho(a), Some(uv)) = (slot, r.clicked_uv) {
+                        clicked = Some((*a, uv));
+                    }
+                    if let Some(d) = r.overlay.filter(|d| d.drawn < d.visible) {
+                        hidden_tiles = Some(d.visible);
+                    }
+                });
+            }
+        });
+        wb.viewer.view = view;
+        wb.viewer.profile = profile;
+        wb.viewer.hover = hover;
+        if let Some((axis, uv)) = clicked {
+            wb.ortho_click(axis, uv);
+        }
+        readout(ui, wb, &panes);
+        if let Some(n) = hidden_tiles {
+            ui.label(format!(
+                "patch map: {n} tiles in view, too many to draw; zoom in to see them"
+            ));
+        }
+    }
+}
+
+/// The panes, left to right: (title, slot).
+fn panes(wb: &Workbench) -> Vec<(String, Slot)> {
+    if let Some(source) = wb.viewer.ortho {
+        let name = format!("{source:?}");
+        return (0..3u8)
+            .map(|a| {
+                (
+                    format!("{name}: {} cut", AXIS_NAMES[a as usize]),
+                    Slot::Ortho(a),
+                )
+            })
+            .collect();
+    }
+    let truth = if wb.viewer.shown.contains_key(&Slot::GroundTruth) {
+        Slot::GroundTruth
+    } else {
+        Slot::Data
+    };
+    let truth_title = if wb.doc.preset.image.has_truth() {
+        "Ground truth"
+    } else {
+        "Ground truth: none (measured data)"
+    };
+    let mut panes = vec![
+        ("Reconstruction".to_string(), Slot::Reconstruction),
+        (
+            "Measurement".to_string(),
+            Slot::Measurement(wb.viewer.measurement),
+        ),
+        (truth_title.to_string(), truth),
+    ];
+    if wb.viewer.show_difference {
+        let of = if wb.viewer.shown.contains_key(&Slot::Compare) {
+            "Reconstruction − compared run"
+        } else {
+            "Reconstruction − ground truth"
+        };
+        panes.push((of.to_string(), Slot::Difference));
+    }
+    if wb.viewer.shown.contains_key(&Slot::Compare) {
+        let name = wb
+            .runs
+            .compared
+            .as_ref()
+            .and_then(|f| f.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        panes.push((format!("Compared: {name}"), Slot::Compare));
+    }
+    panes
+}
+
+fn caption(wb: &Workbench, title: &str, slot: Slot) -> String {
+    match wb.viewer.shown.get(&slot) {
+        Some(s) if slot == Slot::Reconstruction && s.iteration > 0 => {
+            format!("{title} (iteration {})", s.iteration)
+        }
+        Some(s) => format!("{title} {}×{}", s.full_size.0, s.full_size.1),
+        None => title.to_string(),
+    }
+}
+
+fn header(ui: &mut Ui, wb: &mut Workbench) {
+    ui.horizontal(|ui| {
+        ui.strong("Live view");
+        if ui.small_button("reset zoom").clicked() {
+            wb.viewer.view = Default::default();
+        }
+        let n_ops = wb.doc.preset.physics.len().max(1);
+        if n_ops > 1 {
+            let l = ui.label("measurement #");
+            ui.add(egui::DragValue::new(&mut wb.viewer.measurement).range(0..=n_ops - 1))
+                .labelled_by(l.id);
+        }
+        if wb.doc.preset.tiling.is_some() || wb.session.patch_map.is_some() {
+            ui.checkbox(&mut wb.viewer.show_patch_map, "patch map");
+        }
+        if ui
+            .checkbox(&mut wb.viewer.show_difference, "difference")
+            .on_hover_text("reconstruction − ground truth (or − the compared run)")
+            .changed()
+        {
+            wb.request_difference();
+        }
+        let mut d = wb.app_state.display;
+        let before = d;
+        combo(
+            ui,
+            "colormap",
+            &mut d.colormap,
+            &Colormap::ALL.map(|c| (c, c.name())),
+        );
+        if d != before {
+            wb.set_default_display(d);
+        }
+        if wb.viewer.profile.is_some() && ui.small_button("clear profile").clicked() {
+            wb.viewer.profile = None;
+        }
+    });
+}
+
+/// Axis and slice of the volumes on screen (every pane follows).
+fn slice_controls(ui: &mut Ui, wb: &mut Workbench) {
+    let Some(dims) = wb.viewer.volume_dims() else {
+        if wb.session.image_shape.len() == 5 {
+            ui.label(
+                "central slice (the backend's preview); other slices once the run's outputs \
+                 can be read here",
+            );
+        }
+        return;
+    };
+    let mut cursor = wb.viewer.cursor;
+    let mut ortho = wb.viewer.ortho;
+    let sources: Vec<Slot> = [
+        Slot::Reconstruction,
+        Slot::GroundTruth,
+        Slot::Data,
+        Slot::Compare,
+    ]
+    .into_iter()
+    .filter(|s| {
+        wb.viewer
+            .arrays
+            .get(s)
+            .is_some_and(|t| t.shape().len() == 5)
+    })
+    .collect();
+    ui.horizontal(|ui| {
+        let mut on = ortho.is_some();
+        if ui
+            .checkbox(&mut on, "orthogonal views")
+            .on_hover_text("three cuts through one point; click in one to move the others")
+            .changed()
+        {
+            ortho = if on { sources.first().copied() } else { None };
+        }
+        if let Some(src) = &mut ortho {
+            egui::ComboBox::from_label("of")
+                .selected_text(format!("{src:?}"))
+                .show_ui(ui, |ui| {
+                    for s in &sources {
+                        ui.selectable_value(src, *s, format!("{s:?}"));
+                    }
+                });
+        }
+        egui::ComboBox::from_label("axis")
+            .selected_text(AXIS_NAMES[cursor.axis])
+            .show_ui(ui, |ui| {
+                for (a, name) in AXIS_NAMES.iter().enumerate() {
+                    ui.selectable_value(&mut cursor.axis, a, *name);
+                }
+            });
+        let a = cursor.axis;
+        let max = dims[a] - 1;
+        cursor.index[a] = cursor.index[a].min(max);
+        ui.add(egui::Slider::new(&mut cursor.index[a], 0..=max).text("slice"))
+            .on_hover_text("Page Up / Page Down: next / previous slice");
+    });
+    if ortho != wb.viewer.ortho {
+        wb.set_orthogonal(ortho);
+    }
+    if cursor != wb.viewer.cursor {
+        wb.viewer.cursor = cursor;
+        wb.reslice();
+    }
+}
+
+/// The value(s) under the mouse in every pane at that position.
+fn readout(ui: &mut Ui, wb: &Workbench, panes: &[(String, Slot)]) {
+    let Some((_, uv)) = wb.viewer.hover else {
+        ui.label(
+            RichText::new(
+                "move the mouse over an image for its values; Shift+drag for a line profile",
+            )
+            .weak(),
+        );
+        return;
+    };
+    let mut parts = Vec::new();
+    let mut at = None;
+    for (title, slot) in panes {
+        if let Some(((x, y), v)) = wb.viewer.value_at(*slot, uv) {
+            at.get_or_insert((x, y));
+            let values: Vec<String> = v.iter().map(|v| format!("{v:.4}")).collect();
+            let short = title.split(':').next().unwrap_or(title);
+            parts.push(format!("{short} {}", values.join(", ")));
+        }
+    }
+    let Some((x, y)) = at else {
+        return;
+    };
+    let slice = wb
+        .viewer
+        .volume_dims()
+        .map(|_| {
+            let c = wb.viewer.cursor;
+            format!(" ({} {})", AXIS_NAMES[c.axis], c.index[c.axis])
+        })
+        .unwrap_or_default();
+    ui.monospace(format!("x {x} y {y}{slice}: {}", parts.join(" | ")));
+}
+
+/// A pane's menu: contrast with its histogram, colormap, channel, export.
+fn pane_menu(ui: &mut Ui, wb: &mut Workbench, slot: Slot) {
+    let Some(s) = wb.viewer.shown.get(&slot) else {
+        return;
+    };
+    let default = if slot == Slot::Difference {
+        diverging(wb.app_state.display)
+    } else {
+        wb.app_state.display
+    };
+    let mut d = wb.viewer.display_of(slot, default);
+    let before = d;
+    let channels = s.raw.channels;
+    let histogram = s.histogram.clone();
+    let range = s.range;
+    let mut export = false;
+    ui.menu_button("display", |ui| {
+        let mut auto = d.contrast == Contrast::Auto;
+        if ui.checkbox(&mut auto, "auto contrast (1–99 %)").changed() {
+            d.contrast = if auto {
+                Contrast::Auto
+            } else {
+                Contrast::Range {
+                    lo: range.0,
+                    hi: range.1,
+                }
+            };
+        }
+        let (mut lo_v, mut hi_v) = match d.contrast {
+            Contrast::Range { lo, hi } => (lo, hi),
+            Contrast::Auto => range,
+        };
+        Plot::new(("histogram", slot_id(slot)))
+            .height(90.0)
+            .width(260.0)
+            .show_axes([true, false])
+            .allow_scroll(false)
+            .allow_zoom(false)
+            .allow_drag(false)
+            .show(ui, |p| {
+                let n = histogram.counts.len().max(1);
+                let bin = (histogram.hi - histogram.lo).max(f32::MIN_POSITIVE) as f64 / n as f64;
+                let bars = histogram
+                    .counts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        Bar::new(
+                            histogram.lo as f64 + (i as f64 + 0.5) * bin,
+                            (*c as f64 + 1.0).ln(),
+                        )
+                        .width(bin)
+                    })
+                    .collect();
+                p.bar_chart(BarChart::new("samples (log)", bars).color(Color32::GRAY));
+                p.vline(VLine::new("low", lo_v as f64).color(Color32::LIGHT_BLUE));
+                p.vline(VLine::new("high", hi_v as f64).color(Color32::LIGHT_RED));
+            });
+        if !auto {
+            let speed = ((hi_v - lo_v).abs() / 200.0).max(1e-6) as f64;
+            ui.horizontal(|ui| {
+                let l = ui.label("window");
+                ui.add(egui::DragValue::new(&mut lo_v).speed(speed))
+                    .labelled_by(l.id);
+                ui.add(egui::DragValue::new(&mut hi_v).speed(speed))
+                    .labelled_by(l.id);
+            });
+            d.contrast = Contrast::Range { lo: lo_v, hi: hi_v };
+        }
+        combo(
+            ui,
+            "colormap",
+            &mut d.colormap,
+            &Colormap::ALL.map(|c| (c, c.name())),
+        );
+        if channels >= 3 {
+            combo(
+                ui,
+                "channel",
+                &mut d.channel,
+                &[
+                    (None, "colour"),
+                    (Some(0), "red"),
+                    (Some(1), "green"),
+                    (Some(2), "blue"),
+                ],
+            );
+        }
+        if ui.button("Export as PNG…").clicked() {
+            export = true;
+            ui.close();
+        }
+    });
+    if d != before {
+        wb.set_pane_display(slot, d);
+    }
+    if export {
+        wb.open_dialog(DialogKind::ExportPng(slot));
+    }
+}
+
+fn slot_id(slot: Slot) -> String {
+    format!("{slot:?}")
+}
