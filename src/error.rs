@@ -67,8 +67,8 @@ pub enum Error {
     /// starts, rather than killed by the system).
     #[error(
         "not enough memory: the job needs {} but {} are available ({detail})",
-        crate::memory::human(*needed_bytes),
-        crate::memory::human(*available_bytes)
+        human_bytes(*needed_bytes),
+        human_bytes(*available_bytes)
     )]
     InsufficientMemory {
         needed_bytes: u64,
@@ -133,5 +133,32 @@ impl Error {
     }
 }
 
+/// `1.5 GiB`, `300 MiB`, `12 KiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    match u {
+        0 => format!("{bytes} B"),
+        _ => format!("{v:.1} {}", UNITS[u]),
+    }
+}
+
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn sizes_read_like_a_person_writes_them() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+        assert_eq!(human_bytes((15 << 30) / 10), "1.5 GiB");
+    }
+}

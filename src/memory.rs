@@ -10,7 +10,7 @@
 //! here would not have run.
 
 use crate::denoise::DenoiserConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, human_bytes as human};
 use crate::nn::{DncnnConfig, DrunetConfig};
 use crate::preset::Preset;
 
@@ -79,21 +79,6 @@ impl std::fmt::Display for MemoryEstimate {
             )?;
         }
         Ok(())
-    }
-}
-
-/// `1.5 GiB`, `300 MiB`, `12 KiB`.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    match u {
-        0 => format!("{bytes} B"),
-        _ => format!("{v:.1} {}", UNITS[u]),
     }
 }
 
@@ -297,12 +282,5 @@ mod tests {
         .unwrap();
         assert_eq!(shared.batch, 32);
         assert_eq!(shared.weights_bytes, all.weights_bytes);
-    }
-
-    #[test]
-    fn sizes_read_like_a_person_writes_them() {
-        assert_eq!(human(512), "512 B");
-        assert_eq!(human(3 << 20), "3.0 MiB");
-        assert_eq!(human((15 << 30) / 10), "1.5 GiB");
     }
 }

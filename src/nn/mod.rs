@@ -8,10 +8,12 @@
 
 pub mod config;
 pub mod conv;
+pub mod device;
 pub mod dncnn;
 pub mod drunet;
 pub mod pth;
 pub mod safetensors;
+mod weight_files;
 pub mod weights;
 mod weights_source;
 
