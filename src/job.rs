@@ -123,7 +123,7 @@ pub struct JobSummary {
     pub communication_secs: f64,
     /// Number of ranks and the transport between them.
     pub world_size: usize,
-    pub backend: String,
+    pub backend: crate::dist::Transport,
     /// Per-rank totals (gathered on rank 0).
     pub ranks: Vec<RankTimes>,
     pub history: Vec<IterationReport>,
@@ -554,7 +554,7 @@ pub fn run_in_group_with(
         denoiser_secs,
         communication_secs: mine.communication_secs,
         world_size,
-        backend: comm.backend_name(),
+        backend: comm.transport(),
         ranks,
         history,
         outputs: Vec::new(),

@@ -231,7 +231,13 @@ fn quick_preset_runs_and_shows_psnr_and_timing() {
             job: 1,
             name: "quick".into(),
             world_size: 2,
-            devices: vec!["rank 0: cpu".into(), "rank 1: cpu".into()],
+            devices: (0..2)
+                .map(|rank| tessera::protocol::RankDevice {
+                    rank,
+                    host: "node".into(),
+                    cpu_threads: 2,
+                })
+                .collect(),
             image_shape: vec![1, 3, 128, 128],
             operators: vec![OperatorInfo {
                 name: "blur".into(),

@@ -168,7 +168,13 @@ fn event() -> impl Strategy<Value = Event> {
                 job,
                 name: name.clone(),
                 world_size: world,
-                devices: vec![name; world],
+                devices: (0..world)
+                    .map(|rank| tessera::protocol::RankDevice {
+                        rank,
+                        host: name.clone(),
+                        cpu_threads: 1 + rank,
+                    })
+                    .collect(),
                 image_shape: vec![1, 3, 64, 48],
                 operators: vec![OperatorInfo {
                     name: "blur".into(),

@@ -49,15 +49,7 @@ pub fn launch(world: usize, args: &[OsString]) -> Result<()> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        // SAFETY: prctl is async-signal-safe and touches only this (child) process.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -91,6 +83,20 @@ pub fn launch(world: usize, args: &[OsString]) -> Result<()> {
         let _ = p.join();
     }
     result
+}
+
+/// Makes the child that `cmd` starts receive SIGKILL when the thread that starts it ends
+/// (`PR_SET_PDEATHSIG`), so it never outlives a killed parent.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches only the child process.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Copies a child's output line by line with a rank prefix.

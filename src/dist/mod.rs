@@ -25,7 +25,7 @@ pub mod wire;
 
 use std::time::Duration;
 
-pub use collective::{Collective, ReduceOp, SingleProcess};
+pub use collective::{Collective, ReduceOp, SingleProcess, SocketKind, Transport};
 pub use env::{RankFlags, RankInfo, RankSource};
 pub use sockets::SocketGroup;
 

@@ -20,7 +20,7 @@ use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::collective::{Collective, ReduceOp, check_rank};
+use super::collective::{Collective, ReduceOp, Transport, check_rank};
 use super::liveness::Liveness;
 use super::net::{self, Listener};
 use crate::error::{Error, Result};
@@ -202,7 +202,7 @@ impl Collective for MpiGroup {
         Ok(self.with(|c| c.process_at_rank(from as i32).receive_vec::<u8>().0))
     }
 
-    fn backend_name(&self) -> String {
-        "mpi".into()
+    fn transport(&self) -> Transport {
+        Transport::Mpi
     }
 }

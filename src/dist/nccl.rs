@@ -13,7 +13,7 @@ use std::time::Duration;
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nccl::{Comm, Id};
 
-use super::collective::{Collective, ReduceOp};
+use super::collective::{Collective, ReduceOp, Transport};
 use super::env::RankInfo;
 use super::sockets::SocketGroup;
 use crate::error::{Error, Result};
@@ -138,8 +138,11 @@ impl Collective for NcclGroup {
     fn recv(&self, from: usize) -> Result<Vec<u8>> {
         self.sockets.recv(from)
     }
-    fn backend_name(&self) -> String {
-        format!("nccl + {}", self.sockets.backend_name())
+    fn transport(&self) -> Transport {
+        match self.sockets.transport() {
+            Transport::Sockets(kind) => Transport::Nccl(kind),
+            other => other,
+        }
     }
     fn set_op_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
         self.sockets.set_op_timeout(timeout)

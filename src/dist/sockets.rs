@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::collective::{Collective, ReduceOp, check_rank, reduce_into};
+use super::collective::{Collective, ReduceOp, SocketKind, Transport, check_rank, reduce_into};
 use super::env::RankInfo;
 use super::liveness::{DEFAULT_LIVENESS_TIMEOUT, Liveness};
 use super::net::{self, Listener, Stream, comm};
@@ -136,7 +136,7 @@ pub struct SocketGroup {
     world: usize,
     links: Vec<Option<Link>>,
     max_message: usize,
-    transport: &'static str,
+    transport: SocketKind,
     /// Longest wait for a peer in one read or write, in milliseconds; 0 = forever.
     op_timeout_ms: AtomicU64,
     /// Recoveries so far; markers carry it so that a stale one is recognised.
@@ -249,7 +249,11 @@ impl SocketGroup {
             world,
             links,
             max_message: DEFAULT_MAX_MESSAGE,
-            transport: if unix { "unix" } else { "tcp" },
+            transport: if unix {
+                SocketKind::Unix
+            } else {
+                SocketKind::Tcp
+            },
             op_timeout_ms: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             _liveness: liveness,
@@ -658,8 +662,8 @@ impl Collective for SocketGroup {
         Ok(())
     }
 
-    fn backend_name(&self) -> String {
-        format!("sockets({})", self.transport)
+    fn transport(&self) -> Transport {
+        Transport::Sockets(self.transport)
     }
 }
 
@@ -822,16 +826,19 @@ mod tests {
 
     #[test]
     fn oversized_messages_are_refused() {
+        // Rank 0 stays connected until rank 1 has read: a peer that closes its socket with bytes
+        // still unread on its side resets the connection, and the reset can overtake the frame.
+        let read = std::sync::Barrier::new(2);
         let results = on_ranks(2, true, |g| {
             if g.rank() == 0 {
                 g.send(1, &vec![0u8; 2048]).unwrap();
+                read.wait();
                 None
             } else {
-                let small = SocketGroup {
-                    max_message: 1024,
-                    ..unsafe_clone_for_test(g)
-                };
-                Some(small.recv(0).err().unwrap().to_string())
+                // Read through the group's own (buffered) link, with a smaller bound.
+                let err = g.read_from(0, 1024).err().unwrap().to_string();
+                read.wait();
+                Some(err)
             }
         });
         let msg = results[1].clone().unwrap();
@@ -921,36 +928,5 @@ mod tests {
         let (err, recovered) = results[1].clone().unwrap();
         assert!(err.contains("rank 0"), "{err}");
         assert!(recovered.is_err(), "{recovered:?}");
-    }
-
-    /// A view of the same links with other settings (test only).
-    fn unsafe_clone_for_test(g: &SocketGroup) -> SocketGroup {
-        let links = g
-            .links
-            .iter()
-            .map(|l| {
-                l.as_ref().map(|l| {
-                    let r = l.reader.lock().unwrap().get_ref().try_clone().unwrap();
-                    let w = l.writer.lock().unwrap().get_ref().try_clone().unwrap();
-                    Link {
-                        reader: Mutex::new(BufReader::new(r)),
-                        control: w.try_clone().unwrap(),
-                        writer: Mutex::new(BufWriter::new(w)),
-                        state: Arc::new(Mutex::new(LinkState::default())),
-                    }
-                })
-            })
-            .collect();
-        SocketGroup {
-            rank: g.rank,
-            world: g.world,
-            links,
-            max_message: g.max_message,
-            transport: g.transport,
-            op_timeout_ms: AtomicU64::new(g.op_timeout_ms.load(Ordering::Relaxed)),
-            epoch: AtomicU64::new(0),
-            _liveness: None,
-            _store: None,
-        }
     }
 }

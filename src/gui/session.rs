@@ -54,8 +54,8 @@ pub struct LogLine {
 pub struct BackendInfo {
     pub server: String,
     pub world_size: usize,
-    pub devices: Vec<String>,
-    pub transport: String,
+    pub devices: Vec<crate::protocol::RankDevice>,
+    pub transport: crate::dist::Transport,
 }
 
 /// Per-rank totals over a run, for the summary table.

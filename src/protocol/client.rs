@@ -28,8 +28,8 @@ pub struct Welcome {
     pub protocol: u32,
     pub server: String,
     pub world_size: usize,
-    pub devices: Vec<String>,
-    pub backend: String,
+    pub devices: Vec<super::messages::RankDevice>,
+    pub backend: crate::dist::Transport,
 }
 
 /// What the client's event channel yields.
@@ -508,16 +508,7 @@ fn keep(
     stop: Arc<AtomicBool>,
     exit: Arc<Mutex<Option<String>>>,
 ) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe and touches only the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::dist::launch::die_with_parent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => {
             let _ = pid_tx.send(Ok(c.id()));

@@ -76,10 +76,10 @@ pub enum Event {
         /// e.g. `tessera 0.1.0`.
         server: String,
         world_size: usize,
-        /// One entry per rank, e.g. `rank 1: cpu (2 threads) on host node12`.
-        devices: Vec<String>,
+        /// One entry per rank (shown as `rank 1: cpu (2 threads) on host node12`).
+        devices: Vec<RankDevice>,
         /// Transport between ranks: `sockets`, `mpi`, `nccl`.
-        backend: String,
+        backend: crate::dist::Transport,
     },
     /// Handshake refused (version mismatch, bad token); the server closes the connection.
     Refused {
@@ -94,7 +94,7 @@ pub enum Event {
         job: JobId,
         name: String,
         world_size: usize,
-        devices: Vec<String>,
+        devices: Vec<RankDevice>,
         image_shape: Vec<usize>,
         /// Operator names and the rank that owns each.
         operators: Vec<OperatorInfo>,
@@ -165,6 +165,25 @@ pub enum Event {
         /// Jobs finished, failed or cancelled so far, oldest first.
         done: Vec<JobId>,
     },
+}
+
+/// Where one rank computes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankDevice {
+    pub rank: usize,
+    pub host: String,
+    /// Threads of its CPU pool.
+    pub cpu_threads: usize,
+}
+
+impl std::fmt::Display for RankDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rank {}: cpu ({} threads) on host {}",
+            self.rank, self.cpu_threads, self.host
+        )
+    }
 }
 
 /// An operator of the physics stack and its owner.

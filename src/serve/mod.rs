@@ -43,7 +43,8 @@ use crate::preset::Preset;
 use crate::protocol::auth::Token;
 use crate::protocol::transport::Listener;
 use crate::protocol::{
-    Event, InlineArray, JobId, OperatorInfo, PROTOCOL_VERSION, PatchMap, PreviewKind, RankIteration,
+    Event, InlineArray, JobId, OperatorInfo, PROTOCOL_VERSION, PatchMap, PreviewKind, RankDevice,
+    RankIteration,
 };
 use crate::tensor::Tensor;
 use hub::Hub;
@@ -122,8 +123,8 @@ impl Collective for Shared {
     fn recv(&self, from: usize) -> Result<Vec<u8>> {
         self.0.recv(from)
     }
-    fn backend_name(&self) -> String {
-        self.0.backend_name()
+    fn transport(&self) -> crate::dist::Transport {
+        self.0.transport()
     }
     fn set_op_timeout(&self, timeout: Option<Duration>) -> Result<()> {
         self.0.set_op_timeout(timeout)
@@ -143,24 +144,18 @@ pub fn serve(comm: Box<dyn Collective>, opts: &ServeOptions) -> Result<()> {
     coordinate(comm, devices, opts)
 }
 
-/// `rank R: cpu (T threads) on host H`, for every rank.
-fn gather_devices(comm: &dyn Collective) -> Result<Vec<String>> {
-    let mine = format!(
-        "rank {}: cpu ({} threads) on host {}",
-        comm.rank(),
-        rayon::current_num_threads(),
-        crate::dist::host_name()
-    );
-    comm.all_gather(mine.as_bytes())?
-        .into_iter()
-        .map(|b| {
-            String::from_utf8(b).map_err(|_| Error::config("devices", "a rank sent non-UTF-8"))
-        })
-        .collect()
+/// Where every rank computes, in rank order.
+fn gather_devices(comm: &dyn Collective) -> Result<Vec<RankDevice>> {
+    let mine = RankDevice {
+        rank: comm.rank(),
+        host: crate::dist::host_name(),
+        cpu_threads: rayon::current_num_threads(),
+    };
+    wire::all_gather_as(comm, "devices", &mine)
 }
 
 /// Ranks ≠ 0: run whatever rank 0 broadcasts.
-fn follow(comm: Arc<dyn Collective>, devices: &[String], opts: &ServeOptions) -> Result<()> {
+fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions) -> Result<()> {
     let out = RunDir::Unique {
         root: opts.out_dir.clone(),
     };
@@ -239,7 +234,11 @@ fn inline_tensors(inline: Vec<InlineArray>) -> Result<Vec<(String, Tensor)>> {
 }
 
 /// Rank 0: the control socket, the hub, the preview worker and the job loop.
-fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptions) -> Result<()> {
+fn coordinate(
+    comm: Arc<dyn Collective>,
+    devices: Vec<RankDevice>,
+    opts: &ServeOptions,
+) -> Result<()> {
     let listener = match &opts.endpoint {
         Endpoint::Unix(p) => Listener::bind_unix(p)?,
         Endpoint::Tcp(a) if opts.token.is_none() => {
@@ -283,7 +282,7 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
             server: format!("tessera {}", env!("CARGO_PKG_VERSION")),
             world_size: world,
             devices: devices.clone(),
-            backend: comm.backend_name(),
+            backend: comm.transport(),
         },
     };
     {
@@ -449,7 +448,7 @@ struct Coordinator<'a> {
 struct JobContext<'a> {
     comm: &'a Arc<dyn Collective>,
     job: JobId,
-    devices: &'a [String],
+    devices: &'a [RankDevice],
     /// Rank 0 only.
     coordinator: Option<Coordinator<'a>>,
 }
