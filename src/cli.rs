@@ -140,6 +140,22 @@ enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
+    /// Train a native DnCNN/DRUNet denoiser (a training preset: bundled `train-dncnn`, or a TOML
+    /// file); each batch is split over the ranks by exact spatial decomposition.
+    Train {
+        preset: String,
+        /// Override a preset value, e.g. `--set train.steps=50` (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Output folder (default: out/NAME): weights, denoiser.toml, train.json.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// No loss reports.
+        #[arg(long, short)]
+        quiet: bool,
+        #[command(flatten)]
+        group: GroupArgs,
+    },
     /// Denoise an .npy array (or image) with a configured denoiser.
     Denoise {
         /// TOML file describing the denoiser (`kind = "wavelet"`, …), optionally with a [tiling] table.
@@ -320,7 +336,62 @@ fn dispatch(command: Command) -> Result<()> {
             input,
             output,
         } => denoise(&denoiser, sigma, &input, &output),
+        Command::Train {
+            preset,
+            set,
+            out,
+            quiet,
+            group,
+        } => train(&preset, &set, out, quiet, &group),
     }
+}
+
+fn train(
+    name: &str,
+    set: &[String],
+    out: Option<PathBuf>,
+    quiet: bool,
+    group: &GroupArgs,
+) -> Result<()> {
+    use tessera::train::TrainPreset;
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if let Some(n) = group.ranks.filter(|_| !launched) {
+        TrainPreset::load(name, set)
+            .with_context(|| format!("loading training preset `{name}`"))?;
+        if n > 1 {
+            let args = strip_option(std::env::args_os().skip(1), "--ranks");
+            dist::launch::launch(n, &args).context("local process group")?;
+            return Ok(());
+        }
+    }
+    let comm = join_group(group)?;
+    let (preset, base_dir) = TrainPreset::load(name, set)
+        .with_context(|| format!("loading training preset `{name}`"))?;
+    let out_dir = out.unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
+    let loud = !quiet && comm.rank() == 0;
+    let steps = preset.train.steps;
+    let summary = tessera::train::train(&preset, &base_dir, &out_dir, &*comm, &mut |p| {
+        if loud {
+            eprintln!(
+                "step {:>6}/{steps}  loss {:.4e}  (PSNR {:.2} dB)",
+                p.step + 1,
+                p.loss,
+                -10.0 * p.loss.log10()
+            );
+        }
+    })
+    .with_context(|| format!("training `{}`", preset.name))?;
+    if comm.rank() == 0 && !quiet {
+        println!(
+            "{}: {} parameters on {} rank(s), grid {:?}; weights {}",
+            summary.denoiser,
+            summary.parameters,
+            summary.ranks,
+            summary.grid,
+            summary.weights.display()
+        );
+    }
+    Ok(())
 }
 
 fn run(
@@ -722,6 +793,14 @@ fn denoise(denoiser_file: &Path, sigma: f32, input: &Path, output: &Path) -> Res
         .build()
         .with_context(|| denoiser_file.display().to_string())?;
     let d: Box<dyn tessera::denoise::Denoiser> = match &file.tiling {
+        // One process: the exact decomposition is a single block (the untiled network).
+        Some(t) if t.kind == tessera::tiling::TilingKind::Spatial => {
+            Box::new(tessera::dist::spatial::SpatialDenoiser::new(
+                std::sync::Arc::new(tessera::dist::SingleProcess),
+                inner,
+                t,
+            )?)
+        }
         Some(t) => Box::new(TiledDenoiser::from_config(inner, t)?),
         None => inner,
     };

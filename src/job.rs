@@ -312,7 +312,12 @@ pub fn check_inputs(
         let names: Vec<String> = ops.iter().map(|op| op.name()).collect();
         load_measurements(source, inline, &shapes, &names)?;
     }
-    if let Some(t) = &preset.tiling {
+    // "spatial" has no tile plan: `dist::spatial` checks its grid against the image when it starts.
+    if let Some(t) = preset
+        .tiling
+        .as_ref()
+        .filter(|t| t.kind != crate::tiling::TilingKind::Spatial)
+    {
         t.build()?.plan(&x_shape[2..])?;
     }
     if let Some(d) = &preset.denoiser {
@@ -372,6 +377,9 @@ pub fn build_denoiser(
     };
     let inner = cfg.build()?;
     Ok(Some(match &preset.tiling {
+        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => {
+            Box::new(crate::dist::spatial::SpatialDenoiser::new(comm, inner, t)?)
+        }
         Some(t) => Box::new(DistributedTiledDenoiser::new(
             comm,
             TiledDenoiser::from_config(inner, t)?,

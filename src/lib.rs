@@ -4,7 +4,8 @@
 //! `metrics`) knows nothing of files, sockets or user interfaces. `io` and `samples` bring data in and
 //! out; `preset` describes a whole experiment as TOML; `job` runs a preset and reports progress through
 //! a callback. The binary (`cli`) is a thin layer over `job`; `dist` runs the same job on several
-//! ranks. See docs/ARCHITECTURE.md.
+//! ranks (and splits neural networks over them by exact spatial decomposition, `dist::spatial`);
+//! `train` trains the native neural denoisers. See docs/ARCHITECTURE.md.
 //!
 //! ```
 //! use tessera::Tensor;
@@ -42,6 +43,7 @@ pub mod samples;
 pub mod serve;
 pub mod tensor;
 pub mod tiling;
+pub mod train;
 
 pub use error::{Error, Result};
 pub use tensor::Tensor;

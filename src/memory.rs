@@ -97,6 +97,12 @@ pub fn estimate(
     // The windows one denoiser call sees: this rank's share of the tiles, at most
     // `max_batch_size` at a time; without tiling, the whole image.
     let (window_elems, batch) = match &preset.tiling {
+        // An exact spatial decomposition: each rank runs the network once on its block (about
+        // 1/world of the image; the halo is small next to it).
+        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => (
+            image_elems / x_shape.get(1).copied().unwrap_or(1).max(1) as u64 / world.max(1) as u64,
+            1,
+        ),
         Some(t) => {
             let plan = t.build()?.plan(&x_shape[2..])?;
             let window: u64 = plan

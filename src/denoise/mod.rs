@@ -32,6 +32,12 @@ pub trait Denoiser: Send + Sync {
     /// Denoises a batch `(B, C, H, W)` or `(B, C, D, H, W)` at noise level `sigma` (the threshold or
     /// regularisation strength); returns an array of the same shape. Batch items are independent.
     fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor>;
+
+    /// The same denoiser on blocks of a spatially decomposed image (native DnCNN and DRUNet), for
+    /// the exact "spatial" tiling; `None` for denoisers that cannot run on blocks.
+    fn as_block_denoiser(&self) -> Option<&dyn crate::nn::domain::BlockDenoiser> {
+        None
+    }
 }
 
 /// The identity denoiser: returns its input (for tests and for plain gradient descent).

@@ -19,6 +19,7 @@ pub(crate) mod net;
 pub mod patch_map;
 pub mod physics;
 pub mod sockets;
+pub mod spatial;
 pub mod store;
 pub mod timed;
 pub mod wire;

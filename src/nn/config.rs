@@ -28,6 +28,7 @@ use super::StateDict;
 pub use super::device::TorchDevice;
 use super::dncnn::{Dncnn, DncnnArch};
 use super::drunet::{Drunet, DrunetArch};
+use super::graph::Network;
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
 
@@ -204,6 +205,53 @@ fn resolve_dim(
         (None, true, _) => 3,
         (None, false, Some(t)) if t.ndim() == 5 => 3,
         _ => 2,
+    }
+}
+
+impl DncnnConfig {
+    /// The architecture and graph `tessera train` trains: with `weights`, the stored weights
+    /// (fine-tuning, `true`); without, seeded placeholders the trainer re-initialises (`false`).
+    pub(crate) fn network_to_train(&self, base_dir: &Path) -> Result<(DncnnArch, Network, bool)> {
+        self.validate()?;
+        let dict = self
+            .weights
+            .as_ref()
+            .map(|p| load_weights(p, base_dir))
+            .transpose()?;
+        let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "in_conv.weight");
+        let arch = self.arch(dim);
+        let loaded = dict.is_some();
+        let net = match dict {
+            Some(d) => Dncnn::from_state_dict(arch.clone(), d, self.inflate_3d)?,
+            None => Dncnn::random_quiet(arch.clone())?,
+        };
+        Ok((arch, net.network().clone(), loaded))
+    }
+}
+
+impl DrunetConfig {
+    /// As [`DncnnConfig::network_to_train`]; the graph takes the image channels plus the
+    /// noise-level channel.
+    pub(crate) fn network_to_train(&self, base_dir: &Path) -> Result<(DrunetArch, Network, bool)> {
+        self.validate()?;
+        let dict = self
+            .weights
+            .as_ref()
+            .map(|p| load_weights(p, base_dir))
+            .transpose()?;
+        let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "m_head.weight");
+        let arch = self.arch(dim);
+        let loaded = dict.is_some();
+        let net = match dict {
+            Some(d) => Drunet::from_state_dict(arch.clone(), d, self.inflate_3d)?
+                .network()
+                .clone(),
+            None => super::drunet::build_unet(
+                &arch,
+                &mut super::weights_source::WeightSource::random(self.seed),
+            )?,
+        };
+        Ok((arch, net, loaded))
     }
 }
 

@@ -1,5 +1,6 @@
-//! The native engine's kernels: convolutions (k×k, any stride and zero padding), the 2×2 stride-2
-//! transposed convolution, ReLU and adds, on batches of 2-D or 3-D feature maps.
+//! The native engine's kernels: convolutions (any kernel, stride, dilation and zero padding, per
+//! side if need be), transposed convolutions, and their backward passes, on batches of 1-D, 2-D or
+//! 3-D feature maps in `f32` (inference, training) or `f64` (gradient tests).
 //!
 //! A convolution is an im2col + GEMM on a strip of whole output rows at a time: the strip's patch
 //! matrix `col` (`C_in·kᵈ × n`, at most a few MiB) is built, then `out[:, strip] (+)= W · col` by the
@@ -8,29 +9,43 @@
 //! stored. Strips of all batch items run in parallel (rayon), each with its own `col` buffer, so the
 //! extra memory is bounded by threads × strip size, whatever the image size.
 //!
-//! The transposed convolution (kernel = stride = 2) is a plain GEMM per strip of input rows,
-//! `tmp (C_out·2ᵈ × n) = Wᵀ · x[:, strip]`, followed by a scatter of each of the 2ᵈ taps to its
-//! sub-grid of the output.
+//! The backward passes are the same two matrices read the other way: the input gradient is
+//! `col2im(Wᵀ · dz)` (col2im is the adjoint of im2col, a scatter-add), the weight gradient
+//! `Σ_strips dz · colᵀ`. A transposed convolution is the adjoint of a convolution with the same
+//! weights (PyTorch stores `ConvTranspose` weights `(C_in, C_out, k…)`, which is the `(C_out, C_in, k…)`
+//! of the convolution it is the adjoint of), so its forward pass is that convolution's input
+//! gradient and its backward pass that convolution's forward pass. The common case kernel = stride
+//! without padding (DRUNet's 2×2 up-sampling) keeps a direct kernel: one GEMM per strip of input rows,
+//! `tmp (C_out·taps × n) = Wᵀ · x[:, strip]`, then each tap written to its sub-grid of the output.
+//!
+//! Sums over strips (weight gradients) are grouped in a fixed way that does not depend on the number
+//! of threads, so gradients are the same on every machine.
 
 use rayon::prelude::*;
 
-/// A batch of feature maps `(B, C, D, H, W)` in C order; 2-D maps have `D = 1`.
+use super::scalar::Scalar;
+
+/// Zero padding before and after each spatial axis `[D, H, W]`: `[[low, high]; 3]`.
+pub type Pads = [[usize; 2]; 3];
+
+/// A batch of feature maps `(B, C, D, H, W)` in C order; 2-D maps have `D = 1`, 1-D maps
+/// `D = H = 1`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Features {
+pub struct Features<T: Scalar = f32> {
     pub batch: usize,
     pub channels: usize,
     /// `[D, H, W]`.
     pub dims: [usize; 3],
-    pub data: Vec<f32>,
+    pub data: Vec<T>,
 }
 
-impl Features {
+impl<T: Scalar> Features<T> {
     pub fn zeros(batch: usize, channels: usize, dims: [usize; 3]) -> Self {
         Features {
             batch,
             channels,
             dims,
-            data: vec![0.0; batch * channels * dims.iter().product::<usize>()],
+            data: vec![T::ZERO; batch * channels * dims.iter().product::<usize>()],
         }
     }
 
@@ -40,33 +55,92 @@ impl Features {
     }
 
     /// `self += other` (same shape), in parallel.
-    pub fn add_assign(&mut self, other: &Features) {
+    pub fn add_assign(&mut self, other: &Features<T>) {
         debug_assert_eq!(self.data.len(), other.data.len());
         self.data
             .par_chunks_mut(1 << 16)
             .zip(other.data.par_chunks(1 << 16))
-            .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a += b));
+            .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a += *b));
+    }
+
+    /// The same values in another precision.
+    pub fn cast<U: Scalar>(&self) -> Features<U> {
+        Features {
+            batch: self.batch,
+            channels: self.channels,
+            dims: self.dims,
+            data: self.data.iter().map(|v| U::from_f64(v.to_f64())).collect(),
+        }
     }
 }
 
-/// Weights of a convolution: `(C_out, C_in, kd, kh, kw)` row-major (2-D: `kd = 1`), optional bias.
+/// What the kernels need to know of a convolution besides its weights and padding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Geom {
+    pub c_in: usize,
+    pub c_out: usize,
+    pub kernel: [usize; 3],
+    pub stride: [usize; 3],
+    pub dilation: [usize; 3],
+}
+
+impl Geom {
+    /// Rows of the patch matrix: `C_in · kd · kh · kw`.
+    fn k_len(&self) -> usize {
+        self.c_in * self.kernel.iter().product::<usize>()
+    }
+
+    /// Output size along each axis of an input of `dims` padded by `pads` (`None` when the dilated
+    /// kernel does not fit).
+    fn out_dims(&self, dims: [usize; 3], pads: Pads) -> Option<[usize; 3]> {
+        let mut o = [0; 3];
+        for a in 0..3 {
+            let span = dims[a] + pads[a][0] + pads[a][1];
+            let reach = self.dilation[a] * (self.kernel[a] - 1) + 1;
+            if span < reach {
+                return None;
+            }
+            o[a] = (span - reach) / self.stride[a] + 1;
+        }
+        Some(o)
+    }
+}
+
+/// `[D, H, W]` kernel, stride, padding and dilation of a convolution with `rank` spatial axes (1, 2
+/// or 3) and the same value on each: unused leading axes get 1, 1, 0, 1.
+pub fn per_axis(rank: usize, k: usize, stride: usize, pad: usize) -> [[usize; 3]; 3] {
+    let mut kernel = [1; 3];
+    let mut strides = [1; 3];
+    let mut pads = [0; 3];
+    for a in 3 - rank..3 {
+        kernel[a] = k;
+        strides[a] = stride;
+        pads[a] = pad;
+    }
+    [kernel, strides, pads]
+}
+
+/// Weights of a convolution: `(C_out, C_in, kd, kh, kw)` row-major (2-D: `kd = 1`; 1-D:
+/// `kd = kh = 1`), optional bias.
 #[derive(Clone, Debug)]
-pub struct Conv {
+pub struct Conv<T: Scalar = f32> {
     pub c_in: usize,
     pub c_out: usize,
     /// `[kd, kh, kw]`.
     pub kernel: [usize; 3],
     pub stride: [usize; 3],
+    /// Zero padding on both sides of each axis.
     pub pad: [usize; 3],
-    pub weight: Vec<f32>,
-    pub bias: Option<Vec<f32>>,
+    pub dilation: [usize; 3],
+    pub weight: Vec<T>,
+    pub bias: Option<Vec<T>>,
     /// Apply ReLU to the output (after the bias, after the residual accumulation).
     pub relu: bool,
 }
 
-impl Conv {
-    /// A `k×k` (2-D, `rank = 2`) or `k×k×k` (3-D) convolution with one stride and padding for every
-    /// spatial axis; `weight` must hold `c_out·c_in·kᵈ` values.
+impl<T: Scalar> Conv<T> {
+    /// A `k` (1-D, `rank = 1`), `k×k` (2-D) or `k×k×k` (3-D) convolution with one stride and
+    /// padding for every spatial axis and no dilation; `weight` must hold `c_out·c_in·kʳᵃⁿᵏ` values.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         rank: usize,
@@ -75,175 +149,310 @@ impl Conv {
         k: usize,
         stride: usize,
         pad: usize,
-        weight: Vec<f32>,
-        bias: Option<Vec<f32>>,
+        weight: Vec<T>,
+        bias: Option<Vec<T>>,
         relu: bool,
     ) -> Self {
-        let (kd, sd, pd) = if rank == 3 {
-            (k, stride, pad)
-        } else {
-            (1, 1, 0)
-        };
-        assert_eq!(weight.len(), c_out * c_in * kd * k * k, "conv weight size");
+        assert!((1..=3).contains(&rank), "conv rank {rank}");
+        let [kernel, stride, pad] = per_axis(rank, k, stride, pad);
+        Self::with_geometry(c_in, c_out, kernel, stride, pad, [1; 3], weight, bias, relu)
+    }
+
+    /// A convolution with its own kernel, stride, padding and dilation per axis `[D, H, W]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_geometry(
+        c_in: usize,
+        c_out: usize,
+        kernel: [usize; 3],
+        stride: [usize; 3],
+        pad: [usize; 3],
+        dilation: [usize; 3],
+        weight: Vec<T>,
+        bias: Option<Vec<T>>,
+        relu: bool,
+    ) -> Self {
+        assert!(
+            kernel
+                .iter()
+                .chain(&stride)
+                .chain(&dilation)
+                .all(|&v| v > 0),
+            "conv kernel, stride and dilation must be positive"
+        );
+        assert_eq!(
+            weight.len(),
+            c_out * c_in * kernel.iter().product::<usize>(),
+            "conv weight size"
+        );
+        if let Some(b) = &bias {
+            assert_eq!(b.len(), c_out, "conv bias size");
+        }
         Conv {
             c_in,
             c_out,
-            kernel: [kd, k, k],
-            stride: [sd, stride, stride],
-            pad: [pd, pad, pad],
+            kernel,
+            stride,
+            pad,
+            dilation,
             weight,
             bias,
             relu,
         }
     }
 
-    /// Rows of the patch matrix: `C_in · kd · kh · kw`.
-    fn k_len(&self) -> usize {
-        self.c_in * self.kernel.iter().product::<usize>()
+    pub(crate) fn geom(&self) -> Geom {
+        Geom {
+            c_in: self.c_in,
+            c_out: self.c_out,
+            kernel: self.kernel,
+            stride: self.stride,
+            dilation: self.dilation,
+        }
+    }
+
+    /// The layer's own (symmetric) zero padding.
+    pub fn pads(&self) -> Pads {
+        self.pad.map(|p| [p, p])
     }
 
     /// Output spatial size for input `dims` (`None` when the kernel does not fit).
     pub fn out_dims(&self, dims: [usize; 3]) -> Option<[usize; 3]> {
+        self.geom().out_dims(dims, self.pads())
+    }
+
+    /// Output spatial size for input `dims` padded by `pads` instead of the layer's own padding.
+    pub fn out_dims_padded(&self, dims: [usize; 3], pads: Pads) -> Option<[usize; 3]> {
+        self.geom().out_dims(dims, pads)
+    }
+
+    /// `conv(x)`, or `acc + conv(x)` when `acc` is given (its buffer is reused for the output).
+    pub fn forward(&self, x: &Features<T>, acc: Option<Features<T>>) -> Features<T> {
+        self.forward_padded(x, acc, self.pads())
+    }
+
+    /// [`Conv::forward`] with `pads` in place of the layer's own padding (a block of a larger image
+    /// is padded only on the sides where the image ends).
+    pub fn forward_padded(
+        &self,
+        x: &Features<T>,
+        acc: Option<Features<T>>,
+        pads: Pads,
+    ) -> Features<T> {
+        assert_eq!(x.channels, self.c_in, "conv input channels");
+        let g = self.geom();
+        let od = g
+            .out_dims(x.dims, pads)
+            .expect("conv kernel larger than its input");
+        conv_forward(
+            &g,
+            &self.weight,
+            self.bias.as_deref(),
+            self.relu,
+            x,
+            acc,
+            pads.map(|p| p[0]),
+            od,
+        )
+    }
+
+    /// The gradient with respect to the input (of spatial size `in_dims`, padded by `pads`) of a
+    /// loss whose gradient with respect to the pre-activation output `conv(x) + b (+ acc)` is `dz`.
+    pub fn backward_input(&self, dz: &Features<T>, in_dims: [usize; 3], pads: Pads) -> Features<T> {
+        assert_eq!(dz.channels, self.c_out, "conv output gradient channels");
+        conv_backward_input(&self.geom(), &self.weight, dz, in_dims, pads.map(|p| p[0]))
+    }
+
+    /// Adds the gradients with respect to the weights (`grad_w`, same layout as `weight`) and the
+    /// bias (`grad_b`) for input `x` padded by `pads` and pre-activation output gradient `dz`.
+    pub fn backward_params(
+        &self,
+        x: &Features<T>,
+        dz: &Features<T>,
+        pads: Pads,
+        grad_w: &mut [T],
+        grad_b: Option<&mut [T]>,
+    ) {
+        conv_backward_weight(&self.geom(), x, dz, pads.map(|p| p[0]), grad_w);
+        if let Some(gb) = grad_b {
+            channel_sums_into(dz, gb);
+        }
+    }
+}
+
+/// A transposed convolution (PyTorch's `ConvTranspose{1,2,3}d`): weights `(C_in, C_out, k…)`
+/// row-major, optional bias. Output size `(i − 1)·s − 2p + d·(k − 1) + 1 + output_padding`.
+#[derive(Clone, Debug)]
+pub struct ConvTranspose<T: Scalar = f32> {
+    pub c_in: usize,
+    pub c_out: usize,
+    pub kernel: [usize; 3],
+    pub stride: [usize; 3],
+    pub pad: [usize; 3],
+    pub dilation: [usize; 3],
+    pub output_padding: [usize; 3],
+    pub weight: Vec<T>,
+    pub bias: Option<Vec<T>>,
+}
+
+impl<T: Scalar> ConvTranspose<T> {
+    /// Kernel = stride = 2, no padding, no bias (DRUNet's up-sampling), with `rank` spatial axes.
+    pub fn new_2x(rank: usize, c_in: usize, c_out: usize, weight: Vec<T>) -> Self {
+        let [kernel, stride, pad] = per_axis(rank, 2, 2, 0);
+        Self::with_geometry(
+            c_in, c_out, kernel, stride, pad, [1; 3], [0; 3], weight, None,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_geometry(
+        c_in: usize,
+        c_out: usize,
+        kernel: [usize; 3],
+        stride: [usize; 3],
+        pad: [usize; 3],
+        dilation: [usize; 3],
+        output_padding: [usize; 3],
+        weight: Vec<T>,
+        bias: Option<Vec<T>>,
+    ) -> Self {
+        assert!(
+            kernel
+                .iter()
+                .chain(&stride)
+                .chain(&dilation)
+                .all(|&v| v > 0),
+            "transposed conv kernel, stride and dilation must be positive"
+        );
+        assert!(
+            (0..3).all(|a| output_padding[a] < stride[a].max(dilation[a])),
+            "output_padding must be smaller than the stride or the dilation"
+        );
+        assert_eq!(
+            weight.len(),
+            c_in * c_out * kernel.iter().product::<usize>(),
+            "transposed conv weight size"
+        );
+        if let Some(b) = &bias {
+            assert_eq!(b.len(), c_out, "transposed conv bias size");
+        }
+        ConvTranspose {
+            c_in,
+            c_out,
+            kernel,
+            stride,
+            pad,
+            dilation,
+            output_padding,
+            weight,
+            bias,
+        }
+    }
+
+    /// The convolution this layer is the adjoint of: `c_out` → `c_in`, the same weight matrix.
+    pub(crate) fn adjoint_geom(&self) -> Geom {
+        Geom {
+            c_in: self.c_out,
+            c_out: self.c_in,
+            kernel: self.kernel,
+            stride: self.stride,
+            dilation: self.dilation,
+        }
+    }
+
+    /// Output spatial size for input `dims` (`None` when padding removes everything).
+    pub fn out_dims(&self, dims: [usize; 3]) -> Option<[usize; 3]> {
         let mut o = [0; 3];
         for a in 0..3 {
-            let span = dims[a] + 2 * self.pad[a];
-            if span < self.kernel[a] {
+            let full = (dims[a].max(1) - 1) * self.stride[a]
+                + self.dilation[a] * (self.kernel[a] - 1)
+                + 1
+                + self.output_padding[a];
+            if dims[a] == 0 || full <= 2 * self.pad[a] {
                 return None;
             }
-            o[a] = (span - self.kernel[a]) / self.stride[a] + 1;
+            o[a] = full - 2 * self.pad[a];
         }
         Some(o)
     }
 
-    /// `conv(x)`, or `acc + conv(x)` when `acc` is given (its buffer is reused for the output).
-    pub fn forward(&self, x: &Features, acc: Option<Features>) -> Features {
-        assert_eq!(x.channels, self.c_in, "conv input channels");
+    /// The whole output.
+    pub fn forward(&self, x: &Features<T>) -> Features<T> {
         let od = self
             .out_dims(x.dims)
-            .expect("conv kernel larger than its input");
-        let accumulate = acc.is_some();
-        let mut out = match acc {
-            Some(a) => {
-                assert!(
-                    a.batch == x.batch && a.channels == self.c_out && a.dims == od,
-                    "conv accumulator shape"
-                );
-                a
-            }
-            None => Features {
-                batch: x.batch,
-                channels: self.c_out,
-                dims: od,
-                // Every element is written by the GEMM (read_dst = false), so no zeroing is needed;
-                // zeros keep it safe Rust at a small cost.
-                data: vec![0.0; x.batch * self.c_out * od.iter().product::<usize>()],
-            },
+            .expect("transposed conv output would be empty");
+        self.forward_window(x, self.pad, od)
+    }
+
+    /// A window of `out_dims` of the output, where input index `i` and tap `k` reach window index
+    /// `i·s + k·d − crop_lo` (`crop_lo = pad` is the whole output; a block of a larger output on
+    /// another input block has its own).
+    pub fn forward_window(
+        &self,
+        x: &Features<T>,
+        crop_lo: [usize; 3],
+        out_dims: [usize; 3],
+    ) -> Features<T> {
+        assert_eq!(x.channels, self.c_in, "transposed conv input channels");
+        let direct = (0..3).all(|a| {
+            self.kernel[a] == self.stride[a]
+                && crop_lo[a] == 0
+                && self.dilation[a] == 1
+                && out_dims[a] == x.dims[a] * self.stride[a]
+        });
+        let mut out = if direct {
+            self.forward_direct(x, out_dims)
+        } else {
+            conv_backward_input(&self.adjoint_geom(), &self.weight, x, out_dims, crop_lo)
         };
-        let k_len = self.k_len();
-        let rows_total = od[0] * od[1];
-        let wo = od[2];
-        let rows = strip_rows(k_len, wo, rows_total, x.batch);
-        let strips = rows_total.div_ceil(rows);
-        let out_s = od.iter().product::<usize>();
-        let in_s = x.spatial_len();
-        let out_ptr = SendPtr(out.data.as_mut_ptr());
-        let tasks = x.batch * strips;
-        let inner_par = gemm_parallelism(tasks);
-        (0..tasks)
-            .into_par_iter()
-            .for_each_init(Vec::new, |col, task| {
-                let (b, s) = (task / strips, task % strips);
-                let r0 = s * rows;
-                let r1 = (r0 + rows).min(rows_total);
-                let n = (r1 - r0) * wo;
-                col.resize(k_len * n, 0.0);
-                let xb = &x.data[b * self.c_in * in_s..(b + 1) * self.c_in * in_s];
-                im2col(self, xb, x.dims, od, r0, r1, col);
-                let out_ptr = &out_ptr;
-                // SAFETY: task (b, s) writes only rows r0..r1 of every channel of item b; tasks are
-                // disjoint, and `out` outlives the parallel loop.
-                unsafe {
-                    let dst = out_ptr.0.add(b * self.c_out * out_s + r0 * wo);
-                    gemm::gemm(
-                        self.c_out,
-                        n,
-                        k_len,
-                        dst,
-                        1,
-                        out_s as isize,
-                        accumulate,
-                        self.weight.as_ptr(),
-                        1,
-                        k_len as isize,
-                        col.as_ptr(),
-                        1,
-                        n as isize,
-                        1.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        inner_par,
-                    );
-                    if self.bias.is_some() || self.relu {
-                        for co in 0..self.c_out {
-                            let row = std::slice::from_raw_parts_mut(dst.add(co * out_s), n);
-                            let bias = self.bias.as_ref().map_or(0.0, |b| b[co]);
-                            if self.relu {
-                                row.iter_mut().for_each(|v| *v = (*v + bias).max(0.0));
-                            } else {
-                                row.iter_mut().for_each(|v| *v += bias);
-                            }
-                        }
-                    }
-                }
-            });
+        if let Some(b) = &self.bias {
+            add_channel_bias(&mut out, b);
+        }
         out
     }
-}
 
-/// Weights of a transposed convolution with kernel = stride = 2 and no padding: `(C_in, C_out, 2, 2)`
-/// or `(C_in, C_out, 2, 2, 2)` row-major, as PyTorch's `ConvTranspose{2,3}d` stores them.
-#[derive(Clone, Debug)]
-pub struct ConvTranspose2x {
-    pub c_in: usize,
-    pub c_out: usize,
-    /// 2 or 3 spatial axes.
-    pub rank: usize,
-    pub weight: Vec<f32>,
-}
+    /// Gradient with respect to the input (of spatial size `in_dims`) of the output window at
+    /// `crop_lo` (see [`Self::forward_window`]) with gradient `dy`.
+    pub fn backward_input(
+        &self,
+        dy: &Features<T>,
+        in_dims: [usize; 3],
+        crop_lo: [usize; 3],
+    ) -> Features<T> {
+        conv_forward(
+            &self.adjoint_geom(),
+            &self.weight,
+            None,
+            false,
+            dy,
+            None,
+            crop_lo,
+            in_dims,
+        )
+    }
 
-impl ConvTranspose2x {
-    pub fn new(rank: usize, c_in: usize, c_out: usize, weight: Vec<f32>) -> Self {
-        let taps = if rank == 3 { 8 } else { 4 };
-        assert_eq!(
-            weight.len(),
-            c_in * c_out * taps,
-            "transposed conv weight size"
-        );
-        ConvTranspose2x {
-            c_in,
-            c_out,
-            rank,
-            weight,
+    /// Adds the weight and bias gradients for input `x` and output-window gradient `dy`.
+    pub fn backward_params(
+        &self,
+        x: &Features<T>,
+        dy: &Features<T>,
+        crop_lo: [usize; 3],
+        grad_w: &mut [T],
+        grad_b: Option<&mut [T]>,
+    ) {
+        // The adjoint convolution maps dy to x: its weight gradient is Σ x · im2col(dy)ᵀ.
+        conv_backward_weight(&self.adjoint_geom(), dy, x, crop_lo, grad_w);
+        if let Some(gb) = grad_b {
+            channel_sums_into(dy, gb);
         }
     }
 
-    fn taps(&self) -> usize {
-        if self.rank == 3 { 8 } else { 4 }
-    }
-
-    pub fn forward(&self, x: &Features) -> Features {
-        assert_eq!(x.channels, self.c_in, "transposed conv input channels");
+    /// kernel = stride, no padding: every output voxel gets exactly one tap of one input voxel.
+    fn forward_direct(&self, x: &Features<T>, od: [usize; 3]) -> Features<T> {
         let [d, h, w] = x.dims;
-        let od = if self.rank == 3 {
-            [2 * d, 2 * h, 2 * w]
-        } else {
-            [d, 2 * h, 2 * w]
-        };
-        let taps = self.taps();
+        let [kd, kh, kw] = self.kernel;
+        let taps = kd * kh * kw;
         let m = self.c_out * taps;
-        let mut out = Features::zeros(x.batch, self.c_out, od);
+        let mut out: Features<T> = Features::zeros(x.batch, self.c_out, od);
         let rows_total = d * h;
         let rows = strip_rows(m, w, rows_total, x.batch);
         let strips = rows_total.div_ceil(rows);
@@ -251,7 +460,6 @@ impl ConvTranspose2x {
         let out_ptr = SendPtr(out.data.as_mut_ptr());
         let tasks = x.batch * strips;
         let inner_par = gemm_parallelism(tasks);
-        let kd_n = if self.rank == 3 { 2 } else { 1 };
         (0..tasks)
             .into_par_iter()
             .for_each_init(Vec::new, |tmp, task| {
@@ -259,7 +467,7 @@ impl ConvTranspose2x {
                 let r0 = s * rows;
                 let r1 = (r0 + rows).min(rows_total);
                 let n = (r1 - r0) * w;
-                tmp.resize(m * n, 0.0);
+                tmp.resize(m * n, T::ZERO);
                 // lhs[(co, t), ci] = weight[ci, co, t]: a column-major view of the stored weights.
                 // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
                 unsafe {
@@ -277,8 +485,8 @@ impl ConvTranspose2x {
                         x.data.as_ptr().add(b * self.c_in * in_s + r0 * w),
                         1,
                         in_s as isize,
-                        1.0,
-                        1.0,
+                        T::ONE,
+                        T::ONE,
                         false,
                         false,
                         false,
@@ -287,23 +495,22 @@ impl ConvTranspose2x {
                 }
                 let out_ptr = &out_ptr;
                 for co in 0..self.c_out {
-                    for kz in 0..kd_n {
-                        for ky in 0..2 {
-                            for kx in 0..2 {
-                                let t = (kz * 2 + ky) * 2 + kx;
+                    for kz in 0..kd {
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let t = (kz * kh + ky) * kw + kx;
                                 let src = &tmp[(co * taps + t) * n..(co * taps + t + 1) * n];
                                 for r in r0..r1 {
                                     let (z, y) = (r / h, r % h);
-                                    let oz = if self.rank == 3 { 2 * z + kz } else { z };
-                                    let orow = (oz * od[1] + 2 * y + ky) * od[2];
+                                    let orow = ((z * kd + kz) * od[1] + y * kh + ky) * od[2];
                                     let srow = &src[(r - r0) * w..(r - r0 + 1) * w];
-                                    // SAFETY: output row (oz, 2y+ky) belongs to input row r of this
-                                    // task only; columns 2x+kx < 2w.
+                                    // SAFETY: output row (z·kd+kz, y·kh+ky) belongs to input row r
+                                    // of this task only; columns x·kw+kx < kw·w.
                                     unsafe {
                                         let dst =
                                             out_ptr.0.add((b * self.c_out + co) * out_s + orow);
                                         for (xi, v) in srow.iter().enumerate() {
-                                            *dst.add(2 * xi + kx) = *v;
+                                            *dst.add(kw * xi + kx) = *v;
                                         }
                                     }
                                 }
@@ -317,18 +524,15 @@ impl ConvTranspose2x {
 }
 
 /// A raw output pointer shared by parallel tasks that write disjoint parts.
-struct SendPtr(*mut f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
+struct SendPtr<T>(*mut T);
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
 
 /// Output rows per task: enough columns (≥ 1024) that packing the weights is a small part of each
 /// GEMM, few enough that the patch matrix stays near the L2 cache (~2 MiB), and at least a few tasks
 /// per thread when the image allows.
 fn strip_rows(k_len: usize, row_len: usize, rows_total: usize, batch: usize) -> usize {
-    const COL_TARGET: usize = 1 << 19; // floats (2 MiB)
-    const MIN_COLS: usize = 1024;
-    let cols = (COL_TARGET / k_len.max(1)).max(MIN_COLS);
-    let mut rows = (cols / row_len.max(1)).clamp(1, rows_total.max(1));
+    let mut rows = grad_strip_rows(k_len, row_len, rows_total);
     let want_tasks = 4 * rayon::current_num_threads();
     let per_item = want_tasks.div_ceil(batch.max(1));
     if rows_total.div_ceil(rows) < per_item {
@@ -337,58 +541,340 @@ fn strip_rows(k_len: usize, row_len: usize, rows_total: usize, batch: usize) -> 
     rows
 }
 
+/// Output rows per strip where the strips' results are summed (weight gradients): a size that does
+/// not depend on the number of threads, so the order of the sums does not either.
+fn grad_strip_rows(k_len: usize, row_len: usize, rows_total: usize) -> usize {
+    const COL_TARGET: usize = 1 << 19; // elements (2 MiB in f32)
+    const MIN_COLS: usize = 1024;
+    let cols = (COL_TARGET / k_len.max(1)).max(MIN_COLS);
+    (cols / row_len.max(1)).clamp(1, rows_total.max(1))
+}
+
+/// `out = relu?(W · im2col(x) + bias (+ acc))` with output size `od` and low-side padding `pad_lo`.
+#[allow(clippy::too_many_arguments)]
+fn conv_forward<T: Scalar>(
+    g: &Geom,
+    weight: &[T],
+    bias: Option<&[T]>,
+    relu: bool,
+    x: &Features<T>,
+    acc: Option<Features<T>>,
+    pad_lo: [usize; 3],
+    od: [usize; 3],
+) -> Features<T> {
+    assert_eq!(x.channels, g.c_in, "conv input channels");
+    let accumulate = acc.is_some();
+    let mut out = match acc {
+        Some(a) => {
+            assert!(
+                a.batch == x.batch && a.channels == g.c_out && a.dims == od,
+                "conv accumulator shape"
+            );
+            a
+        }
+        // Every element is written by the GEMM (read_dst = false), so no zeroing is needed; zeros
+        // keep it safe Rust at a small cost.
+        None => Features::zeros(x.batch, g.c_out, od),
+    };
+    let k_len = g.k_len();
+    let rows_total = od[0] * od[1];
+    let wo = od[2];
+    let out_s = od.iter().product::<usize>();
+    if out_s == 0 || x.batch == 0 {
+        return out;
+    }
+    let rows = strip_rows(k_len, wo, rows_total, x.batch);
+    let strips = rows_total.div_ceil(rows);
+    let in_s = x.spatial_len();
+    let out_ptr = SendPtr(out.data.as_mut_ptr());
+    let tasks = x.batch * strips;
+    let inner_par = gemm_parallelism(tasks);
+    (0..tasks)
+        .into_par_iter()
+        .for_each_init(Vec::new, |col, task| {
+            let (b, s) = (task / strips, task % strips);
+            let r0 = s * rows;
+            let r1 = (r0 + rows).min(rows_total);
+            let n = (r1 - r0) * wo;
+            col.resize(k_len * n, T::ZERO);
+            let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
+            im2col(g, pad_lo, xb, x.dims, od, r0, r1, col);
+            let out_ptr = &out_ptr;
+            // SAFETY: task (b, s) writes only rows r0..r1 of every channel of item b; tasks are
+            // disjoint, and `out` outlives the parallel loop.
+            unsafe {
+                let dst = out_ptr.0.add(b * g.c_out * out_s + r0 * wo);
+                gemm::gemm(
+                    g.c_out,
+                    n,
+                    k_len,
+                    dst,
+                    1,
+                    out_s as isize,
+                    accumulate,
+                    weight.as_ptr(),
+                    1,
+                    k_len as isize,
+                    col.as_ptr(),
+                    1,
+                    n as isize,
+                    T::ONE,
+                    T::ONE,
+                    false,
+                    false,
+                    false,
+                    inner_par,
+                );
+                if bias.is_some() || relu {
+                    for co in 0..g.c_out {
+                        let row = std::slice::from_raw_parts_mut(dst.add(co * out_s), n);
+                        let bias = bias.map_or(T::ZERO, |b| b[co]);
+                        if relu {
+                            row.iter_mut().for_each(|v| *v = (*v + bias).max(T::ZERO));
+                        } else {
+                            row.iter_mut().for_each(|v| *v += bias);
+                        }
+                    }
+                }
+            }
+        });
+    out
+}
+
+/// `dx = col2im(Wᵀ · dz)`: the adjoint of the convolution's linear part, for an input of `in_dims`.
+/// Strips run one after the other (GEMMs on all threads), the scatter of each strip in parallel over
+/// input channels, so no two threads add into the same voxel.
+fn conv_backward_input<T: Scalar>(
+    g: &Geom,
+    weight: &[T],
+    dz: &Features<T>,
+    in_dims: [usize; 3],
+    pad_lo: [usize; 3],
+) -> Features<T> {
+    assert_eq!(dz.channels, g.c_out, "conv output gradient channels");
+    let mut dx = Features::zeros(dz.batch, g.c_in, in_dims);
+    let k_len = g.k_len();
+    let od = dz.dims;
+    let (rows_total, wo) = (od[0] * od[1], od[2]);
+    let out_s = dz.spatial_len();
+    let in_s = dx.spatial_len();
+    if out_s == 0 || in_s == 0 {
+        return dx;
+    }
+    let rows = grad_strip_rows(k_len, wo, rows_total);
+    let mut col = vec![T::ZERO; k_len * rows * wo];
+    let par = gemm::Parallelism::Rayon(rayon::current_num_threads());
+    for b in 0..dz.batch {
+        let dx_b = &mut dx.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
+        for r0 in (0..rows_total).step_by(rows) {
+            let r1 = (r0 + rows).min(rows_total);
+            let n = (r1 - r0) * wo;
+            // col (k_len × n) = Wᵀ (k_len × C_out) · dz[b, :, strip] (C_out × n).
+            // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
+            unsafe {
+                gemm::gemm(
+                    k_len,
+                    n,
+                    g.c_out,
+                    col.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    weight.as_ptr(),
+                    k_len as isize,
+                    1,
+                    dz.data.as_ptr().add(b * g.c_out * out_s + r0 * wo),
+                    1,
+                    out_s as isize,
+                    T::ONE,
+                    T::ONE,
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            }
+            col2im_add(g, pad_lo, &col[..k_len * n], in_dims, od, r0, r1, dx_b);
+        }
+    }
+    dx
+}
+
+/// `grad_w += Σ_{items, strips} dz[:, strip] · im2col(x)[:, strip]ᵀ`. Strips are summed in fixed
+/// groups (at most 8, in task order), then the groups in order: the result does not depend on the
+/// number of threads.
+fn conv_backward_weight<T: Scalar>(
+    g: &Geom,
+    x: &Features<T>,
+    dz: &Features<T>,
+    pad_lo: [usize; 3],
+    grad_w: &mut [T],
+) {
+    assert_eq!(x.channels, g.c_in, "conv input channels");
+    assert_eq!(dz.channels, g.c_out, "conv output gradient channels");
+    let k_len = g.k_len();
+    assert_eq!(grad_w.len(), g.c_out * k_len, "conv weight gradient size");
+    let od = dz.dims;
+    let (rows_total, wo) = (od[0] * od[1], od[2]);
+    let (in_s, out_s) = (x.spatial_len(), dz.spatial_len());
+    if out_s == 0 || x.batch == 0 {
+        return;
+    }
+    let rows = grad_strip_rows(k_len, wo, rows_total);
+    let strips = rows_total.div_ceil(rows);
+    let tasks = x.batch * strips;
+    const GROUPS: usize = 8;
+    let groups = tasks.min(GROUPS);
+    let inner_par = gemm_parallelism(groups);
+    let partials: Vec<Vec<T>> = (0..groups)
+        .into_par_iter()
+        .map(|gi| {
+            let mut acc = vec![T::ZERO; g.c_out * k_len];
+            let mut col = Vec::new();
+            for task in gi * tasks / groups..(gi + 1) * tasks / groups {
+                let (b, s) = (task / strips, task % strips);
+                let r0 = s * rows;
+                let r1 = (r0 + rows).min(rows_total);
+                let n = (r1 - r0) * wo;
+                col.resize(k_len * n, T::ZERO);
+                let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
+                im2col(g, pad_lo, xb, x.dims, od, r0, r1, &mut col);
+                // acc (C_out × k_len) += dz[b, :, strip] (C_out × n) · colᵀ (n × k_len).
+                // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
+                unsafe {
+                    gemm::gemm(
+                        g.c_out,
+                        k_len,
+                        n,
+                        acc.as_mut_ptr(),
+                        1,
+                        k_len as isize,
+                        true,
+                        dz.data.as_ptr().add(b * g.c_out * out_s + r0 * wo),
+                        1,
+                        out_s as isize,
+                        col.as_ptr(),
+                        n as isize,
+                        1,
+                        T::ONE,
+                        T::ONE,
+                        false,
+                        false,
+                        false,
+                        inner_par,
+                    );
+                }
+            }
+            acc
+        })
+        .collect();
+    for p in &partials {
+        grad_w.iter_mut().zip(p).for_each(|(g, v)| *g += *v);
+    }
+}
+
+/// `grad[c] += Σ_{items, voxels} f[b, c, …]`, accumulated in f64.
+fn channel_sums_into<T: Scalar>(f: &Features<T>, grad: &mut [T]) {
+    let s = f.spatial_len();
+    let sums: Vec<f64> = (0..f.channels)
+        .into_par_iter()
+        .map(|c| {
+            (0..f.batch)
+                .map(|b| {
+                    let start = (b * f.channels + c) * s;
+                    f.data[start..start + s]
+                        .iter()
+                        .map(|v| v.to_f64())
+                        .sum::<f64>()
+                })
+                .sum()
+        })
+        .collect();
+    for (g, v) in grad.iter_mut().zip(sums) {
+        *g += T::from_f64(v);
+    }
+}
+
+/// `f[b, c, …] += bias[c]`.
+fn add_channel_bias<T: Scalar>(f: &mut Features<T>, bias: &[T]) {
+    let (s, c) = (f.spatial_len(), f.channels);
+    if s == 0 {
+        return;
+    }
+    f.data
+        .par_chunks_mut(s)
+        .enumerate()
+        .for_each(|(p, plane)| plane.iter_mut().for_each(|v| *v += bias[p % c]));
+}
+
+/// For kernel tap `k` along one axis: the output positions `lo..hi` (of `n_out`) whose input
+/// position `o·s + k·d − pad` lies inside `0..n_in`.
+fn valid_outputs(
+    k: usize,
+    s: usize,
+    d: usize,
+    pad: usize,
+    n_in: usize,
+    n_out: usize,
+) -> (usize, usize) {
+    let kd = k * d;
+    let lo = pad.saturating_sub(kd).div_ceil(s).min(n_out);
+    let hi = if n_in + pad > kd {
+        ((n_in + pad - kd - 1) / s + 1).min(n_out)
+    } else {
+        0
+    };
+    (lo, hi.max(lo))
+}
+
 /// Fills `col[(ci, kz, ky, kx), j]` for the output positions `j` of output rows `r0..r1` (row `r` is
 /// `(oz, oy) = (r / H_out, r % H_out)`), zero where the kernel reaches into the padding.
-fn im2col(
-    conv: &Conv,
-    x: &[f32],
+#[allow(clippy::too_many_arguments)]
+fn im2col<T: Scalar>(
+    g: &Geom,
+    pad_lo: [usize; 3],
+    x: &[T],
     in_dims: [usize; 3],
     out_dims: [usize; 3],
     r0: usize,
     r1: usize,
-    col: &mut [f32],
+    col: &mut [T],
 ) {
     let [di, hi, wi] = in_dims;
     let [_, ho, wo] = out_dims;
-    let [kd, kh, kw] = conv.kernel;
-    let [sd, sh, sw] = conv.stride;
-    let [pd, ph, pw] = conv.pad;
+    let [kd, kh, kw] = g.kernel;
+    let [sd, sh, sw] = g.stride;
+    let [dd, dh, dw] = g.dilation;
+    let [pd, ph, pw] = pad_lo;
     let n = (r1 - r0) * wo;
     let in_s = di * hi * wi;
     let mut row_idx = 0;
-    for ci in 0..conv.c_in {
+    for ci in 0..g.c_in {
         let xc = &x[ci * in_s..(ci + 1) * in_s];
         for kz in 0..kd {
             for ky in 0..kh {
                 for kx in 0..kw {
                     let dst_row = &mut col[row_idx * n..(row_idx + 1) * n];
                     row_idx += 1;
-                    // Output columns whose input column ox·sw + kx − pw is inside 0..wi.
-                    let lo = pw.saturating_sub(kx).div_ceil(sw).min(wo);
-                    let hi_x = if wi + pw > kx {
-                        ((wi + pw - kx - 1) / sw + 1).min(wo)
-                    } else {
-                        0
-                    }
-                    .max(lo);
+                    let (lo, hi_x) = valid_outputs(kx, sw, dw, pw, wi, wo);
                     for r in r0..r1 {
                         let (oz, oy) = (r / ho, r % ho);
                         let dst = &mut dst_row[(r - r0) * wo..(r - r0 + 1) * wo];
-                        let iz = (oz * sd + kz) as isize - pd as isize;
-                        let iy = (oy * sh + ky) as isize - ph as isize;
+                        let iz = (oz * sd + kz * dd) as isize - pd as isize;
+                        let iy = (oy * sh + ky * dh) as isize - ph as isize;
                         if iz < 0 || iz >= di as isize || iy < 0 || iy >= hi as isize {
-                            dst.fill(0.0);
+                            dst.fill(T::ZERO);
                             continue;
                         }
                         let src = &xc[(iz as usize * hi + iy as usize) * wi..][..wi];
-                        dst[..lo].fill(0.0);
-                        dst[hi_x..].fill(0.0);
+                        dst[..lo].fill(T::ZERO);
+                        dst[hi_x..].fill(T::ZERO);
                         if sw == 1 {
-                            let start = lo + kx - pw;
+                            let start = lo + kx * dw - pw;
                             dst[lo..hi_x].copy_from_slice(&src[start..start + (hi_x - lo)]);
                         } else {
                             for (ox, d) in dst[lo..hi_x].iter_mut().enumerate() {
-                                *d = src[(lo + ox) * sw + kx - pw];
+                                *d = src[(lo + ox) * sw + kx * dw - pw];
                             }
                         }
                     }
@@ -396,6 +882,62 @@ fn im2col(
             }
         }
     }
+}
+
+/// The adjoint of [`im2col`]: adds `col[(ci, kz, ky, kx), j]` into the input voxel each entry was
+/// read from (entries in the padding are dropped). Parallel over input channels.
+#[allow(clippy::too_many_arguments)]
+fn col2im_add<T: Scalar>(
+    g: &Geom,
+    pad_lo: [usize; 3],
+    col: &[T],
+    in_dims: [usize; 3],
+    out_dims: [usize; 3],
+    r0: usize,
+    r1: usize,
+    dx: &mut [T],
+) {
+    let [di, hi, wi] = in_dims;
+    let [_, ho, wo] = out_dims;
+    let [kd, kh, kw] = g.kernel;
+    let [sd, sh, sw] = g.stride;
+    let [dd, dh, dw] = g.dilation;
+    let [pd, ph, pw] = pad_lo;
+    let n = (r1 - r0) * wo;
+    let in_s = di * hi * wi;
+    let taps = kd * kh * kw;
+    dx.par_chunks_mut(in_s).enumerate().for_each(|(ci, dxc)| {
+        for kz in 0..kd {
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let row_idx = ci * taps + (kz * kh + ky) * kw + kx;
+                    let src_row = &col[row_idx * n..(row_idx + 1) * n];
+                    let (lo, hi_x) = valid_outputs(kx, sw, dw, pw, wi, wo);
+                    for r in r0..r1 {
+                        let (oz, oy) = (r / ho, r % ho);
+                        let iz = (oz * sd + kz * dd) as isize - pd as isize;
+                        let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                        if iz < 0 || iz >= di as isize || iy < 0 || iy >= hi as isize {
+                            continue;
+                        }
+                        let src = &src_row[(r - r0) * wo..(r - r0 + 1) * wo];
+                        let dst = &mut dxc[(iz as usize * hi + iy as usize) * wi..][..wi];
+                        if sw == 1 {
+                            let start = lo + kx * dw - pw;
+                            dst[start..start + (hi_x - lo)]
+                                .iter_mut()
+                                .zip(&src[lo..hi_x])
+                                .for_each(|(d, v)| *d += *v);
+                        } else {
+                            for ox in lo..hi_x {
+                                dst[ox * sw + kx * dw - pw] += src[ox];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
 }
 
 /// gemm's own threads when there is a single (item, strip) task, so both cores work on it; none
@@ -409,17 +951,39 @@ fn gemm_parallelism(tasks: usize) -> gemm::Parallelism {
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop, clippy::type_complexity)]
 pub(crate) mod tests {
     use super::*;
     use rand::{RngExt, SeedableRng};
 
-    fn random(n: usize, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
-        (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    pub(crate) fn random<T: Scalar>(n: usize, rng: &mut rand::rngs::StdRng) -> Vec<T> {
+        (0..n)
+            .map(|_| T::from_f64(rng.random_range(-1.0f64..1.0)))
+            .collect()
     }
 
-    /// Direct (six nested loops) convolution, the definition.
-    fn naive_conv(c: &Conv, x: &Features, acc: Option<&Features>) -> Features {
-        let od = c.out_dims(x.dims).unwrap();
+    pub(crate) fn random_features<T: Scalar>(
+        batch: usize,
+        channels: usize,
+        dims: [usize; 3],
+        rng: &mut rand::rngs::StdRng,
+    ) -> Features<T> {
+        Features {
+            batch,
+            channels,
+            dims,
+            data: random(batch * channels * dims.iter().product::<usize>(), rng),
+        }
+    }
+
+    pub(crate) fn dot<T: Scalar>(a: &[T], b: &[T]) -> f64 {
+        assert_eq!(a.len(), b.len());
+        a.iter().zip(b).map(|(a, b)| a.to_f64() * b.to_f64()).sum()
+    }
+
+    /// Direct (nested loops) convolution with per-side padding, the definition.
+    fn naive_conv(c: &Conv, x: &Features, acc: Option<&Features>, pads: Pads) -> Features {
+        let od = c.out_dims_padded(x.dims, pads).unwrap();
         let mut out = Features::zeros(x.batch, c.c_out, od);
         let [di, hi, wi] = x.dims;
         let k: usize = c.kernel.iter().product();
@@ -433,12 +997,12 @@ pub(crate) mod tests {
                                 for kz in 0..c.kernel[0] {
                                     for ky in 0..c.kernel[1] {
                                         for kx in 0..c.kernel[2] {
-                                            let iz = (oz * c.stride[0] + kz) as isize
-                                                - c.pad[0] as isize;
-                                            let iy = (oy * c.stride[1] + ky) as isize
-                                                - c.pad[1] as isize;
-                                            let ix = (ox * c.stride[2] + kx) as isize
-                                                - c.pad[2] as isize;
+                                            let at = |o: usize, k: usize, a: usize| {
+                                                (o * c.stride[a] + k * c.dilation[a]) as isize
+                                                    - pads[a][0] as isize
+                                            };
+                                            let (iz, iy, ix) =
+                                                (at(oz, kz, 0), at(oy, ky, 1), at(ox, kx, 2));
                                             if iz < 0
                                                 || iy < 0
                                                 || ix < 0
@@ -475,16 +1039,13 @@ pub(crate) mod tests {
         out
     }
 
-    fn naive_transposed(t: &ConvTranspose2x, x: &Features) -> Features {
-        let [d, h, w] = x.dims;
-        let od = if t.rank == 3 {
-            [2 * d, 2 * h, 2 * w]
-        } else {
-            [d, 2 * h, 2 * w]
-        };
+    /// The definition of a transposed convolution: every input voxel scatters its taps.
+    fn naive_transposed(t: &ConvTranspose, x: &Features) -> Features {
+        let od = t.out_dims(x.dims).unwrap();
         let mut out = Features::zeros(x.batch, t.c_out, od);
-        let kd = if t.rank == 3 { 2 } else { 1 };
-        let taps = kd * 4;
+        let [d, h, w] = x.dims;
+        let [kd, kh, kw] = t.kernel;
+        let taps = kd * kh * kw;
         for b in 0..x.batch {
             for ci in 0..t.c_in {
                 for co in 0..t.c_out {
@@ -493,18 +1054,31 @@ pub(crate) mod tests {
                             for xx in 0..w {
                                 let v = x.data[(((b * t.c_in + ci) * d + z) * h + y) * w + xx];
                                 for kz in 0..kd {
-                                    for ky in 0..2 {
-                                        for kx in 0..2 {
+                                    for ky in 0..kh {
+                                        for kx in 0..kw {
+                                            let at = |i: usize, k: usize, a: usize| {
+                                                (i * t.stride[a] + k * t.dilation[a]) as isize
+                                                    - t.pad[a] as isize
+                                            };
+                                            let (oz, oy, ox) =
+                                                (at(z, kz, 0), at(y, ky, 1), at(xx, kx, 2));
+                                            if oz < 0
+                                                || oy < 0
+                                                || ox < 0
+                                                || oz >= od[0] as isize
+                                                || oy >= od[1] as isize
+                                                || ox >= od[2] as isize
+                                            {
+                                                continue;
+                                            }
                                             let wv = t.weight[(ci * t.c_out + co) * taps
-                                                + (kz * 2 + ky) * 2
+                                                + (kz * kh + ky) * kw
                                                 + kx];
-                                            let oz = if t.rank == 3 { 2 * z + kz } else { z };
-                                            let i = (((b * t.c_out + co) * od[0] + oz) * od[1]
-                                                + 2 * y
-                                                + ky)
+                                            let i = (((b * t.c_out + co) * od[0] + oz as usize)
+                                                * od[1]
+                                                + oy as usize)
                                                 * od[2]
-                                                + 2 * xx
-                                                + kx;
+                                                + ox as usize;
                                             out.data[i] += v * wv;
                                         }
                                     }
@@ -514,6 +1088,9 @@ pub(crate) mod tests {
                     }
                 }
             }
+        }
+        if let Some(bias) = &t.bias {
+            add_channel_bias(&mut out, bias);
         }
         out
     }
@@ -525,6 +1102,24 @@ pub(crate) mod tests {
             .zip(&b.data)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f32::max)
+    }
+
+    /// A random geometry with `rank` spatial axes: kernel 1..4, stride 1..3, dilation 1..2,
+    /// padding 0..3, and input sizes that fit the dilated kernel.
+    fn random_geometry(
+        rank: usize,
+        rng: &mut rand::rngs::StdRng,
+    ) -> ([usize; 3], [usize; 3], [usize; 3], [usize; 3], [usize; 3]) {
+        let (mut k, mut s, mut p, mut d, mut n) = ([1; 3], [1; 3], [0; 3], [1; 3], [1; 3]);
+        for a in 3 - rank..3 {
+            k[a] = rng.random_range(1..4);
+            s[a] = rng.random_range(1..3);
+            d[a] = rng.random_range(1..3);
+            p[a] = rng.random_range(0..3);
+            let reach = d[a] * (k[a] - 1) + 1;
+            n[a] = rng.random_range(reach.max(2)..reach + 9);
+        }
+        (k, s, p, d, n)
     }
 
     #[test]
@@ -559,27 +1154,15 @@ pub(crate) mod tests {
                 bias,
                 case % 5 == 0,
             );
-            let x = Features {
-                batch,
-                channels: c_in,
-                dims,
-                data: random(batch * c_in * dims.iter().product::<usize>(), &mut rng),
-            };
-            let acc = (case % 3 == 1).then(|| {
-                let od = conv.out_dims(dims).unwrap();
-                Features {
-                    batch,
-                    channels: c_out,
-                    dims: od,
-                    data: random(batch * c_out * od.iter().product::<usize>(), &mut rng),
-                }
-            });
-            let want = naive_conv(&conv, &x, acc.as_ref());
+            let x = random_features(batch, c_in, dims, &mut rng);
+            let acc = (case % 3 == 1)
+                .then(|| random_features(batch, c_out, conv.out_dims(dims).unwrap(), &mut rng));
+            let want = naive_conv(&conv, &x, acc.as_ref(), conv.pads());
             let got = conv.forward(&x, acc);
             let e = max_err(&got, &want);
             assert!(e < 1e-4, "case {case} rank {rank} k{k} s{stride}: err {e}");
 
-            let t = ConvTranspose2x::new(
+            let t = ConvTranspose::new_2x(
                 rank,
                 c_in,
                 c_out,
@@ -587,6 +1170,57 @@ pub(crate) mod tests {
             );
             let e = max_err(&t.forward(&x), &naive_transposed(&t, &x));
             assert!(e < 1e-4, "transposed case {case} rank {rank}: err {e}");
+        }
+    }
+
+    #[test]
+    fn dilated_strided_and_one_sided_padded_layers_match_the_definition() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for case in 0..60 {
+            let rank = 1 + case % 3;
+            let (kernel, stride, pad, dilation, dims) = random_geometry(rank, &mut rng);
+            let (c_in, c_out) = (rng.random_range(1..4), rng.random_range(1..4));
+            let taps: usize = kernel.iter().product();
+            let conv = Conv::with_geometry(
+                c_in,
+                c_out,
+                kernel,
+                stride,
+                pad,
+                dilation,
+                random(c_out * c_in * taps, &mut rng),
+                (case % 2 == 0).then(|| random(c_out, &mut rng)),
+                case % 4 == 1,
+            );
+            let x = random_features(2, c_in, dims, &mut rng);
+            // One-sided padding, as a block at the edge of a decomposed image gets.
+            let pads: Pads = std::array::from_fn(|a| [pad[a], pad[a] / 2]);
+            if conv.out_dims_padded(dims, pads).is_some() {
+                let e = max_err(
+                    &conv.forward_padded(&x, None, pads),
+                    &naive_conv(&conv, &x, None, pads),
+                );
+                assert!(e < 1e-4, "conv case {case}: err {e}");
+            }
+            let mut output_padding = [0; 3];
+            for a in 3 - rank..3 {
+                output_padding[a] = rng.random_range(0..stride[a].max(dilation[a]));
+            }
+            let t = ConvTranspose::with_geometry(
+                c_in,
+                c_out,
+                kernel,
+                stride,
+                pad,
+                dilation,
+                output_padding,
+                random(c_in * c_out * taps, &mut rng),
+                (case % 3 == 0).then(|| random(c_out, &mut rng)),
+            );
+            if t.out_dims(dims).is_some() {
+                let e = max_err(&t.forward(&x), &naive_transposed(&t, &x));
+                assert!(e < 1e-4, "transposed case {case}: err {e}");
+            }
         }
     }
 
@@ -606,14 +1240,255 @@ pub(crate) mod tests {
             None,
             true,
         );
-        let dims = [1, 67, 45];
-        let x = Features {
-            batch: 1,
-            channels: c_in,
-            dims,
-            data: random(c_in * 67 * 45, &mut rng),
-        };
-        let e = max_err(&conv.forward(&x, None), &naive_conv(&conv, &x, None));
+        let x = random_features(1, c_in, [1, 67, 45], &mut rng);
+        let e = max_err(
+            &conv.forward(&x, None),
+            &naive_conv(&conv, &x, None, conv.pads()),
+        );
         assert!(e < 1e-4, "err {e}");
+    }
+
+    /// ⟨A x, y⟩ = ⟨x, Aᵀ y⟩ for the linear part of convolutions and transposed convolutions, and
+    /// ⟨∂/∂W ⟨A_W x, y⟩, V⟩ = ⟨A_V x, y⟩ for the weight gradient, in f64 on random geometries
+    /// (several strips and items, so the fixed-group sums are exercised).
+    #[test]
+    fn backward_passes_are_adjoints_of_the_forward_passes_in_f64() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        for case in 0..60 {
+            let rank = 1 + case % 3;
+            let (kernel, stride, pad, dilation, dims) = random_geometry(rank, &mut rng);
+            let (c_in, c_out) = (rng.random_range(1..5), rng.random_range(1..5));
+            let taps: usize = kernel.iter().product();
+            let w: Vec<f64> = random(c_out * c_in * taps, &mut rng);
+            let v: Vec<f64> = random(c_out * c_in * taps, &mut rng);
+            let conv = |w: &[f64]| {
+                Conv::with_geometry(
+                    c_in,
+                    c_out,
+                    kernel,
+                    stride,
+                    pad,
+                    dilation,
+                    w.to_vec(),
+                    None,
+                    false,
+                )
+            };
+            let (cw, cv) = (conv(&w), conv(&v));
+            let pads: Pads = std::array::from_fn(|a| [pad[a], (pad[a] + case) % 3]);
+            let Some(od) = cw.out_dims_padded(dims, pads) else {
+                continue;
+            };
+            let x: Features<f64> = random_features(2, c_in, dims, &mut rng);
+            let y: Features<f64> = random_features(2, c_out, od, &mut rng);
+            let ax = cw.forward_padded(&x, None, pads);
+            let aty = cw.backward_input(&y, dims, pads);
+            let (l, r) = (dot(&ax.data, &y.data), dot(&x.data, &aty.data));
+            assert!(
+                (l - r).abs() <= 1e-12 * l.abs().max(1.0),
+                "conv case {case}: {l} vs {r}"
+            );
+            let mut gw = vec![0.0; w.len()];
+            cw.backward_params(&x, &y, pads, &mut gw, None);
+            let (l, r) = (
+                dot(&gw, &v),
+                dot(&cv.forward_padded(&x, None, pads).data, &y.data),
+            );
+            assert!(
+                (l - r).abs() <= 1e-12 * l.abs().max(1.0),
+                "conv weights case {case}: {l} vs {r}"
+            );
+
+            let t = |w: &[f64]| {
+                ConvTranspose::with_geometry(
+                    c_out,
+                    c_in,
+                    kernel,
+                    stride,
+                    pad,
+                    dilation,
+                    [0; 3],
+                    w.to_vec(),
+                    None,
+                )
+            };
+            let (tw, tv) = (t(&w), t(&v));
+            let Some(td) = tw.out_dims(dims) else {
+                continue;
+            };
+            let x: Features<f64> = random_features(2, c_out, dims, &mut rng);
+            let y: Features<f64> = random_features(2, c_in, td, &mut rng);
+            let (l, r) = (
+                dot(&tw.forward(&x).data, &y.data),
+                dot(&x.data, &tw.backward_input(&y, dims, pad).data),
+            );
+            assert!(
+                (l - r).abs() <= 1e-12 * l.abs().max(1.0),
+                "transposed case {case}: {l} vs {r}"
+            );
+            let mut gw = vec![0.0; w.len()];
+            tw.backward_params(&x, &y, pad, &mut gw, None);
+            let (l, r) = (dot(&gw, &v), dot(&tv.forward(&x).data, &y.data));
+            assert!(
+                (l - r).abs() <= 1e-12 * l.abs().max(1.0),
+                "transposed weights case {case}: {l} vs {r}"
+            );
+        }
+    }
+
+    /// Central differences of `L = ⟨r, relu(conv(x) + b + acc)⟩` against the backward pass, in f64,
+    /// for every input, weight, bias and accumulator entry of small layers.
+    #[test]
+    fn conv_gradients_match_finite_differences_in_f64() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        for case in 0..12 {
+            let rank = 1 + case % 3;
+            let (kernel, stride, pad, dilation, dims) = random_geometry(rank, &mut rng);
+            let (c_in, c_out) = (rng.random_range(1..3), rng.random_range(1..3));
+            let taps: usize = kernel.iter().product();
+            let mut conv: Conv<f64> = Conv::with_geometry(
+                c_in,
+                c_out,
+                kernel,
+                stride,
+                pad,
+                dilation,
+                random(c_out * c_in * taps, &mut rng),
+                Some(random(c_out, &mut rng)),
+                true,
+            );
+            let Some(od) = conv.out_dims(dims) else {
+                continue;
+            };
+            let x: Features<f64> = random_features(1, c_in, dims, &mut rng);
+            let acc: Features<f64> = random_features(1, c_out, od, &mut rng);
+            let r: Features<f64> = random_features(1, c_out, od, &mut rng);
+            let loss = |conv: &Conv<f64>, x: &Features<f64>, acc: &Features<f64>| {
+                dot(&conv.forward(x, Some(acc.clone())).data, &r.data)
+            };
+            // Backward: dz = r ⊙ [y > 0].
+            let y = conv.forward(&x, Some(acc.clone()));
+            let mut dz = r.clone();
+            dz.data
+                .iter_mut()
+                .zip(&y.data)
+                .for_each(|(g, &y)| *g = if y > 0.0 { *g } else { 0.0 });
+            let gx = conv.backward_input(&dz, dims, conv.pads());
+            let mut gw = vec![0.0; conv.weight.len()];
+            let mut gb = vec![0.0; c_out];
+            conv.backward_params(&x, &dz, conv.pads(), &mut gw, Some(&mut gb));
+            let eps = 1e-6;
+            let check = |what: &str, i: usize, fd: f64, an: f64| {
+                assert!(
+                    (fd - an).abs() <= 1e-6 * an.abs().max(1.0),
+                    "case {case} {what}[{i}]: finite difference {fd} vs backward {an}"
+                );
+            };
+            for i in 0..x.data.len() {
+                let (mut xp, mut xm) = (x.clone(), x.clone());
+                xp.data[i] += eps;
+                xm.data[i] -= eps;
+                let fd = (loss(&conv, &xp, &acc) - loss(&conv, &xm, &acc)) / (2.0 * eps);
+                check("x", i, fd, gx.data[i]);
+            }
+            for i in 0..acc.data.len() {
+                let (mut ap, mut am) = (acc.clone(), acc.clone());
+                ap.data[i] += eps;
+                am.data[i] -= eps;
+                let fd = (loss(&conv, &x, &ap) - loss(&conv, &x, &am)) / (2.0 * eps);
+                check("acc", i, fd, dz.data[i]);
+            }
+            for i in 0..conv.weight.len() {
+                conv.weight[i] += eps;
+                let lp = loss(&conv, &x, &acc);
+                conv.weight[i] -= 2.0 * eps;
+                let lm = loss(&conv, &x, &acc);
+                conv.weight[i] += eps;
+                check("w", i, (lp - lm) / (2.0 * eps), gw[i]);
+            }
+            for i in 0..c_out {
+                let b = conv.bias.as_mut().unwrap();
+                b[i] += eps;
+                let lp = loss(&conv, &x, &acc);
+                conv.bias.as_mut().unwrap()[i] -= 2.0 * eps;
+                let lm = loss(&conv, &x, &acc);
+                conv.bias.as_mut().unwrap()[i] += eps;
+                check("b", i, (lp - lm) / (2.0 * eps), gb[i]);
+            }
+        }
+    }
+
+    /// Central differences of `L = ⟨r, convT(x)⟩` against the backward pass of transposed
+    /// convolutions (DRUNet's 2×2 up-sampling and general ones), in f64.
+    #[test]
+    fn transposed_conv_gradients_match_finite_differences_in_f64() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        for case in 0..12 {
+            let rank = 1 + case % 3;
+            let (c_in, c_out) = (rng.random_range(1..3), rng.random_range(1..3));
+            let mut t: ConvTranspose<f64> = if case < 3 {
+                let taps = 2usize.pow(rank as u32);
+                ConvTranspose::new_2x(rank, c_in, c_out, random(c_in * c_out * taps, &mut rng))
+            } else {
+                let (kernel, stride, pad, dilation, _) = random_geometry(rank, &mut rng);
+                let taps: usize = kernel.iter().product();
+                ConvTranspose::with_geometry(
+                    c_in,
+                    c_out,
+                    kernel,
+                    stride,
+                    pad,
+                    dilation,
+                    [0; 3],
+                    random(c_in * c_out * taps, &mut rng),
+                    Some(random(c_out, &mut rng)),
+                )
+            };
+            let mut dims = [1; 3];
+            for d in dims.iter_mut().skip(3 - rank) {
+                *d = rng.random_range(2..6);
+            }
+            let Some(od) = t.out_dims(dims) else {
+                continue;
+            };
+            let x: Features<f64> = random_features(1, c_in, dims, &mut rng);
+            let r: Features<f64> = random_features(1, c_out, od, &mut rng);
+            let loss = |t: &ConvTranspose<f64>, x: &Features<f64>| dot(&t.forward(x).data, &r.data);
+            let gx = t.backward_input(&r, dims, t.pad);
+            let mut gw = vec![0.0; t.weight.len()];
+            let mut gb = vec![0.0; c_out];
+            t.backward_params(&x, &r, t.pad, &mut gw, Some(&mut gb));
+            let eps = 1e-6;
+            for i in 0..x.data.len() {
+                let (mut xp, mut xm) = (x.clone(), x.clone());
+                xp.data[i] += eps;
+                xm.data[i] -= eps;
+                let fd = (loss(&t, &xp) - loss(&t, &xm)) / (2.0 * eps);
+                assert!((fd - gx.data[i]).abs() <= 1e-6, "case {case} x[{i}]");
+            }
+            for i in 0..t.weight.len() {
+                t.weight[i] += eps;
+                let lp = loss(&t, &x);
+                t.weight[i] -= 2.0 * eps;
+                let lm = loss(&t, &x);
+                t.weight[i] += eps;
+                assert!(
+                    ((lp - lm) / (2.0 * eps) - gw[i]).abs() <= 1e-6,
+                    "case {case} w[{i}]"
+                );
+            }
+            if t.bias.is_some() {
+                let sums: Vec<f64> = (0..c_out)
+                    .map(|c| {
+                        r.data[c * r.spatial_len()..(c + 1) * r.spatial_len()]
+                            .iter()
+                            .sum()
+                    })
+                    .collect();
+                for (a, b) in gb.iter().zip(&sums) {
+                    assert!((a - b).abs() <= 1e-12, "case {case} bias");
+                }
+            }
+        }
     }
 }

@@ -5,6 +5,8 @@
 
 use super::StateDict;
 use super::conv::{Conv, Features};
+use super::domain::{BlockDenoiser, Domain, Whole};
+use super::graph::Network;
 use super::weights_source::{LayerKind, WeightSource};
 use crate::denoise::{Denoiser, check_sigma};
 use crate::error::{Error, Result};
@@ -44,7 +46,7 @@ impl Default for DncnnArch {
 /// A DnCNN denoiser on the native engine.
 pub struct Dncnn {
     arch: DncnnArch,
-    layers: Vec<Conv>,
+    net: Network,
     weights_from: Option<String>,
 }
 
@@ -78,7 +80,7 @@ pub(crate) fn check_arch(a: &DncnnArch) -> Result<()> {
 impl Dncnn {
     fn build(arch: DncnnArch, mut src: WeightSource, from: Option<String>) -> Result<Self> {
         check_arch(&arch)?;
-        let mut layers = Vec::with_capacity(arch.depth);
+        let mut net = Network::new(arch.dim, arch.in_channels);
         for i in 0..arch.depth {
             let (name, c_in, c_out) = if i == 0 {
                 ("in_conv".to_string(), arch.in_channels, arch.nf)
@@ -98,13 +100,20 @@ impl Dncnn {
             } else {
                 None
             };
-            let relu = i + 1 < arch.depth;
-            layers.push(Conv::new(arch.dim, c_in, c_out, 3, 1, 1, w, b, relu));
+            let last = i + 1 == arch.depth;
+            let acc = (last && arch.residual).then_some(0);
+            let x = net.last();
+            net.conv(
+                &name,
+                x,
+                acc,
+                Conv::new(arch.dim, c_in, c_out, 3, 1, 1, w, b, !last),
+            );
         }
         src.finish()?;
         Ok(Dncnn {
             arch,
-            layers,
+            net,
             weights_from: from,
         })
     }
@@ -126,6 +135,50 @@ impl Dncnn {
             "DnCNN built with RANDOM weights (no `weights` file): its output is meaningless; use it for timing only"
         );
         Self::build(arch, WeightSource::random(seed), None)
+    }
+}
+
+impl Dncnn {
+    pub fn arch(&self) -> &DncnnArch {
+        &self.arch
+    }
+
+    /// The network graph (for training and spatial decomposition).
+    pub fn network(&self) -> &Network {
+        &self.net
+    }
+
+    /// A denoiser around a network of this architecture (e.g. one just trained).
+    pub fn from_network(arch: DncnnArch, net: Network, from: impl Into<String>) -> Result<Self> {
+        check_arch(&arch)?;
+        let want = Self::random_quiet(arch.clone())?;
+        if net
+            .params()
+            .iter()
+            .map(|(n, s, _)| (n.clone(), s.clone()))
+            .collect::<Vec<_>>()
+            != want
+                .net
+                .params()
+                .iter()
+                .map(|(n, s, _)| (n.clone(), s.clone()))
+                .collect::<Vec<_>>()
+        {
+            return Err(Error::config(
+                "denoiser",
+                "the network's layers do not match the DnCNN architecture",
+            ));
+        }
+        Ok(Dncnn {
+            arch,
+            net,
+            weights_from: Some(from.into()),
+        })
+    }
+
+    /// Seeded random weights without the warning (the caller replaces them).
+    pub(crate) fn random_quiet(arch: DncnnArch) -> Result<Self> {
+        Self::build(arch, WeightSource::random(0), None)
     }
 }
 
@@ -152,31 +205,46 @@ impl Denoiser for Dncnn {
                 &[x.shape()[1]],
             ));
         }
-        let dims = match *x.spatial() {
-            [h, w] => [1, h, w],
-            [d, h, w] => [d, h, w],
-            _ => unreachable!("rank checked"),
-        };
+        let dims = super::drunet::dims3(x.spatial());
         let input = Features {
             batch: x.shape()[0],
             channels: x.shape()[1],
             dims,
             data: x.data().to_vec(),
         };
-        let (last, hidden) = self.layers.split_last().expect("depth ≥ 2");
-        let mut h = hidden[0].forward(&input, None);
-        for l in &hidden[1..] {
-            h = l.forward(&h, None);
-        }
-        let y = if self.arch.residual {
-            last.forward(&h, Some(input))
-        } else {
-            drop(input);
-            last.forward(&h, None)
-        };
+        let y = self.net.forward(input, dims, &Whole)?;
         let mut shape = x.shape().to_vec();
         shape[1] = self.arch.out_channels;
         Tensor::from_vec(&shape, y.data)
+    }
+
+    fn as_block_denoiser(&self) -> Option<&dyn BlockDenoiser> {
+        Some(self)
+    }
+}
+
+impl BlockDenoiser for Dncnn {
+    fn denoise_block(
+        &self,
+        x: &Features,
+        dims: [usize; 3],
+        spatial_axes: usize,
+        sigma: f32,
+        domain: &dyn Domain<f32>,
+    ) -> Result<Features> {
+        check_sigma("denoiser", sigma)?;
+        if spatial_axes != self.arch.dim || x.channels != self.arch.in_channels {
+            return Err(Error::shape(
+                "dncnn input block (channels, spatial axes)",
+                &[self.arch.in_channels, self.arch.dim],
+                &[x.channels, spatial_axes],
+            ));
+        }
+        self.net.forward(x.clone(), dims, domain)
+    }
+
+    fn out_channels(&self) -> usize {
+        self.arch.out_channels
     }
 }
 

@@ -10,12 +10,16 @@ pub mod config;
 pub mod conv;
 pub mod device;
 pub mod dncnn;
+pub mod domain;
 pub mod drunet;
+pub mod graph;
+pub mod models;
 pub mod pth;
 pub mod safetensors;
+pub mod scalar;
 mod weight_files;
 pub mod weights;
-mod weights_source;
+pub(crate) mod weights_source;
 
 pub use config::{DncnnConfig, DrunetConfig, Engine, TorchDevice, TorchScriptConfig};
 pub use dncnn::{Dncnn, DncnnArch};

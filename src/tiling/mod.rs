@@ -113,6 +113,10 @@ pub enum TilingKind {
     Basic,
     /// The overlap windows, blended with raised-cosine weights over the halo instead of cropped.
     Blend,
+    /// Exact spatial decomposition ("spatial (exact)"): one block per rank, halos exchanged before
+    /// every layer, so the result equals the untiled network (native DnCNN and DRUNet only; runs
+    /// in `dist::spatial`, not as a tile plan).
+    Spatial,
 }
 
 /// Tiling as written in presets (`[denoiser.tiling]`).
@@ -132,6 +136,9 @@ pub struct TilingConfig {
     pub pad_mode: Option<PadMode>,
     /// Patches per denoiser call; `None` = all at once.
     pub max_batch_size: Option<usize>,
+    /// Ranks per spatial axis (spatial only, e.g. `[2, 2]`); `None` = chosen from the world size
+    /// and the image shape.
+    pub grid: Option<Vec<usize>>,
 }
 
 impl Default for TilingConfig {
@@ -144,6 +151,7 @@ impl Default for TilingConfig {
             num_splits: None,
             pad_mode: None,
             max_batch_size: None,
+            grid: None,
         }
     }
 }
@@ -225,6 +233,31 @@ impl TilingConfig {
             TilingKind::Overlap | TilingKind::Blend => {
                 only("tiling.num_splits", self.num_splits.is_some(), "\"basic\"")?;
             }
+            TilingKind::Spatial => {
+                for (field, set) in [
+                    ("tiling.overlap", self.overlap.is_some()),
+                    ("tiling.stride", self.stride.is_some()),
+                    ("tiling.pad_mode", self.pad_mode.is_some()),
+                    ("tiling.num_splits", self.num_splits.is_some()),
+                    ("tiling.max_batch_size", self.max_batch_size.is_some()),
+                ] {
+                    only(field, set, "\"overlap\", \"blend\" or \"basic\"")?;
+                }
+                if let Some(g) = &self.grid
+                    && (g.is_empty() || g.len() > 3 || g.contains(&0))
+                {
+                    return Err(Error::config(
+                        "tiling.grid",
+                        format!("must be 1 to 3 positive rank counts, got {g:?}"),
+                    ));
+                }
+            }
+        }
+        if self.kind != TilingKind::Spatial && self.grid.is_some() {
+            return Err(Error::config(
+                "tiling.grid",
+                "only applies to kind = \"spatial\"",
+            ));
         }
         Ok(())
     }
@@ -247,6 +280,13 @@ impl TilingConfig {
                 pad_mode: self.pad_mode.unwrap_or_default(),
                 blend: self.kind == TilingKind::Blend,
             }),
+            TilingKind::Spatial => {
+                return Err(Error::config(
+                    "tiling.kind",
+                    "\"spatial\" is an exact decomposition over ranks, not a tile plan: it runs \
+                     a native dncnn or drunet through dist::spatial::SpatialDenoiser",
+                ));
+            }
         })
     }
 }

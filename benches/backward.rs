@@ -1,0 +1,150 @@
+//! `cargo bench --bench backward`: the native engine's backward passes against its forward pass,
+//! measured in the same run (the baseline): a 64→64 3×3 convolution on 1×64×256×256 (input
+//! gradient, weight + bias gradient), a 2×2 stride-2 transposed convolution 64→32, and one training
+//! step (forward keeping activations + backward) of the train-dncnn network (depth 8, 32 features)
+//! on 8×64² crops against its inference forward pass. Prints median and minimum seconds and the
+//! ratios. Environment: TESSERA_BENCH_REPS (default 5).
+
+use std::time::Instant;
+
+use tessera::nn::conv::{Conv, ConvTranspose, Features};
+use tessera::nn::domain::Whole;
+use tessera::nn::graph::Network;
+
+fn features(batch: usize, c: usize, dims: [usize; 3]) -> Features {
+    let n = batch * c * dims.iter().product::<usize>();
+    Features {
+        batch,
+        channels: c,
+        dims,
+        data: (0..n)
+            .map(|i| ((i.wrapping_mul(2654435761) >> 7) % 1000) as f32 / 1000.0 - 0.5)
+            .collect(),
+    }
+}
+
+fn weights(n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| (((i * 7919) % 2001) as f32 / 1000.0 - 1.0) * scale)
+        .collect()
+}
+
+/// Median and minimum of `reps` timed calls after one warm-up call.
+fn time(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
+    f();
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t0 = Instant::now();
+            f();
+            t0.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    (t[t.len() / 2], t[0])
+}
+
+fn report(what: &str, t: (f64, f64), base: (f64, f64)) {
+    println!(
+        "{what:<44} median {:>8.4} s  min {:>8.4} s  ratio to forward {:>5.2}",
+        t.0,
+        t.1,
+        t.0 / base.0
+    );
+}
+
+fn main() {
+    let reps: usize = std::env::var("TESSERA_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let dims = [1, 256, 256];
+    let conv = Conv::new(
+        2,
+        64,
+        64,
+        3,
+        1,
+        1,
+        weights(64 * 64 * 9, 0.05),
+        Some(vec![0.0; 64]),
+        false,
+    );
+    let x = features(1, 64, dims);
+    let dz = features(1, 64, dims);
+    let fwd = time(reps, || {
+        std::hint::black_box(conv.forward(&x, None));
+    });
+    report("conv 3×3 64→64 256² forward", fwd, fwd);
+    let bi = time(reps, || {
+        std::hint::black_box(conv.backward_input(&dz, dims, conv.pads()));
+    });
+    report("  backward (input)", bi, fwd);
+    let mut gw = vec![0.0; conv.weight.len()];
+    let mut gb = vec![0.0; 64];
+    let bw = time(reps, || {
+        conv.backward_params(&x, &dz, conv.pads(), &mut gw, Some(&mut gb));
+    });
+    report("  backward (weights, bias)", bw, fwd);
+
+    let t = ConvTranspose::new_2x(2, 64, 32, weights(64 * 32 * 4, 0.1));
+    let xt = features(1, 64, [1, 128, 128]);
+    let dy = features(1, 32, dims);
+    let tf = time(reps, || {
+        std::hint::black_box(t.forward(&xt));
+    });
+    report("transposed 2×2 s2 64→32 128²→256² forward", tf, tf);
+    let tb = time(reps, || {
+        std::hint::black_box(t.backward_input(&dy, [1, 128, 128], [0; 3]));
+    });
+    report("  backward (input)", tb, tf);
+    let mut gw = vec![0.0; t.weight.len()];
+    let tw = time(reps, || t.backward_params(&xt, &dy, [0; 3], &mut gw, None));
+    report("  backward (weights)", tw, tf);
+
+    // The bundled train-dncnn network.
+    let mut net = Network::new(2, 1);
+    let widths = [
+        (1, 32),
+        (32, 32),
+        (32, 32),
+        (32, 32),
+        (32, 32),
+        (32, 32),
+        (32, 32),
+        (32, 1),
+    ];
+    for (i, &(ci, co)) in widths.iter().enumerate() {
+        let last = i + 1 == widths.len();
+        let prev = net.last();
+        net.conv(
+            &format!("layer{i}"),
+            prev,
+            last.then_some(0),
+            Conv::new(
+                2,
+                ci,
+                co,
+                3,
+                1,
+                1,
+                weights(co * ci * 9, 0.1),
+                Some(vec![0.01; co]),
+                !last,
+            ),
+        );
+    }
+    let crops = [1, 64, 64];
+    let batch = features(8, 1, crops);
+    let inf = time(reps, || {
+        std::hint::black_box(net.forward(batch.clone(), crops, &Whole).unwrap());
+    });
+    report("dncnn depth 8 nf 32, 8×64² inference", inf, inf);
+    let step = time(reps, || {
+        let tape = net.forward_train(batch.clone(), crops, &Whole).unwrap();
+        let dy = tape.output().clone();
+        let mut g = net.zero_grads();
+        net.backward(&tape, dy, &Whole, &mut g, false).unwrap();
+        std::hint::black_box(g);
+    });
+    report("  training step (forward + backward)", step, inf);
+}

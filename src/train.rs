@@ -1,0 +1,656 @@
+//! `tessera train`: trains or fine-tunes a native DnCNN or DRUNet denoiser on the user's image or
+//! volume (or a generated one), with each training batch decomposed over the group's ranks by exact
+//! spatial decomposition, and saves `.safetensors` weights with deepinv's names.
+//!
+//! Flow: a [`TrainPreset`] (versioned TOML: `[image]`, `[denoiser]`, `[train]`) → the network graph
+//! (the config's weights, or He initialisation) → per step: seeded random crops and noise levels
+//! (the same on every rank), noise from a counter-based generator keyed by the global voxel index (so
+//! the draws do not depend on the decomposition), forward and backward on this rank's block, weight
+//! gradients summed over ranks, an Adam step (identical on every rank) → weights, `denoiser.toml`
+//! (ready for `tessera denoise` and presets) and `train.json` (loss curve, per-rank times) in the
+//! output folder (rank 0).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rand::{RngExt, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::denoise::DenoiserConfig;
+use crate::dist::Collective;
+use crate::dist::spatial::SpatialDomain;
+use crate::error::{Error, Result};
+use crate::nn::conv::Features;
+use crate::nn::domain::{Grid, Region, copy_region};
+use crate::nn::graph::Network;
+use crate::preset::{ImageSource, apply_override};
+
+/// The training preset format version.
+pub const TRAIN_PRESET_VERSION: u32 = 1;
+
+/// Bundled training presets: `(name, TOML)`.
+pub const BUNDLED: &[(&str, &str)] =
+    &[("train-dncnn", include_str!("../presets/train-dncnn.toml"))];
+
+/// A training run as written in TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainPreset {
+    pub version: u32,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Seeds the crops, the noise levels, the noise and the initial weights.
+    #[serde(default)]
+    pub seed: u64,
+    /// The training image or volume (clean); pairs are made by adding noise.
+    pub image: ImageSource,
+    /// A native `dncnn` or `drunet`; with `weights`, training starts from them (fine-tuning).
+    pub denoiser: DenoiserConfig,
+    pub train: TrainConfig,
+}
+
+/// How to train.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Noise levels (standard deviation, image range 0..1); each crop draws one uniformly.
+    pub sigma: Vec<f32>,
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Crops per step.
+    pub batch: usize,
+    /// Side of the square (cubic) random crops, in pixels; `None` = the whole image every step
+    /// (BigConv-style training on the full, decomposed image).
+    pub crop: Option<usize>,
+    /// Adam's step size at the start; it decays along a half cosine to a tenth at the end.
+    pub learning_rate: f64,
+    /// Ranks per spatial axis for the decomposition of each batch; `None` = chosen automatically.
+    pub grid: Option<Vec<usize>>,
+    /// Steps between loss reports.
+    pub log_every: usize,
+    /// File name of the weights in the output folder.
+    pub weights: String,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            sigma: vec![0.1],
+            steps: 200,
+            batch: 8,
+            crop: Some(64),
+            learning_rate: 1e-3,
+            grid: None,
+            log_every: 10,
+            weights: "weights.safetensors".into(),
+        }
+    }
+}
+
+impl TrainConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.sigma.is_empty() || self.sigma.iter().any(|s| !(*s > 0.0 && *s <= 1.0)) {
+            return Err(Error::config(
+                "train.sigma",
+                format!(
+                    "give one or more noise levels in (0, 1], got {:?}",
+                    self.sigma
+                ),
+            ));
+        }
+        for (field, v) in [
+            ("train.steps", self.steps),
+            ("train.batch", self.batch),
+            ("train.log_every", self.log_every),
+        ] {
+            if v == 0 {
+                return Err(Error::config(field, "must be ≥ 1"));
+            }
+        }
+        if self.crop == Some(0) {
+            return Err(Error::config(
+                "train.crop",
+                "must be ≥ 1 (leave it out to train on the whole image)",
+            ));
+        }
+        if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
+            return Err(Error::config(
+                "train.learning_rate",
+                format!("must be a positive number, got {}", self.learning_rate),
+            ));
+        }
+        if let Some(g) = &self.grid
+            && (g.is_empty() || g.len() > 3 || g.contains(&0))
+        {
+            return Err(Error::config(
+                "train.grid",
+                format!("must be 1 to 3 positive rank counts, got {g:?}"),
+            ));
+        }
+        let name = Path::new(&self.weights);
+        if name.extension().and_then(|e| e.to_str()) != Some("safetensors")
+            || name.components().count() != 1
+        {
+            return Err(Error::config(
+                "train.weights",
+                format!(
+                    "must be a plain file name ending in .safetensors, got `{}`",
+                    self.weights
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl TrainPreset {
+    /// Parses TOML text, applies `--set` overrides and validates; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<TrainPreset> {
+        let mut value: toml::Value = toml::from_str(text)
+            .map_err(|e| Error::format(origin, format!("invalid TOML: {}", e.message())))?;
+        for o in overrides {
+            apply_override(&mut value, o)?;
+        }
+        match value.get("version") {
+            Some(toml::Value::Integer(v)) if *v == TRAIN_PRESET_VERSION as i64 => {}
+            other => {
+                return Err(Error::format(
+                    origin,
+                    format!(
+                        "training preset version {} is not supported (this tessera reads version {TRAIN_PRESET_VERSION})",
+                        other.map_or("(missing)".to_string(), |v| v.to_string())
+                    ),
+                ));
+            }
+        }
+        let preset: TrainPreset = value.try_into().map_err(|e: toml::de::Error| {
+            Error::format(origin, format!("invalid training preset: {}", e.message()))
+        })?;
+        preset.validate()?;
+        Ok(preset)
+    }
+
+    /// Loads a training preset by file path or bundled name; returns it and its folder.
+    pub fn load(name_or_path: &str, overrides: &[String]) -> Result<(TrainPreset, PathBuf)> {
+        let path = Path::new(name_or_path);
+        if path.is_file() {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::io("reading training preset", path, e))?;
+            let base = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            return Ok((
+                TrainPreset::from_toml(&text, name_or_path, overrides)?,
+                base,
+            ));
+        }
+        let name = name_or_path.trim_end_matches(".toml");
+        let name = name.strip_prefix("presets/").unwrap_or(name);
+        match BUNDLED.iter().find(|(n, _)| *n == name) {
+            Some((n, text)) => Ok((
+                TrainPreset::from_toml(text, &format!("bundled:{n}"), overrides)?,
+                PathBuf::from("."),
+            )),
+            None => Err(Error::config(
+                "training preset",
+                format!(
+                    "`{name_or_path}` is neither a file nor a bundled training preset ({})",
+                    BUNDLED
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.name.trim().is_empty() {
+            return Err(Error::config("name", "must not be empty"));
+        }
+        if self.image.shape.is_some() || self.image.inline.is_some() {
+            return Err(Error::config(
+                "image",
+                "training needs an image: give `sample` or `path`",
+            ));
+        }
+        self.train.validate()?;
+        match &self.denoiser {
+            DenoiserConfig::Dncnn(c) => c.validate(),
+            DenoiserConfig::Drunet(c) => {
+                if self.train.crop.is_some_and(|c| c % 8 != 0 || c < 32) {
+                    return Err(Error::config(
+                        "train.crop",
+                        "DRUNet trains on crops that are multiples of 8 and at least 32",
+                    ));
+                }
+                c.validate()
+            }
+            _ => Err(Error::config(
+                "denoiser.kind",
+                "tessera train trains native `dncnn` and `drunet` denoisers",
+            )),
+        }
+    }
+}
+
+/// One reported step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LossPoint {
+    pub step: usize,
+    /// Mean squared error of the batch (before this step's update).
+    pub loss: f64,
+}
+
+/// What a training run did, as written to `train.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainSummary {
+    pub name: String,
+    pub denoiser: String,
+    pub parameters: usize,
+    pub ranks: usize,
+    pub grid: [usize; 3],
+    pub steps: usize,
+    pub loss: Vec<LossPoint>,
+    /// Per rank: seconds computing and seconds exchanging (halos, gradient sums).
+    pub compute_secs: Vec<f64>,
+    pub exchange_secs: Vec<f64>,
+    pub weights: PathBuf,
+}
+
+/// Trains on every rank of `comm` (each rank calls this); rank 0 writes the outputs into `out_dir`.
+/// `on_report` is called on every rank after each reported step.
+pub fn train(
+    preset: &TrainPreset,
+    base_dir: &Path,
+    out_dir: &Path,
+    comm: &dyn Collective,
+    on_report: &mut dyn FnMut(&LossPoint),
+) -> Result<TrainSummary> {
+    preset.validate()?;
+    let cfg = &preset.train;
+    let volumetric = match &preset.image.size {
+        Some(s) => s.len() == 3,
+        None => false,
+    } || matches!(
+        preset.image.sample,
+        Some(crate::samples::Sample::SheppLogan3d)
+    );
+    let mut source = preset.image.clone();
+    if let Some(path) = source.path.as_mut() {
+        *path = crate::io::resolve(base_dir, path);
+    }
+    let image = crate::job::load_image(&source, volumetric, preset.seed)?;
+    let axes = image.ndim() - 2;
+    let dims = crate::nn::drunet::dims3(image.spatial());
+    let channels = image.shape()[1];
+    let (mut net, with_sigma, describe) = network(&preset.denoiser, base_dir, preset.seed)?;
+    if net.rank() != axes {
+        return Err(Error::config(
+            "denoiser.dim",
+            format!(
+                "the network is {}-D but the training image has {axes} spatial axes",
+                net.rank()
+            ),
+        ));
+    }
+    let want_in = net.in_channels() - usize::from(with_sigma);
+    if want_in != channels || net.out_channels() != channels {
+        return Err(Error::config(
+            "denoiser.in_channels",
+            format!(
+                "the network maps {want_in} → {} channels but the training image has {channels} (set image.grayscale or the channel counts)",
+                net.out_channels()
+            ),
+        ));
+    }
+    let crop = match cfg.crop {
+        Some(c) => {
+            let mut d = [1; 3];
+            for a in 3 - axes..3 {
+                if c > dims[a] {
+                    return Err(Error::config(
+                        "train.crop",
+                        format!("{c} is larger than the image ({:?})", image.spatial()),
+                    ));
+                }
+                d[a] = c;
+            }
+            d
+        }
+        None => dims,
+    };
+    let world = comm.world_size();
+    let grid = Grid::for_axes(cfg.grid.as_deref(), axes, world, crop, "train.grid")?;
+    net.shapes(crop)?;
+    let domain = SpatialDomain::new(comm, grid)?;
+    let me = comm.rank();
+    let block = grid.block(crop, me);
+    let whole_image = Features {
+        batch: 1,
+        channels,
+        dims,
+        data: image.into_data(),
+    };
+    let mut adam = Adam::new(net.param_count());
+    let mut loss_curve = Vec::new();
+    let total = (cfg.batch * channels * crop.iter().product::<usize>()) as f64;
+    let start = Instant::now();
+    for step in 0..cfg.steps {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(mix(preset.seed, step as u64));
+        // The same crops and levels on every rank; each rank copies its block of each crop.
+        let mut clean = Features::zeros(cfg.batch, channels, block.dims());
+        let mut sigmas = Vec::with_capacity(cfg.batch);
+        let plane = block.volume() * channels;
+        for b in 0..cfg.batch {
+            let corner: [isize; 3] =
+                std::array::from_fn(|a| rng.random_range(0..=dims[a] - crop[a]) as isize);
+            sigmas.push(cfg.sigma[rng.random_range(0..cfg.sigma.len())]);
+            let at = Region {
+                lo: std::array::from_fn(|a| block.lo[a] + corner[a]),
+                hi: std::array::from_fn(|a| block.hi[a] + corner[a]),
+            };
+            let part = copy_region(&whole_image, &Region::whole(dims), &at);
+            clean.data[b * plane..(b + 1) * plane].copy_from_slice(&part.data);
+        }
+        let noisy = add_noise(
+            &clean,
+            &block,
+            crop,
+            &sigmas,
+            mix(preset.seed ^ NOISE_KEY, step as u64),
+        );
+        let input = if with_sigma {
+            append_sigma_channel(&noisy, &sigmas)
+        } else {
+            noisy
+        };
+        let tape = net.forward_train(input, crop, &domain)?;
+        let y = tape.output();
+        let mut sq = 0f64;
+        let dy = Features {
+            batch: y.batch,
+            channels: y.channels,
+            dims: y.dims,
+            data: y
+                .data
+                .iter()
+                .zip(&clean.data)
+                .map(|(y, c)| {
+                    let r = (*y - *c) as f64;
+                    sq += r * r;
+                    (2.0 * r / total) as f32
+                })
+                .collect(),
+        };
+        let mut grads = net.zero_grads();
+        net.backward(&tape, dy, &domain, &mut grads, false)?;
+        drop(tape);
+        let loss = sum_f64(comm, sq)? / total;
+        if !loss.is_finite() {
+            return Err(Error::NonFinite {
+                what: format!("the training loss at step {step}"),
+                count: 1,
+            });
+        }
+        let progress = step as f64 / cfg.steps.max(2).saturating_sub(1) as f64;
+        let lr = cfg.learning_rate * (0.55 + 0.45 * (std::f64::consts::PI * progress).cos());
+        adam.step(&mut net, &grads.data, lr);
+        if step % cfg.log_every == 0 || step + 1 == cfg.steps {
+            let point = LossPoint { step, loss };
+            on_report(&point);
+            loss_curve.push(point);
+        }
+    }
+    let stats = domain.take_stats();
+    let elapsed = start.elapsed().as_secs_f64();
+    let exchange = stats.exchange_time.as_secs_f64();
+    let times = comm.all_gather(bytemuck::cast_slice(&[elapsed - exchange, exchange]))?;
+    let per_rank: Vec<[f64; 2]> = times
+        .iter()
+        .map(|b| {
+            let v: Vec<f64> = bytemuck::pod_collect_to_vec(b);
+            [v[0], v[1]]
+        })
+        .collect();
+    let weights = out_dir.join(&cfg.weights);
+    if me == 0 {
+        std::fs::create_dir_all(out_dir).map_err(|e| Error::io("creating", out_dir, e))?;
+        let sd = net.state_dict(&format!("tessera train {}", preset.name))?;
+        crate::nn::safetensors::write(&sd, &weights)?;
+        let mut trained = preset.denoiser.clone();
+        set_weights(&mut trained, PathBuf::from(&cfg.weights));
+        let toml = toml::to_string(&trained)
+            .map_err(|e| Error::format(out_dir.join("denoiser.toml"), e.to_string()))?;
+        crate::io::write_atomic(&out_dir.join("denoiser.toml"), toml.as_bytes())?;
+    }
+    let summary = TrainSummary {
+        name: preset.name.clone(),
+        denoiser: describe,
+        parameters: net.param_count(),
+        ranks: world,
+        grid: grid.shape,
+        steps: cfg.steps,
+        loss: loss_curve,
+        compute_secs: per_rank.iter().map(|t| t[0]).collect(),
+        exchange_secs: per_rank.iter().map(|t| t[1]).collect(),
+        weights,
+    };
+    if me == 0 {
+        let json = serde_json::to_string_pretty(&summary)
+            .map_err(|e| Error::format(out_dir.join("train.json"), e.to_string()))?;
+        crate::io::write_atomic(&out_dir.join("train.json"), json.as_bytes())?;
+    }
+    Ok(summary)
+}
+
+const NOISE_KEY: u64 = 0x6e6f_6973_6521;
+
+/// The graph to train, whether it takes a noise-level channel (DRUNet), and a description.
+fn network(cfg: &DenoiserConfig, base_dir: &Path, seed: u64) -> Result<(Network, bool, String)> {
+    let (mut net, loaded, with_sigma, what) = match cfg {
+        DenoiserConfig::Dncnn(c) => {
+            let (arch, net, loaded) = c.network_to_train(base_dir)?;
+            let what = format!(
+                "dncnn(depth {}, nf {}, {}→{})",
+                arch.depth, arch.nf, arch.in_channels, arch.out_channels
+            );
+            (net, loaded, false, what)
+        }
+        DenoiserConfig::Drunet(c) => {
+            let (arch, net, loaded) = c.network_to_train(base_dir)?;
+            let what = format!(
+                "drunet(nc {:?}, nb {}, {}→{})",
+                arch.nc, arch.nb, arch.in_channels, arch.out_channels
+            );
+            (net, loaded, true, what)
+        }
+        _ => {
+            return Err(Error::config(
+                "denoiser.kind",
+                "tessera train trains native `dncnn` and `drunet` denoisers",
+            ));
+        }
+    };
+    if !loaded {
+        he_initialise(&mut net, seed);
+    }
+    Ok((net, with_sigma, what))
+}
+
+/// He-normal weights (std √(2/fan_in), fan_in as PyTorch counts it: `shape[1]·Πkernel`), zero
+/// biases; the last layer's weights scaled by 0.1 so a residual network starts near the identity.
+fn he_initialise(net: &mut Network, seed: u64) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let kinds: Vec<(bool, usize)> = net
+        .params()
+        .iter()
+        .map(|(name, shape, _)| (name.ends_with(".bias"), shape[1..].iter().product()))
+        .collect();
+    let last_weight = kinds.iter().rposition(|(bias, _)| !bias);
+    for (i, (p, (bias, fan_in))) in net.params_mut().into_iter().zip(kinds).enumerate() {
+        if bias {
+            p.fill(0.0);
+        } else {
+            let scale = if Some(i) == last_weight { 0.1 } else { 1.0 };
+            let he = crate::nn::models::he(&mut rng, p.len(), fan_in);
+            p.iter_mut().zip(he).for_each(|(w, v)| *w = v * scale);
+        }
+    }
+}
+
+fn set_weights(cfg: &mut DenoiserConfig, path: PathBuf) {
+    match cfg {
+        DenoiserConfig::Dncnn(c) => c.weights = Some(path),
+        DenoiserConfig::Drunet(c) => c.weights = Some(path),
+        _ => {}
+    }
+}
+
+/// `x + σ_b·n`, `n` standard normal drawn from a counter-based generator keyed by the voxel's index
+/// in the whole crop, so every decomposition draws the same noise.
+fn add_noise(x: &Features, block: &Region, crop: [usize; 3], sigmas: &[f32], key: u64) -> Features {
+    let bd = block.dims();
+    let mut out = x.clone();
+    let plane = block.volume();
+    for (b, &sigma) in sigmas.iter().enumerate().take(x.batch) {
+        for c in 0..x.channels {
+            let p = (b * x.channels + c) * plane;
+            let item = ((b * x.channels + c) * crop.iter().product::<usize>()) as u64;
+            for z in 0..bd[0] {
+                for y in 0..bd[1] {
+                    for xx in 0..bd[2] {
+                        let g = [
+                            block.lo[0] as usize + z,
+                            block.lo[1] as usize + y,
+                            block.lo[2] as usize + xx,
+                        ];
+                        let idx = item + ((g[0] * crop[1] + g[1]) * crop[2] + g[2]) as u64;
+                        let v = &mut out.data[p + (z * bd[1] + y) * bd[2] + xx];
+                        *v += sigma * normal(key, idx);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `x` with a channel of its item's noise level appended (DRUNet's input).
+fn append_sigma_channel(x: &Features, sigmas: &[f32]) -> Features {
+    let s = x.spatial_len();
+    let c = x.channels;
+    let mut f = Features::zeros(x.batch, c + 1, x.dims);
+    for (b, &sigma) in sigmas.iter().enumerate().take(x.batch) {
+        f.data[b * (c + 1) * s..][..c * s].copy_from_slice(&x.data[b * c * s..][..c * s]);
+        f.data[(b * (c + 1) + c) * s..][..s].fill(sigma);
+    }
+    f
+}
+
+/// SplitMix64 of `a` combined with `b`.
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(0x632b_e59b_d9b4_e019);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A standard normal number for `(key, index)` (Box–Muller on two hashed uniforms).
+fn normal(key: u64, index: u64) -> f32 {
+    let h1 = mix(key, 2 * index);
+    let h2 = mix(key, 2 * index + 1);
+    let u1 = ((h1 >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let u2 = (h2 >> 11) as f64 / (1u64 << 53) as f64;
+    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+}
+
+/// The sum of `v` over ranks, added in rank order (the same on every rank).
+fn sum_f64(comm: &dyn Collective, v: f64) -> Result<f64> {
+    let all = comm.all_gather(&v.to_le_bytes())?;
+    Ok(all
+        .iter()
+        .map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+        .sum())
+}
+
+/// Adam (Kingma & Ba 2015; β = 0.9, 0.999, ε = 1e-8) over the network's flat parameters.
+struct Adam {
+    m: Vec<f64>,
+    v: Vec<f64>,
+    t: i32,
+}
+
+impl Adam {
+    fn new(n: usize) -> Self {
+        Adam {
+            m: vec![0.0; n],
+            v: vec![0.0; n],
+            t: 0,
+        }
+    }
+
+    fn step(&mut self, net: &mut Network, grads: &[f32], lr: f64) {
+        const B1: f64 = 0.9;
+        const B2: f64 = 0.999;
+        const EPS: f64 = 1e-8;
+        self.t += 1;
+        let (c1, c2) = (1.0 - B1.powi(self.t), 1.0 - B2.powi(self.t));
+        let mut i = 0;
+        for p in net.params_mut() {
+            for w in p.iter_mut() {
+                let g = grads[i] as f64;
+                self.m[i] = B1 * self.m[i] + (1.0 - B1) * g;
+                self.v[i] = B2 * self.v[i] + (1.0 - B2) * g * g;
+                let update = lr * (self.m[i] / c1) / ((self.v[i] / c2).sqrt() + EPS);
+                *w = (*w as f64 - update) as f32;
+                i += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noise_does_not_depend_on_the_decomposition() {
+        let crop = [1, 13, 17];
+        let whole = Region::whole(crop);
+        let x = Features::zeros(2, 2, crop);
+        let full = add_noise(&x, &whole, crop, &[0.5, 1.0], 42);
+        let grid = Grid { shape: [1, 2, 3] };
+        for r in 0..grid.ranks() {
+            let block = grid.block(crop, r);
+            let xb = copy_region(&x, &whole, &block);
+            let got = add_noise(&xb, &block, crop, &[0.5, 1.0], 42);
+            assert_eq!(got, copy_region(&full, &whole, &block), "rank {r}");
+        }
+        // Roughly standard normal, scaled per item.
+        let n = crop.iter().product::<usize>() * 2;
+        let var: f64 = full.data[n..]
+            .iter()
+            .map(|v| (*v as f64).powi(2))
+            .sum::<f64>()
+            / n as f64;
+        assert!((var - 1.0).abs() < 0.15, "variance {var}");
+    }
+
+    #[test]
+    fn bundled_training_presets_parse_and_round_trip() {
+        for (name, _) in BUNDLED {
+            let (p, _) = TrainPreset::load(name, &[]).unwrap();
+            let text = toml::to_string(&p).unwrap();
+            assert_eq!(TrainPreset::from_toml(&text, "round trip", &[]).unwrap(), p);
+        }
+        let e = TrainPreset::load("train-dncnn", &["version=2".into()]).unwrap_err();
+        assert!(e.to_string().contains("version 2"), "{e}");
+    }
+}
