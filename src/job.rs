@@ -312,16 +312,24 @@ pub fn check_inputs(
         let names: Vec<String> = ops.iter().map(|op| op.name()).collect();
         load_measurements(source, inline, &shapes, &names)?;
     }
-    // "spatial" has no tile plan: `dist::spatial` checks its grid against the image when it starts.
-    if let Some(t) = preset
-        .tiling
-        .as_ref()
-        .filter(|t| t.kind != crate::tiling::TilingKind::Spatial)
-    {
-        t.build()?.plan(&x_shape[2..])?;
-    }
-    if let Some(d) = &preset.denoiser {
-        d.build()?;
+    let denoiser = preset.denoiser.as_ref().map(|d| d.build()).transpose()?;
+    match &preset.tiling {
+        // "spatial" has no tile plan: its grid must fit the image and the denoiser run on blocks.
+        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => {
+            crate::dist::patch_map::PatchMap::plan(
+                t,
+                &x_shape[2..],
+                world,
+                preset.distributed.tile_assignment,
+            )?;
+            if let Some(d) = &denoiser {
+                crate::dist::spatial::check_block_denoiser(&**d)?;
+            }
+        }
+        Some(t) => {
+            t.build()?.plan(&x_shape[2..])?;
+        }
+        None => {}
     }
     Ok(())
 }

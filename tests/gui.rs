@@ -1292,3 +1292,79 @@ fn shortcuts_run_and_stop() {
     h.run_steps(2);
     assert_eq!(next_request(&end), Request::Cancel { job: 3 });
 }
+
+/// "spatial (exact)" chosen in the tiling panel on a real 2-rank backend: one block per rank in the
+/// patch map, Run blocked with the reason while the denoiser cannot run on blocks (TV), and the
+/// decomposed run's reconstruction equals the same preset run untiled.
+#[test]
+fn spatial_tiling_from_the_panel_equals_the_untiled_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = with_local_backend(&dir.path().join("out"), 2);
+    h.get_by_role_and_label(Role::Button, "quick").click();
+    h.run_steps(2);
+    step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
+    h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::ComboBox, "strategy").click();
+    h.run_steps(2);
+    h.get_by_label("spatial (exact)").click();
+    h.run_steps(2);
+    let tiling = h.state().doc.preset.tiling.clone().unwrap();
+    assert_eq!(tiling.kind, tessera::tiling::TilingKind::Spatial);
+    let blocker = h.state().run_blocker().unwrap_or_default();
+    assert!(
+        blocker.contains("native"),
+        "TV cannot run on blocks: {blocker}"
+    );
+
+    let wb = h.state_mut();
+    wb.doc.preset.denoiser = Some(tessera::denoise::DenoiserConfig::Drunet(
+        tessera::nn::DrunetConfig {
+            in_channels: 3,
+            out_channels: 3,
+            nc: vec![4, 6, 8, 10],
+            nb: 1,
+            ..Default::default()
+        },
+    ));
+    let tessera::optim::AlgorithmConfig::Pnp(pnp) = &mut wb.doc.preset.algorithm else {
+        panic!("quick is a PnP preset")
+    };
+    pnp.iterations = 2;
+    wb.edited();
+    h.run_steps(2);
+    assert_eq!(h.state().run_blocker(), None);
+    let map = h.state_mut().patch_map().unwrap().unwrap();
+    assert_eq!(map.tiles_per_rank(), vec![1, 1], "one block per rank");
+    assert!(h.query_by_label_contains("2 tiles:").is_some());
+
+    let reconstruction = |h: &Harness<'_, Workbench>| {
+        let path = h
+            .state()
+            .session
+            .outputs
+            .iter()
+            .find(|p| p.ends_with("reconstruction.npy"))
+            .cloned()
+            .expect("a reconstruction among the outputs");
+        tessera::io::read_array(&path).unwrap()
+    };
+    run_to_a_reconstruction(&mut h);
+    let spatial = reconstruction(&h);
+
+    h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
+        .click();
+    h.run_steps(2);
+    assert!(h.state().doc.preset.tiling.is_none());
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    step_until(
+        &mut h,
+        "the untiled run",
+        |wb| matches!(wb.session.state(), JobState::Finished { job } if *job == 2),
+    );
+    let untiled = reconstruction(&h);
+    let err = spatial.max_abs_diff(&untiled);
+    assert!(err <= 1e-5, "spatial vs untiled: {err}");
+}

@@ -177,6 +177,7 @@ impl Document {
                 message,
             });
         }
+        self.spatial_needs_a_native_network()?;
         self.tiling_warnings();
         if !self.remote {
             for (field, path) in files_read_by(&self.preset) {
@@ -196,6 +197,29 @@ impl Document {
             }
         }
         Ok(())
+    }
+
+    /// The exact spatial decomposition runs tessera's own DnCNN and DRUNet only (checked from the
+    /// config: building the denoiser would read its weights on the UI thread).
+    fn spatial_needs_a_native_network(&self) -> Result<(), Problem> {
+        use crate::denoise::DenoiserConfig;
+        use crate::nn::Engine;
+        if self.preset.tiling.as_ref().map(|t| t.kind) != Some(TilingKind::Spatial) {
+            return Ok(());
+        }
+        let native = match &self.preset.denoiser {
+            Some(DenoiserConfig::Drunet(c)) => c.engine == Engine::Native,
+            Some(DenoiserConfig::Dncnn(c)) => c.engine == Engine::Native,
+            _ => false,
+        };
+        if native {
+            return Ok(());
+        }
+        Err(Problem::at(
+            "tiling",
+            "\"spatial (exact)\" runs tessera's own (native) DnCNN and DRUNet only: choose one \
+             of them as the denoiser, or another tiling",
+        ))
     }
 
     /// Tiles that compute far more than they keep are allowed but worth a word.
