@@ -617,7 +617,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
         preset: None,
         state_path: None,
         state: AppState::default(),
-        output_root: None,
+        output_root: Some(dir.path().join("here")),
     });
     let mut h = harness(wb);
     // The address is typed once; the dialog remembers it, the token it forgets.
@@ -687,6 +687,24 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
         "{log:#?}"
     );
     assert_eq!(h.state().session.image_shape, vec![1, 1, 24, 20]);
+    // The run's files are on the server's machine: the workbench copies them here, where the
+    // history lists the run and its reconstruction is reopened from the copy.
+    // (Job 1, stopped while this window was attached, was copied the same way.)
+    let served = h.state().session.outputs[0].parent().unwrap().to_path_buf();
+    let copy = dir.path().join("here").join(served.file_name().unwrap());
+    step_until(&mut h, "the run's files to arrive", |wb| {
+        wb.runs.this_window.contains(&copy)
+    });
+    assert_ne!(copy, served);
+    for name in ["reconstruction.npy", "metrics.json"] {
+        assert!(
+            std::fs::read(copy.join(name)).unwrap() == std::fs::read(served.join(name)).unwrap(),
+            "{name} differs from the server's"
+        );
+    }
+    step_until(&mut h, "the copied run on screen", |wb| {
+        wb.runs.shown.as_deref() == Some(copy.as_path())
+    });
 
     // So does a loaded measurement file (the quick preset's circular blur measures 24×20 here).
     let y = dir.path().join("measured_here.npy");
