@@ -20,7 +20,7 @@ use crate::dist::physics::SumOrder;
 use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, ReduceOp, SingleProcess};
 use crate::error::{Error, Result};
-use crate::io;
+use crate::io::{self, RunDir, Staging};
 use crate::physics::wave::config::acquisition_from_cells;
 use crate::physics::wave::{
     Acquisition, Gather, GradientOptions, L2Misfit, Precision, Real, Shot, Solver, SolverSettings,
@@ -105,7 +105,11 @@ pub struct FwiSummary {
     pub setup_secs: f64,
     pub solve_secs: f64,
     pub history: Vec<EpochReport>,
+    /// The files of the run, relative to its folder (`metrics.json` last).
     pub outputs: Vec<PathBuf>,
+    /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
+    #[serde(skip)]
+    pub run_dir: Option<PathBuf>,
     /// The preset that ran, as TOML (after overrides).
     pub preset: String,
     /// The final model (row-major `nz × nx`), not serialised.
@@ -113,30 +117,38 @@ pub struct FwiSummary {
     pub model: Vec<f32>,
 }
 
-/// Runs `preset` in this process alone.
+/// Runs `preset` in this process alone, writing outputs into `out` (a folder path: it must not
+/// hold files yet).
 pub fn run(
     preset: &FwiPreset,
     base_dir: &Path,
-    out_dir: &Path,
+    out: impl Into<RunDir>,
     on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
 ) -> Result<FwiSummary> {
-    run_in_group(preset, base_dir, out_dir, Box::new(SingleProcess), on_event)
+    run_in_group(preset, base_dir, out, Box::new(SingleProcess), on_event)
 }
 
-/// Runs `preset` on every rank of a group (each rank calls this with its collective); rank 0 writes
-/// the outputs into `out_dir`.
+/// Runs `preset` on every rank of a group (each rank calls this with its collective).
+///
+/// Rank 0 stages the run's files in a hidden folder made before anything is computed (an
+/// unwritable destination fails at once), writes `metrics.json` last and moves the folder into
+/// place when the run is complete; a failed run leaves nothing behind (as [`crate::job`] runs).
 pub fn run_in_group(
     preset: &FwiPreset,
     base_dir: &Path,
-    out_dir: &Path,
+    out: impl Into<RunDir>,
     comm: Box<dyn Collective>,
     on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
 ) -> Result<FwiSummary> {
     preset.validate()?;
+    let staging = match comm.rank() {
+        0 => Some(Staging::create(&out.into())?),
+        _ => None,
+    };
     let timed = Arc::new(TimedCollective::new(comm));
     match preset.wave.precision {
-        Precision::F32 => run_typed::<f32>(preset, base_dir, out_dir, timed, on_event),
-        Precision::F64 => run_typed::<f64>(preset, base_dir, out_dir, timed, on_event),
+        Precision::F32 => run_typed::<f32>(preset, base_dir, staging, timed, on_event),
+        Precision::F64 => run_typed::<f64>(preset, base_dir, staging, timed, on_event),
     }
 }
 
@@ -426,7 +438,7 @@ struct Report {
 fn run_typed<T: Real>(
     preset: &FwiPreset,
     base_dir: &Path,
-    out_dir: &Path,
+    staging: Option<Staging>,
     timed: Arc<TimedCollective>,
     on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
 ) -> Result<FwiSummary> {
@@ -543,10 +555,6 @@ fn run_typed<T: Real>(
     let initial_error = setup.truth.as_ref().map(|t| rel_error(&model, t));
     let step_ratio = Solver::new(&start, &settings)?.step_ratio();
     let internal_dt = preset.wave.dt_s / step_ratio as f64;
-    if rank == 0 {
-        std::fs::create_dir_all(out_dir)
-            .map_err(|e| Error::io("creating output folder", out_dir, e))?;
-    }
     let epochs = preset.fwi.epochs;
     let mut stop = on_event(FwiEvent::Started {
         name: &preset.name,
@@ -779,9 +787,9 @@ fn run_typed<T: Real>(
         let model_f32 = to_f32(&model);
         let grad_f32 = to_f32(&g);
         let illum_f32 = illumination.as_ref().map(|i| to_f32(i));
-        if rank == 0 && figures {
+        if let Some(staging) = staging.as_ref().filter(|_| figures) {
             super::figures::epoch_panel(
-                out_dir,
+                staging.path(),
                 &report,
                 (nz, nx, dz, dx),
                 truth_f32.as_deref(),
@@ -821,17 +829,18 @@ fn run_typed<T: Real>(
         solve_secs,
         history,
         outputs: Vec::new(),
+        run_dir: None,
         preset: preset.to_toml()?,
         model: final_f32,
     };
-    if rank != 0 {
+    let Some(staging) = staging else {
         return Ok(summary);
-    }
+    };
+    let out_dir = staging.path();
     let grid = |v: &[f32]| crate::tensor::Tensor::from_vec(&[nz, nx], v.to_vec());
     let mut put = |name: &str, t: crate::tensor::Tensor| -> Result<()> {
-        let path = out_dir.join(name);
-        io::write_array(&path, &t)?;
-        summary.outputs.push(path);
+        io::write_array(&out_dir.join(name), &t)?;
+        summary.outputs.push(PathBuf::from(name));
         Ok(())
     };
     if let Some(t) = &truth_f32 {
@@ -853,10 +862,10 @@ fn run_typed<T: Real>(
         preset.wave.dt_s,
         &observed,
     )?);
-    let metrics = out_dir.join("metrics.json");
-    summary.outputs.push(metrics.clone());
+    summary.outputs.push(PathBuf::from("metrics.json"));
     let json = serde_json::to_vec_pretty(&summary)
         .map_err(|e| Error::config("metrics.json", e.to_string()))?;
-    io::write_atomic(&metrics, &json)?;
+    io::write_atomic(&out_dir.join("metrics.json"), &json)?;
+    summary.run_dir = Some(staging.commit(&preset.name)?);
     Ok(summary)
 }
