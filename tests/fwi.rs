@@ -109,3 +109,68 @@ fn one_two_and_three_ranks_give_the_same_model() {
     assert_eq!(models[0], models[1]);
     assert_eq!(models[0], models[2]);
 }
+
+/// A tiny inversion writes every figure: the wavelet, the shot gathers, the loss curve and one panel
+/// per saved epoch, as PNGs that decode to the expected sizes (three 560-pixel panels per row for
+/// the gathers and the epoch panels with truth and illumination), listed in the summary.
+#[test]
+fn a_tiny_run_writes_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let sets: Vec<String> = [
+        "fwi.epochs=2",
+        "output.figures_every=1",
+        "model.truth.nz=20",
+        "model.truth.nx=40",
+        "acquisition.shots=3",
+        "acquisition.receivers_per_shot=20",
+        "wave.nt=150",
+        "fwi.batch_size=3",
+        "fwi.stages=[]",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (preset, base, _) = tessera::fwi::FwiPreset::load("fwi_marmousi", &sets)
+        .unwrap()
+        .unwrap();
+    let summary = tessera::fwi::run(&preset, &base, out.as_path(), &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(summary.run_dir.as_deref(), Some(out.as_path()));
+    let size = |name: &str| {
+        let t = tessera::io::read_image(&out.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let s = t.shape();
+        (s[s.len() - 1], s[s.len() - 2])
+    };
+    assert_eq!(size("ricker.png"), (800, 500));
+    assert_eq!(
+        size("loss.png"),
+        (1600, 500),
+        "loss and model error side by side"
+    );
+    assert_eq!(
+        size("observed_data.png").0,
+        3 * 560,
+        "first, middle and last gather"
+    );
+    for name in ["epoch_0001.png", "epoch_0002.png"] {
+        let (w, h) = size(name);
+        assert_eq!(w, 3 * 560, "{name}: five panels in rows of three");
+        assert!(h > 2 * 160, "{name}: two rows of panels, height {h}");
+    }
+    for name in [
+        "ricker.png",
+        "observed_data.png",
+        "loss.png",
+        "epoch_0001.png",
+        "epoch_0002.png",
+        "metrics.json",
+    ] {
+        assert!(
+            summary.outputs.iter().any(|p| p.as_os_str() == name),
+            "{name} not listed in {:?}",
+            summary.outputs
+        );
+    }
+}

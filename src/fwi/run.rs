@@ -575,6 +575,8 @@ fn run_typed<T: Real>(
     let mut history = Vec::with_capacity(epochs);
     let mut peak_bytes = 0;
     let mut stopped_early = false;
+    let layout = super::figures::Layout::new(nz, nx, dz, dx, acq);
+    let mut panels = Vec::new();
     for epoch in 0..epochs {
         let t_epoch = Instant::now();
         let comm_mark = timed.secs();
@@ -788,15 +790,15 @@ fn run_typed<T: Real>(
         let grad_f32 = to_f32(&g);
         let illum_f32 = illumination.as_ref().map(|i| to_f32(i));
         if let Some(staging) = staging.as_ref().filter(|_| figures) {
-            super::figures::epoch_panel(
+            panels.push(super::figures::epoch_panel(
                 staging.path(),
-                &report,
-                (nz, nx, dz, dx),
+                (report.epoch, report.model_error),
+                &layout,
                 truth_f32.as_deref(),
                 &model_f32,
                 &grad_f32,
                 illum_f32.as_ref().map(|i| (&i[..cells], &i[cells..])),
-            )?;
+            )?);
         }
         stop |= on_event(FwiEvent::Epoch {
             report: &report,
@@ -855,13 +857,20 @@ fn run_typed<T: Real>(
             crate::tensor::Tensor::from_vec(&[n_shots, nr, nt], to_f32(&observed_flat))?,
         )?;
     }
+    let history: Vec<_> = summary
+        .history
+        .iter()
+        .map(|r| (r.epoch, r.loss, r.model_error, r.cutoff_hz))
+        .collect();
     summary.outputs.extend(super::figures::summary_figures(
         out_dir,
-        &summary,
+        &history,
+        summary.initial_model_error,
         &setup.wavelet,
         preset.wave.dt_s,
-        &observed,
+        (&observed, acq, dx),
     )?);
+    summary.outputs.append(&mut panels);
     summary.outputs.push(PathBuf::from("metrics.json"));
     let json = serde_json::to_vec_pretty(&summary)
         .map_err(|e| Error::config("metrics.json", e.to_string()))?;
