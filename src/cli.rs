@@ -433,13 +433,11 @@ fn run(
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let preset = &loaded.preset;
-    let out_dir = match out.or_else(|| preset.output.dir.clone()) {
-        Some(path) => RunDir::Exact { path, replace },
-        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
-        None => RunDir::Unique {
-            root: PathBuf::from("out").join(&preset.name),
-        },
-    };
+    let out_dir = run_dir(
+        out.or_else(|| preset.output.dir.clone()),
+        replace,
+        &preset.name,
+    )?;
     // Checked before any rank starts computing (rank 0 checks again when it stages the run): the
     // output folder, and the inputs against the real image, memory included.
     out_dir.check()?;
@@ -486,6 +484,18 @@ fn run(
         say!("  outputs in {}", dir.display());
     }
     Ok(())
+}
+
+/// Where `tessera run` writes: the folder named (`--out` or the preset's), replaced only with
+/// `--replace`, or a new folder under `out/NAME`.
+fn run_dir(out: Option<PathBuf>, replace: bool, name: &str) -> Result<RunDir> {
+    Ok(match out {
+        Some(path) => RunDir::Exact { path, replace },
+        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
+        None => RunDir::Unique {
+            root: PathBuf::from("out").join(name),
+        },
+    })
 }
 
 /// What a finished run prints (locally or attached).
@@ -546,13 +556,11 @@ fn run_fwi(
     use indicatif::{ProgressBar, ProgressStyle};
     use std::io::IsTerminal;
     use tessera::fwi::FwiEvent;
-    let out_dir = match out.or_else(|| preset.output.dir.clone()) {
-        Some(path) => RunDir::Exact { path, replace },
-        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
-        None => RunDir::Unique {
-            root: PathBuf::from("out").join(&preset.name),
-        },
-    };
+    let out_dir = run_dir(
+        out.or_else(|| preset.output.dir.clone()),
+        replace,
+        &preset.name,
+    )?;
     out_dir.check()?;
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
@@ -799,9 +807,9 @@ fn bench(what: BenchWhat) -> Result<()> {
             if json {
                 let mut v = serde_json::to_value(&r)?;
                 v["forward_bandwidth_fraction"] = r.forward_bandwidth_fraction().into();
-                println!("{v}");
+                say!("{v}");
             } else {
-                println!("{r}");
+                say!("{r}");
             }
         }
         BenchWhat::Collectives {
@@ -847,10 +855,10 @@ fn presets(files: &[PathBuf]) -> Result<()> {
     }
     for (name, text) in tessera::fwi::BUNDLED_FWI {
         match tessera::fwi::FwiPreset::from_toml(text, name, &[]) {
-            Ok(p) => println!("ok       {:<14} {}", p.name, p.description),
+            Ok(p) => say!("ok       {:<14} {}", p.name, p.description),
             Err(e) => {
                 failures += 1;
-                println!("INVALID  {name:<14} {e}");
+                say!("INVALID  {name:<14} {e}");
             }
         }
     }
@@ -865,7 +873,7 @@ fn presets(files: &[PathBuf]) -> Result<()> {
 
 fn report_preset(name: &str, failures: &mut usize) {
     if let Ok(Some((p, _, _))) = tessera::fwi::FwiPreset::load(name, &[]) {
-        println!("ok       {:<14} {}", p.name, p.description);
+        say!("ok       {:<14} {}", p.name, p.description);
         return;
     }
     match Preset::load(name, &[]) {
