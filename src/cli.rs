@@ -17,6 +17,7 @@ use serde::Deserialize;
 use std::io::IsTerminal;
 
 use tessera::denoise::DenoiserConfig;
+use tessera::dist::placement::{Placement, available_cores};
 use tessera::dist::{self, RankFlags, RankInfo};
 use tessera::job::{self, JobEvent};
 use tessera::physics::{NoiseConfig, PhysicsConfig};
@@ -192,6 +193,10 @@ struct GroupArgs {
     /// when one iteration's work on a rank legitimately takes longer.
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     op_timeout: u64,
+    /// Compute threads per rank (default: this host's cores divided by its ranks; overrides the
+    /// preset's distributed.threads_per_rank).
+    #[arg(long, value_name = "N")]
+    threads_per_rank: Option<usize>,
 }
 
 /// Entry point: runs the command and turns errors into a message and exit code 1.
@@ -304,7 +309,7 @@ fn train(
             return Ok(());
         }
     }
-    let comm = join_group(group)?;
+    let (comm, _) = join_group(group, None)?;
     let (preset, base_dir) = TrainPreset::load(name, set)
         .with_context(|| format!("loading training preset `{name}`"))?;
     let out_dir = out.unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
@@ -351,11 +356,14 @@ fn run(
             return Ok(());
         }
     }
-    let comm = join_group(group)?;
-    let rank = comm.rank();
-    let quiet = quiet || rank != 0;
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let preset = &loaded.preset;
+    let (comm, placement) = join_group(group, preset.distributed.threads_per_rank)?;
+    let rank = comm.rank();
+    if rank == 0 && !quiet {
+        eprintln!("threads: {placement}");
+    }
+    let quiet = quiet || rank != 0;
     let out_dir = out
         .or_else(|| preset.output.dir.clone())
         .unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
@@ -474,7 +482,7 @@ fn serve(
         dist::launch::launch(n, &args).context("local process group")?;
         return Ok(());
     }
-    let comm = join_group(group)?;
+    let (comm, _) = join_group(group, None)?;
     let opts = ServeOptions {
         endpoint,
         token,
@@ -485,8 +493,12 @@ fn serve(
     tessera::serve::serve(comm, &opts).context("tessera serve")
 }
 
-/// Discovers this process's rank and joins the group with the chosen transport.
-fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
+/// Discovers this process's rank, sizes its thread pool (flag, else `preset_threads`, else the
+/// host's cores shared by its ranks; logged) and joins the group with the chosen transport.
+fn join_group(
+    group: &GroupArgs,
+    preset_threads: Option<usize>,
+) -> Result<(Box<dyn dist::Collective>, Placement)> {
     let flags = RankFlags {
         rank: group.rank,
         world_size: group.world_size,
@@ -494,7 +506,15 @@ fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
         master_port: group.master_port,
     };
     let info = RankInfo::discover(&flags).context("finding this process's rank")?;
-    dist::init_backend(
+    let placement = Placement::choose(
+        info.local_world_size,
+        available_cores(),
+        group.threads_per_rank,
+        preset_threads,
+    )?;
+    placement.apply()?;
+    tracing::info!(rank = info.rank, "threads: {placement}");
+    let comm = dist::init_backend(
         group.backend,
         &info,
         Duration::from_secs(group.rendezvous_timeout),
@@ -508,7 +528,8 @@ fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
             "joining the process group as rank {} of {}",
             info.rank, info.world_size
         )
-    })
+    })?;
+    Ok((comm, placement))
 }
 
 fn bench(what: BenchWhat) -> Result<()> {

@@ -16,6 +16,8 @@ pub mod mpi;
 pub mod nccl;
 pub mod patch_map;
 pub mod physics;
+pub mod placement;
+pub mod profile;
 pub mod sockets;
 pub mod spatial;
 pub mod store;
