@@ -153,6 +153,29 @@ enum BenchWhat {
         #[arg(long, default_value_t = 3)]
         repeats: usize,
     },
+    /// Scaling study of a preset: runs it at each rank count (× image size × threads per rank) as
+    /// real rank processes, then writes per-rank/per-iteration and summary CSV, PNG figures and one
+    /// self-contained HTML report into --out.
+    Scaling {
+        /// Bundled preset name or TOML file.
+        preset: String,
+        /// Rank counts to run, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        ranks: Vec<usize>,
+        /// Longest image sides to run, comma-separated (default: the preset's size); the sample
+        /// and the blur widths are scaled.
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<usize>,
+        /// Threads per rank to run, comma-separated (default: cores / ranks).
+        #[arg(long, value_delimiter = ',')]
+        threads_per_rank: Vec<usize>,
+        /// Override preset values (repeatable), e.g. --set algorithm.iterations=5.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Output folder (default: out/scaling-<preset name>); runs go to its runs/ folder.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// All-reduce over local ranks vs a raw Unix-socket copy.
     Collectives {
         #[arg(long, default_value_t = 64)]
@@ -558,6 +581,14 @@ fn bench(what: BenchWhat) -> Result<()> {
             println!("  FBP  {:8.1} ms", r.fbp_secs * 1e3);
             println!("  (single-threaded reference and ratios: cargo bench --bench tomography)");
         }
+        BenchWhat::Scaling {
+            preset,
+            ranks,
+            sizes,
+            threads_per_rank,
+            set,
+            out,
+        } => bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out)?,
         BenchWhat::Collectives {
             mib,
             ranks,
@@ -569,6 +600,104 @@ fn bench(what: BenchWhat) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// `tessera bench scaling`: every configuration is a `tessera run … --ranks N` of this binary (a
+/// real process group), run one after the other so they do not compete for the cores.
+fn bench_scaling(
+    name: &str,
+    ranks: &[usize],
+    sizes: &[usize],
+    threads: &[usize],
+    set: &[String],
+    out: Option<PathBuf>,
+) -> Result<()> {
+    use tessera::scaling::{Configuration, Run, RunMetrics};
+    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let preset = &loaded.preset;
+    if ranks.is_empty() || ranks.contains(&0) {
+        bail!("--ranks: give rank counts of at least 1, e.g. --ranks 1,2");
+    }
+    for &t in threads {
+        tessera::dist::placement::check_threads("--threads-per-rank", t)?;
+    }
+    let sizes: Vec<Option<usize>> = if sizes.is_empty() {
+        vec![None]
+    } else {
+        sizes.iter().copied().map(Some).collect()
+    };
+    let threads: Vec<Option<usize>> = if threads.is_empty() {
+        vec![None]
+    } else {
+        threads.iter().copied().map(Some).collect()
+    };
+    let mut configs = Vec::new();
+    for &size in &sizes {
+        // Resize once per size: a bad size fails before any run starts.
+        let resize = match size {
+            Some(s) => tessera::scaling::size_overrides(preset, s)?,
+            None => Vec::new(),
+        };
+        for &t in &threads {
+            for &n in ranks {
+                let config = Configuration {
+                    size,
+                    ranks: n,
+                    threads: t,
+                };
+                configs.push((config, resize.clone()));
+            }
+        }
+    }
+    let out = out.unwrap_or_else(|| PathBuf::from("out").join(format!("scaling-{}", preset.name)));
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let total = configs.len();
+    let mut runs = Vec::with_capacity(total);
+    for (k, (config, resize)) in configs.into_iter().enumerate() {
+        let dir = out.join("runs").join(config.slug());
+        eprintln!(
+            "[{}/{}] {} → {}",
+            k + 1,
+            total,
+            config.slug(),
+            dir.display()
+        );
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["run", name, "--quiet", "--ranks"])
+            .arg(config.ranks.to_string())
+            .arg("--out")
+            .arg(&dir);
+        for o in set.iter().chain(&resize) {
+            cmd.args(["--set", o]);
+        }
+        if let Some(t) = config.threads {
+            cmd.args(["--threads-per-rank", &t.to_string()]);
+        }
+        let status = cmd
+            .status()
+            .with_context(|| format!("starting run {}", config.slug()))?;
+        if !status.success() {
+            bail!(
+                "run {} failed ({status}); its output is above, its folder {}",
+                config.slug(),
+                dir.display()
+            );
+        }
+        let metrics = RunMetrics::load(&dir).with_context(|| format!("run {}", config.slug()))?;
+        eprintln!(
+            "    {:.2} s (slowest rank; gradient {:.2} s, denoiser {:.2} s)",
+            metrics.total_secs(),
+            metrics.gradient_secs(),
+            metrics.denoiser_secs()
+        );
+        runs.push(Run { config, metrics });
+    }
+    let report =
+        tessera::scaling::write_report(&runs, &format!("Scaling study: {}", preset.name), &out)
+            .context("writing the scaling report")?;
+    println!("{}", tessera::scaling::summary_csv(&runs));
+    println!("report: {}", report.display());
     Ok(())
 }
 

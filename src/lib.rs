@@ -5,7 +5,8 @@
 //! out; `preset` describes a whole experiment as TOML; `job` runs a preset and reports progress through
 //! a callback. The binary (`cli`) is a thin layer over `job`; `dist` runs the same job on several
 //! ranks (and splits neural networks over them by exact spatial decomposition, `dist::spatial`);
-//! `train` trains the native neural denoisers. See docs/ARCHITECTURE.md.
+//! `train` trains the native neural denoisers; `scaling` reads the runs of a scaling study back and
+//! reports them (CSV, figures, one HTML page). See docs/ARCHITECTURE.md.
 //!
 //! ```
 //! use tessera::Tensor;
@@ -39,6 +40,7 @@ pub mod plot;
 pub mod preset;
 pub mod protocol;
 pub mod samples;
+pub mod scaling;
 pub mod serve;
 pub mod tensor;
 pub mod tiling;
