@@ -419,3 +419,96 @@ fn the_nccl_backend_without_the_feature_says_how_to_get_it() {
         "{e}"
     );
 }
+
+/// `tessera bench scaling` runs each rank count as a real process group and reports them.
+#[test]
+fn a_scaling_study_runs_each_configuration_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "bench",
+            "scaling",
+            "multiblur",
+            "--ranks",
+            "1,2",
+            "--sizes",
+            "96",
+            "--set",
+            "algorithm.iterations=2",
+            "--set",
+            "tiling.patch_size=32",
+            "--set",
+            "tiling.overlap=8",
+            "--out",
+            "study",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let study = dir.path().join("study");
+    let runs = |slug: &str| {
+        std::fs::read(study.join("runs").join(slug).join("reconstruction.npy")).unwrap()
+    };
+    assert_eq!(
+        runs("s96-n1"),
+        runs("s96-n2"),
+        "the rank counts reconstruct the same image"
+    );
+    let csv = std::fs::read_to_string(study.join("rank_iterations.csv")).unwrap();
+    // Header, then 1 rank × 2 iterations and 2 ranks × 2 iterations.
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 6, "{csv}");
+    let mut seen: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r[1], r[3], r[4])).collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("1", "0", "1"),
+            ("1", "0", "2"),
+            ("2", "0", "1"),
+            ("2", "0", "2"),
+            ("2", "1", "1"),
+            ("2", "1", "2")
+        ]
+    );
+    let summary = std::fs::read_to_string(study.join("summary.csv")).unwrap();
+    assert_eq!(summary.lines().count(), 3, "{summary}");
+    assert!(
+        summary.lines().nth(1).unwrap().starts_with("96,1,"),
+        "{summary}"
+    );
+    let html = std::fs::read_to_string(study.join("report.html")).unwrap();
+    assert_eq!(html.matches("data:image/png;base64,").count(), 7);
+    assert!(study.join("breakdown.png").is_file());
+
+    // A size the preset's tiles do not fit fails before the report, naming the run.
+    let o = run(
+        &[
+            "bench",
+            "scaling",
+            "multiblur",
+            "--ranks",
+            "1",
+            "--sizes",
+            "64",
+            "--set",
+            "algorithm.iterations=1",
+            "--out",
+            "bad",
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("run s64-n1 failed"), "{err}");
+    let o = run(
+        &["bench", "scaling", "multiblur", "--ranks", "0,2"],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--ranks"));
+}
