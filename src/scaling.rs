@@ -220,7 +220,7 @@ fn csv_threads(r: &RankTimes) -> String {
 pub fn rank_csv(runs: &[Run]) -> String {
     let mut s = String::from(
         "size,ranks,threads,rank,iteration,elapsed_s,gradient_s,gradient_comm_s,gradient_idle_s,gradient_bytes,\
-         denoiser_s,denoiser_comm_s,denoiser_idle_s,denoiser_bytes,other_s,other_comm_s,other_idle_s,peak_rss_bytes\n",
+         denoiser_s,denoiser_comm_s,denoiser_idle_s,denoiser_bytes,other_s,other_comm_s,other_idle_s,setup_s,setup_comm_s,setup_idle_s,peak_rss_bytes\n",
     );
     for run in runs {
         for r in &run.metrics.ranks {
@@ -244,10 +244,13 @@ pub fn rank_csv(runs: &[Run]) -> String {
                 }
                 let _ = writeln!(
                     s,
-                    ",{:.6},{:.6},{:.6},{}",
+                    ",{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{}",
                     it.other.secs,
                     it.other.communication_secs,
                     it.other.idle_secs,
+                    it.setup.secs,
+                    it.setup.communication_secs,
+                    it.setup.idle_secs,
                     it.peak_rss_bytes
                 );
             }
@@ -368,7 +371,7 @@ pub fn figures(runs: &[Run]) -> Result<Vec<(String, String, Rgb)>> {
 
     // Per rank of every run: where its time went, and its peak memory.
     let mut categories = Vec::new();
-    let mut parts = vec![Vec::new(); 5];
+    let mut parts = vec![Vec::new(); 6];
     let mut memory = Vec::new();
     for run in runs {
         for r in &run.metrics.ranks {
@@ -380,6 +383,7 @@ pub fn figures(runs: &[Run]) -> Result<Vec<(String, String, Rgb)>> {
             parts[2].push(sum(&|i| i.other.compute_secs()));
             parts[3].push(sum(&IterationProfile::communication_secs));
             parts[4].push(sum(&IterationProfile::idle_secs));
+            parts[5].push(sum(&|i| i.setup.compute_secs()));
             memory.push(r.peak_rss_bytes as f64 / (1 << 20) as f64);
         }
     }
@@ -393,6 +397,7 @@ pub fn figures(runs: &[Run]) -> Result<Vec<(String, String, Rgb)>> {
         "other (compute)",
         "communication",
         "idle at collectives",
+        "algorithm set-up (compute)",
     ];
     for (name, values) in names.into_iter().zip(parts) {
         breakdown = breakdown.part(name, values);
@@ -476,9 +481,9 @@ pub fn write_report(runs: &[Run], title: &str, dir: &Path) -> Result<PathBuf> {
         let png = dir.join(format!("{stem}.png"));
         image.write_png(&png)?;
         let bytes = std::fs::read(&png).map_err(|e| Error::io("reading figure", &png, e))?;
-        let _ = write!(
+        let _ = writeln!(
             html,
-            "<figure><img alt=\"{stem}\" src=\"data:image/png;base64,{}\"><figcaption>{}</figcaption></figure>\n",
+            "<figure><img alt=\"{stem}\" src=\"data:image/png;base64,{}\"><figcaption>{}</figcaption></figure>",
             base64(&bytes),
             escape(&caption)
         );
@@ -562,6 +567,7 @@ mod tests {
                         ..Default::default()
                     },
                     other: PhaseProfile::default(),
+                    setup: PhaseProfile::default(),
                     peak_rss_bytes: 1 << 20,
                 })
                 .collect(),

@@ -112,7 +112,7 @@ fn every_rank_profiles_every_iteration_and_threads_are_placed() {
             for (k, it) in its.iter().enumerate() {
                 assert_eq!(it["iteration"].as_u64().unwrap(), k as u64 + 1);
                 let mut total = 0.0;
-                for phase in ["gradient", "denoiser", "other"] {
+                for phase in ["gradient", "denoiser", "other", "setup"] {
                     let p = &it[phase];
                     let (secs, comm, idle) = (
                         f(&p["secs"]),
@@ -140,6 +140,13 @@ fn every_rank_profiles_every_iteration_and_threads_are_placed() {
                     );
                 }
                 assert!(it["peak_rss_bytes"].as_u64().unwrap() > 0);
+                if k > 0 {
+                    assert_eq!(
+                        f(&it["setup"]["secs"]),
+                        0.0,
+                        "only the first iteration has a set-up"
+                    );
+                }
                 summed += total;
                 assert!(
                     (summed - f(&it["elapsed_secs"])).abs() < 1e-3,
@@ -149,7 +156,9 @@ fn every_rank_profiles_every_iteration_and_threads_are_placed() {
             assert!(summed <= f(&rank["total_secs"]), "rank {r}: {rank}");
             let idle: f64 = its
                 .iter()
-                .flat_map(|it| ["gradient", "denoiser", "other"].map(|p| f(&it[p]["idle_secs"])))
+                .flat_map(|it| {
+                    ["gradient", "denoiser", "other", "setup"].map(|p| f(&it[p]["idle_secs"]))
+                })
                 .sum();
             assert!((idle - f(&rank["idle_secs"])).abs() < 1e-9);
         }

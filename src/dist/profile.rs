@@ -55,6 +55,10 @@ pub struct IterationProfile {
     pub denoiser: PhaseProfile,
     /// The rest of the iteration: updates, metrics, per-iteration bookkeeping of the caller.
     pub other: PhaseProfile,
+    /// The algorithm's set-up before its first iteration (e.g. the power method for the step
+    /// size); only the first iteration has one.
+    #[serde(default)]
+    pub setup: PhaseProfile,
     /// Peak resident memory of the process during the iteration (bytes); since the start of the
     /// process where the peak cannot be reset.
     pub peak_rss_bytes: u64,
@@ -62,15 +66,19 @@ pub struct IterationProfile {
 
 impl IterationProfile {
     pub fn total_secs(&self) -> f64 {
-        self.gradient.secs + self.denoiser.secs + self.other.secs
+        self.gradient.secs + self.denoiser.secs + self.other.secs + self.setup.secs
     }
     pub fn communication_secs(&self) -> f64 {
         self.gradient.communication_secs
             + self.denoiser.communication_secs
             + self.other.communication_secs
+            + self.setup.communication_secs
     }
     pub fn idle_secs(&self) -> f64 {
-        self.gradient.idle_secs + self.denoiser.idle_secs + self.other.idle_secs
+        self.gradient.idle_secs
+            + self.denoiser.idle_secs
+            + self.other.idle_secs
+            + self.setup.idle_secs
     }
 }
 
@@ -80,9 +88,11 @@ struct Mark {
     /// Calls logged by the end of the iteration.
     calls: usize,
     /// When the iteration began: the end of the previous one, or the start of the solve (so the
-    /// first iteration's "other" phase holds the algorithm's set-up, and the iterations' times add
-    /// up to the solve's).
+    /// iterations' times add up to the solve's).
     start_ns: u64,
+    /// When the algorithm's work on the iteration began (its reported times back from the
+    /// callback); in the first iteration, what comes before it is the algorithm's set-up.
+    work_start_ns: u64,
     /// When the caller's per-iteration bookkeeping ended.
     end_ns: u64,
     gradient_secs: f64,
@@ -135,9 +145,11 @@ impl Profiler {
         self.timed.set_phase(Phase::Other);
         let now = monotonic_ns();
         let start_ns = self.marks.last().map_or(self.start_ns, |m| m.end_ns);
+        let work = times.gradient_secs + times.denoiser_secs + times.other_secs;
         self.marks.push(Mark {
             calls: self.timed.calls(),
             start_ns,
+            work_start_ns: now.saturating_sub((work * 1e9) as u64).max(start_ns),
             end_ns: now,
             gradient_secs: times.gradient_secs,
             denoiser_secs: times.denoiser_secs,
@@ -211,10 +223,13 @@ fn profiles(logs: &[RankLog]) -> Vec<Vec<IterationProfile>> {
                 p.gradient.secs = m.gradient_secs;
                 p.denoiser.secs = m.denoiser_secs;
                 let wall = m.end_ns.saturating_sub(m.start_ns) as f64 * 1e-9;
-                p.other.secs = (wall - m.gradient_secs - m.denoiser_secs).max(0.0);
+                let setup_end = if k == 0 { m.work_start_ns } else { m.start_ns };
+                p.setup.secs = setup_end.saturating_sub(m.start_ns) as f64 * 1e-9;
+                p.other.secs = (wall - m.gradient_secs - m.denoiser_secs - p.setup.secs).max(0.0);
                 for c in calls.clone() {
                     let call = &log.calls[c];
                     let phase = match call.phase {
+                        _ if call.start_ns < setup_end => &mut p.setup,
                         Phase::Gradient => &mut p.gradient,
                         Phase::Denoiser => &mut p.denoiser,
                         Phase::Other => &mut p.other,
@@ -360,6 +375,7 @@ mod tests {
         Mark {
             calls,
             start_ns: (end_ms - 100) * 1_000_000,
+            work_start_ns: (end_ms - 100) * 1_000_000,
             end_ns: end_ms * 1_000_000,
             gradient_secs,
             denoiser_secs,
