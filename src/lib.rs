@@ -32,6 +32,7 @@ pub mod gui;
 pub mod io;
 pub mod job;
 pub mod linalg;
+pub mod memory;
 pub mod metrics;
 pub mod nn;
 pub mod optim;

@@ -524,6 +524,9 @@ mod tests {
         fn backend_name(&self) -> String {
             self.0.backend_name()
         }
+        fn transport(&self) -> crate::dist::collective::Transport {
+            self.0.transport()
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod conv;
+pub mod device;
 pub mod dncnn;
 pub mod domain;
 pub mod drunet;
@@ -16,6 +17,7 @@ pub mod models;
 pub mod pth;
 pub mod safetensors;
 pub mod scalar;
+mod weight_files;
 pub mod weights;
 pub(crate) mod weights_source;
 
