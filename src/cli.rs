@@ -213,6 +213,29 @@ enum BenchWhat {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
+    /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is
+    /// scripts/bench_deepwave.py, which runs this interleaved with deepwave.
+    Wave {
+        #[arg(long, default_value_t = 250)]
+        nz: usize,
+        #[arg(long, default_value_t = 600)]
+        nx: usize,
+        #[arg(long, default_value_t = 2)]
+        shots: usize,
+        #[arg(long, default_value_t = 500)]
+        nt: usize,
+        #[arg(long, default_value_t = 4)]
+        accuracy: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Forward only.
+        #[arg(long)]
+        no_gradient: bool,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// All-reduce over local ranks vs a raw Unix-socket copy.
     Collectives {
         #[arg(long, default_value_t = 64, value_parser = number_in::<1, 4096>)]
@@ -431,6 +454,11 @@ fn run(
     quiet: bool,
     group: &GroupArgs,
 ) -> Result<()> {
+    if let Some(fwi) = tessera::fwi::FwiPreset::load(name, set)
+        .with_context(|| format!("loading preset `{name}`"))?
+    {
+        return run_fwi(name, fwi, out, replace, quiet, group);
+    }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let preset = &loaded.preset;
@@ -536,6 +564,112 @@ fn print_summary(summary: &job::JobSummary) {
             );
         }
     }
+}
+
+/// `tessera run` of a full-waveform inversion preset (the `[fwi]` kind): the same launcher and
+/// process group as imaging runs, a progress bar of epochs.
+fn run_fwi(
+    name: &str,
+    (preset, base_dir, origin): (tessera::fwi::FwiPreset, PathBuf, String),
+    out: Option<PathBuf>,
+    replace: bool,
+    quiet: bool,
+    group: &GroupArgs,
+) -> Result<()> {
+    use indicatif::{ProgressBar, ProgressStyle};
+    use std::io::IsTerminal;
+    use tessera::fwi::FwiEvent;
+    let out_dir = match out.or_else(|| preset.output.dir.clone()) {
+        Some(path) => RunDir::Exact { path, replace },
+        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
+        None => RunDir::Unique {
+            root: PathBuf::from("out").join(&preset.name),
+        },
+    };
+    out_dir.check()?;
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        dist::launch::launch(n, &args).context("local process group")?;
+        return Ok(());
+    }
+    let comm = join_group(group)?;
+    let rank = comm.rank();
+    let quiet = quiet || rank != 0;
+    let epochs = preset.fwi.epochs;
+    let interactive = std::io::stderr().is_terminal();
+    let bar = if quiet || !interactive {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(epochs as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} epochs  {msg}  ETA {eta}")
+            .expect("static template is valid")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(preset.name.clone());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let every = epochs.div_ceil(10).max(1);
+    let mut on_event = |event: FwiEvent<'_>| {
+        match event {
+            FwiEvent::Started {
+                nz,
+                nx,
+                shots,
+                world_size,
+                step_ratio,
+                ..
+            } => bar.set_message(format!(
+                "{nz}×{nx} model, {shots} shots, {world_size} rank(s), {step_ratio} steps/sample"
+            )),
+            FwiEvent::Epoch { report, .. } => {
+                bar.set_position(report.epoch as u64);
+                let err = report
+                    .model_error
+                    .map(|e| format!(", model error {:.2} %", 100.0 * e))
+                    .unwrap_or_default();
+                bar.set_message(format!("loss {:.4e}{err}", report.loss));
+                let k = report.epoch;
+                if !quiet && !interactive && (k.is_multiple_of(every) || k == epochs) {
+                    output::complain(format_args!(
+                        "epoch {k}/{epochs}: loss {:.4e}{err}",
+                        report.loss
+                    ));
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    };
+    let summary = tessera::fwi::run_in_group(&preset, &base_dir, out_dir, comm, &mut on_event)
+        .with_context(|| format!("running preset {origin} ({name})"))?;
+    bar.finish_and_clear();
+    if rank != 0 {
+        return Ok(());
+    }
+    let last = summary.history.last();
+    say!(
+        "{}: {} epochs in {:.1} s on {} rank(s) over {}; final loss {:.4e}",
+        summary.name,
+        summary.epochs,
+        summary.solve_secs,
+        summary.world_size,
+        summary.backend,
+        last.map_or(f64::NAN, |r| r.loss)
+    );
+    if let (Some(a), Some(b)) = (summary.initial_model_error, summary.final_model_error) {
+        say!("  model error {:.2} % → {:.2} %", 100.0 * a, 100.0 * b);
+    }
+    say!(
+        "  {} internal steps per sample, gradient by {:?}: {:.1} MiB per shot",
+        summary.step_ratio,
+        summary.gradient_strategy,
+        summary.peak_bytes_per_shot as f64 / (1 << 20) as f64
+    );
+    if let Some(dir) = &summary.run_dir {
+        say!("  outputs in {}", dir.display());
+    }
+    Ok(())
 }
 
 /// Default control address of `tessera serve` (loopback: reach it from elsewhere by SSH tunnel).
@@ -705,6 +839,36 @@ fn bench(what: BenchWhat) -> Result<()> {
             set,
             out,
         } => bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out)?,
+        BenchWhat::Wave {
+            nz,
+            nx,
+            shots,
+            nt,
+            accuracy,
+            repeats,
+            no_gradient,
+            json,
+        } => {
+            use tessera::physics::wave::bench::{WaveBenchSpec, bench_wave};
+            let spec = WaveBenchSpec {
+                nz,
+                nx,
+                shots,
+                nt,
+                accuracy,
+                repeats,
+                gradient: !no_gradient,
+                ..WaveBenchSpec::default()
+            };
+            let r = bench_wave(&spec)?;
+            if json {
+                let mut v = serde_json::to_value(&r)?;
+                v["forward_bandwidth_fraction"] = r.forward_bandwidth_fraction().into();
+                println!("{v}");
+            } else {
+                println!("{r}");
+            }
+        }
         BenchWhat::Collectives {
             mib,
             ranks,
@@ -844,6 +1008,15 @@ fn presets(files: &[PathBuf]) -> Result<()> {
     for (name, _) in BUNDLED {
         report_preset(name, &mut failures);
     }
+    for (name, text) in tessera::fwi::BUNDLED_FWI {
+        match tessera::fwi::FwiPreset::from_toml(text, name, &[]) {
+            Ok(p) => println!("ok       {:<14} {}", p.name, p.description),
+            Err(e) => {
+                failures += 1;
+                println!("INVALID  {name:<14} {e}");
+            }
+        }
+    }
     for f in files {
         report_preset(&f.to_string_lossy(), &mut failures);
     }
@@ -854,6 +1027,10 @@ fn presets(files: &[PathBuf]) -> Result<()> {
 }
 
 fn report_preset(name: &str, failures: &mut usize) {
+    if let Ok(Some((p, _, _))) = tessera::fwi::FwiPreset::load(name, &[]) {
+        println!("ok       {:<14} {}", p.name, p.description);
+        return;
+    }
     match Preset::load(name, &[]) {
         Ok(p) => say!("ok       {:<14} {}", p.preset.name, p.preset.description),
         Err(e) => {

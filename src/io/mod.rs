@@ -7,6 +7,7 @@ pub mod image;
 pub mod nifti;
 pub mod npy;
 pub mod run_dir;
+pub mod segy;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,9 @@ use crate::tensor::Tensor;
 
 pub use self::image::{encode_png_rgb8, read_image, write_png, write_png16, write_tiff_f32};
 pub use nifti::{read_nifti, write_nifti};
-pub use npy::{read_npy, write_npy};
+pub use npy::{read_npy, read_npy_f64, write_npy};
 pub use run_dir::{RunDir, Staging};
+pub use segy::{Segy, read_raw_f32, read_segy, write_segy};
 
 /// File kinds known to [`read_array`] and [`write_array`], chosen by extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
