@@ -601,6 +601,9 @@ fn run_fwi(
         dist::launch::launch(n, &args).context("local process group")?;
         return Ok(());
     }
+    // Before anything computes: N local ranks share the cores instead of each starting a thread
+    // per core (the shots of one rank are modelled on its threads).
+    place_threads(group, None)?;
     let comm = join_group(group)?;
     let rank = comm.rank();
     let quiet = quiet || rank != 0;
@@ -657,11 +660,12 @@ fn run_fwi(
     }
     let last = summary.history.last();
     say!(
-        "{}: {} epochs in {:.1} s on {} rank(s) over {}; final loss {:.4e}",
+        "{}: {} epochs in {:.1} s on {} rank(s) × {} thread(s) over {}; final loss {:.4e}",
         summary.name,
         summary.epochs,
         summary.solve_secs,
         summary.world_size,
+        summary.threads_per_rank,
         summary.backend,
         last.map_or(f64::NAN, |r| r.loss)
     );

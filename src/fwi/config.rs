@@ -91,12 +91,22 @@ pub enum StartModel {
     File(ArrayFile),
 }
 
-/// One stage of frequency continuation: the data low-passed at `cutoff_hz` for `epochs` epochs.
+/// One stage of frequency continuation: the data low-passed at `cutoff_hz` for `epochs` epochs,
+/// optionally with its own step and gradient smoothing (low frequencies resolve only long
+/// wavelengths: a smoother gradient and a smaller step keep Adam, which moves every cell by about
+/// the learning rate whatever its gradient's size, from writing short-wavelength noise).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Stage {
     pub cutoff_hz: f64,
     pub epochs: usize,
+    /// Adam's learning rate in this stage (default `fwi.learning_rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning_rate: Option<f64>,
+    /// Gaussian smoothing of the gradient in this stage, cells (default
+    /// `fwi.smooth_gradient_cells`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smooth_gradient_cells: Option<f64>,
 }
 
 /// `[fwi]`: the optimisation (the seed's loop).
@@ -252,6 +262,33 @@ impl FwiPreset {
         }
     }
 
+    /// Makes the files the preset reads (models, data, acquisition arrays, wavelet) absolute
+    /// against `base`, so it runs the same from any working directory (the workbench sends what
+    /// it opened to a backend elsewhere).
+    pub fn resolve_paths(&mut self, base: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        if let Some(ModelSource::File(f)) = &mut self.model.truth {
+            fix(&mut f.path);
+        }
+        if let StartModel::File(f) = &mut self.model.start {
+            fix(&mut f.path);
+        }
+        if let Some(f) = &mut self.data {
+            fix(&mut f.path);
+        }
+        if let AcquisitionConfig::Files { sources, receivers } = &mut self.acquisition {
+            fix(sources);
+            fix(receivers);
+        }
+        if let WaveletConfig::File { path, .. } = &mut self.wavelet {
+            fix(path);
+        }
+    }
+
     pub fn to_toml(&self) -> Result<String> {
         toml::to_string_pretty(self).map_err(|e| Error::config("preset", e.to_string()))
     }
@@ -345,6 +382,17 @@ impl FwiPreset {
         let mut staged = 0;
         for (i, s) in f.stages.iter().enumerate() {
             positive(&format!("fwi.stages[{i}].cutoff_hz"), s.cutoff_hz)?;
+            if let Some(lr) = s.learning_rate {
+                positive(&format!("fwi.stages[{i}].learning_rate"), lr)?;
+            }
+            if let Some(v) = s.smooth_gradient_cells
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(Error::config(
+                    format!("fwi.stages[{i}].smooth_gradient_cells"),
+                    format!("must be ≥ 0, got {v}"),
+                ));
+            }
             if s.cutoff_hz >= nyquist {
                 return Err(Error::config(
                     format!("fwi.stages[{i}].cutoff_hz"),
@@ -374,15 +422,30 @@ impl FwiPreset {
         Ok(())
     }
 
+    /// The continuation stage `epoch` (0-based) is in, if any.
+    pub fn stage_at(&self, epoch: usize) -> Option<&Stage> {
+        let mut end = 0;
+        self.fwi.stages.iter().find(|s| {
+            end += s.epochs;
+            epoch < end
+        })
+    }
+
     /// The low-pass cut-off of `epoch` (0-based), if it is in a continuation stage.
     pub fn cutoff_at(&self, epoch: usize) -> Option<f64> {
-        let mut end = 0;
-        for s in &self.fwi.stages {
-            end += s.epochs;
-            if epoch < end {
-                return Some(s.cutoff_hz);
-            }
-        }
-        None
+        self.stage_at(epoch).map(|s| s.cutoff_hz)
+    }
+
+    /// Adam's learning rate and the gradient smoothing (cells) of `epoch` (0-based).
+    pub fn step_at(&self, epoch: usize) -> (f64, f64) {
+        let stage = self.stage_at(epoch);
+        (
+            stage
+                .and_then(|s| s.learning_rate)
+                .unwrap_or(self.fwi.learning_rate),
+            stage
+                .and_then(|s| s.smooth_gradient_cells)
+                .unwrap_or(self.fwi.smooth_gradient_cells),
+        )
     }
 }

@@ -40,6 +40,9 @@ pub enum FwiEvent<'a> {
         epochs: usize,
         world_size: usize,
         step_ratio: usize,
+        /// `[dz, dx]`, metres.
+        spacing_m: [f64; 2],
+        acquisition: &'a Acquisition,
         true_model: Option<&'a [f32]>,
         initial_model: &'a [f32],
     },
@@ -54,7 +57,7 @@ pub enum FwiEvent<'a> {
 }
 
 /// One rank's part of an epoch.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankEpoch {
     pub rank: usize,
     /// Survey indices of the shots this rank modelled.
@@ -65,8 +68,8 @@ pub struct RankEpoch {
     pub communication_secs: f64,
 }
 
-/// Progress of one epoch (also a `metrics.json` entry).
-#[derive(Debug, Clone, Serialize)]
+/// Progress of one epoch (also a `metrics.json` entry and a protocol event).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpochReport {
     /// 1-based.
     pub epoch: usize,
@@ -101,6 +104,8 @@ pub struct FwiSummary {
     /// Peak memory of one shot's gradient (bytes).
     pub peak_bytes_per_shot: usize,
     pub world_size: usize,
+    /// Compute threads of each rank's pool (rank 0's; `tessera run` sizes every rank alike).
+    pub threads_per_rank: usize,
     pub backend: String,
     pub setup_secs: f64,
     pub solve_secs: f64,
@@ -564,6 +569,8 @@ fn run_typed<T: Real>(
         epochs,
         world_size: world,
         step_ratio,
+        spacing_m: [dz, dx],
+        acquisition: acq,
         true_model: truth_f32.as_deref(),
         initial_model: &initial_f32,
     })
@@ -616,6 +623,7 @@ fn run_typed<T: Real>(
             .map(|&i| observed[i].clone())
             .collect();
         let cutoff = preset.cutoff_at(epoch);
+        let (learning_rate, smooth_cells) = preset.step_at(epoch);
         let figures = epoch + 1 == epochs
             || (preset.output.figures_every > 0 && (epoch + 1) % preset.output.figures_every == 0);
         let current = VelocityModel::new(nz, nx, dz, dx, model.clone())?;
@@ -721,9 +729,9 @@ fn run_typed<T: Real>(
             }
         }
         let illumination = figures.then(|| grad.split_off(cells));
-        let mut g: Vec<T> = if preset.fwi.smooth_gradient_cells > 0.0 {
+        let mut g: Vec<T> = if smooth_cells > 0.0 {
             let f: Vec<f64> = grad.iter().map(|v| v.to_f64()).collect();
-            marmousi::gaussian_smooth(&f, nz, nx, preset.fwi.smooth_gradient_cells)
+            marmousi::gaussian_smooth(&f, nz, nx, smooth_cells)
                 .into_iter()
                 .map(T::from_f64)
                 .collect()
@@ -735,6 +743,7 @@ fn run_typed<T: Real>(
                 *v = T::ZERO;
             }
         }
+        adam.lr = learning_rate;
         adam.step(&mut model, &g);
         for v in model.iter_mut() {
             if *v < lo {
@@ -826,6 +835,7 @@ fn run_typed<T: Real>(
         gradient_strategy: preset.wave.gradient,
         peak_bytes_per_shot: peak_bytes,
         world_size: world,
+        threads_per_rank: rayon::current_num_threads(),
         backend: comm.backend_name(),
         setup_secs,
         solve_secs,

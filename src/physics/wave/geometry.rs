@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 pub type Cell = [usize; 2];
 
 /// One shot: its source cells (fired together with one wavelet each) and receiver cells.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Shot {
     pub sources: Vec<Cell>,
     pub receivers: Vec<Cell>,
