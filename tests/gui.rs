@@ -1386,3 +1386,83 @@ fn spatial_tiling_from_the_panel_equals_the_untiled_run() {
     let err = spatial.max_abs_diff(&untiled);
     assert!(err <= 1e-5, "spatial vs untiled: {err}");
 }
+
+/// A tiny FWI preset on a real 2-rank `tessera serve`, from the window: the bundled button opens
+/// the wave-inversion editor (its fields, the acquisition over an empty model), then a small
+/// variant runs and its epochs stream in: the loss and model error of every epoch, which rank
+/// modelled which shot, the inverted model, the true model and the gradient on screen, and the
+/// imaging views hidden.
+#[test]
+fn a_tiny_fwi_preset_runs_on_a_real_two_rank_backend() {
+    use tessera::gui::preview::Slot;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = with_local_backend(&dir.path().join("out"), 2);
+    h.get_by_role_and_label(Role::Button, "fwi_marmousi")
+        .click();
+    h.run_steps(2);
+    assert_eq!(h.state().doc.name(), "fwi_marmousi");
+    for label in [
+        "Wave inversion",
+        "Ricker frequency (Hz)",
+        "PML width (cells)",
+        "shots per epoch",
+        "learning rate (m/s)",
+    ] {
+        assert!(h.query_by_label(label).is_some(), "{label} is shown");
+    }
+    assert!(h.query_by_label("Denoiser and tiling").is_none());
+    assert_eq!(h.state().run_blocker(), None);
+
+    let sets: Vec<String> = [
+        "fwi.epochs=3",
+        "model.truth.nz=24",
+        "model.truth.nx=48",
+        "acquisition.shots=4",
+        "acquisition.receivers_per_shot=24",
+        "wave.nt=150",
+        "fwi.batch_size=3",
+        "fwi.stages=[]",
+        "output.figures_every=0",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (_, text) = tessera::fwi::BUNDLED_FWI[0];
+    let tiny = tessera::fwi::FwiPreset::from_toml(text, "bundled", &sets).unwrap();
+    let path = dir.path().join("tiny_fwi.toml");
+    std::fs::write(&path, tiny.to_toml().unwrap()).unwrap();
+    h.state_mut().open_preset_path(&path);
+    h.run_steps(2);
+    run_to_end(&mut h);
+    let log = log_of(h.state());
+    assert!(
+        matches!(h.state().session.state(), JobState::Finished { .. }),
+        "{log:#?}"
+    );
+    step_until(&mut h, "the last epoch's model and gradient", |wb| {
+        wb.shown(Slot::Reconstruction).is_some_and(|s| s.0 == 3)
+            && wb.shown(Slot::Gradient).is_some_and(|s| s.0 == 3)
+            && wb.shown(Slot::GroundTruth).is_some()
+    });
+    let wb = h.state();
+    let run = wb.session.fwi.as_ref().expect("the FWI job's events");
+    assert_eq!(run.model_shape, [24, 48]);
+    assert_eq!(run.shots.len(), 4);
+    assert_eq!(run.history.len(), 3, "one report per epoch");
+    for e in &run.history {
+        assert!(e.loss.is_finite() && e.loss > 0.0);
+        assert!(e.model_error.is_some());
+        assert_eq!(e.ranks.len(), 2, "both ranks report");
+        let mut shots: Vec<usize> = e.ranks.iter().flat_map(|r| r.shots.clone()).collect();
+        shots.sort_unstable();
+        let mut batch = e.batch.clone();
+        batch.sort_unstable();
+        assert_eq!(shots, batch, "every shot of the batch modelled by one rank");
+    }
+    assert_eq!(wb.shown(Slot::Reconstruction).unwrap().1, [48, 24]);
+    let last = run.history.last().unwrap();
+    assert!(
+        h.query_by_label(&format!("loss {:.4e}", last.loss))
+            .is_some()
+    );
+    assert!(h.query_by_label("epoch 3/3").is_some());
+}

@@ -445,6 +445,19 @@ impl Workbench {
         self.edited();
     }
 
+    /// Opens a full-waveform inversion preset (its editors and views replace the imaging ones);
+    /// what the previous run showed is cleared.
+    pub fn set_fwi_preset(&mut self, preset: crate::fwi::FwiPreset, base: &Path, origin: String) {
+        self.doc.set_fwi(preset, base, origin);
+        if !self.session.is_busy() {
+            self.session.clear_run();
+            self.viewer.clear_run();
+            self.viewer.clear_measurements();
+            self.runs.shown = None;
+        }
+        self.edited();
+    }
+
     /// After any edit: check again, and keep the views in step with the preset.
     pub fn edited(&mut self) {
         self.doc.world = self
@@ -472,6 +485,24 @@ impl Workbench {
 
     /// Loads a preset file (from the dialog, a drop or the recent list); errors go to the log.
     pub fn open_preset_path(&mut self, path: &Path) {
+        match crate::fwi::FwiPreset::load(&path.to_string_lossy(), &[]) {
+            Ok(Some((preset, base, origin))) => {
+                self.app_state.remember(path);
+                self.remember_folder(path);
+                self.session.log(
+                    LogLevel::Info,
+                    format!("opened FWI preset {}", path.display()),
+                );
+                self.set_fwi_preset(preset, &base, origin);
+                return;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.session
+                    .log(LogLevel::Error, format!("could not open the preset: {e}"));
+                return;
+            }
+        }
         match Preset::load(&path.to_string_lossy(), &[]) {
             Ok(loaded) => {
                 self.app_state.remember(path);
@@ -551,11 +582,11 @@ impl Workbench {
             DialogKind::SavePreset => Some(
                 folder
                     .unwrap_or_default()
-                    .join(format!("{}.toml", self.doc.preset.name)),
+                    .join(format!("{}.toml", self.doc.name())),
             ),
             DialogKind::ExportPng(slot) => Some(folder.unwrap_or_default().join(format!(
                 "{}-{}.png",
-                self.doc.preset.name,
+                self.doc.name(),
                 format!("{slot:?}").to_lowercase()
             ))),
             _ => folder.map(|f| {
@@ -654,6 +685,11 @@ impl Workbench {
             let d = self.viewer.display_of(slot, display);
             self.pump.send(PumpMsg::SetDisplay(slot, d));
         }
+        // A gradient has a sign: white is zero.
+        let d = self
+            .viewer
+            .display_of(Slot::Gradient, super::viewer::diverging(display));
+        self.pump.send(PumpMsg::SetDisplay(Slot::Gradient, d));
         self.viewer.remap(&self.pump, display, None);
     }
 
@@ -710,9 +746,14 @@ impl Workbench {
 
     /// The iteration and size of the reconstruction on screen.
     pub fn shown_reconstruction(&self) -> Option<(usize, [usize; 2])> {
+        self.shown(Slot::Reconstruction)
+    }
+
+    /// The iteration (epoch) and texture size a pane shows, if any (for tests).
+    pub fn shown(&self, slot: Slot) -> Option<(usize, [usize; 2])> {
         self.viewer
             .shown
-            .get(&Slot::Reconstruction)
+            .get(&slot)
             .map(|s| (s.iteration, s.texture.size()))
     }
 
@@ -731,6 +772,9 @@ impl Workbench {
 
     /// Before a run's ground truth arrives, the Data panel's image stands in for it.
     fn show_data_as_truth(&mut self) {
+        if self.doc.fwi.is_some() {
+            return;
+        }
         if let Some(t) = self.doc.data.loaded.clone() {
             self.viewer
                 .show_array(Slot::Data, t, &self.pump, self.app_state.display);

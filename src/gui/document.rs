@@ -14,6 +14,7 @@ use super::measured::{Measured, MeasurementFiles};
 use crate::denoise::DenoiserConfig;
 use crate::dist::denoise::TileAssignment;
 use crate::error::Error;
+use crate::fwi::FwiPreset;
 use crate::physics::{NoiseConfig, PhysicsConfig};
 use crate::preset::{ImageSource, LoadedPreset, MeasurementSource, Preset};
 use crate::protocol::{InlineArray, PatchMap};
@@ -98,6 +99,9 @@ struct PlannedMap {
 pub struct Document {
     /// The experiment (what Run sends and Save writes).
     pub preset: Preset,
+    /// A full-waveform inversion opened instead of an imaging preset: then it is what Run sends
+    /// and Save writes, and only the editors and views of its kind show.
+    pub fwi: Option<FwiPreset>,
     /// Where the preset came from (`bundled:quick` or a path).
     pub origin: String,
     /// Why the preset cannot run now, if it cannot.
@@ -120,6 +124,7 @@ impl Document {
     pub fn new(loaded: LoadedPreset, world: usize) -> Document {
         let mut doc = Document {
             preset: loaded.preset.clone(),
+            fwi: None,
             origin: String::new(),
             problem: None,
             warnings: Vec::new(),
@@ -138,6 +143,7 @@ impl Document {
     /// kernels) absolute against the preset's folder, so the preset runs wherever the backend's
     /// working directory is and saves as what it is.
     pub fn set_preset(&mut self, loaded: LoadedPreset, wake: impl Fn() + Clone + Send + 'static) {
+        self.fwi = None;
         self.preset = loaded.preset;
         self.stashed_noise = None;
         self.origin = loaded.origin;
@@ -145,8 +151,27 @@ impl Document {
         self.edited();
     }
 
+    /// Opens an FWI preset (its files made absolute against `base`, the preset's folder).
+    pub fn set_fwi(&mut self, mut preset: FwiPreset, base: &Path, origin: String) {
+        preset.resolve_paths(base);
+        self.fwi = Some(preset);
+        self.origin = origin;
+        self.planned = None;
+        self.edited();
+    }
+
+    /// The name of the experiment being edited.
+    pub fn name(&self) -> &str {
+        self.fwi.as_ref().map_or(&self.preset.name, |f| &f.name)
+    }
+
     /// The preset as TOML after its own validation (what Save writes).
     pub fn checked_toml(&self) -> crate::Result<String> {
+        if let Some(f) = &self.fwi {
+            let toml = f.to_toml()?;
+            FwiPreset::from_toml(&toml, "workbench", &[])?;
+            return Ok(toml);
+        }
         let toml = self.preset.to_toml()?;
         Preset::from_toml(&toml, "workbench", &[])?;
         Ok(toml)
@@ -162,6 +187,10 @@ impl Document {
     /// and (with a local backend) the files the run will read.
     fn validate(&mut self) -> Result<(), Problem> {
         self.checked_toml().map_err(|e| Problem::of(&e))?;
+        if self.fwi.is_some() {
+            // Its files are read by rank 0 of the backend, which names a missing one.
+            return Ok(());
+        }
         if self.preset.image.has_truth()
             && let Some(e) = &self.data.error
         {
@@ -248,6 +277,9 @@ impl Document {
         if let Some(p) = &self.problem {
             return Some(p.message.clone());
         }
+        if self.fwi.is_some() {
+            return None;
+        }
         if self.data.is_loading() && self.preset.image.has_truth() {
             return Some("the image is still loading".into());
         }
@@ -260,6 +292,9 @@ impl Document {
     /// The patch map of the preset's tiling on the loaded image and `self.world` ranks (None
     /// without tiling or image); planned again only when one of its inputs changed.
     pub fn patch_map(&mut self) -> Option<Result<Arc<PatchMap>, String>> {
+        if self.fwi.is_some() {
+            return None;
+        }
         let tiling = self.preset.tiling.as_ref()?;
         let spatial = self.data.spatial();
         if spatial.is_empty() {
@@ -428,7 +463,7 @@ impl Document {
     /// Local backends and samples get the plain preset.
     pub fn submission(&self) -> Result<(String, Vec<InlineArray>), String> {
         let toml = self.checked_toml().map_err(|e| e.to_string())?;
-        if !self.remote {
+        if !self.remote || self.fwi.is_some() {
             return Ok((toml, Vec::new()));
         }
         let array = |name: String, t: &Tensor| InlineArray {

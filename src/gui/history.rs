@@ -82,16 +82,25 @@ pub struct RunArrays {
 }
 
 /// Reads `reconstruction.npy` (or `.nii.gz`), `ground_truth.*` and `measurement_i.npy` from a run
-/// folder.
+/// folder; of an FWI run, `inverted_model.npy` and `true_model.npy` (2-D, shown as one channel).
 pub fn read_arrays(folder: &Path) -> RunArrays {
-    let first = |stem: &str| {
-        ["npy", "nii.gz"]
-            .iter()
-            .map(|ext| folder.join(format!("{stem}.{ext}")))
-            .find(|p| p.is_file())
+    let first = |stems: [&str; 2]| {
+        stems.iter().find_map(|stem| {
+            ["npy", "nii.gz"]
+                .iter()
+                .map(|ext| folder.join(format!("{stem}.{ext}")))
+                .find(|p| p.is_file())
+        })
     };
-    let read = |p: PathBuf| crate::io::read_array(&p).map(Arc::new);
-    let (reconstruction, error) = match first("reconstruction").map(read) {
+    let read = |p: PathBuf| {
+        let t = crate::io::read_array(&p)?;
+        let t = match *t.shape() {
+            [h, w] => t.reshape(&[1, 1, h, w])?,
+            _ => t,
+        };
+        Ok::<_, crate::Error>(Arc::new(t))
+    };
+    let (reconstruction, error) = match first(["reconstruction", "inverted_model"]).map(read) {
         Some(Ok(t)) => (Some(t), None),
         Some(Err(e)) => (None, Some(e.to_string())),
         None => (
@@ -99,7 +108,7 @@ pub fn read_arrays(folder: &Path) -> RunArrays {
             Some(format!("no reconstruction in {}", folder.display())),
         ),
     };
-    let ground_truth = first("ground_truth").and_then(|p| read(p).ok());
+    let ground_truth = first(["ground_truth", "true_model"]).and_then(|p| read(p).ok());
     let measurements = (0..)
         .map(|i| (i, folder.join(format!("measurement_{i}.npy"))))
         .take_while(|(_, p)| p.is_file())

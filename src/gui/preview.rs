@@ -68,6 +68,8 @@ pub enum Slot {
     Reconstruction,
     GroundTruth,
     Measurement(usize),
+    /// The velocity gradient of an FWI epoch.
+    Gradient,
     /// The image or volume slice opened in the Data panel.
     Data,
     /// Reconstruction minus ground truth (or minus the compared run's reconstruction).
@@ -84,6 +86,7 @@ impl Slot {
             PreviewKind::Reconstruction => Slot::Reconstruction,
             PreviewKind::GroundTruth => Slot::GroundTruth,
             PreviewKind::Measurement(i) => Slot::Measurement(*i),
+            PreviewKind::Gradient => Slot::Gradient,
         }
     }
 }

@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::protocol::{Event, JobId, LogLevel, OperatorInfo, PatchMap, RankIteration};
+use crate::protocol::{
+    EpochReport, Event, JobId, LogLevel, OperatorInfo, PatchMap, RankIteration, Shot,
+};
 
 /// Where a job stands.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +70,20 @@ pub struct RankTotals {
     pub iterations: usize,
 }
 
+/// A full-waveform inversion job as its events described it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FwiRun {
+    /// `[nz, nx]` cells.
+    pub model_shape: [usize; 2],
+    /// `[dz, dx]`, metres.
+    pub spacing_m: [f64; 2],
+    pub shots: Vec<Shot>,
+    pub epochs: usize,
+    pub step_ratio: usize,
+    /// One report per finished epoch (loss, model error, batch, per-rank shots and times).
+    pub history: Vec<EpochReport>,
+}
+
 /// The state the panels draw.
 #[derive(Debug, Default)]
 pub struct Session {
@@ -80,6 +96,8 @@ pub struct Session {
     pub operators: Vec<OperatorInfo>,
     pub patch_map: Option<Arc<PatchMap>>,
     pub history: Vec<IterationPoint>,
+    /// The FWI job on screen (None for imaging jobs).
+    pub fwi: Option<FwiRun>,
     pub outputs: Vec<PathBuf>,
     pub summary_json: Option<String>,
     pub log: Vec<LogLine>,
@@ -142,6 +160,7 @@ impl Session {
         self.adopt_next_job = false;
         self.state = JobStateCell(JobState::Submitted);
         self.history.clear();
+        self.fwi = None;
         self.outputs.clear();
         self.summary_json = None;
         self.patch_map = None;
@@ -230,6 +249,55 @@ impl Session {
                 self.iterations_planned = iterations;
                 self.patch_map = patch_map.map(Arc::new);
                 self.history.clear();
+                self.fwi = None;
+            }
+            Event::FwiStarted {
+                job,
+                name,
+                world_size,
+                model_shape,
+                spacing_m,
+                shots,
+                epochs,
+                step_ratio,
+                ..
+            } => {
+                if !self.is_current(job) && !std::mem::take(&mut self.adopt_next_job) {
+                    return;
+                }
+                if self.state.0 != (JobState::Stopping { job }) {
+                    self.state = JobStateCell(JobState::Running { job });
+                }
+                let [nz, nx] = model_shape;
+                self.log(
+                    LogLevel::Info,
+                    format!(
+                        "job {job} ({name}) started: FWI of a {nz}×{nx} model, {} shots, {epochs} epochs on {world_size} rank(s)",
+                        shots.len()
+                    ),
+                );
+                self.job_name = name;
+                self.iterations_planned = epochs;
+                self.image_shape = vec![1, 1, nz, nx];
+                self.operators.clear();
+                self.patch_map = None;
+                self.history.clear();
+                self.fwi = Some(FwiRun {
+                    model_shape,
+                    spacing_m,
+                    shots,
+                    epochs,
+                    step_ratio,
+                    history: Vec::new(),
+                });
+            }
+            Event::FwiEpoch { job, report } => {
+                if !self.is_current(job) {
+                    return;
+                }
+                if let Some(f) = &mut self.fwi {
+                    f.history.push(report);
+                }
             }
             Event::Iteration { job, report, ranks } => {
                 if !self.is_current(job) {
@@ -327,6 +395,7 @@ impl Session {
             self.state = JobStateCell(JobState::Idle);
         }
         self.history.clear();
+        self.fwi = None;
         self.outputs.clear();
         self.summary_json = None;
         self.patch_map = None;

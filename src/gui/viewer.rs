@@ -256,6 +256,7 @@ impl Viewer {
         for slot in [
             Slot::Reconstruction,
             Slot::GroundTruth,
+            Slot::Gradient,
             Slot::Difference,
             Slot::Compare,
             Slot::Ortho(0),

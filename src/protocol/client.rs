@@ -299,6 +299,8 @@ pub fn event_name(e: &Event) -> &'static str {
         Event::Refused { .. } => "Refused",
         Event::Accepted { .. } => "Accepted",
         Event::Started { .. } => "Started",
+        Event::FwiStarted { .. } => "FwiStarted",
+        Event::FwiEpoch { .. } => "FwiEpoch",
         Event::Iteration { .. } => "Iteration",
         Event::Preview { .. } => "Preview",
         Event::Log { .. } => "Log",

@@ -6,10 +6,12 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use crate::dist::patch_map::{PatchMap, PatchTile};
+pub use crate::fwi::{EpochReport, RankEpoch};
 use crate::optim::IterationReport;
+pub use crate::physics::wave::Shot;
 
 /// Bumped on every incompatible change of [`Request`] or [`Event`].
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest frame either side accepts (inline data included); a larger length prefix is an error
 /// before anything is allocated.
@@ -100,6 +102,30 @@ pub enum Event {
         operators: Vec<OperatorInfo>,
         iterations: usize,
         patch_map: Option<PatchMap>,
+    },
+    /// A full-waveform inversion job is set up (it streams [`Event::FwiEpoch`] instead of
+    /// `Iteration`; its previews are the inverted model (`Reconstruction`), the true model
+    /// (`GroundTruth`) and the gradient (`Gradient`)).
+    FwiStarted {
+        job: JobId,
+        name: String,
+        world_size: usize,
+        devices: Vec<RankDevice>,
+        /// `[nz, nx]` cells.
+        model_shape: [usize; 2],
+        /// `[dz, dx]`, metres.
+        spacing_m: [f64; 2],
+        /// The survey, for drawing the acquisition over the model.
+        shots: Vec<Shot>,
+        epochs: usize,
+        /// Internal time steps per data sample (CFL).
+        step_ratio: usize,
+    },
+    /// One FWI epoch finished: loss, model error, the batch and which rank modelled which shot,
+    /// per-rank forward/adjoint/communication times.
+    FwiEpoch {
+        job: JobId,
+        report: EpochReport,
     },
     /// One iteration finished.
     Iteration {
@@ -208,6 +234,8 @@ pub enum PreviewKind {
     GroundTruth,
     /// Measurement of operator `i` (when it is an image, e.g. a blur; a sinogram otherwise).
     Measurement(usize),
+    /// The summed, post-processed velocity gradient of an FWI epoch.
+    Gradient,
 }
 
 /// An image for display: `channels` (1 or 3) interleaved f32 samples, row-major, not normalised

@@ -283,13 +283,13 @@ impl Hub {
         }
     }
 
-    /// A job event that belongs to the job's history (Started, Iteration).
+    /// A job event that belongs to the job's history (Started, Iteration; FwiStarted, FwiEpoch).
     pub fn record(&self, job: JobId, event: &Event) {
         let Some(f) = encode(event) else { return };
         let mut s = self.lock();
         if let Some(rec) = s.jobs.get_mut(&job) {
             match event {
-                Event::Started { .. } => rec.started = Some(f.clone()),
+                Event::Started { .. } | Event::FwiStarted { .. } => rec.started = Some(f.clone()),
                 _ => rec.history.push(f.clone()),
             }
         }

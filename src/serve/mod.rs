@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use crate::dist::physics::owner;
 use crate::dist::{Collective, wire};
 use crate::error::{Error, Result};
+use crate::fwi::{FwiEvent, FwiPreset, FwiSummary};
 use crate::io::RunDir;
 use crate::job::{self, JobEvent, JobSummary};
 use crate::preset::Preset;
@@ -181,10 +182,7 @@ fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions
         };
         // The same checks as rank 0's precheck, which passed: a difference (a file missing on
         // this host) fails the job on this rank, and `settle` tells the others.
-        let result = Preset::from_toml(&preset_toml, "submitted preset", &[]).and_then(|preset| {
-            let inline = inline_tensors(inline)?;
-            run_job(&ctx, &preset, &inline, &out)
-        });
+        let result = Submission::parse(&preset_toml, inline).and_then(|s| s.run(&ctx, &out));
         if let Err(e) = settle(comm.as_ref(), result)? {
             tracing::warn!("job {job} failed: {e}");
         }
@@ -194,7 +192,7 @@ fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions
 /// After a job, every rank learns whether it failed anywhere, and the group is brought back in
 /// step. `Ok(result)`: the job's outcome on this rank (a failure elsewhere is
 /// [`Error::PeerFailed`] naming its rank); `Err`: the group cannot run another job.
-fn settle(comm: &dyn Collective, result: Result<JobSummary>) -> Result<Result<JobSummary>> {
+fn settle<S>(comm: &dyn Collective, result: Result<S>) -> Result<Result<S>> {
     let failure = match result {
         // The barrier meets either every rank (the job succeeded everywhere) or the marker of a
         // rank that failed late, e.g. rank 0 writing outputs.
@@ -212,6 +210,93 @@ fn settle(comm: &dyn Collective, result: Result<JobSummary>) -> Result<Result<Jo
                 "cannot go on: after `{failure}`, the ranks could not be brought back in step: {e}"
             ),
         }),
+    }
+}
+
+/// What a submitted preset runs: an imaging job with its inline arrays, or a full-waveform
+/// inversion (a preset with an `[fwi]` section; its files are read from the server's working
+/// directory).
+enum Submission {
+    Imaging(Box<Preset>, Vec<(String, Tensor)>),
+    Fwi(Box<FwiPreset>),
+}
+
+impl Submission {
+    fn parse(preset_toml: &str, inline: Vec<InlineArray>) -> Result<Submission> {
+        if !FwiPreset::is_fwi(preset_toml) {
+            let preset = Preset::from_toml(preset_toml, "submitted preset", &[])?;
+            return Ok(Submission::Imaging(
+                Box::new(preset),
+                inline_tensors(inline)?,
+            ));
+        }
+        if let Some(a) = inline.first() {
+            return Err(Error::config(
+                format!("inline array `{}`", a.name),
+                "an FWI job takes no inline arrays: its models and data are files the server reads",
+            ));
+        }
+        let preset = FwiPreset::from_toml(preset_toml, "submitted FWI preset", &[])?;
+        Ok(Submission::Fwi(Box::new(preset)))
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Submission::Imaging(p, _) => &p.name,
+            Submission::Fwi(p) => &p.name,
+        }
+    }
+
+    fn to_toml(&self) -> Result<String> {
+        match self {
+            Submission::Imaging(p, _) => p.to_toml(),
+            Submission::Fwi(p) => p.to_toml(),
+        }
+    }
+
+    fn run(&self, ctx: &JobContext<'_>, out: &RunDir) -> Result<Outcome> {
+        match self {
+            Submission::Imaging(preset, inline) => {
+                run_job(ctx, preset, inline, out).map(|s| Outcome::of_job(&s))
+            }
+            Submission::Fwi(preset) => run_fwi_job(ctx, preset, out).map(|s| Outcome::of_fwi(&s)),
+        }
+    }
+}
+
+/// How a job that ran ended, for its terminal event.
+struct Outcome {
+    stopped_early: bool,
+    /// Iterations (epochs for FWI) it ran.
+    steps: usize,
+    run_dir: PathBuf,
+    outputs: Vec<PathBuf>,
+    summary_json: String,
+}
+
+impl Outcome {
+    fn json(summary: &impl Serialize) -> String {
+        serde_json::to_string_pretty(summary).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    fn of_job(s: &JobSummary) -> Outcome {
+        Outcome {
+            stopped_early: s.stopped_early,
+            steps: s.iterations,
+            run_dir: s.run_dir.clone().unwrap_or_default(),
+            outputs: s.outputs.clone(),
+            summary_json: Self::json(s),
+        }
+    }
+
+    fn of_fwi(s: &FwiSummary) -> Outcome {
+        Outcome {
+            stopped_early: s.stopped_early,
+            steps: s.epochs,
+            run_dir: s.run_dir.clone().unwrap_or_default(),
+            outputs: s.outputs.clone(),
+            summary_json: Self::json(s),
+        }
     }
 }
 
@@ -314,7 +399,7 @@ fn coordinate(
     loop {
         let queued = hub.next_job();
         let job = queued.job;
-        let (preset, inline) = match precheck(&queued, &out, (world, opts.ranks_here)) {
+        let submission = match precheck(&queued, &out, (world, opts.ranks_here)) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("job {job} refused: {e}");
@@ -331,12 +416,15 @@ fn coordinate(
         // The preset as checked, its paths resolved: every rank reads the same files.
         let mut command = wire::encode(&RankCommand::Run {
             job,
-            preset_toml: preset.to_toml()?,
+            preset_toml: submission.to_toml()?,
             inline: queued.inline,
         })?;
         comm.broadcast(&mut command, 0)?;
         drop(command);
-        tracing::info!("job {job} ({}) starts on {world} rank(s)", preset.name);
+        tracing::info!(
+            "job {job} ({}) starts on {world} rank(s)",
+            submission.name()
+        );
         let cancel = queued.cancel;
         let ctx = JobContext {
             comm: &comm,
@@ -352,9 +440,9 @@ fn coordinate(
                 },
             }),
         };
-        let result = run_job(&ctx, &preset, &inline, &out);
+        let result = submission.run(&ctx, &out);
         match settle(comm.as_ref(), result) {
-            Ok(Ok(summary)) => hub.end(job, &ended(job, &summary, &cancel)),
+            Ok(Ok(outcome)) => hub.end(job, &ended(job, outcome, &cancel)),
             Ok(Err(e)) => {
                 tracing::error!("job {job} failed: {e}");
                 hub.end(
@@ -386,20 +474,22 @@ fn coordinate(
 /// The one terminal event of a job that ran: `Cancelled` when a Stop ended it early, `Finished`
 /// when it ran every iteration (also when a Stop came after the last one), with the log saying
 /// the same.
-fn ended(job: JobId, summary: &JobSummary, cancel: &AtomicBool) -> Event {
-    let summary_json =
-        serde_json::to_string_pretty(summary).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-    let run_dir = summary.run_dir.clone().unwrap_or_default();
-    let outputs = summary.outputs.clone();
-    if summary.stopped_early {
+fn ended(job: JobId, outcome: Outcome, cancel: &AtomicBool) -> Event {
+    let Outcome {
+        stopped_early,
+        steps,
+        run_dir,
+        outputs,
+        summary_json,
+    } = outcome;
+    if stopped_early {
         tracing::info!(
-            "job {job} cancelled after {} iteration(s); its outputs are in {}",
-            summary.iterations,
+            "job {job} cancelled after {steps} iteration(s); its outputs are in {}",
             run_dir.display()
         );
         return Event::Cancelled {
             job,
-            iterations: summary.iterations,
+            iterations: steps,
             run_dir: Some(run_dir),
             outputs,
             summary_json: Some(summary_json),
@@ -422,20 +512,22 @@ fn ended(job: JobId, summary: &JobSummary, cancel: &AtomicBool) -> Event {
 }
 
 /// Checks a submission on rank 0 before any rank sees it: the preset, its inline arrays, its
-/// inputs against the real image (see [`job::check_inputs`]) and the output folder.
+/// inputs against the real image (see [`job::check_inputs`]; an FWI job's files are read, and
+/// their errors reported, by rank 0 at its start) and the output folder.
 fn precheck(
     queued: &hub::QueuedJob,
     out: &RunDir,
     (world, ranks_here): (usize, usize),
-) -> Result<(Preset, Vec<(String, Tensor)>)> {
-    let mut preset = Preset::from_toml(&queued.preset_toml, "submitted preset", &[])?;
-    // Relative paths in a submission are the server's, from its working directory.
-    preset.resolve_paths(Path::new(""))?;
-    let inline = inline_tensors(queued.inline.clone())?;
-    job::check_inputs(&preset, &inline, world, ranks_here)?;
+) -> Result<Submission> {
+    let mut submission = Submission::parse(&queued.preset_toml, queued.inline.clone())?;
+    if let Submission::Imaging(preset, inline) = &mut submission {
+        // Relative paths in a submission are the server's, from its working directory.
+        preset.resolve_paths(Path::new(""))?;
+        job::check_inputs(preset, inline, world, ranks_here)?;
+    }
     // Proves the output folder writable (the probe is removed at once).
     drop(crate::io::Staging::create(out)?);
-    Ok((preset, inline))
+    Ok(submission)
 }
 
 struct Coordinator<'a> {
@@ -628,4 +720,94 @@ fn run_job(
         );
     }
     result
+}
+
+/// Runs one FWI job on this rank. The loop itself stops every rank at the same epoch (rank 0
+/// broadcasts its stop flag with each batch) and gathers the per-rank times, so rank 0 only turns
+/// its events into protocol events and previews: the model and the true model as
+/// `Reconstruction`/`GroundTruth`, the gradient as `Gradient`.
+fn run_fwi_job(ctx: &JobContext<'_>, preset: &FwiPreset, out: &RunDir) -> Result<FwiSummary> {
+    let job = ctx.job;
+    let mut shape = [0usize; 2];
+    let mut on_event = |event: FwiEvent<'_>| -> ControlFlow<()> {
+        let Some(c) = &ctx.coordinator else {
+            return ControlFlow::Continue(());
+        };
+        let preview = |what, iteration, v: &[f32], [nz, nx]: [usize; 2]| match Tensor::from_vec(
+            &[1, 1, nz, nx],
+            v.to_vec(),
+        ) {
+            Ok(x) => c.previews.once(PreviewRequest {
+                job,
+                iteration,
+                what,
+                x,
+                max_side: c.preview_max_side,
+            }),
+            Err(e) => tracing::warn!("job {job}: no preview of {what:?}: {e}"),
+        };
+        match event {
+            FwiEvent::Started {
+                name,
+                nz,
+                nx,
+                epochs,
+                world_size,
+                step_ratio,
+                spacing_m,
+                acquisition,
+                true_model,
+                initial_model,
+                ..
+            } => {
+                shape = [nz, nx];
+                c.hub.record(
+                    job,
+                    &Event::FwiStarted {
+                        job,
+                        name: name.to_string(),
+                        world_size,
+                        devices: ctx.devices.to_vec(),
+                        model_shape: shape,
+                        spacing_m,
+                        shots: acquisition.shots.clone(),
+                        epochs,
+                        step_ratio,
+                    },
+                );
+                if let Some(t) = true_model {
+                    preview(PreviewKind::GroundTruth, 0, t, shape);
+                }
+                preview(PreviewKind::Reconstruction, 0, initial_model, shape);
+            }
+            FwiEvent::Epoch {
+                report,
+                model,
+                gradient,
+                ..
+            } => {
+                c.hub.record(
+                    job,
+                    &Event::FwiEpoch {
+                        job,
+                        report: report.clone(),
+                    },
+                );
+                preview(PreviewKind::Reconstruction, report.epoch, model, shape);
+                preview(PreviewKind::Gradient, report.epoch, gradient, shape);
+            }
+        }
+        if c.cancel.load(Ordering::SeqCst) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    crate::fwi::run_in_group(
+        preset,
+        Path::new(""),
+        out.clone(),
+        Box::new(Shared(ctx.comm.clone())),
+        &mut on_event,
+    )
 }

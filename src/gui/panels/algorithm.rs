@@ -14,6 +14,10 @@ impl EditorPanel for AlgorithmPanel {
         "Algorithm"
     }
 
+    fn applies(&self, wb: &Workbench) -> bool {
+        wb.doc.fwi.is_none()
+    }
+
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool {
         let changed = algorithm(ui, &mut wb.doc.preset.algorithm);
         problem_here(ui, wb, "algorithm");

@@ -20,6 +20,10 @@ impl EditorPanel for DataPanel {
         "Data"
     }
 
+    fn applies(&self, wb: &Workbench) -> bool {
+        wb.doc.fwi.is_none()
+    }
+
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool {
         let mut changed = false;
         let volumetric = wb.doc.preset.is_volumetric();

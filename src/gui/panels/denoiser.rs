@@ -25,6 +25,10 @@ impl EditorPanel for DenoiserPanel {
         "Denoiser and tiling"
     }
 
+    fn applies(&self, wb: &Workbench) -> bool {
+        wb.doc.fwi.is_none()
+    }
+
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool {
         let mut changed = denoiser(ui, &mut wb.doc.preset.denoiser);
         problem_here(ui, wb, "denoiser");

@@ -8,6 +8,7 @@
 mod algorithm;
 mod data;
 mod denoiser;
+mod fwi;
 mod physics;
 mod presets;
 
@@ -35,6 +36,7 @@ pub fn editor_panels() -> Vec<Box<dyn EditorPanel>> {
         Box::new(physics::PhysicsPanel::default()),
         Box::new(denoiser::DenoiserPanel),
         Box::new(algorithm::AlgorithmPanel),
+        Box::new(fwi::FwiPanel),
     ]
 }
 

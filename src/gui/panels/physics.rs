@@ -38,6 +38,10 @@ impl EditorPanel for PhysicsPanel {
         "Physics"
     }
 
+    fn applies(&self, wb: &Workbench) -> bool {
+        wb.doc.fwi.is_none()
+    }
+
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool {
         let preset = &mut wb.doc.preset;
         let files = preset.measurements.as_mut().map(|m| &mut m.paths);

@@ -1,8 +1,11 @@
 //! Presets: the bundled ones, Open / Save (file dialogs), recent files.
 
+use std::path::Path;
+
 use egui::Ui;
 
 use super::EditorPanel;
+use crate::fwi::{BUNDLED_FWI, FwiPreset};
 use crate::gui::Workbench;
 use crate::gui::dialogs::DialogKind;
 use crate::preset::{BUNDLED, Preset};
@@ -16,12 +19,24 @@ impl EditorPanel for PresetsPanel {
     }
 
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool {
-        ui.label(format!("{} ({})", wb.doc.preset.name, wb.doc.origin));
+        ui.label(format!("{} ({})", wb.doc.name(), wb.doc.origin));
         ui.horizontal_wrapped(|ui| {
             for (name, _) in BUNDLED {
                 if ui.button(*name).clicked() {
                     match Preset::load(name, &[]) {
                         Ok(p) => wb.set_preset(p),
+                        Err(e) => wb.session.log(LogLevel::Error, e.to_string()),
+                    }
+                }
+            }
+            for (name, text) in BUNDLED_FWI {
+                if ui
+                    .button(*name)
+                    .on_hover_text("full-waveform inversion")
+                    .clicked()
+                {
+                    match FwiPreset::from_toml(text, &format!("bundled:{name}"), &[]) {
+                        Ok(p) => wb.set_fwi_preset(p, Path::new(""), format!("bundled:{name}")),
                         Err(e) => wb.session.log(LogLevel::Error, e.to_string()),
                     }
                 }

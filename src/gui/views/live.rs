@@ -20,6 +20,10 @@ impl View for LiveView {
         "Live view"
     }
 
+    fn applies(&self, wb: &Workbench) -> bool {
+        wb.doc.fwi.is_none()
+    }
+
     fn place(&self) -> Place {
         Place::Main
     }

@@ -6,6 +6,7 @@
 //! goes in (views of one tab are laid out side by side), and `applies` hides it where it means
 //! nothing.
 
+mod fwi;
 mod image_pane;
 mod live;
 mod plots;
@@ -44,5 +45,8 @@ pub fn views() -> Vec<Box<dyn View>> {
         Box::new(plots::TimingView),
         Box::new(profile::ProfileView),
         Box::new(runs::RunsView),
+        Box::new(fwi::FwiModelView),
+        Box::new(fwi::FwiCurvesView),
+        Box::new(fwi::FwiRanksView),
     ]
 }

@@ -20,6 +20,10 @@ impl View for QualityView {
         "Quality"
     }
 
+    fn applies(&self, wb: &Workbench) -> bool {
+        wb.doc.fwi.is_none()
+    }
+
     fn place(&self) -> Place {
         Place::Tab("Plots")
     }
@@ -98,6 +102,10 @@ const COMPONENTS: [Component; 3] = [
 impl View for TimingView {
     fn title(&self) -> &'static str {
         "Timing per rank"
+    }
+
+    fn applies(&self, wb: &Workbench) -> bool {
+        wb.doc.fwi.is_none()
     }
 
     fn place(&self) -> Place {
