@@ -174,3 +174,89 @@ fn a_tiny_run_writes_its_figures() {
         );
     }
 }
+
+/// The shipped preset's schedule converges steadily: on a smaller survey of the same kind of model,
+/// cells, wavelet, step and batch, the model error never rises by more than a hair from one epoch
+/// to the next, and ends clearly below the starting model's.
+#[test]
+fn the_bundled_schedule_lowers_the_model_error_steadily() {
+    let dir = tempfile::tempdir().unwrap();
+    let sets: Vec<String> = [
+        "model.truth.nz=40",
+        "model.truth.nx=120",
+        "acquisition.shots=12",
+        "acquisition.receivers_per_shot=60",
+        "fwi.epochs=10",
+        "output.figures_every=0",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (preset, base, _) = tessera::fwi::FwiPreset::load("fwi_marmousi", &sets)
+        .unwrap()
+        .unwrap();
+    let summary = tessera::fwi::run(
+        &preset,
+        &base,
+        dir.path().join("run").as_path(),
+        &mut |_| std::ops::ControlFlow::Continue(()),
+    )
+    .unwrap();
+    let initial = summary.initial_model_error.unwrap();
+    let errors: Vec<f64> = summary
+        .history
+        .iter()
+        .map(|e| e.model_error.unwrap())
+        .collect();
+    let mut previous = initial;
+    for (k, &e) in errors.iter().enumerate() {
+        assert!(
+            e <= previous * (1.0 + 1e-3),
+            "epoch {}: model error rose from {previous} to {e} ({errors:?})",
+            k + 1
+        );
+        previous = e;
+    }
+    let last = *errors.last().unwrap();
+    assert!(
+        last < 0.98 * initial,
+        "model error {initial} -> {last}: not a clear improvement ({errors:?})"
+    );
+}
+
+/// A frequency stage may set its own learning rate and gradient smoothing; epochs after the last
+/// stage use `[fwi]`'s, and bad per-stage values are refused by name.
+#[test]
+fn stages_set_their_own_step_and_smoothing() {
+    let load = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        tessera::fwi::FwiPreset::from_toml(tessera::fwi::BUNDLED_FWI[0].1, "bundled", &sets)
+    };
+    let base = load(&[]).unwrap();
+    let (lr, smooth) = (base.fwi.learning_rate, base.fwi.smooth_gradient_cells);
+    let p = load(&[
+        "fwi.stages=[{cutoff_hz=4.0,epochs=2,learning_rate=5.0,smooth_gradient_cells=4.0},{cutoff_hz=6.0,epochs=1}]",
+    ])
+    .unwrap();
+    assert_eq!(p.step_at(0), (5.0, 4.0));
+    assert_eq!(p.step_at(1), (5.0, 4.0));
+    assert_eq!(p.cutoff_at(1), Some(4.0));
+    assert_eq!(p.step_at(2), (lr, smooth), "the second stage keeps [fwi]'s");
+    assert_eq!(p.cutoff_at(2), Some(6.0));
+    assert_eq!(p.step_at(3), (lr, smooth));
+    assert_eq!(p.cutoff_at(3), None);
+    let round = tessera::fwi::FwiPreset::from_toml(&p.to_toml().unwrap(), "saved", &[]).unwrap();
+    assert_eq!(round, p, "saved and read back unchanged");
+    for (set, field) in [
+        (
+            "fwi.stages=[{cutoff_hz=4.0,epochs=2,learning_rate=0.0}]",
+            "fwi.stages[0].learning_rate",
+        ),
+        (
+            "fwi.stages=[{cutoff_hz=4.0,epochs=2,smooth_gradient_cells=-1.0}]",
+            "fwi.stages[0].smooth_gradient_cells",
+        ),
+    ] {
+        let e = load(&[set]).unwrap_err().to_string();
+        assert!(e.contains(field), "{set}: {e}");
+    }
+}

@@ -436,19 +436,18 @@ impl Workbench {
     pub fn set_preset(&mut self, loaded: LoadedPreset) {
         let wake = self.waker();
         self.doc.set_preset(loaded, wake);
-        if !self.session.is_busy() {
-            self.session.clear_run();
-            self.viewer.clear_run();
-            self.viewer.clear_measurements();
-            self.runs.shown = None;
-        }
-        self.edited();
+        self.opened();
     }
 
     /// Opens a full-waveform inversion preset (its editors and views replace the imaging ones);
     /// what the previous run showed is cleared.
     pub fn set_fwi_preset(&mut self, preset: crate::fwi::FwiPreset, base: &Path, origin: String) {
         self.doc.set_fwi(preset, base, origin);
+        self.opened();
+    }
+
+    /// Another experiment was opened: forget what the last run showed (unless one is running).
+    fn opened(&mut self) {
         if !self.session.is_busy() {
             self.session.clear_run();
             self.viewer.clear_run();
