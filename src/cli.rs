@@ -2,7 +2,12 @@
 //! workbench (`tessera::gui`).
 //!
 //! A thin layer over the library: every subcommand loads its inputs, calls `tessera::job` or one
-//! operator/denoiser, and reports errors once, with context naming the file and the problem.
+//! operator/denoiser, and reports errors once, with context naming the file and the problem. Every
+//! count and duration a user gives is bounded, and printing never panics (a closed or full stdout
+//! is reported once, at the end).
+
+mod attach;
+mod output;
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -11,18 +16,33 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Deserialize;
-
-use std::io::IsTerminal;
 
 use tessera::denoise::DenoiserConfig;
 use tessera::dist::{self, RankFlags, RankInfo};
+use tessera::io::RunDir;
 use tessera::job::{self, JobEvent};
 use tessera::physics::{NoiseConfig, PhysicsConfig};
 use tessera::preset::{BUNDLED, Preset};
 use tessera::tiling::{TiledDenoiser, TilingConfig};
 use tessera::{Tensor, io};
+
+use output::say;
+
+/// Longest `--rendezvous-timeout` and `--op-timeout`: a week.
+const MAX_TIMEOUT_SECS: usize = 7 * 24 * 3600;
+
+/// A number in `LO ..= HI`, for counts and durations given on the command line.
+fn number_in<const LO: usize, const HI: usize>(text: &str) -> std::result::Result<usize, String> {
+    let n: usize = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a whole number"))?;
+    if !(LO..=HI).contains(&n) {
+        return Err(format!("{n} is not in {LO} ..= {HI}"));
+    }
+    Ok(n)
+}
 
 #[derive(Parser)]
 #[command(
@@ -47,12 +67,27 @@ enum Command {
         /// Override a preset value, e.g. `--set algorithm.iterations=10` (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
-        /// Output folder (default: the preset's output.dir, else out/NAME).
+        /// Output folder for this run: it must not hold files (see --replace). Default: the
+        /// preset's output.dir, else a new folder out/NAME/YYYYMMDD-HHMMSS-NAME-N per run.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// With --out (or output.dir): replace a previous run in that folder, once this one is
+        /// complete (a failed run leaves the previous one in place).
+        #[arg(long)]
+        replace: bool,
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        /// Submit the preset to a running `tessera serve` at HOST:PORT or unix:PATH instead of
+        /// running it here; progress streams like a local run, the outputs stay on the server.
+        #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["out", "replace"])]
+        attach: Option<String>,
+        /// With --attach over TCP: the server's token file (default ~/.config/tessera/serve-token).
+        #[arg(long, requires = "attach")]
+        token_file: Option<PathBuf>,
+        /// With --attach: copy the run's outputs from the server into this (new) folder.
+        #[arg(long, value_name = "DIR", requires = "attach")]
+        fetch: Option<PathBuf>,
         #[command(flatten)]
         group: GroupArgs,
     },
@@ -68,10 +103,12 @@ enum Command {
         /// HOST:PORT for the control connection (default 127.0.0.1:7341; port 0 picks one).
         #[arg(long)]
         listen: Option<String>,
-        /// File holding the token clients must present (required off loopback).
+        /// File holding the token TCP clients must present (default
+        /// ~/.config/tessera/serve-token); created with a random token if missing. It must be
+        /// readable by its owner only (chmod 600).
         #[arg(long)]
         token_file: Option<PathBuf>,
-        /// Folder for job outputs (job N writes into DIR/job-N).
+        /// Folder for job outputs: each job writes into a new DIR/YYYYMMDD-HHMMSS-PRESET-N.
         #[arg(long, default_value = "out/serve")]
         out: PathBuf,
         #[command(flatten)]
@@ -136,29 +173,52 @@ enum Command {
 enum BenchWhat {
     /// The 8-operator circular Gaussian blur stack (A, Aᵀ, L2 gradient): auto (FFT) vs direct.
     Blur {
-        #[arg(long, default_value_t = 1024)]
+        #[arg(long, default_value_t = 1024, value_parser = number_in::<8, 16384>)]
         width: usize,
-        #[arg(long, default_value_t = 683)]
+        #[arg(long, default_value_t = 683, value_parser = number_in::<8, 16384>)]
         height: usize,
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = number_in::<1, 1000>)]
         repeats: usize,
     },
     /// 2-D parallel-beam tomography A, Aᵀ and FBP.
     Tomography {
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = 512, value_parser = number_in::<8, 8192>)]
         size: usize,
-        #[arg(long, default_value_t = 180)]
+        #[arg(long, default_value_t = 180, value_parser = number_in::<1, 10000>)]
         angles: usize,
+        #[arg(long, default_value_t = 3, value_parser = number_in::<1, 1000>)]
+        repeats: usize,
+    },
+    /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
+    /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is
+    /// scripts/bench_deepwave.py, which runs this interleaved with deepwave.
+    Wave {
+        #[arg(long, default_value_t = 250)]
+        nz: usize,
+        #[arg(long, default_value_t = 600)]
+        nx: usize,
+        #[arg(long, default_value_t = 2)]
+        shots: usize,
+        #[arg(long, default_value_t = 500)]
+        nt: usize,
+        #[arg(long, default_value_t = 4)]
+        accuracy: usize,
         #[arg(long, default_value_t = 3)]
         repeats: usize,
+        /// Forward only.
+        #[arg(long)]
+        no_gradient: bool,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// All-reduce over local ranks vs a raw Unix-socket copy.
     Collectives {
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 64, value_parser = number_in::<1, 4096>)]
         mib: usize,
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, value_parser = number_in::<2, 64>)]
         ranks: usize,
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = number_in::<1, 1000>)]
         repeats: usize,
     },
 }
@@ -167,8 +227,8 @@ enum BenchWhat {
 /// it; `--ranks N` starts N local ranks instead.
 #[derive(clap::Args, Debug, Default)]
 struct GroupArgs {
-    /// Start N rank processes of this binary on this machine, wired over local sockets.
-    #[arg(long, value_name = "N")]
+    /// Start N rank processes of this binary on this machine, wired over local sockets (1 ..= 256).
+    #[arg(long, value_name = "N", value_parser = number_in::<1, 256>)]
     ranks: Option<usize>,
     /// This process's rank (with --world-size; overrides the environment).
     #[arg(long)]
@@ -185,13 +245,18 @@ struct GroupArgs {
     /// Transport between ranks: sockets (default) or mpi (needs the `mpi` build; launch with mpirun/srun).
     #[arg(long, default_value = "sockets")]
     backend: dist::Backend,
-    /// Seconds to wait for every rank to arrive.
-    #[arg(long, default_value_t = 60)]
-    rendezvous_timeout: u64,
-    /// Seconds one collective may wait for a peer before declaring it hung (0 = forever). Raise it
-    /// when one iteration's work on a rank legitimately takes longer.
-    #[arg(long, default_value_t = 600, value_name = "SECS")]
-    op_timeout: u64,
+    /// Seconds to wait for every rank to arrive (1 ..= 604800).
+    #[arg(long, default_value_t = 60, value_parser = number_in::<1, MAX_TIMEOUT_SECS>)]
+    rendezvous_timeout: usize,
+    /// Seconds one collective may wait for a peer before declaring it hung (0 = forever, at most
+    /// 604800). A stopped or dead rank is found sooner by heartbeats (--liveness-timeout); this
+    /// bounds a rank that is alive but stuck.
+    #[arg(long, default_value_t = 600, value_name = "SECS", value_parser = number_in::<0, MAX_TIMEOUT_SECS>)]
+    op_timeout: usize,
+    /// Seconds without a heartbeat after which a rank is declared lost (stopped, frozen or cut
+    /// off), however long its work takes; 0 = no heartbeats (e.g. to stop a rank in a debugger).
+    #[arg(long, default_value_t = 5, value_name = "SECS", value_parser = number_in::<0, 3600>)]
+    liveness_timeout: usize,
 }
 
 /// Entry point: runs the command and turns errors into a message and exit code 1.
@@ -212,11 +277,12 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Some(command) => dispatch(command),
         None => workbench(),
-    };
+    }
+    .and_then(|()| output::stdout_result());
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            output::complain(format_args!("error: {e:#}"));
             ExitCode::FAILURE
         }
     }
@@ -249,9 +315,26 @@ fn dispatch(command: Command) -> Result<()> {
             preset,
             set,
             out,
+            replace,
             quiet,
+            attach: Some(address),
+            token_file,
+            fetch,
+            group: _,
+        } => {
+            let _ = (out, replace);
+            attach::run(&address, token_file.as_deref(), &preset, &set, fetch, quiet)
+        }
+        Command::Run {
+            preset,
+            set,
+            out,
+            replace,
+            quiet,
+            attach: None,
             group,
-        } => run(&preset, &set, out, quiet, &group),
+            ..
+        } => run(&preset, &set, out, replace, quiet, &group),
         Command::Serve {
             socket,
             listen,
@@ -338,43 +421,48 @@ fn run(
     name: &str,
     set: &[String],
     out: Option<PathBuf>,
+    replace: bool,
     quiet: bool,
     group: &GroupArgs,
 ) -> Result<()> {
+    if let Some(fwi) = tessera::fwi::FwiPreset::load(name, set)
+        .with_context(|| format!("loading preset `{name}`"))?
+    {
+        return run_fwi(name, fwi, out, replace, quiet, group);
+    }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
-    if let Some(n) = group.ranks.filter(|_| !launched) {
-        // Validate before starting N processes that would all fail the same way.
-        Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
-        if n > 1 {
-            let args = strip_option(std::env::args_os().skip(1), "--ranks");
-            dist::launch::launch(n, &args).context("local process group")?;
-            return Ok(());
-        }
+    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let preset = &loaded.preset;
+    let out_dir = match out.or_else(|| preset.output.dir.clone()) {
+        Some(path) => RunDir::Exact { path, replace },
+        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
+        None => RunDir::Unique {
+            root: PathBuf::from("out").join(&preset.name),
+        },
+    };
+    // Checked before any rank starts computing (rank 0 checks again when it stages the run): the
+    // output folder, and the inputs against the real image, memory included.
+    out_dir.check()?;
+    if !launched {
+        let (world, here) = match group.ranks {
+            Some(n) => (n, n),
+            None => {
+                let info = RankInfo::discover(&rank_flags(group))?;
+                (info.world_size, info.local_world_size)
+            }
+        };
+        job::check_inputs(preset, &[], world, here)
+            .with_context(|| format!("checking preset {}", loaded.origin))?;
+    }
+    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        dist::launch::launch(n, &args).context("local process group")?;
+        return Ok(());
     }
     let comm = join_group(group)?;
     let rank = comm.rank();
     let quiet = quiet || rank != 0;
-    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
-    let preset = &loaded.preset;
-    let out_dir = out
-        .or_else(|| preset.output.dir.clone())
-        .unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
-    let iterations = preset.algorithm.iterations();
-    let interactive = std::io::stderr().is_terminal();
-    let bar = if quiet || !interactive {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(iterations as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} it  {msg}  ETA {eta}")
-            .expect("static template is valid")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(preset.name.clone());
-    bar.enable_steady_tick(Duration::from_millis(200));
-    // Without a terminal (e.g. under a launcher) report about ten times per run.
-    let every = iterations.div_ceil(10).max(1);
+    let progress = attach::Progress::new(&preset.name, preset.algorithm.iterations(), quiet);
     let mut on_event = |event: JobEvent<'_>| {
         match event {
             JobEvent::Started {
@@ -382,60 +470,172 @@ fn run(
                 operators,
                 world_size,
                 ..
-            } => {
-                bar.set_message(format!(
-                    "{operators} operator(s) on {image_shape:?}, {world_size} rank(s)"
-                ));
-            }
-            JobEvent::Iteration { report, .. } => {
-                bar.set_position(report.iteration as u64);
-                if let Some(p) = report.psnr_db {
-                    bar.set_message(format!("PSNR {p:.2} dB"));
-                }
-                let k = report.iteration;
-                if !quiet && !interactive && (k.is_multiple_of(every) || k == iterations) {
-                    let psnr = report
-                        .psnr_db
-                        .map(|p| format!(", PSNR {p:.2} dB"))
-                        .unwrap_or_default();
-                    eprintln!("iteration {k}/{iterations}{psnr}");
+            } => progress.started(operators, image_shape, world_size),
+            JobEvent::Iteration { report, .. } => progress.iteration(report),
+        }
+        ControlFlow::Continue(())
+    };
+    let summary = job::run_in_group(preset, out_dir, comm, &mut on_event)
+        .with_context(|| format!("running preset {}", loaded.origin))?;
+    progress.finish();
+    if rank != 0 {
+        return Ok(());
+    }
+    print_summary(&summary);
+    if let Some(dir) = &summary.run_dir {
+        say!("  outputs in {}", dir.display());
+    }
+    Ok(())
+}
+
+/// What a finished run prints (locally or attached).
+fn print_summary(summary: &job::JobSummary) {
+    say!(
+        "{}: {} in {:.2} s ({} iterations{}; gradient {:.2} s, denoiser {:.2} s)",
+        summary.name,
+        summary.algorithm,
+        summary.solve_secs,
+        summary.iterations,
+        if summary.stopped_early {
+            ", stopped early"
+        } else {
+            ""
+        },
+        summary.gradient_secs,
+        summary.denoiser_secs
+    );
+    let ssim = |s: Option<f64>| s.map_or(String::new(), |s| format!(", SSIM {s:.4}"));
+    match (&summary.reconstruction, &summary.back_projection) {
+        (Some(r), Some(b)) => say!(
+            "  reconstruction PSNR {:.2} dB{}   (back-projection {}: PSNR {:.2} dB)",
+            r.psnr_db,
+            ssim(r.ssim),
+            match b.method {
+                job::BackProjectionMethod::AdjointMean => "Σ Aᵢᵀyᵢ / n",
+                job::BackProjectionMethod::Fbp => "FBP",
+            },
+            b.quality.psnr_db
+        ),
+        _ => say!("  no ground truth (measured data): PSNR and SSIM not computed"),
+    }
+    if summary.world_size > 1 {
+        say!("  {} ranks over {}:", summary.world_size, summary.backend);
+        for r in &summary.ranks {
+            say!(
+                "    rank {}: operators {:?}, gradient {:.2} s, denoiser {:.2} s, communication {:.2} s",
+                r.rank,
+                r.operators,
+                r.gradient_secs,
+                r.denoiser_secs,
+                r.communication_secs
+            );
+        }
+    }
+}
+
+/// `tessera run` of a full-waveform inversion preset (the `[fwi]` kind): the same launcher and
+/// process group as imaging runs, a progress bar of epochs.
+fn run_fwi(
+    name: &str,
+    (preset, base_dir, origin): (tessera::fwi::FwiPreset, PathBuf, String),
+    out: Option<PathBuf>,
+    replace: bool,
+    quiet: bool,
+    group: &GroupArgs,
+) -> Result<()> {
+    use indicatif::{ProgressBar, ProgressStyle};
+    use std::io::IsTerminal;
+    use tessera::fwi::FwiEvent;
+    let out_dir = match out.or_else(|| preset.output.dir.clone()) {
+        Some(path) => RunDir::Exact { path, replace },
+        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
+        None => RunDir::Unique {
+            root: PathBuf::from("out").join(&preset.name),
+        },
+    };
+    out_dir.check()?;
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        dist::launch::launch(n, &args).context("local process group")?;
+        return Ok(());
+    }
+    let comm = join_group(group)?;
+    let rank = comm.rank();
+    let quiet = quiet || rank != 0;
+    let epochs = preset.fwi.epochs;
+    let interactive = std::io::stderr().is_terminal();
+    let bar = if quiet || !interactive {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(epochs as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} epochs  {msg}  ETA {eta}")
+            .expect("static template is valid")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(preset.name.clone());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let every = epochs.div_ceil(10).max(1);
+    let mut on_event = |event: FwiEvent<'_>| {
+        match event {
+            FwiEvent::Started {
+                nz,
+                nx,
+                shots,
+                world_size,
+                step_ratio,
+                ..
+            } => bar.set_message(format!(
+                "{nz}×{nx} model, {shots} shots, {world_size} rank(s), {step_ratio} steps/sample"
+            )),
+            FwiEvent::Epoch { report, .. } => {
+                bar.set_position(report.epoch as u64);
+                let err = report
+                    .model_error
+                    .map(|e| format!(", model error {:.2} %", 100.0 * e))
+                    .unwrap_or_default();
+                bar.set_message(format!("loss {:.4e}{err}", report.loss));
+                let k = report.epoch;
+                if !quiet && !interactive && (k.is_multiple_of(every) || k == epochs) {
+                    output::complain(format_args!(
+                        "epoch {k}/{epochs}: loss {:.4e}{err}",
+                        report.loss
+                    ));
                 }
             }
         }
         ControlFlow::Continue(())
     };
-    let summary = job::run_in_group(preset, &loaded.base_dir, &out_dir, comm, &mut on_event)
-        .with_context(|| format!("running preset {}", loaded.origin))?;
+    let summary = tessera::fwi::run_in_group(&preset, &base_dir, out_dir, comm, &mut on_event)
+        .with_context(|| format!("running preset {origin} ({name})"))?;
     bar.finish_and_clear();
     if rank != 0 {
         return Ok(());
     }
-    println!(
-        "{}: {} in {:.2} s ({} iterations; gradient {:.2} s, denoiser {:.2} s)",
+    let last = summary.history.last();
+    say!(
+        "{}: {} epochs in {:.1} s on {} rank(s) over {}; final loss {:.4e}",
         summary.name,
-        summary.algorithm,
+        summary.epochs,
         summary.solve_secs,
-        summary.iterations,
-        summary.gradient_secs,
-        summary.denoiser_secs
+        summary.world_size,
+        summary.backend,
+        last.map_or(f64::NAN, |r| r.loss)
     );
-    match (&summary.reconstruction, &summary.adjoint) {
-        (Some(r), Some(a)) => println!(
-            "  reconstruction PSNR {:.2} dB, SSIM {:.4}   (back-projection Aᵀy: PSNR {:.2} dB)",
-            r.psnr_db, r.ssim, a.psnr_db
-        ),
-        _ => println!("  no ground truth (measured data): PSNR and SSIM not computed"),
+    if let (Some(a), Some(b)) = (summary.initial_model_error, summary.final_model_error) {
+        say!("  model error {:.2} % → {:.2} %", 100.0 * a, 100.0 * b);
     }
-    if summary.world_size > 1 {
-        println!("  {} ranks over {}:", summary.world_size, summary.backend);
-        for r in &summary.ranks {
-            println!(
-                "    rank {}: operators {:?}, gradient {:.2} s, denoiser {:.2} s, communication {:.2} s",
-                r.rank, r.operators, r.gradient_secs, r.denoiser_secs, r.communication_secs
-            );
-        }
+    say!(
+        "  {} internal steps per sample, gradient by {:?}: {:.1} MiB per shot",
+        summary.step_ratio,
+        summary.gradient_strategy,
+        summary.peak_bytes_per_shot as f64 / (1 << 20) as f64
+    );
+    if let Some(dir) = &summary.run_dir {
+        say!("  outputs in {}", dir.display());
     }
-    println!("  outputs in {}", out_dir.display());
     Ok(())
 }
 
@@ -450,18 +650,6 @@ fn serve(
     group: &GroupArgs,
 ) -> Result<()> {
     use tessera::serve::{Endpoint, ServeOptions};
-    let token = match token_file {
-        Some(f) => {
-            let text = std::fs::read_to_string(f)
-                .with_context(|| format!("reading the token file {}", f.display()))?;
-            let t = text.trim().to_string();
-            if t.is_empty() {
-                bail!("the token file is empty: {}", f.display());
-            }
-            Some(t)
-        }
-        None => None,
-    };
     let endpoint = match (socket, listen) {
         (Some(p), _) => Endpoint::Unix(p),
         (None, Some(l)) if l.parse::<u16>().is_ok() => Endpoint::Tcp(format!("127.0.0.1:{l}")),
@@ -469,38 +657,86 @@ fn serve(
         (None, None) => Endpoint::Tcp(DEFAULT_LISTEN.into()),
     };
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    // TCP clients need the token; only rank 0 listens, but every rank checks the file so that a
+    // bad one fails before the group forms.
+    let token = match &endpoint {
+        Endpoint::Unix(_) => None,
+        Endpoint::Tcp(_) => {
+            let path = match token_file {
+                Some(f) => f.to_path_buf(),
+                None => default_token_file()?,
+            };
+            let (token, created) = tessera::protocol::auth::Token::load_or_create(&path)
+                .context("the token for TCP clients")?;
+            if created && !launched {
+                output::complain(format_args!(
+                    "tessera serve: wrote a new random token to {} (clients need it)",
+                    path.display()
+                ));
+            }
+            Some(token)
+        }
+    };
     if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
         let args = strip_option(std::env::args_os().skip(1), "--ranks");
         dist::launch::launch(n, &args).context("local process group")?;
         return Ok(());
     }
     let comm = join_group(group)?;
+    let info = RankInfo::discover(&rank_flags(group))?;
     let opts = ServeOptions {
         endpoint,
         token,
         out_dir: out,
-        base_dir: PathBuf::from("."),
-        op_timeout: Some(Duration::from_secs(group.op_timeout)),
+        ranks_here: info.local_world_size,
+        op_timeout: Some(Duration::from_secs(group.op_timeout as u64)),
     };
     tessera::serve::serve(comm, &opts).context("tessera serve")
 }
 
-/// Discovers this process's rank and joins the group with the chosen transport.
-fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
-    let flags = RankFlags {
+/// `$XDG_CONFIG_HOME/tessera/serve-token`, else `~/.config/tessera/serve-token` (the folder is
+/// created private).
+fn default_token_file() -> Result<PathBuf> {
+    let config = match (
+        std::env::var_os("XDG_CONFIG_HOME"),
+        std::env::var_os("HOME"),
+    ) {
+        (Some(x), _) if !x.is_empty() => PathBuf::from(x),
+        (_, Some(h)) if !h.is_empty() => PathBuf::from(h).join(".config"),
+        _ => bail!("no HOME to keep the token in; give --token-file FILE"),
+    };
+    let dir = config.join("tessera");
+    if !dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    Ok(dir.join("serve-token"))
+}
+
+fn rank_flags(group: &GroupArgs) -> RankFlags {
+    RankFlags {
         rank: group.rank,
         world_size: group.world_size,
         master_addr: group.master_addr.clone(),
         master_port: group.master_port,
-    };
-    let info = RankInfo::discover(&flags).context("finding this process's rank")?;
+    }
+}
+
+/// Discovers this process's rank and joins the group with the chosen transport.
+fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
+    let info = RankInfo::discover(&rank_flags(group)).context("finding this process's rank")?;
     dist::init_backend(
         group.backend,
         &info,
-        Duration::from_secs(group.rendezvous_timeout),
+        Duration::from_secs(group.rendezvous_timeout as u64),
+        Some(Duration::from_secs(group.liveness_timeout as u64)).filter(|t| !t.is_zero()),
     )
     .and_then(|c| {
-        c.set_op_timeout(Some(Duration::from_secs(group.op_timeout)))?;
+        c.set_op_timeout(Some(Duration::from_secs(group.op_timeout as u64)))?;
         Ok(c)
     })
     .with_context(|| {
@@ -520,7 +756,7 @@ fn bench(what: BenchWhat) -> Result<()> {
             repeats,
         } => {
             let r = tessera::physics::blur_bench::bench_blur_stack(width, height, repeats)?;
-            println!("{r}\n(rayon threads: {threads})");
+            say!("{r}\n(rayon threads: {threads})");
         }
         BenchWhat::Tomography {
             size,
@@ -528,21 +764,52 @@ fn bench(what: BenchWhat) -> Result<()> {
             repeats,
         } => {
             let r = tessera::physics::tomography::bench_tomography(size, angles, repeats)?;
-            println!(
+            say!(
                 "tomography 2-D parallel beam, {size}×{size}, {angles} angles, {} detector cells ({} threads):",
-                r.n_det, r.threads
+                r.n_det,
+                r.threads
             );
-            println!("  A    {:8.1} ms", r.forward_secs * 1e3);
-            println!("  Aᵀ   {:8.1} ms", r.adjoint_secs * 1e3);
-            println!("  FBP  {:8.1} ms", r.fbp_secs * 1e3);
-            println!("  (single-threaded reference and ratios: cargo bench --bench tomography)");
+            say!("  A    {:8.1} ms", r.forward_secs * 1e3);
+            say!("  Aᵀ   {:8.1} ms", r.adjoint_secs * 1e3);
+            say!("  FBP  {:8.1} ms", r.fbp_secs * 1e3);
+            say!("  (single-threaded reference and ratios: cargo bench --bench tomography)");
+        }
+        BenchWhat::Wave {
+            nz,
+            nx,
+            shots,
+            nt,
+            accuracy,
+            repeats,
+            no_gradient,
+            json,
+        } => {
+            use tessera::physics::wave::bench::{WaveBenchSpec, bench_wave};
+            let spec = WaveBenchSpec {
+                nz,
+                nx,
+                shots,
+                nt,
+                accuracy,
+                repeats,
+                gradient: !no_gradient,
+                ..WaveBenchSpec::default()
+            };
+            let r = bench_wave(&spec)?;
+            if json {
+                let mut v = serde_json::to_value(&r)?;
+                v["forward_bandwidth_fraction"] = r.forward_bandwidth_fraction().into();
+                println!("{v}");
+            } else {
+                println!("{r}");
+            }
         }
         BenchWhat::Collectives {
             mib,
             ranks,
             repeats,
         } => {
-            println!(
+            say!(
                 "{}",
                 dist::bench::bench_all_reduce(mib << 20, ranks, repeats)?
             );
@@ -578,6 +845,15 @@ fn presets(files: &[PathBuf]) -> Result<()> {
     for (name, _) in BUNDLED {
         report_preset(name, &mut failures);
     }
+    for (name, text) in tessera::fwi::BUNDLED_FWI {
+        match tessera::fwi::FwiPreset::from_toml(text, name, &[]) {
+            Ok(p) => println!("ok       {:<14} {}", p.name, p.description),
+            Err(e) => {
+                failures += 1;
+                println!("INVALID  {name:<14} {e}");
+            }
+        }
+    }
     for f in files {
         report_preset(&f.to_string_lossy(), &mut failures);
     }
@@ -588,11 +864,15 @@ fn presets(files: &[PathBuf]) -> Result<()> {
 }
 
 fn report_preset(name: &str, failures: &mut usize) {
+    if let Ok(Some((p, _, _))) = tessera::fwi::FwiPreset::load(name, &[]) {
+        println!("ok       {:<14} {}", p.name, p.description);
+        return;
+    }
     match Preset::load(name, &[]) {
-        Ok(p) => println!("ok       {:<14} {}", p.preset.name, p.preset.description),
+        Ok(p) => say!("ok       {:<14} {}", p.preset.name, p.preset.description),
         Err(e) => {
             *failures += 1;
-            println!("INVALID  {name:<14} {e}");
+            say!("INVALID  {name:<14} {e}");
         }
     }
 }
@@ -628,7 +908,12 @@ fn apply(
     input: &Path,
     output: &Path,
 ) -> Result<()> {
-    let file: PhysicsFile = read_toml(physics_file)?;
+    let mut file: PhysicsFile = read_toml(physics_file)?;
+    // A kernel file is relative to the operator file's folder, as in presets.
+    let base = physics_file.parent().unwrap_or(Path::new(""));
+    for p in file.physics.paths_mut() {
+        *p = io::resolve(base, p);
+    }
     let x = read_input(input)?;
     let noise = if noisy { file.noise.as_ref() } else { None };
     let result = if adjoint {
@@ -673,13 +958,16 @@ fn denoise(denoiser_file: &Path, sigma: f32, input: &Path, output: &Path) -> Res
     if !(sigma >= 0.0 && sigma.is_finite()) {
         bail!("--sigma must be a finite number ≥ 0, got {sigma}");
     }
-    let file: DenoiserFile = read_toml(denoiser_file)?;
+    let mut file: DenoiserFile = read_toml(denoiser_file)?;
     let x = read_input(input)?;
     // A weights path in the file is relative to the file's folder, as in presets.
-    let base_dir = denoiser_file.parent().unwrap_or(Path::new("."));
+    let base = denoiser_file.parent().unwrap_or(Path::new(""));
+    for p in file.denoiser.paths_mut() {
+        *p = io::resolve(base, p);
+    }
     let inner = file
         .denoiser
-        .build_in(base_dir)
+        .build()
         .with_context(|| denoiser_file.display().to_string())?;
     let d: Box<dyn tessera::denoise::Denoiser> = match &file.tiling {
         // One process: the exact decomposition is a single block (the untiled network).

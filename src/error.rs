@@ -42,9 +42,39 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A peer rank is gone or misbehaved.
+    /// A peer rank is gone: it closed its connection, was killed, or stopped answering.
     #[error("rank {rank} {how}")]
     PeerLost { rank: usize, how: String },
+    /// A peer rank failed on its own (bad input on its host, a full disk, …) and told the group,
+    /// which stays in step for the next job.
+    #[error("rank {rank} failed: {reason}")]
+    PeerFailed { rank: usize, reason: String },
+    /// A peer rank is alive but sent something that does not decode or does not fit (different
+    /// builds, or ranks out of step).
+    #[error("rank {rank} sent bad data: {what}")]
+    BadPeerData { rank: usize, what: String },
+    /// The work was stopped on request (Stop in the workbench, `Cancel` over the protocol).
+    #[error("cancelled {0}")]
+    Cancelled(String),
+    /// A device or an accelerator library failed at run time (CUDA, NCCL, libtorch).
+    #[error("{device}: {reason}")]
+    Device { device: String, reason: String },
+    /// A broken invariant inside tessera (a panicked thread, a value that cannot be encoded): a bug,
+    /// not a problem with the input.
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// A job would need more memory than the machine has available (it is refused before it
+    /// starts, rather than killed by the system).
+    #[error(
+        "not enough memory: the job needs {} but {} are available ({detail})",
+        human_bytes(*needed_bytes),
+        human_bytes(*available_bytes)
+    )]
+    InsufficientMemory {
+        needed_bytes: u64,
+        available_bytes: u64,
+        detail: String,
+    },
     /// A request that is valid in principle but not supported by this operator or build.
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -76,6 +106,23 @@ impl Error {
         }
     }
 
+    /// Shorthand for [`Error::BadPeerData`].
+    pub fn bad_peer_data(rank: usize, what: impl Into<String>) -> Self {
+        Error::BadPeerData {
+            rank,
+            what: what.into(),
+        }
+    }
+
+    /// The rank a failure started on and what it was, as a group reports it: a failure another
+    /// rank told us about keeps its origin; anything else started on `this_rank`.
+    pub fn origin(&self, this_rank: usize) -> (usize, String) {
+        match self {
+            Error::PeerFailed { rank, reason } => (*rank, reason.clone()),
+            other => (this_rank, other.to_string()),
+        }
+    }
+
     /// Shorthand for [`Error::Io`].
     pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
@@ -86,5 +133,32 @@ impl Error {
     }
 }
 
+/// `1.5 GiB`, `300 MiB`, `12 KiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    match u {
+        0 => format!("{bytes} B"),
+        _ => format!("{v:.1} {}", UNITS[u]),
+    }
+}
+
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn sizes_read_like_a_person_writes_them() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+        assert_eq!(human_bytes((15 << 30) / 10), "1.5 GiB");
+    }
+}

@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ use crate::dist::physics::DistributedStack;
 use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, SingleProcess};
 use crate::error::{Error, Result};
-use crate::io;
+use crate::io::{self, RunDir, Staging};
 use crate::metrics;
 use crate::optim::{self, AlgorithmConfig, IterationReport, Monitor, Reconstruction};
 use crate::physics::{PhysicsConfig, StackedLinearPhysics};
@@ -59,14 +59,35 @@ pub enum JobEvent<'a> {
 }
 
 /// Quality of one image against the ground truth.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Quality {
     pub psnr_db: f64,
-    pub ssim: f64,
+    /// `None` when not requested (`ssim_every = 0`) or the image is smaller than SSIM's 11-pixel
+    /// window.
+    pub ssim: Option<f64>,
+}
+
+/// How the back-projection baseline of `metrics.json` is formed from the measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackProjectionMethod {
+    /// `Σ Aᵢᵀyᵢ / n` over the stack's n operators (deepinv's examples compare against the adjoint;
+    /// dividing by n keeps a stack of n normalised blurs at the image's scale).
+    AdjointMean,
+    /// `A†y` by filtered back-projection (a single tomography operator, whose adjoint alone is far
+    /// from the image's scale).
+    Fbp,
+}
+
+/// The back-projection baseline a reconstruction is compared with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackProjection {
+    pub method: BackProjectionMethod,
+    pub quality: Quality,
 }
 
 /// Time one rank spent per component over the whole run.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RankTimes {
     pub rank: usize,
     /// Indices of the operators this rank owned.
@@ -79,7 +100,7 @@ pub struct RankTimes {
 }
 
 /// Summary of a finished job; also written as `metrics.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSummary {
     pub name: String,
     pub image_shape: Vec<usize>,
@@ -89,8 +110,9 @@ pub struct JobSummary {
     pub stopped_early: bool,
     /// Quality of the final reconstruction (`None` without a ground truth).
     pub reconstruction: Option<Quality>,
-    /// Quality of the back-projection `Σ Aᵢᵀyᵢ`, for comparison.
-    pub adjoint: Option<Quality>,
+    /// Quality of a back-projection of the measurements, for comparison (`None` without a ground
+    /// truth).
+    pub back_projection: Option<BackProjection>,
     /// Whether the measurements were loaded (`[measurements]`) rather than simulated.
     pub measurements_loaded: bool,
     pub setup_secs: f64,
@@ -101,11 +123,15 @@ pub struct JobSummary {
     pub communication_secs: f64,
     /// Number of ranks and the transport between them.
     pub world_size: usize,
-    pub backend: String,
+    pub backend: crate::dist::Transport,
     /// Per-rank totals (gathered on rank 0).
     pub ranks: Vec<RankTimes>,
     pub history: Vec<IterationReport>,
+    /// The files of the run, relative to its folder (`metrics.json` last).
     pub outputs: Vec<PathBuf>,
+    /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
+    #[serde(skip)]
+    pub run_dir: Option<PathBuf>,
     /// The preset that was run, as TOML (after overrides).
     pub preset: String,
 }
@@ -113,14 +139,10 @@ pub struct JobSummary {
 /// Arrays a job receives with its preset instead of from files (`[image] inline = "NAME"`).
 pub type InlineArrays = [(String, Tensor)];
 
-/// Loads the ground truth described by `source` (sample or file relative to `base_dir`).
-pub fn load_image(
-    source: &ImageSource,
-    volumetric: bool,
-    seed: u64,
-    base_dir: &Path,
-) -> Result<Tensor> {
-    load_image_with(source, volumetric, seed, base_dir, &[])
+/// Loads the ground truth described by `source` (a sample, or a file: paths are read as given, so a
+/// preset's are resolved when it is loaded).
+pub fn load_image(source: &ImageSource, volumetric: bool, seed: u64) -> Result<Tensor> {
+    load_image_with(source, volumetric, seed, &[])
 }
 
 /// Like [`load_image`], resolving `inline = "NAME"` among `inline`.
@@ -128,7 +150,6 @@ pub fn load_image_with(
     source: &ImageSource,
     volumetric: bool,
     seed: u64,
-    base_dir: &Path,
     inline: &InlineArrays,
 ) -> Result<Tensor> {
     if let Some(shape) = &source.shape {
@@ -160,10 +181,9 @@ pub fn load_image_with(
             samples::generate(*sample, &size, seed)?
         }
         (None, Some(path)) => {
-            let full = io::resolve(base_dir, path);
-            let x = io::read_array(&full)?;
-            x.check_finite(&full.display().to_string())?;
-            to_batch_layout(x, volumetric, &full)?
+            let x = io::read_array(path)?;
+            x.check_finite(&path.display().to_string())?;
+            to_batch_layout(x, volumetric, path)?
         }
         (None, None) => return Err(Error::config("image", "give `sample` or `path`")),
     };
@@ -178,23 +198,21 @@ pub fn load_truth(
     source: &ImageSource,
     volumetric: bool,
     seed: u64,
-    base_dir: &Path,
     inline: &InlineArrays,
 ) -> Result<(Option<Tensor>, Vec<usize>)> {
     if let Some(shape) = &source.shape {
         return Ok((None, [&[1], &shape[..]].concat()));
     }
-    let x = load_image_with(source, volumetric, seed, base_dir, inline)?;
+    let x = load_image_with(source, volumetric, seed, inline)?;
     let shape = x.shape().to_vec();
     Ok((Some(x), shape))
 }
 
-/// Loads `[measurements]` (files relative to `base_dir`, or arrays among `inline`) and checks each
+/// Loads `[measurements]` (files, or arrays among `inline`) and checks each
 /// against the shape its operator produces (`shapes[i]`, operator named `names[i]`). Leading axes
 /// of size 1 that a file leaves out are added.
 pub fn load_measurements(
     source: &MeasurementSource,
-    base_dir: &Path,
     inline: &InlineArrays,
     shapes: &[Vec<usize>],
     names: &[String],
@@ -222,8 +240,8 @@ pub fn load_measurements(
                 };
                 (field, format!("inline array `{name}`"), y.clone())
             } else {
-                let path = io::resolve(base_dir, &source.paths[i]);
-                let y = io::read_array(&path)?;
+                let path = &source.paths[i];
+                let y = io::read_array(path)?;
                 (
                     format!("measurements.paths[{i}]"),
                     path.display().to_string(),
@@ -258,29 +276,60 @@ fn fit_leading_ones(y: Tensor, want: &[usize]) -> std::result::Result<Tensor, Ve
     Err(got)
 }
 
-/// Checks a preset's inputs without running it: the image (or its shape) loads, and loaded
-/// measurements exist, are finite and fit their operators. `tessera serve` calls this on rank 0
-/// before any rank starts, so bad input fails the job instead of the whole group.
-pub fn check_inputs(preset: &Preset, base_dir: &Path, inline: &InlineArrays) -> Result<()> {
-    let (_, x_shape) = load_truth(
-        &preset.image,
-        preset.is_volumetric(),
-        preset.seed,
-        base_dir,
-        inline,
-    )?;
+/// Checks a preset against its real inputs without running it: the image (or its shape) loads,
+/// every operator accepts that image, loaded measurements exist, are finite and fit their
+/// operators, the job fits in the memory this machine has left for its `ranks_here` of `world`
+/// ranks (see [`crate::memory`]), the tiling plans tiles for that image, and the denoiser builds
+/// (its weights or model file exists and reads). `tessera serve` calls this on rank 0 before any
+/// rank starts, and `tessera run` before it starts its ranks, so bad input fails the job, never the
+/// group.
+pub fn check_inputs(
+    preset: &Preset,
+    inline: &InlineArrays,
+    world: usize,
+    ranks_here: usize,
+) -> Result<()> {
+    let (_, x_shape) = load_truth(&preset.image, preset.is_volumetric(), preset.seed, inline)?;
+    let ops = preset
+        .physics
+        .iter()
+        .map(|p| p.build(&x_shape, None))
+        .collect::<Result<Vec<_>>>()?;
+    let shapes = ops
+        .iter()
+        .map(|op| op.output_shape(&x_shape))
+        .collect::<Result<Vec<_>>>()?;
+    let measurement_elems = shapes
+        .iter()
+        .map(|s| s.iter().map(|&d| d as u64).product::<u64>())
+        .sum();
+    // Before anything large is built (weights, tiles): a job that cannot fit is refused here.
+    if let Some(available) = crate::memory::available_bytes() {
+        crate::memory::estimate(preset, &x_shape, measurement_elems, world, ranks_here)?
+            .check_fits(available)?;
+    }
     if let Some(source) = &preset.measurements {
-        let ops = preset
-            .physics
-            .iter()
-            .map(|p| p.build(&x_shape, None))
-            .collect::<Result<Vec<_>>>()?;
-        let shapes = ops
-            .iter()
-            .map(|op| op.output_shape(&x_shape))
-            .collect::<Result<Vec<_>>>()?;
         let names: Vec<String> = ops.iter().map(|op| op.name()).collect();
-        load_measurements(source, base_dir, inline, &shapes, &names)?;
+        load_measurements(source, inline, &shapes, &names)?;
+    }
+    let denoiser = preset.denoiser.as_ref().map(|d| d.build()).transpose()?;
+    match &preset.tiling {
+        // "spatial" has no tile plan: its grid must fit the image and the denoiser run on blocks.
+        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => {
+            crate::dist::patch_map::PatchMap::plan(
+                t,
+                &x_shape[2..],
+                world,
+                preset.distributed.tile_assignment,
+            )?;
+            if let Some(d) = &denoiser {
+                crate::dist::spatial::check_block_denoiser(&**d)?;
+            }
+        }
+        Some(t) => {
+            t.build()?.plan(&x_shape[2..])?;
+        }
+        None => {}
     }
     Ok(())
 }
@@ -329,13 +378,12 @@ fn to_grayscale(x: &Tensor) -> Tensor {
 /// Without tiling every rank denoises the whole image (the same result on each).
 pub fn build_denoiser(
     preset: &Preset,
-    base_dir: &Path,
     comm: Arc<dyn Collective>,
 ) -> Result<Option<Box<dyn Denoiser>>> {
     let Some(cfg) = &preset.denoiser else {
         return Ok(None);
     };
-    let inner = cfg.build_in(base_dir)?;
+    let inner = cfg.build()?;
     Ok(Some(match &preset.tiling {
         Some(t) if t.kind == crate::tiling::TilingKind::Spatial => {
             Box::new(crate::dist::spatial::SpatialDenoiser::new(comm, inner, t)?)
@@ -349,14 +397,14 @@ pub fn build_denoiser(
     }))
 }
 
-/// Runs `preset` in this process alone, writing outputs into `out_dir` (created if needed).
+/// Runs `preset` in this process alone, writing outputs into `out` (a folder path: it must not
+/// hold files yet).
 pub fn run(
     preset: &Preset,
-    base_dir: &Path,
-    out_dir: &Path,
+    out: impl Into<RunDir>,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
-    run_in_group(preset, base_dir, out_dir, Box::new(SingleProcess), on_event)
+    run_in_group(preset, out, Box::new(SingleProcess), on_event)
 }
 
 /// Runs `preset` on every rank of a group (each rank calls this with its collective). Operators and
@@ -364,30 +412,36 @@ pub fn run(
 /// and the returned summary holds every rank's timings.
 pub fn run_in_group(
     preset: &Preset,
-    base_dir: &Path,
-    out_dir: &Path,
+    out: impl Into<RunDir>,
     comm: Box<dyn Collective>,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
-    run_in_group_with(preset, base_dir, out_dir, comm, &[], on_event)
+    run_in_group_with(preset, &out.into(), comm, &[], on_event)
 }
 
 /// [`run_in_group`] with arrays sent along with the preset (every rank passes the same ones).
+///
+/// Rank 0 stages the run's files in a hidden folder made before anything is computed (an
+/// unwritable destination fails at once), writes `metrics.json` last and moves the folder into
+/// place when the run is complete; a failed run leaves nothing behind.
 pub fn run_in_group_with(
     preset: &Preset,
-    base_dir: &Path,
-    out_dir: &Path,
+    out: &RunDir,
     comm: Box<dyn Collective>,
     inline: &InlineArrays,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
     preset.validate()?;
     let t_start = Instant::now();
+    let staging = match comm.rank() {
+        0 => Some(Staging::create(out)?),
+        _ => None,
+    };
     let timed = Arc::new(TimedCollective::new(comm));
     let comm: Arc<dyn Collective> = timed.clone();
     let (rank, world_size) = (comm.rank(), comm.world_size());
     let volumetric = preset.is_volumetric();
-    let (truth, x_shape) = load_truth(&preset.image, volumetric, preset.seed, base_dir, inline)?;
+    let (truth, x_shape) = load_truth(&preset.image, volumetric, preset.seed, inline)?;
     let mut stack = DistributedStack::from_factory(comm.clone(), preset.physics.len(), |i| {
         preset.physics[i].build(&x_shape, preset.noise.as_ref())
     })?;
@@ -401,7 +455,7 @@ pub fn run_in_group_with(
             // Every rank reads every measurement (the stack's adjoint sums need all of them); the
             // shapes are gathered first so that all ranks agree on an error.
             let shapes = stack.output_shapes(&x_shape)?;
-            load_measurements(source, base_dir, inline, &shapes, &operator_names)?
+            load_measurements(source, inline, &shapes, &operator_names)?
         }
         (None, Some(truth)) => stack.measure(truth, noise_seed)?,
         (None, None) => {
@@ -411,12 +465,18 @@ pub fn run_in_group_with(
             ));
         }
     };
-    let adjoint = stack.adjoint(&ys)?;
-    let denoiser = build_denoiser(preset, base_dir, comm.clone())?;
-    if rank == 0 {
-        std::fs::create_dir_all(out_dir)
-            .map_err(|e| Error::io("creating output folder", out_dir, e))?;
-    }
+    // Every rank joins the adjoint's collectives; only rank 0 scores it.
+    let back_projection_method = match has_fbp(preset) {
+        true => BackProjectionMethod::Fbp,
+        false => BackProjectionMethod::AdjointMean,
+    };
+    let adjoint_mean = match back_projection_method {
+        BackProjectionMethod::AdjointMean => {
+            Some(stack.adjoint(&ys)?.scaled(1.0 / stack.len() as f32))
+        }
+        BackProjectionMethod::Fbp => None,
+    };
+    let denoiser = build_denoiser(preset, comm.clone())?;
     let setup_secs = t_start.elapsed().as_secs_f64();
     let mut comm_per_iter = Vec::new();
     let mut comm_mark = timed.secs();
@@ -439,9 +499,7 @@ pub fn run_in_group_with(
     })
     .is_break()
     {
-        return Err(Error::Unsupported(
-            "the job was cancelled before it started".into(),
-        ));
+        return Err(Error::Cancelled("before the first iteration".into()));
     }
     let mut callback = |report: &IterationReport, x: &Tensor| {
         let now = timed.secs();
@@ -493,26 +551,18 @@ pub fn run_in_group_with(
         communication_secs: timed.secs(),
         total_secs: t_start.elapsed().as_secs_f64(),
     };
-    let ranks = gather_rank_times(comm.as_ref(), &mine)?;
+    let ranks = crate::dist::wire::all_gather_as(comm.as_ref(), "timings", &mine)?;
 
-    let quality = |x: &Tensor| -> Result<Option<Quality>> {
-        let Some(truth) = &truth else {
-            return Ok(None);
-        };
-        Ok(Some(Quality {
-            psnr_db: metrics::psnr(x, truth, 1.0)?,
-            ssim: metrics::ssim(x, truth, 1.0)?,
-        }))
-    };
     let mut summary = JobSummary {
         name: preset.name.clone(),
         image_shape: x_shape.clone(),
         operators: operator_names,
         algorithm,
         iterations: recon.history.len(),
-        stopped_early: recon.stopped,
-        reconstruction: quality(&recon.x)?,
-        adjoint: quality(&adjoint)?,
+        // A stop that came with the last iteration stopped nothing.
+        stopped_early: recon.stopped && recon.history.len() < iterations,
+        reconstruction: None,
+        back_projection: None,
         measurements_loaded: preset.measurements.is_some(),
         setup_secs,
         solve_secs,
@@ -520,35 +570,76 @@ pub fn run_in_group_with(
         denoiser_secs,
         communication_secs: mine.communication_secs,
         world_size,
-        backend: comm.backend_name(),
+        backend: comm.transport(),
         ranks,
         history,
         outputs: Vec::new(),
+        run_dir: None,
         preset: preset.to_toml()?,
     };
-    if rank != 0 {
+    // The collective part is over: from here on only rank 0 works (scores, writes), so a failure
+    // here cannot leave the other ranks waiting.
+    let Some(staging) = staging else {
         return Ok(summary);
+    };
+    if let Some(truth) = &truth {
+        let quality = |x: &Tensor| -> Result<Quality> {
+            let ssim = match preset.output.ssim_every > 0 && metrics::ssim_fits(x.shape()) {
+                true => Some(metrics::ssim(x, truth, 1.0)?),
+                false => None,
+            };
+            Ok(Quality {
+                psnr_db: metrics::psnr(x, truth, 1.0)?,
+                ssim,
+            })
+        };
+        summary.reconstruction = Some(quality(&recon.x)?);
+        let baseline = match adjoint_mean {
+            Some(x) => x,
+            None => fbp(preset, &x_shape, &ys)?,
+        };
+        summary.back_projection = Some(BackProjection {
+            method: back_projection_method,
+            quality: quality(&baseline)?,
+        });
     }
-    summary.outputs = write_outputs(out_dir, preset, truth.as_ref(), &recon, &ys, volumetric)?;
-    let metrics_path = out_dir.join("metrics.json");
-    summary.outputs.push(metrics_path.clone());
+    summary.outputs = write_outputs(
+        staging.path(),
+        preset,
+        truth.as_ref(),
+        &recon,
+        &ys,
+        volumetric,
+    )?;
+    summary.outputs.push(PathBuf::from(METRICS_FILE));
     let json = serde_json::to_vec_pretty(&summary)
-        .map_err(|e| Error::config("metrics.json", e.to_string()))?;
-    io::write_atomic(&metrics_path, &json)?;
+        .map_err(|e| Error::Internal(format!("encoding {METRICS_FILE}: {e}")))?;
+    io::write_atomic(&staging.path().join(METRICS_FILE), &json)?;
+    summary.run_dir = Some(staging.commit(&preset.name)?);
     Ok(summary)
 }
 
-/// Every rank's timings, in rank order.
-fn gather_rank_times(comm: &dyn Collective, mine: &RankTimes) -> Result<Vec<RankTimes>> {
-    let bytes = serde_json::to_vec(mine).map_err(|e| Error::config("timings", e.to_string()))?;
-    comm.all_gather(&bytes)?
-        .iter()
-        .map(|b| {
-            serde_json::from_slice(b).map_err(|e| {
-                Error::config("timings", format!("a rank sent unreadable timings: {e}"))
-            })
-        })
-        .collect()
+/// The file a complete run folder holds, written last.
+pub const METRICS_FILE: &str = "metrics.json";
+
+/// Whether the stack is one tomography operator, which has a filtered back-projection.
+fn has_fbp(preset: &Preset) -> bool {
+    matches!(
+        &preset.physics[..],
+        [PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_)]
+    )
+}
+
+/// The filtered back-projection `A†y` of a stack of one tomography operator.
+fn fbp(preset: &Preset, x_shape: &[usize], ys: &[Tensor]) -> Result<Tensor> {
+    match (&preset.physics[..], ys) {
+        ([PhysicsConfig::Tomography(c)], [y]) => c.build(x_shape)?.fbp(y),
+        ([PhysicsConfig::Tomography3d(c)], [y]) => c.build(x_shape)?.fbp(y),
+        _ => Err(Error::config(
+            "algorithm.kind",
+            "fbp needs exactly one tomography operator",
+        )),
+    }
 }
 
 fn run_fbp(
@@ -559,16 +650,7 @@ fn run_fbp(
     on_iter: &mut optim::IterationCallback<'_>,
 ) -> Result<Reconstruction> {
     let t = Instant::now();
-    let x = match &preset.physics[..] {
-        [PhysicsConfig::Tomography(c)] => c.build(x_shape)?.fbp(&ys[0])?,
-        [PhysicsConfig::Tomography3d(c)] => c.build(x_shape)?.fbp(&ys[0])?,
-        _ => {
-            return Err(Error::config(
-                "algorithm.kind",
-                "fbp needs exactly one tomography operator",
-            ));
-        }
-    };
+    let x = fbp(preset, x_shape, ys)?;
     let (psnr_db, ssim) = monitor.quality(&x, 1, true)?;
     let report = IterationReport {
         iteration: 1,
@@ -590,6 +672,7 @@ fn run_fbp(
     })
 }
 
+/// Writes the run's arrays into `out_dir`; returns their names.
 fn write_outputs(
     out_dir: &Path,
     preset: &Preset,
@@ -600,9 +683,8 @@ fn write_outputs(
 ) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     let mut put = |name: &str, x: &Tensor| -> Result<()> {
-        let path = out_dir.join(name);
-        io::write_array(&path, x)?;
-        written.push(path);
+        io::write_array(&out_dir.join(name), x)?;
+        written.push(PathBuf::from(name));
         Ok(())
     };
     put("reconstruction.npy", &recon.x)?;

@@ -5,7 +5,9 @@
 //! out; `preset` describes a whole experiment as TOML; `job` runs a preset and reports progress through
 //! a callback. The binary (`cli`) is a thin layer over `job`; `dist` runs the same job on several
 //! ranks (and splits neural networks over them by exact spatial decomposition, `dist::spatial`);
-//! `train` trains the native neural denoisers. See docs/ARCHITECTURE.md.
+//! `train` trains the native neural denoisers; `physics::wave` is 2-D acoustic wave propagation
+//! (deepwave's `scalar`, with its exact adjoint gradient) and `fwi` runs full-waveform inversion on
+//! it, data-parallel over the ranks of a group. See docs/ARCHITECTURE.md.
 //!
 //! ```
 //! use tessera::Tensor;
@@ -27,10 +29,12 @@ pub mod denoise;
 pub mod dist;
 pub mod error;
 pub mod fidelity;
+pub mod fwi;
 pub mod gui;
 pub mod io;
 pub mod job;
 pub mod linalg;
+pub mod memory;
 pub mod metrics;
 pub mod nn;
 pub mod optim;

@@ -145,6 +145,12 @@ pub fn ssim(x: &Tensor, reference: &Tensor, data_range: f32) -> Result<f64> {
     Ok(sum / planes as f64)
 }
 
+/// Whether [`ssim`] can compare arrays of this shape: the last two axes are at least 11 (the
+/// Gaussian window). Callers that report SSIM as optional check this instead of failing.
+pub fn ssim_fits(shape: &[usize]) -> bool {
+    matches!(shape, [.., h, w] if *h >= WIN && *w >= WIN)
+}
+
 /// Mean SSIM of one `h × w` plane over valid window positions.
 ///
 /// Works in bands of output rows (in parallel, summed in band order for determinism): each band

@@ -495,6 +495,27 @@ impl Colormap {
     }
 }
 
+/// Shapes of [`Marks`] drawn over a [`Heatmap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkShape {
+    Circle,
+    /// A downward triangle (the usual receiver symbol).
+    Triangle,
+    Cross,
+}
+
+/// Points drawn over a heatmap in its physical coordinates (sources, receivers), with a black
+/// outline so they stay visible on any colour map.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marks {
+    /// `(x, y)` in the heatmap's extent units.
+    pub points: Vec<(f64, f64)>,
+    pub shape: MarkShape,
+    pub color: [u8; 3],
+    /// Radius in pixels.
+    pub size: u32,
+}
+
 /// A 2-D array drawn as a colour-mapped image with axes in physical units and a colour bar.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Heatmap<'a> {
@@ -514,6 +535,8 @@ pub struct Heatmap<'a> {
     pub colorbar_label: String,
     /// Width in pixels; the height follows the aspect ratio of the extent.
     pub width: u32,
+    /// Point sets drawn over the image, in order.
+    pub marks: Vec<Marks>,
 }
 
 impl<'a> Heatmap<'a> {
@@ -531,7 +554,12 @@ impl<'a> Heatmap<'a> {
             y_label: String::new(),
             colorbar_label: String::new(),
             width: 640,
+            marks: Vec::new(),
         }
+    }
+    pub fn marks(mut self, marks: Marks) -> Self {
+        self.marks.push(marks);
+        self
     }
     pub fn colormap(mut self, colormap: Colormap) -> Self {
         self.colormap = colormap;
@@ -657,6 +685,35 @@ impl<'a> Heatmap<'a> {
                     RGBColor(255, 0, 255)
                 };
                 area.draw_pixel((px as i32, py as i32), &color)?;
+            }
+        }
+        for m in &self.marks {
+            let (fill, r) = (rgb(m.color).filled(), m.size.max(1) as i32);
+            let outline = BLACK.stroke_width(1);
+            for &(x, y) in &m.points {
+                match m.shape {
+                    MarkShape::Circle => {
+                        chart.draw_series([
+                            Circle::new((x, y), r, fill),
+                            Circle::new((x, y), r, outline),
+                        ])?;
+                    }
+                    MarkShape::Triangle => {
+                        let tri = |style: ShapeStyle| {
+                            EmptyElement::at((x, y))
+                                + Polygon::new(vec![(-r, -r), (r, -r), (0, r)], style)
+                        };
+                        chart.draw_series([tri(fill)])?;
+                        chart.draw_series([EmptyElement::at((x, y))
+                            + PathElement::new(
+                                vec![(-r, -r), (r, -r), (0, r), (-r, -r)],
+                                outline,
+                            )])?;
+                    }
+                    MarkShape::Cross => {
+                        chart.draw_series([Cross::new((x, y), r, rgb(m.color).stroke_width(2))])?;
+                    }
+                }
             }
         }
         // Colour bar with five labelled values.

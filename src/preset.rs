@@ -207,12 +207,10 @@ pub const BUNDLED: &[(&str, &str)] = &[
     ("tomography3d", include_str!("../presets/tomography3d.toml")),
 ];
 
-/// A preset together with the folder its relative paths refer to.
+/// A preset as loaded: every file it names is absolute (see [`Preset::resolve_paths`]).
 #[derive(Debug, Clone)]
 pub struct LoadedPreset {
     pub preset: Preset,
-    /// Folder of the preset file (the working directory for bundled presets).
-    pub base_dir: PathBuf,
     /// Where it came from, for messages: a path or `bundled:NAME`.
     pub origin: String,
 }
@@ -240,15 +238,10 @@ impl Preset {
         if path.is_file() || (path.exists() && !path.is_dir()) {
             let text =
                 std::fs::read_to_string(path).map_err(|e| Error::io("reading preset", path, e))?;
-            let preset = Preset::from_toml(&text, name_or_path, overrides)?;
-            let base_dir = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from("."));
+            let mut preset = Preset::from_toml(&text, name_or_path, overrides)?;
+            preset.resolve_paths(path.parent().unwrap_or(Path::new("")))?;
             return Ok(LoadedPreset {
                 preset,
-                base_dir,
                 origin: name_or_path.to_string(),
             });
         }
@@ -257,11 +250,11 @@ impl Preset {
         match BUNDLED.iter().find(|(n, _)| *n == name) {
             Some((n, text)) => {
                 let origin = format!("bundled:{n}");
-                Ok(LoadedPreset {
-                    preset: Preset::from_toml(text, &origin, overrides)?,
-                    base_dir: PathBuf::from("."),
-                    origin,
-                })
+                let mut preset = Preset::from_toml(text, &origin, overrides)?;
+                // A bundled preset has no folder: its paths (given by overrides) are the user's,
+                // relative to where they stand.
+                preset.resolve_paths(Path::new(""))?;
+                Ok(LoadedPreset { preset, origin })
             }
             None => Err(Error::config(
                 "preset",
@@ -275,6 +268,31 @@ impl Preset {
                 ),
             )),
         }
+    }
+
+    /// Makes every file the preset names absolute — images, measurements, blur kernels, weights,
+    /// TorchScript models — resolving relative ones against `base_dir` (the preset's folder;
+    /// relative itself, it is taken from the working directory). The one place paths are
+    /// resolved: the CLI, `tessera serve` and the workbench load presets through it, and
+    /// everything after reads the paths as they are. `output.dir` stays relative to the working
+    /// directory, as documented.
+    pub fn resolve_paths(&mut self, base_dir: &Path) -> Result<()> {
+        let base = match base_dir.as_os_str().is_empty() {
+            true => std::env::current_dir(),
+            false => std::path::absolute(base_dir),
+        }
+        .map_err(|e| Error::io("finding the preset's folder", base_dir, e))?;
+        let physics = self.physics.iter_mut().flat_map(PhysicsConfig::paths_mut);
+        let denoiser = self.denoiser.iter_mut().flat_map(DenoiserConfig::paths_mut);
+        let image = self.image.path.iter_mut();
+        let measurements = self
+            .measurements
+            .iter_mut()
+            .flat_map(|m| m.paths.iter_mut());
+        for p in image.chain(measurements).chain(physics).chain(denoiser) {
+            *p = crate::io::resolve(&base, p);
+        }
+        Ok(())
     }
 
     /// The preset as TOML (what the GUI saves).
@@ -621,6 +639,41 @@ mod tests {
             .to_string();
         assert!(e.contains("out of range"), "{e}");
         assert!(Preset::from_toml(BUNDLED[0].1, "t", &["novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn every_file_a_preset_names_is_resolved_against_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = BUNDLED[0]
+            .1
+            .replace(
+                "sample = \"natural\"\nsize = [128, 128]",
+                "path = \"images/photo.png\"",
+            )
+            .replace("sigma = [2.0, 1.0]\n", "kernel_file = \"k.npy\"\n")
+            .replace(
+                "kind = \"tv\"\nn_it_max = 20",
+                "kind = \"drunet\"\nweights = \"/abs/drunet.pth\"",
+            );
+        let file = dir.path().join("exp.toml");
+        std::fs::write(&file, text).unwrap();
+        let p = Preset::load(file.to_str().unwrap(), &[]).unwrap().preset;
+        assert_eq!(p.image.path.unwrap(), dir.path().join("images/photo.png"));
+        match &p.physics[0] {
+            PhysicsConfig::Blur(b) => {
+                assert_eq!(
+                    b.kernel_file.as_deref(),
+                    Some(dir.path().join("k.npy").as_path())
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        match p.denoiser.unwrap() {
+            DenoiserConfig::Drunet(d) => {
+                assert_eq!(d.weights.unwrap(), PathBuf::from("/abs/drunet.pth"))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
+pub mod marmousi;
+
 /// The built-in samples, as named in presets (`image.sample = "shepp_logan"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -281,7 +281,11 @@ pub fn train(
         preset.image.sample,
         Some(crate::samples::Sample::SheppLogan3d)
     );
-    let image = crate::job::load_image(&preset.image, volumetric, preset.seed, base_dir)?;
+    let mut source = preset.image.clone();
+    if let Some(path) = source.path.as_mut() {
+        *path = crate::io::resolve(base_dir, path);
+    }
+    let image = crate::job::load_image(&source, volumetric, preset.seed)?;
     let axes = image.ndim() - 2;
     let dims = crate::nn::drunet::dims3(image.spatial());
     let channels = image.shape()[1];

@@ -291,3 +291,200 @@ fn denoise_runs_a_torchscript_model_or_says_how_to_get_libtorch() {
         assert!(!dir.path().join("y.npy").exists());
     }
 }
+
+/// Exit code 101 is a Rust panic; every failure here must be a reported error (1, or 2 from the
+/// argument parser) naming what was wrong.
+fn fails_cleanly(o: &Output) -> String {
+    let code = o.status.code();
+    let e = stderr(o);
+    assert!(matches!(code, Some(1 | 2)), "exit {code:?}: {e}");
+    assert!(!e.contains("panicked"), "{e}");
+    e
+}
+
+#[test]
+fn counts_and_durations_out_of_range_are_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, names) in [
+        (&["--ranks", "0"][..], "0 is not in 1 ..= 256"),
+        (&["--ranks", "10000"][..], "10000 is not in 1 ..= 256"),
+        (
+            &[
+                "--ranks",
+                "2",
+                "--rendezvous-timeout",
+                "18446744073709551615",
+            ][..],
+            "18446744073709551615",
+        ),
+        (&["--op-timeout", "99999999999"][..], "99999999999"),
+        (&["--liveness-timeout", "-1"][..], "-1"),
+    ] {
+        let mut all = vec!["run", "quick", "--quiet"];
+        all.extend_from_slice(args);
+        let e = fails_cleanly(&tessera(&all, dir.path()));
+        assert!(e.contains(names), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn a_full_or_closed_output_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    // stdout on a full device: the run completes and is kept; the summary that could not be
+    // printed is reported.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args([
+            "run",
+            "quick",
+            "-q",
+            "--set",
+            "algorithm.iterations=2",
+            "--out",
+            "o",
+        ])
+        .current_dir(dir.path())
+        .stdout(full)
+        .output()
+        .unwrap();
+    let e = fails_cleanly(&o);
+    assert!(e.contains("writing to standard output"), "{e}");
+    assert!(dir.path().join("o/metrics.json").exists());
+    // stderr closed before the error is printed (as in `tessera run nosuch 2>&1 | true`).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["run", "nosuch"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    // A listing cut short by its reader (`tessera presets | head -1`) is not an error.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["presets"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn empty_arrays_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write_npy(&dir.path().join("empty.npy"), &Tensor::zeros(&[1, 3, 0, 0])).unwrap();
+    std::fs::write(dir.path().join("tv.toml"), "kind = \"tv\"\n").unwrap();
+    let o = tessera(
+        &[
+            "denoise",
+            "--denoiser",
+            "tv.toml",
+            "--sigma",
+            "0.1",
+            "empty.npy",
+            "out.npy",
+        ],
+        dir.path(),
+    );
+    let e = fails_cleanly(&o);
+    assert!(e.contains("no elements") && e.contains("empty.npy"), "{e}");
+    assert!(!dir.path().join("out.npy").exists());
+}
+
+#[test]
+fn a_tiny_image_keeps_its_outputs_and_reports_ssim_as_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = tessera(
+        &[
+            "run",
+            "quick",
+            "-q",
+            "--set",
+            "image.size=[8, 10]",
+            "--set",
+            "algorithm.iterations=3",
+            "--out",
+            "o",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("o/metrics.json")).unwrap()).unwrap();
+    assert!(m["reconstruction"]["psnr_db"].as_f64().is_some(), "{m}");
+    assert!(m["reconstruction"]["ssim"].is_null(), "{m}");
+    assert!(dir.path().join("o/reconstruction.npy").exists());
+}
+
+#[test]
+fn an_unwritable_output_folder_fails_before_the_solve() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("file"), "").unwrap();
+    // A folder inside a regular file cannot be made (what a read-only mount does too).
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args([
+            "run",
+            "quick",
+            "--set",
+            "algorithm.iterations=100000",
+            "--out",
+            "file/o",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let e = fails_cleanly(&o);
+    assert!(e.contains("file/o") || e.contains("file"), "{e}");
+    // No iteration ran (a run without a terminal reports its progress on stderr).
+    assert!(!e.contains("iteration "), "{e}");
+}
+
+#[test]
+fn runs_never_mix_or_silently_replace_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "quick", "-q", "--set", "algorithm.iterations=2"];
+        args.extend_from_slice(extra);
+        tessera(&args, dir.path())
+    };
+    // Without --out every run gets a folder of its own under out/quick/.
+    for _ in 0..2 {
+        let o = run(&[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let runs: Vec<_> = std::fs::read_dir(dir.path().join("out/quick"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs.iter().all(|r| r.join("metrics.json").exists()));
+    // An explicit folder is used once; a second run there is refused before it computes …
+    assert!(run(&["--out", "mine"]).status.success());
+    let first = std::fs::read(dir.path().join("mine/metrics.json")).unwrap();
+    let e = fails_cleanly(&run(&["--out", "mine", "--set", "seed=5"]));
+    assert!(e.contains("--replace"), "{e}");
+    assert_eq!(
+        std::fs::read(dir.path().join("mine/metrics.json")).unwrap(),
+        first
+    );
+    // … unless asked to replace it, which happens once the new run is complete.
+    let o = run(&["--out", "mine", "--replace", "--set", "seed=5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let second = std::fs::read(dir.path().join("mine/metrics.json")).unwrap();
+    assert_ne!(second, first);
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(names.is_empty(), "{names:?}");
+}

@@ -110,8 +110,29 @@ fn a_killed_rank_stops_the_whole_group_quickly() {
 }
 
 #[test]
+fn a_stopped_rank_is_named_within_seconds_by_its_missing_heartbeats() {
+    // The default operation timeout (600 s) would take ten minutes; heartbeats take seconds.
+    let (_dir, mut child, pids, rest) = start_long_group(&["--liveness-timeout", "2"]);
+    let t = Instant::now();
+    // SAFETY: kill(2) on a process this test started. SIGSTOP freezes rank 1 with its sockets open.
+    unsafe { libc::kill(pids[1], libc::SIGSTOP) };
+    let status = wait_until_stopped(&mut child, t, Duration::from_secs(20));
+    let took = t.elapsed();
+    assert!(!status.success());
+    let stderr = rest.join().unwrap();
+    assert!(
+        stderr.contains("rank 1 sent no heartbeat"),
+        "after {took:?}: {stderr}"
+    );
+    eprintln!("a stopped rank was named after {took:?}");
+    assert_all_gone(&pids);
+}
+
+#[test]
 fn a_hung_rank_is_named_after_the_op_timeout() {
-    let (_dir, mut child, pids, rest) = start_long_group(&["--op-timeout", "2"]);
+    // Heartbeats off: the operation timeout alone catches a silent peer.
+    let (_dir, mut child, pids, rest) =
+        start_long_group(&["--op-timeout", "2", "--liveness-timeout", "0"]);
     let t = Instant::now();
     // SAFETY: kill(2) on a process this test started. SIGSTOP freezes rank 1 with its sockets open:
     // nothing closes, so only the operation timeout can notice.

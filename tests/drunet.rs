@@ -65,14 +65,19 @@ fn preset_config_resolves_weights_against_the_preset_folder() {
     struct P {
         denoiser: DenoiserConfig,
     }
-    let cfg = toml::from_str::<P>(text).unwrap().denoiser;
-    let net = cfg.build_in(&fixtures()).unwrap();
+    let as_written = toml::from_str::<P>(text).unwrap().denoiser;
+    let mut cfg = as_written.clone();
+    // What `Preset::load` does for a preset in the fixtures folder.
+    for p in cfg.paths_mut() {
+        *p = fixtures().join(&*p);
+    }
+    let net = cfg.build().unwrap();
     assert!(net.name().contains("drunet2d_gray"), "{}", net.name());
     let x = read_npy(&fixtures().join("drunet2d_gray_x.npy")).unwrap();
     let want = read_npy(&fixtures().join("drunet2d_gray_y.npy")).unwrap();
     assert!(net.denoise(&x, 0.1).unwrap().max_abs_diff(&want) <= 1e-4);
-    // Relative to the current folder it is not found, and the error names the file.
-    let e = cfg.build().err().unwrap().to_string();
+    // Unresolved, it is looked up in the current folder, not found, and the error names the file.
+    let e = as_written.build().err().unwrap().to_string();
     assert!(e.contains("drunet2d_gray.safetensors"), "{e}");
 }
 
@@ -212,8 +217,11 @@ fn dncnn_matches_deepinv() {
             "kind = \"dncnn\"\nweights = \"{name}.pth\"\nin_channels = {channels}\n\
              out_channels = {channels}\ndepth = {depth}\nnf = {nf}\nbias = {bias}\n"
         );
-        let config: DenoiserConfig = toml::from_str(&text).unwrap();
-        let net = config.build_in(&fixtures()).unwrap();
+        let mut config: DenoiserConfig = toml::from_str(&text).unwrap();
+        for p in config.paths_mut() {
+            *p = fixtures().join(&*p);
+        }
+        let net = config.build().unwrap();
         let x = read_npy(&fixtures().join(format!("{name}_x.npy"))).unwrap();
         let want = read_npy(&fixtures().join(format!("{name}_y.npy"))).unwrap();
         let got = net.denoise(&x, 0.1).unwrap();

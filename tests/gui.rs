@@ -231,7 +231,13 @@ fn quick_preset_runs_and_shows_psnr_and_timing() {
             job: 1,
             name: "quick".into(),
             world_size: 2,
-            devices: vec!["rank 0: cpu".into(), "rank 1: cpu".into()],
+            devices: (0..2)
+                .map(|rank| tessera::protocol::RankDevice {
+                    rank,
+                    host: "node".into(),
+                    cpu_threads: 2,
+                })
+                .collect(),
             image_shape: vec![1, 3, 128, 128],
             operators: vec![OperatorInfo {
                 name: "blur".into(),
@@ -252,7 +258,8 @@ fn quick_preset_runs_and_shows_psnr_and_timing() {
         &end,
         Event::Finished {
             job: 1,
-            outputs: vec!["/tmp/out/quick/reconstruction.png".into()],
+            run_dir: "/tmp/out/quick".into(),
+            outputs: vec!["reconstruction.png".into()],
             summary_json: "{}".into(),
         },
     );
@@ -286,10 +293,12 @@ fn stop_cancels_the_running_job() {
     send(&end, iteration(4, 1, 20.0));
     send(
         &end,
-        Event::Finished {
+        Event::Cancelled {
             job: 4,
+            iterations: 1,
+            run_dir: None,
             outputs: vec![],
-            summary_json: r#"{"stopped_early": true}"#.into(),
+            summary_json: Some(r#"{"stopped_early": true}"#.into()),
         },
     );
     step_until(&mut h, "the job to stop", |wb| {
@@ -337,6 +346,7 @@ fn stop_near_the_end_shows_the_one_final_state() {
         &end,
         Event::Finished {
             job: 1,
+            run_dir: "/tmp/out/run".into(),
             outputs: vec![],
             summary_json: r#"{"stopped_early": false}"#.into(),
         },
@@ -571,8 +581,7 @@ fn frame_time_while_previews_stream() {
 #[test]
 fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
     let out = dir.path().join("out");
     let (mut child, addr) = serve_tcp(&[
         "--token-file",
@@ -582,7 +591,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
     ]);
     let address = addr.to_string();
     // Someone else (a CLI client) starts a long job; the workbench attaches while it runs.
-    let other = tessera::protocol::Client::connect(&addr, Some("s3cret".into())).unwrap();
+    let other = tessera::protocol::Client::connect(&addr, Some(token.clone())).unwrap();
     let preset = tessera::preset::Preset::load(
         "quick",
         &[
@@ -608,7 +617,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
         preset: None,
         state_path: None,
         state: AppState::default(),
-        output_root: None,
+        output_root: Some(dir.path().join("here")),
     });
     let mut h = harness(wb);
     // The address is typed once; the dialog remembers it, the token it forgets.
@@ -646,7 +655,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
             .collect::<Vec<_>>()
     );
     assert_eq!(h.state().app_state.attach_address, address);
-    attach(&mut h, None, "s3cret");
+    attach(&mut h, None, &token);
     assert!(h.state().has_backend());
     step_until(&mut h, "the running job's iterations", |wb| {
         wb.session.history.len() >= 3
@@ -656,7 +665,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
     assert!(
         !serde_json::to_string(&h.state().app_state)
             .unwrap()
-            .contains("s3cret")
+            .contains(&token)
     );
 
     // An image opened from a file on this machine travels inline to the remote backend.
@@ -678,6 +687,24 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
         "{log:#?}"
     );
     assert_eq!(h.state().session.image_shape, vec![1, 1, 24, 20]);
+    // The run's files are on the server's machine: the workbench copies them here, where the
+    // history lists the run and its reconstruction is reopened from the copy.
+    // (Job 1, stopped while this window was attached, was copied the same way.)
+    let served = h.state().session.outputs[0].parent().unwrap().to_path_buf();
+    let copy = dir.path().join("here").join(served.file_name().unwrap());
+    step_until(&mut h, "the run's files to arrive", |wb| {
+        wb.runs.this_window.contains(&copy)
+    });
+    assert_ne!(copy, served);
+    for name in ["reconstruction.npy", "metrics.json"] {
+        assert!(
+            std::fs::read(copy.join(name)).unwrap() == std::fs::read(served.join(name)).unwrap(),
+            "{name} differs from the server's"
+        );
+    }
+    step_until(&mut h, "the copied run on screen", |wb| {
+        wb.runs.shown.as_deref() == Some(copy.as_path())
+    });
 
     // So does a loaded measurement file (the quick preset's circular blur measures 24×20 here).
     let y = dir.path().join("measured_here.npy");
@@ -712,7 +739,7 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
     // The quick preset's measurement, simulated once, stands in for an instrument's data.
     let quick = tessera::preset::Preset::load("quick", &[]).unwrap().preset;
     let sim = dir.path().join("sim");
-    tessera::job::run(&quick, Path::new("."), &sim, &mut |_| {
+    tessera::job::run(&quick, sim.as_path(), &mut |_| {
         std::ops::ControlFlow::Continue(())
     })
     .unwrap();
@@ -978,6 +1005,7 @@ fn switching_preset_clears_the_previous_run() {
         &end,
         Event::Finished {
             job: 1,
+            run_dir: "/tmp/out/run".into(),
             outputs: vec![],
             summary_json: "{}".into(),
         },
@@ -1022,7 +1050,8 @@ fn volumes_are_sliced_on_every_pane_after_a_run() {
         &end,
         Event::Finished {
             job: 1,
-            outputs: vec![run.join("reconstruction.npy"), run.join("metrics.json")],
+            run_dir: run.clone(),
+            outputs: vec!["reconstruction.npy".into(), "metrics.json".into()],
             summary_json: "{}".into(),
         },
     );
@@ -1280,4 +1309,80 @@ fn shortcuts_run_and_stop() {
     h.key_press(egui::Key::Escape);
     h.run_steps(2);
     assert_eq!(next_request(&end), Request::Cancel { job: 3 });
+}
+
+/// "spatial (exact)" chosen in the tiling panel on a real 2-rank backend: one block per rank in the
+/// patch map, Run blocked with the reason while the denoiser cannot run on blocks (TV), and the
+/// decomposed run's reconstruction equals the same preset run untiled.
+#[test]
+fn spatial_tiling_from_the_panel_equals_the_untiled_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = with_local_backend(&dir.path().join("out"), 2);
+    h.get_by_role_and_label(Role::Button, "quick").click();
+    h.run_steps(2);
+    step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
+    h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::ComboBox, "strategy").click();
+    h.run_steps(2);
+    h.get_by_label("spatial (exact)").click();
+    h.run_steps(2);
+    let tiling = h.state().doc.preset.tiling.clone().unwrap();
+    assert_eq!(tiling.kind, tessera::tiling::TilingKind::Spatial);
+    let blocker = h.state().run_blocker().unwrap_or_default();
+    assert!(
+        blocker.contains("native"),
+        "TV cannot run on blocks: {blocker}"
+    );
+
+    let wb = h.state_mut();
+    wb.doc.preset.denoiser = Some(tessera::denoise::DenoiserConfig::Drunet(
+        tessera::nn::DrunetConfig {
+            in_channels: 3,
+            out_channels: 3,
+            nc: vec![4, 6, 8, 10],
+            nb: 1,
+            ..Default::default()
+        },
+    ));
+    let tessera::optim::AlgorithmConfig::Pnp(pnp) = &mut wb.doc.preset.algorithm else {
+        panic!("quick is a PnP preset")
+    };
+    pnp.iterations = 2;
+    wb.edited();
+    h.run_steps(2);
+    assert_eq!(h.state().run_blocker(), None);
+    let map = h.state_mut().patch_map().unwrap().unwrap();
+    assert_eq!(map.tiles_per_rank(), vec![1, 1], "one block per rank");
+    assert!(h.query_by_label_contains("2 tiles:").is_some());
+
+    let reconstruction = |h: &Harness<'_, Workbench>| {
+        let path = h
+            .state()
+            .session
+            .outputs
+            .iter()
+            .find(|p| p.ends_with("reconstruction.npy"))
+            .cloned()
+            .expect("a reconstruction among the outputs");
+        tessera::io::read_array(&path).unwrap()
+    };
+    run_to_a_reconstruction(&mut h);
+    let spatial = reconstruction(&h);
+
+    h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
+        .click();
+    h.run_steps(2);
+    assert!(h.state().doc.preset.tiling.is_none());
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    step_until(
+        &mut h,
+        "the untiled run",
+        |wb| matches!(wb.session.state(), JobState::Finished { job } if *job == 2),
+    );
+    let untiled = reconstruction(&h);
+    let err = spatial.max_abs_diff(&untiled);
+    assert!(err <= 1e-5, "spatial vs untiled: {err}");
 }

@@ -119,6 +119,7 @@ fn workbench_after_a_run() {
     });
     send(Event::Finished {
         job: 1,
+        run_dir: "/runs/20261123-120000-quick-1".into(),
         outputs: vec![],
         summary_json: "{}".into(),
     });

@@ -131,9 +131,12 @@ fn loaded_measurements_reconstruct_exactly_like_simulated_ones_on_one_and_three_
     }
 }
 
+/// Runs `preset` as if loaded from a file in `base` (its paths resolved there).
 fn run_in_process(preset: &Preset, base: &Path) -> tessera::Result<job::JobSummary> {
     let out = tempfile::tempdir().unwrap();
-    job::run(preset, base, out.path(), &mut |_| ControlFlow::Continue(()))
+    let mut preset = preset.clone();
+    preset.resolve_paths(base)?;
+    job::run(&preset, out.path(), &mut |_| ControlFlow::Continue(()))
 }
 
 fn quick(iterations: usize) -> Preset {
@@ -147,11 +150,11 @@ fn a_measurement_without_leading_unit_axes_is_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let preset = quick(2);
     // Simulate into a folder we keep, then drop the batch axis of the measurement.
-    let sim = job::run(&preset, dir.path(), dir.path(), &mut |_| {
+    let sim = job::run(&preset, dir.path().join("sim").as_path(), &mut |_| {
         ControlFlow::Continue(())
     })
     .unwrap();
-    let y = read_npy(&dir.path().join("measurement_0.npy")).unwrap();
+    let y = read_npy(&dir.path().join("sim/measurement_0.npy")).unwrap();
     assert_eq!(y.shape(), [1, 3, 128, 128]);
     write_npy(
         &dir.path().join("y.npy"),

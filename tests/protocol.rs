@@ -168,7 +168,13 @@ fn event() -> impl Strategy<Value = Event> {
                 job,
                 name: name.clone(),
                 world_size: world,
-                devices: vec![name; world],
+                devices: (0..world)
+                    .map(|rank| tessera::protocol::RankDevice {
+                        rank,
+                        host: name.clone(),
+                        cpu_threads: 1 + rank,
+                    })
+                    .collect(),
                 image_shape: vec![1, 3, 64, 48],
                 operators: vec![OperatorInfo {
                     name: "blur".into(),
@@ -189,9 +195,22 @@ fn event() -> impl Strategy<Value = Event> {
             .prop_map(|(job, error)| Event::Failed { job, error }),
         (any::<u64>(), text()).prop_map(|(job, s)| Event::Finished {
             job,
-            outputs: vec![PathBuf::from(&s), PathBuf::from("/out/metrics.json")],
+            run_dir: PathBuf::from("/out/20250101-000000-quick-1"),
+            outputs: vec![PathBuf::from(&s), PathBuf::from("metrics.json")],
             summary_json: s,
         }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..64)
+        )
+            .prop_map(|(job, offset, data)| Event::File {
+                job,
+                file: "reconstruction.npy".into(),
+                offset,
+                total: offset + data.len() as u64,
+                data,
+            }),
     ]
 }
 

@@ -75,7 +75,10 @@ fn until(client: &Client, mut stop: impl FnMut(&Event) -> bool) -> Vec<Event> {
 }
 
 fn is_end(e: &Event) -> bool {
-    matches!(e, Event::Finished { .. } | Event::Failed { .. })
+    matches!(
+        e,
+        Event::Finished { .. } | Event::Cancelled { .. } | Event::Failed { .. }
+    )
 }
 
 fn iterations(events: &[Event]) -> Vec<usize> {
@@ -166,14 +169,18 @@ fn a_job_on_two_ranks_streams_started_iterations_previews_and_finished() {
     );
     match events.last().unwrap() {
         Event::Finished {
+            run_dir,
             outputs,
             summary_json,
             ..
         } => {
+            assert_eq!(
+                outputs.last().unwrap(),
+                std::path::Path::new("metrics.json")
+            );
             assert!(
-                outputs
-                    .iter()
-                    .any(|p| p.ends_with("metrics.json") && p.exists())
+                outputs.iter().all(|p| run_dir.join(p).is_file()),
+                "{outputs:?}"
             );
             let s: serde_json::Value = serde_json::from_str(summary_json).unwrap();
             assert_eq!(s["iterations"], 5);
@@ -194,12 +201,18 @@ fn cancel_stops_every_rank_at_one_iteration_and_the_group_takes_the_next_job() {
     );
     client.send(Request::Cancel { job: 1 }).unwrap();
     let events = until(&client, is_end);
-    let Some(Event::Finished { summary_json, .. }) = events.last() else {
-        panic!("expected Finished, got {:?}", events.last());
+    let Some(Event::Cancelled {
+        iterations: n,
+        summary_json: Some(summary_json),
+        ..
+    }) = events.last()
+    else {
+        panic!("expected Cancelled, got {:?}", events.last());
     };
     let s: serde_json::Value = serde_json::from_str(summary_json).unwrap();
     assert_eq!(s["stopped_early"], true);
-    let n = s["iterations"].as_u64().unwrap();
+    assert_eq!(s["iterations"].as_u64(), Some(*n as u64));
+    let n = *n as u64;
     assert!((3..100_000).contains(&n), "{n}");
     // Both ranks ran exactly n iterations (their timings were gathered after the same number).
     assert_eq!(s["ranks"].as_array().unwrap().len(), 2);
@@ -335,8 +348,7 @@ fn inline_images_run_and_a_bad_submission_fails_without_stopping_the_backend() {
 #[test]
 fn tokens_and_protocol_versions_are_checked_at_the_handshake() {
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "correct horse\n").unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
     let out = dir.path().join("out");
     let (mut child, addr) = serve_tcp(&[
         "--token-file",
@@ -353,7 +365,7 @@ fn tokens_and_protocol_versions_are_checked_at_the_handshake() {
     let hello = Request::Hello {
         protocol: PROTOCOL_VERSION + 1,
         client: "from the future".into(),
-        token: Some("correct horse".into()),
+        token: Some(token.clone()),
     };
     let err = Client::connect_with(&addr, hello).err().unwrap();
     let msg = err.to_string();
@@ -376,7 +388,7 @@ fn tokens_and_protocol_versions_are_checked_at_the_handshake() {
         let refused: Event = tessera::protocol::frame::decode(&answer[4..]).unwrap();
         assert!(matches!(refused, Event::Refused { .. }), "{refused:?}");
     }
-    let client = Client::connect(&addr, Some("correct horse".into())).unwrap();
+    let client = Client::connect(&addr, Some(token.clone())).unwrap();
     assert_eq!(client.welcome().protocol, PROTOCOL_VERSION);
     client.send(Request::Status).unwrap();
     until(&client, |e| {
@@ -386,15 +398,179 @@ fn tokens_and_protocol_versions_are_checked_at_the_handshake() {
     child.wait().unwrap();
 }
 
-#[test]
-fn a_public_address_without_a_token_is_refused_with_a_reason() {
+/// `tessera serve` with `args` and HOME in `home`; its exit status and stderr once it stops (it
+/// must stop by itself).
+fn serve_refuses(home: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new(EXE)
-        .args(["serve", "--listen", "0.0.0.0:0"])
+        .arg("serve")
+        .args(args)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("without --token-file"), "{err}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn tcp_always_needs_a_strong_private_token_and_a_missing_one_is_created() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let weak = dir.path().join("weak");
+    std::fs::write(&weak, "s3cret\n").unwrap();
+    std::fs::set_permissions(&weak, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let err = serve_refuses(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            weak.to_str().unwrap(),
+        ],
+    );
+    assert!(err.contains("too weak"), "{err}");
+    let (open, _) = serve_tcp::token_file(dir.path());
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = serve_refuses(
+        dir.path(),
+        &[
+            "--listen",
+            "0.0.0.0:0",
+            "--token-file",
+            open.to_str().unwrap(),
+        ],
+    );
+    assert!(err.contains("too open"), "{err}");
+
+    // Without --token-file, loopback too gets a token: a private one made under HOME.
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(EXE)
+        .args(["serve", "--listen", "127.0.0.1:0", "--out"])
+        .arg(home.path().join("out"))
+        .env("HOME", home.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr: BackendAddr = line
+        .split_whitespace()
+        .find(|w| w.starts_with("tcp:"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let file = home.path().join(".config/tessera/serve-token");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let err = Client::connect(&addr, None).err().unwrap().to_string();
+    assert!(err.contains("missing token"), "{err}");
+    let token = std::fs::read_to_string(&file).unwrap().trim().to_string();
+    assert!(Client::connect(&addr, Some(token)).is_ok());
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn slow_and_silent_connections_neither_hold_the_door_nor_lock_a_client_out() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
+    let (mut child, addr) = serve_tcp(&[
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--out",
+        dir.path().join("out").to_str().unwrap(),
+    ]);
+    let BackendAddr::Tcp(a) = &addr else {
+        unreachable!()
+    };
+    let threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", child.id()))
+            .unwrap()
+            .count()
+    };
+    let before = threads();
+    // A hello announcing 60,000 bytes that trickles in, and 100 connections that say nothing.
+    let mut slow = std::net::TcpStream::connect(a).unwrap();
+    slow.write_all(&60_000u32.to_le_bytes()).unwrap();
+    let silent: Vec<_> = (0..100)
+        .map(|_| std::net::TcpStream::connect(a).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // No thread per unauthenticated connection.
+    assert!(
+        threads() <= before + 2,
+        "{before} threads, then {}",
+        threads()
+    );
+    // A legitimate client still gets in at once.
+    let t = Instant::now();
+    let client = Client::connect(&addr, Some(token.clone())).unwrap();
+    assert_eq!(client.welcome().world_size, 1);
+    eprintln!("connected past 100 silent connections in {:?}", t.elapsed());
+    // The trickle is cut off at the handshake deadline (10 s in all), not kept alive by bytes.
+    let t = Instant::now();
+    let closed = loop {
+        std::thread::sleep(Duration::from_secs(1));
+        if slow.write_all(&[0]).is_err() || t.elapsed() > Duration::from_secs(30) {
+            break t.elapsed();
+        }
+    };
+    assert!(
+        closed < Duration::from_secs(15),
+        "still open after {closed:?}"
+    );
+    drop(silent);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn repeated_wrong_tokens_are_slowed_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
+    let (mut child, addr) = serve_tcp(&[
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--out",
+        dir.path().join("out").to_str().unwrap(),
+    ]);
+    let wrong = || {
+        Client::connect(&addr, Some("x".repeat(token.len())))
+            .err()
+            .unwrap()
+            .to_string()
+    };
+    for _ in 0..3 {
+        assert!(wrong().contains("wrong token"));
+    }
+    assert!(wrong().contains("wrong token"));
+    // Locked out now, even with the right token, for a while.
+    let err = Client::connect(&addr, Some(token.clone()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("too many wrong tokens"), "{err}");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(Client::connect(&addr, Some(token)).is_ok());
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_regular_file_at_the_socket_path_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("important.txt");
+    std::fs::write(&path, "data").unwrap();
+    let err = serve_refuses(dir.path(), &["--socket", path.to_str().unwrap()]);
+    assert!(err.contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "data");
 }
 
 #[test]
@@ -545,7 +721,7 @@ fn measured_data_travels_inline_and_a_misfit_fails_only_its_job() {
     // Measurements simulated once in this process stand in for data from an instrument.
     let simulated = Preset::from_toml(&quick(2), "quick", &[]).unwrap();
     let sim_dir = dir.path().join("sim");
-    tessera::job::run(&simulated, std::path::Path::new("."), &sim_dir, &mut |_| {
+    tessera::job::run(&simulated, sim_dir.as_path(), &mut |_| {
         std::ops::ControlFlow::Continue(())
     })
     .unwrap();
@@ -613,4 +789,319 @@ fn measured_data_travels_inline_and_a_misfit_fails_only_its_job() {
         .collect();
     assert!(kinds.contains(&&PreviewKind::Measurement(0)), "{kinds:?}");
     assert!(!kinds.contains(&&PreviewKind::GroundTruth), "{kinds:?}");
+}
+
+/// The jobs' terminal events (Finished, Cancelled, Failed) for `job` among `events`.
+fn terminal_events(events: &[Event], job: u64) -> usize {
+    events
+        .iter()
+        .filter(|e| match e {
+            Event::Finished { job: j, .. } | Event::Cancelled { job: j, .. } => *j == job,
+            Event::Failed { job: j, .. } => *j == Some(job),
+            _ => false,
+        })
+        .count()
+}
+
+#[test]
+fn a_failure_on_rank_0_after_the_solve_fails_only_its_job_on_two_ranks() {
+    let (_backend, client, dir) = local(2);
+    submit(&client, quick(3000));
+    until(&client, |e| matches!(e, Event::Iteration { .. }));
+    // The run's staging folder turns into a file: rank 0 cannot write its outputs (as on a full
+    // disk), after every collective of the job is done and rank 1 has finished it.
+    let out = dir.path().join("out");
+    let staging = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".tessera-partial")
+        })
+        .expect("a staging folder while the job runs");
+    std::fs::remove_dir_all(&staging).unwrap();
+    std::fs::write(&staging, "in the way").unwrap();
+    let events = until(&client, is_end);
+    match events.last() {
+        Some(Event::Failed {
+            job: Some(1),
+            error,
+        }) => assert!(
+            error.contains("reconstruction") && !error.contains("backend stops"),
+            "{error}"
+        ),
+        other => panic!("expected job 1 to fail, got {other:?}"),
+    }
+    // The group is in step: the next job runs on both ranks.
+    submit(&client, quick(3));
+    let events = until(&client, is_end);
+    assert!(
+        matches!(events.last(), Some(Event::Finished { job: 2, .. })),
+        "{:?}",
+        events.last()
+    );
+    assert_eq!(iterations(&events), vec![1, 2, 3]);
+}
+
+#[test]
+fn bad_tiling_and_missing_weights_fail_their_job_before_the_ranks() {
+    let (_backend, client, dir) = local(2);
+    let with = |overrides: &[&str]| {
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let mut all = vec![
+            "algorithm.iterations=2".to_string(),
+            "image.size=[48, 40]".into(),
+        ];
+        all.extend(o);
+        Preset::load("quick", &all)
+            .unwrap()
+            .preset
+            .to_toml()
+            .unwrap()
+    };
+    // A patch larger than the image, checked against the real image.
+    submit(
+        &client,
+        with(&["tiling.patch_size=512", "tiling.overlap=8"]),
+    );
+    let events = until(&client, is_end);
+    assert!(
+        matches!(events.last(), Some(Event::Failed { job: Some(1), .. })),
+        "{:?}",
+        events.last()
+    );
+    // A DRUNet whose weights file does not exist.
+    let missing = dir.path().join("no-such-weights.pth");
+    let mut drunet = Preset::from_toml(&with(&[]), "quick", &[]).unwrap();
+    drunet.denoiser = Some(
+        toml::from_str(&format!(
+            "kind = \"drunet\"\nweights = \"{}\"",
+            missing.display()
+        ))
+        .unwrap(),
+    );
+    submit(&client, drunet.to_toml().unwrap());
+    let events = until(&client, is_end);
+    match events.last() {
+        Some(Event::Failed {
+            job: Some(2),
+            error,
+        }) => assert!(error.contains("no-such-weights.pth"), "{error}"),
+        other => panic!("expected job 2 to fail, got {other:?}"),
+    }
+    submit(&client, with(&[]));
+    let events = until(&client, is_end);
+    assert!(matches!(
+        events.last(),
+        Some(Event::Finished { job: 3, .. })
+    ));
+}
+
+#[test]
+fn every_run_gets_its_own_complete_folder_and_every_backend_its_own_log() {
+    let (backend, client, dir) = local(1);
+    let out = dir.path().join("out");
+    let mut folders = Vec::new();
+    for job in 1..=3 {
+        submit(&client, quick(2));
+        let events = until(&client, is_end);
+        let Some(Event::Finished {
+            run_dir, outputs, ..
+        }) = events.last()
+        else {
+            panic!("job {job}: {:?}", events.last());
+        };
+        assert_eq!(run_dir.parent(), Some(out.as_path()));
+        let name = run_dir.file_name().unwrap().to_string_lossy().into_owned();
+        // YYYYMMDD-HHMMSS-quick-N
+        let parts: Vec<&str> = name.splitn(3, '-').collect();
+        assert_eq!(parts[0].len(), 8, "{name}");
+        assert_eq!(parts[1].len(), 6, "{name}");
+        assert!(parts[2].starts_with("quick-"), "{name}");
+        assert_eq!(
+            outputs.last().unwrap(),
+            std::path::Path::new("metrics.json")
+        );
+        let metrics: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(run_dir.join("metrics.json")).unwrap()).unwrap();
+        assert!(
+            metrics["preset"]
+                .as_str()
+                .unwrap()
+                .contains("name = \"quick\"")
+        );
+        folders.push(run_dir.clone());
+    }
+    folders.sort();
+    folders.dedup();
+    assert_eq!(folders.len(), 3, "runs never share a folder");
+    let hidden: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "staging folders left: {hidden:?}");
+    // A second backend on the same folder keeps the first one's log.
+    let first_log = backend.log_path().to_path_buf();
+    let mut opts = LocalOptions::new(1, &out);
+    opts.exe = Some(EXE.into());
+    let (second, _c) = LocalBackend::spawn_with(opts).unwrap();
+    assert_ne!(second.log_path(), first_log);
+    assert!(first_log.exists() && second.log_path().exists());
+    assert!(
+        first_log
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("serve-")
+    );
+}
+
+#[test]
+fn a_stop_near_the_end_gives_one_terminal_event_and_the_log_agrees() {
+    let (_backend, client, _dir) = local(2);
+    for job in 1..=4u64 {
+        let n = 12;
+        submit(&client, quick(n));
+        // Stop at the last iterations: sometimes before the last one, sometimes after.
+        let stop_at = n - (job as usize % 3);
+        let mut events = until(
+            &client,
+            |e| matches!(e, Event::Iteration { job: j, report, .. } if *j == job && report.iteration >= stop_at),
+        );
+        client.send(Request::Cancel { job }).unwrap();
+        events.extend(until(&client, is_end));
+        // Nothing else ends this job afterwards (the next Status answer comes after any; rank 0's
+        // log lines travel through their own thread).
+        std::thread::sleep(Duration::from_millis(200));
+        client.send(Request::Status).unwrap();
+        events.extend(until(&client, |e| matches!(e, Event::Status { .. })));
+        assert_eq!(terminal_events(&events, job), 1, "{events:#?}");
+        let logs: Vec<&String> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Log { message, .. } if message.starts_with(&format!("job {job} ")) => {
+                    Some(message)
+                }
+                _ => None,
+            })
+            .collect();
+        let said_cancelled = logs.iter().any(|m| m.contains("cancelled"));
+        let said_finished = logs.iter().any(|m| m.contains("finished"));
+        let ran = iterations(&events).into_iter().max().unwrap();
+        match events.iter().rev().find(|e| is_end(e)) {
+            Some(Event::Cancelled { iterations, .. }) => {
+                assert!(*iterations < n && *iterations == ran, "{iterations} of {n}");
+                assert!(said_cancelled && !said_finished, "{logs:?}");
+            }
+            Some(Event::Finished { .. }) => {
+                assert_eq!(ran, n);
+                assert!(said_finished && !said_cancelled, "{logs:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn headless_attach_streams_a_job_fails_with_it_and_fetches_its_outputs() {
+    let (backend, _client, dir) = local(2);
+    let address = backend.addr().to_string();
+    let attach = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "quick",
+            "--set",
+            "algorithm.iterations=3",
+            "--set",
+            "image.size=[48, 40]",
+            "--attach",
+            &address,
+        ];
+        args.extend_from_slice(extra);
+        Command::new(EXE)
+            .args(&args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let o = attach(&["--fetch", "copy"]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("reconstruction PSNR"), "{stdout}");
+    let server_dir: std::path::PathBuf = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("outputs on the server in "))
+        .expect("the server's folder is printed")
+        .into();
+    for f in ["metrics.json", "reconstruction.npy"] {
+        assert_eq!(
+            std::fs::read(dir.path().join("copy").join(f)).unwrap(),
+            std::fs::read(server_dir.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    // A job that fails makes the command fail; the backend stays up for the next one.
+    let o = attach(&[
+        "--set",
+        "tiling.patch_size=512",
+        "--set",
+        "tiling.overlap=8",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("failed") && e.contains("512"), "{e}");
+    assert!(attach(&[]).status.success());
+}
+
+#[test]
+fn headless_attach_over_tcp_needs_the_token_and_sends_local_images_along() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, _) = serve_tcp::token_file(dir.path());
+    let server_out = dir.path().join("server");
+    let (mut child, addr) = serve_tcp(&[
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--out",
+        server_out.to_str().unwrap(),
+    ]);
+    // A preset next to an image the server never sees (its path is removed before the run).
+    let client_dir = dir.path().join("client");
+    std::fs::create_dir(&client_dir).unwrap();
+    let image = tessera::Tensor::from_fn(&[1, 1, 24, 20], |i| (i % 11) as f32 / 11.0);
+    tessera::io::write_npy(&client_dir.join("photo.npy"), &image).unwrap();
+    let text = tessera::preset::BUNDLED[0]
+        .1
+        .replace(
+            "sample = \"natural\"\nsize = [128, 128]",
+            "path = \"photo.npy\"",
+        )
+        .replace("iterations = 30", "iterations = 2");
+    std::fs::write(client_dir.join("exp.toml"), text).unwrap();
+    let address = addr.to_string();
+    let attach = |token: &std::path::Path| {
+        Command::new(EXE)
+            .args(["run", "exp.toml", "--attach", &address, "--token-file"])
+            .arg(token)
+            .current_dir(&client_dir)
+            .output()
+            .unwrap()
+    };
+    let other = dir.path().join("other-token");
+    std::fs::write(&other, "a different token, quite long\n").unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let o = attach(&other);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("wrong token"));
+    let o = attach(&token_file);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let runs: Vec<_> = std::fs::read_dir(&server_out).unwrap().collect();
+    assert_eq!(runs.len(), 1);
+    let run = runs[0].as_ref().unwrap().path();
+    let truth = tessera::io::read_npy(&run.join("ground_truth.npy")).unwrap();
+    assert_eq!(truth, image);
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

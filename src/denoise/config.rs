@@ -62,23 +62,36 @@ impl DenoiserConfig {
         }
     }
 
-    /// Validates and builds the denoiser; weights files are relative to the current folder.
-    pub fn build(&self) -> Result<Box<dyn Denoiser>> {
-        self.build_in(Path::new("."))
+    /// The files the config names (weights, a TorchScript model), for resolving them against the
+    /// config's folder.
+    pub fn paths_mut(&mut self) -> impl Iterator<Item = &mut std::path::PathBuf> {
+        match self {
+            DenoiserConfig::Drunet(c) => c.weights.as_mut(),
+            DenoiserConfig::Dncnn(c) => c.weights.as_mut(),
+            DenoiserConfig::Torchscript(c) => Some(&mut c.model),
+            DenoiserConfig::Identity
+            | DenoiserConfig::Tv(_)
+            | DenoiserConfig::Wavelet(_)
+            | DenoiserConfig::Median(_)
+            | DenoiserConfig::Gaussian(_) => None,
+        }
+        .into_iter()
     }
 
-    /// Validates and builds the denoiser; relative weights paths resolve against `base_dir` (the
-    /// preset's folder).
-    pub fn build_in(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
+    /// Validates and builds the denoiser. Its files are read as named: relative paths are relative
+    /// to the working directory, so a config read from a file is resolved first
+    /// (`crate::preset::Preset::load` does it for presets).
+    pub fn build(&self) -> Result<Box<dyn Denoiser>> {
+        let here = Path::new("");
         Ok(match self {
             DenoiserConfig::Identity => Box::new(Identity),
             DenoiserConfig::Tv(c) => Box::new(c.build()?),
             DenoiserConfig::Wavelet(c) => Box::new(c.build()?),
             DenoiserConfig::Median(c) => Box::new(c.build()?),
             DenoiserConfig::Gaussian(c) => Box::new(c.build()?),
-            DenoiserConfig::Drunet(c) => c.build(base_dir)?,
-            DenoiserConfig::Dncnn(c) => c.build(base_dir)?,
-            DenoiserConfig::Torchscript(c) => c.build(base_dir)?,
+            DenoiserConfig::Drunet(c) => c.build(here)?,
+            DenoiserConfig::Dncnn(c) => c.build(here)?,
+            DenoiserConfig::Torchscript(c) => c.build(here)?,
         })
     }
 }

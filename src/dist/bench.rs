@@ -106,7 +106,7 @@ pub fn bench_all_reduce(bytes: usize, ranks: usize, repeats: usize) -> Result<Co
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(Error::Unsupported("a rank thread panicked".into())))
+                    .unwrap_or_else(|_| Err(Error::Internal("a rank thread panicked".into())))
             })
             .collect()
     });
@@ -140,13 +140,13 @@ fn raw_copy_secs(bytes: usize, repeats: usize) -> Result<f64> {
             while left > 0 {
                 let n = b.read(&mut sink[..left.min(1 << 20)]).map_err(io)?;
                 if n == 0 {
-                    return Err(Error::Unsupported("raw socket closed early".into()));
+                    return Err(Error::Internal("raw socket closed early".into()));
                 }
                 left -= n;
             }
             writer
                 .join()
-                .map_err(|_| Error::Unsupported("writer panicked".into()))?
+                .map_err(|_| Error::Internal("writer panicked".into()))?
                 .map_err(io)
         })?;
         best = best.min(t.elapsed().as_secs_f64());

@@ -1,66 +1,84 @@
-//! Encoding of indexed tensors for collectives: `(global index, tensor)` records in one buffer.
+//! Encoding of indexed tensors for collectives: `(global index, tensor)` records in one buffer — a
+//! postcard header (indices and shapes, the metadata encoding of `super::wire`) followed by every
+//! record's values as raw little-endian `f32`, in record order.
 //!
-//! Decoding validates every length against the buffer before allocating, so a corrupted message
-//! is an error, never a panic or a huge allocation.
+//! Decoding validates every shape against the bytes that follow before allocating, so a corrupted
+//! message is an error naming the rank that sent it, never a panic or a huge allocation.
 
-use super::wire::{Reader, Writer};
+use serde::{Deserialize, Serialize};
+
+use super::wire;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-/// Encodes `(index, tensor)` records.
-pub fn encode(records: &[(usize, &Tensor)]) -> Vec<u8> {
-    let bytes: usize = records
-        .iter()
-        .map(|(_, t)| 16 + 8 * t.ndim() + 4 * t.numel())
-        .sum();
-    let mut w = Writer(Vec::with_capacity(8 + bytes)).u64(records.len() as u64);
-    for (i, t) in records {
-        w = w.u64(*i as u64).u64(t.ndim() as u64);
-        for &d in t.shape() {
-            w = w.u64(d as u64);
-        }
-        w.0.extend_from_slice(bytemuck::cast_slice(t.data()));
-    }
-    w.0
+/// Most dimensions a record may have.
+const MAX_DIMS: usize = 8;
+
+#[derive(Serialize, Deserialize)]
+struct RecordHeader {
+    index: u64,
+    shape: Vec<u64>,
 }
 
-/// Decodes records written by [`encode`].
-pub fn decode(bytes: &[u8]) -> Result<Vec<(usize, Tensor)>> {
-    let bad = |what: &str| Error::config("message", format!("malformed tensor message: {what}"));
-    let mut r = Reader(bytes);
-    let n = r.u64().map_err(|_| bad("no record count"))? as usize;
-    // Each record needs at least 16 bytes, which bounds a lying count.
-    if n > bytes.len() / 16 + 1 {
-        return Err(bad("record count larger than the message"));
+/// Encodes `(index, tensor)` records.
+pub fn encode(records: &[(usize, &Tensor)]) -> Result<Vec<u8>> {
+    let header: Vec<RecordHeader> = records
+        .iter()
+        .map(|(i, t)| RecordHeader {
+            index: *i as u64,
+            shape: t.shape().iter().map(|&d| d as u64).collect(),
+        })
+        .collect();
+    let mut out = wire::encode(&header)?;
+    let values: usize = records.iter().map(|(_, t)| t.numel()).sum();
+    out.reserve(4 * values);
+    for (_, t) in records {
+        out.extend_from_slice(bytemuck::cast_slice(t.data()));
     }
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let index = r.u64().map_err(|_| bad("truncated record"))? as usize;
-        let ndim = r.u64().map_err(|_| bad("truncated record"))? as usize;
-        if ndim > 8 {
-            return Err(bad("more than 8 dimensions"));
+    Ok(out)
+}
+
+/// Decodes records written by [`encode`] on rank `from`.
+pub fn decode(from: usize, bytes: &[u8]) -> Result<Vec<(usize, Tensor)>> {
+    let bad =
+        |what: String| Error::bad_peer_data(from, format!("malformed tensor message: {what}"));
+    let (header, mut data) = postcard::take_from_bytes::<Vec<RecordHeader>>(bytes)
+        .map_err(|e| bad(format!("unreadable header ({e})")))?;
+    let mut out = Vec::with_capacity(header.len());
+    for RecordHeader { index, shape } in header {
+        if shape.len() > MAX_DIMS {
+            return Err(bad(format!(
+                "{} dimensions (at most {MAX_DIMS})",
+                shape.len()
+            )));
         }
-        let mut shape = Vec::with_capacity(ndim);
-        for _ in 0..ndim {
-            shape.push(r.u64().map_err(|_| bad("truncated shape"))? as usize);
-        }
-        let count = shape
+        let shape: Vec<usize> = shape
             .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .ok_or_else(|| bad("shape overflows"))?;
-        let nbytes = count.checked_mul(4).ok_or_else(|| bad("shape overflows"))?;
-        if nbytes > r.0.len() {
-            return Err(bad("data shorter than its shape"));
+            .map(|&d| usize::try_from(d))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| bad("a dimension overflows".into()))?;
+        let nbytes = shape
+            .iter()
+            .try_fold(4usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| bad(format!("shape {shape:?} overflows")))?;
+        if nbytes > data.len() {
+            return Err(bad(format!(
+                "shape {shape:?} needs {nbytes} bytes, {} left",
+                data.len()
+            )));
         }
-        let (data, rest) = r.0.split_at(nbytes);
-        r.0 = rest;
-        let values: Vec<f32> = data
+        let (values, rest) = data.split_at(nbytes);
+        data = rest;
+        let values: Vec<f32> = values
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
+        let index = usize::try_from(index).map_err(|_| bad("index overflows".into()))?;
         out.push((index, Tensor::from_vec(&shape, values)?));
     }
-    r.finish().map_err(|_| bad("trailing bytes"))?;
+    if !data.is_empty() {
+        return Err(bad(format!("{} trailing bytes", data.len())));
+    }
     Ok(out)
 }
 
@@ -72,14 +90,36 @@ mod tests {
     fn round_trip_and_garbage() {
         let a = Tensor::from_fn(&[1, 2, 3, 4], |i| i as f32);
         let b = Tensor::from_fn(&[2, 1, 5], |i| -(i as f32));
-        let bytes = encode(&[(3, &a), (7, &b)]);
-        let back = decode(&bytes).unwrap();
-        assert_eq!(back, vec![(3, a), (7, b)]);
-        assert!(decode(&bytes[..bytes.len() - 1]).is_err());
-        assert!(decode(&[0xff; 8]).is_err());
-        let mut lying = bytes.clone();
-        lying[16..24].copy_from_slice(&64u64.to_le_bytes()); // ndim = 64
-        assert!(decode(&lying).is_err());
-        assert!(decode(&[]).is_err());
+        let bytes = encode(&[(3, &a), (7, &b)]).unwrap();
+        let back = decode(0, &bytes).unwrap();
+        assert_eq!(back, vec![(3, a.clone()), (7, b)]);
+        assert!(decode(0, &bytes[..bytes.len() - 1]).is_err());
+        assert!(decode(0, &[0xff; 8]).is_err());
+        assert!(decode(0, &[]).is_err());
+        // A header that claims 64 dimensions.
+        let lying = wire::encode(&vec![RecordHeader {
+            index: 0,
+            shape: vec![1; 64],
+        }])
+        .unwrap();
+        let err = decode(2, &lying).unwrap_err();
+        assert!(
+            matches!(err, Error::BadPeerData { rank: 2, .. }) && err.to_string().contains("64"),
+            "{err}"
+        );
+        // A shape whose byte count overflows, and one larger than the data.
+        for shape in [vec![u64::MAX, 2], vec![1 << 20]] {
+            let mut lying = wire::encode(&vec![RecordHeader { index: 0, shape }]).unwrap();
+            lying.extend([0u8; 16]);
+            assert!(decode(1, &lying).is_err());
+        }
+        let mut extra = encode(&[(0, &a)]).unwrap();
+        extra.extend([0u8; 4]);
+        assert!(
+            decode(1, &extra)
+                .unwrap_err()
+                .to_string()
+                .contains("trailing")
+        );
     }
 }

@@ -15,6 +15,46 @@ pub enum ReduceOp {
     Max,
 }
 
+/// How the ranks of a group reach each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// A group of one: no communication.
+    #[default]
+    Single,
+    /// tessera's socket mesh.
+    Sockets(SocketKind),
+    /// Open MPI.
+    Mpi,
+    /// NCCL all-reduce on GPUs, the socket mesh for the rest.
+    Nccl(SocketKind),
+}
+
+/// Which sockets a socket mesh uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SocketKind {
+    /// Unix domain sockets (every rank on one host).
+    Unix,
+    /// TCP (ranks on several hosts).
+    Tcp,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = |k: &SocketKind| match k {
+            SocketKind::Unix => "unix",
+            SocketKind::Tcp => "tcp",
+        };
+        match self {
+            Transport::Single => f.write_str("single"),
+            Transport::Sockets(k) => write!(f, "sockets({})", kind(k)),
+            Transport::Mpi => f.write_str("mpi"),
+            Transport::Nccl(k) => write!(f, "nccl + sockets({})", kind(k)),
+        }
+    }
+}
+
 /// Communication among the ranks of a group. Every rank must make the same calls in the same order.
 pub trait Collective: Send + Sync {
     fn rank(&self) -> usize;
@@ -38,8 +78,30 @@ pub trait Collective: Send + Sync {
     /// Point-to-point: receives the next message from rank `from`.
     fn recv(&self, from: usize) -> Result<Vec<u8>>;
 
+    /// How the ranks reach each other.
+    fn transport(&self) -> Transport;
+
     /// A short name for logs and timings (`single`, `sockets(unix)`, `mpi`, …).
-    fn backend_name(&self) -> String;
+    fn backend_name(&self) -> String {
+        self.transport().to_string()
+    }
+
+    /// Brings the group back in step after a failure on some rank, so that it can run the next job:
+    /// every rank calls it once it has left the failed work — the rank the failure started on, and
+    /// the others when a collective returned [`Error::PeerFailed`]. `failure` is what this rank saw;
+    /// the peers learn its origin (as [`Error::PeerFailed`]) instead of waiting for data that will
+    /// not come. `Ok` means the ranks are in step again; an error means the group cannot be used any
+    /// more (a peer is gone, or the transport cannot realign ranks).
+    fn recover(&self, failure: &Error) -> Result<()> {
+        let _ = failure;
+        if self.world_size() == 1 {
+            return Ok(());
+        }
+        Err(Error::Unsupported(format!(
+            "the {} transport cannot bring its ranks back in step after a failure",
+            self.backend_name()
+        )))
+    }
 
     /// How long one receive or send may wait for a peer before the peer is declared lost
     /// ([`Error::PeerLost`] naming it: hung, stopped, or far slower than this rank); `None` waits
@@ -85,8 +147,8 @@ impl Collective for SingleProcess {
             format!("rank {from} does not exist in a group of one"),
         ))
     }
-    fn backend_name(&self) -> String {
-        "single".into()
+    fn transport(&self) -> Transport {
+        Transport::Single
     }
 }
 

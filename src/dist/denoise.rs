@@ -102,15 +102,15 @@ impl Denoiser for DistributedTiledDenoiser {
         }
         let local = self.denoise_local(x, sigma)?;
         let refs: Vec<(usize, &Tensor)> = local.iter().map(|(i, t)| (*i, t)).collect();
-        let parts = self.comm.all_gather(&codec::encode(&refs))?;
+        let parts = self.comm.all_gather(&codec::encode(&refs)?)?;
         let plan = self.tiled.plan(x.shape())?;
         let mut patches = Vec::with_capacity(plan.num_tiles());
-        for part in parts {
-            for (i, patch) in codec::decode(&part)? {
+        for (rank, part) in parts.iter().enumerate() {
+            for (i, patch) in codec::decode(rank, part)? {
                 if i >= plan.num_tiles() {
-                    return Err(Error::config(
-                        "tiling",
-                        format!("a rank sent tile {i} of {}", plan.num_tiles()),
+                    return Err(Error::bad_peer_data(
+                        rank,
+                        format!("tile {i} of a plan of {}", plan.num_tiles()),
                     ));
                 }
                 patches.push((i, patch));

@@ -49,28 +49,34 @@ pub fn launch(world: usize, args: &[OsString]) -> Result<()> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        // SAFETY: prctl is async-signal-safe and touches only this (child) process.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
                 terminate(&mut children);
-                return Err(Error::io("starting rank process", &exe, e));
+                return Err(Error::io("starting rank process (process limit?)", &exe, e));
             }
         };
-        eprintln!("[launcher] rank {rank}: pid {}", child.id());
+        {
+            let mut e = std::io::stderr().lock();
+            let _ = writeln!(e, "[launcher] rank {rank}: pid {}", child.id());
+        }
         let out = child.stdout.take().expect("piped");
         let err = child.stderr.take().expect("piped");
-        pipes.push(forward(out, rank, false));
-        pipes.push(forward(err, rank, true));
         children.push(child);
+        for forwarded in [forward(out, rank, false), forward(err, rank, true)] {
+            match forwarded {
+                Ok(p) => pipes.push(p),
+                Err(e) => {
+                    terminate(&mut children);
+                    return Err(Error::io(
+                        "starting a thread to forward a rank's output (process or thread limit?)",
+                        format!("rank {rank}"),
+                        e,
+                    ));
+                }
+            }
+        }
     }
     let result = supervise(&mut children);
     for p in pipes {
@@ -79,13 +85,27 @@ pub fn launch(world: usize, args: &[OsString]) -> Result<()> {
     result
 }
 
+/// Makes the child that `cmd` starts receive SIGKILL when the thread that starts it ends
+/// (`PR_SET_PDEATHSIG`), so it never outlives a killed parent.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches only the child process.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Copies a child's output line by line with a rank prefix.
 fn forward(
     stream: impl Read + Send + 'static,
     rank: usize,
     is_err: bool,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().spawn(move || {
         let reader = BufReader::new(stream);
         for line in reader.split(b'\n') {
             let Ok(line) = line else { break };

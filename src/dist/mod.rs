@@ -10,10 +10,12 @@ pub mod collective;
 pub mod denoise;
 pub mod env;
 pub mod launch;
+pub mod liveness;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub(crate) mod net;
 pub mod patch_map;
 pub mod physics;
 pub mod sockets;
@@ -24,7 +26,7 @@ pub mod wire;
 
 use std::time::Duration;
 
-pub use collective::{Collective, ReduceOp, SingleProcess};
+pub use collective::{Collective, ReduceOp, SingleProcess, SocketKind, Transport};
 pub use env::{RankFlags, RankInfo, RankSource};
 pub use sockets::SocketGroup;
 
@@ -69,16 +71,18 @@ pub fn rank_seed(seed: u64, rank: usize, offset_by_rank: bool) -> u64 {
     }
 }
 
-/// Joins the process group with the chosen transport.
+/// Joins the process group with the chosen transport: every rank must arrive within `timeout`;
+/// a rank silent for `liveness` (no heartbeat) is declared lost (`None`: never).
 pub fn init_backend(
     backend: Backend,
     info: &RankInfo,
     timeout: Duration,
+    liveness: Option<Duration>,
 ) -> Result<Box<dyn Collective>> {
     match backend {
-        Backend::Sockets => init(info, timeout),
+        Backend::Sockets => init(info, timeout, liveness),
         #[cfg(feature = "mpi")]
-        Backend::Mpi => Ok(Box::new(mpi::MpiGroup::init()?)),
+        Backend::Mpi => Ok(Box::new(mpi::MpiGroup::init(liveness)?)),
         #[cfg(not(feature = "mpi"))]
         Backend::Mpi => Err(crate::Error::Unsupported(
             "this tessera was built without MPI; rebuild with `cargo build --release --features mpi` \
@@ -86,7 +90,7 @@ pub fn init_backend(
                 .into(),
         )),
         #[cfg(feature = "nccl")]
-        Backend::Nccl => Ok(Box::new(nccl::NcclGroup::connect(info, timeout)?)),
+        Backend::Nccl => Ok(Box::new(nccl::NcclGroup::connect(info, timeout, liveness)?)),
         #[cfg(not(feature = "nccl"))]
         Backend::Nccl => Err(crate::Error::Unsupported(
             "this tessera was built without NCCL; rebuild with `cargo build --release --features nccl` \
@@ -96,15 +100,41 @@ pub fn init_backend(
     }
 }
 
+/// This host's name (`?` if the system will not say).
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into our buffer.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if ok {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "?".into()
+    }
+}
+
+/// `timeout` from now; a timeout too long for the clock (`u64::MAX` seconds) means a century.
+pub fn deadline_after(timeout: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
 /// Default time allowed for all ranks to arrive.
 pub const DEFAULT_RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Joins the process group described by `info` over sockets (a group of one needs no sockets).
-pub fn init(info: &RankInfo, timeout: Duration) -> Result<Box<dyn Collective>> {
+pub fn init(
+    info: &RankInfo,
+    timeout: Duration,
+    liveness: Option<Duration>,
+) -> Result<Box<dyn Collective>> {
     if info.world_size == 1 {
         return Ok(Box::new(SingleProcess));
     }
-    Ok(Box::new(SocketGroup::connect(info, timeout)?))
+    Ok(Box::new(SocketGroup::connect_with(
+        info, timeout, liveness,
+    )?))
 }
 
 /// Helpers for tests that run several ranks as threads of one process over real sockets.

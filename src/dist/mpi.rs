@@ -3,8 +3,16 @@
 //!
 //! MPI is initialised with `MPI_THREAD_SERIALIZED` and every call goes through one mutex, so the
 //! communicator may be shared between threads even though MPI handles are raw pointers.
+//!
+//! MPI has no timeouts and a blocked call cannot be interrupted, so liveness runs beside it: the
+//! ranks exchange heartbeats over sockets of their own ([`super::liveness`]), and a rank that hears
+//! nothing from a peer for the liveness timeout names it and ends its own process (mpirun then
+//! stops the others) instead of waiting forever.
 
+use std::io::Write;
+use std::net::ToSocketAddrs;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
@@ -12,7 +20,9 @@ use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use super::collective::{Collective, ReduceOp, check_rank};
+use super::collective::{Collective, ReduceOp, Transport, check_rank};
+use super::liveness::Liveness;
+use super::net::{self, Listener};
 use crate::error::{Error, Result};
 
 /// A process group over MPI's world communicator.
@@ -20,7 +30,11 @@ pub struct MpiGroup {
     inner: Mutex<(Universe, SimpleCommunicator)>,
     rank: usize,
     world: usize,
+    _liveness: Option<Liveness>,
 }
+
+/// Time the ranks get to connect their heartbeat links (they are all running already).
+const MESH_TIMEOUT: Duration = Duration::from_secs(60);
 
 // SAFETY: MPI is initialised with at least MPI_THREAD_SERIALIZED (checked in `init`) and every MPI
 // call is made while holding `inner`'s lock, so no two threads call MPI at once.
@@ -28,8 +42,9 @@ unsafe impl Send for MpiGroup {}
 unsafe impl Sync for MpiGroup {}
 
 impl MpiGroup {
-    /// Initialises MPI (once per process) and joins `MPI_COMM_WORLD`.
-    pub fn init() -> Result<MpiGroup> {
+    /// Initialises MPI (once per process), joins `MPI_COMM_WORLD` and, with `liveness`, starts
+    /// heartbeats with that timeout.
+    pub fn init(liveness: Option<Duration>) -> Result<MpiGroup> {
         let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Serialized)
             .ok_or_else(|| {
                 Error::Unsupported("MPI is already initialised in this process".into())
@@ -41,11 +56,65 @@ impl MpiGroup {
         }
         let world = universe.world();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
-        Ok(MpiGroup {
+        let mut group = MpiGroup {
             inner: Mutex::new((universe, world)),
             rank,
             world: size,
-        })
+            _liveness: None,
+        };
+        if let Some(timeout) = liveness.filter(|t| !t.is_zero() && size > 1) {
+            group._liveness = Some(group.heartbeats(timeout)?);
+        }
+        Ok(group)
+    }
+
+    /// Heartbeat links to every rank (Unix sockets when all ranks share a host, else TCP on the
+    /// address this host's name resolves to), their addresses exchanged over MPI.
+    fn heartbeats(&self, timeout: Duration) -> Result<Liveness> {
+        let host = super::host_name();
+        let hosts = super::wire::all_gather_as(self, "host names", &host)?;
+        let mut session = format!("mpi{:x}", std::process::id());
+        let mut bytes = session.clone().into_bytes();
+        self.broadcast(&mut bytes, 0)?;
+        session = String::from_utf8_lossy(&bytes).into_owned();
+        let listener = if hosts.iter().all(|h| *h == host) {
+            Listener::unix(&session, self.rank, "beat")?
+        } else {
+            let ip = (host.as_str(), 0)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.find(|a| !a.ip().is_loopback()))
+                .map(|a| a.ip())
+                .ok_or_else(|| {
+                    Error::config(
+                        "--backend",
+                        format!("this host's name `{host}` resolves to no address peers can reach"),
+                    )
+                })?;
+            Listener::tcp(ip)?
+        };
+        let addrs = super::wire::all_gather_as(self, "heartbeat addresses", &listener.addr)?;
+        let deadline = (super::deadline_after(MESH_TIMEOUT), MESH_TIMEOUT);
+        let beats = net::mesh(self.rank, &listener, &addrs, &session, deadline)?;
+        let peers = beats
+            .into_iter()
+            .enumerate()
+            .filter_map(|(p, s)| s.map(|s| (p, s)))
+            .collect();
+        let me = self.rank;
+        Liveness::start(
+            peers,
+            timeout,
+            Box::new(move |peer, how| {
+                // A blocked MPI call cannot be interrupted: end this rank, saying why.
+                let mut err = std::io::stderr().lock();
+                let _ = writeln!(
+                    err,
+                    "error: rank {peer} {how}; rank {me} stops (MPI cannot interrupt a waiting call)"
+                );
+                std::process::exit(1);
+            }),
+        )
     }
 
     fn with<T>(&self, f: impl FnOnce(&SimpleCommunicator) -> T) -> T {
@@ -133,7 +202,7 @@ impl Collective for MpiGroup {
         Ok(self.with(|c| c.process_at_rank(from as i32).receive_vec::<u8>().0))
     }
 
-    fn backend_name(&self) -> String {
-        "mpi".into()
+    fn transport(&self) -> Transport {
+        Transport::Mpi
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nccl::{Comm, Id};
 
-use super::collective::{Collective, ReduceOp};
+use super::collective::{Collective, ReduceOp, Transport};
 use super::env::RankInfo;
 use super::sockets::SocketGroup;
 use crate::error::{Error, Result};
@@ -38,7 +38,11 @@ fn no_gpu(what: &str) -> Error {
 
 impl NcclGroup {
     /// Joins the group: socket rendezvous, then an NCCL communicator on GPU `local_rank % devices`.
-    pub fn connect(info: &RankInfo, timeout: Duration) -> Result<NcclGroup> {
+    pub fn connect(
+        info: &RankInfo,
+        timeout: Duration,
+        liveness: Option<Duration>,
+    ) -> Result<NcclGroup> {
         // SAFETY: these only try to dlopen the libraries.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(no_gpu("no CUDA driver library (libcuda.so) was found"));
@@ -51,7 +55,7 @@ impl NcclGroup {
         if devices < 1 {
             return Err(no_gpu("the CUDA driver sees no device"));
         }
-        let sockets = SocketGroup::connect(info, timeout)?;
+        let sockets = SocketGroup::connect_with(info, timeout, liveness)?;
         let ctx = CudaContext::new(info.local_rank % devices as usize).map_err(|e| {
             no_gpu(&format!(
                 "opening GPU {}: {e}",
@@ -96,8 +100,9 @@ impl Collective for NcclGroup {
         self.sockets.world_size()
     }
     fn all_reduce(&self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
-        let gpu = |e: cudarc::driver::DriverError| {
-            Error::Unsupported(format!("CUDA error during all-reduce: {e}"))
+        let gpu = |e: cudarc::driver::DriverError| Error::Device {
+            device: "CUDA".into(),
+            reason: format!("during all-reduce: {e}"),
         };
         let comm = self.comm.lock().unwrap_or_else(|p| p.into_inner());
         let mut dev = self.stream.clone_htod(buf).map_err(gpu)?;
@@ -106,7 +111,10 @@ impl Collective for NcclGroup {
             ReduceOp::Max => cudarc::nccl::ReduceOp::Max,
         };
         comm.all_reduce_in_place(&mut dev, &nccl_op)
-            .map_err(|e| Error::Unsupported(format!("NCCL all-reduce failed: {e:?}")))?;
+            .map_err(|e| Error::Device {
+                device: "NCCL".into(),
+                reason: format!("all-reduce failed: {e:?}"),
+            })?;
         self.stream.memcpy_dtoh(&dev, buf).map_err(gpu)?;
         self.stream.synchronize().map_err(gpu)?;
         if op == ReduceOp::Mean {
@@ -130,8 +138,11 @@ impl Collective for NcclGroup {
     fn recv(&self, from: usize) -> Result<Vec<u8>> {
         self.sockets.recv(from)
     }
-    fn backend_name(&self) -> String {
-        format!("nccl + {}", self.sockets.backend_name())
+    fn transport(&self) -> Transport {
+        match self.sockets.transport() {
+            Transport::Sockets(kind) => Transport::Nccl(kind),
+            other => other,
+        }
     }
     fn set_op_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
         self.sockets.set_op_timeout(timeout)

@@ -4,12 +4,15 @@
 //! before a run is the map the run uses. `tessera serve` sends it in `Event::Started`; the workbench
 //! plans it while the preset is edited. Both go through [`PatchMap::plan`], which refuses a plan of
 //! more than [`crate::tiling::MAX_TILES`] tiles (the tiling planner's own limit) with the count.
+//! The exact spatial decomposition (`kind = "spatial"`) has one block per rank, on the grid
+//! [`crate::dist::spatial`] uses; its halos depend on the network and are not drawn.
 
 use serde::{Deserialize, Serialize};
 
 use super::denoise::{TileAssignment, assign_tiles};
 use crate::error::{Error, Result};
-use crate::tiling::TilingConfig;
+use crate::nn::domain::Grid;
+use crate::tiling::{TilingConfig, TilingKind};
 
 /// Which tile each rank denoises, in image coordinates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,6 +43,9 @@ impl PatchMap {
         if world == 0 {
             return Err(Error::config("ranks", "must be ≥ 1"));
         }
+        if tiling.kind == TilingKind::Spatial {
+            return Self::blocks(tiling, spatial, world);
+        }
         let plan = tiling.build()?.plan(spatial)?;
         let owners = assign_tiles(&plan, world, how);
         let tiles = plan
@@ -56,6 +62,39 @@ impl PatchMap {
                     .collect(),
                 region: t.region().iter().map(|r| (r.start, r.size)).collect(),
                 rank,
+            })
+            .collect();
+        Ok(PatchMap {
+            spatial: spatial.to_vec(),
+            tiles,
+        })
+    }
+
+    /// One block per rank of the exact spatial decomposition (window = region).
+    fn blocks(tiling: &TilingConfig, spatial: &[usize], world: usize) -> Result<PatchMap> {
+        tiling.validate()?;
+        if !(1..=3).contains(&spatial.len()) {
+            return Err(Error::config(
+                "tiling.kind",
+                format!("\"spatial\" needs an image with 1 to 3 spatial axes, got {spatial:?}"),
+            ));
+        }
+        let dims = crate::nn::drunet::dims3(spatial);
+        let axes = spatial.len();
+        let grid = Grid::for_axes(tiling.grid.as_deref(), axes, world, dims, "tiling.grid")?;
+        grid.check_fits(dims, "the image")?;
+        let tiles = (0..grid.ranks())
+            .map(|rank| {
+                let block = grid.block(dims, rank);
+                // The block's last `axes` axes are the image's.
+                let region: Vec<(usize, usize)> = (3 - axes..3)
+                    .map(|a| (block.lo[a] as usize, (block.hi[a] - block.lo[a]) as usize))
+                    .collect();
+                PatchTile {
+                    window: region.iter().map(|&(s, n)| (s as i64, n)).collect(),
+                    region,
+                    rank,
+                }
             })
             .collect();
         Ok(PatchMap {
@@ -99,6 +138,52 @@ mod tests {
         // Overlap: the first window starts 8 px before the image (reflect padding).
         assert_eq!(map.tiles[0].window[0], (-8, 80));
         assert!(PatchMap::plan(&tiling, &[128, 192], 0, TileAssignment::RoundRobin).is_err());
+    }
+
+    #[test]
+    fn a_spatial_map_has_one_block_per_rank_covering_the_image() {
+        for (spatial, world, grid, want) in [
+            (vec![100usize, 90], 3, None, None),
+            (
+                vec![64, 64],
+                4,
+                Some(vec![2, 2]),
+                Some(vec![[0usize, 32, 0, 32], [0, 32, 32, 32]]),
+            ),
+            (vec![8, 40, 30], 2, None, None),
+        ] {
+            let tiling = TilingConfig {
+                kind: TilingKind::Spatial,
+                grid,
+                ..Default::default()
+            };
+            let map = PatchMap::plan(&tiling, &spatial, world, TileAssignment::RoundRobin).unwrap();
+            assert_eq!(map.tiles_per_rank(), vec![1; world], "{spatial:?}");
+            let volume: usize = map
+                .tiles
+                .iter()
+                .map(|t| t.region.iter().map(|r| r.1).product::<usize>())
+                .sum();
+            assert_eq!(volume, spatial.iter().product::<usize>(), "{spatial:?}");
+            for t in &map.tiles {
+                assert!(t.region.iter().zip(&spatial).all(|(r, &n)| r.0 + r.1 <= n));
+            }
+            if let Some(want) = want {
+                for (t, w) in map.tiles.iter().zip(want) {
+                    assert_eq!(t.region, vec![(w[0], w[1]), (w[2], w[3])]);
+                }
+            }
+        }
+        let too_many = TilingConfig {
+            kind: TilingKind::Spatial,
+            grid: Some(vec![8, 1]),
+            ..Default::default()
+        };
+        let e = PatchMap::plan(&too_many, &[4, 64], 8, TileAssignment::RoundRobin).unwrap_err();
+        assert!(
+            e.to_string().contains("tiling.grid") || e.to_string().contains("image"),
+            "{e}"
+        );
     }
 
     #[test]

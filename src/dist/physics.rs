@@ -23,8 +23,8 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::codec;
 use super::collective::{Collective, ReduceOp};
+use super::{codec, wire};
 use crate::error::{Error, Result};
 use crate::physics::stack::{
     BlurFusion, check_circular_measurements, check_same_shape, sum_in_order,
@@ -112,24 +112,21 @@ impl DistributedStack {
     /// Every rank announces the fusion key of each operator it owns; fusion is on when all `n_ops`
     /// share one key. Then the Gram kernels `gᵢ` are gathered so every rank holds all of them.
     fn agree_on_fusion(&self) -> Result<Option<BlurFusion>> {
-        let mine: String = self
+        let mine: Vec<(usize, Option<String>)> = self
             .local
             .iter()
-            .map(|(i, op)| {
-                let key =
-                    BlurFusion::key_of(op.as_ref()).map_or("-".to_string(), |k| k.to_string());
-                format!("{i} {key}\n")
-            })
+            .map(|(i, op)| (*i, BlurFusion::key_of(op.as_ref()).map(|k| k.to_string())))
             .collect();
         let mut keys = vec![None; self.n_ops];
-        for part in self.comm.all_gather(mine.as_bytes())? {
-            for line in String::from_utf8_lossy(&part).lines() {
-                if let Some((i, key)) = line.split_once(' ')
-                    && let Ok(i) = i.parse::<usize>()
-                    && i < self.n_ops
-                {
-                    keys[i] = Some(key.to_string());
-                }
+        for (rank, part) in wire::all_gather_as(self.comm.as_ref(), "fusion keys", &mine)?
+            .into_iter()
+            .enumerate()
+        {
+            for (i, key) in part {
+                let slot = keys.get_mut(i).ok_or_else(|| {
+                    Error::bad_peer_data(rank, format!("operator {i} of {}", self.n_ops))
+                })?;
+                *slot = key;
             }
         }
         let first = keys[0].clone();
@@ -225,8 +222,13 @@ impl DistributedStack {
         match self.gather {
             GatherStrategy::Concatenated => {
                 let refs: Vec<(usize, &Tensor)> = local.iter().map(|(i, t)| (*i, t)).collect();
-                for part in self.comm.all_gather(&codec::encode(&refs))? {
-                    for (i, t) in codec::decode(&part)? {
+                for (rank, part) in self
+                    .comm
+                    .all_gather(&codec::encode(&refs)?)?
+                    .iter()
+                    .enumerate()
+                {
+                    for (i, t) in codec::decode(rank, part)? {
                         place(&mut slots, i, t)?;
                     }
                 }
@@ -237,8 +239,9 @@ impl DistributedStack {
                 for k in 0..rounds {
                     let mine: Vec<(usize, &Tensor)> =
                         local.get(k).map(|(i, t)| (*i, t)).into_iter().collect();
-                    for part in self.comm.all_gather(&codec::encode(&mine))? {
-                        for (i, t) in codec::decode(&part)? {
+                    let parts = self.comm.all_gather(&codec::encode(&mine)?)?;
+                    for (rank, part) in parts.iter().enumerate() {
+                        for (i, t) in codec::decode(rank, part)? {
                             place(&mut slots, i, t)?;
                         }
                     }
@@ -252,12 +255,12 @@ impl DistributedStack {
                         let (j, t) = mine
                             .next()
                             .ok_or_else(|| Error::config("gather", "local results out of step"))?;
-                        codec::encode(&[(j, &t)])
+                        codec::encode(&[(j, &t)])?
                     } else {
                         Vec::new()
                     };
                     self.comm.broadcast(&mut buf, root)?;
-                    for (j, t) in codec::decode(&buf)? {
+                    for (j, t) in codec::decode(root, &buf)? {
                         place(&mut slots, j, t)?;
                     }
                 }
@@ -310,19 +313,11 @@ impl DistributedStack {
 
     /// The shape of a sum when some ranks own no operator: taken from the lowest rank that has one.
     fn agree_on_shape(&self, mine: Option<Vec<usize>>) -> Result<Vec<usize>> {
-        let encoded = match &mine {
-            Some(s) => s.iter().flat_map(|d| (*d as u64).to_le_bytes()).collect(),
-            None => Vec::new(),
-        };
-        for part in self.comm.all_gather(&encoded)? {
-            if !part.is_empty() {
-                return Ok(part
-                    .chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize)
-                    .collect());
-            }
-        }
-        Err(Error::config("physics", "no rank owns an operator"))
+        wire::all_gather_as(self.comm.as_ref(), "shape of a sum", &mine)?
+            .into_iter()
+            .flatten()
+            .next()
+            .ok_or_else(|| Error::config("physics", "no rank owns an operator"))
     }
 
     fn check_len(&self, ys: &[Tensor], op: &str) -> Result<()> {
@@ -387,21 +382,12 @@ impl StackedLinearPhysics for DistributedStack {
 
     fn names(&self) -> Vec<String> {
         // Names are small: gather them so every rank can report the whole stack.
-        let mine: Vec<String> = self
-            .local
-            .iter()
-            .map(|(i, op)| format!("{i}\t{}", op.name()))
-            .collect();
+        let mine: Vec<(usize, String)> = self.local.iter().map(|(i, op)| (*i, op.name())).collect();
         let mut names = vec![String::new(); self.n_ops];
-        if let Ok(parts) = self.comm.all_gather(mine.join("\n").as_bytes()) {
-            for part in parts {
-                for line in String::from_utf8_lossy(&part).lines() {
-                    if let Some((i, name)) = line.split_once('\t')
-                        && let Ok(i) = i.parse::<usize>()
-                        && i < self.n_ops
-                    {
-                        names[i] = name.to_string();
-                    }
+        if let Ok(parts) = wire::all_gather_as(self.comm.as_ref(), "operator names", &mine) {
+            for (i, name) in parts.into_iter().flatten() {
+                if let Some(slot) = names.get_mut(i) {
+                    *slot = name;
                 }
             }
         }
@@ -417,15 +403,9 @@ impl StackedLinearPhysics for DistributedStack {
             .map(|(i, op)| Ok((*i, op.output_shape(x_shape)?)))
             .collect::<Result<_>>()
             .map_err(|e: Error| e.to_string());
-        let bytes =
-            serde_json::to_vec(&mine).map_err(|e| Error::config("output shapes", e.to_string()))?;
         let mut shapes: Vec<Option<Vec<usize>>> = vec![None; self.n_ops];
-        for (rank, part) in self.comm.all_gather(&bytes)?.iter().enumerate() {
-            let part: std::result::Result<Vec<(usize, Vec<usize>)>, String> =
-                serde_json::from_slice(part).map_err(|e| Error::PeerLost {
-                    rank,
-                    how: format!("sent unreadable output shapes ({e})"),
-                })?;
+        let parts = wire::all_gather_as(self.comm.as_ref(), "output shapes", &mine)?;
+        for (rank, part) in parts.into_iter().enumerate() {
             for (i, shape) in
                 part.map_err(|e| Error::config("physics", format!("rank {rank}: {e}")))?
             {

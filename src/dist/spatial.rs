@@ -227,6 +227,20 @@ pub struct SpatialDenoiser {
     last_stats: Mutex<ExchangeStats>,
 }
 
+/// Fails unless `denoiser` can run on blocks (native DnCNN or DRUNet): what "spatial" needs.
+pub fn check_block_denoiser(denoiser: &dyn Denoiser) -> Result<()> {
+    if denoiser.as_block_denoiser().is_none() {
+        return Err(Error::config(
+            "tiling.kind",
+            format!(
+                "\"spatial\" (exact) runs native dncnn and drunet denoisers only, not {}",
+                denoiser.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl SpatialDenoiser {
     /// Fails unless `inner` can run on blocks (native DnCNN or DRUNet).
     pub fn new(
@@ -235,15 +249,7 @@ impl SpatialDenoiser {
         config: &TilingConfig,
     ) -> Result<Self> {
         config.validate()?;
-        if inner.as_block_denoiser().is_none() {
-            return Err(Error::config(
-                "tiling.kind",
-                format!(
-                    "\"spatial\" (exact) runs native dncnn and drunet denoisers only, not {}",
-                    inner.name()
-                ),
-            ));
-        }
+        check_block_denoiser(&*inner)?;
         Ok(SpatialDenoiser {
             comm,
             inner,

@@ -13,20 +13,47 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::wire::{Reader, Writer, read_frame, write_frame};
+use serde::{Deserialize, Serialize};
+
+use super::wire::{self, read_frame, read_frame_or_end, write_frame};
 use crate::error::{Error, Result};
 
 /// Largest store message: keys and values are small (addresses, counters, shared parameters).
 pub const MAX_STORE_FRAME: usize = 16 << 20;
 
-const OP_SET: u8 = 1;
-const OP_GET: u8 = 2;
-const OP_ADD: u8 = 3;
-const OP_WAIT: u8 = 4;
+/// Client → store.
+#[derive(Debug, Serialize, Deserialize)]
+enum Request {
+    Set {
+        key: String,
+        value: Vec<u8>,
+    },
+    /// Adds to a counter (an `i64`, 0 when absent).
+    Add {
+        key: String,
+        delta: i64,
+    },
+    /// Waits for one key and returns its value.
+    Get {
+        key: String,
+        timeout_ms: u64,
+    },
+    /// Waits for every key.
+    Wait {
+        keys: Vec<String>,
+        timeout_ms: u64,
+    },
+}
 
-const ST_OK: u8 = 0;
-const ST_TIMEOUT: u8 = 1;
-const ST_ERROR: u8 = 2;
+/// Store → client.
+#[derive(Debug, Serialize, Deserialize)]
+enum Reply {
+    Done,
+    Value(Vec<u8>),
+    Counter(i64),
+    /// The keys that did not appear in time.
+    TimedOut(Vec<String>),
+}
 
 #[derive(Default)]
 struct State {
@@ -76,35 +103,26 @@ fn serve_connection(conn: TcpStream, state: &State) -> std::io::Result<()> {
     conn.set_nodelay(true)?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut writer = BufWriter::new(conn);
-    loop {
-        let frame = match read_frame(&mut reader, MAX_STORE_FRAME) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let reply = handle(&frame, state)
-            .unwrap_or_else(|e| Writer::default().u8(ST_ERROR).str(&e.to_string()).0);
+    while let Some(frame) = read_frame_or_end(&mut reader, MAX_STORE_FRAME)? {
+        let request = wire::decode::<Request>(&frame)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        let reply = wire::encode(&handle(request, state))
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
         write_frame(&mut writer, &reply)?;
     }
+    Ok(())
 }
 
-fn handle(frame: &[u8], state: &State) -> std::io::Result<Vec<u8>> {
-    let mut r = Reader(frame);
-    let op = r.u8()?;
-    let out = match op {
-        OP_SET => {
-            let key = r.string()?;
-            let value = r.bytes()?.to_vec();
-            r.finish()?;
-            state.map.lock().expect("store lock").insert(key, value);
+fn handle(request: Request, state: &State) -> Reply {
+    let lock = || state.map.lock().unwrap_or_else(|p| p.into_inner());
+    let (keys, timeout_ms, get) = match request {
+        Request::Set { key, value } => {
+            lock().insert(key, value);
             state.changed.notify_all();
-            Writer::default().u8(ST_OK)
+            return Reply::Done;
         }
-        OP_ADD => {
-            let key = r.string()?;
-            let delta = r.i64()?;
-            r.finish()?;
-            let mut map = state.map.lock().expect("store lock");
+        Request::Add { key, delta } => {
+            let mut map = lock();
             let current = map
                 .get(&key)
                 .and_then(|v| v.as_slice().try_into().ok())
@@ -114,50 +132,31 @@ fn handle(frame: &[u8], state: &State) -> std::io::Result<Vec<u8>> {
             map.insert(key, next.to_le_bytes().to_vec());
             drop(map);
             state.changed.notify_all();
-            Writer::default().u8(ST_OK).i64(next)
+            return Reply::Counter(next);
         }
-        OP_GET | OP_WAIT => {
-            let timeout = Duration::from_millis(r.u64()?);
-            let n = r.u64()? as usize;
-            let mut keys = Vec::new();
-            for _ in 0..n {
-                keys.push(r.string()?);
-            }
-            r.finish()?;
-            let deadline = Instant::now() + timeout;
-            let mut map = state.map.lock().expect("store lock");
-            loop {
-                let missing: Vec<&String> = keys.iter().filter(|k| !map.contains_key(*k)).collect();
-                if missing.is_empty() {
-                    let mut w = Writer::default().u8(ST_OK);
-                    if op == OP_GET {
-                        w = w.bytes(&map[&keys[0]]);
-                    }
-                    break w;
-                }
-                let now = Instant::now();
-                if now >= deadline {
-                    let mut w = Writer::default().u8(ST_TIMEOUT).u64(missing.len() as u64);
-                    for k in missing {
-                        w = w.str(k);
-                    }
-                    break w;
-                }
-                map = state
-                    .changed
-                    .wait_timeout(map, deadline - now)
-                    .expect("store lock")
-                    .0;
-            }
-        }
-        other => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("unknown store operation {other}"),
-            ));
-        }
+        Request::Get { key, timeout_ms } => (vec![key], timeout_ms, true),
+        Request::Wait { keys, timeout_ms } => (keys, timeout_ms, false),
     };
-    Ok(out.0)
+    let deadline = super::deadline_after(Duration::from_millis(timeout_ms));
+    let mut map = lock();
+    loop {
+        let missing: Vec<&String> = keys.iter().filter(|k| !map.contains_key(*k)).collect();
+        if missing.is_empty() {
+            return match keys.first() {
+                Some(k) if get => Reply::Value(map[k].clone()),
+                _ => Reply::Done,
+            };
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Reply::TimedOut(missing.into_iter().cloned().collect());
+        }
+        map = state
+            .changed
+            .wait_timeout(map, deadline - now)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
 }
 
 /// A connection to the store.
@@ -174,7 +173,7 @@ pub struct Missing(pub Vec<String>);
 impl StoreClient {
     /// Connects to `addr`, retrying until `timeout` (rank 0 may start after the others).
     pub fn connect(addr: &str, timeout: Duration) -> Result<StoreClient> {
-        let deadline = Instant::now() + timeout;
+        let deadline = super::deadline_after(timeout);
         let mut last_err = None;
         while Instant::now() < deadline {
             let resolved: Vec<SocketAddr> = match addr.to_socket_addrs() {
@@ -212,28 +211,23 @@ impl StoreClient {
         })
     }
 
-    fn call(&mut self, request: Vec<u8>, timeout: Option<Duration>) -> Result<Vec<u8>> {
+    fn call(&mut self, request: &Request, timeout: Option<Duration>) -> Result<Reply> {
         let read_timeout = timeout
-            .map(|t| t + Duration::from_secs(5))
+            .map(|t| t.saturating_add(Duration::from_secs(5)))
             .unwrap_or(Duration::from_secs(30));
         self.reader
             .get_ref()
             .set_read_timeout(Some(read_timeout))
             .map_err(|e| comm(self.peer.clone(), e))?;
-        write_frame(&mut self.writer, &request)
+        write_frame(&mut self.writer, &wire::encode(request)?)
             .map_err(|e| comm(format!("sending to the store at {}", self.peer), e))?;
         let reply = read_frame(&mut self.reader, MAX_STORE_FRAME)
             .map_err(|e| comm(format!("reading from the store at {}", self.peer), e))?;
-        if reply.first() == Some(&ST_ERROR) {
-            let msg = Reader(&reply[1..])
-                .string()
-                .unwrap_or_else(|_| "unreadable error".into());
-            return Err(Error::Comm {
-                context: format!("the store at {} refused the request", self.peer),
-                source: std::io::Error::other(msg),
-            });
-        }
-        Ok(reply)
+        wire::decode_from(0, "rendezvous store reply", &reply)
+    }
+
+    fn unexpected(&self, reply: Reply) -> Error {
+        Error::bad_peer_data(0, format!("the rendezvous store answered {reply:?}"))
     }
 
     /// The local IP address of this connection: the interface through which rank 0 is reachable,
@@ -243,25 +237,41 @@ impl StoreClient {
     }
 
     pub fn set(&mut self, key: &str, value: &[u8]) -> Result<()> {
-        self.call(Writer::default().u8(OP_SET).str(key).bytes(value).0, None)?;
-        Ok(())
+        let request = Request::Set {
+            key: key.into(),
+            value: value.to_vec(),
+        };
+        match self.call(&request, None)? {
+            Reply::Done => Ok(()),
+            other => Err(self.unexpected(other)),
+        }
     }
 
     /// Atomically adds `delta` to the counter `key` (0 if absent) and returns the new value.
     pub fn add(&mut self, key: &str, delta: i64) -> Result<i64> {
-        let reply = self.call(Writer::default().u8(OP_ADD).str(key).i64(delta).0, None)?;
-        let mut r = Reader(&reply[1..]);
-        r.i64().map_err(|e| comm(self.peer.clone(), e))
+        let request = Request::Add {
+            key: key.into(),
+            delta,
+        };
+        match self.call(&request, None)? {
+            Reply::Counter(n) => Ok(n),
+            other => Err(self.unexpected(other)),
+        }
     }
 
     /// Waits for `key` and returns its value.
     pub fn get(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
-        match self.wait_impl(OP_GET, &[key.to_string()], timeout)? {
-            Ok(v) => Ok(v),
-            Err(_) => Err(Error::Timeout {
+        let request = Request::Get {
+            key: key.into(),
+            timeout_ms: millis(timeout),
+        };
+        match self.call(&request, Some(timeout))? {
+            Reply::Value(v) => Ok(v),
+            Reply::TimedOut(_) => Err(Error::Timeout {
                 what: format!("key `{key}` in the rendezvous store"),
                 secs: timeout.as_secs_f64(),
             }),
+            other => Err(self.unexpected(other)),
         }
     }
 
@@ -271,38 +281,20 @@ impl StoreClient {
         keys: &[String],
         timeout: Duration,
     ) -> Result<std::result::Result<(), Missing>> {
-        Ok(self.wait_impl(OP_WAIT, keys, timeout)?.map(|_| ()))
+        let request = Request::Wait {
+            keys: keys.to_vec(),
+            timeout_ms: millis(timeout),
+        };
+        match self.call(&request, Some(timeout))? {
+            Reply::Done => Ok(Ok(())),
+            Reply::TimedOut(missing) => Ok(Err(Missing(missing))),
+            other => Err(self.unexpected(other)),
+        }
     }
+}
 
-    fn wait_impl(
-        &mut self,
-        op: u8,
-        keys: &[String],
-        timeout: Duration,
-    ) -> Result<std::result::Result<Vec<u8>, Missing>> {
-        let mut w = Writer::default()
-            .u8(op)
-            .u64(timeout.as_millis() as u64)
-            .u64(keys.len() as u64);
-        for k in keys {
-            w = w.str(k);
-        }
-        let reply = self.call(w.0, Some(timeout))?;
-        let mut r = Reader(&reply[1..]);
-        let bad = |e| comm(self.peer.clone(), e);
-        match reply[0] {
-            ST_OK if op == OP_GET => Ok(Ok(r.bytes().map_err(bad)?.to_vec())),
-            ST_OK => Ok(Ok(Vec::new())),
-            _ => {
-                let n = r.u64().map_err(bad)? as usize;
-                let mut missing = Vec::with_capacity(n.min(1024));
-                for _ in 0..n {
-                    missing.push(r.string().map_err(bad)?);
-                }
-                Ok(Err(Missing(missing)))
-            }
-        }
-    }
+fn millis(t: Duration) -> u64 {
+    u64::try_from(t.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn comm(context: String, source: std::io::Error) -> Error {
@@ -364,6 +356,16 @@ mod tests {
         let mut good = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
         good.set("a", b"1").unwrap();
         assert_eq!(good.get("a", Duration::from_secs(1)).unwrap(), b"1");
+    }
+
+    #[test]
+    fn a_request_with_an_endless_timeout_does_not_kill_the_store() {
+        let (_s, addr) = server();
+        let mut a = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+        a.set("k", b"v").unwrap();
+        // u64::MAX ms from now overflows `Instant`: the store must answer, not panic.
+        assert_eq!(a.get("k", Duration::MAX).unwrap(), b"v");
+        assert_eq!(a.wait(&["k".into()], Duration::MAX).unwrap(), Ok(()));
     }
 
     #[test]

@@ -60,10 +60,13 @@ impl Collective for TimedCollective {
     fn recv(&self, from: usize) -> Result<Vec<u8>> {
         self.timed(|| self.inner.recv(from))
     }
-    fn backend_name(&self) -> String {
-        self.inner.backend_name()
+    fn transport(&self) -> super::collective::Transport {
+        self.inner.transport()
     }
     fn set_op_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
         self.inner.set_op_timeout(timeout)
+    }
+    fn recover(&self, failure: &crate::Error) -> Result<()> {
+        self.inner.recover(failure)
     }
 }

@@ -16,6 +16,7 @@ use super::backend::{Incoming, Starter};
 use super::connection::{Change, Connecting, Connection};
 use super::dialogs::{DialogKind, Dialogs, dropped_kind};
 use super::document::{Document, Loaded};
+use super::fetch::{RemoteFetch, Step};
 use super::history::{Purpose, RunArrays, RunHistory};
 use super::panels::{EditorPanel, editor_panels};
 use super::preview::{Display, Pump, PumpMsg, PumpOut, Slot};
@@ -83,6 +84,8 @@ pub struct Workbench {
     state_path: Option<PathBuf>,
     panels: Vec<Box<dyn EditorPanel>>,
     views: Vec<Box<dyn View>>,
+    /// Remote runs whose files are being copied here (see [`crate::gui::fetch`]).
+    fetching: Vec<RemoteFetch>,
 }
 
 impl Workbench {
@@ -110,6 +113,7 @@ impl Workbench {
             state_path: options.state_path,
             panels: editor_panels(),
             views: views(),
+            fetching: Vec::new(),
         };
         wb.set_default_display(wb.app_state.display);
         wb.rescan_runs();
@@ -340,6 +344,8 @@ impl Workbench {
     }
 
     fn connected(&mut self, remote: bool) {
+        // Copies from the previous backend cannot complete (their staging folders go with them).
+        self.fetching.clear();
         self.session.connected = true;
         self.session.backend = None;
         self.session
@@ -871,6 +877,9 @@ impl Workbench {
 
     /// One backend event: the session's state, and what follows from it here.
     fn apply(&mut self, e: crate::protocol::Event) {
+        if self.fetch_step(&e) {
+            return;
+        }
         let was_busy = self.session.is_busy();
         let welcome = matches!(e, crate::protocol::Event::Welcome { .. });
         self.session.apply(e);
@@ -887,12 +896,91 @@ impl Workbench {
             // with a local backend) its arrays become the panes' sources, so volumes can be sliced.
             if let Some(folder) = self.session.outputs.first().and_then(|p| p.parent()) {
                 let folder = folder.to_path_buf();
-                self.runs.this_window.insert(folder.clone());
-                if !self.conn.is_remote() && folder.is_dir() {
-                    self.open_run(&folder, Purpose::Show);
+                if self.conn.is_remote() {
+                    // The files are on the server's machine: copy them here first.
+                    self.start_fetch(&folder);
+                } else {
+                    self.runs.this_window.insert(folder.clone());
+                    if folder.is_dir() {
+                        self.open_run(&folder, Purpose::Show);
+                    }
                 }
             }
             self.rescan_runs();
         }
+    }
+
+    /// Copies the finished remote run in `run_dir` (its outputs as the session lists them) into
+    /// the output root (or the temporary folder), one chunk per request.
+    fn start_fetch(&mut self, run_dir: &Path) {
+        let Some(job) = self.session.current_job() else {
+            return;
+        };
+        let names: Vec<PathBuf> = self
+            .session
+            .outputs
+            .iter()
+            .filter_map(|p| p.file_name().map(PathBuf::from))
+            .collect();
+        let root = self
+            .runs
+            .root
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("tessera-fetched-runs"));
+        match RemoteFetch::start(job, run_dir, &names, &root) {
+            Ok(Some((fetch, first))) => {
+                self.session.log(
+                    LogLevel::Info,
+                    format!(
+                        "copying the run's {} file(s) from the server into {}",
+                        names.len(),
+                        fetch.dest().display()
+                    ),
+                );
+                self.fetching.push(fetch);
+                self.send(first);
+            }
+            Ok(None) => {}
+            Err(e) => self
+                .session
+                .log(LogLevel::Error, format!("cannot copy the run here: {e}")),
+        }
+    }
+
+    /// Feeds `e` to the fetches in progress; true when it was one's (and is used up).
+    fn fetch_step(&mut self, e: &crate::protocol::Event) -> bool {
+        let Some((i, step)) =
+            self.fetching
+                .iter_mut()
+                .enumerate()
+                .find_map(|(i, f)| match f.on_event(e) {
+                    Step::Ignored => None,
+                    step => Some((i, step)),
+                })
+        else {
+            return false;
+        };
+        match step {
+            Step::Ignored => {}
+            Step::Next(request) => {
+                self.send(request);
+            }
+            Step::Done(folder) => {
+                self.fetching.remove(i);
+                self.session.log(
+                    LogLevel::Info,
+                    format!("the run is here: {}", folder.display()),
+                );
+                self.runs.this_window.insert(folder.clone());
+                self.open_run(&folder, Purpose::Show);
+                self.rescan_runs();
+            }
+            Step::Failed(why) => {
+                self.fetching.remove(i);
+                self.session
+                    .log(LogLevel::Error, format!("copying the run failed: {why}"));
+            }
+        }
+        true
     }
 }

@@ -134,13 +134,11 @@ impl Document {
         doc
     }
 
-    /// Opens a loaded preset. Relative paths (image, measurements, weights, models, kernels) are
-    /// made absolute against the preset's folder, so the preset runs wherever the backend's working
-    /// directory is and saves as what it is.
+    /// Opens a loaded preset. `Preset::load` made its paths (image, measurements, weights, models,
+    /// kernels) absolute against the preset's folder, so the preset runs wherever the backend's
+    /// working directory is and saves as what it is.
     pub fn set_preset(&mut self, loaded: LoadedPreset, wake: impl Fn() + Clone + Send + 'static) {
-        let mut preset = loaded.preset;
-        absolutize(&mut preset, &loaded.base_dir);
-        self.preset = preset;
+        self.preset = loaded.preset;
         self.stashed_noise = None;
         self.origin = loaded.origin;
         self.request_measurements(false, wake);
@@ -179,6 +177,7 @@ impl Document {
                 message,
             });
         }
+        self.spatial_needs_a_native_network()?;
         self.tiling_warnings();
         if !self.remote {
             for (field, path) in files_read_by(&self.preset) {
@@ -198,6 +197,29 @@ impl Document {
             }
         }
         Ok(())
+    }
+
+    /// The exact spatial decomposition runs tessera's own DnCNN and DRUNet only (checked from the
+    /// config: building the denoiser would read its weights on the UI thread).
+    fn spatial_needs_a_native_network(&self) -> Result<(), Problem> {
+        use crate::denoise::DenoiserConfig;
+        use crate::nn::Engine;
+        if self.preset.tiling.as_ref().map(|t| t.kind) != Some(TilingKind::Spatial) {
+            return Ok(());
+        }
+        let native = match &self.preset.denoiser {
+            Some(DenoiserConfig::Drunet(c)) => c.engine == Engine::Native,
+            Some(DenoiserConfig::Dncnn(c)) => c.engine == Engine::Native,
+            _ => false,
+        };
+        if native {
+            return Ok(());
+        }
+        Err(Problem::at(
+            "tiling",
+            "\"spatial (exact)\" runs tessera's own (native) DnCNN and DRUNet only: choose one \
+             of them as the denoiser, or another tiling",
+        ))
     }
 
     /// Tiles that compute far more than they keep are allowed but worth a word.
@@ -364,7 +386,7 @@ impl Document {
                     .name("gui-load".into())
                     .spawn(move || {
                         let (source, seed, volumetric) = want;
-                        let r = crate::job::load_image(&source, volumetric, seed, Path::new("."))
+                        let r = crate::job::load_image(&source, volumetric, seed)
                             .map_err(|e| e.to_string());
                         let _ = tx.send(r);
                         wake();
@@ -449,34 +471,6 @@ impl Document {
             return Ok((toml, arrays));
         }
         Ok((preset.to_toml().map_err(|e| e.to_string())?, arrays))
-    }
-}
-
-/// Makes every relative path of `preset` absolute against `base`.
-fn absolutize(preset: &mut Preset, base: &Path) {
-    let fix = |p: &mut PathBuf| {
-        if p.is_relative() && !p.as_os_str().is_empty() {
-            *p = base.join(&*p);
-        }
-    };
-    if let Some(p) = &mut preset.image.path {
-        fix(p);
-    }
-    if let Some(m) = &mut preset.measurements {
-        m.paths.iter_mut().for_each(fix);
-    }
-    for op in &mut preset.physics {
-        match op {
-            PhysicsConfig::Blur(c) => c.kernel_file.iter_mut().for_each(fix),
-            PhysicsConfig::Blur3d(c) => c.kernel_file.iter_mut().for_each(fix),
-            PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_) => {}
-        }
-    }
-    match &mut preset.denoiser {
-        Some(DenoiserConfig::Drunet(c)) => c.weights.iter_mut().for_each(fix),
-        Some(DenoiserConfig::Dncnn(c)) => c.weights.iter_mut().for_each(fix),
-        Some(DenoiserConfig::Torchscript(c)) => fix(&mut c.model),
-        _ => {}
     }
 }
 

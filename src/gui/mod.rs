@@ -13,7 +13,7 @@
 //! seam, and a channel backend for tests) and [`local`] (`protocol::Client`, a `LocalBackend`
 //! child); [`document`] (the edited preset, its inputs and the checks before Run), [`session`]
 //! (state built from events), [`viewer`] (what the panes show), [`preview`] (float images →
-//! textures on a worker thread), [`history`] (runs on disk), [`dialogs`] (typed paths, the system
+//! textures on a worker thread), [`history`] (runs on disk), [`fetch`] (a remote run's files copied here), [`dialogs`] (typed paths, the system
 //! file dialog, dropped files), [`patch_map`] (drawing tiles per rank), [`measured`] (loaded
 //! measurement files), [`widgets`], [`fonts`], [`top_bar`] (top bar, Attach…, log).
 
@@ -22,6 +22,7 @@ pub mod backend;
 pub mod connection;
 pub mod dialogs;
 pub mod document;
+pub mod fetch;
 pub mod fonts;
 pub mod history;
 pub mod local;

@@ -418,6 +418,31 @@ mod tests {
     use crate::protocol::preview::gray;
 
     #[test]
+    fn histograms_count_every_finite_value_once() {
+        let pixels: Vec<f32> = (0..1000).map(|i| i as f32 / 999.0).collect();
+        let h = Histogram::of(&pixels);
+        assert_eq!((h.lo, h.hi), (0.0, 1.0));
+        assert_eq!(h.counts.len(), HISTOGRAM_BINS);
+        assert_eq!(h.counts.iter().sum::<u32>(), 1000);
+        // Evenly spread values fill the bins evenly (the maximum joins the last bin).
+        assert!(
+            h.counts.iter().all(|&c| (15..=17).contains(&c)),
+            "{:?}",
+            h.counts
+        );
+        let mut with_bad = pixels.clone();
+        with_bad.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
+        assert_eq!(
+            Histogram::of(&with_bad),
+            h,
+            "non-finite values are not counted"
+        );
+        let flat = Histogram::of(&[0.5; 7]);
+        assert_eq!((flat.lo, flat.hi, flat.counts[0]), (0.5, 0.5, 7));
+        assert_eq!(Histogram::of(&[f32::NAN]), Histogram::default());
+    }
+
+    #[test]
     fn contrast_window_maps_to_full_range() {
         let img = gray(256, 1, |x, _| x as f32 / 255.0);
         let display = Display {

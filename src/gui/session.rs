@@ -54,8 +54,8 @@ pub struct LogLine {
 pub struct BackendInfo {
     pub server: String,
     pub world_size: usize,
-    pub devices: Vec<String>,
-    pub transport: String,
+    pub devices: Vec<crate::protocol::RankDevice>,
+    pub transport: crate::dist::Transport,
 }
 
 /// Per-rank totals over a run, for the summary table.
@@ -256,32 +256,46 @@ impl Session {
             }
             Event::Finished {
                 job,
+                run_dir,
                 outputs,
                 summary_json,
             } => {
                 if !self.is_current(job) {
                     return;
                 }
-                // One final state, the true one: a job asked to stop may still have run to its
-                // last iteration; its summary says whether it stopped early.
-                let stopped = serde_json::from_str::<serde_json::Value>(&summary_json)
-                    .ok()
-                    .and_then(|v| v["stopped_early"].as_bool())
-                    .unwrap_or(false);
-                let done = self.history.last().map(|p| p.iteration).unwrap_or(0);
-                let text = if stopped {
-                    self.state = JobStateCell(JobState::Cancelled { job });
+                // The server's word is final: a Stop that came after the last iteration did not
+                // stop anything.
+                self.state = JobStateCell(JobState::Finished { job });
+                self.log(
+                    LogLevel::Info,
                     format!(
-                        "job {job} stopped after iteration {done}; {} output file(s)",
-                        outputs.len()
-                    )
-                } else {
-                    self.state = JobStateCell(JobState::Finished { job });
-                    format!("job {job} finished; {} output file(s)", outputs.len())
-                };
-                self.log(LogLevel::Info, text);
-                self.outputs = outputs;
+                        "job {job} finished; {} output file(s) in {}",
+                        outputs.len(),
+                        run_dir.display()
+                    ),
+                );
+                self.outputs = outputs.iter().map(|o| run_dir.join(o)).collect();
                 self.summary_json = Some(summary_json);
+            }
+            Event::Cancelled {
+                job,
+                iterations,
+                run_dir,
+                outputs,
+                summary_json,
+            } => {
+                if !self.is_current(job) {
+                    return;
+                }
+                self.state = JobStateCell(JobState::Cancelled { job });
+                self.log(
+                    LogLevel::Info,
+                    format!("job {job} cancelled after {iterations} iteration(s)"),
+                );
+                if let Some(dir) = run_dir {
+                    self.outputs = outputs.iter().map(|o| dir.join(o)).collect();
+                }
+                self.summary_json = summary_json;
             }
             Event::Failed { job, error } => {
                 if let Some(job) = job
@@ -296,7 +310,7 @@ impl Session {
                 }
                 self.log(LogLevel::Error, format!("job failed: {error}"));
             }
-            Event::Status { .. } => {}
+            Event::Status { .. } | Event::File { .. } | Event::FetchFailed { .. } => {}
         }
     }
 
@@ -390,6 +404,7 @@ mod tests {
         assert_eq!(totals[1].iterations, 2);
         s.apply(Event::Finished {
             job: 2,
+            run_dir: "/tmp/run".into(),
             outputs: vec![],
             summary_json: "{}".into(),
         });

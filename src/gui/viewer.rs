@@ -369,26 +369,7 @@ impl Viewer {
     /// Samples of `slot` along the profile line (first channel), one per texture pixel crossed.
     pub fn profile_of(&self, slot: Slot) -> Option<Vec<[f64; 2]>> {
         let (a, b) = self.profile?;
-        let s = self.shown.get(&slot)?;
-        let r = &s.raw;
-        let (w, h) = (r.width as f32, r.height as f32);
-        let length_px = ((b.x - a.x) * w).hypot((b.y - a.y) * h);
-        let n = (length_px.ceil() as usize).clamp(2, 4096);
-        let c = r.channels.max(1) as usize;
-        Some(
-            (0..n)
-                .filter_map(|k| {
-                    let t = k as f32 / (n - 1) as f32;
-                    let (u, v) = (a.x + (b.x - a.x) * t, a.y + (b.y - a.y) * t);
-                    let (x, y) = ((u * w) as isize, (v * h) as isize);
-                    if x < 0 || y < 0 || x >= w as isize || y >= h as isize {
-                        return None;
-                    }
-                    let at = (y as usize * r.width as usize + x as usize) * c;
-                    Some([(t * length_px) as f64, r.pixels[at] as f64])
-                })
-                .collect(),
-        )
+        Some(profile_along(&self.shown.get(&slot)?.raw, a, b))
     }
 }
 
@@ -397,5 +378,75 @@ pub fn diverging(default: Display) -> Display {
     Display {
         colormap: super::preview::Colormap::Diverging,
         ..default
+    }
+}
+
+/// `(distance in pixels, value)` along the segment `a`–`b` (texture coordinates, 0..1) of `image`'s
+/// first channel, about one sample per pixel (2 to 4096); samples outside the image are left out.
+pub fn profile_along(image: &PreviewImage, a: egui::Pos2, b: egui::Pos2) -> Vec<[f64; 2]> {
+    let (w, h) = (image.width as f32, image.height as f32);
+    let length_px = ((b.x - a.x) * w).hypot((b.y - a.y) * h);
+    let n = (length_px.ceil() as usize).clamp(2, 4096);
+    let c = image.channels.max(1) as usize;
+    (0..n)
+        .filter_map(|k| {
+            let t = k as f32 / (n - 1) as f32;
+            let (u, v) = (a.x + (b.x - a.x) * t, a.y + (b.y - a.y) * t);
+            let (x, y) = ((u * w).floor() as isize, (v * h).floor() as isize);
+            if x < 0 || y < 0 || x >= w as isize || y >= h as isize {
+                return None;
+            }
+            let at = (y as usize * image.width as usize + x as usize) * c;
+            Some([(t * length_px) as f64, image.pixels[at] as f64])
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use egui::pos2;
+
+    /// A 10×4 image whose value is its column (first channel) and −1 in the second channel.
+    fn ramp(channels: u8) -> PreviewImage {
+        let (w, h) = (10u32, 4u32);
+        PreviewImage {
+            width: w,
+            height: h,
+            channels,
+            slice: None,
+            pixels: (0..w * h)
+                .flat_map(|i| std::iter::once((i % w) as f32).chain((1..channels).map(|_| -1.0)))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_profile_reads_the_first_channel_along_the_line() {
+        for channels in [1, 3] {
+            let image = ramp(channels);
+            // Across the middle row, edge to edge: one sample per pixel, the column's value.
+            let p = profile_along(&image, pos2(0.0, 0.6), pos2(0.999, 0.6));
+            assert_eq!(p.len(), 10, "{p:?}");
+            for (k, [d, v]) in p.iter().enumerate() {
+                assert_eq!(*v, k as f64, "channels {channels}: {p:?}");
+                assert!((d - k as f64 * 9.99 / 9.0).abs() < 1e-4, "{p:?}");
+            }
+            // Down one column: constant.
+            let p = profile_along(&image, pos2(0.35, 0.0), pos2(0.35, 0.99));
+            assert!(p.len() >= 2 && p.iter().all(|[_, v]| *v == 3.0), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn a_profile_leaves_out_what_is_outside_the_image() {
+        let image = ramp(1);
+        let p = profile_along(&image, pos2(-0.5, 0.5), pos2(0.45, 0.5));
+        assert!(!p.is_empty());
+        assert!(p.iter().all(|[d, v]| *d > 4.0 && *v <= 4.0), "{p:?}");
+        assert!(profile_along(&image, pos2(1.5, 0.5), pos2(2.0, 0.5)).is_empty());
+        // A point: two samples of the same pixel.
+        let p = profile_along(&image, pos2(0.25, 0.25), pos2(0.25, 0.25));
+        assert_eq!(p, vec![[0.0, 2.0], [0.0, 2.0]]);
     }
 }

@@ -6,6 +6,8 @@
 pub mod image;
 pub mod nifti;
 pub mod npy;
+pub mod run_dir;
+pub mod segy;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,7 +17,9 @@ use crate::tensor::Tensor;
 
 pub use self::image::{encode_png_rgb8, read_image, write_png, write_png16, write_tiff_f32};
 pub use nifti::{read_nifti, write_nifti};
-pub use npy::{read_npy, write_npy};
+pub use npy::{read_npy, read_npy_f64, write_npy};
+pub use run_dir::{RunDir, Staging};
+pub use segy::{Segy, read_raw_f32, read_segy, write_segy};
 
 /// File kinds known to [`read_array`] and [`write_array`], chosen by extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,17 +65,27 @@ pub fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
 /// Reads an array from `.npy`, an image (`.png`, `.jpg`/`.jpeg`, `.tif`/`.tiff`) or a NIfTI volume
 /// (`.nii`, `.nii.gz`), chosen by extension. Images come back as `(1, C, H, W)`, NIfTI volumes as
 /// `(1, 1, D, H, W)`; `.npy` keeps its stored shape. Values are not checked for NaN/Inf: callers that
-/// need finite data call [`Tensor::check_finite`].
+/// need finite data call [`Tensor::check_finite`]. An array without elements (a zero-size axis)
+/// is an error: nothing in tessera can use it.
 pub fn read_array(path: &Path) -> Result<Tensor> {
-    match FileKind::from_path(path) {
-        Some(FileKind::Npy) => read_npy(path),
-        Some(FileKind::Png | FileKind::Jpeg | FileKind::Tiff) => read_image(path),
-        Some(FileKind::Nifti) => read_nifti(path),
-        None => Err(Error::Unsupported(format!(
-            "reading this file type (supported: {SUPPORTED_READ}): {}",
-            path.display()
-        ))),
+    let x = match FileKind::from_path(path) {
+        Some(FileKind::Npy) => read_npy(path)?,
+        Some(FileKind::Png | FileKind::Jpeg | FileKind::Tiff) => read_image(path)?,
+        Some(FileKind::Nifti) => read_nifti(path)?,
+        None => {
+            return Err(Error::Unsupported(format!(
+                "reading this file type (supported: {SUPPORTED_READ}): {}",
+                path.display()
+            )));
+        }
+    };
+    if x.numel() == 0 {
+        return Err(Error::format(
+            path,
+            format!("the array of shape {:?} has no elements", x.shape()),
+        ));
     }
+    Ok(x)
 }
 
 /// Writes an array as `.npy`, 8-bit `.png` (clamped to [0, 1]), float32 `.tif`/`.tiff`, or NIfTI

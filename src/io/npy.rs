@@ -18,6 +18,13 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
         .map_err(|reason| Error::format(path, format!("not a valid .npy file ({reason})")))
 }
 
+/// Reads a `.npy` file keeping 64-bit precision: its shape and values as f64 (integers converted).
+pub fn read_npy_f64(path: &Path) -> Result<(Vec<usize>, Vec<f64>)> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io("reading", path, e))?;
+    parse_npy_f64(&bytes)
+        .map_err(|reason| Error::format(path, format!("not a valid .npy file ({reason})")))
+}
+
 /// Writes a tensor as a little-endian f32 `.npy` file, atomically.
 pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<()> {
     super::write_atomic(path, &encode_npy(tensor))
@@ -53,6 +60,21 @@ pub fn encode_npy(tensor: &Tensor) -> Vec<u8> {
 
 /// Parses `.npy` bytes; the error says what was wrong.
 pub fn parse_npy(bytes: &[u8]) -> std::result::Result<Tensor, String> {
+    let (shape, data) = parse_values(bytes, |v| v as f32)?;
+    Tensor::from_vec(&shape, data).map_err(|e| e.to_string())
+}
+
+/// Parses `.npy` bytes into the shape and f64 values (C order).
+pub fn parse_npy_f64(bytes: &[u8]) -> std::result::Result<(Vec<usize>, Vec<f64>), String> {
+    parse_values(bytes, |v| v)
+}
+
+/// The shape and values (C order), each stored value read as f64 (exact for every dtype but
+/// 64-bit integers beyond 2⁵³) and then converted by `out`.
+fn parse_values<V: Copy + Default>(
+    bytes: &[u8],
+    out: impl Fn(f64) -> V,
+) -> std::result::Result<(Vec<usize>, Vec<V>), String> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("missing the \\x93NUMPY magic".into());
     }
@@ -116,24 +138,24 @@ pub fn parse_npy(bytes: &[u8]) -> std::result::Result<Tensor, String> {
             b[..size].reverse();
         }
         let v = match (kind, size) {
-            ('f', 4) => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            ('f', 8) => f64::from_le_bytes(b) as f32,
-            ('u', 1) | ('b', 1) => b[0] as f32,
-            ('i', 1) => b[0] as i8 as f32,
-            ('u', 2) => u16::from_le_bytes([b[0], b[1]]) as f32,
-            ('i', 2) => i16::from_le_bytes([b[0], b[1]]) as f32,
-            ('u', 4) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
-            ('i', 4) => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
-            ('u', 8) => u64::from_le_bytes(b) as f32,
-            ('i', 8) => i64::from_le_bytes(b) as f32,
+            ('f', 4) => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            ('f', 8) => f64::from_le_bytes(b),
+            ('u', 1) | ('b', 1) => b[0] as f64,
+            ('i', 1) => b[0] as i8 as f64,
+            ('u', 2) => u16::from_le_bytes([b[0], b[1]]) as f64,
+            ('i', 2) => i16::from_le_bytes([b[0], b[1]]) as f64,
+            ('u', 4) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            ('i', 4) => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            ('u', 8) => u64::from_le_bytes(b) as f64,
+            ('i', 8) => i64::from_le_bytes(b) as f64,
             _ => return Err(format!("unsupported dtype {descr}")),
         };
-        data.push(v);
+        data.push(out(v));
     }
     if fortran && shape.len() > 1 {
         data = fortran_to_c(&data, &shape);
     }
-    Tensor::from_vec(&shape, data).map_err(|e| e.to_string())
+    Ok((shape, data))
 }
 
 fn parse_descr(descr: &str) -> std::result::Result<(bool, char, usize), String> {
@@ -170,9 +192,9 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     Some(rest[..end].trim())
 }
 
-fn fortran_to_c(data: &[f32], shape: &[usize]) -> Vec<f32> {
+fn fortran_to_c<V: Copy + Default>(data: &[V], shape: &[usize]) -> Vec<V> {
     let n = data.len();
-    let mut out = vec![0.0; n];
+    let mut out = vec![V::default(); n];
     let nd = shape.len();
     let mut idx = vec![0usize; nd];
     for (c_index, o) in out.iter_mut().enumerate() {

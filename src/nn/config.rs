@@ -20,12 +20,12 @@
 //! model = "denoiser.pt"          # relative to the preset's folder
 //! ```
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::StateDict;
+pub use super::device::TorchDevice;
 use super::dncnn::{Dncnn, DncnnArch};
 use super::drunet::{Drunet, DrunetArch};
 use super::graph::Network;
@@ -41,66 +41,6 @@ pub enum Engine {
     Native,
     /// libtorch (the `torch` feature).
     Torch,
-}
-
-/// Where libtorch runs a network: `cpu`, `cuda` (GPU 0) or `cuda:N` in presets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub enum TorchDevice {
-    /// The CPU (libtorch's own thread pool).
-    #[default]
-    Cpu,
-    /// CUDA GPU number `n`.
-    Cuda(usize),
-}
-
-impl TorchDevice {
-    /// Parses `cpu`, `cuda` (GPU 0) or `cuda:N`; `field` names the setting in errors.
-    pub fn parse(field: &str, text: &str) -> Result<Self> {
-        match text.trim() {
-            "cpu" => Ok(TorchDevice::Cpu),
-            "cuda" => Ok(TorchDevice::Cuda(0)),
-            s => s
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(TorchDevice::Cuda)
-                .ok_or_else(|| {
-                    Error::config(field, format!("expected cpu, cuda or cuda:N, got `{text}`"))
-                }),
-        }
-    }
-
-    /// The device a network runs on: `configured` if given, else `TESSERA_TORCH_DEVICE`, else the CPU.
-    pub fn chosen(configured: Option<TorchDevice>) -> Result<Self> {
-        match (configured, std::env::var("TESSERA_TORCH_DEVICE")) {
-            (Some(d), _) => Ok(d),
-            (None, Ok(text)) => TorchDevice::parse("TESSERA_TORCH_DEVICE", &text),
-            (None, Err(_)) => Ok(TorchDevice::Cpu),
-        }
-    }
-}
-
-impl TryFrom<String> for TorchDevice {
-    type Error = String;
-
-    fn try_from(text: String) -> std::result::Result<Self, String> {
-        TorchDevice::parse("denoiser.device", &text).map_err(|e| e.to_string())
-    }
-}
-
-impl From<TorchDevice> for String {
-    fn from(d: TorchDevice) -> String {
-        d.to_string()
-    }
-}
-
-impl fmt::Display for TorchDevice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TorchDevice::Cpu => write!(f, "cpu"),
-            TorchDevice::Cuda(n) => write!(f, "cuda:{n}"),
-        }
-    }
 }
 
 /// A TorchScript denoiser: any module saved with `torch.jit.save` whose `forward(x, sigma)` returns
@@ -131,7 +71,7 @@ impl TorchScriptConfig {
         self.validate()?;
         #[cfg(feature = "torch")]
         {
-            super::torch::build_torchscript(self, base_dir)
+            super::torch::build_torchscript(&crate::io::resolve(base_dir, &self.model), self.device)
         }
         #[cfg(not(feature = "torch"))]
         {
@@ -389,7 +329,16 @@ impl DrunetConfig {
                 }))
             }
             #[cfg(feature = "torch")]
-            Engine::Torch => super::torch::build_drunet(self, arch, dict),
+            Engine::Torch => super::torch::build_drunet(
+                arch,
+                dict,
+                self.device,
+                super::torch::Inflation {
+                    on_demand: self.dim.is_none(),
+                    now: self.inflate_3d,
+                },
+                self.seed,
+            ),
             #[cfg(not(feature = "torch"))]
             Engine::Torch => Err(no_torch()),
         }

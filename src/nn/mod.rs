@@ -9,6 +9,7 @@
 pub mod config;
 pub mod conv;
 pub mod dense;
+pub mod device;
 pub mod dncnn;
 pub mod domain;
 pub mod drunet;
@@ -19,6 +20,7 @@ pub mod pool;
 pub mod pth;
 pub mod safetensors;
 pub mod scalar;
+mod weight_files;
 pub mod weights;
 pub(crate) mod weights_source;
 

@@ -20,12 +20,12 @@ use tch::{Device, IValue, Kind, TchError};
 use super::drunet::check_arch;
 use super::weights_source::LayerKind::{self, Conv, Transposed};
 use super::weights_source::WeightSource;
-use super::{DrunetArch, DrunetConfig, StateDict};
+use super::{DrunetArch, StateDict};
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub use super::config::TorchDevice;
+pub use super::device::TorchDevice;
 
 impl TorchDevice {
     /// The tch device; a CUDA request without a usable GPU is an error that says so.
@@ -56,21 +56,28 @@ impl TorchDevice {
     }
 }
 
-/// The entry point for `[denoiser] kind = "torchscript"`: the model at `cfg.model` (relative to
-/// `base_dir`) on [`TorchDevice::chosen`].
-pub fn build_torchscript(
-    cfg: &super::TorchScriptConfig,
-    base_dir: &Path,
-) -> Result<Box<dyn Denoiser>> {
+/// The entry point for `[denoiser] kind = "torchscript"`: the model at `model` on
+/// [`TorchDevice::chosen`]`(device)`.
+pub fn build_torchscript(model: &Path, device: Option<TorchDevice>) -> Result<Box<dyn Denoiser>> {
     Ok(Box::new(TorchScriptDenoiser::load(
-        &crate::io::resolve(base_dir, &cfg.model),
-        TorchDevice::chosen(cfg.device)?,
+        model,
+        TorchDevice::chosen(device)?,
     )?))
+}
+
+/// When a DRUNet's 2-D weights become 3-D: `now` (`inflate_3d`), or `on_demand` for the first
+/// volume (no `dim` given).
+pub struct Inflation {
+    pub on_demand: bool,
+    pub now: bool,
 }
 
 /// A libtorch error, with what tessera was doing when it happened.
 fn torch_err(what: &str) -> impl Fn(TchError) -> Error + '_ {
-    move |e| Error::Unsupported(format!("libtorch: {what}: {e}"))
+    move |e| Error::Device {
+        device: "libtorch".into(),
+        reason: format!("{what}: {e}"),
+    }
 }
 
 /// Copies a tessera array to libtorch (f32, same shape) on `device`.
@@ -614,7 +621,7 @@ impl Denoiser for TorchDrunet {
         let mut nets = self
             .nets
             .lock()
-            .map_err(|_| Error::Unsupported("drunet: an earlier call panicked".into()))?;
+            .map_err(|_| Error::Internal("drunet: an earlier call panicked".into()))?;
         if rank != a.dim {
             if rank == 3 && nets.inflatable.is_some() && nets.inflated.is_none() {
                 let dict = nets.inflatable.clone().expect("checked");
@@ -673,24 +680,27 @@ impl Denoiser for TorchDrunet {
 }
 
 /// The engine entry point for presets (`[denoiser] kind = "drunet"`, `engine = "torch"`), called by
-/// [`DrunetConfig::build`] with the validated config, the architecture it resolved (the same rules
-/// as the native engine: `dim` unset means 3 with `inflate_3d`, else the weights' rank, else 2) and
-/// the loaded weights (`None`: seeded random weights). A 2-D network with weights and no `dim` also
-/// takes volumes. The device is [`TorchDevice::chosen`].
+/// `DrunetConfig::build` with the architecture it resolved (the same rules as the native engine:
+/// `dim` unset means 3 with `inflate_3d`, else the weights' rank, else 2), the loaded weights
+/// (`None`: random weights from `seed`), the configured device and when to inflate 2-D weights. A
+/// 2-D network with weights and no `dim` also takes volumes. The device is
+/// [`TorchDevice::chosen`].
 pub fn build_drunet(
-    cfg: &DrunetConfig,
     arch: DrunetArch,
     weights: Option<StateDict>,
+    device: Option<TorchDevice>,
+    inflation: Inflation,
+    seed: u64,
 ) -> Result<Box<dyn Denoiser>> {
     let dim = arch.dim;
-    let device = TorchDevice::chosen(cfg.device)?;
+    let device = TorchDevice::chosen(device)?;
     Ok(Box::new(match weights {
-        Some(dict) if cfg.dim.is_none() && dim == 2 => {
+        Some(dict) if inflation.on_demand && dim == 2 => {
             let spare = dict.clone();
             TorchDrunet::from_state_dict(arch, dict, false, device)?.with_inflation_on_demand(spare)
         }
-        Some(dict) => TorchDrunet::from_state_dict(arch, dict, cfg.inflate_3d, device)?,
-        None => TorchDrunet::random(arch, cfg.seed, device)?,
+        Some(dict) => TorchDrunet::from_state_dict(arch, dict, inflation.now, device)?,
+        None => TorchDrunet::random(arch, seed, device)?,
     }))
 }
 

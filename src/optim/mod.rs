@@ -109,7 +109,8 @@ pub struct Monitor<'a> {
     pub ground_truth: Option<&'a Tensor>,
     /// Dynamic range for PSNR/SSIM (1 for images in [0, 1]).
     pub data_range: f32,
-    /// Compute SSIM every `ssim_every` iterations (0: never); it is costlier than PSNR.
+    /// Compute SSIM every `ssim_every` iterations (0: never); it is costlier than PSNR. Images
+    /// smaller than SSIM's window get none (reported as absent).
     pub ssim_every: usize,
 }
 
@@ -120,7 +121,10 @@ impl Monitor<'_> {
             return Ok((None, None));
         };
         let psnr = metrics::psnr(x, gt, self.data_range)?;
-        let ssim = if self.ssim_every > 0 && (k.is_multiple_of(self.ssim_every) || last) {
+        let ssim = if self.ssim_every > 0
+            && (k.is_multiple_of(self.ssim_every) || last)
+            && metrics::ssim_fits(x.shape())
+        {
             Some(metrics::ssim(x, gt, self.data_range)?)
         } else {
             None

@@ -21,50 +21,8 @@ use super::{LinearPhysics, Physics};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-/// How the image is extended beyond its border before convolving (deepinv's `padding` strings).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Padding {
-    /// No extension: the output shrinks by `K−1` per axis.
-    #[default]
-    Valid,
-    /// Periodic extension; the output keeps the image size.
-    Circular,
-    /// Edge value repeated.
-    Replicate,
-    /// Mirror about the edge sample, which is not repeated (`dcb|abcd|cba`).
-    Reflect,
-    /// Zeros.
-    Constant,
-}
+pub use super::conv::{ConvMethod, MAX_KERNEL_SIDE, Padding};
 
-impl Padding {
-    fn as_str(self) -> &'static str {
-        match self {
-            Padding::Valid => "valid",
-            Padding::Circular => "circular",
-            Padding::Replicate => "replicate",
-            Padding::Reflect => "reflect",
-            Padding::Constant => "constant",
-        }
-    }
-}
-
-/// How a convolution is computed; every method gives the same operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ConvMethod {
-    /// Direct or FFT, whichever the cost model predicts faster for the input size.
-    #[default]
-    Auto,
-    /// Sum over the kernel taps (fast for small kernels).
-    Direct,
-    /// Products of spectra (fast for large kernels); kernel spectra are cached per image size.
-    Fft,
-}
-
-/// Largest kernel side accepted (from a file or a Gaussian), a guard against absurd configs.
-pub const MAX_KERNEL_SIDE: usize = 4097;
 /// Largest Gaussian standard deviation accepted in 2-D, in pixels (kernel side ≈ 6.7σ).
 pub const MAX_SIGMA_PX: f32 = 500.0;
 /// Largest Gaussian standard deviation accepted in 3-D, in voxels (the kernel is a cube).
@@ -287,6 +245,53 @@ impl ConvOp {
     }
 }
 
+/// The trait impls the 2-D and 3-D blurs share: both delegate to their [`ConvOp`]. Extra tokens
+/// are more `LinearPhysics` methods.
+macro_rules! conv_physics {
+    ($blur:ty $(, $($extra:tt)*)?) => {
+        impl std::fmt::Debug for $blur {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.op.label)
+            }
+        }
+
+        impl Physics for $blur {
+            fn name(&self) -> String {
+                self.op.label.clone()
+            }
+            fn output_shape(&self, x_shape: &[usize]) -> Result<Vec<usize>> {
+                self.op.output_shape(x_shape)
+            }
+            fn forward(&self, x: &Tensor) -> Result<Tensor> {
+                self.op.forward(x)
+            }
+        }
+
+        impl LinearPhysics for $blur {
+            fn adjoint(&self, y: &Tensor) -> Result<Tensor> {
+                self.op.adjoint(y)
+            }
+            fn adjoint_forward(&self, x: &Tensor) -> Result<Tensor> {
+                self.op.adjoint_forward(x)
+            }
+            /// Circular: `max |K̂|²` over the image grid (the operator is diagonal in Fourier);
+            /// otherwise the power method.
+            fn op_norm_sq(&self, x_shape: &[usize]) -> Result<f64> {
+                match self.op.circular_op_norm_sq(x_shape)? {
+                    Some(v) => Ok(v),
+                    None => crate::linalg::power_method(
+                        x_shape,
+                        super::POWER_ITERS,
+                        super::POWER_TOL,
+                        |v| self.adjoint_forward(v),
+                    ),
+                }
+            }
+            $($($extra)*)?
+        }
+    };
+}
+
 /// A 2-D convolution `y = k * x` of images `(B, C, H, W)` (deepinv `physics.Blur`).
 pub struct Blur {
     op: ConvOp,
@@ -329,47 +334,12 @@ impl Blur {
     }
 }
 
-impl std::fmt::Debug for Blur {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.op.label)
-    }
-}
-
-impl Physics for Blur {
-    fn name(&self) -> String {
-        self.op.label.clone()
-    }
-    fn output_shape(&self, x_shape: &[usize]) -> Result<Vec<usize>> {
-        self.op.output_shape(x_shape)
-    }
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.op.forward(x)
-    }
-}
-
-impl LinearPhysics for Blur {
-    fn adjoint(&self, y: &Tensor) -> Result<Tensor> {
-        self.op.adjoint(y)
-    }
-    fn adjoint_forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.op.adjoint_forward(x)
-    }
-    /// Circular: `max |K̂|²` over the image grid (the operator is diagonal in Fourier); otherwise the
-    /// power method.
-    fn op_norm_sq(&self, x_shape: &[usize]) -> Result<f64> {
-        match self.op.circular_op_norm_sq(x_shape)? {
-            Some(v) => Ok(v),
-            None => {
-                crate::linalg::power_method(x_shape, super::POWER_ITERS, super::POWER_TOL, |v| {
-                    self.adjoint_forward(v)
-                })
-            }
-        }
-    }
+conv_physics!(
+    Blur,
     fn as_blur(&self) -> Option<&Blur> {
         Some(self)
     }
-}
+);
 
 /// A 3-D convolution of volumes `(B, C, D, H, W)`; paddings `valid` and `circular` only (as deepinv
 /// documents for 3-D).
@@ -417,42 +387,7 @@ impl Blur3d {
     }
 }
 
-impl std::fmt::Debug for Blur3d {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.op.label)
-    }
-}
-
-impl Physics for Blur3d {
-    fn name(&self) -> String {
-        self.op.label.clone()
-    }
-    fn output_shape(&self, x_shape: &[usize]) -> Result<Vec<usize>> {
-        self.op.output_shape(x_shape)
-    }
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.op.forward(x)
-    }
-}
-
-impl LinearPhysics for Blur3d {
-    fn adjoint(&self, y: &Tensor) -> Result<Tensor> {
-        self.op.adjoint(y)
-    }
-    fn adjoint_forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.op.adjoint_forward(x)
-    }
-    fn op_norm_sq(&self, x_shape: &[usize]) -> Result<f64> {
-        match self.op.circular_op_norm_sq(x_shape)? {
-            Some(v) => Ok(v),
-            None => {
-                crate::linalg::power_method(x_shape, super::POWER_ITERS, super::POWER_TOL, |v| {
-                    self.adjoint_forward(v)
-                })
-            }
-        }
-    }
-}
+conv_physics!(Blur3d);
 
 /// Checks a σ vector: every entry finite, `> 0` and `≤ max`.
 fn check_sigma(field: &str, sigma: &[f32], max: f32) -> Result<()> {

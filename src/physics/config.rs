@@ -37,6 +37,16 @@ impl PhysicsConfig {
         }
     }
 
+    /// The files the config names (a user kernel), for resolving them against the config's folder.
+    pub fn paths_mut(&mut self) -> impl Iterator<Item = &mut std::path::PathBuf> {
+        match self {
+            PhysicsConfig::Blur(c) => c.kernel_file.as_mut(),
+            PhysicsConfig::Blur3d(c) => c.kernel_file.as_mut(),
+            PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_) => None,
+        }
+        .into_iter()
+    }
+
     /// Whether the operator acts on volumes `(B, C, D, H, W)` rather than images.
     pub fn is_volumetric(&self) -> bool {
         matches!(

@@ -23,10 +23,54 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 use rustfft::num_complex::{Complex32, Complex64};
+use serde::{Deserialize, Serialize};
 
-use super::blur::{ConvMethod, Padding};
 use super::fft::{RealFft3, fast_len};
 
+/// How the image is extended beyond its border before convolving (deepinv's `padding` strings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Padding {
+    /// No extension: the output shrinks by `K−1` per axis.
+    #[default]
+    Valid,
+    /// Periodic extension; the output keeps the image size.
+    Circular,
+    /// Edge value repeated.
+    Replicate,
+    /// Mirror about the edge sample, which is not repeated (`dcb|abcd|cba`).
+    Reflect,
+    /// Zeros.
+    Constant,
+}
+
+impl Padding {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Padding::Valid => "valid",
+            Padding::Circular => "circular",
+            Padding::Replicate => "replicate",
+            Padding::Reflect => "reflect",
+            Padding::Constant => "constant",
+        }
+    }
+}
+
+/// How a convolution is computed; every method gives the same operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConvMethod {
+    /// Direct or FFT, whichever the cost model predicts faster for the input size.
+    #[default]
+    Auto,
+    /// Sum over the kernel taps (fast for small kernels).
+    Direct,
+    /// Products of spectra (fast for large kernels); kernel spectra are cached per image size.
+    Fft,
+}
+
+/// Largest kernel side accepted (from a file or a Gaussian), a guard against absurd configs.
+pub const MAX_KERNEL_SIDE: usize = 4097;
 /// For each position of a padded axis, the index of the sample it copies (`None`: a zero).
 type AxisMap = Vec<Option<usize>>;
 
@@ -787,9 +831,7 @@ impl FusionKey {
         let kdims: [usize; 3] = dims.try_into().ok()?;
         let valid = parts.next().is_none()
             && channels > 0
-            && kdims
-                .iter()
-                .all(|&k| (1..=super::blur::MAX_KERNEL_SIDE).contains(&k));
+            && kdims.iter().all(|&k| (1..=MAX_KERNEL_SIDE).contains(&k));
         valid.then_some(FusionKey {
             kdims,
             channels,

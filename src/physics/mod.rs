@@ -15,6 +15,7 @@ pub mod noise;
 pub mod stack;
 pub mod tomography;
 pub mod tomography3d;
+pub mod wave;
 
 use crate::error::Result;
 use crate::linalg;

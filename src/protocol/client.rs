@@ -6,7 +6,8 @@
 //! yields one [`ClientEvent::Disconnected`] with the reason, then closes. The GUI can then connect
 //! again (the job's history is replayed on [`Request::Attach`]) or spawn a new backend.
 
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::frame;
-use super::messages::{Event, MAX_FRAME_BYTES, PROTOCOL_VERSION, Request};
+use super::messages::{Event, JobId, MAX_FRAME_BYTES, PROTOCOL_VERSION, Request};
 use super::transport::{BackendAddr, Stream};
 use crate::error::{Error, Result};
 
@@ -27,8 +28,8 @@ pub struct Welcome {
     pub protocol: u32,
     pub server: String,
     pub world_size: usize,
-    pub devices: Vec<String>,
-    pub backend: String,
+    pub devices: Vec<super::messages::RankDevice>,
+    pub backend: crate::dist::Transport,
 }
 
 /// What the client's event channel yields.
@@ -179,6 +180,69 @@ impl Client {
         self.events.try_recv().ok()
     }
 
+    /// Copies output file `name` of completed job `job` into `dest`, chunk by chunk
+    /// ([`Request::Fetch`]); returns its size. Blocks, and drops the other events that arrive
+    /// meanwhile (for tools such as `tessera run --attach --fetch`, not for a UI loop). A name
+    /// that is not a plain file name is refused before anything is asked.
+    pub fn fetch_file(&self, job: JobId, name: &Path, dest: &mut impl Write) -> Result<u64> {
+        let file = match name.components().collect::<Vec<_>>()[..] {
+            [Component::Normal(n)] => n.to_string_lossy().into_owned(),
+            _ => {
+                return Err(Error::config(
+                    "fetch",
+                    format!("`{}` is not a file name", name.display()),
+                ));
+            }
+        };
+        let lost = |why: &str| Error::Comm {
+            context: format!("fetching {file} from {}", self.addr),
+            source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why.to_string()),
+        };
+        let mut offset = 0u64;
+        loop {
+            self.send(Request::Fetch {
+                job,
+                file: file.clone(),
+                offset,
+            })?;
+            let (total, data) = loop {
+                match self.events.recv() {
+                    Ok(ClientEvent::Event(Event::File {
+                        job: j,
+                        file: f,
+                        offset: o,
+                        total,
+                        data,
+                    })) if j == job && f == file && o == offset => break (total, data),
+                    Ok(ClientEvent::Event(Event::FetchFailed {
+                        job: j,
+                        file: f,
+                        error,
+                    })) if j == job && f == file => {
+                        return Err(Error::Comm {
+                            context: format!("fetching {file} from {}", self.addr),
+                            source: std::io::Error::other(error),
+                        });
+                    }
+                    Ok(ClientEvent::Event(_)) => {}
+                    Ok(ClientEvent::Disconnected(why)) => return Err(lost(&why)),
+                    Err(_) => return Err(lost("disconnected")),
+                }
+            };
+            dest.write_all(&data)
+                .map_err(|e| Error::io("writing a fetched file", &file, e))?;
+            offset += data.len() as u64;
+            if offset >= total {
+                return Ok(offset);
+            }
+            if data.is_empty() {
+                return Err(lost(&format!(
+                    "the file ended at {offset} of {total} bytes"
+                )));
+            }
+        }
+    }
+
     /// Called (on the reader thread) after each event is queued, e.g. egui's `request_repaint`.
     pub fn set_waker(&self, wake: impl Fn() + Send + Sync + 'static) {
         *self.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(wake));
@@ -239,7 +303,10 @@ pub fn event_name(e: &Event) -> &'static str {
         Event::Preview { .. } => "Preview",
         Event::Log { .. } => "Log",
         Event::Finished { .. } => "Finished",
+        Event::Cancelled { .. } => "Cancelled",
         Event::Failed { .. } => "Failed",
+        Event::File { .. } => "File",
+        Event::FetchFailed { .. } => "FetchFailed",
         Event::Status { .. } => "Status",
     }
 }
@@ -311,9 +378,7 @@ impl LocalBackend {
             .map_err(|e| Error::io("creating output folder", &opts.out_dir, e))?;
         let socket_dir = private_dir()?;
         let socket = socket_dir.join("serve.sock");
-        let log_path = opts.out_dir.join("serve.log");
-        let log = std::fs::File::create(&log_path)
-            .map_err(|e| Error::io("creating the backend log", &log_path, e))?;
+        let (log_path, log) = new_log_file(&opts.out_dir)?;
         let mut cmd = std::process::Command::new(&exe);
         cmd.arg("serve")
             .arg("--ranks")
@@ -349,7 +414,7 @@ impl LocalBackend {
                 return Err(Error::io("starting the backend", &exe, e));
             }
             Err(_) => {
-                return Err(Error::Unsupported(
+                return Err(Error::Internal(
                     "the backend keeper thread ended early".into(),
                 ));
             }
@@ -443,16 +508,7 @@ fn keep(
     stop: Arc<AtomicBool>,
     exit: Arc<Mutex<Option<String>>>,
 ) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe and touches only the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::dist::launch::die_with_parent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => {
             let _ = pid_tx.send(Ok(c.id()));
@@ -496,6 +552,25 @@ fn keep(
     }
 }
 
+/// A log file of its own for this backend, `serve-<YYYYMMDD-HHMMSS>-<n>.log` in `dir`: a new
+/// backend never overwrites an earlier one's log.
+fn new_log_file(dir: &Path) -> Result<(PathBuf, std::fs::File)> {
+    let stamp = crate::io::run_dir::local_timestamp();
+    for n in 1.. {
+        let path = dir.join(format!("serve-{stamp}-{n}.log"));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(f) => return Ok((path, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io("creating the backend log", path, e)),
+        }
+    }
+    unreachable!("some log name is free")
+}
+
 /// A fresh folder only this user can enter, for the control socket.
 fn private_dir() -> Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
@@ -514,7 +589,7 @@ fn private_dir() -> Result<PathBuf> {
             Err(e) => return Err(Error::io("creating a private socket folder", dir, e)),
         }
     }
-    Err(Error::Unsupported(
-        "could not create a private socket folder".into(),
+    Err(Error::Internal(
+        "could not create a private socket folder (100 names taken)".into(),
     ))
 }

@@ -9,7 +9,8 @@
 //! length inside a frame cannot allocate more than the frame holds.
 //!
 //! Reading grows its buffer as bytes arrive (never `vec![0; claimed_len]`), so a peer that announces
-//! 200 MiB and sends ten bytes costs ten bytes. Every failure is an [`Error`]: `Comm` with
+//! 200 MiB and sends ten bytes costs ten bytes: frames and the postcard encoding are the ones ranks
+//! use between themselves (`crate::dist::wire`). Every failure is an [`Error`]: `Comm` with
 //! `UnexpectedEof` for a truncated frame, `InvalidData` for an oversized or undecodable one.
 
 use std::io::{self, Read, Write};
@@ -17,10 +18,8 @@ use std::io::{self, Read, Write};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::dist::wire;
 use crate::error::{Error, Result};
-
-/// Bytes read per `read` call while a frame arrives.
-const CHUNK_BYTES: usize = 64 << 10;
 
 fn invalid(context: &str, reason: String) -> Error {
     Error::Comm {
@@ -31,51 +30,22 @@ fn invalid(context: &str, reason: String) -> Error {
 
 /// Encodes one message (without the length prefix).
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>> {
-    postcard::to_allocvec(msg)
-        .map_err(|e| invalid("encoding a protocol message", format!("postcard: {e}")))
+    wire::encode(msg)
 }
 
 /// Decodes one message from a whole payload; trailing bytes are an error.
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T> {
-    let (msg, rest) = postcard::take_from_bytes::<T>(payload).map_err(|e| {
-        invalid(
-            "decoding a protocol message",
-            format!("{e} (payload of {} bytes)", payload.len()),
-        )
-    })?;
-    if !rest.is_empty() {
-        return Err(invalid(
-            "decoding a protocol message",
-            format!("{} trailing byte(s) after the message", rest.len()),
-        ));
-    }
-    Ok(msg)
+    wire::decode(payload).map_err(|e| invalid("decoding a protocol message", e))
 }
 
 /// Writes one frame (length prefix and payload) and flushes.
 pub fn write_frame(w: &mut impl Write, payload: &[u8], max_bytes: usize) -> Result<()> {
-    if payload.len() > max_bytes {
-        return Err(invalid(
-            "writing a protocol frame",
-            format!(
-                "message of {} bytes exceeds the limit of {max_bytes} bytes",
-                payload.len()
-            ),
-        ));
-    }
-    let len = u32::try_from(payload.len()).map_err(|_| {
-        invalid(
-            "writing a protocol frame",
-            "message larger than 4 GiB".into(),
-        )
-    })?;
-    let io_err = |source| Error::Comm {
-        context: "writing a protocol frame".into(),
-        source,
-    };
-    w.write_all(&len.to_le_bytes()).map_err(io_err)?;
-    w.write_all(payload).map_err(io_err)?;
-    w.flush().map_err(io_err)
+    wire::check_len(payload.len(), max_bytes)
+        .and_then(|()| wire::write_frame(w, payload))
+        .map_err(|source| Error::Comm {
+            context: "writing a protocol frame".into(),
+            source,
+        })
 }
 
 /// Encodes `msg` and writes it as one frame.
@@ -86,56 +56,10 @@ pub fn write_message<T: Serialize>(w: &mut impl Write, msg: &T, max_bytes: usize
 /// Reads one frame of at most `max_bytes`. `Ok(None)`: the peer closed the stream cleanly between
 /// frames; a stream that ends inside a frame is an `UnexpectedEof` error.
 pub fn read_frame(r: &mut impl Read, max_bytes: usize) -> Result<Option<Vec<u8>>> {
-    let mut prefix = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        match r.read(&mut prefix[got..]) {
-            Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(truncated(got, 4)),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(Error::Comm {
-                    context: "reading a protocol frame".into(),
-                    source: e,
-                });
-            }
-        }
-    }
-    let len = u32::from_le_bytes(prefix) as usize;
-    if len > max_bytes {
-        return Err(invalid(
-            "reading a protocol frame",
-            format!("frame of {len} bytes exceeds the limit of {max_bytes} bytes"),
-        ));
-    }
-    let mut payload = Vec::with_capacity(len.min(CHUNK_BYTES));
-    let mut chunk = vec![0u8; len.min(CHUNK_BYTES)];
-    while payload.len() < len {
-        let want = (len - payload.len()).min(chunk.len());
-        match r.read(&mut chunk[..want]) {
-            Ok(0) => return Err(truncated(payload.len(), len)),
-            Ok(n) => payload.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(Error::Comm {
-                    context: "reading a protocol frame".into(),
-                    source: e,
-                });
-            }
-        }
-    }
-    Ok(Some(payload))
-}
-
-fn truncated(got: usize, want: usize) -> Error {
-    Error::Comm {
+    wire::read_frame_or_end(r, max_bytes).map_err(|source| Error::Comm {
         context: "reading a protocol frame".into(),
-        source: io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!("the stream ended after {got} of {want} bytes"),
-        ),
-    }
+        source,
+    })
 }
 
 /// Reads and decodes one message; `Ok(None)` when the peer closed the stream between frames.

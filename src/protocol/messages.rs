@@ -9,7 +9,7 @@ pub use crate::dist::patch_map::{PatchMap, PatchTile};
 use crate::optim::IterationReport;
 
 /// Bumped on every incompatible change of [`Request`] or [`Event`].
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest frame either side accepts (inline data included); a larger length prefix is an error
 /// before anything is allocated.
@@ -17,6 +17,9 @@ pub const MAX_FRAME_BYTES: usize = 256 << 20;
 
 /// Identifies one submitted job on a server (1, 2, …; unique for the server's lifetime).
 pub type JobId = u64;
+
+/// Most bytes of a file one [`Event::File`] carries; a client asks again from the next offset.
+pub const FILE_CHUNK_BYTES: usize = 4 << 20;
 
 /// Client → server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +47,14 @@ pub enum Request {
     /// Re-attach after a dropped connection: the server replays the job's `Started`, its iteration
     /// history and its latest preview, then keeps streaming. `None` means the current job.
     Attach { job: Option<JobId> },
+    /// Up to [`FILE_CHUNK_BYTES`] of one output file of a completed job (a name from its
+    /// `Finished`/`Cancelled` outputs), from `offset`: answered by [`Event::File`] or
+    /// [`Event::FetchFailed`].
+    Fetch {
+        job: JobId,
+        file: String,
+        offset: u64,
+    },
 }
 
 /// An array sent inside a [`Request::Submit`].
@@ -65,10 +76,10 @@ pub enum Event {
         /// e.g. `tessera 0.1.0`.
         server: String,
         world_size: usize,
-        /// One entry per rank, e.g. `rank 1: cpu (2 threads) on host node12`.
-        devices: Vec<String>,
+        /// One entry per rank (shown as `rank 1: cpu (2 threads) on host node12`).
+        devices: Vec<RankDevice>,
         /// Transport between ranks: `sockets`, `mpi`, `nccl`.
-        backend: String,
+        backend: crate::dist::Transport,
     },
     /// Handshake refused (version mismatch, bad token); the server closes the connection.
     Refused {
@@ -83,7 +94,7 @@ pub enum Event {
         job: JobId,
         name: String,
         world_size: usize,
-        devices: Vec<String>,
+        devices: Vec<RankDevice>,
         image_shape: Vec<usize>,
         /// Operator names and the rank that owns each.
         operators: Vec<OperatorInfo>,
@@ -111,15 +122,41 @@ pub enum Event {
         rank: Option<usize>,
         message: String,
     },
+    /// The job ran all its iterations. One of `Finished`, `Cancelled`, `Failed` ends every job.
     Finished {
         job: JobId,
-        /// Files written by rank 0 (paths on the server's machine).
+        /// The job's own folder on the server's machine (`<out>/<YYYYMMDD-HHMMSS>-<preset>-<n>`).
+        run_dir: PathBuf,
+        /// The files in it (names relative to `run_dir`; `metrics.json` last).
         outputs: Vec<PathBuf>,
         /// The job's `metrics.json`.
         summary_json: String,
     },
+    /// The job stopped on a `Cancel`: after `iterations` iterations (its folder then holds the
+    /// reconstruction it had reached), or before it started (`run_dir` `None`).
+    Cancelled {
+        job: JobId,
+        iterations: usize,
+        run_dir: Option<PathBuf>,
+        outputs: Vec<PathBuf>,
+        summary_json: Option<String>,
+    },
     Failed {
         job: Option<JobId>,
+        error: String,
+    },
+    /// A part of an output file ([`Request::Fetch`]).
+    File {
+        job: JobId,
+        file: String,
+        offset: u64,
+        /// The file's size.
+        total: u64,
+        data: Vec<u8>,
+    },
+    FetchFailed {
+        job: JobId,
+        file: String,
         error: String,
     },
     Status {
@@ -128,6 +165,25 @@ pub enum Event {
         /// Jobs finished, failed or cancelled so far, oldest first.
         done: Vec<JobId>,
     },
+}
+
+/// Where one rank computes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankDevice {
+    pub rank: usize,
+    pub host: String,
+    /// Threads of its CPU pool.
+    pub cpu_threads: usize,
+}
+
+impl std::fmt::Display for RankDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rank {}: cpu ({} threads) on host {}",
+            self.rank, self.cpu_threads, self.host
+        )
+    }
 }
 
 /// An operator of the physics stack and its owner.
@@ -146,7 +202,7 @@ pub struct RankIteration {
     pub communication_secs: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum PreviewKind {
     Reconstruction,
     GroundTruth,

@@ -12,6 +12,7 @@
 //! [`client::Client`] (and [`client::LocalBackend`] to start a backend on this machine); the server
 //! side is `crate::serve`.
 
+pub mod auth;
 pub mod client;
 pub mod frame;
 pub mod messages;

@@ -1,10 +1,13 @@
-//! Where a backend listens and the byte streams that reach it: a Unix socket (local mode: a private
-//! folder makes it reachable by this user only) or TCP (remote attach, loopback by default; the
-//! documented way in from a laptop is an SSH tunnel to that loopback port).
+//! Where a backend listens and the byte streams that reach it: a Unix socket (local mode: the socket
+//! file is this user's only, and the server checks each peer's user id) or TCP (remote attach, always
+//! with a token — see `super::auth`; loopback by default, the documented way in from a laptop is an
+//! SSH tunnel to that loopback port).
 
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -112,6 +115,48 @@ impl Stream {
         };
     }
 
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Tcp(s) => s.set_nonblocking(on),
+        }
+    }
+
+    /// The user id of a Unix socket's peer (`SO_PEERCRED`); `None` for TCP.
+    pub fn peer_uid(&self) -> io::Result<Option<u32>> {
+        let Stream::Unix(s) = self else {
+            return Ok(None);
+        };
+        let mut cred = libc::ucred {
+            pid: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `cred`, a ucred as SO_PEERCRED expects.
+        let rc = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Some(cred.uid))
+    }
+
+    /// The peer's IP address for TCP (what failed logins are counted by); `None` for Unix.
+    pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        match self {
+            Stream::Unix(_) => None,
+            Stream::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
+        }
+    }
+
     /// The peer, for logs.
     pub fn peer(&self) -> String {
         match self {
@@ -120,6 +165,15 @@ impl Stream {
                 .peer_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| "?".into()),
+        }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
         }
     }
 }
@@ -156,23 +210,38 @@ pub enum Listener {
 }
 
 impl Listener {
-    /// Binds a Unix socket at `path`, replacing a stale socket file (one nobody answers on).
+    /// Binds a Unix socket at `path` that only this user may connect to (mode 0600), replacing a
+    /// stale socket (one nobody answers on) but never any other kind of file.
     pub fn bind_unix(path: &std::path::Path) -> Result<Listener> {
-        if path.exists() {
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if !meta.file_type().is_socket() {
+                return Err(Error::config(
+                    "--socket",
+                    format!(
+                        "the path exists and is not a socket; refusing to replace it: {}",
+                        path.display()
+                    ),
+                ));
+            }
             if UnixStream::connect(path).is_ok() {
                 return Err(Error::config(
                     "--socket",
                     format!("another server already listens on {}", path.display()),
                 ));
             }
-            let _ = std::fs::remove_file(path);
+            std::fs::remove_file(path)
+                .map_err(|e| Error::io("removing the stale socket", path, e))?;
         }
         let l = UnixListener::bind(path).map_err(|e| Error::io("binding socket", path, e))?;
-        Ok(Listener::Unix(l, path.to_path_buf()))
+        let listener = Listener::Unix(l, path.to_path_buf());
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Error::io("restricting the socket to this user", path, e))?;
+        Ok(listener)
     }
 
-    /// Binds TCP at `hostport`. Without a token only loopback addresses are allowed: anyone who can
-    /// reach the port could run jobs as this user.
+    /// Binds TCP at `hostport`. The server requires a token on every TCP connection; without one
+    /// (`has_token` false) only loopback addresses are allowed, which the caller then refuses to
+    /// serve unauthenticated.
     pub fn bind_tcp(hostport: &str, has_token: bool) -> Result<Listener> {
         let addrs: Vec<_> = hostport
             .to_socket_addrs()
@@ -213,6 +282,13 @@ impl Listener {
         }
     }
 
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Listener::Unix(l, _) => l.set_nonblocking(on),
+            Listener::Tcp(l) => l.set_nonblocking(on),
+        }
+    }
+
     pub fn accept(&self) -> io::Result<Stream> {
         match self {
             Listener::Unix(l, _) => Ok(Stream::Unix(l.accept()?.0)),
@@ -221,6 +297,15 @@ impl Listener {
                 let _ = s.set_nodelay(true);
                 Ok(Stream::Tcp(s))
             }
+        }
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Listener::Unix(l, _) => l.as_raw_fd(),
+            Listener::Tcp(l) => l.as_raw_fd(),
         }
     }
 }
@@ -247,6 +332,25 @@ mod tests {
         assert_eq!(t.to_string().parse::<BackendAddr>().unwrap(), t);
         assert!("localhost".parse::<BackendAddr>().is_err());
         assert!(":80".parse::<BackendAddr>().is_err());
+    }
+
+    #[test]
+    fn a_regular_file_is_never_replaced_by_a_socket_but_a_stale_socket_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("notes.txt");
+        std::fs::write(&file, "precious").unwrap();
+        let err = Listener::bind_unix(&file).unwrap_err().to_string();
+        assert!(err.contains("not a socket"), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
+        let sock = dir.path().join("serve.sock");
+        let stale = UnixListener::bind(&sock).unwrap();
+        drop(stale); // the file stays, nobody answers
+        let l = Listener::bind_unix(&sock).unwrap();
+        let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let err = Listener::bind_unix(&sock).unwrap_err().to_string();
+        assert!(err.contains("already listens"), "{err}");
+        drop(l);
     }
 
     #[test]

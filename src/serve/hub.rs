@@ -7,13 +7,15 @@
 //! history is replayed).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::protocol::frame;
 use crate::protocol::transport::Stream;
-use crate::protocol::{Event, InlineArray, JobId, MAX_FRAME_BYTES, PreviewKind};
+use crate::protocol::{Event, FILE_CHUNK_BYTES, InlineArray, JobId, MAX_FRAME_BYTES, PreviewKind};
 
 /// Frames a client may have queued before it is dropped as too slow (a whole replayed history
 /// fits; frames are shared, so a slot costs a pointer).
@@ -46,9 +48,11 @@ struct ClientSlot {
 struct JobRecord {
     started: Option<Frame>,
     history: Vec<Frame>,
-    previews: BTreeMap<String, Frame>,
+    previews: BTreeMap<PreviewKind, Frame>,
     end: Option<Frame>,
     cancel: Arc<AtomicBool>,
+    /// The job's folder and its files, once complete (for [`Hub::fetch`]).
+    outputs: Option<(PathBuf, Vec<PathBuf>)>,
 }
 
 #[derive(Default)]
@@ -86,8 +90,20 @@ fn encode(event: &Event) -> Option<Frame> {
     }
 }
 
-fn preview_key(what: &PreviewKind) -> String {
-    format!("{what:?}")
+/// The file's size and up to [`FILE_CHUNK_BYTES`] of it from `offset`.
+fn read_chunk(path: &Path, offset: u64) -> Result<(u64, Vec<u8>), String> {
+    let failed = |e: std::io::Error| format!("reading {}: {e}", path.display());
+    let mut f = std::fs::File::open(path).map_err(failed)?;
+    let total = f.metadata().map_err(failed)?.len();
+    if offset > total {
+        return Err(format!("offset {offset} is past the end ({total} bytes)"));
+    }
+    f.seek(SeekFrom::Start(offset)).map_err(failed)?;
+    let mut data = Vec::with_capacity(FILE_CHUNK_BYTES.min((total - offset) as usize));
+    f.take(FILE_CHUNK_BYTES as u64)
+        .read_to_end(&mut data)
+        .map_err(failed)?;
+    Ok((total, data))
 }
 
 impl Hub {
@@ -248,9 +264,12 @@ impl Hub {
             drop(s);
             self.end(
                 job,
-                &Event::Failed {
-                    job: Some(job),
-                    error: "cancelled before it started".into(),
+                &Event::Cancelled {
+                    job,
+                    iterations: 0,
+                    run_dir: None,
+                    outputs: Vec::new(),
+                    summary_json: None,
                 },
             );
             return Ok(());
@@ -285,17 +304,33 @@ impl Hub {
         let Some(f) = encode(event) else { return };
         let mut s = self.lock();
         if let Some(rec) = s.jobs.get_mut(&job) {
-            rec.previews.insert(preview_key(what), f.clone());
+            rec.previews.insert(what.clone(), f.clone());
         }
         Self::fan_out(&mut s, &f, true, true);
     }
 
-    /// The job's last event (Finished or Failed); the job leaves the running slot.
+    /// The job's last event (Finished, Cancelled or Failed; exactly one per job); the job leaves
+    /// the running slot.
     pub fn end(&self, job: JobId, event: &Event) {
         let Some(f) = encode(event) else { return };
         let mut s = self.lock();
         if let Some(rec) = s.jobs.get_mut(&job) {
+            if rec.end.is_some() {
+                tracing::error!("job {job} already ended; a second end event is dropped");
+                return;
+            }
             rec.end = Some(f.clone());
+            rec.outputs = match event {
+                Event::Finished {
+                    run_dir, outputs, ..
+                }
+                | Event::Cancelled {
+                    run_dir: Some(run_dir),
+                    outputs,
+                    ..
+                } => Some((run_dir.clone(), outputs.clone())),
+                _ => None,
+            };
         }
         if s.running == Some(job) {
             s.running = None;
@@ -309,6 +344,35 @@ impl Hub {
             s.jobs.remove(&oldest);
         }
         Self::fan_out(&mut s, &f, true, false);
+    }
+
+    /// Sends one client a chunk of an output file of a completed job: only the files that job
+    /// listed, so a client cannot read anything else on the server.
+    pub fn fetch(&self, client: u64, job: JobId, file: &str, offset: u64) {
+        let found = self.lock().jobs.get(&job).map(|rec| rec.outputs.clone());
+        let event = match found {
+            None => Err(format!("job {job} is not known (or too old)")),
+            Some(None) => Err(format!("job {job} has no completed outputs")),
+            Some(Some((dir, names))) => match names.iter().find(|n| n.as_os_str() == file) {
+                None => Err(format!("`{file}` is not one of job {job}'s outputs")),
+                Some(name) => read_chunk(&dir.join(name), offset),
+            },
+        };
+        let event = match event {
+            Ok((total, data)) => Event::File {
+                job,
+                file: file.to_string(),
+                offset,
+                total,
+                data,
+            },
+            Err(error) => Event::FetchFailed {
+                job,
+                file: file.to_string(),
+                error,
+            },
+        };
+        self.send_to(client, &event);
     }
 
     pub fn status(&self) -> Event {

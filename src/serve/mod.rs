@@ -1,22 +1,27 @@
 //! `tessera serve`: a process group that stays up between jobs, with rank 0 hosting a control
 //! socket for the workbench (see `crate::protocol`).
 //!
-//! Every rank runs [`serve`]. Rank 0 (the coordinator) accepts connections (Unix socket locally,
-//! TCP with `--listen`, token-checked), queues submitted jobs, and for each job broadcasts
-//! `RankCommand::Run` (preset TOML, inline arrays, output folder); the other ranks loop on that
+//! Every rank runs [`serve`]. Rank 0 (the coordinator) accepts connections ([`accept`]: a Unix
+//! socket for this user only, or TCP with a token), queues submitted jobs, and for each job
+//! broadcasts `RankCommand::Run` (preset TOML, inline arrays); the other ranks loop on that
 //! broadcast. All ranks then run `job::run_in_group_with`. After every iteration the ranks exchange
 //! one tiny record each (`all_gather` of a stop flag and this iteration's gradient, denoiser and
 //! communication seconds), so a cancel set on rank 0 stops every rank at the same iteration and rank
 //! 0 learns the per-rank times it streams. Rank 0 turns job events into protocol events through
 //! [`hub::Hub`] (history for re-attach, fan-out to clients) and [`preview::PreviewWorker`]
-//! (downsampling off the ranks' path).
+//! (downsampling off the ranks' path). Every job ends with exactly one of `Finished`, `Cancelled`
+//! or `Failed`, and writes into a folder of its own (`<out>/<YYYYMMDD-HHMMSS>-<preset>-<n>`, staged
+//! under a hidden name until complete).
 //!
-//! Failure policy: rank 0 checks a submission (preset, inline arrays, output folder) before
-//! broadcasting it, so a bad submission is a `Failed` event and the group goes on. An error after
-//! the broadcast may leave the ranks out of step (say one rank failed to build its operator while
-//! the others wait in a collective), so on more than one rank it ends the backend: rank 0 reports
-//! `Failed` first, the clients then see the connection close.
+//! Failure policy: rank 0 checks a submission (preset, inline arrays, image shape, tiling against the
+//! image, weight and model files, the output folder) before broadcasting it, so most bad
+//! submissions fail without reaching the ranks. A job that fails on the ranks — on one rank or all,
+//! at setup, mid-iteration or writing outputs — fails alone: the failing rank tells the others
+//! (`Collective::recover`), every rank leaves the job, the group is brought back in step, and the
+//! next job runs. Only a broken group (a rank gone, stopped or out of step for good) ends the
+//! backend, with `Failed` naming the rank first.
 
+pub mod accept;
 pub mod hub;
 pub mod logs;
 pub mod preview;
@@ -29,16 +34,17 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dist::Collective;
 use crate::dist::physics::owner;
+use crate::dist::{Collective, wire};
 use crate::error::{Error, Result};
+use crate::io::RunDir;
 use crate::job::{self, JobEvent, JobSummary};
 use crate::preset::Preset;
-use crate::protocol::frame;
-use crate::protocol::transport::{Listener, Stream};
+use crate::protocol::auth::Token;
+use crate::protocol::transport::Listener;
 use crate::protocol::{
-    Event, InlineArray, JobId, LogLevel, MAX_FRAME_BYTES, OperatorInfo, PROTOCOL_VERSION, PatchMap,
-    PreviewKind, RankIteration, Request,
+    Event, InlineArray, JobId, OperatorInfo, PROTOCOL_VERSION, PatchMap, PreviewKind, RankDevice,
+    RankIteration,
 };
 use crate::tensor::Tensor;
 use hub::Hub;
@@ -56,12 +62,14 @@ pub enum Endpoint {
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub endpoint: Endpoint,
-    /// Required from clients when set (remote attach).
-    pub token: Option<String>,
-    /// Job `N` writes into `out_dir/job-N`.
+    /// Required from TCP clients (a TCP endpoint without one is refused); Unix-socket clients are
+    /// checked by user id instead.
+    pub token: Option<Token>,
+    /// Each job writes into a folder of its own under it,
+    /// `out_dir/<YYYYMMDD-HHMMSS>-<preset name>-<n>` (see [`RunDir::Unique`]).
     pub out_dir: PathBuf,
-    /// Folder that relative paths in presets refer to.
-    pub base_dir: PathBuf,
+    /// Ranks of the group on rank 0's machine: they share its memory.
+    pub ranks_here: usize,
     /// The group's operation timeout while a job runs (`--op-timeout`). Between jobs ranks wait
     /// for the next one without a timeout: an idle backend is not a hung peer.
     pub op_timeout: Option<Duration>,
@@ -75,9 +83,6 @@ const PREVIEW_INTERVAL: Duration = Duration::from_millis(100);
 /// …and at most this share of rank 0's time goes into handing previews over (the copy of a large
 /// image can take milliseconds): the interval grows to `hand-off time / PREVIEW_BUDGET`.
 const PREVIEW_BUDGET: f64 = 0.01;
-/// Time a connection gets to say hello; the hello's own size limit.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-const HELLO_MAX_BYTES: usize = 64 << 10;
 
 /// Rank 0 → all ranks, once per job.
 #[derive(Debug, Serialize, Deserialize)]
@@ -86,7 +91,6 @@ enum RankCommand {
         job: JobId,
         preset_toml: String,
         inline: Vec<InlineArray>,
-        out_dir: PathBuf,
     },
     Shutdown,
 }
@@ -119,11 +123,14 @@ impl Collective for Shared {
     fn recv(&self, from: usize) -> Result<Vec<u8>> {
         self.0.recv(from)
     }
-    fn backend_name(&self) -> String {
-        self.0.backend_name()
+    fn transport(&self) -> crate::dist::Transport {
+        self.0.transport()
     }
     fn set_op_timeout(&self, timeout: Option<Duration>) -> Result<()> {
         self.0.set_op_timeout(timeout)
+    }
+    fn recover(&self, failure: &Error) -> Result<()> {
+        self.0.recover(failure)
     }
 }
 
@@ -137,60 +144,74 @@ pub fn serve(comm: Box<dyn Collective>, opts: &ServeOptions) -> Result<()> {
     coordinate(comm, devices, opts)
 }
 
-/// `rank R: cpu (T threads) on host H`, for every rank.
-fn gather_devices(comm: &dyn Collective) -> Result<Vec<String>> {
-    let mine = format!(
-        "rank {}: cpu ({} threads) on host {}",
-        comm.rank(),
-        rayon::current_num_threads(),
-        hostname()
-    );
-    comm.all_gather(mine.as_bytes())?
-        .into_iter()
-        .map(|b| {
-            String::from_utf8(b).map_err(|_| Error::config("devices", "a rank sent non-UTF-8"))
-        })
-        .collect()
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into our buffer.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    if ok {
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        "?".into()
-    }
+/// Where every rank computes, in rank order.
+fn gather_devices(comm: &dyn Collective) -> Result<Vec<RankDevice>> {
+    let mine = RankDevice {
+        rank: comm.rank(),
+        host: crate::dist::host_name(),
+        cpu_threads: rayon::current_num_threads(),
+    };
+    wire::all_gather_as(comm, "devices", &mine)
 }
 
 /// Ranks ≠ 0: run whatever rank 0 broadcasts.
-fn follow(comm: Arc<dyn Collective>, devices: &[String], opts: &ServeOptions) -> Result<()> {
+fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions) -> Result<()> {
+    let out = RunDir::Unique {
+        root: opts.out_dir.clone(),
+    };
     loop {
         let mut buf = Vec::new();
         comm.set_op_timeout(None)?;
         comm.broadcast(&mut buf, 0)?;
         comm.set_op_timeout(opts.op_timeout)?;
-        match frame::decode::<RankCommand>(&buf)? {
-            RankCommand::Shutdown => return Ok(()),
-            RankCommand::Run {
-                job,
-                preset_toml,
-                inline,
-                out_dir,
-            } => {
-                let preset = Preset::from_toml(&preset_toml, "submitted preset", &[])?;
-                let inline = inline_tensors(inline)?;
-                let ctx = JobContext {
-                    comm: &comm,
+        let (job, preset_toml, inline) =
+            match wire::decode_from::<RankCommand>(0, "job command", &buf)? {
+                RankCommand::Shutdown => return Ok(()),
+                RankCommand::Run {
                     job,
-                    devices,
-                    coordinator: None,
-                };
-                run_job(&ctx, &preset, &inline, &opts.base_dir, &out_dir)?;
-            }
+                    preset_toml,
+                    inline,
+                } => (job, preset_toml, inline),
+            };
+        let ctx = JobContext {
+            comm: &comm,
+            job,
+            devices,
+            coordinator: None,
+        };
+        // The same checks as rank 0's precheck, which passed: a difference (a file missing on
+        // this host) fails the job on this rank, and `settle` tells the others.
+        let result = Preset::from_toml(&preset_toml, "submitted preset", &[]).and_then(|preset| {
+            let inline = inline_tensors(inline)?;
+            run_job(&ctx, &preset, &inline, &out)
+        });
+        if let Err(e) = settle(comm.as_ref(), result)? {
+            tracing::warn!("job {job} failed: {e}");
         }
+    }
+}
+
+/// After a job, every rank learns whether it failed anywhere, and the group is brought back in
+/// step. `Ok(result)`: the job's outcome on this rank (a failure elsewhere is
+/// [`Error::PeerFailed`] naming its rank); `Err`: the group cannot run another job.
+fn settle(comm: &dyn Collective, result: Result<JobSummary>) -> Result<Result<JobSummary>> {
+    let failure = match result {
+        // The barrier meets either every rank (the job succeeded everywhere) or the marker of a
+        // rank that failed late, e.g. rank 0 writing outputs.
+        Ok(summary) => match comm.barrier() {
+            Ok(()) => return Ok(Ok(summary)),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    match comm.recover(&failure) {
+        Ok(()) => Ok(Err(failure)),
+        Err(e) => Err(Error::PeerLost {
+            rank: comm.rank(),
+            how: format!(
+                "cannot go on: after `{failure}`, the ranks could not be brought back in step: {e}"
+            ),
+        }),
     }
 }
 
@@ -198,35 +219,39 @@ fn inline_tensors(inline: Vec<InlineArray>) -> Result<Vec<(String, Tensor)>> {
     inline
         .into_iter()
         .map(|a| {
+            let field = format!("inline array `{}`", a.name);
             let t = Tensor::from_vec(&a.shape, a.data)
-                .map_err(|e| Error::config(format!("inline array `{}`", a.name), e.to_string()))?;
+                .map_err(|e| Error::config(field.clone(), e.to_string()))?;
+            if t.numel() == 0 {
+                return Err(Error::config(
+                    field,
+                    format!("shape {:?} has no elements", t.shape()),
+                ));
+            }
             Ok((a.name, t))
         })
         .collect()
 }
 
-/// Compares tokens in time that depends only on their lengths.
-fn same_token(given: &str, expected: &str) -> bool {
-    let (a, b) = (given.as_bytes(), expected.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
-
-struct Welcome {
-    server: String,
-    world_size: usize,
-    devices: Vec<String>,
-    backend: String,
-}
-
 /// Rank 0: the control socket, the hub, the preview worker and the job loop.
-fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptions) -> Result<()> {
+fn coordinate(
+    comm: Arc<dyn Collective>,
+    devices: Vec<RankDevice>,
+    opts: &ServeOptions,
+) -> Result<()> {
     let listener = match &opts.endpoint {
         Endpoint::Unix(p) => Listener::bind_unix(p)?,
-        Endpoint::Tcp(a) => Listener::bind_tcp(a, opts.token.is_some())?,
+        Endpoint::Tcp(a) if opts.token.is_none() => {
+            return Err(Error::config(
+                "--token-file",
+                format!(
+                    "listening on TCP ({a}) needs a token, also on loopback (any local user could \
+                     otherwise run jobs as this user): give --token-file FILE (created with a \
+                     random token if it does not exist), or use --socket PATH"
+                ),
+            ));
+        }
+        Endpoint::Tcp(a) => Listener::bind_tcp(a, true)?,
     };
     let addr = listener.addr();
     let world = comm.world_size();
@@ -250,22 +275,29 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
             .map_err(|e| Error::io("starting the log thread", "thread", e))?;
     }
 
-    let welcome = Arc::new(Welcome {
-        server: format!("tessera {}", env!("CARGO_PKG_VERSION")),
-        world_size: world,
-        devices: devices.clone(),
-        backend: comm.backend_name(),
-    });
+    let door = accept::Door {
+        token: opts.token.clone(),
+        welcome: Event::Welcome {
+            protocol: PROTOCOL_VERSION,
+            server: format!("tessera {}", env!("CARGO_PKG_VERSION")),
+            world_size: world,
+            devices: devices.clone(),
+            backend: comm.transport(),
+        },
+    };
     {
-        let (hub, welcome, token) = (hub.clone(), welcome.clone(), opts.token.clone());
+        let hub = hub.clone();
         std::thread::Builder::new()
             .name("tessera-serve-accept".into())
-            .spawn(move || accept_loop(listener, hub, welcome, token))
+            .spawn(move || accept::accept_loop(listener, hub, door))
             .map_err(|e| Error::io("starting the accept thread", "thread", e))?;
     }
-    println!("tessera serve: listening on {addr} ({world} rank(s))");
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "tessera serve: listening on {addr} ({world} rank(s))");
+        let _ = out.flush();
+    }
     tracing::info!("listening on {addr} with {world} rank(s)");
 
     let previews = {
@@ -276,11 +308,13 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
             }
         })
     };
+    let out = RunDir::Unique {
+        root: opts.out_dir.clone(),
+    };
     loop {
         let queued = hub.next_job();
         let job = queued.job;
-        let checked = precheck(&queued, opts);
-        let (preset, inline, out_dir) = match checked {
+        let (preset, inline) = match precheck(&queued, &out, (world, opts.ranks_here)) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("job {job} refused: {e}");
@@ -294,15 +328,16 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
                 continue;
             }
         };
-        let mut command = frame::encode(&RankCommand::Run {
+        // The preset as checked, its paths resolved: every rank reads the same files.
+        let mut command = wire::encode(&RankCommand::Run {
             job,
-            preset_toml: queued.preset_toml,
+            preset_toml: preset.to_toml()?,
             inline: queued.inline,
-            out_dir: out_dir.clone(),
         })?;
         comm.broadcast(&mut command, 0)?;
         drop(command);
         tracing::info!("job {job} ({}) starts on {world} rank(s)", preset.name);
+        let cancel = queued.cancel;
         let ctx = JobContext {
             comm: &comm,
             job,
@@ -310,41 +345,28 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
             coordinator: Some(Coordinator {
                 hub: &hub,
                 previews: &previews,
-                cancel: queued.cancel,
+                cancel: cancel.clone(),
                 preview_max_side: match queued.preview_max_side {
                     0 => DEFAULT_PREVIEW_SIDE,
                     s => s.clamp(PREVIEW_SIDE_RANGE.0, PREVIEW_SIDE_RANGE.1),
                 },
             }),
         };
-        match run_job(&ctx, &preset, &inline, &opts.base_dir, &out_dir) {
-            Ok(summary) => {
-                let summary_json = serde_json::to_string_pretty(&summary)
-                    .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-                if summary.stopped_early {
-                    tracing::info!(
-                        "job {job} cancelled after {} iteration(s)",
-                        summary.iterations
-                    );
-                } else {
-                    tracing::info!("job {job} finished: outputs in {}", out_dir.display());
-                }
+        let result = run_job(&ctx, &preset, &inline, &out);
+        match settle(comm.as_ref(), result) {
+            Ok(Ok(summary)) => hub.end(job, &ended(job, &summary, &cancel)),
+            Ok(Err(e)) => {
+                tracing::error!("job {job} failed: {e}");
                 hub.end(
                     job,
-                    &Event::Finished {
-                        job,
-                        outputs: summary.outputs.clone(),
-                        summary_json,
+                    &Event::Failed {
+                        job: Some(job),
+                        error: e.to_string(),
                     },
                 );
             }
             Err(e) => {
-                let fatal = world > 1;
-                let error = if fatal {
-                    format!("{e} (the backend stops: its ranks may be out of step)")
-                } else {
-                    e.to_string()
-                };
+                let error = format!("{e} (the backend stops)");
                 tracing::error!("job {job} failed: {error}");
                 hub.end(
                     job,
@@ -353,30 +375,67 @@ fn coordinate(comm: Arc<dyn Collective>, devices: Vec<String>, opts: &ServeOptio
                         error,
                     },
                 );
-                if fatal {
-                    // Give the writer threads a moment to deliver the Failed event.
-                    std::thread::sleep(Duration::from_millis(300));
-                    return Err(e);
-                }
+                // Give the writer threads a moment to deliver the Failed event.
+                std::thread::sleep(Duration::from_millis(300));
+                return Err(e);
             }
         }
     }
 }
 
-/// A submission that passed [`precheck`]: the preset, its inline arrays, its output folder.
-type CheckedJob = (Preset, Vec<(String, Tensor)>, PathBuf);
+/// The one terminal event of a job that ran: `Cancelled` when a Stop ended it early, `Finished`
+/// when it ran every iteration (also when a Stop came after the last one), with the log saying
+/// the same.
+fn ended(job: JobId, summary: &JobSummary, cancel: &AtomicBool) -> Event {
+    let summary_json =
+        serde_json::to_string_pretty(summary).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    let run_dir = summary.run_dir.clone().unwrap_or_default();
+    let outputs = summary.outputs.clone();
+    if summary.stopped_early {
+        tracing::info!(
+            "job {job} cancelled after {} iteration(s); its outputs are in {}",
+            summary.iterations,
+            run_dir.display()
+        );
+        return Event::Cancelled {
+            job,
+            iterations: summary.iterations,
+            run_dir: Some(run_dir),
+            outputs,
+            summary_json: Some(summary_json),
+        };
+    }
+    if cancel.load(Ordering::SeqCst) {
+        tracing::info!(
+            "job {job} finished (the stop came after its last iteration): outputs in {}",
+            run_dir.display()
+        );
+    } else {
+        tracing::info!("job {job} finished: outputs in {}", run_dir.display());
+    }
+    Event::Finished {
+        job,
+        run_dir,
+        outputs,
+        summary_json,
+    }
+}
 
-/// Checks a submission on rank 0 before any rank sees it.
-fn precheck(queued: &hub::QueuedJob, opts: &ServeOptions) -> Result<CheckedJob> {
-    let preset = Preset::from_toml(&queued.preset_toml, "submitted preset", &[])?;
+/// Checks a submission on rank 0 before any rank sees it: the preset, its inline arrays, its
+/// inputs against the real image (see [`job::check_inputs`]) and the output folder.
+fn precheck(
+    queued: &hub::QueuedJob,
+    out: &RunDir,
+    (world, ranks_here): (usize, usize),
+) -> Result<(Preset, Vec<(String, Tensor)>)> {
+    let mut preset = Preset::from_toml(&queued.preset_toml, "submitted preset", &[])?;
+    // Relative paths in a submission are the server's, from its working directory.
+    preset.resolve_paths(Path::new(""))?;
     let inline = inline_tensors(queued.inline.clone())?;
-    // Loads the image and any measurements and checks their shapes and values, exactly as every
-    // rank will: a bad input fails this job, not the group.
-    job::check_inputs(&preset, &opts.base_dir, &inline)?;
-    let out_dir = opts.out_dir.join(format!("job-{}", queued.job));
-    std::fs::create_dir_all(&out_dir)
-        .map_err(|e| Error::io("creating output folder", &out_dir, e))?;
-    Ok((preset, inline, out_dir))
+    job::check_inputs(&preset, &inline, world, ranks_here)?;
+    // Proves the output folder writable (the probe is removed at once).
+    drop(crate::io::Staging::create(out)?);
+    Ok((preset, inline))
 }
 
 struct Coordinator<'a> {
@@ -389,41 +448,30 @@ struct Coordinator<'a> {
 struct JobContext<'a> {
     comm: &'a Arc<dyn Collective>,
     job: JobId,
-    devices: &'a [String],
+    devices: &'a [RankDevice],
     /// Rank 0 only.
     coordinator: Option<Coordinator<'a>>,
 }
 
-/// Bytes of one rank's per-iteration record: stop flag, then gradient, denoiser and communication
-/// seconds as f64 little-endian.
-const RECORD_BYTES: usize = 1 + 3 * 8;
-
-fn encode_record(stop: bool, g: f64, d: f64, c: f64) -> [u8; RECORD_BYTES] {
-    let mut r = [0u8; RECORD_BYTES];
-    r[0] = stop as u8;
-    r[1..9].copy_from_slice(&g.to_le_bytes());
-    r[9..17].copy_from_slice(&d.to_le_bytes());
-    r[17..25].copy_from_slice(&c.to_le_bytes());
-    r
+/// One rank's record after every iteration: whether it asks to stop (rank 0, on Cancel) and its
+/// times for the iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct IterationRecord {
+    stop: bool,
+    gradient_secs: f64,
+    denoiser_secs: f64,
+    communication_secs: f64,
 }
 
-fn decode_record(rank: usize, b: &[u8]) -> Result<(bool, RankIteration)> {
-    if b.len() != RECORD_BYTES {
-        return Err(Error::PeerLost {
-            rank,
-            how: format!("sent an iteration record of {} bytes", b.len()),
-        });
-    }
-    let f = |i: usize| f64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-    Ok((
-        b[0] != 0,
+impl IterationRecord {
+    fn of_rank(&self, rank: usize) -> RankIteration {
         RankIteration {
             rank,
-            gradient_secs: f(1),
-            denoiser_secs: f(9),
-            communication_secs: f(17),
-        },
-    ))
+            gradient_secs: self.gradient_secs,
+            denoiser_secs: self.denoiser_secs,
+            communication_secs: self.communication_secs,
+        }
+    }
 }
 
 /// Which tile each rank denoises, when the preset tiles its denoiser.
@@ -438,8 +486,7 @@ fn run_job(
     ctx: &JobContext<'_>,
     preset: &Preset,
     inline: &[(String, Tensor)],
-    base_dir: &Path,
-    out_dir: &Path,
+    out: &RunDir,
 ) -> Result<JobSummary> {
     let comm = ctx.comm;
     let job = ctx.job;
@@ -508,18 +555,13 @@ fn run_job(
                     .as_ref()
                     .is_some_and(|c| c.cancel.load(Ordering::SeqCst));
                 let t = &report.times;
-                let mine = encode_record(
-                    stop_here,
-                    t.gradient_secs,
-                    t.denoiser_secs,
-                    t.communication_secs,
-                );
-                let records = comm.all_gather(&mine).and_then(|all| {
-                    all.iter()
-                        .enumerate()
-                        .map(|(r, b)| decode_record(r, b))
-                        .collect::<Result<Vec<_>>>()
-                });
+                let mine = IterationRecord {
+                    stop: stop_here,
+                    gradient_secs: t.gradient_secs,
+                    denoiser_secs: t.denoiser_secs,
+                    communication_secs: t.communication_secs,
+                };
+                let records = wire::all_gather_as(comm.as_ref(), "iteration record", &mine);
                 exchange_secs += t_exchange.elapsed().as_secs_f64();
                 let records = match records {
                     Ok(r) => r,
@@ -528,14 +570,18 @@ fn run_job(
                         return ControlFlow::Break(());
                     }
                 };
-                let stop = records.iter().any(|(s, _)| *s);
+                let stop = records.iter().any(|r| r.stop);
                 if let Some(c) = &ctx.coordinator {
                     c.hub.record(
                         job,
                         &Event::Iteration {
                             job,
                             report: report.clone(),
-                            ranks: records.into_iter().map(|(_, r)| r).collect(),
+                            ranks: records
+                                .iter()
+                                .enumerate()
+                                .map(|(rank, r)| r.of_rank(rank))
+                                .collect(),
                         },
                     );
                     let last = stop || report.iteration >= report.iterations;
@@ -564,8 +610,7 @@ fn run_job(
     };
     let result = job::run_in_group_with(
         preset,
-        base_dir,
-        out_dir,
+        out,
         Box::new(Shared(comm.clone())),
         inline,
         &mut on_event,
@@ -583,159 +628,4 @@ fn run_job(
         );
     }
     result
-}
-
-fn accept_loop(listener: Listener, hub: Arc<Hub>, welcome: Arc<Welcome>, token: Option<String>) {
-    loop {
-        match listener.accept() {
-            Ok(stream) => {
-                let (hub, welcome, token) = (hub.clone(), welcome.clone(), token.clone());
-                let _ = std::thread::Builder::new()
-                    .name("tessera-serve-conn".into())
-                    .spawn(move || handle_connection(stream, &hub, &welcome, token.as_deref()));
-            }
-            Err(e) => {
-                tracing::warn!("accepting a connection failed: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    }
-}
-
-fn refuse(mut stream: Stream, reason: String) {
-    tracing::warn!("refused a connection from {}: {reason}", stream.peer());
-    let _ = frame::write_message(&mut stream, &Event::Refused { reason }, MAX_FRAME_BYTES);
-    stream.shutdown();
-}
-
-/// The handshake, then requests until the connection ends.
-fn handle_connection(mut stream: Stream, hub: &Hub, welcome: &Welcome, token: Option<&str>) {
-    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
-    let hello = frame::read_frame(&mut stream, HELLO_MAX_BYTES)
-        .and_then(|f| f.map(|p| frame::decode::<Request>(&p)).transpose());
-    let client = match hello {
-        Ok(None) => return,
-        Ok(Some(Request::Hello {
-            protocol,
-            client,
-            token: given,
-        })) => {
-            if protocol != PROTOCOL_VERSION {
-                return refuse(
-                    stream,
-                    format!(
-                        "protocol version mismatch: the client speaks version {protocol}, this \
-                         server speaks version {PROTOCOL_VERSION}; use the same tessera release on \
-                         both sides"
-                    ),
-                );
-            }
-            if let Some(expected) = token
-                && !given.as_deref().is_some_and(|g| same_token(g, expected))
-            {
-                let what = if given.is_some() { "wrong" } else { "missing" };
-                return refuse(
-                    stream,
-                    format!("{what} token (this server needs its token file's token)"),
-                );
-            }
-            client
-        }
-        Ok(Some(_)) => return refuse(stream, "the first message must be Hello".into()),
-        Err(e) => {
-            return refuse(
-                stream,
-                format!(
-                    "unreadable hello ({e}); this server speaks protocol version {PROTOCOL_VERSION}"
-                ),
-            );
-        }
-    };
-    let hello_ok = frame::write_message(
-        &mut stream,
-        &Event::Welcome {
-            protocol: PROTOCOL_VERSION,
-            server: welcome.server.clone(),
-            world_size: welcome.world_size,
-            devices: welcome.devices.clone(),
-            backend: welcome.backend.clone(),
-        },
-        MAX_FRAME_BYTES,
-    );
-    if hello_ok.is_err() || stream.set_read_timeout(None).is_err() {
-        return;
-    }
-    let Ok(id) = hub.add_client(&stream) else {
-        return;
-    };
-    tracing::debug!("client {id} ({client}) connected from {}", stream.peer());
-    let warn = |message: String| {
-        hub.send_to(
-            id,
-            &Event::Log {
-                level: LogLevel::Warn,
-                rank: None,
-                message,
-            },
-        )
-    };
-    loop {
-        match frame::read_message::<Request>(&mut stream, MAX_FRAME_BYTES) {
-            Ok(Some(Request::Submit {
-                preset_toml,
-                inline,
-                preview_max_side,
-            })) => {
-                hub.submit(id, preset_toml, inline, preview_max_side);
-            }
-            Ok(Some(Request::Cancel { job })) => {
-                if let Err(m) = hub.cancel(job) {
-                    warn(format!("cancel: {m}"));
-                }
-            }
-            Ok(Some(Request::Status)) => hub.send_to(id, &hub.status()),
-            Ok(Some(Request::Attach { job })) => {
-                if let Err(m) = hub.attach(id, job) {
-                    warn(format!("attach: {m}"));
-                }
-            }
-            Ok(Some(Request::Hello { .. })) => warn("hello: already connected".into()),
-            Ok(None) => break,
-            Err(e) => {
-                tracing::warn!("client {id}: {e}; closing its connection");
-                break;
-            }
-        }
-    }
-    hub.remove_client(id);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_compare_by_content_and_length() {
-        assert!(same_token("s3cret", "s3cret"));
-        assert!(!same_token("s3cret", "s3cres"));
-        assert!(!same_token("s3cret", "s3cret "));
-        assert!(!same_token("", "x"));
-    }
-
-    #[test]
-    fn iteration_records_round_trip_and_a_short_one_is_an_error() {
-        let r = encode_record(true, 1.5, 0.25, 1e-3);
-        let (stop, it) = decode_record(3, &r).unwrap();
-        assert!(stop);
-        assert_eq!(
-            (
-                it.rank,
-                it.gradient_secs,
-                it.denoiser_secs,
-                it.communication_secs
-            ),
-            (3, 1.5, 0.25, 1e-3)
-        );
-        assert!(decode_record(0, &r[..10]).is_err());
-    }
 }

@@ -3,9 +3,21 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use tessera::protocol::BackendAddr;
+
+/// A token file in `dir` that `tessera serve` accepts (strong, readable by its owner only), and
+/// its token.
+pub fn token_file(dir: &Path) -> (PathBuf, String) {
+    let token = "correct horse battery staple".to_string();
+    let path = dir.join("token");
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    (path, token)
+}
 
 /// Starts `tessera serve --listen 127.0.0.1:0 ARGS…` (the binary this test suite builds) and reads
 /// the `tcp:` address from the first line it prints.

@@ -236,17 +236,59 @@ fn tiling(ui: &mut Ui, t: &mut Option<TilingConfig>, assignment: &mut TileAssign
             (TilingKind::Overlap, "overlap"),
             (TilingKind::Blend, "blend"),
             (TilingKind::Basic, "basic"),
+            (TilingKind::Spatial, "spatial (exact)"),
         ],
     );
     if c.kind != before_kind {
         // Fields that only apply to the other kinds would fail validation.
-        if c.kind == TilingKind::Basic {
-            c.overlap = None;
-            c.stride = None;
-            c.pad_mode = None;
-        } else {
-            c.num_splits = None;
+        match c.kind {
+            TilingKind::Basic => {
+                c.overlap = None;
+                c.stride = None;
+                c.pad_mode = None;
+            }
+            TilingKind::Overlap | TilingKind::Blend => c.num_splits = None,
+            TilingKind::Spatial => {
+                c.overlap = None;
+                c.stride = None;
+                c.pad_mode = None;
+                c.num_splits = None;
+                c.max_batch_size = None;
+            }
         }
+        if c.kind != TilingKind::Spatial {
+            c.grid = None;
+        }
+    }
+    if c.kind == TilingKind::Spatial {
+        ui.label(
+            "one block per rank; halos exchanged before every layer, so the result equals the \
+             untiled network",
+        );
+        let error_id = ui.scope_id().with("tiling-grid-error");
+        let current = c.grid.as_ref().map_or(String::new(), |g| {
+            g.iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join("x")
+        });
+        if let Some(text) = committed_text(ui, "ranks per axis (e.g. 2x2; empty = auto)", &current)
+        {
+            match parse_grid(&text) {
+                Ok(grid) => {
+                    c.grid = grid;
+                    changed = true;
+                    ui.data_mut(|d| d.remove::<String>(error_id));
+                }
+                Err(e) => {
+                    ui.data_mut(|d| d.insert_temp(error_id, e));
+                }
+            }
+        }
+        if let Some(e) = ui.data(|d| d.get_temp::<String>(error_id)) {
+            crate::gui::widgets::field_error(ui, &e);
+        }
+        return changed;
     }
     match &mut c.patch_size {
         Extent::Uniform(p) => changed |= number(ui, "patch size (px)", p, 1.0, 1..=16384),
@@ -280,4 +322,40 @@ fn tiling(ui: &mut Ui, t: &mut Option<TilingConfig>, assignment: &mut TileAssign
         ],
     );
     changed
+}
+
+/// `"2x2"`, `"2 x 1 x 1"` or `"4"` as ranks per axis; empty = chosen automatically.
+fn parse_grid(text: &str) -> Result<Option<Vec<usize>>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let counts = text
+        .split(['x', 'X', '×', ','])
+        .map(|n| {
+            n.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| (1..=256).contains(&n))
+        })
+        .collect::<Option<Vec<_>>>()
+        .filter(|g| g.len() <= 3)
+        .ok_or_else(|| format!("`{text}` is not 1 to 3 rank counts (1 to 256 each) such as 2x2"))?;
+    Ok(Some(counts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_grid;
+
+    #[test]
+    fn grids_parse_from_what_people_type() {
+        assert_eq!(parse_grid(""), Ok(None));
+        assert_eq!(parse_grid(" 2x2 "), Ok(Some(vec![2, 2])));
+        assert_eq!(parse_grid("2 × 1 × 3"), Ok(Some(vec![2, 1, 3])));
+        assert_eq!(parse_grid("4"), Ok(Some(vec![4])));
+        for bad in ["0x2", "2x", "a", "1x1x1x1", "300"] {
+            assert!(parse_grid(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -1,0 +1,20 @@
+//! Full-waveform inversion, data-parallel over the ranks of a process group: the seed's
+//! torch.distributed loop (velocity model replicated on every rank, shots split across ranks,
+//! gradients summed, the same Adam step everywhere) on tessera's collectives and wave physics
+//! ([`crate::physics::wave`]).
+//!
+//! [`config`] is the versioned TOML preset (`[model]`, `[acquisition]`, `[wavelet]`, `[wave]`,
+//! `[fwi]`); [`run`] is the loop, reporting each epoch through a callback of [`FwiEvent`]s (the CLI
+//! draws a progress bar; `serve` and the workbench can stream them as they do `JobEvent`s);
+//! [`adam`] and [`batch`] reproduce torch's Adam and `tensor_split`; [`load`] reads models and data
+//! (`.npy`, raw float32, SEG-Y); [`figures`] draws the outputs.
+
+pub mod adam;
+pub mod batch;
+pub mod config;
+pub mod figures;
+pub mod load;
+pub mod run;
+
+pub use config::{BUNDLED_FWI, FwiPreset};
+pub use run::{EpochReport, FwiEvent, FwiSummary, RankEpoch, run, run_in_group};

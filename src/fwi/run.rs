@@ -1,0 +1,880 @@
+//! The seed's data-parallel inversion loop on a process group: rank 0 makes (or loads) the observed
+//! data once and broadcasts it; each epoch rank 0 draws the shot batch and broadcasts it, every rank
+//! models its `tensor_split` part with the loss normalised by the batch size, the velocity gradients
+//! are summed (in batch order: the same bits on any number of ranks, or by the seed's float32
+//! all-reduce), and every rank applies the same Adam step. A hash of the model is exchanged every
+//! epoch; ranks that ever disagree stop the run with an error naming them.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::adam::Adam;
+use super::batch::{draw, tensor_split};
+use super::config::{FwiPreset, ModelSource, StartModel};
+use super::load;
+use crate::dist::physics::SumOrder;
+use crate::dist::timed::TimedCollective;
+use crate::dist::{Collective, ReduceOp, SingleProcess};
+use crate::error::{Error, Result};
+use crate::io::{self, RunDir, Staging};
+use crate::physics::wave::config::acquisition_from_cells;
+use crate::physics::wave::{
+    Acquisition, Gather, GradientOptions, L2Misfit, Precision, Real, Shot, Solver, SolverSettings,
+    VelocityModel,
+};
+use crate::samples::marmousi;
+
+/// What a running inversion reports (every rank sees the same values).
+#[derive(Debug)]
+pub enum FwiEvent<'a> {
+    /// The problem is set up; the observed data exist on every rank.
+    Started {
+        name: &'a str,
+        nz: usize,
+        nx: usize,
+        shots: usize,
+        epochs: usize,
+        world_size: usize,
+        step_ratio: usize,
+        true_model: Option<&'a [f32]>,
+        initial_model: &'a [f32],
+    },
+    /// One epoch finished: the updated model, the (summed, post-processed) gradient and, on figure
+    /// epochs, the source and receiver illumination of the batch.
+    Epoch {
+        report: &'a EpochReport,
+        model: &'a [f32],
+        gradient: &'a [f32],
+        illumination: Option<(&'a [f32], &'a [f32])>,
+    },
+}
+
+/// One rank's part of an epoch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankEpoch {
+    pub rank: usize,
+    /// Survey indices of the shots this rank modelled.
+    pub shots: Vec<usize>,
+    /// Wall time of the forward and adjoint passes, split by the shots' own phase timings.
+    pub forward_secs: f64,
+    pub adjoint_secs: f64,
+    pub communication_secs: f64,
+}
+
+/// Progress of one epoch (also a `metrics.json` entry).
+#[derive(Debug, Clone, Serialize)]
+pub struct EpochReport {
+    /// 1-based.
+    pub epoch: usize,
+    pub epochs: usize,
+    /// `Σ ½‖F(d − d_obs)‖² / batch` over the batch.
+    pub loss: f64,
+    /// `‖v − v_true‖ / ‖v_true‖` after the step (with a true model).
+    pub model_error: Option<f64>,
+    /// Low-pass cut-off of the data this epoch (frequency continuation).
+    pub cutoff_hz: Option<f64>,
+    /// The batch, in draw order.
+    pub batch: Vec<usize>,
+    pub ranks: Vec<RankEpoch>,
+    pub secs: f64,
+}
+
+/// A finished inversion; also written as `metrics.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct FwiSummary {
+    pub name: String,
+    pub model_shape: [usize; 2],
+    pub shots: usize,
+    pub epochs: usize,
+    pub stopped_early: bool,
+    pub initial_model_error: Option<f64>,
+    pub final_model_error: Option<f64>,
+    pub step_ratio: usize,
+    pub internal_dt_s: f64,
+    pub max_vel: f64,
+    pub precision: Precision,
+    pub gradient_strategy: crate::physics::wave::GradientStrategy,
+    /// Peak memory of one shot's gradient (bytes).
+    pub peak_bytes_per_shot: usize,
+    pub world_size: usize,
+    pub backend: String,
+    pub setup_secs: f64,
+    pub solve_secs: f64,
+    pub history: Vec<EpochReport>,
+    /// The files of the run, relative to its folder (`metrics.json` last).
+    pub outputs: Vec<PathBuf>,
+    /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
+    #[serde(skip)]
+    pub run_dir: Option<PathBuf>,
+    /// The preset that ran, as TOML (after overrides).
+    pub preset: String,
+    /// The final model (row-major `nz × nx`), not serialised.
+    #[serde(skip)]
+    pub model: Vec<f32>,
+}
+
+/// Runs `preset` in this process alone, writing outputs into `out` (a folder path: it must not
+/// hold files yet).
+pub fn run(
+    preset: &FwiPreset,
+    base_dir: &Path,
+    out: impl Into<RunDir>,
+    on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
+) -> Result<FwiSummary> {
+    run_in_group(preset, base_dir, out, Box::new(SingleProcess), on_event)
+}
+
+/// Runs `preset` on every rank of a group (each rank calls this with its collective).
+///
+/// Rank 0 stages the run's files in a hidden folder made before anything is computed (an
+/// unwritable destination fails at once), writes `metrics.json` last and moves the folder into
+/// place when the run is complete; a failed run leaves nothing behind (as [`crate::job`] runs).
+pub fn run_in_group(
+    preset: &FwiPreset,
+    base_dir: &Path,
+    out: impl Into<RunDir>,
+    comm: Box<dyn Collective>,
+    on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
+) -> Result<FwiSummary> {
+    preset.validate()?;
+    let staging = match comm.rank() {
+        0 => Some(Staging::create(&out.into())?),
+        _ => None,
+    };
+    let timed = Arc::new(TimedCollective::new(comm));
+    match preset.wave.precision {
+        Precision::F32 => run_typed::<f32>(preset, base_dir, staging, timed, on_event),
+        Precision::F64 => run_typed::<f64>(preset, base_dir, staging, timed, on_event),
+    }
+}
+
+/// Byte encoding of what rank 0 broadcasts.
+struct Bytes(Vec<u8>);
+
+impl Bytes {
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn values<T: Real>(&mut self, v: &[T]) {
+        self.u64(v.len() as u64);
+        for x in v {
+            x.put_le(&mut self.0);
+        }
+    }
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn bad() -> Error {
+        Error::config("message", "malformed broadcast from rank 0")
+    }
+    fn u64(&mut self) -> Result<u64> {
+        if self.0.len() < 8 {
+            return Err(Self::bad());
+        }
+        let (a, b) = self.0.split_at(8);
+        self.0 = b;
+        Ok(u64::from_le_bytes(a.try_into().expect("8 bytes")))
+    }
+    fn values<T: Real>(&mut self) -> Result<Vec<T>> {
+        let n = self.u64()? as usize;
+        let need = n
+            .checked_mul(T::BYTES)
+            .filter(|&b| b <= self.0.len())
+            .ok_or_else(Self::bad)?;
+        let (a, b) = self.0.split_at(need);
+        self.0 = b;
+        Ok(a.chunks_exact(T::BYTES).map(T::get_le).collect())
+    }
+}
+
+/// Rank 0's `result` on every rank: its payload, or its error (so all ranks fail together).
+fn broadcast_result(comm: &dyn Collective, result: Option<Result<Vec<u8>>>) -> Result<Vec<u8>> {
+    let mut buf = match result {
+        Some(Ok(mut b)) => {
+            b.insert(0, 0);
+            b
+        }
+        Some(Err(e)) => {
+            let mut b = vec![1];
+            b.extend_from_slice(e.to_string().as_bytes());
+            b
+        }
+        None => Vec::new(),
+    };
+    comm.broadcast(&mut buf, 0)?;
+    match buf.split_first() {
+        Some((0, rest)) => Ok(rest.to_vec()),
+        Some((_, msg)) if comm.rank() == 0 => Err(Error::config(
+            "fwi",
+            String::from_utf8_lossy(msg).to_string(),
+        )),
+        Some((_, msg)) => Err(Error::config(
+            "fwi",
+            format!("rank 0 failed: {}", String::from_utf8_lossy(msg)),
+        )),
+        None => Err(Cursor::bad()),
+    }
+}
+
+/// Everything rank 0 reads or generates and broadcasts: models, acquisition, wavelet, loaded data.
+struct Setup {
+    nz: usize,
+    nx: usize,
+    truth: Option<Vec<f64>>,
+    start: Vec<f64>,
+    acquisition: Acquisition,
+    wavelet: Vec<f64>,
+    data: Option<Vec<f64>>,
+}
+
+fn load_setup(preset: &FwiPreset, base_dir: &Path) -> Result<Setup> {
+    let truth = match &preset.model.truth {
+        Some(ModelSource::Marmousi { nz, nx, seed }) => Some((
+            *nz,
+            *nx,
+            marmousi::marmousi_like(*nz, *nx, *seed)
+                .into_iter()
+                .map(f64::from)
+                .collect::<Vec<_>>(),
+        )),
+        Some(ModelSource::File(f)) => Some(load::read_model(f, base_dir)?),
+        None => None,
+    };
+    let (nz, nx, start) = match (&preset.model.start, &truth) {
+        (
+            StartModel::Smooth {
+                sigma_cells,
+                keep_rows,
+            },
+            Some((nz, nx, t)),
+        ) => {
+            let s = marmousi::gaussian_smooth(t, *nz, *nx, *sigma_cells);
+            let s = s
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| if i / nx < *keep_rows { t[i] } else { x })
+                .collect();
+            (*nz, *nx, s)
+        }
+        (StartModel::File(f), _) => load::read_model(f, base_dir)?,
+        (StartModel::Smooth { .. }, None) => {
+            return Err(Error::config("model.start", "smoothing needs a true model"));
+        }
+    };
+    if let Some((tz, tx, _)) = &truth
+        && (*tz, *tx) != (nz, nx)
+    {
+        return Err(Error::config(
+            "model.start",
+            format!("the starting model is {nz}×{nx}, the true model {tz}×{tx}"),
+        ));
+    }
+    let acquisition = match preset.acquisition.lines(nz, nx) {
+        Some(a) => a?,
+        None => {
+            let crate::physics::wave::AcquisitionConfig::Files { sources, receivers } =
+                &preset.acquisition
+            else {
+                unreachable!("lines() covers the other layout")
+            };
+            let file = |p: &PathBuf| super::config::ArrayFile {
+                path: p.clone(),
+                shape: None,
+                transpose: false,
+            };
+            let (ss, s) = load::read_array(&file(sources), base_dir)?;
+            let (rs, r) = load::read_array(&file(receivers), base_dir)?;
+            let a = acquisition_from_cells((&ss, &s), (&rs, &r))?;
+            a.validate(nz, nx)?;
+            a
+        }
+    };
+    let nt = preset.wave.nt;
+    let wavelet = match preset.wavelet.ricker_samples(nt, preset.wave.dt_s) {
+        Some(w) => w,
+        None => {
+            let crate::physics::wave::WaveletConfig::File { path, .. } = &preset.wavelet else {
+                unreachable!("ricker handled")
+            };
+            let (shape, w) = load::read_array(
+                &super::config::ArrayFile {
+                    path: path.clone(),
+                    shape: Some(vec![nt]),
+                    transpose: false,
+                },
+                base_dir,
+            )?;
+            if shape.iter().product::<usize>() != nt {
+                return Err(Error::config(
+                    "wavelet.path",
+                    format!("the wavelet has shape {shape:?}, wave.nt is {nt}"),
+                ));
+            }
+            w
+        }
+    };
+    let data = match &preset.data {
+        Some(f) => {
+            let nr = acquisition.max_receivers();
+            if acquisition.shots.iter().any(|s| s.receivers.len() != nr) {
+                return Err(Error::config(
+                    "data",
+                    "loaded data need the same number of receivers in every shot",
+                ));
+            }
+            let (dnt, d) = load::read_data(f, base_dir, acquisition.len(), nr)?;
+            if dnt != nt {
+                return Err(Error::config(
+                    "data",
+                    format!("the data have {dnt} samples per trace, wave.nt is {nt}"),
+                ));
+            }
+            Some(d)
+        }
+        None => None,
+    };
+    Ok(Setup {
+        nz,
+        nx,
+        truth: truth.map(|t| t.2),
+        start,
+        acquisition,
+        wavelet,
+        data,
+    })
+}
+
+fn encode_setup(s: &Setup) -> Vec<u8> {
+    let mut b = Bytes(Vec::new());
+    b.u64(s.nz as u64);
+    b.u64(s.nx as u64);
+    b.values(s.truth.as_deref().unwrap_or(&[]));
+    b.values(&s.start);
+    b.values(&s.wavelet);
+    b.values(s.data.as_deref().unwrap_or(&[]));
+    b.u64(s.acquisition.len() as u64);
+    for shot in &s.acquisition.shots {
+        for cells in [&shot.sources, &shot.receivers] {
+            b.u64(cells.len() as u64);
+            for c in cells.iter() {
+                b.u64(c[0] as u64);
+                b.u64(c[1] as u64);
+            }
+        }
+    }
+    b.0
+}
+
+fn decode_setup(bytes: &[u8]) -> Result<Setup> {
+    let mut c = Cursor(bytes);
+    let (nz, nx) = (c.u64()? as usize, c.u64()? as usize);
+    let truth: Vec<f64> = c.values()?;
+    let start = c.values()?;
+    let wavelet = c.values()?;
+    let data: Vec<f64> = c.values()?;
+    let n = c.u64()? as usize;
+    let mut shots = Vec::with_capacity(n.min(1 << 20));
+    for _ in 0..n {
+        let mut cells = || -> Result<Vec<[usize; 2]>> {
+            let k = c.u64()? as usize;
+            (0..k)
+                .map(|_| Ok([c.u64()? as usize, c.u64()? as usize]))
+                .collect()
+        };
+        let sources = cells()?;
+        let receivers = cells()?;
+        shots.push(Shot { sources, receivers });
+    }
+    Ok(Setup {
+        nz,
+        nx,
+        truth: (!truth.is_empty()).then_some(truth),
+        start,
+        acquisition: Acquisition { shots },
+        wavelet,
+        data: (!data.is_empty()).then_some(data),
+    })
+}
+
+/// FNV-1a of the model's bytes.
+fn model_hash<T: Real>(model: &[T]) -> u64 {
+    let mut bytes = Vec::with_capacity(model.len() * T::BYTES);
+    for v in model {
+        v.put_le(&mut bytes);
+    }
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+fn rel_error<T: Real>(v: &[T], truth: &[f64]) -> f64 {
+    let num: f64 = v
+        .iter()
+        .zip(truth)
+        .map(|(a, b)| (a.to_f64() - b).powi(2))
+        .sum();
+    let den: f64 = truth.iter().map(|b| b * b).sum();
+    (num / den).sqrt()
+}
+
+fn to_f32<T: Real>(v: &[T]) -> Vec<f32> {
+    v.iter().map(|x| x.to_f64() as f32).collect()
+}
+
+/// What one rank reports each epoch (with its model hash).
+#[derive(Serialize, Deserialize)]
+struct Report {
+    timing: RankEpoch,
+    hash: u64,
+}
+
+#[allow(clippy::too_many_lines)]
+fn run_typed<T: Real>(
+    preset: &FwiPreset,
+    base_dir: &Path,
+    staging: Option<Staging>,
+    timed: Arc<TimedCollective>,
+    on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
+) -> Result<FwiSummary> {
+    let t_start = Instant::now();
+    let comm: Arc<dyn Collective> = timed.clone();
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let setup = broadcast_result(
+        comm.as_ref(),
+        (rank == 0).then(|| load_setup(preset, base_dir).map(|s| encode_setup(&s))),
+    )?;
+    let setup = decode_setup(&setup)?;
+    let (nz, nx) = (setup.nz, setup.nx);
+    let (dz, dx) = (preset.model.dz_m, preset.model.dx_m);
+    let cells = nz * nx;
+    let start = VelocityModel::<T>::new(
+        nz,
+        nx,
+        dz,
+        dx,
+        setup.start.iter().map(|&v| T::from_f64(v)).collect(),
+    )?;
+    let truth_max = setup
+        .truth
+        .as_ref()
+        .map(|t| t.iter().cloned().fold(0.0, f64::max))
+        .unwrap_or(0.0);
+    // A fixed discretisation for the whole inversion (deepwave advises pinning max_vel): the model
+    // is kept below it.
+    let max_vel = preset
+        .wave
+        .max_vel
+        .or(preset.fwi.max_velocity)
+        .unwrap_or(1.25 * start.max_velocity().max(truth_max));
+    let settings = SolverSettings {
+        max_vel: Some(max_vel),
+        ..preset.wave.settings(preset.wavelet.freq_hz())
+    };
+    let acq = &setup.acquisition;
+    let n_shots = acq.len();
+    let wavelets: Vec<Vec<T>> = acq
+        .shots
+        .iter()
+        .map(|s| {
+            (0..s.sources.len())
+                .flat_map(|_| setup.wavelet.iter().map(|&v| T::from_f64(v)))
+                .collect()
+        })
+        .collect();
+    let nt = preset.wave.nt;
+
+    // Observed data: loaded (already broadcast), or modelled once by rank 0 and broadcast.
+    let observed_flat: Vec<T> = match &setup.data {
+        Some(d) => d.iter().map(|&v| T::from_f64(v)).collect(),
+        None => {
+            let made = (rank == 0).then(|| -> Result<Vec<u8>> {
+                let truth = setup
+                    .truth
+                    .as_ref()
+                    .ok_or_else(|| Error::config("model.truth", "needed to model the data"))?;
+                let tm = VelocityModel::<T>::new(
+                    nz,
+                    nx,
+                    dz,
+                    dx,
+                    truth.iter().map(|&v| T::from_f64(v)).collect(),
+                )?;
+                let d = Solver::new(&tm, &settings)?.forward(&acq.shots, &wavelets)?;
+                let mut b = Bytes(Vec::new());
+                b.values(&d.into_iter().flat_map(|g| g.data).collect::<Vec<T>>());
+                Ok(b.0)
+            });
+            Cursor(&broadcast_result(comm.as_ref(), made)?).values()?
+        }
+    };
+    let mut observed = Vec::with_capacity(n_shots);
+    let mut at = 0;
+    for s in &acq.shots {
+        let n = s.receivers.len() * nt;
+        let data = observed_flat
+            .get(at..at + n)
+            .ok_or_else(Cursor::bad)?
+            .to_vec();
+        observed.push(Gather {
+            receivers: s.receivers.len(),
+            nt,
+            data,
+        });
+        at += n;
+    }
+
+    // Gradient mask: frozen rows and a radius around every source.
+    let mut mask = vec![true; cells];
+    let r = preset.fwi.source_mask_cells;
+    for (i, m) in mask.iter_mut().enumerate() {
+        let (z, x) = (i / nx, i % nx);
+        if z < preset.fwi.freeze_rows {
+            *m = false;
+        } else if r > 0.0 {
+            *m = !acq.shots.iter().flat_map(|s| &s.sources).any(|c| {
+                let (dz, dx) = (z as f64 - c[0] as f64, x as f64 - c[1] as f64);
+                dz * dz + dx * dx <= r * r
+            });
+        }
+    }
+    let lo = T::from_f64(preset.fwi.min_velocity.unwrap_or(f64::MIN_POSITIVE));
+    let hi = T::from_f64(preset.fwi.max_velocity.map_or(max_vel, |m| m.min(max_vel)));
+
+    let mut model = start.v.clone();
+    let truth_f32 = setup
+        .truth
+        .as_ref()
+        .map(|t| t.iter().map(|&v| v as f32).collect::<Vec<_>>());
+    let initial_f32 = to_f32(&model);
+    let initial_error = setup.truth.as_ref().map(|t| rel_error(&model, t));
+    let step_ratio = Solver::new(&start, &settings)?.step_ratio();
+    let internal_dt = preset.wave.dt_s / step_ratio as f64;
+    let epochs = preset.fwi.epochs;
+    let mut stop = on_event(FwiEvent::Started {
+        name: &preset.name,
+        nz,
+        nx,
+        shots: n_shots,
+        epochs,
+        world_size: world,
+        step_ratio,
+        true_model: truth_f32.as_deref(),
+        initial_model: &initial_f32,
+    })
+    .is_break();
+    let setup_secs = t_start.elapsed().as_secs_f64();
+    let t_solve = Instant::now();
+    let [b1, b2] = preset.fwi.betas;
+    let mut adam = Adam::<T>::new(cells, preset.fwi.learning_rate, (b1, b2), preset.fwi.eps);
+    let mut history = Vec::with_capacity(epochs);
+    let mut peak_bytes = 0;
+    let mut stopped_early = false;
+    let layout = super::figures::Layout::new(nz, nx, dz, dx, acq);
+    let mut panels = Vec::new();
+    for epoch in 0..epochs {
+        let t_epoch = Instant::now();
+        let comm_mark = timed.secs();
+        // Rank 0 draws the batch (and says whether to stop); everyone receives it.
+        let mut buf = Vec::new();
+        if rank == 0 {
+            let mut b = Bytes(Vec::new());
+            b.u64(stop as u64);
+            let batch: Vec<u64> = draw(n_shots, preset.fwi.batch_size, preset.seed, epoch)
+                .into_iter()
+                .map(|i| i as u64)
+                .collect();
+            b.values(&batch.iter().map(|&i| i as f64).collect::<Vec<f64>>());
+            buf = b.0;
+        }
+        comm.broadcast(&mut buf, 0)?;
+        let mut c = Cursor(&buf);
+        if c.u64()? != 0 {
+            stopped_early = true;
+            break;
+        }
+        let batch: Vec<usize> = c.values::<f64>()?.into_iter().map(|v| v as usize).collect();
+        if batch.iter().any(|&i| i >= n_shots) {
+            return Err(Cursor::bad());
+        }
+        let mine = tensor_split(batch.len(), world, rank);
+        let my_shots: Vec<Shot> = batch[mine.clone()]
+            .iter()
+            .map(|&i| acq.shots[i].clone())
+            .collect();
+        let my_wavelets: Vec<Vec<T>> = batch[mine.clone()]
+            .iter()
+            .map(|&i| wavelets[i].clone())
+            .collect();
+        let my_observed: Vec<Gather<T>> = batch[mine.clone()]
+            .iter()
+            .map(|&i| observed[i].clone())
+            .collect();
+        let cutoff = preset.cutoff_at(epoch);
+        let figures = epoch + 1 == epochs
+            || (preset.output.figures_every > 0 && (epoch + 1) % preset.output.figures_every == 0);
+        let current = VelocityModel::new(nz, nx, dz, dx, model.clone())?;
+        let solver = Solver::new(&current, &settings)?;
+        let misfit = L2Misfit {
+            observed: &my_observed,
+            weight: 1.0 / batch.len() as f64,
+            low_pass: cutoff.map(|c| (preset.wave.dt_s, c)),
+        };
+        let opts = GradientOptions {
+            strategy: preset.wave.gradient,
+            checkpoint_every: preset.wave.checkpoint_every,
+            illumination: figures,
+        };
+        let t_model = Instant::now();
+        let results = if my_shots.is_empty() {
+            Vec::new()
+        } else {
+            solver.gradient(&my_shots, &my_wavelets, &misfit, &opts)?
+        };
+        let model_secs = t_model.elapsed().as_secs_f64();
+        let (f_sum, a_sum): (f64, f64) = results
+            .iter()
+            .map(|r| (r.forward_secs, r.adjoint_secs))
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let forward_secs = if f_sum + a_sum > 0.0 {
+            model_secs * f_sum / (f_sum + a_sum)
+        } else {
+            0.0
+        };
+        peak_bytes = peak_bytes.max(results.iter().map(|r| r.peak_bytes).max().unwrap_or(0));
+
+        // Sum over the batch: gradient, loss, and on figure epochs the illumination.
+        let width = cells * if figures { 3 } else { 1 };
+        let mut grad = vec![T::ZERO; width];
+        let mut loss = 0.0;
+        match preset.fwi.sum_order {
+            SumOrder::Exact => {
+                let mut b = Bytes(Vec::new());
+                b.u64(results.len() as u64);
+                for (k, res) in results.iter().enumerate() {
+                    b.u64((mine.start + k) as u64);
+                    b.values(&[res.loss]);
+                    b.values(&res.gradient);
+                    if figures {
+                        b.values(res.source_illumination.as_deref().unwrap_or(&[]));
+                        b.values(res.receiver_illumination.as_deref().unwrap_or(&[]));
+                    }
+                }
+                let mut parts: Vec<(usize, f64, Vec<T>)> = Vec::with_capacity(batch.len());
+                for bytes in comm.all_gather(&b.0)? {
+                    let mut c = Cursor(&bytes);
+                    for _ in 0..c.u64()? {
+                        let pos = c.u64()? as usize;
+                        let l = c
+                            .values::<f64>()?
+                            .first()
+                            .copied()
+                            .ok_or_else(Cursor::bad)?;
+                        let mut g: Vec<T> = c.values()?;
+                        if figures {
+                            g.extend(c.values::<T>()?);
+                            g.extend(c.values::<T>()?);
+                        }
+                        if g.len() != width {
+                            return Err(Cursor::bad());
+                        }
+                        parts.push((pos, l, g));
+                    }
+                }
+                parts.sort_by_key(|p| p.0);
+                for (_, l, g) in &parts {
+                    loss += l;
+                    for (a, b) in grad.iter_mut().zip(g) {
+                        *a += *b;
+                    }
+                }
+            }
+            SumOrder::AllReduce => {
+                let mut buf = vec![0f32; width + 1];
+                for res in &results {
+                    buf[width] += res.loss as f32;
+                    for (a, b) in buf.iter_mut().zip(&res.gradient) {
+                        *a += b.to_f64() as f32;
+                    }
+                    if figures {
+                        let illum = res
+                            .source_illumination
+                            .iter()
+                            .chain(&res.receiver_illumination)
+                            .flatten();
+                        for (a, b) in buf[cells..width].iter_mut().zip(illum) {
+                            *a += b.to_f64() as f32;
+                        }
+                    }
+                }
+                comm.all_reduce(&mut buf, ReduceOp::Sum)?;
+                loss = buf[width] as f64;
+                grad = buf[..width]
+                    .iter()
+                    .map(|&v| T::from_f64(v as f64))
+                    .collect();
+            }
+        }
+        let illumination = figures.then(|| grad.split_off(cells));
+        let mut g: Vec<T> = if preset.fwi.smooth_gradient_cells > 0.0 {
+            let f: Vec<f64> = grad.iter().map(|v| v.to_f64()).collect();
+            marmousi::gaussian_smooth(&f, nz, nx, preset.fwi.smooth_gradient_cells)
+                .into_iter()
+                .map(T::from_f64)
+                .collect()
+        } else {
+            grad
+        };
+        for (v, &keep) in g.iter_mut().zip(&mask) {
+            if !keep {
+                *v = T::ZERO;
+            }
+        }
+        adam.step(&mut model, &g);
+        for v in model.iter_mut() {
+            if *v < lo {
+                *v = lo;
+            } else if *v > hi {
+                *v = hi;
+            }
+        }
+        // Every rank must now hold the same model: exchange hashes with the timings.
+        let mine_report = Report {
+            timing: RankEpoch {
+                rank,
+                shots: batch[mine.clone()].to_vec(),
+                forward_secs,
+                adjoint_secs: model_secs - forward_secs,
+                communication_secs: timed.secs() - comm_mark,
+            },
+            hash: model_hash(&model),
+        };
+        let bytes =
+            serde_json::to_vec(&mine_report).map_err(|e| Error::config("report", e.to_string()))?;
+        let reports: Vec<Report> = comm
+            .all_gather(&bytes)?
+            .iter()
+            .map(|b| {
+                serde_json::from_slice(b).map_err(|e| {
+                    Error::config("report", format!("a rank sent an unreadable report: {e}"))
+                })
+            })
+            .collect::<Result<_>>()?;
+        if let Some(bad) = reports.iter().find(|r| r.hash != reports[0].hash) {
+            return Err(Error::PeerLost {
+                rank: bad.timing.rank,
+                how: format!(
+                    "holds a different model than rank 0 after epoch {} (hash {:016x} vs {:016x}): the ranks diverged",
+                    epoch + 1,
+                    bad.hash,
+                    reports[0].hash
+                ),
+            });
+        }
+        let report = EpochReport {
+            epoch: epoch + 1,
+            epochs,
+            loss,
+            model_error: setup.truth.as_ref().map(|t| rel_error(&model, t)),
+            cutoff_hz: cutoff,
+            batch: batch.clone(),
+            ranks: reports.into_iter().map(|r| r.timing).collect(),
+            secs: t_epoch.elapsed().as_secs_f64(),
+        };
+        let model_f32 = to_f32(&model);
+        let grad_f32 = to_f32(&g);
+        let illum_f32 = illumination.as_ref().map(|i| to_f32(i));
+        if let Some(staging) = staging.as_ref().filter(|_| figures) {
+            panels.push(super::figures::epoch_panel(
+                staging.path(),
+                (report.epoch, report.model_error),
+                &layout,
+                truth_f32.as_deref(),
+                &model_f32,
+                &grad_f32,
+                illum_f32.as_ref().map(|i| (&i[..cells], &i[cells..])),
+            )?);
+        }
+        stop |= on_event(FwiEvent::Epoch {
+            report: &report,
+            model: &model_f32,
+            gradient: &grad_f32,
+            illumination: illum_f32.as_ref().map(|i| (&i[..cells], &i[cells..])),
+        })
+        .is_break();
+        history.push(report);
+    }
+    let solve_secs = t_solve.elapsed().as_secs_f64();
+    let final_f32 = to_f32(&model);
+    let mut summary = FwiSummary {
+        name: preset.name.clone(),
+        model_shape: [nz, nx],
+        shots: n_shots,
+        epochs: history.len(),
+        stopped_early,
+        initial_model_error: initial_error,
+        final_model_error: setup.truth.as_ref().map(|t| rel_error(&model, t)),
+        step_ratio,
+        internal_dt_s: internal_dt,
+        max_vel,
+        precision: preset.wave.precision,
+        gradient_strategy: preset.wave.gradient,
+        peak_bytes_per_shot: peak_bytes,
+        world_size: world,
+        backend: comm.backend_name(),
+        setup_secs,
+        solve_secs,
+        history,
+        outputs: Vec::new(),
+        run_dir: None,
+        preset: preset.to_toml()?,
+        model: final_f32,
+    };
+    let Some(staging) = staging else {
+        return Ok(summary);
+    };
+    let out_dir = staging.path();
+    let grid = |v: &[f32]| crate::tensor::Tensor::from_vec(&[nz, nx], v.to_vec());
+    let mut put = |name: &str, t: crate::tensor::Tensor| -> Result<()> {
+        io::write_array(&out_dir.join(name), &t)?;
+        summary.outputs.push(PathBuf::from(name));
+        Ok(())
+    };
+    if let Some(t) = &truth_f32 {
+        put("true_model.npy", grid(t)?)?;
+    }
+    put("initial_model.npy", grid(&initial_f32)?)?;
+    put("inverted_model.npy", grid(&summary.model)?)?;
+    let nr = acq.max_receivers();
+    if setup.data.is_none() && acq.shots.iter().all(|s| s.receivers.len() == nr) {
+        put(
+            "observed_data.npy",
+            crate::tensor::Tensor::from_vec(&[n_shots, nr, nt], to_f32(&observed_flat))?,
+        )?;
+    }
+    let history: Vec<_> = summary
+        .history
+        .iter()
+        .map(|r| (r.epoch, r.loss, r.model_error, r.cutoff_hz))
+        .collect();
+    summary.outputs.extend(super::figures::summary_figures(
+        out_dir,
+        &history,
+        summary.initial_model_error,
+        &setup.wavelet,
+        preset.wave.dt_s,
+        (&observed, acq, dx),
+    )?);
+    summary.outputs.append(&mut panels);
+    summary.outputs.push(PathBuf::from("metrics.json"));
+    let json = serde_json::to_vec_pretty(&summary)
+        .map_err(|e| Error::config("metrics.json", e.to_string()))?;
+    io::write_atomic(&out_dir.join("metrics.json"), &json)?;
+    summary.run_dir = Some(staging.commit(&preset.name)?);
+    Ok(summary)
+}

@@ -1,0 +1,393 @@
+//! A run's output folder as one unit: files are written into a hidden staging folder next to the
+//! destination and the folder is renamed into place when the run is complete, so a folder that
+//! exists under its final name always holds a whole run (with its `metrics.json`), and two runs
+//! never share a folder.
+//!
+//! Two ways to name the destination ([`RunDir`]): `Unique` (`<root>/<YYYYMMDD-HHMMSS>-<name>-<n>`, the
+//! first free `n`, never reused — what `tessera serve` and `tessera run` without `--out` use) and
+//! `Exact` (the folder the user named; it must not hold files unless `replace` is set, and then the
+//! previous run is replaced only once the new one is complete).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+
+/// Where a run's outputs go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunDir {
+    /// A new folder `<root>/<YYYYMMDD-HHMMSS>-<name>-<n>` (local time of the run's start, the
+    /// first `n` ≥ 1 that is free).
+    Unique { root: PathBuf },
+    /// Exactly `path`. It must not exist or be empty, unless `replace`: then a previous run there
+    /// is replaced when this one completes (never before, so a failed run loses nothing).
+    Exact { path: PathBuf, replace: bool },
+}
+
+impl From<&Path> for RunDir {
+    fn from(path: &Path) -> RunDir {
+        RunDir::Exact {
+            path: path.to_path_buf(),
+            replace: false,
+        }
+    }
+}
+
+impl RunDir {
+    /// Fails early (before any computing) when the destination cannot take this run: an `Exact`
+    /// folder that already holds files without `replace`, or a path that is a file.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            RunDir::Unique { root } => {
+                if root.exists() && !root.is_dir() {
+                    return Err(Error::format(root, "the output root is not a folder"));
+                }
+                Ok(())
+            }
+            RunDir::Exact { path, replace } => {
+                if !path.exists() {
+                    return Ok(());
+                }
+                if !path.is_dir() {
+                    return Err(Error::format(path, "the output folder is a file"));
+                }
+                let has_files = std::fs::read_dir(path)
+                    .map_err(|e| Error::io("reading output folder", path, e))?
+                    .next()
+                    .is_some();
+                if has_files && !replace {
+                    return Err(Error::config(
+                        "--out",
+                        format!(
+                            "the output folder already holds files (a previous run?); choose \
+                             another folder, or pass --replace to replace them once this run \
+                             completes: {}",
+                            path.display()
+                        ),
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The folder that staging folders are made in (on the destination's file system).
+    fn parent(&self) -> PathBuf {
+        match self {
+            RunDir::Unique { root } => root.clone(),
+            RunDir::Exact { path, .. } => match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            },
+        }
+    }
+}
+
+/// A run's folder while it is being written: hidden, removed if dropped before [`Staging::commit`].
+#[derive(Debug)]
+pub struct Staging {
+    dest: RunDir,
+    path: PathBuf,
+    /// `YYYYMMDD-HHMMSS` of the run's start.
+    stamp: String,
+    committed: bool,
+}
+
+impl Staging {
+    /// Checks the destination and creates the staging folder — which also proves the destination's
+    /// file system is writable, before the run computes anything.
+    pub fn create(dest: &RunDir) -> Result<Staging> {
+        dest.check()?;
+        let parent = dest.parent();
+        std::fs::create_dir_all(&parent)
+            .map_err(|e| Error::io("creating output folder", &parent, e))?;
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = parent.join(format!(".tessera-partial-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&path) {
+                Ok(()) => {
+                    return Ok(Staging {
+                        dest: dest.clone(),
+                        path,
+                        stamp: local_timestamp(),
+                        committed: false,
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(Error::io(
+                        "creating a folder in the output folder (is it writable?)",
+                        &parent,
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Where the run writes its files now.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Moves the complete run into place and returns its final folder. `name` (the preset's name)
+    /// goes into a unique folder's name.
+    pub fn commit(mut self, name: &str) -> Result<PathBuf> {
+        let dest = self.dest.clone();
+        let final_path = match &dest {
+            RunDir::Unique { root } => {
+                let base = format!("{}-{}", self.stamp, file_name_safe(name));
+                let mut n = 1u64;
+                loop {
+                    let candidate = root.join(format!("{base}-{n}"));
+                    match rename_no_replace(&self.path, &candidate) {
+                        Ok(()) => break candidate,
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+                        Err(e) => return Err(Error::io("moving the run into place", candidate, e)),
+                    }
+                }
+            }
+            RunDir::Exact { path, replace } => {
+                // An empty folder (made by the user, or a temporary folder) is not a previous run.
+                let _ = std::fs::remove_dir(path);
+                match rename_no_replace(&self.path, path) {
+                    Ok(()) => path.clone(),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && *replace => {
+                        replace_dir(&self.path, path)?;
+                        path.clone()
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        return Err(Error::config(
+                            "--out",
+                            format!(
+                                "another run wrote into the output folder meanwhile; this run is \
+                                 left in {}: {}",
+                                self.keep().display(),
+                                path.display()
+                            ),
+                        ));
+                    }
+                    Err(e) => return Err(Error::io("moving the run into place", path, e)),
+                }
+            }
+        };
+        self.committed = true;
+        Ok(final_path)
+    }
+
+    /// Keeps the staging folder (it is not removed on drop) and returns its path.
+    fn keep(&mut self) -> PathBuf {
+        self.committed = true;
+        self.path.clone()
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Replaces the folder `dest` by `src`: the old folder is first moved aside under a hidden name
+/// (so at every moment one complete run is in place or being moved), then removed.
+fn replace_dir(src: &Path, dest: &Path) -> Result<()> {
+    let parent = dest.parent().unwrap_or(Path::new("."));
+    let aside = parent.join(format!(
+        ".tessera-replaced-{}-{}",
+        std::process::id(),
+        local_timestamp()
+    ));
+    std::fs::rename(dest, &aside)
+        .map_err(|e| Error::io("moving the previous run aside", dest, e))?;
+    if let Err(e) = std::fs::rename(src, dest) {
+        let _ = std::fs::rename(&aside, dest);
+        return Err(Error::io("moving the run into place", dest, e));
+    }
+    std::fs::remove_dir_all(&aside).map_err(|e| Error::io("removing the previous run", aside, e))
+}
+
+/// `rename(2)` that fails with `AlreadyExists` instead of replacing an existing (empty) folder.
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path"))
+    };
+    let (cf, ct) = (c(from)?, c(to)?);
+    // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them like rename(2).
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            cf.as_ptr(),
+            libc::AT_FDCWD,
+            ct.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        // File systems without RENAME_NOREPLACE: check, then rename (a narrow race remains).
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => {
+            if to.exists() {
+                return Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists));
+            }
+            std::fs::rename(from, to)
+        }
+        // rename onto a non-empty folder reports ENOTEMPTY on some file systems.
+        Some(libc::ENOTEMPTY) => Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists)),
+        _ => Err(e),
+    }
+}
+
+/// A name with only letters, digits, `-`, `_` and `.` (others become `_`), for folder names.
+fn file_name_safe(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match s.trim_start_matches('.') {
+        "" => "run".into(),
+        t => t.chars().take(64).collect(),
+    }
+}
+
+/// The local time now as `YYYYMMDD-HHMMSS`.
+pub fn local_timestamp() -> String {
+    // SAFETY: time(NULL) has no preconditions; localtime_r writes only into `tm`.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return format!("t{t}");
+        }
+        format!(
+            "{:04}{:02}{:02}-{:02}{:02}{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    #[test]
+    fn unique_folders_are_never_reused() {
+        let root = tempfile::tempdir().unwrap();
+        let dest = RunDir::Unique {
+            root: root.path().join("runs"),
+        };
+        let a = Staging::create(&dest).unwrap();
+        let b = Staging::create(&dest).unwrap();
+        write(a.path(), "metrics.json", "a");
+        write(b.path(), "metrics.json", "b");
+        // Staged folders are hidden until complete.
+        assert!(
+            a.path()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with('.')
+        );
+        let (pa, pb) = (a.commit("my run/1").unwrap(), b.commit("my run/1").unwrap());
+        assert_ne!(pa, pb);
+        let name = pa.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.ends_with("-my_run_1-1"), "{name}");
+        assert_eq!(name.len(), "YYYYMMDD-HHMMSS".len() + "-my_run_1-1".len());
+        assert!(pb.to_string_lossy().ends_with("-my_run_1-2") || pb != pa);
+        assert_eq!(
+            std::fs::read_to_string(pa.join("metrics.json")).unwrap(),
+            "a"
+        );
+        assert_eq!(
+            std::fs::read_to_string(pb.join("metrics.json")).unwrap(),
+            "b"
+        );
+        let entries = std::fs::read_dir(root.path().join("runs")).unwrap().count();
+        assert_eq!(entries, 2, "no staging folder is left behind");
+    }
+
+    #[test]
+    fn an_abandoned_run_leaves_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let dest = RunDir::Exact {
+            path: root.path().join("out"),
+            replace: false,
+        };
+        let s = Staging::create(&dest).unwrap();
+        write(s.path(), "reconstruction.npy", "half");
+        drop(s);
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn an_exact_folder_with_files_is_refused_unless_replaced_after_success() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        // An empty folder is fine.
+        let s = Staging::create(&RunDir::from(out.as_path())).unwrap();
+        write(s.path(), "metrics.json", "first");
+        assert_eq!(s.commit("x").unwrap(), out);
+        // A folder with a previous run is refused before anything is computed …
+        let err = Staging::create(&RunDir::from(out.as_path())).unwrap_err();
+        assert!(err.to_string().contains("--replace"), "{err}");
+        // … and with `replace`, the previous run stays until the new one is complete.
+        let replace = RunDir::Exact {
+            path: out.clone(),
+            replace: true,
+        };
+        let failed = Staging::create(&replace).unwrap();
+        drop(failed);
+        assert_eq!(
+            std::fs::read_to_string(out.join("metrics.json")).unwrap(),
+            "first"
+        );
+        let s = Staging::create(&replace).unwrap();
+        write(s.path(), "metrics.json", "second");
+        s.commit("x").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(out.join("metrics.json")).unwrap(),
+            "second"
+        );
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_read_only_destination_fails_before_the_run() {
+        if unsafe { libc::geteuid() } == 0 {
+            // root writes into read-only folders; the permission check cannot be observed.
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let ro = root.path().join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let err = Staging::create(&RunDir::Unique { root: ro.clone() }).unwrap_err();
+        assert!(err.to_string().contains("writable"), "{err}");
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}

@@ -1,0 +1,409 @@
+//! One time step over the whole grid, rows spread over the rayon pool in bands, and the state that
+//! is stepped (Devito's `TimeFunction` buffers: two time levels plus the C-PML memory fields).
+
+use rayon::prelude::*;
+
+use super::kernels::{AdjointRow, Fields, ForwardRow, Kernel, leapfrog};
+use super::real::Real;
+
+/// Rows per parallel task: enough work to amortise scheduling, small enough to balance the heavier
+/// absorbing-layer rows across threads.
+const BAND_ROWS: usize = 8;
+
+/// The stepped state: `cur` (time t), `prev` (t − 1, overwritten by t + 1), ψ (double-buffered: the
+/// stencil reads neighbours) and ζ (double-buffered only for the adjoint, which also reads
+/// neighbours).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct State<T> {
+    pub cur: Vec<T>,
+    pub prev: Vec<T>,
+    pub psi_y: Vec<T>,
+    pub psi_x: Vec<T>,
+    pub psi_yn: Vec<T>,
+    pub psi_xn: Vec<T>,
+    pub zeta_y: Vec<T>,
+    pub zeta_x: Vec<T>,
+    /// Empty for the forward state.
+    pub zeta_yn: Vec<T>,
+    pub zeta_xn: Vec<T>,
+}
+
+impl<T: Real> State<T> {
+    pub fn zeros(cells: usize, adjoint: bool) -> Self {
+        let z = || vec![T::ZERO; cells];
+        let zn = || {
+            if adjoint {
+                vec![T::ZERO; cells]
+            } else {
+                Vec::new()
+            }
+        };
+        State {
+            cur: z(),
+            prev: z(),
+            psi_y: z(),
+            psi_x: z(),
+            psi_yn: z(),
+            psi_xn: z(),
+            zeta_y: z(),
+            zeta_x: z(),
+            zeta_yn: zn(),
+            zeta_xn: zn(),
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        [
+            &self.cur,
+            &self.prev,
+            &self.psi_y,
+            &self.psi_x,
+            &self.psi_yn,
+            &self.psi_xn,
+            &self.zeta_y,
+            &self.zeta_x,
+            &self.zeta_yn,
+            &self.zeta_xn,
+        ]
+        .iter()
+        .map(|v| v.len() * T::BYTES)
+        .sum()
+    }
+
+    /// After a step: the new level becomes current and the next ψ (and adjoint ζ) buffers swap in.
+    pub fn rotate(&mut self) {
+        std::mem::swap(&mut self.cur, &mut self.prev);
+        std::mem::swap(&mut self.psi_y, &mut self.psi_yn);
+        std::mem::swap(&mut self.psi_x, &mut self.psi_xn);
+        if !self.zeta_yn.is_empty() {
+            std::mem::swap(&mut self.zeta_y, &mut self.zeta_yn);
+            std::mem::swap(&mut self.zeta_x, &mut self.zeta_xn);
+        }
+    }
+
+    /// The part of the forward state a checkpoint must keep (everything but the scratch ψ buffers).
+    pub fn snapshot(&self) -> [Vec<T>; 6] {
+        [
+            self.cur.clone(),
+            self.prev.clone(),
+            self.psi_y.clone(),
+            self.psi_x.clone(),
+            self.zeta_y.clone(),
+            self.zeta_x.clone(),
+        ]
+    }
+
+    pub fn restore(&mut self, snap: &[Vec<T>; 6]) {
+        self.cur.copy_from_slice(&snap[0]);
+        self.prev.copy_from_slice(&snap[1]);
+        self.psi_y.copy_from_slice(&snap[2]);
+        self.psi_x.copy_from_slice(&snap[3]);
+        self.zeta_y.copy_from_slice(&snap[4]);
+        self.zeta_x.copy_from_slice(&snap[5]);
+    }
+}
+
+/// What a step writes besides the state, each optional.
+#[derive(Default)]
+pub(crate) struct Extras<'a, T> {
+    /// The spatial term `w` of every row (the wavefield history the gradient needs).
+    pub w_out: Option<&'a mut [T]>,
+    /// `+= cur²` (illumination).
+    pub energy: Option<&'a mut [T]>,
+    /// `G += cur · w_fwd` on the columns `[c0, c1)` of the rows `[r0, r1)` (gradient accumulation).
+    pub gradient: Option<Gradient<'a, T>>,
+    /// `new += dv · w_bg` (the Born scattering source).
+    pub born: Option<(&'a [T], &'a [T])>,
+}
+
+pub(crate) struct Gradient<'a, T> {
+    pub acc: &'a mut [T],
+    pub w_fwd: &'a [T],
+    pub rows: (usize, usize),
+    pub cols: (usize, usize),
+}
+
+/// Splits rows `[r, nz − r)` of a grid into bands of `BAND_ROWS` rows.
+fn bands<T>(buf: &mut [T], nx: usize, r: usize, nz: usize) -> Vec<&mut [T]> {
+    buf[r * nx..(nz - r) * nx]
+        .chunks_mut(BAND_ROWS * nx)
+        .collect()
+}
+
+fn optional_bands<T>(
+    buf: Option<&mut [T]>,
+    nx: usize,
+    r: usize,
+    nz: usize,
+    n: usize,
+) -> Vec<Option<&mut [T]>> {
+    match buf {
+        Some(b) => bands(b, nx, r, nz).into_iter().map(Some).collect(),
+        None => (0..n).map(|_| None).collect(),
+    }
+}
+
+/// Per-band mutable slices.
+struct BandMut<'a, T> {
+    y0: usize,
+    new: &'a mut [T],
+    psi_yn: &'a mut [T],
+    psi_xn: &'a mut [T],
+    zeta_y: &'a mut [T],
+    zeta_x: &'a mut [T],
+    w_out: Option<&'a mut [T]>,
+    energy: Option<&'a mut [T]>,
+    grad: Option<&'a mut [T]>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn split_bands<'a, T>(
+    nx: usize,
+    nz: usize,
+    r: usize,
+    new: &'a mut [T],
+    psi_yn: &'a mut [T],
+    psi_xn: &'a mut [T],
+    zeta_y: &'a mut [T],
+    zeta_x: &'a mut [T],
+    w_out: Option<&'a mut [T]>,
+    energy: Option<&'a mut [T]>,
+    grad: Option<&'a mut [T]>,
+) -> Vec<BandMut<'a, T>> {
+    let new = bands(new, nx, r, nz);
+    let n = new.len();
+    let mut psi_yn = bands(psi_yn, nx, r, nz).into_iter();
+    let mut psi_xn = bands(psi_xn, nx, r, nz).into_iter();
+    let mut zeta_y = bands(zeta_y, nx, r, nz).into_iter();
+    let mut zeta_x = bands(zeta_x, nx, r, nz).into_iter();
+    let mut w_out = optional_bands(w_out, nx, r, nz, n).into_iter();
+    let mut energy = optional_bands(energy, nx, r, nz, n).into_iter();
+    let mut grad = optional_bands(grad, nx, r, nz, n).into_iter();
+    new.into_iter()
+        .enumerate()
+        .map(|(b, new)| BandMut {
+            y0: r + b * BAND_ROWS,
+            new,
+            psi_yn: psi_yn.next().expect("same row count"),
+            psi_xn: psi_xn.next().expect("same row count"),
+            zeta_y: zeta_y.next().expect("same row count"),
+            zeta_x: zeta_x.next().expect("same row count"),
+            w_out: w_out.next().expect("same row count"),
+            energy: energy.next().expect("same row count"),
+            grad: grad.next().expect("same row count"),
+        })
+        .collect()
+}
+
+/// One forward step: `state.prev ← u(t+1)` for every row, ψ into the next buffers, ζ in place.
+/// The caller injects sources into `state.prev` and then calls [`State::rotate`].
+pub(crate) fn forward<T: Real, const R: usize>(
+    k: &Kernel<'_, T, R>,
+    nz: usize,
+    v: &[T],
+    state: &mut State<T>,
+    extras: Extras<'_, T>,
+) {
+    let nx = k.nx;
+    let State {
+        cur,
+        prev,
+        psi_y,
+        psi_x,
+        psi_yn,
+        psi_xn,
+        zeta_y,
+        zeta_x,
+        ..
+    } = state;
+    let (cur, psi_y, psi_x) = (&cur[..], &psi_y[..], &psi_x[..]);
+    let born = extras.born;
+    let (grad, grad_w) = match extras.gradient {
+        Some(g) => (Some(g.acc), Some((g.w_fwd, g.rows, g.cols))),
+        None => (None, None),
+    };
+    let work = split_bands(
+        nx,
+        nz,
+        R,
+        prev,
+        psi_yn,
+        psi_xn,
+        zeta_y,
+        zeta_x,
+        extras.w_out,
+        extras.energy,
+        grad,
+    );
+    work.into_par_iter().for_each(|mut b| {
+        let mut w = vec![T::ZERO; nx];
+        let rows = b.new.len() / nx;
+        for j in 0..rows {
+            let y = b.y0 + j;
+            let row = j * nx..(j + 1) * nx;
+            let mut out = ForwardRow {
+                w: &mut w,
+                psi_yn: &mut b.psi_yn[row.clone()],
+                psi_xn: &mut b.psi_xn[row.clone()],
+                zeta_y: &mut b.zeta_y[row.clone()],
+                zeta_x: &mut b.zeta_x[row.clone()],
+            };
+            let fields = Fields {
+                u: cur,
+                psi_y,
+                psi_x,
+                zeta_y: &[],
+                zeta_x: &[],
+            };
+            k.forward_row(y, fields, &mut out);
+            tail(
+                k,
+                y,
+                &w,
+                v,
+                cur,
+                &mut b.new[row.clone()],
+                born,
+                b.w_out.as_deref_mut().map(|s| &mut s[row.clone()]),
+                b.energy.as_deref_mut().map(|s| &mut s[row.clone()]),
+                b.grad
+                    .as_deref_mut()
+                    .map(|s| &mut s[row.clone()])
+                    .zip(grad_w),
+            );
+        }
+    });
+}
+
+/// One adjoint step (β form): `state.prev ← β(t)`, ψ and ζ into the next buffers; with a
+/// gradient, `G += β(t+1)·w_fwd(t)`. The caller injects receiver residuals and rotates.
+pub(crate) fn adjoint<T: Real, const R: usize>(
+    k: &Kernel<'_, T, R>,
+    nz: usize,
+    v: &[T],
+    state: &mut State<T>,
+    extras: Extras<'_, T>,
+) {
+    let nx = k.nx;
+    let State {
+        cur,
+        prev,
+        psi_y,
+        psi_x,
+        psi_yn,
+        psi_xn,
+        zeta_y,
+        zeta_x,
+        zeta_yn,
+        zeta_xn,
+    } = state;
+    let fields = Fields {
+        u: &cur[..],
+        psi_y: &psi_y[..],
+        psi_x: &psi_x[..],
+        zeta_y: &zeta_y[..],
+        zeta_x: &zeta_x[..],
+    };
+    let cur = &cur[..];
+    let (grad, grad_w) = match extras.gradient {
+        Some(g) => (Some(g.acc), Some((g.w_fwd, g.rows, g.cols))),
+        None => (None, None),
+    };
+    let work = split_bands(
+        nx,
+        nz,
+        R,
+        prev,
+        psi_yn,
+        psi_xn,
+        zeta_yn,
+        zeta_xn,
+        extras.w_out,
+        extras.energy,
+        grad,
+    );
+    work.into_par_iter().for_each(|mut b| {
+        let mut w = vec![T::ZERO; nx];
+        let rows = b.new.len() / nx;
+        for j in 0..rows {
+            let y = b.y0 + j;
+            let row = j * nx..(j + 1) * nx;
+            let mut out = AdjointRow {
+                w: &mut w,
+                psi_yn: &mut b.psi_yn[row.clone()],
+                psi_xn: &mut b.psi_xn[row.clone()],
+                zeta_yn: &mut b.zeta_y[row.clone()],
+                zeta_xn: &mut b.zeta_x[row.clone()],
+            };
+            k.adjoint_row(y, fields, &mut out);
+            tail(
+                k,
+                y,
+                &w,
+                v,
+                cur,
+                &mut b.new[row.clone()],
+                None,
+                b.w_out.as_deref_mut().map(|s| &mut s[row.clone()]),
+                b.energy.as_deref_mut().map(|s| &mut s[row.clone()]),
+                b.grad
+                    .as_deref_mut()
+                    .map(|s| &mut s[row.clone()])
+                    .zip(grad_w),
+            );
+        }
+    });
+}
+
+type GradientRow<'a, T> = (&'a mut [T], (&'a [T], (usize, usize), (usize, usize)));
+
+/// Leapfrog update of one row plus the optional outputs.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tail<T: Real, const R: usize>(
+    k: &Kernel<'_, T, R>,
+    y: usize,
+    w: &[T],
+    v: &[T],
+    cur: &[T],
+    new: &mut [T],
+    born: Option<(&[T], &[T])>,
+    w_out: Option<&mut [T]>,
+    energy: Option<&mut [T]>,
+    grad: Option<GradientRow<'_, T>>,
+) {
+    let nx = k.nx;
+    let (x0, x1) = (R, nx - R);
+    let base = y * nx;
+    let cur_row = &cur[base..base + nx];
+    leapfrog(
+        k.isa,
+        &v[base + x0..base + x1],
+        &w[x0..x1],
+        &cur_row[x0..x1],
+        &mut new[x0..x1],
+    );
+    if let Some((dv, wbg)) = born {
+        for x in x0..x1 {
+            new[x] += dv[base + x] * wbg[base + x];
+        }
+    }
+    if let Some(out) = w_out {
+        out[x0..x1].copy_from_slice(&w[x0..x1]);
+    }
+    if let Some(e) = energy {
+        for x in x0..x1 {
+            e[x] += cur_row[x] * cur_row[x];
+        }
+    }
+    if let Some((acc, (w_fwd, rows, cols))) = grad
+        && y >= rows.0
+        && y < rows.1
+    {
+        let wf = &w_fwd[base..base + nx];
+        for x in cols.0..cols.1 {
+            acc[x] += cur_row[x] * wf[x];
+        }
+    }
+}
