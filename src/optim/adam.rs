@@ -43,7 +43,11 @@ impl Adam {
                 i += 1;
             }
         }
-        assert_eq!(i, grads.len(), "Adam: parameters and gradients differ in length");
+        assert_eq!(
+            i,
+            grads.len(),
+            "Adam: parameters and gradients differ in length"
+        );
     }
 }
 
@@ -58,7 +62,10 @@ mod tests {
         let mut b = vec![3.0f32];
         let mut adam = Adam::new(3);
         adam.step([a.as_mut_slice(), b.as_mut_slice()], &[0.5, -4.0, 0.0], 0.1);
-        assert!((a[0] - 0.9).abs() < 1e-6 && (a[1] - 2.1).abs() < 1e-6, "{a:?}");
+        assert!(
+            (a[0] - 0.9).abs() < 1e-6 && (a[1] - 2.1).abs() < 1e-6,
+            "{a:?}"
+        );
         assert_eq!(b, [3.0]);
     }
 }
