@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
 use tessera::denoise::DenoiserConfig;
+use tessera::dist::placement::{Placement, available_cores};
 use tessera::dist::{self, RankFlags, RankInfo};
 use tessera::io::RunDir;
 use tessera::job::{self, JobEvent};
@@ -189,6 +190,29 @@ enum BenchWhat {
         #[arg(long, default_value_t = 3, value_parser = number_in::<1, 1000>)]
         repeats: usize,
     },
+    /// Scaling study of a preset: runs it at each rank count (× image size × threads per rank) as
+    /// real rank processes, then writes per-rank/per-iteration and summary CSV, PNG figures and one
+    /// self-contained HTML report into --out.
+    Scaling {
+        /// Bundled preset name or TOML file.
+        preset: String,
+        /// Rank counts to run, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        ranks: Vec<usize>,
+        /// Longest image sides to run, comma-separated (default: the preset's size); the sample
+        /// and the blur widths are scaled.
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<usize>,
+        /// Threads per rank to run, comma-separated (default: cores / ranks).
+        #[arg(long, value_delimiter = ',')]
+        threads_per_rank: Vec<usize>,
+        /// Override preset values (repeatable), e.g. --set algorithm.iterations=5.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Output folder (default: out/scaling-<preset name>); runs go to its runs/ folder.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
     /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is
     /// scripts/bench_deepwave.py, which runs this interleaved with deepwave.
@@ -257,6 +281,10 @@ struct GroupArgs {
     /// off), however long its work takes; 0 = no heartbeats (e.g. to stop a rank in a debugger).
     #[arg(long, default_value_t = 5, value_name = "SECS", value_parser = number_in::<0, 3600>)]
     liveness_timeout: usize,
+    /// Compute threads per rank (default: this host's cores divided by its ranks; overrides the
+    /// preset's distributed.threads_per_rank).
+    #[arg(long, value_name = "N")]
+    threads_per_rank: Option<usize>,
 }
 
 /// Entry point: runs the command and turns errors into a message and exit code 1.
@@ -387,6 +415,7 @@ fn train(
             return Ok(());
         }
     }
+    place_threads(group, None)?;
     let comm = join_group(group)?;
     let (preset, base_dir) = TrainPreset::load(name, set)
         .with_context(|| format!("loading training preset `{name}`"))?;
@@ -433,13 +462,12 @@ fn run(
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let preset = &loaded.preset;
-    let out_dir = match out.or_else(|| preset.output.dir.clone()) {
-        Some(path) => RunDir::Exact { path, replace },
-        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
-        None => RunDir::Unique {
-            root: PathBuf::from("out").join(&preset.name),
-        },
-    };
+    let placement = place_threads(group, preset.distributed.threads_per_rank)?;
+    let out_dir = run_dir(
+        out.or_else(|| preset.output.dir.clone()),
+        replace,
+        &preset.name,
+    )?;
     // Checked before any rank starts computing (rank 0 checks again when it stages the run): the
     // output folder, and the inputs against the real image, memory included.
     out_dir.check()?;
@@ -461,6 +489,9 @@ fn run(
     }
     let comm = join_group(group)?;
     let rank = comm.rank();
+    if rank == 0 && !quiet {
+        eprintln!("threads: {placement}");
+    }
     let quiet = quiet || rank != 0;
     let progress = attach::Progress::new(&preset.name, preset.algorithm.iterations(), quiet);
     let mut on_event = |event: JobEvent<'_>| {
@@ -486,6 +517,18 @@ fn run(
         say!("  outputs in {}", dir.display());
     }
     Ok(())
+}
+
+/// Where `tessera run` writes: the folder named (`--out` or the preset's), replaced only with
+/// `--replace`, or a new folder under `out/NAME`.
+fn run_dir(out: Option<PathBuf>, replace: bool, name: &str) -> Result<RunDir> {
+    Ok(match out {
+        Some(path) => RunDir::Exact { path, replace },
+        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
+        None => RunDir::Unique {
+            root: PathBuf::from("out").join(name),
+        },
+    })
 }
 
 /// What a finished run prints (locally or attached).
@@ -546,13 +589,11 @@ fn run_fwi(
     use indicatif::{ProgressBar, ProgressStyle};
     use std::io::IsTerminal;
     use tessera::fwi::FwiEvent;
-    let out_dir = match out.or_else(|| preset.output.dir.clone()) {
-        Some(path) => RunDir::Exact { path, replace },
-        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
-        None => RunDir::Unique {
-            root: PathBuf::from("out").join(&preset.name),
-        },
-    };
+    let out_dir = run_dir(
+        out.or_else(|| preset.output.dir.clone()),
+        replace,
+        &preset.name,
+    )?;
     out_dir.check()?;
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
@@ -682,6 +723,7 @@ fn serve(
         dist::launch::launch(n, &args).context("local process group")?;
         return Ok(());
     }
+    place_threads(group, None)?;
     let comm = join_group(group)?;
     let info = RankInfo::discover(&rank_flags(group))?;
     let opts = ServeOptions {
@@ -726,10 +768,32 @@ fn rank_flags(group: &GroupArgs) -> RankFlags {
     }
 }
 
+/// Sizes this process's thread pool (flag, else `preset_threads`, else the host's cores shared by
+/// its ranks) before anything computes (the pool can be sized only once); logged.
+fn place_threads(group: &GroupArgs, preset_threads: Option<usize>) -> Result<Placement> {
+    let local_ranks = match group.ranks {
+        Some(n) => n,
+        None => {
+            RankInfo::discover(&rank_flags(group))
+                .context("finding this process's rank")?
+                .local_world_size
+        }
+    };
+    let placement = Placement::choose(
+        local_ranks,
+        available_cores(),
+        group.threads_per_rank,
+        preset_threads,
+    )?;
+    placement.apply()?;
+    tracing::info!("threads: {placement}");
+    Ok(placement)
+}
+
 /// Discovers this process's rank and joins the group with the chosen transport.
 fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
     let info = RankInfo::discover(&rank_flags(group)).context("finding this process's rank")?;
-    dist::init_backend(
+    let comm = dist::init_backend(
         group.backend,
         &info,
         Duration::from_secs(group.rendezvous_timeout as u64),
@@ -744,7 +808,8 @@ fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
             "joining the process group as rank {} of {}",
             info.rank, info.world_size
         )
-    })
+    })?;
+    Ok(comm)
 }
 
 fn bench(what: BenchWhat) -> Result<()> {
@@ -774,6 +839,14 @@ fn bench(what: BenchWhat) -> Result<()> {
             say!("  FBP  {:8.1} ms", r.fbp_secs * 1e3);
             say!("  (single-threaded reference and ratios: cargo bench --bench tomography)");
         }
+        BenchWhat::Scaling {
+            preset,
+            ranks,
+            sizes,
+            threads_per_rank,
+            set,
+            out,
+        } => bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out)?,
         BenchWhat::Wave {
             nz,
             nx,
@@ -799,9 +872,9 @@ fn bench(what: BenchWhat) -> Result<()> {
             if json {
                 let mut v = serde_json::to_value(&r)?;
                 v["forward_bandwidth_fraction"] = r.forward_bandwidth_fraction().into();
-                println!("{v}");
+                say!("{v}");
             } else {
-                println!("{r}");
+                say!("{r}");
             }
         }
         BenchWhat::Collectives {
@@ -815,6 +888,104 @@ fn bench(what: BenchWhat) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// `tessera bench scaling`: every configuration is a `tessera run … --ranks N` of this binary (a
+/// real process group), run one after the other so they do not compete for the cores.
+fn bench_scaling(
+    name: &str,
+    ranks: &[usize],
+    sizes: &[usize],
+    threads: &[usize],
+    set: &[String],
+    out: Option<PathBuf>,
+) -> Result<()> {
+    use tessera::scaling::{Configuration, Run, RunMetrics};
+    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let preset = &loaded.preset;
+    if ranks.is_empty() || ranks.contains(&0) {
+        bail!("--ranks: give rank counts of at least 1, e.g. --ranks 1,2");
+    }
+    for &t in threads {
+        tessera::dist::placement::check_threads("--threads-per-rank", t)?;
+    }
+    let sizes: Vec<Option<usize>> = if sizes.is_empty() {
+        vec![None]
+    } else {
+        sizes.iter().copied().map(Some).collect()
+    };
+    let threads: Vec<Option<usize>> = if threads.is_empty() {
+        vec![None]
+    } else {
+        threads.iter().copied().map(Some).collect()
+    };
+    let mut configs = Vec::new();
+    for &size in &sizes {
+        // Resize once per size: a bad size fails before any run starts.
+        let resize = match size {
+            Some(s) => tessera::scaling::size_overrides(preset, s)?,
+            None => Vec::new(),
+        };
+        for &t in &threads {
+            for &n in ranks {
+                let config = Configuration {
+                    size,
+                    ranks: n,
+                    threads: t,
+                };
+                configs.push((config, resize.clone()));
+            }
+        }
+    }
+    let out = out.unwrap_or_else(|| PathBuf::from("out").join(format!("scaling-{}", preset.name)));
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let total = configs.len();
+    let mut runs = Vec::with_capacity(total);
+    for (k, (config, resize)) in configs.into_iter().enumerate() {
+        let dir = out.join("runs").join(config.slug());
+        eprintln!(
+            "[{}/{}] {} → {}",
+            k + 1,
+            total,
+            config.slug(),
+            dir.display()
+        );
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["run", name, "--quiet", "--ranks"])
+            .arg(config.ranks.to_string())
+            .arg("--out")
+            .arg(&dir);
+        for o in set.iter().chain(&resize) {
+            cmd.args(["--set", o]);
+        }
+        if let Some(t) = config.threads {
+            cmd.args(["--threads-per-rank", &t.to_string()]);
+        }
+        let status = cmd
+            .status()
+            .with_context(|| format!("starting run {}", config.slug()))?;
+        if !status.success() {
+            bail!(
+                "run {} failed ({status}); its output is above, its folder {}",
+                config.slug(),
+                dir.display()
+            );
+        }
+        let metrics = RunMetrics::load(&dir).with_context(|| format!("run {}", config.slug()))?;
+        eprintln!(
+            "    {:.2} s (slowest rank; gradient {:.2} s, denoiser {:.2} s)",
+            metrics.total_secs(),
+            metrics.gradient_secs(),
+            metrics.denoiser_secs()
+        );
+        runs.push(Run { config, metrics });
+    }
+    let report =
+        tessera::scaling::write_report(&runs, &format!("Scaling study: {}", preset.name), &out)
+            .context("writing the scaling report")?;
+    println!("{}", tessera::scaling::summary_csv(&runs));
+    println!("report: {}", report.display());
     Ok(())
 }
 
@@ -847,10 +1018,10 @@ fn presets(files: &[PathBuf]) -> Result<()> {
     }
     for (name, text) in tessera::fwi::BUNDLED_FWI {
         match tessera::fwi::FwiPreset::from_toml(text, name, &[]) {
-            Ok(p) => println!("ok       {:<14} {}", p.name, p.description),
+            Ok(p) => say!("ok       {:<14} {}", p.name, p.description),
             Err(e) => {
                 failures += 1;
-                println!("INVALID  {name:<14} {e}");
+                say!("INVALID  {name:<14} {e}");
             }
         }
     }
@@ -865,7 +1036,7 @@ fn presets(files: &[PathBuf]) -> Result<()> {
 
 fn report_preset(name: &str, failures: &mut usize) {
     if let Ok(Some((p, _, _))) = tessera::fwi::FwiPreset::load(name, &[]) {
-        println!("ok       {:<14} {}", p.name, p.description);
+        say!("ok       {:<14} {}", p.name, p.description);
         return;
     }
     match Preset::load(name, &[]) {

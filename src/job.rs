@@ -18,7 +18,8 @@ use std::sync::Arc;
 use crate::denoise::Denoiser;
 use crate::dist::denoise::DistributedTiledDenoiser;
 use crate::dist::physics::DistributedStack;
-use crate::dist::timed::TimedCollective;
+use crate::dist::profile::{IterationProfile, Profiler};
+use crate::dist::timed::{PhasedDenoiser, TimedCollective};
 use crate::dist::{Collective, SingleProcess};
 use crate::error::{Error, Result};
 use crate::io::{self, RunDir, Staging};
@@ -97,6 +98,19 @@ pub struct RankTimes {
     /// Time inside collectives (part of the gradient and denoiser times).
     pub communication_secs: f64,
     pub total_secs: f64,
+    /// Time the solve spent waiting at collectives for the last rank to arrive (part of
+    /// `communication_secs`).
+    #[serde(default)]
+    pub idle_secs: f64,
+    /// Compute threads of this rank's pool.
+    #[serde(default)]
+    pub threads: usize,
+    /// Peak resident memory of the rank over the iterations, bytes.
+    #[serde(default)]
+    pub peak_rss_bytes: u64,
+    /// The rank's profile per iteration: time, communication and idle per phase, peak memory.
+    #[serde(default)]
+    pub iterations: Vec<IterationProfile>,
 }
 
 /// Summary of a finished job; also written as `metrics.json`.
@@ -476,7 +490,10 @@ pub fn run_in_group_with(
         }
         BackProjectionMethod::Fbp => None,
     };
-    let denoiser = build_denoiser(preset, comm.clone())?;
+    let denoiser = build_denoiser(preset, comm.clone())?.map(|inner| PhasedDenoiser {
+        inner,
+        timed: timed.clone(),
+    });
     let setup_secs = t_start.elapsed().as_secs_f64();
     let mut comm_per_iter = Vec::new();
     let mut comm_mark = timed.secs();
@@ -501,18 +518,22 @@ pub fn run_in_group_with(
     {
         return Err(Error::Cancelled("before the first iteration".into()));
     }
+    let mut profiler = Profiler::start(timed.clone())?;
     let mut callback = |report: &IterationReport, x: &Tensor| {
+        profiler.iteration_done(&report.times);
         let now = timed.secs();
         comm_per_iter.push(now - comm_mark);
         let mut report = report.clone();
         report.times.communication_secs = now - comm_mark;
         comm_mark = now;
-        on_event(JobEvent::Iteration { report: &report, x })
+        let flow = on_event(JobEvent::Iteration { report: &report, x });
+        profiler.next_iteration();
+        flow
     };
     let t_solve = Instant::now();
     let (algorithm, recon) = match &preset.algorithm {
         AlgorithmConfig::Pnp(cfg) => {
-            let denoiser = denoiser.as_deref().ok_or_else(|| {
+            let denoiser = denoiser.as_ref().ok_or_else(|| {
                 Error::config("denoiser", "the pnp algorithm needs a [denoiser] section")
             })?;
             let r = optim::pnp(
@@ -543,6 +564,7 @@ pub fn run_in_group_with(
     }
     let gradient_secs = history.iter().map(|h| h.times.gradient_secs).sum();
     let denoiser_secs = history.iter().map(|h| h.times.denoiser_secs).sum();
+    let profiles = profiler.finish()?;
     let mine = RankTimes {
         rank,
         operators: stack.local_indices(),
@@ -550,8 +572,22 @@ pub fn run_in_group_with(
         denoiser_secs,
         communication_secs: timed.secs(),
         total_secs: t_start.elapsed().as_secs_f64(),
+        idle_secs: 0.0,
+        threads: rayon::current_num_threads(),
+        peak_rss_bytes: 0,
+        iterations: Vec::new(),
     };
-    let ranks = crate::dist::wire::all_gather_as(comm.as_ref(), "timings", &mine)?;
+    let mut ranks: Vec<RankTimes> =
+        crate::dist::wire::all_gather_as(comm.as_ref(), "timings", &mine)?;
+    for (r, iterations) in ranks.iter_mut().zip(profiles) {
+        r.idle_secs = iterations.iter().map(IterationProfile::idle_secs).sum();
+        r.peak_rss_bytes = iterations
+            .iter()
+            .map(|i| i.peak_rss_bytes)
+            .max()
+            .unwrap_or(0);
+        r.iterations = iterations;
+    }
 
     let mut summary = JobSummary {
         name: preset.name.clone(),

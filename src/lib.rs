@@ -7,7 +7,8 @@
 //! ranks (and splits neural networks over them by exact spatial decomposition, `dist::spatial`);
 //! `train` trains the native neural denoisers; `physics::wave` is 2-D acoustic wave propagation
 //! (deepwave's `scalar`, with its exact adjoint gradient) and `fwi` runs full-waveform inversion on
-//! it, data-parallel over the ranks of a group. See docs/ARCHITECTURE.md.
+//! it, data-parallel over the ranks of a group; `scaling` reads the runs of a scaling study back and
+//! reports them (CSV, figures, one HTML page). See docs/ARCHITECTURE.md.
 //!
 //! ```
 //! use tessera::Tensor;
@@ -43,6 +44,7 @@ pub mod plot;
 pub mod preset;
 pub mod protocol;
 pub mod samples;
+pub mod scaling;
 pub mod serve;
 pub mod tensor;
 pub mod tiling;

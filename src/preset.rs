@@ -75,6 +75,10 @@ pub struct DistributedConfig {
     /// stream. The measurements then depend on the number of ranks; off (the default), operator i's
     /// noise is seeded by `seed + i` wherever it runs, so 1, 2 and 3 ranks measure the same data.
     pub seed_offset_by_rank: bool,
+    /// Compute threads per rank process; unset: the host's cores divided by its ranks
+    /// (`dist::placement`). `--threads-per-rank` overrides it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads_per_rank: Option<usize>,
 }
 
 /// Loaded measurements: `paths` (files) or `inline` (arrays sent with the job), one per operator in
@@ -358,6 +362,9 @@ impl Preset {
             None => {}
         }
         self.fidelity.validate()?;
+        if let Some(t) = self.distributed.threads_per_rank {
+            crate::dist::placement::check_threads("distributed.threads_per_rank", t)?;
+        }
         if let Some(d) = &self.denoiser {
             d.validate()?;
         }

@@ -71,6 +71,129 @@ fn one_two_and_three_ranks_give_identical_reconstructions() {
     assert_eq!(outputs[0], outputs[2], "3 ranks differ from 1");
 }
 
+/// metrics.json profiles every rank's every iteration (phases, communication, idle, peak memory)
+/// and records the threads each rank ran; `--threads-per-rank` sets them and does not change the
+/// reconstruction.
+#[test]
+fn every_rank_profiles_every_iteration_and_threads_are_placed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut outputs = Vec::new();
+    for (n, threads) in [("1", None), ("2", Some("1"))] {
+        let out = format!("o{n}");
+        let mut args = vec!["run", "multiblur", "--ranks", n, "--out", &out];
+        args.extend_from_slice(SMALL);
+        if let Some(t) = threads {
+            args.extend_from_slice(&["--threads-per-rank", t]);
+        }
+        let o = run(&args, dir.path());
+        assert!(
+            o.status.success(),
+            "{n} ranks: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        outputs.push(std::fs::read(dir.path().join(&out).join("reconstruction.npy")).unwrap());
+        let metrics: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.path().join(&out).join("metrics.json")).unwrap(),
+        )
+        .unwrap();
+        let ranks = metrics["ranks"].as_array().unwrap();
+        assert_eq!(ranks.len(), n.parse::<usize>().unwrap());
+        for (r, rank) in ranks.iter().enumerate() {
+            let threads_run = rank["threads"].as_u64().unwrap();
+            match threads {
+                Some(t) => assert_eq!(threads_run, t.parse::<u64>().unwrap(), "rank {r}"),
+                None => assert!(threads_run >= 1),
+            }
+            assert!(rank["peak_rss_bytes"].as_u64().unwrap() > 0, "rank {r}");
+            let its = rank["iterations"].as_array().unwrap();
+            assert_eq!(its.len(), 3, "rank {r}: one profile per iteration");
+            let f = |v: &serde_json::Value| v.as_f64().unwrap();
+            let mut summed = 0.0;
+            for (k, it) in its.iter().enumerate() {
+                assert_eq!(it["iteration"].as_u64().unwrap(), k as u64 + 1);
+                let mut total = 0.0;
+                for phase in ["gradient", "denoiser", "other", "setup"] {
+                    let p = &it[phase];
+                    let (secs, comm, idle) = (
+                        f(&p["secs"]),
+                        f(&p["communication_secs"]),
+                        f(&p["idle_secs"]),
+                    );
+                    assert!(
+                        secs >= 0.0 && comm >= 0.0 && idle >= 0.0,
+                        "rank {r} it {k} {phase}: {p}"
+                    );
+                    // Communication and waiting happen inside the phase (clock granularity aside).
+                    assert!(comm + idle <= secs + 1e-3, "rank {r} it {k} {phase}: {p}");
+                    total += secs;
+                }
+                assert!(f(&it["gradient"]["secs"]) > 0.0 && f(&it["denoiser"]["secs"]) > 0.0);
+                if n == "2" {
+                    // Two ranks sum gradients and gather tiles in every iteration.
+                    assert!(
+                        it["gradient"]["bytes"].as_u64().unwrap() > 0,
+                        "rank {r} it {k}: {it}"
+                    );
+                    assert!(
+                        it["denoiser"]["bytes"].as_u64().unwrap() > 0,
+                        "rank {r} it {k}: {it}"
+                    );
+                }
+                assert!(it["peak_rss_bytes"].as_u64().unwrap() > 0);
+                if k > 0 {
+                    assert_eq!(
+                        f(&it["setup"]["secs"]),
+                        0.0,
+                        "only the first iteration has a set-up"
+                    );
+                }
+                summed += total;
+                assert!(
+                    (summed - f(&it["elapsed_secs"])).abs() < 1e-3,
+                    "rank {r} it {k}: {it}"
+                );
+            }
+            assert!(summed <= f(&rank["total_secs"]), "rank {r}: {rank}");
+            let idle: f64 = its
+                .iter()
+                .flat_map(|it| {
+                    ["gradient", "denoiser", "other", "setup"].map(|p| f(&it[p]["idle_secs"]))
+                })
+                .sum();
+            assert!((idle - f(&rank["idle_secs"])).abs() < 1e-9);
+        }
+    }
+    assert_eq!(
+        outputs[0], outputs[1],
+        "2 ranks × 1 thread differ from 1 rank"
+    );
+}
+
+#[test]
+fn absurd_thread_counts_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &["run", "multiblur", "--threads-per-rank", "0", "--quiet"],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--threads-per-rank"), "{err}");
+    let o = run(
+        &[
+            "run",
+            "multiblur",
+            "--set",
+            "distributed.threads_per_rank=0",
+            "--quiet",
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("distributed.threads_per_rank"), "{err}");
+}
+
 #[test]
 fn seeds_offset_by_rank_change_the_noise_only_when_asked() {
     let dir = tempfile::tempdir().unwrap();
@@ -325,4 +448,97 @@ fn the_nccl_backend_without_the_feature_says_how_to_get_it() {
         e.contains("--features nccl") && !e.contains("panicked"),
         "{e}"
     );
+}
+
+/// `tessera bench scaling` runs each rank count as a real process group and reports them.
+#[test]
+fn a_scaling_study_runs_each_configuration_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "bench",
+            "scaling",
+            "multiblur",
+            "--ranks",
+            "1,2",
+            "--sizes",
+            "96",
+            "--set",
+            "algorithm.iterations=2",
+            "--set",
+            "tiling.patch_size=32",
+            "--set",
+            "tiling.overlap=8",
+            "--out",
+            "study",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let study = dir.path().join("study");
+    let runs = |slug: &str| {
+        std::fs::read(study.join("runs").join(slug).join("reconstruction.npy")).unwrap()
+    };
+    assert_eq!(
+        runs("s96-n1"),
+        runs("s96-n2"),
+        "the rank counts reconstruct the same image"
+    );
+    let csv = std::fs::read_to_string(study.join("rank_iterations.csv")).unwrap();
+    // Header, then 1 rank × 2 iterations and 2 ranks × 2 iterations.
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 6, "{csv}");
+    let mut seen: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r[1], r[3], r[4])).collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("1", "0", "1"),
+            ("1", "0", "2"),
+            ("2", "0", "1"),
+            ("2", "0", "2"),
+            ("2", "1", "1"),
+            ("2", "1", "2")
+        ]
+    );
+    let summary = std::fs::read_to_string(study.join("summary.csv")).unwrap();
+    assert_eq!(summary.lines().count(), 3, "{summary}");
+    assert!(
+        summary.lines().nth(1).unwrap().starts_with("96,1,"),
+        "{summary}"
+    );
+    let html = std::fs::read_to_string(study.join("report.html")).unwrap();
+    assert_eq!(html.matches("data:image/png;base64,").count(), 7);
+    assert!(study.join("breakdown.png").is_file());
+
+    // A size the preset's tiles do not fit fails before the report, naming the run.
+    let o = run(
+        &[
+            "bench",
+            "scaling",
+            "multiblur",
+            "--ranks",
+            "1",
+            "--sizes",
+            "64",
+            "--set",
+            "algorithm.iterations=1",
+            "--out",
+            "bad",
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("run s64-n1 failed"), "{err}");
+    let o = run(
+        &["bench", "scaling", "multiblur", "--ranks", "0,2"],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--ranks"));
 }

@@ -18,6 +18,8 @@ pub mod nccl;
 pub(crate) mod net;
 pub mod patch_map;
 pub mod physics;
+pub mod placement;
+pub mod profile;
 pub mod sockets;
 pub mod spatial;
 pub mod store;

@@ -1,0 +1,661 @@
+//! Scaling studies: the runs of one preset at several rank counts (and image sizes, threads per
+//! rank), read back from their `metrics.json`, tabulated as CSV and drawn as a report.
+//!
+//! `tessera bench scaling` (in `cli`) starts each configuration as real rank processes and hands
+//! the run folders here. Times come from the per-rank, per-iteration profiles the job writes
+//! (`dist::profile`): a run's time for a component is the slowest rank's sum over the iterations
+//! (the ranks meet at collectives every iteration, so the slowest one sets the pace). Speedup is
+//! `t_base / t_N` against the configuration with the fewest ranks of the same size and threads,
+//! efficiency `speedup / (N / N_base)`, as in deepinv's scaling study.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::dist::profile::IterationProfile;
+use crate::error::{Error, Result};
+use crate::io;
+use crate::job::RankTimes;
+use crate::physics::PhysicsConfig;
+use crate::plot::{Dash, LineChart, Rgb, Series, StackedBars};
+use crate::preset::Preset;
+
+/// One configuration of a study.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Configuration {
+    /// Longest image side, `None`: the preset's own size.
+    pub size: Option<usize>,
+    pub ranks: usize,
+    /// Threads per rank, `None`: the default placement (cores / local ranks).
+    pub threads: Option<usize>,
+}
+
+impl Configuration {
+    /// A folder name for the run: `n2`, `s1024-n2-t1`, …
+    pub fn slug(&self) -> String {
+        let mut s = String::new();
+        if let Some(size) = self.size {
+            let _ = write!(s, "s{size}-");
+        }
+        let _ = write!(s, "n{}", self.ranks);
+        if let Some(t) = self.threads {
+            let _ = write!(s, "-t{t}");
+        }
+        s
+    }
+
+    /// The group a configuration is compared within (same size and threads).
+    fn group(&self) -> String {
+        let mut s = match self.size {
+            Some(size) => format!("S={size}"),
+            None => "preset size".to_string(),
+        };
+        if let Some(t) = self.threads {
+            let _ = write!(s, ", {t} thr/rank");
+        }
+        s
+    }
+}
+
+/// `--set` overrides that resize the preset's sample so its longest side is `longest` pixels,
+/// keeping its aspect; Gaussian blur widths scale with it (the seeds' workloads give them as
+/// fractions of the image side).
+pub fn size_overrides(preset: &Preset, longest: usize) -> Result<Vec<String>> {
+    let size = match (&preset.image.sample, &preset.image.size) {
+        (Some(_), Some(size)) if !size.is_empty() => size,
+        _ => {
+            return Err(Error::config(
+                "--sizes",
+                format!(
+                    "preset `{}` does not generate a sample of a given [image] size, so it cannot be resized",
+                    preset.name
+                ),
+            ));
+        }
+    };
+    if longest < 8 {
+        return Err(Error::config(
+            "--sizes",
+            format!("{longest} px is too small (at least 8)"),
+        ));
+    }
+    let old = size.iter().copied().max().unwrap_or(1).max(1);
+    let factor = longest as f64 / old as f64;
+    let new: Vec<String> = size
+        .iter()
+        .map(|&n| ((n as f64 * factor).round() as usize).max(1).to_string())
+        .collect();
+    let mut out = vec![format!("image.size=[{}]", new.join(","))];
+    for (i, p) in preset.physics.iter().enumerate() {
+        if let PhysicsConfig::Blur(b) = p
+            && let Some([a, c]) = b.sigma
+        {
+            let (a, c) = (a as f64 * factor, c as f64 * factor);
+            out.push(format!("physics.{i}.sigma=[{a},{c}]"));
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct QualityIn {
+    psnr_db: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct HistoryIn {
+    iteration: usize,
+    psnr_db: Option<f64>,
+}
+
+/// What a study reads from a run's `metrics.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunMetrics {
+    pub world_size: usize,
+    pub solve_secs: f64,
+    reconstruction: Option<QualityIn>,
+    history: Vec<HistoryIn>,
+    pub ranks: Vec<RankTimes>,
+}
+
+impl RunMetrics {
+    /// Reads `dir/metrics.json`; a run without per-iteration profiles for every rank is an error.
+    pub fn load(dir: &Path) -> Result<RunMetrics> {
+        let path = dir.join("metrics.json");
+        let bytes = std::fs::read(&path).map_err(|e| Error::io("reading run metrics", &path, e))?;
+        let m: RunMetrics = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::format(path.display().to_string(), e.to_string()))?;
+        if m.ranks.len() != m.world_size || m.ranks.iter().any(|r| r.iterations.is_empty()) {
+            return Err(Error::format(
+                path.display().to_string(),
+                format!(
+                    "needs a per-iteration profile for each of its {} ranks (a run by an older tessera?)",
+                    m.world_size
+                ),
+            ));
+        }
+        Ok(m)
+    }
+
+    /// The slowest rank's sum of `f` over the iterations.
+    fn slowest(&self, f: impl Fn(&IterationProfile) -> f64) -> f64 {
+        self.ranks
+            .iter()
+            .map(|r| r.iterations.iter().map(&f).sum::<f64>())
+            .fold(0.0, f64::max)
+    }
+
+    pub fn total_secs(&self) -> f64 {
+        self.slowest(IterationProfile::total_secs)
+    }
+    pub fn gradient_secs(&self) -> f64 {
+        self.slowest(|i| i.gradient.secs)
+    }
+    pub fn denoiser_secs(&self) -> f64 {
+        self.slowest(|i| i.denoiser.secs)
+    }
+    pub fn psnr_db(&self) -> Option<f64> {
+        self.reconstruction.as_ref().map(|q| q.psnr_db)
+    }
+    pub fn peak_rss_bytes(&self) -> u64 {
+        self.ranks
+            .iter()
+            .map(|r| r.peak_rss_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A finished configuration.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub config: Configuration,
+    pub metrics: RunMetrics,
+}
+
+/// Speedup and efficiency of one run against the run with the fewest ranks of its group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scaling {
+    pub base_ranks: usize,
+    /// Total, gradient, denoiser.
+    pub speedup: [f64; 3],
+    pub efficiency: [f64; 3],
+}
+
+fn times(m: &RunMetrics) -> [f64; 3] {
+    [m.total_secs(), m.gradient_secs(), m.denoiser_secs()]
+}
+
+/// Speedup and efficiency of every run (index = run).
+pub fn scaling(runs: &[Run]) -> Vec<Scaling> {
+    runs.iter()
+        .map(|run| {
+            let base = runs
+                .iter()
+                .filter(|b| b.config.group() == run.config.group())
+                .min_by_key(|b| b.config.ranks)
+                .unwrap_or(run);
+            let (tb, tn) = (times(&base.metrics), times(&run.metrics));
+            let ratio = run.config.ranks as f64 / base.config.ranks as f64;
+            let speedup = [0, 1, 2].map(|i| tb[i] / tn[i]);
+            Scaling {
+                base_ranks: base.config.ranks,
+                speedup,
+                efficiency: speedup.map(|s| s / ratio),
+            }
+        })
+        .collect()
+}
+
+fn csv_size(c: &Configuration) -> String {
+    c.size.map_or(String::new(), |s| s.to_string())
+}
+
+fn csv_threads(r: &RankTimes) -> String {
+    r.threads.to_string()
+}
+
+/// One line per run, rank and iteration.
+pub fn rank_csv(runs: &[Run]) -> String {
+    let mut s = String::from(
+        "size,ranks,threads,rank,iteration,elapsed_s,gradient_s,gradient_comm_s,gradient_idle_s,gradient_bytes,\
+         denoiser_s,denoiser_comm_s,denoiser_idle_s,denoiser_bytes,other_s,other_comm_s,other_idle_s,setup_s,setup_comm_s,setup_idle_s,peak_rss_bytes\n",
+    );
+    for run in runs {
+        for r in &run.metrics.ranks {
+            for it in &r.iterations {
+                let _ = write!(
+                    s,
+                    "{},{},{},{},{},{:.6}",
+                    csv_size(&run.config),
+                    run.config.ranks,
+                    csv_threads(r),
+                    r.rank,
+                    it.iteration,
+                    it.elapsed_secs
+                );
+                for p in [&it.gradient, &it.denoiser] {
+                    let _ = write!(
+                        s,
+                        ",{:.6},{:.6},{:.6},{}",
+                        p.secs, p.communication_secs, p.idle_secs, p.bytes
+                    );
+                }
+                let _ = writeln!(
+                    s,
+                    ",{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{}",
+                    it.other.secs,
+                    it.other.communication_secs,
+                    it.other.idle_secs,
+                    it.setup.secs,
+                    it.setup.communication_secs,
+                    it.setup.idle_secs,
+                    it.peak_rss_bytes
+                );
+            }
+        }
+    }
+    s
+}
+
+/// One line per run: times (slowest rank), speedup, efficiency, quality, memory.
+pub fn summary_csv(runs: &[Run]) -> String {
+    let mut s = String::from(
+        "size,ranks,threads,iterations,total_s,gradient_s,denoiser_s,communication_s,idle_s,base_ranks,\
+         speedup_total,speedup_gradient,speedup_denoiser,efficiency_total,efficiency_gradient,efficiency_denoiser,\
+         psnr_db,peak_rss_bytes\n",
+    );
+    for (run, sc) in runs.iter().zip(scaling(runs)) {
+        let m = &run.metrics;
+        let t = times(m);
+        let comm = m.slowest(IterationProfile::communication_secs);
+        let idle = m.slowest(IterationProfile::idle_secs);
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{}",
+            csv_size(&run.config),
+            run.config.ranks,
+            m.ranks.first().map_or(String::new(), csv_threads),
+            m.ranks.first().map_or(0, |r| r.iterations.len()),
+            t[0],
+            t[1],
+            t[2],
+            comm,
+            idle,
+            sc.base_ranks,
+            sc.speedup[0],
+            sc.speedup[1],
+            sc.speedup[2],
+            sc.efficiency[0],
+            sc.efficiency[1],
+            sc.efficiency[2],
+            m.psnr_db().map_or(String::new(), |p| format!("{p:.3}")),
+            m.peak_rss_bytes()
+        );
+    }
+    s
+}
+
+/// The runs split by group (same size and threads), in order of first appearance.
+fn groups(runs: &[Run]) -> Vec<(String, Vec<usize>)> {
+    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        let g = r.config.group();
+        match out.iter_mut().find(|(name, _)| *name == g) {
+            Some((_, members)) => members.push(i),
+            None => out.push((g, vec![i])),
+        }
+    }
+    for (_, members) in &mut out {
+        members.sort_by_key(|&i| runs[i].config.ranks);
+    }
+    out
+}
+
+const COMPONENTS: [&str; 3] = ["total", "gradient", "denoiser"];
+
+/// The report's figures: (file stem, caption, image).
+pub fn figures(runs: &[Run]) -> Result<Vec<(String, String, Rgb)>> {
+    let groups = groups(runs);
+    let sc = scaling(runs);
+    let several = groups.len() > 1;
+    let label = |g: &str, c: &str| {
+        if several {
+            format!("{c} ({g})")
+        } else {
+            c.to_string()
+        }
+    };
+    let ranks: Vec<f64> = runs.iter().map(|r| r.config.ranks as f64).collect();
+    let lo = ranks.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ranks.iter().copied().fold(0.0, f64::max);
+    // Log axes only where the rank counts span a decade or so; below that they would carry a
+    // single tick label.
+    let wide = hi / lo >= 8.0;
+    let log = |c: LineChart| if wide { c.log_x().log_y() } else { c };
+    let mut strong =
+        log(LineChart::new("Strong scaling: time of the slowest rank").labels("ranks", "seconds"));
+    let mut speedup = log(LineChart::new("Speedup t_base / t_N").labels("ranks", "speedup"));
+    let mut efficiency = LineChart::new("Parallel efficiency speedup / (N / N_base)")
+        .labels("ranks", "efficiency")
+        .y_range(0.0, 1.2);
+    if wide {
+        efficiency = efficiency.log_x();
+    }
+    for (gi, (g, members)) in groups.iter().enumerate() {
+        let dash = [Dash::Solid, Dash::Dashed, Dash::Dotted][gi % 3];
+        for (ci, c) in COMPONENTS.iter().enumerate() {
+            let pts = |f: &dyn Fn(usize) -> f64| -> Vec<(f64, f64)> {
+                members
+                    .iter()
+                    .map(|&i| (runs[i].config.ranks as f64, f(i)))
+                    .collect()
+            };
+            let series = |points| {
+                Series::new(label(g, c), points)
+                    .color(ci)
+                    .dash(dash)
+                    .markers()
+            };
+            strong = strong.series(series(pts(&|i| times(&runs[i].metrics)[ci])));
+            speedup = speedup.series(series(pts(&|i| sc[i].speedup[ci])));
+            efficiency = efficiency.series(series(pts(&|i| sc[i].efficiency[ci])));
+        }
+    }
+    speedup = speedup.series(
+        Series::new("ideal", vec![(lo, 1.0), (hi, hi / lo)])
+            .color(7)
+            .dash(Dash::Dotted),
+    );
+
+    // Per rank of every run: where its time went, and its peak memory.
+    let mut categories = Vec::new();
+    let mut parts = vec![Vec::new(); 6];
+    let mut memory = Vec::new();
+    for run in runs {
+        for r in &run.metrics.ranks {
+            categories.push(format!("{} r{}", run.config.slug(), r.rank));
+            let sum =
+                |f: &dyn Fn(&IterationProfile) -> f64| r.iterations.iter().map(f).sum::<f64>();
+            parts[0].push(sum(&|i| i.gradient.compute_secs()));
+            parts[1].push(sum(&|i| i.denoiser.compute_secs()));
+            parts[2].push(sum(&|i| i.other.compute_secs()));
+            parts[3].push(sum(&IterationProfile::communication_secs));
+            parts[4].push(sum(&IterationProfile::idle_secs));
+            parts[5].push(sum(&|i| i.setup.compute_secs()));
+            memory.push(r.peak_rss_bytes as f64 / (1 << 20) as f64);
+        }
+    }
+    let width = (300 + 95 * categories.len() as u32).clamp(700, 2400);
+    let mut breakdown = StackedBars::new("Time per rank", "seconds")
+        .categories(categories.clone())
+        .size(width, 480);
+    let names = [
+        "gradient (compute)",
+        "denoiser (compute)",
+        "other (compute)",
+        "communication",
+        "idle at collectives",
+        "algorithm set-up (compute)",
+    ];
+    for (name, values) in names.into_iter().zip(parts) {
+        breakdown = breakdown.part(name, values);
+    }
+    let peak = StackedBars::new("Peak memory per rank", "MiB (peak RSS)")
+        .categories(categories)
+        .part("peak resident memory", memory)
+        .size(width, 420);
+
+    // Quality against time (rank 0's clock) and iteration.
+    let mut by_time = LineChart::new("PSNR against time").labels("seconds", "PSNR (dB)");
+    let mut by_iteration =
+        LineChart::new("PSNR against iteration").labels("iteration", "PSNR (dB)");
+    for (i, run) in runs.iter().enumerate() {
+        let m = &run.metrics;
+        let elapsed = &m.ranks[0].iterations;
+        let psnr: Vec<(usize, f64)> = m
+            .history
+            .iter()
+            .filter_map(|h| h.psnr_db.map(|p| (h.iteration, p)))
+            .collect();
+        let t: Vec<(f64, f64)> = psnr
+            .iter()
+            .filter_map(|&(k, p)| {
+                elapsed
+                    .iter()
+                    .find(|e| e.iteration == k)
+                    .map(|e| (e.elapsed_secs, p))
+            })
+            .collect();
+        let name = run.config.slug();
+        by_time = by_time.series(Series::new(name.clone(), t).color(i));
+        by_iteration = by_iteration
+            .series(Series::new(name, psnr.iter().map(|&(k, p)| (k as f64, p)).collect()).color(i));
+    }
+    let caption =
+        "Measured on this machine; a run's time is its slowest rank's sum over the iterations.";
+    Ok(vec![
+        ("strong_scaling".into(), caption.into(), strong.render()?),
+        ("speedup".into(), "Speedup against the run with the fewest ranks of the same size and threads.".into(), speedup.render()?),
+        ("efficiency".into(), "Parallel efficiency; 1 is ideal.".into(), efficiency.render()?),
+        ("breakdown".into(), "Each rank's time summed over the iterations: compute per phase, communication (moving data) and idle (waiting at a collective for the last rank).".into(), breakdown.render()?),
+        ("psnr_time".into(), "PSNR of the iterate after each iteration against rank 0's elapsed solve time.".into(), by_time.render()?),
+        ("psnr_iteration".into(), "PSNR against iteration: identical curves mean the rank counts compute the same reconstruction.".into(), by_iteration.render()?),
+        ("peak_memory".into(), "Peak resident memory of each rank process.".into(), peak.render()?),
+    ])
+}
+
+/// Writes `rank_iterations.csv`, `summary.csv`, the figures as PNG files and `report.html` (the
+/// same figures embedded, so the page stands alone) into `dir`; returns the report's path.
+pub fn write_report(runs: &[Run], title: &str, dir: &Path) -> Result<PathBuf> {
+    if runs.is_empty() {
+        return Err(Error::config("scaling study", "no runs to report"));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("creating report folder", dir, e))?;
+    let rank_csv_text = rank_csv(runs);
+    let summary = summary_csv(runs);
+    io::write_atomic(&dir.join("rank_iterations.csv"), rank_csv_text.as_bytes())?;
+    io::write_atomic(&dir.join("summary.csv"), summary.as_bytes())?;
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>\
+         <style>body{{font-family:sans-serif;max-width:1900px;margin:1em auto}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}\
+         figure{{margin:1em 0}}</style></head><body>\n<h1>{t}</h1>\n\
+         <p>All figures are measurements on this machine (no model). Files: summary.csv, rank_iterations.csv.</p>\n",
+        t = escape(title)
+    );
+    html.push_str("<h2>Summary</h2>\n<table>\n");
+    for (k, line) in summary.lines().enumerate() {
+        let cell = if k == 0 { "th" } else { "td" };
+        html.push_str("<tr>");
+        for v in line.split(',') {
+            let _ = write!(html, "<{cell}>{}</{cell}>", escape(v));
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</table>\n");
+    for (stem, caption, image) in figures(runs)? {
+        let png = dir.join(format!("{stem}.png"));
+        image.write_png(&png)?;
+        let bytes = std::fs::read(&png).map_err(|e| Error::io("reading figure", &png, e))?;
+        let _ = writeln!(
+            html,
+            "<figure><img alt=\"{stem}\" src=\"data:image/png;base64,{}\"><figcaption>{}</figcaption></figure>",
+            base64(&bytes),
+            escape(&caption)
+        );
+    }
+    html.push_str("</body></html>\n");
+    let path = dir.join("report.html");
+    io::write_atomic(&path, html.as_bytes())?;
+    Ok(path)
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Standard base64 (RFC 4648, padded).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for k in 0..4 {
+            if k <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * k) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dist::profile::PhaseProfile;
+
+    #[test]
+    fn base64_matches_rfc_4648() {
+        for (plain, coded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), coded);
+        }
+    }
+
+    fn run(ranks: usize, gradient: &[f64], denoiser: &[f64]) -> Run {
+        let rank = |r: usize| RankTimes {
+            rank: r,
+            operators: vec![],
+            gradient_secs: 0.0,
+            denoiser_secs: 0.0,
+            communication_secs: 0.0,
+            total_secs: 0.0,
+            idle_secs: 0.0,
+            threads: 1,
+            peak_rss_bytes: 1 << 20,
+            iterations: (1..=2)
+                .map(|k| IterationProfile {
+                    iteration: k,
+                    elapsed_secs: k as f64 * (gradient[r] + denoiser[r]),
+                    gradient: PhaseProfile {
+                        secs: gradient[r],
+                        ..Default::default()
+                    },
+                    denoiser: PhaseProfile {
+                        secs: denoiser[r],
+                        ..Default::default()
+                    },
+                    other: PhaseProfile::default(),
+                    setup: PhaseProfile::default(),
+                    peak_rss_bytes: 1 << 20,
+                })
+                .collect(),
+        };
+        Run {
+            config: Configuration {
+                size: None,
+                ranks,
+                threads: None,
+            },
+            metrics: RunMetrics {
+                world_size: ranks,
+                solve_secs: 0.0,
+                reconstruction: None,
+                history: (1..=2)
+                    .map(|k| HistoryIn {
+                        iteration: k,
+                        psnr_db: Some(20.0 + k as f64),
+                    })
+                    .collect(),
+                ranks: (0..ranks).map(rank).collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn speedup_and_efficiency_follow_the_slowest_rank() {
+        // 1 rank: 4 s gradient + 2 s denoiser per iteration. 2 ranks: the gradient halves on rank
+        // 0 but rank 1 takes 3 s (imbalance), the denoiser halves on both.
+        let runs = vec![run(1, &[4.0], &[2.0]), run(2, &[2.0, 3.0], &[1.0, 1.0])];
+        let sc = scaling(&runs);
+        assert_eq!(sc[0].speedup, [1.0, 1.0, 1.0]);
+        assert_eq!(sc[1].base_ranks, 1);
+        assert_eq!(sc[1].speedup, [12.0 / 8.0, 8.0 / 6.0, 2.0]);
+        assert_eq!(sc[1].efficiency, [0.75, 8.0 / 12.0, 1.0]);
+        let summary = summary_csv(&runs);
+        assert_eq!(summary.lines().count(), 3);
+        assert!(
+            summary
+                .lines()
+                .nth(2)
+                .unwrap()
+                .starts_with(",2,1,2,8.000000,6.000000,2.000000,"),
+            "{summary}"
+        );
+        let ranks = rank_csv(&runs);
+        assert_eq!(
+            ranks.lines().count(),
+            1 + 2 + 2 * 2,
+            "one line per rank and iteration"
+        );
+    }
+
+    #[test]
+    fn the_report_stands_alone() {
+        let runs = vec![run(1, &[4.0], &[2.0]), run(2, &[2.0, 3.0], &[1.0, 1.0])];
+        let dir = tempfile::tempdir().unwrap();
+        let html =
+            std::fs::read_to_string(write_report(&runs, "study <x>", dir.path()).unwrap()).unwrap();
+        assert_eq!(html.matches("data:image/png;base64,").count(), 7);
+        assert!(html.contains("study &lt;x&gt;"));
+        for f in [
+            "strong_scaling",
+            "speedup",
+            "efficiency",
+            "breakdown",
+            "psnr_time",
+            "psnr_iteration",
+            "peak_memory",
+        ] {
+            assert!(dir.path().join(format!("{f}.png")).is_file(), "{f}");
+        }
+        assert!(dir.path().join("summary.csv").is_file());
+    }
+
+    #[test]
+    fn sizes_scale_the_image_and_the_blurs() {
+        let preset = Preset::load("multiblur", &[]).unwrap().preset;
+        let o = size_overrides(&preset, 512).unwrap();
+        assert_eq!(o[0], "image.size=[342,512]");
+        assert_eq!(o.len(), 1 + 8);
+        assert_eq!(
+            o[1],
+            "physics.0.sigma=[5.119999885559082,2.559999942779541]"
+        );
+        let resized = Preset::load("multiblur", &o).unwrap().preset;
+        assert_eq!(resized.image.size, Some(vec![342, 512]));
+        let e = size_overrides(&preset, 4).unwrap_err();
+        assert!(e.to_string().contains("--sizes"), "{e}");
+    }
+}
