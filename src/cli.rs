@@ -142,7 +142,8 @@ enum Command {
         what: BenchWhat,
     },
     /// Train a native DnCNN/DRUNet denoiser (a training preset: bundled `train-dncnn`, or a TOML
-    /// file); each batch is split over the ranks by exact spatial decomposition.
+    /// file; each batch is split over the ranks by exact spatial decomposition), or a Multi-DSN
+    /// classifier (a `kind = "dsn"` preset: bundled `dsn_shapes`, `dsn_shapes7`; domains on ranks).
     Train {
         preset: String,
         /// Override a preset value, e.g. `--set train.steps=50` (repeatable).
@@ -405,6 +406,11 @@ fn train(
     group: &GroupArgs,
 ) -> Result<()> {
     use tessera::train::TrainPreset;
+    if let Some(dsn) = tessera::dsn::run::DsnPreset::load(name, set)
+        .with_context(|| format!("loading training preset `{name}`"))?
+    {
+        return train_dsn(dsn, out, quiet, group);
+    }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     if let Some(n) = group.ranks.filter(|_| !launched) {
         TrainPreset::load(name, set)
@@ -441,6 +447,65 @@ fn train(
             summary.ranks,
             summary.grid,
             summary.weights.display()
+        );
+    }
+    Ok(())
+}
+
+/// `tessera train` with a Multi-DSN preset: one line per epoch (per-domain losses, accuracies).
+fn train_dsn(
+    (preset, base_dir): (tessera::dsn::run::DsnPreset, PathBuf),
+    out: Option<PathBuf>,
+    quiet: bool,
+    group: &GroupArgs,
+) -> Result<()> {
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if let Some(n) = group.ranks.filter(|&n| !launched && n > 1) {
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        dist::launch::launch(n, &args).context("local process group")?;
+        return Ok(());
+    }
+    place_threads(group, None)?;
+    let comm = join_group(group)?;
+    let out_dir = out.unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
+    let loud = !quiet && comm.rank() == 0;
+    let names: Vec<String> = preset.domains.iter().map(|d| d.name.clone()).collect();
+    let summary = tessera::dsn::run::train(&preset, &base_dir, &out_dir, &*comm, &mut |e| {
+        if loud {
+            let per: Vec<String> = e
+                .losses
+                .iter()
+                .zip(&e.accuracy)
+                .zip(&names)
+                .map(|((l, a), n)| format!("{n} {:.3}/{:.0}%", l.total(), 100.0 * a))
+                .collect();
+            eprintln!(
+                "epoch {:>3}  target accuracy {:5.1}%  [loss/accuracy: {}]",
+                e.epoch + 1,
+                100.0 * e.target_accuracy,
+                per.join(", ")
+            );
+        }
+    })
+    .with_context(|| format!("training `{}`", preset.name))?;
+    if comm.rank() == 0 && !quiet {
+        for r in &summary.per_rank {
+            println!(
+                "rank {}: domains {:?}, {:.1} s compute, {:.1} s exchange, peak memory {}",
+                r.rank,
+                r.domains,
+                r.compute_secs,
+                r.exchange_secs,
+                r.peak_rss_bytes
+                    .map_or("unknown".into(), tessera::error::human_bytes)
+            );
+        }
+        println!(
+            "{} domains on {} rank(s); weights {}, metrics {}",
+            summary.domains.len(),
+            summary.ranks,
+            summary.weights.display(),
+            out_dir.join("train.json").display()
         );
     }
     Ok(())
