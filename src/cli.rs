@@ -213,6 +213,16 @@ enum BenchWhat {
         /// Output folder (default: out/scaling-<preset name>); runs go to its runs/ folder.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// The link the model assumes past this machine, `LATENCY_US,GBYTES_PER_S` (e.g. from
+        /// `tessera bench all-reduce` across scripts/netns-hosts.sh); default: the link fitted
+        /// from this study's own multi-rank runs.
+        #[arg(
+            long,
+            value_name = "LATENCY_US,GB_PER_S",
+            value_delimiter = ',',
+            num_args = 2
+        )]
+        link: Vec<f64>,
     },
     /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
     /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is
@@ -245,6 +255,20 @@ enum BenchWhat {
         ranks: usize,
         #[arg(long, default_value_t = 5, value_parser = number_in::<1, 1000>)]
         repeats: usize,
+    },
+    /// All-reduce times in a group started by a launcher (torchrun-style environment, e.g.
+    /// scripts/netns-hosts.sh): one line per size on rank 0, for fitting link latency/bandwidth.
+    AllReduce {
+        /// Buffer sizes in KiB.
+        #[arg(long, value_delimiter = ',', default_value = "4,64,1024,8192", value_parser = number_in::<1, 4_194_304>)]
+        kib: Vec<usize>,
+        #[arg(long, default_value_t = 5, value_parser = number_in::<1, 1000>)]
+        repeats: usize,
+        /// Print JSON (one object: ranks, sizes and times).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        group: GroupArgs,
     },
 }
 
@@ -911,7 +935,22 @@ fn bench(what: BenchWhat) -> Result<()> {
             threads_per_rank,
             set,
             out,
-        } => bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out)?,
+            link,
+        } => {
+            let link = match link[..] {
+                [] => None,
+                [us, gbps] if us >= 0.0 && gbps > 0.0 && us.is_finite() && gbps.is_finite() => {
+                    Some(tessera::scaling::model::Link {
+                        latency_secs: us * 1e-6,
+                        bytes_per_sec: gbps * 1e9,
+                    })
+                }
+                _ => bail!(
+                    "--link: give LATENCY_US,GB_PER_S with latency ≥ 0 and bandwidth > 0, got {link:?}"
+                ),
+            };
+            bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out, link)?
+        }
         BenchWhat::Wave {
             nz,
             nx,
@@ -952,6 +991,47 @@ fn bench(what: BenchWhat) -> Result<()> {
                 dist::bench::bench_all_reduce(mib << 20, ranks, repeats)?
             );
         }
+        BenchWhat::AllReduce {
+            kib,
+            repeats,
+            json,
+            group,
+        } => {
+            let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+            if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+                let args = strip_option(std::env::args_os().skip(1), "--ranks");
+                dist::launch::launch(n, &args).context("local process group")?;
+                return Ok(());
+            }
+            let comm = join_group(&group)?;
+            let bytes: Vec<usize> = kib.iter().map(|k| k << 10).collect();
+            let times = dist::bench::time_all_reduce(comm.as_ref(), &bytes, repeats)?;
+            if comm.rank() == 0 {
+                let ranks = comm.world_size();
+                if json {
+                    say!(
+                        "{}",
+                        serde_json::json!({ "ranks": ranks, "all_reduce": times })
+                    );
+                } else {
+                    say!("all-reduce (sum) over {ranks} ranks, best of {repeats}:");
+                    for t in &times {
+                        say!("  {:>10} B  {:10.3} ms", t.bytes, t.secs * 1e3);
+                    }
+                }
+                // The link a ring all-reduce of these times implies, for `bench scaling --link`.
+                let samples: Vec<(f64, f64)> =
+                    times.iter().map(|t| (t.bytes as f64, t.secs)).collect();
+                match tessera::scaling::model::Link::fit_all_reduce(ranks, &samples) {
+                    Ok(l) => say!(
+                        "fitted link: --link {:.1},{:.4}  (latency µs, GB/s)",
+                        l.latency_secs * 1e6,
+                        l.bytes_per_sec / 1e9
+                    ),
+                    Err(e) => say!("no link fitted: {e}"),
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -965,8 +1045,9 @@ fn bench_scaling(
     threads: &[usize],
     set: &[String],
     out: Option<PathBuf>,
+    link: Option<tessera::scaling::model::Link>,
 ) -> Result<()> {
-    use tessera::scaling::{Configuration, Run, RunMetrics};
+    use tessera::scaling::{Configuration, Run, RunMetrics, model::Workload};
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let preset = &loaded.preset;
     if ranks.is_empty() || ranks.contains(&0) {
@@ -1044,11 +1125,28 @@ fn bench_scaling(
             metrics.gradient_secs(),
             metrics.denoiser_secs()
         );
-        runs.push(Run { config, metrics });
+        let overrides: Vec<String> = set.iter().chain(&resize).cloned().collect();
+        let workload =
+            match Preset::load(name, &overrides).and_then(|p| Workload::of_preset(&p.preset)) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    eprintln!("    no model for {}: {e}", config.slug());
+                    None
+                }
+            };
+        runs.push(Run {
+            config,
+            metrics,
+            workload,
+        });
     }
-    let report =
-        tessera::scaling::write_report(&runs, &format!("Scaling study: {}", preset.name), &out)
-            .context("writing the scaling report")?;
+    let report = tessera::scaling::write_report(
+        &runs,
+        &format!("Scaling study: {}", preset.name),
+        &out,
+        link,
+    )
+    .context("writing the scaling report")?;
     println!("{}", tessera::scaling::summary_csv(&runs));
     println!("report: {}", report.display());
     Ok(())

@@ -10,7 +10,8 @@
 //! rank; `physics::wave` is 2-D acoustic wave propagation
 //! (deepwave's `scalar`, with its exact adjoint gradient) and `fwi` runs full-waveform inversion on
 //! it, data-parallel over the ranks of a group; `scaling` reads the runs of a scaling study back and
-//! reports them (CSV, figures, one HTML page). See docs/ARCHITECTURE.md.
+//! reports them (CSV, figures, one HTML page) beside a model that extends them past this machine.
+//! See docs/ARCHITECTURE.md.
 //!
 //! ```
 //! use tessera::Tensor;
