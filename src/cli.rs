@@ -142,7 +142,8 @@ enum Command {
         what: BenchWhat,
     },
     /// Train a native DnCNN/DRUNet denoiser (a training preset: bundled `train-dncnn`, or a TOML
-    /// file); each batch is split over the ranks by exact spatial decomposition.
+    /// file; each batch is split over the ranks by exact spatial decomposition), or a Multi-DSN
+    /// classifier (a `kind = "dsn"` preset: bundled `dsn_shapes`, `dsn_shapes7`; domains on ranks).
     Train {
         preset: String,
         /// Override a preset value, e.g. `--set train.steps=50` (repeatable).
@@ -212,6 +213,16 @@ enum BenchWhat {
         /// Output folder (default: out/scaling-<preset name>); runs go to its runs/ folder.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// The link the model assumes past this machine, `LATENCY_US,GBYTES_PER_S` (e.g. from
+        /// `tessera bench all-reduce` across scripts/netns-hosts.sh); default: the link fitted
+        /// from this study's own multi-rank runs.
+        #[arg(
+            long,
+            value_name = "LATENCY_US,GB_PER_S",
+            value_delimiter = ',',
+            num_args = 2
+        )]
+        link: Vec<f64>,
     },
     /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
     /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is
@@ -244,6 +255,20 @@ enum BenchWhat {
         ranks: usize,
         #[arg(long, default_value_t = 5, value_parser = number_in::<1, 1000>)]
         repeats: usize,
+    },
+    /// All-reduce times in a group started by a launcher (torchrun-style environment, e.g.
+    /// scripts/netns-hosts.sh): one line per size on rank 0, for fitting link latency/bandwidth.
+    AllReduce {
+        /// Buffer sizes in KiB.
+        #[arg(long, value_delimiter = ',', default_value = "4,64,1024,8192", value_parser = number_in::<1, 4_194_304>)]
+        kib: Vec<usize>,
+        #[arg(long, default_value_t = 5, value_parser = number_in::<1, 1000>)]
+        repeats: usize,
+        /// Print JSON (one object: ranks, sizes and times).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        group: GroupArgs,
     },
 }
 
@@ -405,6 +430,11 @@ fn train(
     group: &GroupArgs,
 ) -> Result<()> {
     use tessera::train::TrainPreset;
+    if let Some(dsn) = tessera::dsn::run::DsnPreset::load(name, set)
+        .with_context(|| format!("loading training preset `{name}`"))?
+    {
+        return train_dsn(dsn, out, quiet, group);
+    }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     if let Some(n) = group.ranks.filter(|_| !launched) {
         TrainPreset::load(name, set)
@@ -441,6 +471,65 @@ fn train(
             summary.ranks,
             summary.grid,
             summary.weights.display()
+        );
+    }
+    Ok(())
+}
+
+/// `tessera train` with a Multi-DSN preset: one line per epoch (per-domain losses, accuracies).
+fn train_dsn(
+    (preset, base_dir): (tessera::dsn::run::DsnPreset, PathBuf),
+    out: Option<PathBuf>,
+    quiet: bool,
+    group: &GroupArgs,
+) -> Result<()> {
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if let Some(n) = group.ranks.filter(|&n| !launched && n > 1) {
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        dist::launch::launch(n, &args).context("local process group")?;
+        return Ok(());
+    }
+    place_threads(group, None)?;
+    let comm = join_group(group)?;
+    let out_dir = out.unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
+    let loud = !quiet && comm.rank() == 0;
+    let names: Vec<String> = preset.domains.iter().map(|d| d.name.clone()).collect();
+    let summary = tessera::dsn::run::train(&preset, &base_dir, &out_dir, &*comm, &mut |e| {
+        if loud {
+            let per: Vec<String> = e
+                .losses
+                .iter()
+                .zip(&e.accuracy)
+                .zip(&names)
+                .map(|((l, a), n)| format!("{n} {:.3}/{:.0}%", l.total(), 100.0 * a))
+                .collect();
+            eprintln!(
+                "epoch {:>3}  target accuracy {:5.1}%  [loss/accuracy: {}]",
+                e.epoch + 1,
+                100.0 * e.target_accuracy,
+                per.join(", ")
+            );
+        }
+    })
+    .with_context(|| format!("training `{}`", preset.name))?;
+    if comm.rank() == 0 && !quiet {
+        for r in &summary.per_rank {
+            println!(
+                "rank {}: domains {:?}, {:.1} s compute, {:.1} s exchange, peak memory {}",
+                r.rank,
+                r.domains,
+                r.compute_secs,
+                r.exchange_secs,
+                r.peak_rss_bytes
+                    .map_or("unknown".into(), tessera::error::human_bytes)
+            );
+        }
+        println!(
+            "{} domains on {} rank(s); weights {}, metrics {}",
+            summary.domains.len(),
+            summary.ranks,
+            summary.weights.display(),
+            out_dir.join("train.json").display()
         );
     }
     Ok(())
@@ -850,7 +939,22 @@ fn bench(what: BenchWhat) -> Result<()> {
             threads_per_rank,
             set,
             out,
-        } => bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out)?,
+            link,
+        } => {
+            let link = match link[..] {
+                [] => None,
+                [us, gbps] if us >= 0.0 && gbps > 0.0 && us.is_finite() && gbps.is_finite() => {
+                    Some(tessera::scaling::model::Link {
+                        latency_secs: us * 1e-6,
+                        bytes_per_sec: gbps * 1e9,
+                    })
+                }
+                _ => bail!(
+                    "--link: give LATENCY_US,GB_PER_S with latency ≥ 0 and bandwidth > 0, got {link:?}"
+                ),
+            };
+            bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out, link)?
+        }
         BenchWhat::Wave {
             nz,
             nx,
@@ -891,6 +995,47 @@ fn bench(what: BenchWhat) -> Result<()> {
                 dist::bench::bench_all_reduce(mib << 20, ranks, repeats)?
             );
         }
+        BenchWhat::AllReduce {
+            kib,
+            repeats,
+            json,
+            group,
+        } => {
+            let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+            if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+                let args = strip_option(std::env::args_os().skip(1), "--ranks");
+                dist::launch::launch(n, &args).context("local process group")?;
+                return Ok(());
+            }
+            let comm = join_group(&group)?;
+            let bytes: Vec<usize> = kib.iter().map(|k| k << 10).collect();
+            let times = dist::bench::time_all_reduce(comm.as_ref(), &bytes, repeats)?;
+            if comm.rank() == 0 {
+                let ranks = comm.world_size();
+                if json {
+                    say!(
+                        "{}",
+                        serde_json::json!({ "ranks": ranks, "all_reduce": times })
+                    );
+                } else {
+                    say!("all-reduce (sum) over {ranks} ranks, best of {repeats}:");
+                    for t in &times {
+                        say!("  {:>10} B  {:10.3} ms", t.bytes, t.secs * 1e3);
+                    }
+                }
+                // The link a ring all-reduce of these times implies, for `bench scaling --link`.
+                let samples: Vec<(f64, f64)> =
+                    times.iter().map(|t| (t.bytes as f64, t.secs)).collect();
+                match tessera::scaling::model::Link::fit_all_reduce(ranks, &samples) {
+                    Ok(l) => say!(
+                        "fitted link: --link {:.1},{:.4}  (latency µs, GB/s)",
+                        l.latency_secs * 1e6,
+                        l.bytes_per_sec / 1e9
+                    ),
+                    Err(e) => say!("no link fitted: {e}"),
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -904,8 +1049,9 @@ fn bench_scaling(
     threads: &[usize],
     set: &[String],
     out: Option<PathBuf>,
+    link: Option<tessera::scaling::model::Link>,
 ) -> Result<()> {
-    use tessera::scaling::{Configuration, Run, RunMetrics};
+    use tessera::scaling::{Configuration, Run, RunMetrics, model::Workload};
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let preset = &loaded.preset;
     if ranks.is_empty() || ranks.contains(&0) {
@@ -983,11 +1129,28 @@ fn bench_scaling(
             metrics.gradient_secs(),
             metrics.denoiser_secs()
         );
-        runs.push(Run { config, metrics });
+        let overrides: Vec<String> = set.iter().chain(&resize).cloned().collect();
+        let workload =
+            match Preset::load(name, &overrides).and_then(|p| Workload::of_preset(&p.preset)) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    eprintln!("    no model for {}: {e}", config.slug());
+                    None
+                }
+            };
+        runs.push(Run {
+            config,
+            metrics,
+            workload,
+        });
     }
-    let report =
-        tessera::scaling::write_report(&runs, &format!("Scaling study: {}", preset.name), &out)
-            .context("writing the scaling report")?;
+    let report = tessera::scaling::write_report(
+        &runs,
+        &format!("Scaling study: {}", preset.name),
+        &out,
+        link,
+    )
+    .context("writing the scaling report")?;
     println!("{}", tessera::scaling::summary_csv(&runs));
     println!("report: {}", report.display());
     Ok(())

@@ -305,7 +305,7 @@ pub fn check_inputs(
 ) -> Result<()> {
     let (_, x_shape) = load_truth(&preset.image, preset.is_volumetric(), preset.seed, inline)?;
     let ops = preset
-        .physics
+        .operators()?
         .iter()
         .map(|p| p.build(&x_shape, None))
         .collect::<Result<Vec<_>>>()?;
@@ -456,8 +456,9 @@ pub fn run_in_group_with(
     let (rank, world_size) = (comm.rank(), comm.world_size());
     let volumetric = preset.is_volumetric();
     let (truth, x_shape) = load_truth(&preset.image, volumetric, preset.seed, inline)?;
-    let mut stack = DistributedStack::from_factory(comm.clone(), preset.physics.len(), |i| {
-        preset.physics[i].build(&x_shape, preset.noise.as_ref())
+    let operators = preset.operators()?;
+    let mut stack = DistributedStack::from_factory(comm.clone(), operators.len(), |i| {
+        operators[i].build(&x_shape, preset.noise.as_ref())
     })?;
     stack.gather = preset.distributed.gather;
     stack.sum_order = preset.distributed.sum_order;
@@ -471,7 +472,15 @@ pub fn run_in_group_with(
             let shapes = stack.output_shapes(&x_shape)?;
             load_measurements(source, inline, &shapes, &operator_names)?
         }
-        (None, Some(truth)) => stack.measure(truth, noise_seed)?,
+        (None, Some(truth)) => {
+            let mut ys = stack.measure(truth, noise_seed)?;
+            if let Some([lo, hi]) = preset.measurement_clamp {
+                ys.iter_mut()
+                    .flat_map(|y| y.data_mut().iter_mut())
+                    .for_each(|v| *v = v.clamp(lo, hi));
+            }
+            ys
+        }
         (None, None) => {
             return Err(Error::config(
                 "image.shape",
@@ -480,7 +489,7 @@ pub fn run_in_group_with(
         }
     };
     // Every rank joins the adjoint's collectives; only rank 0 scores it.
-    let back_projection_method = match has_fbp(preset) {
+    let back_projection_method = match has_fbp(&operators) {
         true => BackProjectionMethod::Fbp,
         false => BackProjectionMethod::AdjointMean,
     };
@@ -554,7 +563,7 @@ pub fn run_in_group_with(
         ),
         AlgorithmConfig::Fbp(_) => (
             "fbp".to_string(),
-            run_fbp(preset, &x_shape, &ys, &monitor, &mut callback)?,
+            run_fbp(&operators, &x_shape, &ys, &monitor, &mut callback)?,
         ),
     };
     let solve_secs = t_solve.elapsed().as_secs_f64();
@@ -632,7 +641,7 @@ pub fn run_in_group_with(
         summary.reconstruction = Some(quality(&recon.x)?);
         let baseline = match adjoint_mean {
             Some(x) => x,
-            None => fbp(preset, &x_shape, &ys)?,
+            None => fbp(&operators, &x_shape, &ys)?,
         };
         summary.back_projection = Some(BackProjection {
             method: back_projection_method,
@@ -659,16 +668,16 @@ pub fn run_in_group_with(
 pub const METRICS_FILE: &str = "metrics.json";
 
 /// Whether the stack is one tomography operator, which has a filtered back-projection.
-fn has_fbp(preset: &Preset) -> bool {
+fn has_fbp(operators: &[PhysicsConfig]) -> bool {
     matches!(
-        &preset.physics[..],
+        operators,
         [PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_)]
     )
 }
 
 /// The filtered back-projection `A†y` of a stack of one tomography operator.
-fn fbp(preset: &Preset, x_shape: &[usize], ys: &[Tensor]) -> Result<Tensor> {
-    match (&preset.physics[..], ys) {
+fn fbp(operators: &[PhysicsConfig], x_shape: &[usize], ys: &[Tensor]) -> Result<Tensor> {
+    match (operators, ys) {
         ([PhysicsConfig::Tomography(c)], [y]) => c.build(x_shape)?.fbp(y),
         ([PhysicsConfig::Tomography3d(c)], [y]) => c.build(x_shape)?.fbp(y),
         _ => Err(Error::config(
@@ -679,14 +688,14 @@ fn fbp(preset: &Preset, x_shape: &[usize], ys: &[Tensor]) -> Result<Tensor> {
 }
 
 fn run_fbp(
-    preset: &Preset,
+    operators: &[PhysicsConfig],
     x_shape: &[usize],
     ys: &[Tensor],
     monitor: &Monitor<'_>,
     on_iter: &mut optim::IterationCallback<'_>,
 ) -> Result<Reconstruction> {
     let t = Instant::now();
-    let x = fbp(preset, x_shape, ys)?;
+    let x = fbp(operators, x_shape, ys)?;
     let (psnr_db, ssim) = monitor.quality(&x, 1, true)?;
     let report = IterationReport {
         iteration: 1,

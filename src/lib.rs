@@ -5,10 +5,13 @@
 //! out; `preset` describes a whole experiment as TOML; `job` runs a preset and reports progress through
 //! a callback. The binary (`cli`) is a thin layer over `job`; `dist` runs the same job on several
 //! ranks (and splits neural networks over them by exact spatial decomposition, `dist::spatial`);
-//! `train` trains the native neural denoisers; `physics::wave` is 2-D acoustic wave propagation
+//! `train` trains the native neural denoisers; `dsn` trains multi-domain separation networks (a
+//! classifier from one labelled and several unlabelled image domains) with each domain on its own
+//! rank; `physics::wave` is 2-D acoustic wave propagation
 //! (deepwave's `scalar`, with its exact adjoint gradient) and `fwi` runs full-waveform inversion on
 //! it, data-parallel over the ranks of a group; `scaling` reads the runs of a scaling study back and
-//! reports them (CSV, figures, one HTML page). See docs/ARCHITECTURE.md.
+//! reports them (CSV, figures, one HTML page) beside a model that extends them past this machine.
+//! See docs/ARCHITECTURE.md.
 //!
 //! ```
 //! use tessera::Tensor;
@@ -28,6 +31,7 @@
 
 pub mod denoise;
 pub mod dist;
+pub mod dsn;
 pub mod error;
 pub mod fidelity;
 pub mod fwi;

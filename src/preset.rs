@@ -44,6 +44,10 @@ pub struct Preset {
     /// Noise added to every simulated measurement.
     #[serde(default)]
     pub noise: Option<NoiseConfig>,
+    /// Clamp the simulated measurements into `[lo, hi]` after the noise, as a sensor saturates (the
+    /// seeds' colour workload keeps its blurred, noisy images in `[0, 1]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measurement_clamp: Option<[f32; 2]>,
     /// Measured data to reconstruct from, one array per operator, instead of simulating
     /// `A(x) + noise` from the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,6 +83,12 @@ pub struct DistributedConfig {
     /// (`dist::placement`). `--threads-per-rank` overrides it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads_per_rank: Option<usize>,
+    /// Split every tomography operator by angle into this many operators (contiguous runs of its
+    /// angles, as deepinv's distributed tomography splits the sinogram), so that more ranks than
+    /// `[[physics]]` entries share the gradient step. A property of the experiment, not of the
+    /// group: 1 rank runs the same split stack and computes the same numbers as N ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split_by_angle: Option<usize>,
 }
 
 /// Loaded measurements: `paths` (files) or `inline` (arrays sent with the job), one per operator in
@@ -209,6 +219,18 @@ pub const BUNDLED: &[(&str, &str)] = &[
     ("multiblur", include_str!("../presets/multiblur.toml")),
     ("tomography2d", include_str!("../presets/tomography2d.toml")),
     ("tomography3d", include_str!("../presets/tomography3d.toml")),
+    (
+        "scaling_colour",
+        include_str!("../presets/scaling_colour.toml"),
+    ),
+    (
+        "scaling_tomo2d",
+        include_str!("../presets/scaling_tomo2d.toml"),
+    ),
+    (
+        "scaling_tomo3d",
+        include_str!("../presets/scaling_tomo3d.toml"),
+    ),
 ];
 
 /// A preset as loaded: every file it names is absolute (see [`Preset::resolve_paths`]).
@@ -304,6 +326,22 @@ impl Preset {
         toml::to_string_pretty(self).map_err(|e| Error::config("preset", e.to_string()))
     }
 
+    /// The operators the job builds: `[[physics]]`, with tomography operators split by angle when
+    /// `[distributed] split_by_angle` asks for it. Operator `i` of this list is seeded `seed + i`.
+    pub fn operators(&self) -> Result<Vec<PhysicsConfig>> {
+        match self.distributed.split_by_angle {
+            None => Ok(self.physics.clone()),
+            Some(parts) => {
+                let mut ops = Vec::new();
+                for (i, p) in self.physics.iter().enumerate() {
+                    let field = format!("distributed.split_by_angle (physics[{i}])");
+                    ops.extend(p.split_by_angle(parts, &field)?);
+                }
+                Ok(ops)
+            }
+        }
+    }
+
     /// Whether the experiment works on volumes.
     pub fn is_volumetric(&self) -> bool {
         self.physics.iter().any(PhysicsConfig::is_volumetric)
@@ -361,9 +399,38 @@ impl Preset {
             }
             None => {}
         }
+        if let Some([lo, hi]) = self.measurement_clamp {
+            if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+                return Err(Error::config(
+                    "measurement_clamp",
+                    format!("must be [lo, hi] with finite lo < hi, got [{lo}, {hi}]"),
+                ));
+            }
+            if self.measurements.is_some() {
+                return Err(Error::config(
+                    "measurement_clamp",
+                    "applies to simulated measurements, not to loaded [measurements]",
+                ));
+            }
+        }
         self.fidelity.validate()?;
         if let Some(t) = self.distributed.threads_per_rank {
             crate::dist::placement::check_threads("distributed.threads_per_rank", t)?;
+        }
+        if let Some(parts) = self.distributed.split_by_angle {
+            if parts == 0 {
+                return Err(Error::config(
+                    "distributed.split_by_angle",
+                    "must be at least 1 (1: operators stay whole)",
+                ));
+            }
+            if self.measurements.is_some() {
+                return Err(Error::config(
+                    "distributed.split_by_angle",
+                    "applies to simulated measurements; loaded [measurements] hold one sinogram per [[physics]] entry",
+                ));
+            }
+            self.operators()?;
         }
         if let Some(d) = &self.denoiser {
             d.validate()?;
@@ -378,11 +445,10 @@ impl Preset {
                 "the pnp algorithm needs a [denoiser] section",
             )),
             AlgorithmConfig::Fbp(_)
-                if !(self.physics.len() == 1
-                    && matches!(
-                        self.physics[0],
-                        PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_)
-                    )) =>
+                if !matches!(
+                    &self.operators()?[..],
+                    [PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_)]
+                ) =>
             {
                 Err(Error::config(
                     "algorithm.kind",
@@ -582,6 +648,55 @@ mod tests {
         for (name, text) in BUNDLED {
             Preset::from_toml(text, name, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
+    }
+
+    #[test]
+    fn a_split_by_angle_cuts_tomography_like_tensor_split_and_bad_splits_are_named() {
+        let load = |o: &[&str]| {
+            let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+            Preset::load("tomography2d", &o)
+        };
+        let p = load(&["distributed.split_by_angle=3"]).unwrap().preset;
+        let ops = p.operators().unwrap();
+        let angles: Vec<Vec<f32>> = ops
+            .iter()
+            .map(|o| match o {
+                PhysicsConfig::Tomography(c) => c.angles.to_degrees(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // 100 angles into 3: 34, 33, 33, contiguous, together the whole operator's.
+        assert_eq!(
+            angles.iter().map(Vec::len).collect::<Vec<_>>(),
+            [34, 33, 33]
+        );
+        let PhysicsConfig::Tomography(whole) = &p.physics[0] else {
+            panic!("{:?}", p.physics[0])
+        };
+        assert_eq!(angles.concat(), whole.angles.to_degrees());
+        for (o, field) in [
+            (
+                &["distributed.split_by_angle=0"][..],
+                "distributed.split_by_angle",
+            ),
+            (
+                &["distributed.split_by_angle=101"][..],
+                "split_by_angle (physics[0])",
+            ),
+            (
+                &["distributed.split_by_angle=2", "physics.0.normalize=true"][..],
+                "split_by_angle (physics[0])",
+            ),
+            (&["measurement_clamp=[1.0,0.0]"][..], "measurement_clamp"),
+        ] {
+            let e = load(o).unwrap_err().to_string();
+            assert!(e.contains(field), "{o:?}: {e}");
+        }
+        // Blurs have no angles: they stay whole.
+        let blur = Preset::load("multiblur", &["distributed.split_by_angle=4".into()])
+            .unwrap()
+            .preset;
+        assert_eq!(blur.operators().unwrap(), blur.physics);
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! (`dist::profile`): a run's time for a component is the slowest rank's sum over the iterations
 //! (the ranks meet at collectives every iteration, so the slowest one sets the pace). Speedup is
 //! `t_base / t_N` against the configuration with the fewest ranks of the same size and threads,
-//! efficiency `speedup / (N / N_base)`, as in deepinv's scaling study.
+//! efficiency `speedup / (N / N_base)`, as in deepinv's scaling study. [`model`] extends a study past
+//! this machine; the report shows its figures beside the measured ones and labels which is which.
+
+pub mod model;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -172,6 +175,8 @@ impl RunMetrics {
 pub struct Run {
     pub config: Configuration,
     pub metrics: RunMetrics,
+    /// The workload as the model sees it; `None`: no model for this run.
+    pub workload: Option<model::Workload>,
 }
 
 /// Speedup and efficiency of one run against the run with the fewest ranks of its group.
@@ -448,7 +453,12 @@ pub fn figures(runs: &[Run]) -> Result<Vec<(String, String, Rgb)>> {
 
 /// Writes `rank_iterations.csv`, `summary.csv`, the figures as PNG files and `report.html` (the
 /// same figures embedded, so the page stands alone) into `dir`; returns the report's path.
-pub fn write_report(runs: &[Run], title: &str, dir: &Path) -> Result<PathBuf> {
+pub fn write_report(
+    runs: &[Run],
+    title: &str,
+    dir: &Path,
+    link: Option<model::Link>,
+) -> Result<PathBuf> {
     if runs.is_empty() {
         return Err(Error::config("scaling study", "no runs to report"));
     }
@@ -464,7 +474,8 @@ pub fn write_report(runs: &[Run], title: &str, dir: &Path) -> Result<PathBuf> {
          <style>body{{font-family:sans-serif;max-width:1900px;margin:1em auto}}\
          table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}\
          figure{{margin:1em 0}}</style></head><body>\n<h1>{t}</h1>\n\
-         <p>All figures are measurements on this machine (no model). Files: summary.csv, rank_iterations.csv.</p>\n",
+         <p>Figures are measurements on this machine unless labelled <b>model</b>. Files: summary.csv, \
+         rank_iterations.csv, model.csv (model beside measurement).</p>\n",
         t = escape(title)
     );
     html.push_str("<h2>Summary</h2>\n<table>\n");
@@ -477,7 +488,13 @@ pub fn write_report(runs: &[Run], title: &str, dir: &Path) -> Result<PathBuf> {
         html.push_str("</tr>\n");
     }
     html.push_str("</table>\n");
-    for (stem, caption, image) in figures(runs)? {
+    let mut figures = figures(runs)?;
+    if let Some(m) = model_section(runs, link)? {
+        io::write_atomic(&dir.join("model.csv"), m.csv.as_bytes())?;
+        html.push_str(&m.html);
+        figures.push(m.figure);
+    }
+    for (stem, caption, image) in figures {
         let png = dir.join(format!("{stem}.png"));
         image.write_png(&png)?;
         let bytes = std::fs::read(&png).map_err(|e| Error::io("reading figure", &png, e))?;
@@ -492,6 +509,195 @@ pub fn write_report(runs: &[Run], title: &str, dir: &Path) -> Result<PathBuf> {
     let path = dir.join("report.html");
     io::write_atomic(&path, html.as_bytes())?;
     Ok(path)
+}
+
+/// The model's part of the report: a table of model beside measurement, predictions past this
+/// machine, and a figure.
+struct ModelSection {
+    csv: String,
+    html: String,
+    figure: (String, String, Rgb),
+}
+
+/// Measured seconds per iteration of the slowest rank (first iteration left out when there are
+/// more), for total, gradient, denoiser.
+fn measured_per_iteration(m: &RunMetrics) -> [f64; 3] {
+    let slowest = |f: &dyn Fn(&IterationProfile) -> f64| {
+        m.ranks
+            .iter()
+            .map(|r| {
+                let its = &r.iterations;
+                let used = if its.len() > 1 { &its[1..] } else { &its[..] };
+                used.iter().map(f).sum::<f64>() / used.len().max(1) as f64
+            })
+            .fold(0.0, f64::max)
+    };
+    [
+        slowest(&IterationProfile::total_secs),
+        slowest(&|i| i.gradient.secs),
+        slowest(&|i| i.denoiser.secs),
+    ]
+}
+
+/// The link the local runs communicated over: bytes moved over time spent moving them (waiting
+/// excluded), from every multi-rank run's profiles; `None` without one.
+fn local_link(runs: &[&Run]) -> Option<model::Link> {
+    let (mut bytes, mut secs) = (0.0, 0.0);
+    for run in runs.iter().filter(|r| r.config.ranks > 1) {
+        for r in &run.metrics.ranks {
+            for i in &r.iterations {
+                for p in [&i.gradient, &i.denoiser] {
+                    bytes += p.bytes as f64;
+                    secs += p.communication_secs;
+                }
+            }
+        }
+    }
+    (bytes > 0.0 && secs > 0.0).then_some(model::Link {
+        latency_secs: 0.0,
+        bytes_per_sec: bytes / secs,
+    })
+}
+
+/// Columns of `model.csv` and of the report's model tables (seconds per iteration).
+const MODEL_COLUMNS: &str = "kind,group,ranks,threads,total_s,gradient_s,denoiser_s,communication_s,\
+                             idle_s,efficiency_bound,measured_total_s,measured_gradient_s,\
+                             measured_denoiser_s,error_total_pct";
+
+/// Rank counts the model predicts for past the measured ones.
+const MODEL_RANKS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+fn model_section(runs: &[Run], link: Option<model::Link>) -> Result<Option<ModelSection>> {
+    let mut csv = format!("{MODEL_COLUMNS}\n");
+    let mut html = String::from(
+        "<h2>Model (per iteration)</h2>\n<p>Rows marked <b>model</b> are predicted: per-rank work from \
+         the operator and tile assignment, per-unit costs calibrated on the group's run with the \
+         fewest ranks, communication from the bytes each gather moves over the link. Rows marked \
+         <b>model vs measured</b> put the prediction beside the measurement of the same \
+         configuration (first iteration left out); error = model / measured − 1.</p>\n",
+    );
+    let mut chart = LineChart::new("Parallel efficiency: model past this machine, and measured")
+        .labels("ranks", "efficiency")
+        .y_range(0.0, 1.2)
+        .log_x();
+    let mut any = false;
+    for (gi, (g, members)) in groups(runs).iter().enumerate() {
+        let group: Vec<&Run> = members.iter().map(|&i| &runs[i]).collect();
+        let base = group[0];
+        let Some(work) = &base.workload else { continue };
+        let costs = model::Costs::measure(work, &base.metrics.ranks)?;
+        let local = local_link(&group);
+        let free = model::Link {
+            latency_secs: 0.0,
+            bytes_per_sec: f64::INFINITY,
+        };
+        let here = local.unwrap_or(free);
+        let past = link.or(local).unwrap_or(free);
+        let _ = writeln!(
+            html,
+            "<h3>{}</h3>\n<p>Local link (fitted from the measured runs' bytes and communication \
+             time): {}. Link past this machine: {}.</p>\n<table>\n<tr>{}</tr>",
+            escape(g),
+            describe_link(local),
+            describe_link(Some(past)),
+            MODEL_COLUMNS
+                .split(',')
+                .map(|c| format!("<th>{c}</th>"))
+                .collect::<String>(),
+        );
+        let mut row = |kind: &str, p: &model::Prediction, eff: f64, measured: Option<[f64; 3]>| {
+            let err = measured.map(|m| (p.total_secs / m[0] - 1.0) * 100.0);
+            let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
+            let cells = [
+                kind.to_string(),
+                g.replace(',', ";"),
+                p.ranks.to_string(),
+                p.threads.to_string(),
+                format!("{:.4}", p.total_secs),
+                format!("{:.4}", p.gradient_secs),
+                format!("{:.4}", p.denoiser_secs),
+                format!("{:.4}", p.communication_secs),
+                format!("{:.4}", p.idle_secs),
+                format!("{eff:.4}"),
+                opt(measured.map(|m| m[0])),
+                opt(measured.map(|m| m[1])),
+                opt(measured.map(|m| m[2])),
+                err.map_or(String::new(), |e| format!("{e:+.1}")),
+            ];
+            let _ = writeln!(csv, "{}", cells.join(","));
+            html.push_str("<tr>");
+            for c in &cells {
+                let _ = write!(html, "<td>{}</td>", escape(c));
+            }
+            html.push_str("</tr>\n");
+        };
+        let mut measured_eff = Vec::new();
+        let mut modelled_eff = Vec::new();
+        let base_threads = base.metrics.ranks[0].threads.max(1);
+        let t_base = model::predict(work, &costs, &here, base.config.ranks, base_threads)?;
+        for run in &group {
+            let threads = run.metrics.ranks[0].threads.max(1);
+            let p = model::predict(work, &costs, &here, run.config.ranks, threads)?;
+            let m = measured_per_iteration(&run.metrics);
+            let ratio = run.config.ranks as f64 / base.config.ranks as f64;
+            let eff = t_base.total_secs / p.total_secs / ratio;
+            row("model vs measured", &p, eff, Some(m));
+            measured_eff.push((
+                run.config.ranks as f64,
+                measured_per_iteration(&base.metrics)[0] / m[0] / ratio,
+            ));
+        }
+        let one = model::predict(work, &costs, &past, 1, base_threads)?;
+        for n in MODEL_RANKS {
+            let p = model::predict(work, &costs, &past, n, base_threads)?;
+            let eff = one.total_secs / p.total_secs / n as f64;
+            row("model", &p, eff, None);
+            modelled_eff.push((n as f64, eff));
+        }
+        html.push_str("</table>\n");
+        chart = chart
+            .series(
+                Series::new(
+                    format!("model, {base_threads} thr/rank ({g})"),
+                    modelled_eff,
+                )
+                .color(gi)
+                .dash(Dash::Dashed),
+            )
+            .series(
+                Series::new(format!("measured ({g})"), measured_eff)
+                    .color(gi)
+                    .markers(),
+            );
+        any = true;
+    }
+    if !any {
+        return Ok(None);
+    }
+    Ok(Some(ModelSection {
+        csv,
+        html,
+        figure: (
+            "model_efficiency".into(),
+            "Model (dashed): the efficiency bound load imbalance and communication leave, each rank \
+             with the base run's threads, against one rank; measured (markers): this machine's runs, \
+             whose ranks share its cores."
+                .into(),
+            chart.render()?,
+        ),
+    }))
+}
+
+fn describe_link(link: Option<model::Link>) -> String {
+    match link {
+        None => "none (no multi-rank run; communication not modelled)".into(),
+        Some(l) if l.bytes_per_sec.is_infinite() => "free (not modelled)".into(),
+        Some(l) => format!(
+            "latency {:.1} µs, {:.3} GB/s",
+            l.latency_secs * 1e6,
+            l.bytes_per_sec / 1e9
+        ),
+    }
 }
 
 fn escape(s: &str) -> String {
@@ -573,6 +779,7 @@ mod tests {
                 .collect(),
         };
         Run {
+            workload: None,
             config: Configuration {
                 size: None,
                 ranks,
@@ -626,7 +833,8 @@ mod tests {
         let runs = vec![run(1, &[4.0], &[2.0]), run(2, &[2.0, 3.0], &[1.0, 1.0])];
         let dir = tempfile::tempdir().unwrap();
         let html =
-            std::fs::read_to_string(write_report(&runs, "study <x>", dir.path()).unwrap()).unwrap();
+            std::fs::read_to_string(write_report(&runs, "study <x>", dir.path(), None).unwrap())
+                .unwrap();
         assert_eq!(html.matches("data:image/png;base64,").count(), 7);
         assert!(html.contains("study &lt;x&gt;"));
         for f in [

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::nn::conv::Features;
 use crate::nn::domain::{Grid, Region, copy_region};
 use crate::nn::graph::Network;
+use crate::optim::adam::Adam;
 use crate::preset::{ImageSource, apply_override};
 
 /// The training preset format version.
@@ -399,7 +400,7 @@ pub fn train(
         }
         let progress = step as f64 / cfg.steps.max(2).saturating_sub(1) as f64;
         let lr = cfg.learning_rate * (0.55 + 0.45 * (std::f64::consts::PI * progress).cos());
-        adam.step(&mut net, &grads.data, lr);
+        adam.step(net.params_mut(), &grads.data, lr);
         if step % cfg.log_every == 0 || step + 1 == cfg.steps {
             let point = LossPoint { step, loss };
             on_report(&point);
@@ -553,7 +554,7 @@ fn append_sigma_channel(x: &Features, sigmas: &[f32]) -> Features {
 }
 
 /// SplitMix64 of `a` combined with `b`.
-fn mix(a: u64, b: u64) -> u64 {
+pub(crate) fn mix(a: u64, b: u64) -> u64 {
     let mut z = a ^ b
         .wrapping_mul(0x9e37_79b9_7f4a_7c15)
         .wrapping_add(0x632b_e59b_d9b4_e019);
@@ -578,42 +579,6 @@ fn sum_f64(comm: &dyn Collective, v: f64) -> Result<f64> {
         .iter()
         .map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
         .sum())
-}
-
-/// Adam (Kingma & Ba 2015; β = 0.9, 0.999, ε = 1e-8) over the network's flat parameters.
-struct Adam {
-    m: Vec<f64>,
-    v: Vec<f64>,
-    t: i32,
-}
-
-impl Adam {
-    fn new(n: usize) -> Self {
-        Adam {
-            m: vec![0.0; n],
-            v: vec![0.0; n],
-            t: 0,
-        }
-    }
-
-    fn step(&mut self, net: &mut Network, grads: &[f32], lr: f64) {
-        const B1: f64 = 0.9;
-        const B2: f64 = 0.999;
-        const EPS: f64 = 1e-8;
-        self.t += 1;
-        let (c1, c2) = (1.0 - B1.powi(self.t), 1.0 - B2.powi(self.t));
-        let mut i = 0;
-        for p in net.params_mut() {
-            for w in p.iter_mut() {
-                let g = grads[i] as f64;
-                self.m[i] = B1 * self.m[i] + (1.0 - B1) * g;
-                self.v[i] = B2 * self.v[i] + (1.0 - B2) * g * g;
-                let update = lr * (self.m[i] / c1) / ((self.v[i] / c2).sqrt() + EPS);
-                *w = (*w as f64 - update) as f32;
-                i += 1;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

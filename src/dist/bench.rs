@@ -153,3 +153,40 @@ fn raw_copy_secs(bytes: usize, repeats: usize) -> Result<f64> {
     }
     Ok(best)
 }
+
+/// One all-reduce size timed in a launched group ([`time_all_reduce`]).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct AllReduceTime {
+    pub bytes: usize,
+    /// The slowest rank's best time over the repeats.
+    pub secs: f64,
+}
+
+/// Times an f32 sum all-reduce of each of `bytes` over the group `comm` (ranks started by a
+/// launcher, e.g. on separate hosts): per size a warm-up, then `repeats` timed calls each after a
+/// barrier; the best per rank, the slowest rank's best reported (every rank gets the same list).
+pub fn time_all_reduce(
+    comm: &dyn Collective,
+    bytes: &[usize],
+    repeats: usize,
+) -> Result<Vec<AllReduceTime>> {
+    let mut out = Vec::with_capacity(bytes.len());
+    for &b in bytes {
+        let mut buf = vec![comm.rank() as f32; (b / 4).max(1)];
+        comm.all_reduce(&mut buf, ReduceOp::Sum)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..repeats.max(1) {
+            comm.barrier()?;
+            let t = Instant::now();
+            comm.all_reduce(&mut buf, ReduceOp::Sum)?;
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let mut slowest = [best as f32];
+        comm.all_reduce(&mut slowest, ReduceOp::Max)?;
+        out.push(AllReduceTime {
+            bytes: buf.len() * 4,
+            secs: slowest[0] as f64,
+        });
+    }
+    Ok(out)
+}

@@ -226,14 +226,20 @@ impl Workbench {
                     .map(|(i, _)| i)
                     .collect();
                 let width = ui.available_width() / here.len().max(1) as f32 - 8.0;
-                ui.horizontal_top(|ui| {
-                    for i in here {
-                        ui.vertical(|ui| {
-                            ui.set_width(width);
-                            views[i].ui(ui, self);
+                // Content taller than the strip scrolls inside it: a resizable panel would otherwise
+                // grow to its tallest frame and keep that size, so the split would depend on history.
+                egui::ScrollArea::vertical()
+                    .auto_shrink([false, false])
+                    .show(ui, |ui| {
+                        ui.horizontal_top(|ui| {
+                            for i in here {
+                                ui.vertical(|ui| {
+                                    ui.set_width(width);
+                                    views[i].ui(ui, self);
+                                });
+                            }
                         });
-                    }
-                });
+                    });
             });
         for v in views.iter_mut().filter(|v| v.place() == Place::Main) {
             if v.applies(self) {

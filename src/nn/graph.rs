@@ -1,5 +1,5 @@
 //! A convolutional network as a small graph of layers — convolutions (with fused bias, residual
-//! accumulation and ReLU), transposed convolutions and additions — with its forward pass
+//! accumulation and ReLU), transposed convolutions, pooling and additions — with its forward pass
 //! (inference frees each activation after its last use; training keeps them) and its backward pass
 //! (gradients for the input and every weight and bias).
 //!
@@ -12,6 +12,7 @@
 
 use super::conv::{Conv, ConvTranspose, Features};
 use super::domain::{Domain, Grid, Region, conv_input_region, transposed_input_region};
+use super::pool::Pool;
 use super::scalar::Scalar;
 use super::weights::StateDict;
 use crate::error::{Error, Result};
@@ -32,6 +33,11 @@ pub enum Op<T: Scalar> {
     },
     ConvTranspose {
         layer: ConvTranspose<T>,
+        x: usize,
+    },
+    /// Max or average pooling (no parameters).
+    Pool {
+        layer: Pool,
         x: usize,
     },
     /// `a + b` (skip connections).
@@ -129,6 +135,10 @@ impl<T: Scalar> Network<T> {
         self.push(name, Op::ConvTranspose { layer, x })
     }
 
+    pub fn pool(&mut self, x: usize, layer: Pool) -> usize {
+        self.push("", Op::Pool { layer, x })
+    }
+
     pub fn add(&mut self, a: usize, b: usize) -> usize {
         assert_eq!(self.channels(a), self.channels(b), "add: channels");
         self.push("", Op::Add { a, b })
@@ -141,6 +151,7 @@ impl<T: Scalar> Network<T> {
             Op::Conv { layer, .. } => layer.c_out,
             Op::ConvTranspose { layer, .. } => layer.c_out,
             Op::Add { a, .. } => self.channels(*a),
+            Op::Pool { x, .. } => self.channels(*x),
         }
     }
 
@@ -169,6 +180,7 @@ impl<T: Scalar> Network<T> {
                     d
                 }
                 Op::ConvTranspose { layer, x } => layer.out_dims(out[*x]),
+                Op::Pool { layer, x } => layer.out_dims(out[*x]),
                 Op::Add { a, b } => {
                     if out[*a] != out[*b] {
                         return Err(Error::shape("skip addition", &out[*a], &out[*b]));
@@ -305,6 +317,12 @@ impl<T: Scalar> Network<T> {
                 let local = domain.gather(val(*x), shapes[*x], &needs)?;
                 Ok(layer.forward_window(&local, crop, domain.block(shapes[j]).dims()))
             }
+            Op::Pool { layer, x } => {
+                let needs = pool_needs(layer, shapes[j], grid);
+                let local = domain.gather(val(*x), shapes[*x], &needs)?;
+                let pads = needs[domain.rank()].overhang(shapes[*x]);
+                Ok(layer.forward_padded(&local, pads))
+            }
             Op::Add { b, .. } => {
                 let mut y = acc.expect("add operand");
                 y.add_assign(val(*b));
@@ -384,6 +402,17 @@ impl<T: Scalar> Network<T> {
                         accumulate(&mut g[*x], gx);
                     }
                 }
+                Op::Pool { layer, x } => {
+                    if wants(*x) {
+                        let needs = pool_needs(layer, tape.dims[j], grid);
+                        let local = domain.gather(&tape.values[*x], tape.dims[*x], &needs)?;
+                        let pads = needs[me].overhang(tape.dims[*x]);
+                        let gl = layer.backward_input(&local, &gy, pads);
+                        drop(local);
+                        let gx = domain.gather_adjoint(gl, tape.dims[*x], &needs)?;
+                        accumulate(&mut g[*x], gx);
+                    }
+                }
                 Op::Add { a, b } => {
                     accumulate(&mut g[*a], gy.clone());
                     accumulate(&mut g[*b], gy);
@@ -413,6 +442,7 @@ impl<T: Scalar> Network<T> {
                     *x,
                     transposed_needs(layer, shapes[j], shapes[*x], grid, 0).0,
                 ),
+                Op::Pool { layer, x } => (*x, pool_needs(layer, shapes[j], grid)),
                 _ => continue,
             };
             let voxels: usize = needs
@@ -573,6 +603,10 @@ impl<T: Scalar> Network<T> {
                             layer: transposed(layer),
                             x: *x,
                         },
+                        Op::Pool { layer, x } => Op::Pool {
+                            layer: *layer,
+                            x: *x,
+                        },
                         Op::Add { a, b } => Op::Add { a: *a, b: *b },
                     },
                 })
@@ -594,7 +628,7 @@ fn inputs<T: Scalar>(op: &Op<T>) -> Vec<usize> {
     match op {
         Op::Input { .. } => vec![],
         Op::Conv { x, acc, .. } => std::iter::once(*x).chain(*acc).collect(),
-        Op::ConvTranspose { x, .. } => vec![*x],
+        Op::ConvTranspose { x, .. } | Op::Pool { x, .. } => vec![*x],
         Op::Add { a, b } => vec![*a, *b],
     }
 }
@@ -609,6 +643,22 @@ pub fn conv_needs<T: Scalar>(layer: &Conv<T>, out_dims: [usize; 3], grid: Grid) 
                 layer.stride,
                 layer.pad,
                 layer.dilation,
+            )
+        })
+        .collect()
+}
+
+/// Every rank's input region for a pooling layer whose output map has `out_dims` (a pooling window
+/// reads what a convolution of the same kernel, stride and padding reads).
+pub fn pool_needs(layer: &Pool, out_dims: [usize; 3], grid: Grid) -> Vec<Region> {
+    (0..grid.ranks())
+        .map(|r| {
+            conv_input_region(
+                &grid.block(out_dims, r),
+                layer.kernel,
+                layer.stride,
+                layer.pad,
+                [1; 3],
             )
         })
         .collect()

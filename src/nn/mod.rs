@@ -8,12 +8,15 @@
 
 pub mod config;
 pub mod conv;
+pub mod dense;
 pub mod device;
 pub mod dncnn;
 pub mod domain;
 pub mod drunet;
 pub mod graph;
+pub mod losses;
 pub mod models;
+pub mod pool;
 pub mod pth;
 pub mod safetensors;
 pub mod scalar;

@@ -7,6 +7,7 @@
 //! (metrics against the ground truth when known, time per component) and the current iterate; the
 //! callback can stop the run.
 
+pub mod adam;
 pub mod cg;
 pub mod pnp;
 

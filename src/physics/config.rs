@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::LinearPhysics;
 use super::blur::{Blur3dConfig, BlurConfig};
 use super::noise::{NoiseConfig, Noisy};
-use super::tomography::TomographyConfig;
+use super::tomography::{Angles, TomographyConfig};
 use super::tomography3d::Tomography3dConfig;
 use crate::error::Result;
 
@@ -53,6 +53,41 @@ impl PhysicsConfig {
             self,
             PhysicsConfig::Blur3d(_) | PhysicsConfig::Tomography3d(_)
         )
+    }
+
+    /// The operator split by angle into `parts` operators, each measuring a contiguous run of the
+    /// projection angles ([`Angles::split`](super::tomography::Angles::split)); together they
+    /// measure what the whole one does, so their stack computes the same least-squares problem with
+    /// work that can be shared among up to `parts` ranks. Operators without angles (blurs) stay
+    /// whole. A normalised operator cannot be split: each part would be scaled by its own norm.
+    pub fn split_by_angle(&self, parts: usize, field: &str) -> Result<Vec<PhysicsConfig>> {
+        let split = |angles: &Angles,
+                     normalize: bool,
+                     make: &dyn Fn(Angles) -> PhysicsConfig|
+         -> Result<Vec<PhysicsConfig>> {
+            if normalize {
+                return Err(crate::error::Error::config(
+                    field,
+                    "a normalised tomography operator cannot be split by angle (each part would be scaled by its own norm); set normalize = false",
+                ));
+            }
+            Ok(angles.split(parts, field)?.into_iter().map(make).collect())
+        };
+        match self {
+            PhysicsConfig::Tomography(c) => split(&c.angles, c.normalize, &|angles| {
+                PhysicsConfig::Tomography(TomographyConfig {
+                    angles,
+                    ..c.clone()
+                })
+            }),
+            PhysicsConfig::Tomography3d(c) => split(&c.angles, c.normalize, &|angles| {
+                PhysicsConfig::Tomography3d(Tomography3dConfig {
+                    angles,
+                    ..c.clone()
+                })
+            }),
+            PhysicsConfig::Blur(_) | PhysicsConfig::Blur3d(_) => Ok(vec![self.clone()]),
+        }
     }
 
     /// Builds the operator for inputs of shape `x_shape`, with optional measurement noise.

@@ -100,6 +100,34 @@ impl Angles {
         }
     }
 
+    /// The angles cut into `parts` contiguous runs, as `torch.tensor_split` cuts them (the first
+    /// `n mod parts` runs hold one angle more): the sinogram split by angle into `parts` operators
+    /// whose measurements, side by side, are the whole operator's.
+    pub fn split(&self, parts: usize, field: &str) -> Result<Vec<Angles>> {
+        self.validate(field)?;
+        let all = self.to_degrees();
+        if parts == 0 || parts > all.len() {
+            return Err(Error::config(
+                field,
+                format!(
+                    "cannot split {} angle(s) into {parts} operator(s): give 1..={} parts",
+                    all.len(),
+                    all.len()
+                ),
+            ));
+        }
+        let (base, extra) = (all.len() / parts, all.len() % parts);
+        let mut start = 0;
+        Ok((0..parts)
+            .map(|k| {
+                let len = base + usize::from(k < extra);
+                let part = Angles::List(all[start..start + len].to_vec());
+                start += len;
+                part
+            })
+            .collect())
+    }
+
     /// The angles in degrees.
     pub fn to_degrees(&self) -> Vec<f32> {
         match self {

@@ -1,0 +1,919 @@
+//! The domain separation network (Bousmalis et al. 2016, fig. 1): per domain a private encoder, one
+//! shared encoder, one shared decoder reconstructing each image from the sum of its private and
+//! shared codes (`D(E_c(x) + E_p(x))`, the paper's eq. 4), a task classifier on the shared code and a
+//! domain classifier behind a gradient reversal layer (DANN similarity). Forward and backward per
+//! domain batch; the similarity term that couples domains (MMD) is computed by the caller from the
+//! shared codes of every domain and handed in as a gradient, so that a domain's pass needs nothing
+//! from other ranks but that gradient (`crate::dsn::parallel`).
+//!
+//! Encoders: conv 3×3 → ReLU → max-pool 2 → conv 3×3 → ReLU → max-pool 2 → linear to the code.
+//! Decoder: linear → ReLU → reshape → (transposed conv 2× → conv 3×3 → ReLU) → transposed conv 2× →
+//! conv 3×3 (the image). Parameters are grouped as *shared* (shared encoder, decoder, classifier,
+//! domain classifier — replicated on every rank, gradients summed over domains) and *private* (one
+//! encoder per domain, held only where the domain is placed).
+
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::nn::conv::{Conv, ConvTranspose, Features, per_axis};
+use crate::nn::dense::{Linear, Mlp, MlpTape, relu, relu_backward, reverse_gradient};
+use crate::nn::domain::Whole;
+use crate::nn::graph::{Gradients, Network, Tape};
+use crate::nn::losses::{difference_loss, scale_invariant_mse};
+use crate::nn::models::{he, torch_default_bias};
+use crate::nn::pool::{Pool, PoolKind};
+use crate::nn::scalar::Scalar;
+
+/// The network's sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DsnArch {
+    /// Side of the square single-channel images, in pixels (a multiple of 4).
+    pub image_size: usize,
+    /// Channels of the first convolution (the second has twice as many).
+    pub width: usize,
+    /// Length of the shared and of the private codes.
+    pub code: usize,
+    /// Hidden units of the task and domain classifiers.
+    pub hidden: usize,
+    /// Classes of the task.
+    pub classes: usize,
+}
+
+impl Default for DsnArch {
+    fn default() -> Self {
+        DsnArch {
+            image_size: 32,
+            width: 8,
+            code: 32,
+            hidden: 32,
+            classes: 4,
+        }
+    }
+}
+
+impl DsnArch {
+    pub fn validate(&self) -> Result<()> {
+        if self.image_size < 8 || !self.image_size.is_multiple_of(4) {
+            return Err(Error::config(
+                "model.image_size",
+                format!(
+                    "must be a multiple of 4 and at least 8, got {}",
+                    self.image_size
+                ),
+            ));
+        }
+        for (name, v, min) in [
+            ("model.width", self.width, 1),
+            ("model.code", self.code, 1),
+            ("model.hidden", self.hidden, 1),
+            ("model.classes", self.classes, 2),
+        ] {
+            if v < min {
+                return Err(Error::config(
+                    name,
+                    format!("must be at least {min}, got {v}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Side of the feature maps after the two poolings.
+    fn side4(&self) -> usize {
+        self.image_size / 4
+    }
+
+    /// Values per image of the encoder trunk's output (= of the decoder's first feature map).
+    fn trunk_len(&self) -> usize {
+        2 * self.width * self.side4() * self.side4()
+    }
+}
+
+/// The similarity loss between the shared codes of the domains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Similarity {
+    /// Domain-adversarial: a domain classifier on the shared code behind a gradient reversal layer.
+    Dann,
+    /// Maximum mean discrepancy between the source's and each target's shared codes.
+    Mmd,
+}
+
+/// The weight of each loss term (the DSN paper's α, β, γ and the task loss's).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LossWeights {
+    pub task: f64,
+    pub reconstruction: f64,
+    pub difference: f64,
+    pub similarity: f64,
+}
+
+impl Default for LossWeights {
+    /// The paper's MNIST → MNIST-M values (α = 0.01 would be for 0..255 images; images here are
+    /// 0..1, so the reconstruction weight is larger).
+    fn default() -> Self {
+        LossWeights {
+            task: 1.0,
+            reconstruction: 0.1,
+            difference: 0.05,
+            similarity: 0.25,
+        }
+    }
+}
+
+impl LossWeights {
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("losses.task", self.task),
+            ("losses.reconstruction", self.reconstruction),
+            ("losses.difference", self.difference),
+            ("losses.similarity", self.similarity),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(Error::config(
+                    name,
+                    format!("must be finite and non-negative, got {v}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A convolutional trunk and a linear map of its flattened output to a code.
+#[derive(Clone, Debug)]
+pub struct Encoder<T: Scalar = f32> {
+    pub trunk: Network<T>,
+    pub head: Linear<T>,
+}
+
+struct EncoderTape<T: Scalar> {
+    trunk: Tape<T>,
+}
+
+fn conv_layer(rng: &mut rand::rngs::StdRng, c_in: usize, c_out: usize, relu: bool) -> Conv<f32> {
+    let fan_in = c_in * 9;
+    Conv::new(
+        2,
+        c_in,
+        c_out,
+        3,
+        1,
+        1,
+        he(rng, c_out * fan_in, fan_in),
+        Some(torch_default_bias(rng, c_out, fan_in)),
+        relu,
+    )
+}
+
+fn up_layer(rng: &mut rand::rngs::StdRng, c: usize) -> ConvTranspose<f32> {
+    let [kernel, stride, pad] = per_axis(2, 2, 2, 0);
+    let fan_in = c * 4;
+    ConvTranspose::with_geometry(
+        c,
+        c,
+        kernel,
+        stride,
+        pad,
+        [1; 3],
+        [0; 3],
+        he(rng, c * c * 4, fan_in),
+        Some(torch_default_bias(rng, c, fan_in)),
+    )
+}
+
+impl Encoder<f32> {
+    fn new(arch: &DsnArch, rng: &mut rand::rngs::StdRng) -> Self {
+        let w = arch.width;
+        let mut trunk = Network::new(2, 1);
+        trunk.conv("0", 0, None, conv_layer(rng, 1, w, true));
+        trunk.pool(trunk.last(), Pool::new(2, PoolKind::Max, 2, 2, 0));
+        trunk.conv("2", trunk.last(), None, conv_layer(rng, w, 2 * w, true));
+        trunk.pool(trunk.last(), Pool::new(2, PoolKind::Max, 2, 2, 0));
+        Encoder {
+            trunk,
+            head: Linear::he(arch.trunk_len(), arch.code, 0.5, rng),
+        }
+    }
+}
+
+impl<T: Scalar> Encoder<T> {
+    fn param_count(&self) -> usize {
+        self.trunk.param_count() + self.head.param_count()
+    }
+
+    /// The codes (`batch × code`) of images `x`, and what the backward pass needs.
+    fn forward(&self, x: &Features<T>) -> Result<(EncoderTape<T>, Vec<T>)> {
+        let trunk = self.trunk.forward_train(x.clone(), x.dims, &Whole)?;
+        let code = self.head.forward(&trunk.output().data, x.batch);
+        Ok((EncoderTape { trunk }, code))
+    }
+
+    /// Adds the gradients of a loss whose gradient with respect to the codes is `dcode` to `grads`
+    /// (trunk parameters, then the head's weight and bias).
+    fn backward(&self, tape: &EncoderTape<T>, dcode: &[T], grads: &mut [T]) -> Result<()> {
+        let out = tape.trunk.output();
+        let (gt, gh) = grads.split_at_mut(self.trunk.param_count());
+        let (gw, gb) = gh.split_at_mut(self.head.weight.len());
+        self.head
+            .backward_params(&out.data, dcode, out.batch, gw, gb);
+        let dy = Features {
+            batch: out.batch,
+            channels: out.channels,
+            dims: out.dims,
+            data: self.head.backward_input(dcode, out.batch),
+        };
+        let mut g = Gradients { data: gt.to_vec() };
+        self.trunk
+            .backward(&tape.trunk, dy, &Whole, &mut g, false)?;
+        gt.copy_from_slice(&g.data);
+        Ok(())
+    }
+
+    fn params_mut(&mut self) -> Vec<&mut [T]> {
+        let mut p = self.trunk.params_mut();
+        p.push(self.head.weight.as_mut_slice());
+        p.push(self.head.bias.as_mut_slice());
+        p
+    }
+
+    fn params(&self) -> Vec<(String, Vec<usize>, &[T])> {
+        let mut p = self.trunk.params();
+        p.push((
+            "head.weight".into(),
+            vec![self.head.out_features, self.head.in_features],
+            &self.head.weight,
+        ));
+        p.push((
+            "head.bias".into(),
+            vec![self.head.out_features],
+            &self.head.bias,
+        ));
+        p
+    }
+
+    fn cast<U: Scalar>(&self) -> Encoder<U> {
+        Encoder {
+            trunk: self.trunk.cast(),
+            head: cast_linear(&self.head),
+        }
+    }
+}
+
+fn cast_linear<T: Scalar, U: Scalar>(l: &Linear<T>) -> Linear<U> {
+    let c = |v: &[T]| v.iter().map(|x| U::from_f64(x.to_f64())).collect();
+    Linear::new(l.in_features, l.out_features, c(&l.weight), c(&l.bias))
+}
+
+/// The shared decoder: a linear map of a code to a feature map, then up-sampling convolutions.
+#[derive(Clone, Debug)]
+pub struct Decoder<T: Scalar = f32> {
+    pub head: Linear<T>,
+    pub trunk: Network<T>,
+}
+
+struct DecoderTape<T: Scalar> {
+    code: Vec<T>,
+    hidden: Vec<T>,
+    trunk: Tape<T>,
+}
+
+impl Decoder<f32> {
+    fn new(arch: &DsnArch, rng: &mut rand::rngs::StdRng) -> Self {
+        let w = arch.width;
+        let mut trunk = Network::new(2, 2 * w);
+        trunk.conv_transpose("0", 0, up_layer(rng, 2 * w));
+        trunk.conv("1", trunk.last(), None, conv_layer(rng, 2 * w, w, true));
+        trunk.conv_transpose("2", trunk.last(), up_layer(rng, w));
+        trunk.conv("3", trunk.last(), None, conv_layer(rng, w, 1, false));
+        Decoder {
+            head: Linear::he(arch.code, arch.trunk_len(), 1.0, rng),
+            trunk,
+        }
+    }
+}
+
+impl<T: Scalar> Decoder<T> {
+    fn param_count(&self) -> usize {
+        self.head.param_count() + self.trunk.param_count()
+    }
+
+    /// Images (`batch × 1 × side × side`) from codes (`batch × code`); `side4` is a quarter side.
+    fn forward(&self, code: Vec<T>, batch: usize, side4: usize) -> Result<DecoderTape<T>> {
+        let mut hidden = self.head.forward(&code, batch);
+        relu(&mut hidden);
+        let dims = [1, side4, side4];
+        let x = Features {
+            batch,
+            channels: self.trunk.in_channels(),
+            dims,
+            data: hidden.clone(),
+        };
+        let trunk = self.trunk.forward_train(x, dims, &Whole)?;
+        Ok(DecoderTape {
+            code,
+            hidden,
+            trunk,
+        })
+    }
+
+    /// Adds the parameter gradients (head, then trunk) to `grads`; returns the code's gradient.
+    fn backward(
+        &self,
+        tape: &DecoderTape<T>,
+        dimage: Features<T>,
+        grads: &mut [T],
+    ) -> Result<Vec<T>> {
+        let batch = dimage.batch;
+        let (gh, gt) = grads.split_at_mut(self.head.param_count());
+        let mut g = Gradients { data: gt.to_vec() };
+        let mut dh = self
+            .trunk
+            .backward(&tape.trunk, dimage, &Whole, &mut g, true)?
+            .expect("input gradient requested")
+            .data;
+        gt.copy_from_slice(&g.data);
+        relu_backward(&tape.hidden, &mut dh);
+        let (gw, gb) = gh.split_at_mut(self.head.weight.len());
+        self.head.backward_params(&tape.code, &dh, batch, gw, gb);
+        Ok(self.head.backward_input(&dh, batch))
+    }
+
+    fn params(&self) -> Vec<(String, Vec<usize>, &[T])> {
+        let mut p = vec![
+            (
+                "head.weight".to_string(),
+                vec![self.head.out_features, self.head.in_features],
+                self.head.weight.as_slice(),
+            ),
+            (
+                "head.bias".into(),
+                vec![self.head.out_features],
+                &self.head.bias,
+            ),
+        ];
+        p.extend(self.trunk.params());
+        p
+    }
+
+    fn params_mut(&mut self) -> Vec<&mut [T]> {
+        let mut p = vec![
+            self.head.weight.as_mut_slice(),
+            self.head.bias.as_mut_slice(),
+        ];
+        p.extend(self.trunk.params_mut());
+        p
+    }
+
+    fn cast<U: Scalar>(&self) -> Decoder<U> {
+        Decoder {
+            head: cast_linear(&self.head),
+            trunk: self.trunk.cast(),
+        }
+    }
+}
+
+/// One domain's images (`batch × 1 × side × side`) and, for the source, their labels.
+#[derive(Clone, Debug)]
+pub struct DomainBatch<T: Scalar = f32> {
+    pub domain: usize,
+    pub images: Features<T>,
+    pub labels: Option<Vec<usize>>,
+}
+
+/// A domain batch's forward pass: its codes, reconstruction, logits and what backward needs.
+pub struct DomainForward<T: Scalar> {
+    shared_tape: EncoderTape<T>,
+    private_tape: EncoderTape<T>,
+    pub shared_code: Vec<T>,
+    pub private_code: Vec<T>,
+    decoder: DecoderTape<T>,
+    classifier: MlpTape<T>,
+    domain_head: MlpTape<T>,
+}
+
+impl<T: Scalar> DomainForward<T> {
+    /// The reconstruction from the shared and private codes together.
+    pub fn reconstruction(&self) -> &Features<T> {
+        self.decoder.trunk.output()
+    }
+
+    /// Task logits (`batch × classes`).
+    pub fn logits(&self) -> &[T] {
+        &self.classifier.output
+    }
+}
+
+/// The weighted loss terms of one domain batch (0 where a term does not apply).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DomainLosses {
+    pub task: f64,
+    pub reconstruction: f64,
+    pub difference: f64,
+    pub similarity: f64,
+}
+
+impl DomainLosses {
+    pub fn total(&self) -> f64 {
+        self.task + self.reconstruction + self.difference + self.similarity
+    }
+}
+
+/// Gradients of one domain batch's losses: shared parameters (flat, [`Dsn::shared_params_mut`]
+/// order) and the domain's private encoder's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DomainGrads<T: Scalar = f32> {
+    pub shared: Vec<T>,
+    pub private: Vec<T>,
+}
+
+/// A domain separation network holding the private encoders of the domains placed here.
+#[derive(Clone, Debug)]
+pub struct Dsn<T: Scalar = f32> {
+    pub arch: DsnArch,
+    /// Domains in all (source = 0).
+    pub domains: usize,
+    pub shared: Encoder<T>,
+    /// `(domain, private encoder)` for the domains held here, in domain order.
+    pub private: Vec<(usize, Encoder<T>)>,
+    pub decoder: Decoder<T>,
+    pub classifier: Mlp<T>,
+    pub domain_head: Mlp<T>,
+}
+
+/// Seed of a part's initial weights: a function of the run's seed and the part only, so that every
+/// placement of domains on ranks starts from the same weights.
+fn part_seed(seed: u64, part: u64) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(part.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+}
+
+impl Dsn<f32> {
+    /// He-initialised from `seed`, holding the private encoders of `held` (domain ids below
+    /// `domains`).
+    pub fn new(arch: DsnArch, domains: usize, held: &[usize], seed: u64) -> Result<Self> {
+        arch.validate()?;
+        if domains < 2 {
+            return Err(Error::config(
+                "domains",
+                format!("a source and at least one target are needed, got {domains} domains"),
+            ));
+        }
+        if let Some(&d) = held.iter().find(|&&d| d >= domains) {
+            return Err(Error::config(
+                "domains",
+                format!("domain {d} does not exist (there are {domains})"),
+            ));
+        }
+        let rng = |part: u64| rand::rngs::StdRng::seed_from_u64(part_seed(seed, part));
+        let mut held = held.to_vec();
+        held.sort_unstable();
+        held.dedup();
+        Ok(Dsn {
+            arch,
+            domains,
+            shared: Encoder::new(&arch, &mut rng(0)),
+            decoder: Decoder::new(&arch, &mut rng(1)),
+            classifier: Mlp::he(&[arch.code, arch.hidden, arch.classes], 1.0, &mut rng(2)),
+            domain_head: Mlp::he(&[arch.code, arch.hidden, domains], 1.0, &mut rng(3)),
+            private: held
+                .into_iter()
+                .map(|d| (d, Encoder::new(&arch, &mut rng(100 + d as u64))))
+                .collect(),
+        })
+    }
+}
+
+impl<T: Scalar> Dsn<T> {
+    pub fn shared_param_count(&self) -> usize {
+        self.shared.param_count()
+            + self.decoder.param_count()
+            + self.classifier.param_count()
+            + self.domain_head.param_count()
+    }
+
+    pub fn private_param_count(&self) -> usize {
+        self.shared.param_count()
+    }
+
+    /// The shared parameters, in gradient order: shared encoder, decoder, classifier, domain head.
+    pub fn shared_params_mut(&mut self) -> Vec<&mut [T]> {
+        let mut p = self.shared.params_mut();
+        p.extend(self.decoder.params_mut());
+        p.extend(self.classifier.params_mut());
+        p.extend(self.domain_head.params_mut());
+        p
+    }
+
+    pub fn private_params_mut(&mut self, domain: usize) -> Result<Vec<&mut [T]>> {
+        Ok(self.private_mut(domain)?.params_mut())
+    }
+
+    /// Every parameter held here with its name (`shared_encoder.…`, `decoder.…`, `classifier.…`,
+    /// `domain_classifier.…`, `private_encoder.{d}.…`) and shape, for saving.
+    pub fn named_params(&self) -> Vec<(String, Vec<usize>, &[T])> {
+        fn prefixed<'a, T>(
+            prefix: &str,
+            ps: Vec<(String, Vec<usize>, &'a [T])>,
+        ) -> impl Iterator<Item = (String, Vec<usize>, &'a [T])> {
+            ps.into_iter()
+                .map(move |(n, s, v)| (format!("{prefix}.{n}"), s, v))
+        }
+        let mut out: Vec<_> = prefixed("shared_encoder", self.shared.params())
+            .chain(prefixed("decoder", self.decoder.params()))
+            .chain(prefixed("classifier", self.classifier.params()))
+            .chain(prefixed("domain_classifier", self.domain_head.params()))
+            .collect();
+        for (d, e) in &self.private {
+            out.extend(prefixed(&format!("private_encoder.{d}"), e.params()));
+        }
+        out
+    }
+
+    fn private(&self, domain: usize) -> Result<&Encoder<T>> {
+        self.private
+            .iter()
+            .find(|(d, _)| *d == domain)
+            .map(|(_, e)| e)
+            .ok_or_else(|| Error::Internal(format!("domain {domain} is not held on this rank")))
+    }
+
+    fn private_mut(&mut self, domain: usize) -> Result<&mut Encoder<T>> {
+        self.private
+            .iter_mut()
+            .find(|(d, _)| *d == domain)
+            .map(|(_, e)| e)
+            .ok_or_else(|| Error::Internal(format!("domain {domain} is not held on this rank")))
+    }
+
+    /// The same network in another precision.
+    pub fn cast<U: Scalar>(&self) -> Dsn<U> {
+        Dsn {
+            arch: self.arch,
+            domains: self.domains,
+            shared: self.shared.cast(),
+            private: self.private.iter().map(|(d, e)| (*d, e.cast())).collect(),
+            decoder: self.decoder.cast(),
+            classifier: self.classifier.cast(),
+            domain_head: self.domain_head.cast(),
+        }
+    }
+
+    fn check_batch(&self, b: &DomainBatch<T>) -> Result<()> {
+        let s = self.arch.image_size;
+        let x = &b.images;
+        if x.channels != 1 || x.dims != [1, s, s] || x.batch == 0 {
+            return Err(Error::shape(
+                "DSN domain batch",
+                &[x.batch.max(1), 1, s, s],
+                &[x.batch, x.channels, x.dims[1], x.dims[2]],
+            ));
+        }
+        if let Some(l) = &b.labels
+            && l.len() != x.batch
+        {
+            return Err(Error::shape("DSN labels", &[x.batch], &[l.len()]));
+        }
+        Ok(())
+    }
+
+    /// The shared code alone (inference: classify with [`Dsn::classify`]).
+    pub fn shared_code(&self, images: &Features<T>) -> Result<Vec<T>> {
+        Ok(self.shared.forward(images)?.1)
+    }
+
+    /// Predicted classes of images from their shared codes.
+    pub fn classify(&self, images: &Features<T>) -> Result<Vec<usize>> {
+        let code = self.shared_code(images)?;
+        let logits = self.classifier.forward(&code, images.batch);
+        Ok(crate::nn::dense::argmax(&logits, self.arch.classes))
+    }
+
+    /// The forward pass of one domain batch.
+    pub fn forward(&self, b: &DomainBatch<T>) -> Result<DomainForward<T>> {
+        self.check_batch(b)?;
+        let n = b.images.batch;
+        let (shared_tape, shared_code) = self.shared.forward(&b.images)?;
+        let (private_tape, private_code) = self.private(b.domain)?.forward(&b.images)?;
+        let sum: Vec<T> = shared_code
+            .iter()
+            .zip(&private_code)
+            .map(|(a, b)| *a + *b)
+            .collect();
+        let decoder = self.decoder.forward(sum, n, self.arch.side4())?;
+        let classifier = self.classifier.forward_train(shared_code.clone(), n);
+        let domain_head = self.domain_head.forward_train(shared_code.clone(), n);
+        Ok(DomainForward {
+            shared_tape,
+            private_tape,
+            shared_code,
+            private_code,
+            decoder,
+            classifier,
+            domain_head,
+        })
+    }
+
+    /// The weighted losses of a domain batch and their gradients. `similarity` chooses the coupling
+    /// term: with [`Similarity::Dann`] the domain classifier's cross-entropy (its gradient reversed
+    /// into the shared encoder); with [`Similarity::Mmd`] `mmd_grad`, the gradient of the (weighted)
+    /// MMD terms with respect to this batch's shared code, computed by the caller from every
+    /// domain's codes, and `mmd_loss`, the part of the MMD loss to report for this domain.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward(
+        &self,
+        b: &DomainBatch<T>,
+        f: &DomainForward<T>,
+        weights: &LossWeights,
+        similarity: Similarity,
+        mmd: Option<(f64, &[T])>,
+    ) -> Result<(DomainLosses, DomainGrads<T>)> {
+        let n = b.images.batch;
+        let scale = |g: &mut [T], w: f64| {
+            let w = T::from_f64(w);
+            g.iter_mut().for_each(|v| *v = *v * w);
+        };
+        let mut grads = DomainGrads {
+            shared: vec![T::ZERO; self.shared_param_count()],
+            private: vec![T::ZERO; self.private_param_count()],
+        };
+        let (g_enc, rest) = grads.shared.split_at_mut(self.shared.param_count());
+        let (g_dec, rest) = rest.split_at_mut(self.decoder.param_count());
+        let (g_cls, g_dom) = rest.split_at_mut(self.classifier.param_count());
+        let mut losses = DomainLosses::default();
+        let mut d_shared = vec![T::ZERO; f.shared_code.len()];
+        let add = |acc: &mut [T], g: &[T]| acc.iter_mut().zip(g).for_each(|(a, b)| *a += *b);
+
+        // Reconstruction (scale-invariant MSE) through the decoder into both codes.
+        let (rec, mut d_img) = scale_invariant_mse(&b.images.data, &f.reconstruction().data, n)?;
+        losses.reconstruction = weights.reconstruction * rec;
+        scale(&mut d_img, weights.reconstruction);
+        let out = f.reconstruction();
+        let dimage = Features {
+            batch: out.batch,
+            channels: out.channels,
+            dims: out.dims,
+            data: d_img,
+        };
+        let d_sum = self.decoder.backward(&f.decoder, dimage, g_dec)?;
+        add(&mut d_shared, &d_sum);
+        let mut d_private = d_sum;
+
+        // Difference (soft orthogonality of shared and private codes).
+        let (diff, mut gs, mut gp) = difference_loss(&f.shared_code, &f.private_code, n)?;
+        losses.difference = weights.difference * diff;
+        scale(&mut gs, weights.difference);
+        scale(&mut gp, weights.difference);
+        add(&mut d_shared, &gs);
+        add(&mut d_private, &gp);
+
+        // Task loss on labelled (source) batches.
+        if let Some(labels) = &b.labels {
+            let (ce, mut g) = crate::nn::dense::softmax_cross_entropy(
+                &f.classifier.output,
+                labels,
+                self.arch.classes,
+            )?;
+            losses.task = weights.task * ce;
+            scale(&mut g, weights.task);
+            let dc = self.classifier.backward(&f.classifier, g, g_cls);
+            add(&mut d_shared, &dc);
+        }
+
+        // Similarity.
+        match (similarity, mmd) {
+            (Similarity::Dann, _) => {
+                let labels = vec![b.domain; n];
+                let (ce, mut g) = crate::nn::dense::softmax_cross_entropy(
+                    &f.domain_head.output,
+                    &labels,
+                    self.domains,
+                )?;
+                losses.similarity = weights.similarity * ce;
+                scale(&mut g, weights.similarity);
+                let mut dc = self.domain_head.backward(&f.domain_head, g, g_dom);
+                reverse_gradient(&mut dc, 1.0);
+                add(&mut d_shared, &dc);
+            }
+            (Similarity::Mmd, Some((loss, g))) => {
+                if g.len() != d_shared.len() {
+                    return Err(Error::shape(
+                        "MMD code gradient",
+                        &[d_shared.len()],
+                        &[g.len()],
+                    ));
+                }
+                losses.similarity = loss;
+                add(&mut d_shared, g);
+            }
+            (Similarity::Mmd, None) => {
+                return Err(Error::Internal(
+                    "MMD similarity without its code gradient".into(),
+                ));
+            }
+        }
+
+        self.shared.backward(&f.shared_tape, &d_shared, g_enc)?;
+        self.private(b.domain)?
+            .backward(&f.private_tape, &d_private, &mut grads.private)?;
+        Ok((losses, grads))
+    }
+}
+
+/// Gradients with respect to the shared codes of some domains: `(domain, gradient)`.
+pub type CodeGrads<T> = Vec<(usize, Vec<T>)>;
+
+/// The weighted MMD similarity terms `w·MMD(h_source, h_t)` for every target `t`, from the shared
+/// codes of all domains (`codes[d]`, `batch × dim` each, domain 0 the source). Returns each
+/// domain's reported loss (the term of target `t` is reported on `t`; the source reports 0) and,
+/// for each domain in `wanted`, the gradient with respect to its codes. Terms are evaluated and
+/// summed in target order, so every rank computes the same values for the same domain.
+pub fn mmd_terms<T: Scalar>(
+    codes: &[Vec<T>],
+    dim: usize,
+    weight: f64,
+    wanted: &[usize],
+) -> Result<(Vec<f64>, CodeGrads<T>)> {
+    let mut losses = vec![0.0; codes.len()];
+    let mut grads: Vec<(usize, Vec<T>)> = wanted
+        .iter()
+        .map(|&d| (d, vec![T::ZERO; codes[d].len()]))
+        .collect();
+    let wants_source = wanted.contains(&0);
+    for t in 1..codes.len() {
+        if !(wants_source || wanted.contains(&t)) {
+            continue;
+        }
+        let (m, gx, gy) = crate::nn::losses::mmd(
+            &codes[0],
+            &codes[t],
+            dim,
+            &crate::nn::losses::MMD_BANDWIDTHS,
+        )?;
+        losses[t] = weight * m;
+        let w = T::from_f64(weight);
+        for (d, g) in grads.iter_mut() {
+            let src = if *d == 0 {
+                &gx
+            } else if *d == t {
+                &gy
+            } else {
+                continue;
+            };
+            g.iter_mut().zip(src).for_each(|(a, b)| *a += *b * w);
+        }
+    }
+    Ok((losses, grads))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::nn::conv::tests::random;
+
+    pub(crate) fn small_arch() -> DsnArch {
+        DsnArch {
+            image_size: 8,
+            width: 2,
+            code: 4,
+            hidden: 5,
+            classes: 3,
+        }
+    }
+
+    fn batches(domains: usize, n: usize, rng: &mut rand::rngs::StdRng) -> Vec<DomainBatch<f64>> {
+        use rand::RngExt;
+        (0..domains)
+            .map(|d| DomainBatch {
+                domain: d,
+                images: Features {
+                    batch: n,
+                    channels: 1,
+                    dims: [1, 8, 8],
+                    data: random(n * 64, rng),
+                },
+                labels: (d == 0).then(|| (0..n).map(|_| rng.random_range(0..3)).collect()),
+            })
+            .collect()
+    }
+
+    /// The whole model's loss over all domains, and (when `grads`) the summed shared gradient and
+    /// each domain's private gradient.
+    fn run(
+        m: &Dsn<f64>,
+        bs: &[DomainBatch<f64>],
+        sim: Similarity,
+    ) -> (f64, f64, Vec<f64>, Vec<Vec<f64>>) {
+        let w = LossWeights {
+            task: 1.0,
+            reconstruction: 0.7,
+            difference: 0.3,
+            similarity: 0.5,
+        };
+        let fs: Vec<_> = bs.iter().map(|b| m.forward(b).unwrap()).collect();
+        let codes: Vec<Vec<f64>> = fs.iter().map(|f| f.shared_code.clone()).collect();
+        let all: Vec<usize> = (0..bs.len()).collect();
+        let (mmd_l, mmd_g) = mmd_terms(&codes, m.arch.code, w.similarity, &all).unwrap();
+        let (mut total, mut similarity) = (0.0, 0.0);
+        let mut shared = vec![0.0; m.shared_param_count()];
+        let mut private = Vec::new();
+        for (d, (b, f)) in bs.iter().zip(&fs).enumerate() {
+            let mmd = (sim == Similarity::Mmd).then(|| (mmd_l[d], mmd_g[d].1.as_slice()));
+            let (l, g) = m.backward(b, f, &w, sim, mmd).unwrap();
+            total += l.total();
+            similarity += l.similarity;
+            shared.iter_mut().zip(&g.shared).for_each(|(a, b)| *a += b);
+            private.push(g.private);
+        }
+        (total, similarity, shared, private)
+    }
+
+    #[test]
+    fn whole_model_gradients_match_finite_differences_in_f64() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let domains = 3;
+        let m = Dsn::new(small_arch(), domains, &[0, 1, 2], 7)
+            .unwrap()
+            .cast::<f64>();
+        let bs = batches(domains, 3, &mut rng);
+        for sim in [Similarity::Dann, Similarity::Mmd] {
+            let (_, _, shared, private) = run(&m, &bs, sim);
+            let eps = 1e-6;
+            let check = |fd: f64, an: f64, what: String| {
+                assert!(
+                    (fd - an).abs() <= 1e-6 * an.abs().max(1e-2),
+                    "{sim:?} {what}: finite difference {fd} vs backward {an}"
+                );
+            };
+            // The loss each parameter descends: with DANN the gradient reversal makes the encoders
+            // ascend the domain classifier's loss, so their gradient is that of L − 2·L_similarity.
+            let encoder_params = m.shared.param_count();
+            let loss = |p: &Dsn<f64>, encoder: bool| {
+                let (total, similarity, _, _) = run(p, &bs, sim);
+                if encoder && sim == Similarity::Dann {
+                    total - 2.0 * similarity
+                } else {
+                    total
+                }
+            };
+            let n = m.shared_param_count();
+            // A stride through every tensor (the FD of each costs two passes over all domains).
+            for i in (0..n).step_by(3) {
+                let fd = {
+                    let mut p = m.clone();
+                    *flat_mut(p.shared_params_mut(), i) += eps;
+                    let mut q = m.clone();
+                    *flat_mut(q.shared_params_mut(), i) -= eps;
+                    let e = i < encoder_params;
+                    (loss(&p, e) - loss(&q, e)) / (2.0 * eps)
+                };
+                check(fd, shared[i], format!("shared parameter {i}"));
+            }
+            for (d, want) in private.iter().enumerate() {
+                for i in (0..m.private_param_count()).step_by(5) {
+                    let mut p = m.clone();
+                    *flat_mut(p.private_params_mut(d).unwrap(), i) += eps;
+                    let mut q = m.clone();
+                    *flat_mut(q.private_params_mut(d).unwrap(), i) -= eps;
+                    let fd = (loss(&p, true) - loss(&q, true)) / (2.0 * eps);
+                    check(fd, want[i], format!("domain {d} private parameter {i}"));
+                }
+            }
+        }
+    }
+
+    fn flat_mut(ps: Vec<&mut [f64]>, mut i: usize) -> &mut f64 {
+        for p in ps {
+            if i < p.len() {
+                return &mut p[i];
+            }
+            i -= p.len();
+        }
+        panic!("parameter index out of range")
+    }
+
+    #[test]
+    fn initial_weights_do_not_depend_on_which_domains_are_held() {
+        let all = Dsn::new(small_arch(), 4, &[0, 1, 2, 3], 3).unwrap();
+        let some = Dsn::new(small_arch(), 4, &[2], 3).unwrap();
+        assert_eq!(all.named_params()[..4], some.named_params()[..4]);
+        let p2 = |m: &Dsn| {
+            m.named_params()
+                .into_iter()
+                .filter(|(n, _, _)| n.starts_with("private_encoder.2."))
+                .map(|(_, _, v)| v.to_vec())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(p2(&all), p2(&some));
+        assert!(Dsn::new(small_arch(), 4, &[4], 3).is_err());
+        let bad = DsnArch {
+            image_size: 10,
+            ..small_arch()
+        };
+        let e = Dsn::new(bad, 2, &[0], 3).unwrap_err();
+        assert!(e.to_string().contains("model.image_size"), "{e}");
+    }
+}

@@ -1,0 +1,401 @@
+//! Domain parallelism for Multi-DSN: domain `d` lives on rank `d % world` (several per rank when
+//! there are fewer ranks than domains), with its private encoder, its data and its activations; the
+//! shared encoder, decoder and classifiers are replicated on every rank.
+//!
+//! One training step: every rank runs its domains' forward passes; with the MMD similarity the
+//! source's rank (rank 0) sends the source's shared codes to every other rank and receives their
+//! domains' shared codes — the only activations that cross ranks; backward per domain; each
+//! domain's shared-parameter gradient is gathered to every rank and summed in domain order
+//! `0, 1, …, K` (the same additions on 1 rank, where all domains are local, as on N ranks, so the
+//! weights agree bitwise); Adam steps the shared parameters identically everywhere and each private
+//! encoder where it lives.
+
+use std::time::Instant;
+
+use crate::dist::Collective;
+use crate::error::{Error, Result};
+use crate::optim::adam::Adam;
+
+use super::model::{DomainBatch, DomainLosses, Dsn, DsnArch, LossWeights, Similarity, mmd_terms};
+
+/// The domains rank `rank` of `world` holds, in domain order.
+pub fn domains_of(rank: usize, world: usize, domains: usize) -> Vec<usize> {
+    (0..domains).filter(|d| d % world == rank).collect()
+}
+
+fn to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_bytes(b: &[u8], rank: usize, what: &str) -> Result<Vec<f32>> {
+    if !b.len().is_multiple_of(4) {
+        return Err(Error::bad_peer_data(
+            rank,
+            format!("{what}: {} bytes is not a whole number of f32", b.len()),
+        ));
+    }
+    Ok(b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// Splits a peer's concatenation of one equal-length vector per held domain.
+fn split_per_domain(flat: Vec<f32>, held: usize, rank: usize, what: &str) -> Result<Vec<Vec<f32>>> {
+    if held == 0 {
+        return Ok(Vec::new());
+    }
+    if !flat.len().is_multiple_of(held) {
+        return Err(Error::bad_peer_data(
+            rank,
+            format!("{what}: {} values for {held} domains", flat.len()),
+        ));
+    }
+    Ok(flat
+        .chunks(flat.len() / held)
+        .map(<[f32]>::to_vec)
+        .collect())
+}
+
+/// Timing of one step on this rank, in seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepTimes {
+    pub compute_secs: f64,
+    pub exchange_secs: f64,
+}
+
+/// A rank's part of Multi-DSN training.
+pub struct Trainer<'a> {
+    comm: &'a dyn Collective,
+    pub model: Dsn<f32>,
+    held: Vec<usize>,
+    weights: LossWeights,
+    similarity: Similarity,
+    shared_adam: Adam,
+    private_adam: Vec<Adam>,
+}
+
+impl<'a> Trainer<'a> {
+    pub fn new(
+        comm: &'a dyn Collective,
+        arch: DsnArch,
+        domains: usize,
+        seed: u64,
+        weights: LossWeights,
+        similarity: Similarity,
+    ) -> Result<Self> {
+        weights.validate()?;
+        let held = domains_of(comm.rank(), comm.world_size(), domains);
+        let model = Dsn::new(arch, domains, &held, seed)?;
+        Ok(Trainer {
+            comm,
+            shared_adam: Adam::new(model.shared_param_count()),
+            private_adam: held
+                .iter()
+                .map(|_| Adam::new(model.private_param_count()))
+                .collect(),
+            model,
+            held,
+            weights,
+            similarity,
+        })
+    }
+
+    /// The domains this rank holds.
+    pub fn held(&self) -> &[usize] {
+        &self.held
+    }
+
+    /// One optimiser step of size `lr` on one batch per held domain (in [`Trainer::held`] order).
+    /// Returns every domain's losses (the same on every rank) and this rank's times.
+    pub fn step(
+        &mut self,
+        batches: &[DomainBatch<f32>],
+        lr: f64,
+    ) -> Result<(Vec<DomainLosses>, StepTimes)> {
+        let domains = self.model.domains;
+        if batches.len() != self.held.len()
+            || batches.iter().zip(&self.held).any(|(b, d)| b.domain != *d)
+        {
+            return Err(Error::Internal(format!(
+                "step on domains {:?}, this rank holds {:?}",
+                batches.iter().map(|b| b.domain).collect::<Vec<_>>(),
+                self.held
+            )));
+        }
+        let mut times = StepTimes::default();
+        let t = Instant::now();
+        let fwds = batches
+            .iter()
+            .map(|b| self.model.forward(b))
+            .collect::<Result<Vec<_>>>()?;
+        times.compute_secs += t.elapsed().as_secs_f64();
+
+        let mmd = match self.similarity {
+            Similarity::Dann => None,
+            Similarity::Mmd => {
+                let t = Instant::now();
+                let codes = self.exchange_codes(fwds.iter().map(|f| f.shared_code.as_slice()))?;
+                times.exchange_secs += t.elapsed().as_secs_f64();
+                Some(mmd_terms(
+                    &codes,
+                    self.model.arch.code,
+                    self.weights.similarity,
+                    &self.held,
+                )?)
+            }
+        };
+
+        let t = Instant::now();
+        let mut losses = Vec::with_capacity(batches.len());
+        let mut shared_grads = Vec::new();
+        let mut private_grads = Vec::new();
+        for (k, (b, f)) in batches.iter().zip(&fwds).enumerate() {
+            let m = mmd.as_ref().map(|(l, g)| (l[b.domain], g[k].1.as_slice()));
+            let (l, g) = self
+                .model
+                .backward(b, f, &self.weights, self.similarity, m)?;
+            losses.push(l);
+            shared_grads.extend(g.shared);
+            private_grads.push(g.private);
+        }
+        drop(fwds);
+        times.compute_secs += t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let per_rank = self.comm.all_gather(&to_bytes(&shared_grads))?;
+        drop(shared_grads);
+        let world = self.comm.world_size();
+        let mut by_rank = Vec::with_capacity(world);
+        for (r, bytes) in per_rank.iter().enumerate() {
+            let held = domains_of(r, world, domains).len();
+            let v = from_bytes(bytes, r, "shared gradients")?;
+            let v = split_per_domain(v, held, r, "shared gradients")?;
+            if v.iter().any(|g| g.len() != self.model.shared_param_count()) {
+                return Err(Error::bad_peer_data(r, "shared gradients of another model"));
+            }
+            by_rank.push(v);
+        }
+        drop(per_rank);
+        // Σ_d g_d in domain order: bitwise the same for every placement.
+        let mut total = std::mem::take(&mut by_rank[0][0]);
+        for d in 1..domains {
+            let g = &by_rank[d % world][d / world];
+            total.iter_mut().zip(g).for_each(|(a, b)| *a += *b);
+        }
+        drop(by_rank);
+        let all_losses = self.gather_losses(&losses)?;
+        times.exchange_secs += t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        self.shared_adam
+            .step(self.model.shared_params_mut(), &total, lr);
+        for (k, &d) in self.held.iter().enumerate() {
+            self.private_adam[k].step(self.model.private_params_mut(d)?, &private_grads[k], lr);
+        }
+        times.compute_secs += t.elapsed().as_secs_f64();
+        Ok((all_losses, times))
+    }
+
+    /// Every domain's shared codes where this rank needs them: rank 0 (the source's) gets all,
+    /// every other rank the source's and its own. Domains not needed here are left empty.
+    fn exchange_codes<'c>(&self, local: impl Iterator<Item = &'c [f32]>) -> Result<Vec<Vec<f32>>> {
+        let (me, world, domains) = (self.comm.rank(), self.comm.world_size(), self.model.domains);
+        let mut codes = vec![Vec::new(); domains];
+        let local: Vec<&[f32]> = local.collect();
+        for (k, &d) in self.held.iter().enumerate() {
+            codes[d] = local[k].to_vec();
+        }
+        if me == 0 {
+            let source = to_bytes(&codes[0]);
+            for r in 1..world {
+                self.comm.send(r, &source)?;
+                let held = domains_of(r, world, domains);
+                let theirs = from_bytes(&self.comm.recv(r)?, r, "shared codes")?;
+                for (d, c) in held.into_iter().zip(split_per_domain(
+                    theirs,
+                    held_len(r, world, domains),
+                    r,
+                    "shared codes",
+                )?) {
+                    codes[d] = c;
+                }
+            }
+        } else {
+            codes[0] = from_bytes(&self.comm.recv(0)?, 0, "source shared codes")?;
+            let mine: Vec<f32> = local.concat();
+            self.comm.send(0, &to_bytes(&mine))?;
+        }
+        for &d in &self.held {
+            if codes[0].len() != codes[d].len() {
+                return Err(Error::bad_peer_data(
+                    0,
+                    "source shared codes of another batch size",
+                ));
+            }
+        }
+        Ok(codes)
+    }
+
+    /// Every domain's losses, from every rank.
+    fn gather_losses(&self, mine: &[DomainLosses]) -> Result<Vec<DomainLosses>> {
+        let flat: Vec<f64> = mine
+            .iter()
+            .flat_map(|l| [l.task, l.reconstruction, l.difference, l.similarity])
+            .collect();
+        let bytes: Vec<u8> = flat.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let per_rank = self.comm.all_gather(&bytes)?;
+        let (world, domains) = (self.comm.world_size(), self.model.domains);
+        let mut out = vec![DomainLosses::default(); domains];
+        for (r, b) in per_rank.iter().enumerate() {
+            let held = domains_of(r, world, domains);
+            if b.len() != held.len() * 32 {
+                return Err(Error::bad_peer_data(r, "per-domain losses"));
+            }
+            for (d, c) in held.into_iter().zip(b.chunks_exact(32)) {
+                let v =
+                    |i: usize| f64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                out[d] = DomainLosses {
+                    task: v(0),
+                    reconstruction: v(1),
+                    difference: v(2),
+                    similarity: v(3),
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sums `counts` (per held domain: correct, total) over ranks into per-domain counts.
+    pub fn gather_counts(&self, counts: &[(usize, usize)]) -> Result<Vec<(usize, usize)>> {
+        let bytes: Vec<u8> = counts
+            .iter()
+            .flat_map(|&(a, b)| [(a as u64).to_le_bytes(), (b as u64).to_le_bytes()])
+            .flatten()
+            .collect();
+        let per_rank = self.comm.all_gather(&bytes)?;
+        let (world, domains) = (self.comm.world_size(), self.model.domains);
+        let mut out = vec![(0, 0); domains];
+        for (r, b) in per_rank.iter().enumerate() {
+            let held = domains_of(r, world, domains);
+            if b.len() != held.len() * 16 {
+                return Err(Error::bad_peer_data(r, "per-domain counts"));
+            }
+            for (d, c) in held.into_iter().zip(b.chunks_exact(16)) {
+                let v = |i: usize| {
+                    u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
+                };
+                out[d] = (v(0), v(1));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn held_len(rank: usize, world: usize, domains: usize) -> usize {
+    domains_of(rank, world, domains).len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dist::testutil::on_group;
+    use crate::dsn::data::generate;
+    use crate::dsn::model::tests::small_arch;
+    use crate::nn::conv::Features;
+
+    fn batch(domain: usize, step: usize, n: usize) -> DomainBatch<f32> {
+        let d = generate(3, 8, n, 100 + step as u64, domain);
+        DomainBatch {
+            domain,
+            images: Features {
+                batch: n,
+                channels: 1,
+                dims: [1, 8, 8],
+                data: d.images,
+            },
+            labels: (domain == 0).then_some(d.labels),
+        }
+    }
+
+    /// Per rank, per step, per domain.
+    type PerRankLosses = Vec<Vec<Vec<DomainLosses>>>;
+
+    /// Trains `domains` domains for a few steps on `world` socket ranks; returns every parameter by
+    /// name (shared ones from rank 0, private ones from the rank holding them) and the losses.
+    fn train(
+        world: usize,
+        domains: usize,
+        sim: Similarity,
+    ) -> (Vec<(String, Vec<f32>)>, PerRankLosses) {
+        let out = on_group(world, |comm| {
+            let mut t = Trainer::new(
+                &*comm,
+                small_arch(),
+                domains,
+                11,
+                LossWeights::default(),
+                sim,
+            )
+            .unwrap();
+            let mut losses = Vec::new();
+            for step in 0..3 {
+                let bs: Vec<_> = t.held().iter().map(|&d| batch(d, step, 4)).collect();
+                losses.push(t.step(&bs, 1e-2).unwrap().0);
+            }
+            let params: Vec<(String, Vec<f32>)> = t
+                .model
+                .named_params()
+                .into_iter()
+                .filter(|(n, _, _)| comm.rank() == 0 || n.starts_with("private_encoder."))
+                .map(|(n, _, v)| (n, v.to_vec()))
+                .collect();
+            (params, losses)
+        });
+        let mut params: Vec<(String, Vec<f32>)> = out.iter().flat_map(|(p, _)| p.clone()).collect();
+        params.sort_by(|a, b| a.0.cmp(&b.0));
+        (params, out.into_iter().map(|(_, l)| l).collect())
+    }
+
+    #[test]
+    fn one_two_and_three_socket_ranks_train_bitwise_the_same_weights() {
+        for sim in [Similarity::Dann, Similarity::Mmd] {
+            let domains = 4;
+            let (want, want_losses) = train(1, domains, sim);
+            assert_eq!(
+                want.iter()
+                    .filter(|(n, _)| n.ends_with("0.weight") && n.starts_with("private"))
+                    .count(),
+                domains
+            );
+            for world in [2, 3] {
+                let (got, losses) = train(world, domains, sim);
+                assert_eq!(got.len(), want.len());
+                for ((n, a), (m, b)) in got.iter().zip(&want) {
+                    assert_eq!(n, m);
+                    assert!(
+                        a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{sim:?}, {world} ranks: {n} differs from 1 rank"
+                    );
+                }
+                for l in &losses {
+                    assert_eq!(l, &want_losses[0], "{sim:?}, {world} ranks: losses");
+                }
+            }
+            // Training moved the weights and the losses are finite.
+            assert!(
+                want_losses[0]
+                    .iter()
+                    .flatten()
+                    .all(|l| l.total().is_finite())
+            );
+        }
+    }
+
+    #[test]
+    fn placement_puts_domain_d_on_rank_d_mod_world() {
+        assert_eq!(domains_of(0, 3, 8), [0, 3, 6]);
+        assert_eq!(domains_of(2, 3, 8), [2, 5]);
+        assert_eq!(domains_of(0, 1, 3), [0, 1, 2]);
+        assert!(domains_of(4, 5, 3).is_empty());
+    }
+}

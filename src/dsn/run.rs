@@ -1,0 +1,565 @@
+//! A Multi-DSN training run: the preset (versioned TOML, `kind = "dsn"`, unknown fields rejected),
+//! the epoch loop over a group of ranks, and the outputs — `dsn.safetensors` (every parameter,
+//! private encoders gathered from their ranks) and `train.json` (per-epoch per-domain losses and
+//! accuracies, per-rank times and peak memory) — written by rank 0.
+
+use std::path::{Path, PathBuf};
+
+use rand::{RngExt, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::data::{DomainConfig, DomainData, load_domain};
+use super::model::{DomainBatch, DomainLosses, DsnArch, LossWeights, Similarity};
+use super::parallel::{Trainer, domains_of};
+use crate::dist::Collective;
+use crate::error::{Error, Result};
+use crate::nn::conv::Features;
+use crate::preset::apply_override;
+use crate::tensor::Tensor;
+
+/// The Multi-DSN preset format version.
+pub const DSN_PRESET_VERSION: u32 = 1;
+
+/// Bundled Multi-DSN presets: `(name, TOML)`.
+pub const BUNDLED: &[(&str, &str)] = &[
+    ("dsn_shapes", include_str!("../../presets/dsn_shapes.toml")),
+    (
+        "dsn_shapes7",
+        include_str!("../../presets/dsn_shapes7.toml"),
+    ),
+];
+
+/// The preset's kind tag (`kind = "dsn"`), which tells `tessera train` what it trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DsnKind {
+    Dsn,
+}
+
+/// A Multi-DSN training run as written in TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DsnPreset {
+    pub version: u32,
+    pub kind: DsnKind,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Seeds the data, the initial weights and the batches.
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub model: DsnArch,
+    #[serde(default)]
+    pub losses: LossWeights,
+    #[serde(default)]
+    pub train: DsnTrainConfig,
+    /// Domain 0 is the labelled source; the others are unlabelled targets.
+    pub domains: Vec<DomainConfig>,
+}
+
+/// How to train.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DsnTrainConfig {
+    pub similarity: Similarity,
+    pub epochs: usize,
+    pub steps_per_epoch: usize,
+    /// Images per domain per step.
+    pub batch: usize,
+    pub learning_rate: f64,
+    /// Generated training images per domain (folder domains use 4 of every 5 images).
+    pub train_images: usize,
+    /// Generated held-out images per domain for the accuracies (folder domains: every 5th image).
+    pub test_images: usize,
+    /// Train the same network with the source's task loss only (the source-only baseline).
+    pub source_only: bool,
+    /// File name of the weights in the output folder.
+    pub weights: String,
+}
+
+impl Default for DsnTrainConfig {
+    fn default() -> Self {
+        DsnTrainConfig {
+            similarity: Similarity::Dann,
+            epochs: 10,
+            steps_per_epoch: 20,
+            batch: 16,
+            learning_rate: 1e-3,
+            train_images: 512,
+            test_images: 256,
+            source_only: false,
+            weights: "dsn.safetensors".into(),
+        }
+    }
+}
+
+impl DsnPreset {
+    /// Whether TOML text is a Multi-DSN preset (`kind = "dsn"`).
+    pub fn is_dsn(text: &str) -> bool {
+        toml::from_str::<toml::Table>(text)
+            .is_ok_and(|t| t.get("kind").and_then(|k| k.as_str()) == Some("dsn"))
+    }
+
+    /// Parses TOML text, applies `--set` overrides and validates; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<DsnPreset> {
+        let mut value: toml::Value = toml::from_str(text)
+            .map_err(|e| Error::format(origin, format!("invalid TOML: {}", e.message())))?;
+        for o in overrides {
+            apply_override(&mut value, o)?;
+        }
+        match value.get("version") {
+            Some(toml::Value::Integer(v)) if *v == DSN_PRESET_VERSION as i64 => {}
+            other => {
+                return Err(Error::format(
+                    origin,
+                    format!(
+                        "Multi-DSN preset version {} is not supported (this tessera reads version {DSN_PRESET_VERSION})",
+                        other.map_or("(missing)".to_string(), |v| v.to_string())
+                    ),
+                ));
+            }
+        }
+        let preset: DsnPreset = value.try_into().map_err(|e: toml::de::Error| {
+            Error::format(origin, format!("invalid Multi-DSN preset: {}", e.message()))
+        })?;
+        preset.validate()?;
+        Ok(preset)
+    }
+
+    /// Loads a bundled Multi-DSN preset by name or a file that is one; `Ok(None)` when
+    /// `name_or_path` is neither. Returns the preset and its folder (for relative paths).
+    pub fn load(name_or_path: &str, overrides: &[String]) -> Result<Option<(DsnPreset, PathBuf)>> {
+        let path = Path::new(name_or_path);
+        if path.is_file() {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| Error::io("reading preset", path, e))?;
+            if !Self::is_dsn(&text) {
+                return Ok(None);
+            }
+            let base = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            return Ok(Some((
+                Self::from_toml(&text, name_or_path, overrides)?,
+                base,
+            )));
+        }
+        let name = name_or_path.trim_end_matches(".toml");
+        let name = name.strip_prefix("presets/").unwrap_or(name);
+        match BUNDLED.iter().find(|(n, _)| *n == name) {
+            Some((n, text)) => Ok(Some((
+                Self::from_toml(text, &format!("bundled:{n}"), overrides)?,
+                PathBuf::from("."),
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.name.trim().is_empty() {
+            return Err(Error::config("name", "must not be empty"));
+        }
+        self.model.validate()?;
+        self.losses.validate()?;
+        let t = &self.train;
+        for (field, v) in [
+            ("train.epochs", t.epochs),
+            ("train.steps_per_epoch", t.steps_per_epoch),
+            ("train.batch", t.batch),
+            ("train.train_images", t.train_images),
+            ("train.test_images", t.test_images),
+        ] {
+            if v == 0 {
+                return Err(Error::config(field, "must be ≥ 1"));
+            }
+        }
+        if !(t.learning_rate > 0.0 && t.learning_rate.is_finite()) {
+            return Err(Error::config(
+                "train.learning_rate",
+                format!("must be a positive number, got {}", t.learning_rate),
+            ));
+        }
+        let name = Path::new(&t.weights);
+        if name.extension().and_then(|e| e.to_str()) != Some("safetensors")
+            || name.components().count() != 1
+        {
+            return Err(Error::config(
+                "train.weights",
+                format!(
+                    "must be a plain file name ending in .safetensors, got `{}`",
+                    t.weights
+                ),
+            ));
+        }
+        if !(2..=64).contains(&self.domains.len()) {
+            return Err(Error::config(
+                "domains",
+                format!(
+                    "give a source and 1 to 63 target domains, got {} domains",
+                    self.domains.len()
+                ),
+            ));
+        }
+        for (i, d) in self.domains.iter().enumerate() {
+            d.validate(&format!("domains[{i}]"))?;
+        }
+        Ok(())
+    }
+}
+
+/// One epoch's figures (the same on every rank).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochReport {
+    pub epoch: usize,
+    /// Mean weighted losses over the epoch's steps, per domain.
+    pub losses: Vec<DomainLosses>,
+    /// Accuracy of the task classifier on each domain's held-out images.
+    pub accuracy: Vec<f64>,
+    /// Mean target accuracy (domains 1…K).
+    pub target_accuracy: f64,
+}
+
+/// Per-rank figures of the whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankReport {
+    pub rank: usize,
+    pub domains: Vec<usize>,
+    pub compute_secs: f64,
+    pub exchange_secs: f64,
+    /// The process's peak resident memory (`VmHWM`); ranks that are threads of one process share it.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// What `train.json` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DsnSummary {
+    pub name: String,
+    pub ranks: usize,
+    pub domains: Vec<String>,
+    pub similarity: Similarity,
+    pub source_only: bool,
+    pub shared_parameters: usize,
+    pub private_parameters_per_domain: usize,
+    pub epochs: Vec<EpochReport>,
+    pub per_rank: Vec<RankReport>,
+    pub weights: PathBuf,
+}
+
+fn mix(a: u64, b: u64) -> u64 {
+    let z = (a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z ^ (z >> 31)
+}
+
+/// A domain's training and held-out images.
+struct Split {
+    train: DomainData,
+    test: DomainData,
+}
+
+fn load_split(p: &DsnPreset, base_dir: &Path, d: usize) -> Result<Split> {
+    let mut cfg = p.domains[d].clone();
+    if let Some(f) = cfg.folder.as_mut() {
+        *f = crate::io::resolve(base_dir, f);
+    }
+    let (c, s) = (p.model.classes, p.model.image_size);
+    let t = &p.train;
+    if cfg.folder.is_some() {
+        let all = load_domain(&cfg, d, c, s, 0, p.seed)?;
+        let pick = |test: bool| {
+            let idx: Vec<usize> = (0..all.len()).filter(|i| (i % 5 == 0) == test).collect();
+            DomainData {
+                size: s,
+                images: idx.iter().flat_map(|&i| all.image(i).to_vec()).collect(),
+                labels: idx.iter().map(|&i| all.labels[i]).collect(),
+            }
+        };
+        let (train, test) = (pick(false), pick(true));
+        if train.is_empty() || test.is_empty() {
+            return Err(Error::config(
+                format!("domains[{d}].folder"),
+                format!(
+                    "needs at least 2 images to hold one out for testing, has {}",
+                    all.len()
+                ),
+            ));
+        }
+        return Ok(Split { train, test });
+    }
+    Ok(Split {
+        train: load_domain(&cfg, d, c, s, t.train_images, p.seed)?,
+        test: load_domain(&cfg, d, c, s, t.test_images, mix(p.seed, 0x7e57))?,
+    })
+}
+
+fn features(images: Vec<f32>, n: usize, size: usize) -> Features<f32> {
+    Features {
+        batch: n,
+        channels: 1,
+        dims: [1, size, size],
+        data: images,
+    }
+}
+
+/// Trains on every rank of `comm` (each rank calls this); rank 0 writes the outputs into
+/// `out_dir`. `on_epoch` is called on every rank after each epoch.
+pub fn train(
+    p: &DsnPreset,
+    base_dir: &Path,
+    out_dir: &Path,
+    comm: &dyn Collective,
+    on_epoch: &mut dyn FnMut(&EpochReport),
+) -> Result<DsnSummary> {
+    p.validate()?;
+    let t = &p.train;
+    let n_domains = p.domains.len();
+    let weights = if t.source_only {
+        LossWeights {
+            task: p.losses.task,
+            reconstruction: 0.0,
+            difference: 0.0,
+            similarity: 0.0,
+        }
+    } else {
+        p.losses
+    };
+    let mut trainer = Trainer::new(comm, p.model, n_domains, p.seed, weights, t.similarity)?;
+    let held = trainer.held().to_vec();
+    let data = held
+        .iter()
+        .map(|&d| load_split(p, base_dir, d))
+        .collect::<Result<Vec<_>>>()?;
+    let s = p.model.image_size;
+    let k = s * s;
+    let mut epochs = Vec::with_capacity(t.epochs);
+    let (mut compute_secs, mut exchange_secs) = (0.0, 0.0);
+    let total_steps = t.epochs * t.steps_per_epoch;
+    for epoch in 0..t.epochs {
+        let mut sums = vec![DomainLosses::default(); n_domains];
+        for step in 0..t.steps_per_epoch {
+            let global_step = epoch * t.steps_per_epoch + step;
+            let batches: Vec<DomainBatch<f32>> = held
+                .iter()
+                .zip(&data)
+                .map(|(&d, split)| {
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(mix(
+                        mix(p.seed, d as u64),
+                        global_step as u64,
+                    ));
+                    let idx: Vec<usize> = (0..t.batch)
+                        .map(|_| rng.random_range(0..split.train.len()))
+                        .collect();
+                    DomainBatch {
+                        domain: d,
+                        images: features(
+                            idx.iter()
+                                .flat_map(|&i| split.train.image(i).to_vec())
+                                .collect(),
+                            t.batch,
+                            s,
+                        ),
+                        labels: (d == 0)
+                            .then(|| idx.iter().map(|&i| split.train.labels[i]).collect()),
+                    }
+                })
+                .collect();
+            // Cosine decay to a tenth over the run.
+            let progress = global_step as f64 / total_steps.max(1) as f64;
+            let lr = t.learning_rate * (0.55 + 0.45 * (std::f64::consts::PI * progress).cos());
+            let (losses, times) = trainer.step(&batches, lr)?;
+            compute_secs += times.compute_secs;
+            exchange_secs += times.exchange_secs;
+            for (acc, l) in sums.iter_mut().zip(&losses) {
+                acc.task += l.task;
+                acc.reconstruction += l.reconstruction;
+                acc.difference += l.difference;
+                acc.similarity += l.similarity;
+            }
+        }
+        let n = t.steps_per_epoch as f64;
+        let losses = sums
+            .into_iter()
+            .map(|l| DomainLosses {
+                task: l.task / n,
+                reconstruction: l.reconstruction / n,
+                difference: l.difference / n,
+                similarity: l.similarity / n,
+            })
+            .collect();
+        let counts = data
+            .iter()
+            .map(|split| {
+                let test = &split.test;
+                let mut correct = 0;
+                for chunk in (0..test.len()).collect::<Vec<_>>().chunks(64) {
+                    let images =
+                        test.images[chunk[0] * k..(chunk[chunk.len() - 1] + 1) * k].to_vec();
+                    let pred = trainer.model.classify(&features(images, chunk.len(), s))?;
+                    correct += pred
+                        .iter()
+                        .zip(chunk)
+                        .filter(|(p, i)| **p == test.labels[**i])
+                        .count();
+                }
+                Ok((correct, test.len()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let accuracy: Vec<f64> = trainer
+            .gather_counts(&counts)?
+            .into_iter()
+            .map(|(c, n)| c as f64 / n.max(1) as f64)
+            .collect();
+        let target_accuracy = accuracy[1..].iter().sum::<f64>() / (n_domains - 1) as f64;
+        let report = EpochReport {
+            epoch,
+            losses,
+            accuracy,
+            target_accuracy,
+        };
+        tracing::info!(
+            epoch,
+            target_accuracy,
+            source_accuracy = report.accuracy[0],
+            "dsn epoch"
+        );
+        on_epoch(&report);
+        epochs.push(report);
+    }
+    let per_rank = gather_rank_reports(comm, n_domains, compute_secs, exchange_secs)?;
+    let weights_path = out_dir.join(&t.weights);
+    let state = gather_state(&trainer, comm)?;
+    let summary = DsnSummary {
+        name: p.name.clone(),
+        ranks: comm.world_size(),
+        domains: p.domains.iter().map(|d| d.name.clone()).collect(),
+        similarity: t.similarity,
+        source_only: t.source_only,
+        shared_parameters: trainer.model.shared_param_count(),
+        private_parameters_per_domain: trainer.model.private_param_count(),
+        epochs,
+        per_rank,
+        weights: weights_path.clone(),
+    };
+    if comm.rank() == 0 {
+        std::fs::create_dir_all(out_dir)
+            .map_err(|e| Error::io("creating the output folder", out_dir, e))?;
+        crate::nn::safetensors::write(
+            &state.expect("rank 0 assembles the weights"),
+            &weights_path,
+        )?;
+        let json = serde_json::to_string_pretty(&summary)
+            .map_err(|e| Error::Internal(format!("train.json: {e}")))?;
+        let path = out_dir.join("train.json");
+        std::fs::write(&path, json).map_err(|e| Error::io("writing", &path, e))?;
+    }
+    Ok(summary)
+}
+
+fn gather_rank_reports(
+    comm: &dyn Collective,
+    domains: usize,
+    compute_secs: f64,
+    exchange_secs: f64,
+) -> Result<Vec<RankReport>> {
+    let peak = crate::dist::profile::peak_rss_bytes();
+    let mut bytes = Vec::with_capacity(24);
+    bytes.extend(compute_secs.to_le_bytes());
+    bytes.extend(exchange_secs.to_le_bytes());
+    bytes.extend(peak.unwrap_or(u64::MAX).to_le_bytes());
+    let world = comm.world_size();
+    comm.all_gather(&bytes)?
+        .into_iter()
+        .enumerate()
+        .map(|(r, b)| {
+            if b.len() != 24 {
+                return Err(Error::bad_peer_data(r, "rank report"));
+            }
+            let w = |i: usize| -> [u8; 8] { b[i * 8..i * 8 + 8].try_into().expect("8 bytes") };
+            let peak = u64::from_le_bytes(w(2));
+            Ok(RankReport {
+                rank: r,
+                domains: domains_of(r, world, domains),
+                compute_secs: f64::from_le_bytes(w(0)),
+                exchange_secs: f64::from_le_bytes(w(1)),
+                peak_rss_bytes: (peak != u64::MAX).then_some(peak),
+            })
+        })
+        .collect()
+}
+
+/// Every parameter as a state dict on rank 0 (private encoders gathered from their ranks); `None`
+/// elsewhere.
+fn gather_state(trainer: &Trainer, comm: &dyn Collective) -> Result<Option<crate::nn::StateDict>> {
+    let named = trainer.model.named_params();
+    let private: Vec<u8> = named
+        .iter()
+        .filter(|(n, _, _)| n.starts_with("private_encoder."))
+        .flat_map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()))
+        .collect();
+    let per_rank = comm.all_gather(&private)?;
+    if comm.rank() != 0 {
+        return Ok(None);
+    }
+    let mut sd = crate::nn::StateDict::new("tessera dsn");
+    for (name, shape, v) in &named {
+        if !name.starts_with("private_encoder.") {
+            sd.insert(name.clone(), Tensor::from_vec(shape, v.to_vec())?);
+        }
+    }
+    // Every rank's private encoders have the names and shapes of domain 0's (held on rank 0).
+    let template: Vec<(String, Vec<usize>, usize)> = named
+        .iter()
+        .filter_map(|(n, s, v)| {
+            n.strip_prefix("private_encoder.0.")
+                .map(|n| (n.to_string(), s.clone(), v.len()))
+        })
+        .collect();
+    let world = comm.world_size();
+    let per_domain: usize = template.iter().map(|t| t.2).sum();
+    for (r, bytes) in per_rank.iter().enumerate() {
+        let held = domains_of(r, world, trainer.model.domains);
+        if bytes.len() != held.len() * per_domain * 4 {
+            return Err(Error::bad_peer_data(r, "private encoder weights"));
+        }
+        let vals: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let mut at = 0;
+        for d in held {
+            for (n, s, len) in &template {
+                sd.insert(
+                    format!("private_encoder.{d}.{n}"),
+                    Tensor::from_vec(s, vals[at..at + len].to_vec())?,
+                );
+                at += len;
+            }
+        }
+    }
+    Ok(Some(sd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundled_presets_parse_and_unknown_fields_are_named() {
+        for (name, text) in BUNDLED {
+            assert!(DsnPreset::is_dsn(text), "{name}");
+            DsnPreset::from_toml(text, name, &[]).unwrap();
+        }
+        let text = BUNDLED[0].1;
+        let e = DsnPreset::from_toml(text, "p", &["train.epoch=3".into()]).unwrap_err();
+        assert!(e.to_string().contains("epoch"), "{e}");
+        let e = DsnPreset::from_toml(text, "p", &["model.clases=3".into()]).unwrap_err();
+        assert!(e.to_string().contains("clases"), "{e}");
+        let e = DsnPreset::from_toml(text, "p", &["version=2".into()]).unwrap_err();
+        assert!(e.to_string().contains("version 2"), "{e}");
+        let e =
+            DsnPreset::from_toml(text, "p", &["train.similarity=\"cosine\"".into()]).unwrap_err();
+        assert!(e.to_string().contains("cosine"), "{e}");
+    }
+}
