@@ -44,9 +44,11 @@ fn workbench(links: Vec<Link>, state: AppState) -> Workbench {
     })
 }
 
+/// Tall enough that the editor column shows every imaging panel without scrolling (kittest clicks
+/// only what is on screen), the FWI presets' row in the Presets panel included.
 fn harness(wb: Workbench) -> Harness<'static, Workbench> {
     Harness::builder()
-        .with_size([1400.0, 1000.0])
+        .with_size([1400.0, 1100.0])
         .build_ui_state(|ui, wb: &mut Workbench| wb.ui(ui), wb)
 }
 
