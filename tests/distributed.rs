@@ -512,8 +512,10 @@ fn a_scaling_study_runs_each_configuration_and_reports() {
         "{summary}"
     );
     let html = std::fs::read_to_string(study.join("report.html")).unwrap();
-    assert_eq!(html.matches("data:image/png;base64,").count(), 7);
+    // Seven measured figures and the model's efficiency beside the measurements.
+    assert_eq!(html.matches("data:image/png;base64,").count(), 8);
     assert!(study.join("breakdown.png").is_file());
+    assert!(study.join("model_efficiency.png").is_file());
 
     // A size the preset's tiles do not fit fails before the report, naming the run.
     let o = run(
