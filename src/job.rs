@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::denoise::Denoiser;
-use crate::dist::denoise::DistributedTiledDenoiser;
+use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
+use crate::dist::patch_map::{PatchMap, TileCost};
 use crate::dist::physics::DistributedStack;
 use crate::dist::profile::{IterationProfile, Profiler};
 use crate::dist::timed::{PhasedDenoiser, TimedCollective};
@@ -141,6 +142,10 @@ pub struct JobSummary {
     /// Per-rank totals (gathered on rank 0).
     pub ranks: Vec<RankTimes>,
     pub history: Vec<IterationReport>,
+    /// Measured denoiser cost of each tile with the rank that denoised it (tiled denoisers;
+    /// empty otherwise, and for "spatial"), by tile index.
+    #[serde(default)]
+    pub tiles: Vec<TileCost>,
     /// The files of the run, relative to its folder (`metrics.json` last).
     pub outputs: Vec<PathBuf>,
     /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
@@ -388,26 +393,33 @@ fn to_grayscale(x: &Tensor) -> Tensor {
     out
 }
 
-/// Builds the denoiser of a preset; with `[tiling]` its tiles are spread over the group's ranks.
-/// Without tiling every rank denoises the whole image (the same result on each).
+/// Builds the denoiser of a preset; with `[tiling]` its tiles are spread over the group's ranks,
+/// and the second value is the clock of this rank's per-tile times (not for "spatial", whose
+/// blocks are not tiles). Without tiling every rank denoises the whole image (the same result on
+/// each).
 pub fn build_denoiser(
     preset: &Preset,
     comm: Arc<dyn Collective>,
-) -> Result<Option<Box<dyn Denoiser>>> {
+) -> Result<Option<(Box<dyn Denoiser>, Option<Arc<TileClock>>)>> {
     let Some(cfg) = &preset.denoiser else {
         return Ok(None);
     };
     let inner = cfg.build()?;
     Ok(Some(match &preset.tiling {
-        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => {
-            Box::new(crate::dist::spatial::SpatialDenoiser::new(comm, inner, t)?)
+        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => (
+            Box::new(crate::dist::spatial::SpatialDenoiser::new(comm, inner, t)?),
+            None,
+        ),
+        Some(t) => {
+            let d = DistributedTiledDenoiser::new(
+                comm,
+                TiledDenoiser::from_config(inner, t)?,
+                preset.distributed.tile_assignment,
+            );
+            let clock = d.clock();
+            (Box::new(d), Some(clock))
         }
-        Some(t) => Box::new(DistributedTiledDenoiser::new(
-            comm,
-            TiledDenoiser::from_config(inner, t)?,
-            preset.distributed.tile_assignment,
-        )),
-        None => inner,
+        None => (inner, None),
     }))
 }
 
@@ -499,10 +511,16 @@ pub fn run_in_group_with(
         }
         BackProjectionMethod::Fbp => None,
     };
-    let denoiser = build_denoiser(preset, comm.clone())?.map(|inner| PhasedDenoiser {
-        inner,
-        timed: timed.clone(),
-    });
+    let (denoiser, tile_clock) = match build_denoiser(preset, comm.clone())? {
+        Some((inner, clock)) => (
+            Some(PhasedDenoiser {
+                inner,
+                timed: timed.clone(),
+            }),
+            clock,
+        ),
+        None => (None, None),
+    };
     let setup_secs = t_start.elapsed().as_secs_f64();
     let mut comm_per_iter = Vec::new();
     let mut comm_mark = timed.secs();
@@ -586,8 +604,13 @@ pub fn run_in_group_with(
         peak_rss_bytes: 0,
         iterations: Vec::new(),
     };
-    let mut ranks: Vec<RankTimes> =
-        crate::dist::wire::all_gather_as(comm.as_ref(), "timings", &mine)?;
+    // The tiles' times travel with the other timings: no message of their own.
+    let tile_times = tile_clock.map(|c| c.times()).unwrap_or_default();
+    let communication_secs = mine.communication_secs;
+    let (mut ranks, tile_times): (Vec<RankTimes>, Vec<Vec<TileTime>>) =
+        crate::dist::wire::all_gather_as(comm.as_ref(), "timings", &(mine, tile_times))?
+            .into_iter()
+            .unzip();
     for (r, iterations) in ranks.iter_mut().zip(profiles) {
         r.idle_secs = iterations.iter().map(IterationProfile::idle_secs).sum();
         r.peak_rss_bytes = iterations
@@ -613,11 +636,12 @@ pub fn run_in_group_with(
         solve_secs,
         gradient_secs,
         denoiser_secs,
-        communication_secs: mine.communication_secs,
+        communication_secs,
         world_size,
         backend: comm.transport(),
         ranks,
         history,
+        tiles: Vec::new(),
         outputs: Vec::new(),
         run_dir: None,
         preset: preset.to_toml()?,
@@ -627,6 +651,17 @@ pub fn run_in_group_with(
     let Some(staging) = staging else {
         return Ok(summary);
     };
+    if let Some(t) = &preset.tiling
+        && tile_times.iter().any(|r| !r.is_empty())
+    {
+        let map = PatchMap::plan(
+            t,
+            &x_shape[2..],
+            world_size,
+            preset.distributed.tile_assignment,
+        )?;
+        summary.tiles = map.measured(&tile_times)?;
+    }
     if let Some(truth) = &truth {
         let quality = |x: &Tensor| -> Result<Quality> {
             let ssim = match preset.output.ssim_every > 0 && metrics::ssim_fits(x.shape()) {

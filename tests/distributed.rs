@@ -169,6 +169,54 @@ fn every_rank_profiles_every_iteration_and_threads_are_placed() {
     );
 }
 
+/// metrics.json lists every tile of the plan once, with the rank the patch map assigns it, its
+/// window and its measured denoiser time (one call per iteration).
+#[test]
+fn every_tile_is_timed_once_on_the_rank_the_patch_map_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "multiblur", "--ranks", "2", "--out", "o"];
+    args.extend_from_slice(SMALL);
+    let assignment = "distributed.tile_assignment=\"cost_aware\"";
+    args.extend_from_slice(&["--set", assignment]);
+    let o = run(&args, dir.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("o/metrics.json")).unwrap()).unwrap();
+    let overrides: Vec<String> = SMALL
+        .iter()
+        .chain(&[assignment])
+        .filter(|a| a.contains('='))
+        .map(|a| a.to_string())
+        .collect();
+    let preset = tessera::preset::Preset::load("multiblur", &overrides)
+        .unwrap()
+        .preset;
+    let spatial: Vec<usize> = metrics["image_shape"].as_array().unwrap()[2..]
+        .iter()
+        .map(|v| v.as_u64().unwrap() as usize)
+        .collect();
+    let map = tessera::dist::patch_map::PatchMap::plan(
+        preset.tiling.as_ref().unwrap(),
+        &spatial,
+        2,
+        preset.distributed.tile_assignment,
+    )
+    .unwrap();
+    let tiles: Vec<tessera::dist::patch_map::TileCost> =
+        serde_json::from_value(metrics["tiles"].clone()).unwrap();
+    assert!(map.tiles.len() > 2, "{} tiles", map.tiles.len());
+    assert_eq!(tiles.len(), map.tiles.len(), "{:?}", metrics["tiles"]);
+    for (i, (t, planned)) in tiles.iter().zip(&map.tiles).enumerate() {
+        assert_eq!(t.index, i, "each tile once, by index");
+        assert_eq!(t.rank, planned.rank, "tile {i}");
+        assert_eq!(t.window, planned.window, "tile {i}");
+        assert_eq!(t.region, planned.region, "tile {i}");
+        assert_eq!(t.calls, 3, "tile {i}: one denoiser call per iteration");
+        assert!(t.secs > 0.0, "tile {i}: {t:?}");
+    }
+    assert_eq!(map.tiles_per_rank().len(), 2, "both ranks denoise");
+}
+
 #[test]
 fn absurd_thread_counts_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,8 +4,12 @@
 //!
 //! Each tile's result depends only on its own pixels, so the assembled image equals the
 //! single-process [`TiledDenoiser`] result exactly, whatever the number of ranks.
+//!
+//! Each rank times its own denoiser calls per batch of tiles into a [`TileClock`] (rank-local, no
+//! message): the job gathers the clocks once at the end, with the other timings, into the per-tile
+//! cost of `metrics.json` ([`crate::dist::patch_map::TileCost`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -49,11 +53,58 @@ pub fn assign_tiles(plan: &TilePlan, world: usize, how: TileAssignment) -> Vec<u
     }
 }
 
+/// Denoiser time of one tile on the rank that denoised it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TileTime {
+    pub index: usize,
+    /// Seconds summed over the tile's denoiser calls. The denoiser is called on a batch of tiles
+    /// (`tiling.max_batch_size`); a batch's time is split evenly among its tiles, which share one
+    /// window shape.
+    pub secs: f64,
+    /// Denoiser calls that included the tile (one per iteration of a PnP solve).
+    pub calls: usize,
+}
+
+/// Per-tile denoiser times of this rank, accumulated over every call (index = tile).
+#[derive(Debug, Default)]
+pub struct TileClock(Mutex<Vec<TileTime>>);
+
+impl TileClock {
+    /// Adds one batch: `secs` shared evenly by `tiles`.
+    pub fn record(&self, tiles: &[usize], secs: f64) {
+        let Some(&last) = tiles.iter().max() else {
+            return;
+        };
+        let share = secs / tiles.len() as f64;
+        // Only this rank's denoiser thread records, so the lock is never contended.
+        let mut times = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if times.len() <= last {
+            let start = times.len();
+            times.extend((start..=last).map(|index| TileTime {
+                index,
+                secs: 0.0,
+                calls: 0,
+            }));
+        }
+        for &i in tiles {
+            times[i].secs += share;
+            times[i].calls += 1;
+        }
+    }
+
+    /// The tiles this rank denoised, by index.
+    pub fn times(&self) -> Vec<TileTime> {
+        let times = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        times.iter().filter(|t| t.calls > 0).copied().collect()
+    }
+}
+
 /// A tiled denoiser whose tiles are spread over the ranks of a group.
 pub struct DistributedTiledDenoiser {
     comm: Arc<dyn Collective>,
     tiled: TiledDenoiser,
     pub assignment: TileAssignment,
+    clock: Arc<TileClock>,
 }
 
 impl DistributedTiledDenoiser {
@@ -66,7 +117,13 @@ impl DistributedTiledDenoiser {
             comm,
             tiled,
             assignment,
+            clock: Arc::default(),
         }
+    }
+
+    /// This rank's per-tile denoiser times (shared: it keeps counting while the denoiser runs).
+    pub fn clock(&self) -> Arc<TileClock> {
+        self.clock.clone()
     }
 
     /// The tile plan for `x_shape` and the owner of each tile.
@@ -83,7 +140,10 @@ impl DistributedTiledDenoiser {
         let mine: Vec<usize> = (0..plan.num_tiles())
             .filter(|&i| owners[i] == self.comm.rank())
             .collect();
-        self.tiled.denoise_tiles(&plan, x, &mine, sigma)
+        self.tiled
+            .denoise_tiles_timed(&plan, x, &mine, sigma, &mut |tiles, secs| {
+                self.clock.record(tiles, secs)
+            })
     }
 }
 
@@ -98,7 +158,9 @@ impl Denoiser for DistributedTiledDenoiser {
 
     fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor> {
         if self.comm.world_size() == 1 {
-            return self.tiled.denoise(x, sigma);
+            return self
+                .tiled
+                .denoise_timed(x, sigma, &mut |tiles, secs| self.clock.record(tiles, secs));
         }
         let local = self.denoise_local(x, sigma)?;
         let refs: Vec<(usize, &Tensor)> = local.iter().map(|(i, t)| (*i, t)).collect();
@@ -169,6 +231,61 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_tile_is_timed_once_per_call_on_its_owner() {
+        let x = Tensor::from_fn(&[1, 1, 19, 23], |i| i as f32 / 437.0);
+        for world in [1, 2, 3] {
+            let got = on_group(world, |comm| {
+                let d = DistributedTiledDenoiser::new(
+                    comm,
+                    tiled("overlap"),
+                    TileAssignment::CostAware,
+                );
+                d.denoise(&x, 0.1).unwrap();
+                d.denoise(&x, 0.1).unwrap();
+                let (_, owners) = d.patch_map(x.shape()).unwrap();
+                (owners, d.clock().times())
+            });
+            let owners = &got[0].0;
+            let mut seen = vec![0; owners.len()];
+            for (rank, (_, times)) in got.iter().enumerate() {
+                for t in times {
+                    assert_eq!(
+                        owners[t.index], rank,
+                        "tile {} timed on rank {rank}",
+                        t.index
+                    );
+                    assert_eq!(t.calls, 2, "tile {}: one call per denoise", t.index);
+                    assert!(t.secs >= 0.0 && t.secs.is_finite());
+                    seen[t.index] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{world} ranks: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn a_batch_is_shared_evenly_by_its_tiles() {
+        let clock = TileClock::default();
+        clock.record(&[3, 1], 0.5);
+        clock.record(&[1], 0.25);
+        assert_eq!(
+            clock.times(),
+            vec![
+                TileTime {
+                    index: 1,
+                    secs: 0.5,
+                    calls: 2
+                },
+                TileTime {
+                    index: 3,
+                    secs: 0.25,
+                    calls: 1
+                },
+            ]
+        );
     }
 
     #[test]

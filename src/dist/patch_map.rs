@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::denoise::{TileAssignment, assign_tiles};
+use super::denoise::{TileAssignment, TileTime, assign_tiles};
 use crate::error::{Error, Result};
 use crate::nn::domain::Grid;
 use crate::tiling::{TilingConfig, TilingKind};
@@ -32,7 +32,56 @@ pub struct PatchTile {
     pub rank: usize,
 }
 
+/// One tile's measured denoiser cost, as `metrics.json` records it: the tile of the plan, the rank
+/// that denoised it, and its time summed over the run's denoiser calls ([`TileTime`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TileCost {
+    pub index: usize,
+    pub rank: usize,
+    /// (start, size) per spatial axis, as in [`PatchTile`].
+    pub window: Vec<(i64, usize)>,
+    pub region: Vec<(usize, usize)>,
+    /// Seconds summed over the run's denoiser calls (a batch's time split evenly by its tiles).
+    pub secs: f64,
+    /// Denoiser calls that included the tile (the mean per call is `secs / calls`).
+    pub calls: usize,
+}
+
+impl TileCost {
+    /// Mean seconds per denoiser call.
+    pub fn secs_per_call(&self) -> f64 {
+        self.secs / self.calls.max(1) as f64
+    }
+}
+
 impl PatchMap {
+    /// The measured cost of each tile: `per_rank[r]` holds the times rank `r` took (one entry per
+    /// tile it denoised). A tile is listed under the rank that timed it, so a tile timed twice or
+    /// on the wrong rank shows as such; an index outside the plan is an error.
+    pub fn measured(&self, per_rank: &[Vec<TileTime>]) -> Result<Vec<TileCost>> {
+        let mut out = Vec::new();
+        for (rank, times) in per_rank.iter().enumerate() {
+            for t in times {
+                let tile = self.tiles.get(t.index).ok_or_else(|| {
+                    Error::bad_peer_data(
+                        rank,
+                        format!("timed tile {} of a plan of {}", t.index, self.tiles.len()),
+                    )
+                })?;
+                out.push(TileCost {
+                    index: t.index,
+                    rank,
+                    window: tile.window.clone(),
+                    region: tile.region.clone(),
+                    secs: t.secs,
+                    calls: t.calls,
+                });
+            }
+        }
+        out.sort_by_key(|c| (c.index, c.rank));
+        Ok(out)
+    }
+
     /// The tiles of an image of spatial shape `spatial` (`H, W` or `D, H, W`) on `world` ranks.
     pub fn plan(
         tiling: &TilingConfig,

@@ -47,21 +47,24 @@ impl TiledDenoiser {
     }
 
     /// Extracts, denoises and hands to `sink` the tiles `indices`, batch by batch: `sink(tiles,
-    /// batch)` gets a `(n·B, C, window…)` batch in [`TilePlan::extract`]'s order.
+    /// batch, secs)` gets a `(n·B, C, window…)` batch in [`TilePlan::extract`]'s order and the wall
+    /// time of its denoiser call (the inner `denoise` alone: extraction and the sink not counted).
     pub fn process_batches(
         &self,
         plan: &TilePlan,
         x: &Tensor,
         indices: &[usize],
         sigma: f32,
-        mut sink: impl FnMut(&[usize], Tensor) -> Result<()>,
+        mut sink: impl FnMut(&[usize], Tensor, f64) -> Result<()>,
     ) -> Result<()> {
         for group in plan.batches(indices, self.max_batch_size) {
             let patches = plan.extract(x, &group)?;
+            let t = std::time::Instant::now();
             let denoised = self.inner.denoise(&patches, sigma)?;
+            let secs = t.elapsed().as_secs_f64();
             denoised.expect_shape(&format!("tiled {}", self.inner.name()), patches.shape())?;
-            tracing::trace!(tiles = ?group, "denoised a batch of patches");
-            sink(&group, denoised)?;
+            tracing::trace!(tiles = ?group, secs, "denoised a batch of patches");
+            sink(&group, denoised, secs)?;
         }
         Ok(())
     }
@@ -75,15 +78,48 @@ impl TiledDenoiser {
         indices: &[usize],
         sigma: f32,
     ) -> Result<Vec<(usize, Tensor)>> {
+        self.denoise_tiles_timed(plan, x, indices, sigma, &mut |_, _| {})
+    }
+
+    /// [`TiledDenoiser::denoise_tiles`], handing `on_batch` each batch's tiles and the seconds of
+    /// its denoiser call.
+    pub fn denoise_tiles_timed(
+        &self,
+        plan: &TilePlan,
+        x: &Tensor,
+        indices: &[usize],
+        sigma: f32,
+        on_batch: &mut dyn FnMut(&[usize], f64),
+    ) -> Result<Vec<(usize, Tensor)>> {
         let batch = x.shape()[0];
         let mut out = Vec::with_capacity(indices.len());
-        self.process_batches(plan, x, indices, sigma, |group, denoised| {
+        self.process_batches(plan, x, indices, sigma, |group, denoised, secs| {
+            on_batch(group, secs);
             for (k, &i) in group.iter().enumerate() {
                 out.push((i, denoised.batch_range(k * batch, (k + 1) * batch)));
             }
             Ok(())
         })?;
         Ok(out)
+    }
+
+    /// [`Denoiser::denoise`], handing `on_batch` each batch's tiles and the seconds of its
+    /// denoiser call.
+    pub fn denoise_timed(
+        &self,
+        x: &Tensor,
+        sigma: f32,
+        on_batch: &mut dyn FnMut(&[usize], f64),
+    ) -> Result<Tensor> {
+        x.expect_rank("tiling", &[4, 5])?;
+        let plan = self.plan(x.shape())?;
+        let all: Vec<usize> = (0..plan.num_tiles()).collect();
+        let mut asm = Assembler::new(&plan, x.shape())?;
+        self.process_batches(&plan, x, &all, sigma, |group, denoised, secs| {
+            on_batch(group, secs);
+            asm.add_batch(group, &denoised)
+        })?;
+        asm.finish()
     }
 }
 
@@ -93,13 +129,6 @@ impl Denoiser for TiledDenoiser {
     }
 
     fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor> {
-        x.expect_rank("tiling", &[4, 5])?;
-        let plan = self.plan(x.shape())?;
-        let all: Vec<usize> = (0..plan.num_tiles()).collect();
-        let mut asm = Assembler::new(&plan, x.shape())?;
-        self.process_batches(&plan, x, &all, sigma, |group, denoised| {
-            asm.add_batch(group, &denoised)
-        })?;
-        asm.finish()
+        self.denoise_timed(x, sigma, &mut |_, _| {})
     }
 }
