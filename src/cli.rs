@@ -1,4 +1,4 @@
-//! Command-line interface: `run`, `presets`, `apply`, `denoise`, `bench`; no subcommand opens the
+//! Command-line interface: `run`, `presets`, `apply`, `denoise`, `bench`, `report`; no subcommand opens the
 //! workbench (`tessera::gui`).
 //!
 //! A thin layer over the library: every subcommand loads its inputs, calls `tessera::job` or one
@@ -157,6 +157,15 @@ enum Command {
         quiet: bool,
         #[command(flatten)]
         group: GroupArgs,
+    },
+    /// Write the report of one finished run: report.html and its PNG figures (time per rank and
+    /// phase, per iteration, PSNR, peak memory, the patch map with measured per-tile cost).
+    Report {
+        /// The run's folder (it holds metrics.json).
+        run_dir: PathBuf,
+        /// Where to write the report (default: the run folder).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Denoise an .npy array (or image) with a configured denoiser.
     Denoise {
@@ -406,6 +415,13 @@ fn dispatch(command: Command) -> Result<()> {
             output,
         } => apply(&physics, adjoint, input_shape, noisy, seed, &input, &output),
         Command::Bench { what } => bench(what),
+        Command::Report { run_dir, out } => {
+            let out = out.unwrap_or_else(|| run_dir.clone());
+            let page = tessera::scaling::write_run_report(&run_dir, &out)
+                .with_context(|| format!("reporting the run in {}", run_dir.display()))?;
+            say!("{}", page.display());
+            Ok(())
+        }
         Command::Denoise {
             denoiser,
             sigma,

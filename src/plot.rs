@@ -516,6 +516,19 @@ pub struct Marks {
     pub size: u32,
 }
 
+/// A rectangle outlined over a heatmap in its physical coordinates (a tile, a rank's block), with
+/// an optional label in its top-left corner on a white ground.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outline {
+    /// `(x0, x1)` and `(y0, y1)` in the heatmap's extent units.
+    pub x: (f64, f64),
+    pub y: (f64, f64),
+    pub color: [u8; 3],
+    /// Stroke width in pixels.
+    pub width: u32,
+    pub label: Option<String>,
+}
+
 /// A 2-D array drawn as a colour-mapped image with axes in physical units and a colour bar.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Heatmap<'a> {
@@ -537,6 +550,8 @@ pub struct Heatmap<'a> {
     pub width: u32,
     /// Point sets drawn over the image, in order.
     pub marks: Vec<Marks>,
+    /// Rectangles drawn over the image (after the marks), in order.
+    pub outlines: Vec<Outline>,
 }
 
 impl<'a> Heatmap<'a> {
@@ -555,10 +570,15 @@ impl<'a> Heatmap<'a> {
             colorbar_label: String::new(),
             width: 640,
             marks: Vec::new(),
+            outlines: Vec::new(),
         }
     }
     pub fn marks(mut self, marks: Marks) -> Self {
         self.marks.push(marks);
+        self
+    }
+    pub fn outline(mut self, outline: Outline) -> Self {
+        self.outlines.push(outline);
         self
     }
     pub fn colormap(mut self, colormap: Colormap) -> Self {
@@ -715,6 +735,26 @@ impl<'a> Heatmap<'a> {
                     }
                 }
             }
+        }
+        for o in &self.outlines {
+            let style = rgb(o.color).stroke_width(o.width.max(1));
+            let (xa, xb, ya, yb) = (o.x.0, o.x.1, o.y.0, o.y.1);
+            chart.draw_series([PathElement::new(
+                vec![(xa, ya), (xb, ya), (xb, yb), (xa, yb), (xa, ya)],
+                style,
+            )])?;
+        }
+        for o in &self.outlines {
+            let Some(label) = &o.label else { continue };
+            let (px, py) = chart.backend_coord(&(o.x.0.min(o.x.1), o.y.0.min(o.y.1)));
+            let (px, py) = (px + o.width as i32 + 2, py + o.width as i32 + 2);
+            let w = 8 * label.chars().count() as i32 + 6;
+            root.draw(&Rectangle::new(
+                [(px, py), (px + w, py + 16)],
+                WHITE.filled(),
+            ))?;
+            root.draw(&Rectangle::new([(px, py), (px + w, py + 16)], rgb(o.color)))?;
+            root.draw(&Text::new(label.clone(), (px + 2, py + 1), (FAMILY, 12)))?;
         }
         // Colour bar with five labelled values.
         let bh = bar.dim_in_pixel().1;
@@ -1057,6 +1097,31 @@ mod tests {
         assert!(count(&img, Colormap::Magma.map(1.0)) > 1000);
         let bad = Heatmap::new("bad", &v, rows, cols + 1).render();
         assert!(matches!(bad, Err(Error::ShapeMismatch { .. })));
+    }
+
+    #[test]
+    fn outlines_are_drawn_in_their_colour_with_their_label() {
+        let v = vec![0.0f32; 20 * 40];
+        let plain = Heatmap::new("tiles", &v, 20, 40).render().unwrap();
+        let red = [230, 20, 20];
+        assert_eq!(count(&plain, red), 0);
+        let outlined = Heatmap::new("tiles", &v, 20, 40)
+            .outline(Outline {
+                x: (0.0, 20.0),
+                y: (0.0, 20.0),
+                color: red,
+                width: 3,
+                label: Some("r1".into()),
+            })
+            .render()
+            .unwrap();
+        // Four sides of a 3-pixel stroke around a square a quarter of the plot wide.
+        assert!(count(&outlined, red) > 400, "{}", count(&outlined, red));
+        let white_ground = count(&outlined, [255, 255, 255]) - count(&plain, [255, 255, 255]);
+        assert!(
+            white_ground > 100,
+            "the label's ground: {white_ground} pixels"
+        );
     }
 
     #[test]

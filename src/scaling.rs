@@ -16,12 +16,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::dist::patch_map::TileCost;
 use crate::dist::profile::IterationProfile;
 use crate::error::{Error, Result};
 use crate::io;
 use crate::job::RankTimes;
 use crate::physics::PhysicsConfig;
-use crate::plot::{Dash, LineChart, Rgb, Series, StackedBars};
+use crate::plot::{Colormap, Dash, Heatmap, LineChart, Outline, Rgb, Series, StackedBars, palette};
 use crate::preset::Preset;
 
 /// One configuration of a study.
@@ -115,17 +116,35 @@ struct HistoryIn {
 /// What a study reads from a run's `metrics.json`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct RunMetrics {
+    /// The preset's name.
+    #[serde(default)]
+    pub name: String,
+    /// `(B, C, H, W)` or `(B, C, D, H, W)`.
+    #[serde(default)]
+    pub image_shape: Vec<usize>,
     pub world_size: usize,
     pub solve_secs: f64,
     reconstruction: Option<QualityIn>,
     history: Vec<HistoryIn>,
     pub ranks: Vec<RankTimes>,
+    /// Measured denoiser cost per tile (tiled denoisers; empty otherwise or in older runs).
+    #[serde(default)]
+    pub tiles: Vec<TileCost>,
 }
 
 impl RunMetrics {
     /// Reads `dir/metrics.json`; a run without per-iteration profiles for every rank is an error.
     pub fn load(dir: &Path) -> Result<RunMetrics> {
-        let path = dir.join("metrics.json");
+        let path = dir.join(crate::job::METRICS_FILE);
+        if !dir.is_dir() {
+            return Err(Error::format(dir, "no such run folder"));
+        }
+        if !path.is_file() {
+            return Err(Error::format(
+                &path,
+                "not a finished run: its metrics file is missing",
+            ));
+        }
         let bytes = std::fs::read(&path).map_err(|e| Error::io("reading run metrics", &path, e))?;
         let m: RunMetrics = serde_json::from_slice(&bytes)
             .map_err(|e| Error::format(path.display().to_string(), e.to_string()))?;
@@ -320,8 +339,19 @@ fn groups(runs: &[Run]) -> Vec<(String, Vec<usize>)> {
 
 const COMPONENTS: [&str; 3] = ["total", "gradient", "denoiser"];
 
-/// The report's figures: (file stem, caption, image).
-pub fn figures(runs: &[Run]) -> Result<Vec<(String, String, Rgb)>> {
+/// A figure of a report: (file stem, caption, image).
+pub type Figure = (String, String, Rgb);
+
+/// The scaling report's figures: strong scaling, speedup and efficiency across the runs, then
+/// [`run_figures`] of all runs.
+pub fn figures(runs: &[Run]) -> Result<Vec<Figure>> {
+    let mut out = scaling_figures(runs)?;
+    out.extend(run_figures(runs)?);
+    Ok(out)
+}
+
+/// Strong scaling, speedup and efficiency against the run with the fewest ranks of each group.
+fn scaling_figures(runs: &[Run]) -> Result<Vec<Figure>> {
     let groups = groups(runs);
     let sc = scaling(runs);
     let several = groups.len() > 1;
@@ -374,6 +404,28 @@ pub fn figures(runs: &[Run]) -> Result<Vec<(String, String, Rgb)>> {
             .dash(Dash::Dotted),
     );
 
+    let caption =
+        "Measured on this machine; a run's time is its slowest rank's sum over the iterations.";
+    Ok(vec![
+        ("strong_scaling".into(), caption.into(), strong.render()?),
+        (
+            "speedup".into(),
+            "Speedup against the run with the fewest ranks of the same size and threads.".into(),
+            speedup.render()?,
+        ),
+        (
+            "efficiency".into(),
+            "Parallel efficiency; 1 is ideal.".into(),
+            efficiency.render()?,
+        ),
+    ])
+}
+
+/// The figures of one or more runs, each rank drawn: time breakdown per rank, time per iteration
+/// per rank, PSNR against time and iteration, peak memory per rank, and the patch map with
+/// measured per-tile cost of the run with the most ranks that has one. The scaling report and the
+/// one-run report (`tessera report`, the workbench's Timing tab) both draw these.
+pub fn run_figures(runs: &[Run]) -> Result<Vec<Figure>> {
     // Per rank of every run: where its time went, and its peak memory.
     let mut categories = Vec::new();
     let mut parts = vec![Vec::new(); 6];
@@ -438,17 +490,123 @@ pub fn figures(runs: &[Run]) -> Result<Vec<(String, String, Rgb)>> {
         by_iteration = by_iteration
             .series(Series::new(name, psnr.iter().map(|&(k, p)| (k as f64, p)).collect()).color(i));
     }
-    let caption =
-        "Measured on this machine; a run's time is its slowest rank's sum over the iterations.";
-    Ok(vec![
-        ("strong_scaling".into(), caption.into(), strong.render()?),
-        ("speedup".into(), "Speedup against the run with the fewest ranks of the same size and threads.".into(), speedup.render()?),
-        ("efficiency".into(), "Parallel efficiency; 1 is ideal.".into(), efficiency.render()?),
+    // Time per iteration per rank: a slow or waiting rank, a slow first iteration.
+    let mut per_iteration =
+        LineChart::new("Time per iteration per rank").labels("iteration", "seconds");
+    let mut k = 0;
+    for (i, run) in runs.iter().enumerate() {
+        let dash = [Dash::Solid, Dash::Dashed, Dash::Dotted][i % 3];
+        for r in &run.metrics.ranks {
+            let points = r
+                .iterations
+                .iter()
+                .map(|it| (it.iteration as f64, it.total_secs()))
+                .collect();
+            per_iteration = per_iteration.series(
+                Series::new(format!("{} r{}", run.config.slug(), r.rank), points)
+                    .color(k)
+                    .dash(dash)
+                    .markers(),
+            );
+            k += 1;
+        }
+    }
+    let mut out: Vec<Figure> = vec![
         ("breakdown".into(), "Each rank's time summed over the iterations: compute per phase, communication (moving data) and idle (waiting at a collective for the last rank).".into(), breakdown.render()?),
+        ("iteration_times".into(), "Each rank's wall time per iteration (all phases).".into(), per_iteration.render()?),
         ("psnr_time".into(), "PSNR of the iterate after each iteration against rank 0's elapsed solve time.".into(), by_time.render()?),
         ("psnr_iteration".into(), "PSNR against iteration: identical curves mean the rank counts compute the same reconstruction.".into(), by_iteration.render()?),
         ("peak_memory".into(), "Peak resident memory of each rank process.".into(), peak.render()?),
-    ])
+    ];
+    if let Some(run) = runs
+        .iter()
+        .filter(|r| !r.metrics.tiles.is_empty())
+        .max_by_key(|r| r.config.ranks)
+    {
+        let title = format!(
+            "Patch map, measured cost per tile ({}, {} tiles)",
+            run.config.slug(),
+            run.metrics.tiles.len()
+        );
+        if let Some(image) = patch_map_figure(&run.metrics, &title)? {
+            out.push((
+                "patch_map".into(),
+                "Each tile's owned region coloured by its measured denoiser time, mean per call \
+                 (a batch of tiles is timed as one call, its time split evenly among its tiles), \
+                 outlined and labelled with the rank that denoised it. Magenta: no tile measured \
+                 there. Volumes: the tiles crossing the central slice."
+                    .into(),
+                image,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Longest side of the patch map's value grid: the figure draws at most a few hundred pixels.
+const PATCH_MAP_GRID: usize = 512;
+
+/// The patch map of a run with measured tiles: each tile's owned region filled with its mean
+/// denoiser milliseconds per call (colour bar), outlined in its rank's colour and labelled with
+/// the rank (up to 64 tiles; beyond, the outlines alone). Volumes show the tiles crossing the
+/// central depth slice. `None` without measured tiles.
+pub fn patch_map_figure(m: &RunMetrics, title: &str) -> Result<Option<Rgb>> {
+    let Some(first) = m.tiles.first() else {
+        return Ok(None);
+    };
+    let axes = first.region.len();
+    if !(2..=3).contains(&axes) || m.tiles.iter().any(|t| t.region.len() != axes) {
+        return Err(Error::config(
+            "tiles",
+            format!("a patch map needs tiles with 2 or 3 spatial axes, got {axes}"),
+        ));
+    }
+    let extent = |a: usize| m.tiles.iter().map(|t| t.region[a].0 + t.region[a].1).max();
+    let (h, w) = (
+        extent(axes - 2).unwrap_or(1).max(1),
+        extent(axes - 1).unwrap_or(1).max(1),
+    );
+    let mid = (axes == 3).then(|| extent(0).unwrap_or(1) / 2);
+    let shown: Vec<&TileCost> = m
+        .tiles
+        .iter()
+        .filter(|t| mid.is_none_or(|d| (t.region[0].0..t.region[0].0 + t.region[0].1).contains(&d)))
+        .collect();
+    let scale = (h.max(w) as f64 / PATCH_MAP_GRID as f64).max(1.0);
+    let (rows, cols) = (
+        ((h as f64 / scale).ceil() as usize).max(1),
+        ((w as f64 / scale).ceil() as usize).max(1),
+    );
+    let mut values = vec![f32::NAN; rows * cols];
+    for t in &shown {
+        let (y, x) = (t.region[axes - 2], t.region[axes - 1]);
+        let ms = (t.secs_per_call() * 1e3) as f32;
+        let cells = |(start, size): (usize, usize), n: usize| {
+            let lo = (start as f64 / scale).floor() as usize;
+            let hi = (((start + size) as f64 / scale).ceil() as usize).min(n);
+            lo..hi
+        };
+        for r in cells(y, rows) {
+            values[r * cols..(r + 1) * cols][cells(x, cols)].fill(ms);
+        }
+    }
+    let label = shown.len() <= 64;
+    let mut map = Heatmap::new(title, &values, rows, cols)
+        .colormap(Colormap::Magma)
+        .extent((0.0, w as f64), (0.0, h as f64))
+        .labels("x (px)", "y (px)", "ms per call")
+        .width(820);
+    for t in &shown {
+        let (y, x) = (t.region[axes - 2], t.region[axes - 1]);
+        map = map.outline(Outline {
+            x: (x.0 as f64, (x.0 + x.1) as f64),
+            y: (y.0 as f64, (y.0 + y.1) as f64),
+            color: palette(t.rank),
+            width: 2,
+            label: label.then(|| format!("r{}", t.rank)),
+        });
+    }
+    map.render().map(Some)
 }
 
 /// Writes `rank_iterations.csv`, `summary.csv`, the figures as PNG files and `report.html` (the
@@ -467,19 +625,82 @@ pub fn write_report(
     let summary = summary_csv(runs);
     io::write_atomic(&dir.join("rank_iterations.csv"), rank_csv_text.as_bytes())?;
     io::write_atomic(&dir.join("summary.csv"), summary.as_bytes())?;
-    let mut html = String::new();
-    let _ = write!(
-        html,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>\
-         <style>body{{font-family:sans-serif;max-width:1900px;margin:1em auto}}\
-         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}\
-         figure{{margin:1em 0}}</style></head><body>\n<h1>{t}</h1>\n\
-         <p>Figures are measurements on this machine unless labelled <b>model</b>. Files: summary.csv, \
-         rank_iterations.csv, model.csv (model beside measurement).</p>\n",
-        t = escape(title)
+    let mut html = String::from(
+        "<p>Figures are measurements on this machine unless labelled <b>model</b>. Files: \
+         summary.csv, rank_iterations.csv, model.csv (model beside measurement).</p>\n\
+         <h2>Summary</h2>\n",
     );
-    html.push_str("<h2>Summary</h2>\n<table>\n");
-    for (k, line) in summary.lines().enumerate() {
+    html.push_str(&csv_table(&summary));
+    let mut figures = figures(runs)?;
+    if let Some(m) = model_section(runs, link)? {
+        io::write_atomic(&dir.join("model.csv"), m.csv.as_bytes())?;
+        html.push_str(&m.html);
+        figures.push(m.figure);
+    }
+    write_page(dir, title, &html, figures)
+}
+
+/// Writes the report of one finished run (`run_dir` holds its `metrics.json`) into `out`:
+/// `rank_iterations.csv`, the [`run_figures`] as PNG files and `report.html` with them embedded;
+/// returns the report's path. A folder that is not a finished run, or a run by a tessera that did
+/// not profile its ranks, is an error naming the file.
+pub fn write_run_report(run_dir: &Path, out: &Path) -> Result<PathBuf> {
+    let metrics = RunMetrics::load(run_dir)?;
+    let run = Run {
+        config: Configuration {
+            size: None,
+            ranks: metrics.world_size,
+            threads: None,
+        },
+        metrics,
+        workload: None,
+    };
+    std::fs::create_dir_all(out).map_err(|e| Error::io("creating report folder", out, e))?;
+    let runs = std::slice::from_ref(&run);
+    io::write_atomic(&out.join("rank_iterations.csv"), rank_csv(runs).as_bytes())?;
+    let m = &run.metrics;
+    let mut ranks = String::from(
+        "rank,threads,operators,tiles,gradient_s,denoiser_s,communication_s,idle_s,total_s,peak_rss_mib\n",
+    );
+    for r in &m.ranks {
+        let sum = |f: &dyn Fn(&IterationProfile) -> f64| r.iterations.iter().map(f).sum::<f64>();
+        let _ = writeln!(
+            ranks,
+            "{},{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.1}",
+            r.rank,
+            r.threads,
+            r.operators.len(),
+            m.tiles.iter().filter(|t| t.rank == r.rank).count(),
+            sum(&|i| i.gradient.secs),
+            sum(&|i| i.denoiser.secs),
+            sum(&IterationProfile::communication_secs),
+            sum(&IterationProfile::idle_secs),
+            sum(&IterationProfile::total_secs),
+            r.peak_rss_bytes as f64 / (1u64 << 20) as f64,
+        );
+    }
+    let mut html = format!(
+        "<p>Run folder: {}. {} rank(s), {} iteration(s), solve {:.3} s{}. Measured on the machine \
+         that ran it. File: rank_iterations.csv (per rank and iteration).</p>\n<h2>Ranks</h2>\n",
+        escape(&run_dir.display().to_string()),
+        m.world_size,
+        m.ranks.first().map_or(0, |r| r.iterations.len()),
+        m.solve_secs,
+        m.psnr_db()
+            .map_or(String::new(), |p| format!(", PSNR {p:.2} dB")),
+    );
+    html.push_str(&csv_table(&ranks));
+    let title = match m.name.as_str() {
+        "" => "Run report".to_string(),
+        name => format!("Run report: {name}"),
+    };
+    write_page(out, &title, &html, run_figures(runs)?)
+}
+
+/// A CSV text as an HTML table, the first line as its header.
+fn csv_table(csv: &str) -> String {
+    let mut html = String::from("<table>\n");
+    for (k, line) in csv.lines().enumerate() {
         let cell = if k == 0 { "th" } else { "td" };
         html.push_str("<tr>");
         for v in line.split(',') {
@@ -488,12 +709,22 @@ pub fn write_report(
         html.push_str("</tr>\n");
     }
     html.push_str("</table>\n");
-    let mut figures = figures(runs)?;
-    if let Some(m) = model_section(runs, link)? {
-        io::write_atomic(&dir.join("model.csv"), m.csv.as_bytes())?;
-        html.push_str(&m.html);
-        figures.push(m.figure);
-    }
+    html
+}
+
+/// Writes the figures as PNG files and `report.html` (title, `body` HTML, then the figures
+/// embedded, so the page stands alone) into `dir`; returns the page's path.
+fn write_page(dir: &Path, title: &str, body: &str, figures: Vec<Figure>) -> Result<PathBuf> {
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>\
+         <style>body{{font-family:sans-serif;max-width:1900px;margin:1em auto}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}\
+         figure{{margin:1em 0}}</style></head><body>\n<h1>{t}</h1>\n",
+        t = escape(title)
+    );
+    html.push_str(body);
     for (stem, caption, image) in figures {
         let png = dir.join(format!("{stem}.png"));
         image.write_png(&png)?;
@@ -786,6 +1017,9 @@ mod tests {
                 threads: None,
             },
             metrics: RunMetrics {
+                name: "test".into(),
+                image_shape: vec![1, 1, 64, 64],
+                tiles: Vec::new(),
                 world_size: ranks,
                 solve_secs: 0.0,
                 reconstruction: None,
@@ -835,13 +1069,14 @@ mod tests {
         let html =
             std::fs::read_to_string(write_report(&runs, "study <x>", dir.path(), None).unwrap())
                 .unwrap();
-        assert_eq!(html.matches("data:image/png;base64,").count(), 7);
+        assert_eq!(html.matches("data:image/png;base64,").count(), 8);
         assert!(html.contains("study &lt;x&gt;"));
         for f in [
             "strong_scaling",
             "speedup",
             "efficiency",
             "breakdown",
+            "iteration_times",
             "psnr_time",
             "psnr_iteration",
             "peak_memory",
@@ -849,6 +1084,56 @@ mod tests {
             assert!(dir.path().join(format!("{f}.png")).is_file(), "{f}");
         }
         assert!(dir.path().join("summary.csv").is_file());
+    }
+
+    #[test]
+    fn the_patch_map_colours_tiles_by_measured_cost() {
+        let mut r = run(2, &[1.0, 1.0], &[1.0, 1.0]);
+        assert!(patch_map_figure(&r.metrics, "map").unwrap().is_none());
+        // Four 32² tiles of a 64² image, 0.5 to 2 s per call.
+        r.metrics.tiles = (0..4)
+            .map(|i| TileCost {
+                index: i,
+                rank: i % 2,
+                window: vec![((i / 2 * 32) as i64 - 4, 40), ((i % 2 * 32) as i64 - 4, 40)],
+                region: vec![(i / 2 * 32, 32), (i % 2 * 32, 32)],
+                secs: (i + 1) as f64,
+                calls: 2,
+            })
+            .collect();
+        let img = patch_map_figure(&r.metrics, "map").unwrap().unwrap();
+        let count = |c: [u8; 3]| img.data.chunks(3).filter(|p| *p == c).count();
+        // The cheapest and the dearest tile take the colour map's ends (the colour bar only a few
+        // pixels of each).
+        for t in [0.0, 1.0] {
+            let n = count(Colormap::Magma.map(t));
+            assert!(n > 5000, "{n} pixels of the colour at {t}");
+        }
+        // Rank outlines in the ranks' colours.
+        assert!(count(palette(0)) > 200 && count(palette(1)) > 200);
+        let stems: Vec<String> = run_figures(std::slice::from_ref(&r))
+            .unwrap()
+            .into_iter()
+            .map(|f| f.0)
+            .collect();
+        assert_eq!(
+            stems.last().map(String::as_str),
+            Some("patch_map"),
+            "{stems:?}"
+        );
+    }
+
+    #[test]
+    fn a_run_report_names_the_file_that_is_not_a_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = write_run_report(&dir.path().join("nowhere"), dir.path()).unwrap_err();
+        assert!(e.to_string().starts_with("no such run folder"), "{e}");
+        let e = write_run_report(dir.path(), dir.path()).unwrap_err();
+        assert!(e.to_string().contains("metrics.json"), "{e}");
+        std::fs::write(dir.path().join("metrics.json"), "{\"world_size\": 1}").unwrap();
+        let e = write_run_report(dir.path(), dir.path()).unwrap_err();
+        assert!(e.to_string().contains("metrics.json"), "{e}");
+        assert!(!dir.path().join("report.html").exists());
     }
 
     #[test]

@@ -488,3 +488,96 @@ fn runs_never_mix_or_silently_replace_each_other() {
         .collect();
     assert!(names.is_empty(), "{names:?}");
 }
+
+/// `tessera report RUN_DIR` writes one run's report: the page with its figures embedded and the
+/// figures as PNG files, the patch map among them when the denoiser was tiled. Folders that are
+/// not finished runs, and runs by a tessera that did not profile its ranks, are errors naming the
+/// file.
+#[test]
+fn report_draws_one_runs_figures_and_names_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = tessera(
+        &[
+            "run",
+            "quick",
+            "--quiet",
+            "--ranks",
+            "2",
+            "--set",
+            "algorithm.iterations=3",
+            "--set",
+            "tiling.patch_size=48",
+            "--set",
+            "tiling.overlap=8",
+            "--out",
+            "res",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tessera(&["report", "res", "--out", "rep"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rep = dir.path().join("rep");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("report.html"),
+        "says where the report is"
+    );
+    let figures = [
+        "breakdown",
+        "iteration_times",
+        "psnr_time",
+        "psnr_iteration",
+        "peak_memory",
+        "patch_map",
+    ];
+    for f in figures {
+        let png = tessera::io::read_image(&rep.join(format!("{f}.png"))).unwrap();
+        assert!(png.shape()[2] > 100, "{f}: {:?}", png.shape());
+    }
+    let html = std::fs::read_to_string(rep.join("report.html")).unwrap();
+    assert_eq!(
+        html.matches("data:image/png;base64,").count(),
+        figures.len()
+    );
+    assert!(html.contains("Run report: quick"), "{html}");
+    let rows = std::fs::read_to_string(rep.join("rank_iterations.csv")).unwrap();
+    assert_eq!(rows.lines().count(), 1 + 2 * 3, "{rows}");
+    // Without --out the report goes into the run folder.
+    let o = tessera(&["report", "res"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(dir.path().join("res/report.html").is_file());
+
+    // A missing folder, a folder that is not a run, an old run without profiles.
+    let o = tessera(&["report", "nowhere"], dir.path());
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no such run folder: nowhere"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    let o = tessera(&["report", "empty"], dir.path());
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("not a finished run") && err.contains("empty/metrics.json"),
+        "{err}"
+    );
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    let mut metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("res/metrics.json")).unwrap())
+            .unwrap();
+    for r in metrics["ranks"].as_array_mut().unwrap() {
+        r.as_object_mut().unwrap().remove("iterations");
+    }
+    std::fs::write(old.join("metrics.json"), metrics.to_string()).unwrap();
+    let o = tessera(&["report", "old"], dir.path());
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("per-iteration profile") && err.contains("old/metrics.json"),
+        "{err}"
+    );
+    assert!(!old.join("report.html").exists());
+}

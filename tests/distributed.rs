@@ -560,9 +560,11 @@ fn a_scaling_study_runs_each_configuration_and_reports() {
         "{summary}"
     );
     let html = std::fs::read_to_string(study.join("report.html")).unwrap();
-    // Seven measured figures and the model's efficiency beside the measurements.
-    assert_eq!(html.matches("data:image/png;base64,").count(), 8);
+    // Nine measured figures (the patch map of the 2-rank run with its measured tile costs) and
+    // the model's efficiency beside the measurements.
+    assert_eq!(html.matches("data:image/png;base64,").count(), 10);
     assert!(study.join("breakdown.png").is_file());
+    assert!(study.join("patch_map.png").is_file());
     assert!(study.join("model_efficiency.png").is_file());
 
     // A size the preset's tiles do not fit fails before the report, naming the run.
