@@ -1468,3 +1468,51 @@ fn a_tiny_fwi_preset_runs_on_a_real_two_rank_backend() {
     );
     assert!(h.query_by_label("epoch 3/3").is_some());
 }
+
+/// Steps frames until a widget labelled `label` is on screen, at most 180 s.
+fn step_until_label(h: &mut Harness<'_, Workbench>, label: &str) {
+    let start = Instant::now();
+    while h.query_by_label(label).is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "timed out waiting for {label:?}"
+        );
+        h.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The Timing tab draws the finished run's figures (those of `tessera report`, off the UI thread)
+/// and "Export report" writes the report into the run folder and says where.
+#[test]
+fn the_timing_tab_shows_the_runs_figures_and_exports_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = with_local_backend(&dir.path().join("out"), 2);
+    h.get_by_role_and_label(Role::Button, "quick").click();
+    h.run_steps(2);
+    step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
+    h.get_by_role_and_label(Role::Button, "Timing").click();
+    h.run_steps(2);
+    assert!(
+        h.query_by_label_contains("no finished run on screen")
+            .is_some(),
+        "before a run the tab says why it is empty"
+    );
+    run_to_a_reconstruction(&mut h);
+    step_until(&mut h, "the run folder", |wb| wb.runs.shown.is_some());
+    let folder = h.state().runs.shown.clone().unwrap();
+    assert!(folder.starts_with(dir.path()), "{}", folder.display());
+    // Breakdown, time per iteration, PSNR against time and iteration, peak memory.
+    step_until_label(&mut h, "5 figures");
+    for stem in ["breakdown", "iteration_times", "peak_memory"] {
+        assert!(h.query_by_label(stem).is_some(), "{stem} on screen");
+    }
+    assert!(!folder.join("report.html").exists());
+    h.get_by_role_and_label(Role::Button, "Export report")
+        .click();
+    let page = folder.join("report.html");
+    step_until_label(&mut h, &format!("report written: {}", page.display()));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(html.matches("data:image/png;base64,").count(), 5);
+    assert!(folder.join("breakdown.png").is_file());
+}

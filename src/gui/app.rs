@@ -653,7 +653,7 @@ impl Workbench {
     }
 
     /// A callback that asks for a repaint (for helper threads).
-    fn waker(&self) -> impl Fn() + Clone + Send + Sync + 'static {
+    pub(crate) fn waker(&self) -> impl Fn() + Clone + Send + Sync + 'static {
         repaint_waker(&self.ctx)
     }
 

@@ -11,6 +11,7 @@ mod image_pane;
 mod live;
 mod plots;
 mod profile;
+mod report;
 mod runs;
 
 use egui::Ui;
@@ -44,6 +45,7 @@ pub fn views() -> Vec<Box<dyn View>> {
         Box::new(plots::QualityView),
         Box::new(plots::TimingView),
         Box::new(profile::ProfileView),
+        Box::new(report::ReportView::default()),
         Box::new(runs::RunsView),
         Box::new(fwi::FwiModelView),
         Box::new(fwi::FwiCurvesView),
