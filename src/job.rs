@@ -393,14 +393,14 @@ fn to_grayscale(x: &Tensor) -> Tensor {
     out
 }
 
+/// A job's denoiser and, for tiles spread over the ranks, the clock of this rank's per-tile times.
+pub type BuiltDenoiser = (Box<dyn Denoiser>, Option<Arc<TileClock>>);
+
 /// Builds the denoiser of a preset; with `[tiling]` its tiles are spread over the group's ranks,
 /// and the second value is the clock of this rank's per-tile times (not for "spatial", whose
 /// blocks are not tiles). Without tiling every rank denoises the whole image (the same result on
 /// each).
-pub fn build_denoiser(
-    preset: &Preset,
-    comm: Arc<dyn Collective>,
-) -> Result<Option<(Box<dyn Denoiser>, Option<Arc<TileClock>>)>> {
+pub fn build_denoiser(preset: &Preset, comm: Arc<dyn Collective>) -> Result<Option<BuiltDenoiser>> {
     let Some(cfg) = &preset.denoiser else {
         return Ok(None);
     };
