@@ -1099,23 +1099,32 @@ mod tests {
         let plain = Heatmap::new("tiles", &v, 20, 40).render().unwrap();
         let red = [230, 20, 20];
         assert_eq!(count(&plain, red), 0);
-        let outlined = Heatmap::new("tiles", &v, 20, 40)
-            .outline(Outline {
-                x: (0.0, 20.0),
-                y: (0.0, 20.0),
-                color: red,
-                width: 3,
-                label: Some("r1".into()),
-            })
-            .render()
-            .unwrap();
+        let outline = |label: Option<&str>| {
+            Heatmap::new("tiles", &v, 20, 40)
+                .outline(Outline {
+                    x: (0.0, 20.0),
+                    y: (0.0, 20.0),
+                    color: red,
+                    width: 3,
+                    label: label.map(String::from),
+                })
+                .render()
+                .unwrap()
+        };
+        let (bare, labelled) = (outline(None), outline(Some("r1")));
         // Four sides of a 3-pixel stroke around a square a quarter of the plot wide.
-        assert!(count(&outlined, red) > 400, "{}", count(&outlined, red));
-        let white_ground = count(&outlined, [255, 255, 255]) - count(&plain, [255, 255, 255]);
-        assert!(
-            white_ground > 100,
-            "the label's ground: {white_ground} pixels"
-        );
+        assert!(count(&bare, red) > 400, "{}", count(&bare, red));
+        // The label: a white ground with dark text, over the map's colour.
+        let white = |img: &Rgb| count(img, [255, 255, 255]);
+        let dark = |img: &Rgb| {
+            img.data
+                .chunks(3)
+                .filter(|p| p.iter().all(|&c| c < 60))
+                .count()
+        };
+        let ground = white(&labelled) - white(&bare);
+        assert!(ground > 100, "the label's ground: {ground} pixels");
+        assert!(dark(&labelled) > dark(&bare) + 10, "the label's text");
     }
 
     #[test]
