@@ -547,7 +547,7 @@ pub fn run_figures(runs: &[Run]) -> Result<Vec<Figure>> {
 const PATCH_MAP_GRID: usize = 512;
 
 /// The patch map of a run with measured tiles: each tile's owned region filled with its mean
-/// denoiser milliseconds per call (colour bar), outlined in its rank's colour and labelled with
+/// denoiser milliseconds per call (colour bar from 0 to the dearest tile), outlined in its rank's colour and labelled with
 /// the rank (up to 64 tiles; beyond, the outlines alone). Volumes show the tiles crossing the
 /// central depth slice. `None` without measured tiles.
 pub fn patch_map_figure(m: &RunMetrics, title: &str) -> Result<Option<Rgb>> {
@@ -591,8 +591,15 @@ pub fn patch_map_figure(m: &RunMetrics, title: &str) -> Result<Option<Rgb>> {
         }
     }
     let label = shown.len() <= 64;
+    // From zero, so colours compare costs in proportion: a 4 % imbalance does not span the map.
+    let dearest = values
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(0.0f32, f32::max);
     let mut map = Heatmap::new(title, &values, rows, cols)
         .colormap(Colormap::Magma)
+        .range(0.0, dearest.max(f32::MIN_POSITIVE))
         .extent((0.0, w as f64), (0.0, h as f64))
         .labels("x (px)", "y (px)", "ms per call")
         .width(820);
@@ -1103,9 +1110,10 @@ mod tests {
             .collect();
         let img = patch_map_figure(&r.metrics, "map").unwrap().unwrap();
         let count = |c: [u8; 3]| img.data.chunks(3).filter(|p| *p == c).count();
-        // The cheapest and the dearest tile take the colour map's ends (the colour bar only a few
-        // pixels of each).
-        for t in [0.0, 1.0] {
+        // The colour bar runs from 0 to the dearest tile: the tiles of 0.5, 1, 1.5 and 2 s per call
+        // take a quarter, half, three quarters and all of it (the colour bar only a few pixels of
+        // each).
+        for t in [0.25, 0.5, 0.75, 1.0] {
             let n = count(Colormap::Magma.map(t));
             assert!(n > 5000, "{n} pixels of the colour at {t}");
         }
