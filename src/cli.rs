@@ -676,8 +676,6 @@ fn run_fwi(
     quiet: bool,
     group: &GroupArgs,
 ) -> Result<()> {
-    use indicatif::{ProgressBar, ProgressStyle};
-    use std::io::IsTerminal;
     use tessera::fwi::FwiEvent;
     let out_dir = run_dir(
         out.or_else(|| preset.output.dir.clone()),
@@ -697,21 +695,7 @@ fn run_fwi(
     let comm = join_group(group)?;
     let rank = comm.rank();
     let quiet = quiet || rank != 0;
-    let epochs = preset.fwi.epochs;
-    let interactive = std::io::stderr().is_terminal();
-    let bar = if quiet || !interactive {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(epochs as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} epochs  {msg}  ETA {eta}")
-            .expect("static template is valid")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(preset.name.clone());
-    bar.enable_steady_tick(Duration::from_millis(200));
-    let every = epochs.div_ceil(10).max(1);
+    let progress = attach::Progress::counting(&preset.name, preset.fwi.epochs, "epochs", quiet);
     let mut on_event = |event: FwiEvent<'_>| {
         match event {
             FwiEvent::Started {
@@ -721,33 +705,28 @@ fn run_fwi(
                 world_size,
                 step_ratio,
                 ..
-            } => bar.set_message(format!(
+            } => progress.set_message(format!(
                 "{nz}×{nx} model, {shots} shots, {world_size} rank(s), {step_ratio} steps/sample"
             )),
-            FwiEvent::Epoch { report, .. } => {
-                bar.set_position(report.epoch as u64);
-                let err = report
-                    .model_error
-                    .map(|e| format!(", model error {:.2} %", 100.0 * e))
-                    .unwrap_or_default();
-                bar.set_message(format!("loss {:.4e}{err}", report.loss));
-                let k = report.epoch;
-                if !quiet && !interactive && (k.is_multiple_of(every) || k == epochs) {
-                    output::complain(format_args!(
-                        "epoch {k}/{epochs}: loss {:.4e}{err}",
-                        report.loss
-                    ));
-                }
-            }
+            FwiEvent::Epoch { report, .. } => progress.epoch(report),
         }
         ControlFlow::Continue(())
     };
     let summary = tessera::fwi::run_in_group(&preset, &base_dir, out_dir, comm, &mut on_event)
         .with_context(|| format!("running preset {origin} ({name})"))?;
-    bar.finish_and_clear();
+    progress.finish();
     if rank != 0 {
         return Ok(());
     }
+    print_fwi_summary(&summary);
+    if let Some(dir) = &summary.run_dir {
+        say!("  outputs in {}", dir.display());
+    }
+    Ok(())
+}
+
+/// What a finished FWI run prints (locally or attached), less where its outputs are.
+fn print_fwi_summary(summary: &tessera::fwi::FwiSummary) {
     let last = summary.history.last();
     say!(
         "{}: {} epochs in {:.1} s on {} rank(s) × {} thread(s) over {}; final loss {:.4e}",
@@ -768,10 +747,6 @@ fn run_fwi(
         summary.gradient_strategy,
         summary.peak_bytes_per_shot as f64 / (1 << 20) as f64
     );
-    if let Some(dir) = &summary.run_dir {
-        say!("  outputs in {}", dir.display());
-    }
-    Ok(())
 }
 
 /// Default control address of `tessera serve` (loopback: reach it from elsewhere by SSH tunnel).

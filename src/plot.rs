@@ -37,6 +37,30 @@ fn drawing<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> Error + '_ {
     move |e| Error::Unsupported(format!("drawing the figure '{what}': {e}"))
 }
 
+/// Draws one figure of `(width, height)` pixels on a white raster; `what` names it in errors.
+fn raster<F>(size: (u32, u32), what: &str, draw: F) -> Result<Rgb>
+where
+    F: FnOnce(
+        &DrawingArea<BitMapBackend<'_>, Shift>,
+    ) -> std::result::Result<
+        (),
+        DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>,
+    >,
+{
+    let (width, height) = size;
+    let mut data = vec![255u8; width as usize * height as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut data, size).into_drawing_area();
+        draw(&root).map_err(drawing(what))?;
+        root.present().map_err(drawing(what))?;
+    }
+    Ok(Rgb {
+        width,
+        height,
+        data,
+    })
+}
+
 /// An RGB raster, 3 bytes per pixel, rows top to bottom.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rgb {
@@ -219,17 +243,7 @@ impl LineChart {
                 format!("{w}×{h} px is too small for a chart (at least 200×150)"),
             ));
         }
-        let mut buf = vec![255u8; w as usize * h as usize * 3];
-        {
-            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
-            self.draw(&root).map_err(drawing(&self.title))?;
-            root.present().map_err(drawing(&self.title))?;
-        }
-        Ok(Rgb {
-            width: w,
-            height: h,
-            data: buf,
-        })
+        raster((w, h), &self.title, |root| self.draw(root))
     }
 
     /// Renders the chart into a PNG file.
@@ -629,17 +643,7 @@ impl<'a> Heatmap<'a> {
         let w = self.width.max(240);
         let plot_w = w.saturating_sub(190).max(50);
         let h = ((plot_w as f64 * aspect) as u32 + 110).clamp(160, 4000);
-        let mut buf = vec![255u8; w as usize * h as usize * 3];
-        {
-            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
-            self.draw(&root).map_err(drawing(&self.title))?;
-            root.present().map_err(drawing(&self.title))?;
-        }
-        Ok(Rgb {
-            width: w,
-            height: h,
-            data: buf,
-        })
+        raster((w, h), &self.title, |root| self.draw(root))
     }
 
     pub fn write_png(&self, path: &Path) -> Result<()> {
@@ -836,17 +840,7 @@ impl StackedBars {
                 format!("{w}×{h} px is too small for a chart (at least 200×150)"),
             ));
         }
-        let mut buf = vec![255u8; w as usize * h as usize * 3];
-        {
-            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
-            self.draw(&root).map_err(drawing(&self.title))?;
-            root.present().map_err(drawing(&self.title))?;
-        }
-        Ok(Rgb {
-            width: w,
-            height: h,
-            data: buf,
-        })
+        raster((w, h), &self.title, |root| self.draw(root))
     }
 
     pub fn write_png(&self, path: &Path) -> Result<()> {

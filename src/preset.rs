@@ -244,45 +244,15 @@ pub struct LoadedPreset {
 impl Preset {
     /// Parses and validates TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<Preset> {
-        let mut value: toml::Value = toml::from_str(text)
-            .map_err(|e| Error::format(origin, format!("invalid TOML: {}", e.message())))?;
-        for o in overrides {
-            apply_override(&mut value, o)?;
-        }
-        check_version(&value, origin)?;
-        let preset: Preset = value.try_into().map_err(|e: toml::de::Error| {
-            Error::format(origin, format!("invalid preset: {}", e.message()))
-        })?;
+        let preset: Preset = parse_versioned(text, origin, overrides, "preset", PRESET_VERSION)?;
         preset.validate()?;
         Ok(preset)
     }
 
     /// Loads a preset by file path or bundled name, applying `--set` overrides.
     pub fn load(name_or_path: &str, overrides: &[String]) -> Result<LoadedPreset> {
-        let path = Path::new(name_or_path);
-        // A folder named like a bundled preset (e.g. its output folder) must not shadow it.
-        if path.is_file() || (path.exists() && !path.is_dir()) {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| Error::io("reading preset", path, e))?;
-            let mut preset = Preset::from_toml(&text, name_or_path, overrides)?;
-            preset.resolve_paths(path.parent().unwrap_or(Path::new("")))?;
-            return Ok(LoadedPreset {
-                preset,
-                origin: name_or_path.to_string(),
-            });
-        }
-        let name = name_or_path.trim_end_matches(".toml");
-        let name = name.strip_prefix("presets/").unwrap_or(name);
-        match BUNDLED.iter().find(|(n, _)| *n == name) {
-            Some((n, text)) => {
-                let origin = format!("bundled:{n}");
-                let mut preset = Preset::from_toml(text, &origin, overrides)?;
-                // A bundled preset has no folder: its paths (given by overrides) are the user's,
-                // relative to where they stand.
-                preset.resolve_paths(Path::new(""))?;
-                Ok(LoadedPreset { preset, origin })
-            }
-            None => Err(Error::config(
+        let Some(found) = find_text(name_or_path, BUNDLED)? else {
+            return Err(Error::config(
                 "preset",
                 format!(
                     "no preset file `{name_or_path}` and no bundled preset of that name (bundled: {})",
@@ -292,8 +262,16 @@ impl Preset {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-            )),
-        }
+            ));
+        };
+        let mut preset = Preset::from_toml(&found.text, &found.origin, overrides)?;
+        // A bundled preset has no folder: its paths (given by overrides) are the user's, relative
+        // to where they stand.
+        preset.resolve_paths(&found.base_dir)?;
+        Ok(LoadedPreset {
+            preset,
+            origin: found.origin,
+        })
     }
 
     /// Makes every file the preset names absolute — images, measurements, blur kernels, weights,
@@ -561,20 +539,79 @@ impl ImageSource {
     }
 }
 
-fn check_version(value: &toml::Value, origin: &str) -> Result<()> {
-    match value.get("version") {
-        None => Err(Error::format(
-            origin,
-            format!("preset has no `version` field (this tessera reads version {PRESET_VERSION})"),
-        )),
-        Some(toml::Value::Integer(v)) if *v == PRESET_VERSION as i64 => Ok(()),
-        Some(v) => Err(Error::format(
-            origin,
-            format!(
-                "preset version {v} is not supported (this tessera reads version {PRESET_VERSION})"
-            ),
-        )),
+/// A preset's text as found by [`find_text`], before it is typed.
+#[derive(Debug, Clone)]
+pub struct PresetText {
+    pub text: String,
+    /// Where it came from, for messages: the path as given, or `bundled:NAME`.
+    pub origin: String,
+    /// The folder its relative paths are taken from: the file's folder, or empty (the working
+    /// directory) for a bundled preset.
+    pub base_dir: PathBuf,
+}
+
+/// Finds a preset of one kind (imaging, training, Multi-DSN, FWI) by file path, else by name among
+/// `bundled` (`name` or `presets/name.toml`); `Ok(None)` when it is neither. A folder named like a
+/// bundled preset (e.g. its output folder) does not shadow it.
+pub fn find_text(name_or_path: &str, bundled: &[(&str, &str)]) -> Result<Option<PresetText>> {
+    let path = Path::new(name_or_path);
+    if path.exists() && !path.is_dir() {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::io("reading preset", path, e))?;
+        return Ok(Some(PresetText {
+            text,
+            origin: name_or_path.to_string(),
+            base_dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        }));
     }
+    let name = name_or_path.trim_end_matches(".toml");
+    let name = name.strip_prefix("presets/").unwrap_or(name);
+    Ok(bundled
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(n, text)| PresetText {
+            text: (*text).to_string(),
+            origin: format!("bundled:{n}"),
+            base_dir: PathBuf::new(),
+        }))
+}
+
+/// Types preset TOML of one kind: parses it (errors name `origin`), applies the `--set` overrides to
+/// the tree, checks its `version` against the one this build reads, then deserialises it (unknown
+/// fields are named). `what` names the kind in messages ("preset", "FWI preset", ...). The caller
+/// validates the values.
+pub fn parse_versioned<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+    overrides: &[String],
+    what: &str,
+    version: u32,
+) -> Result<T> {
+    let mut value: toml::Value = toml::from_str(text)
+        .map_err(|e| Error::format(origin, format!("invalid TOML: {}", e.message())))?;
+    for o in overrides {
+        apply_override(&mut value, o)?;
+    }
+    match value.get("version") {
+        None => {
+            return Err(Error::format(
+                origin,
+                format!("{what} has no `version` field (this tessera reads version {version})"),
+            ));
+        }
+        Some(toml::Value::Integer(v)) if *v == i64::from(version) => {}
+        Some(v) => {
+            return Err(Error::format(
+                origin,
+                format!(
+                    "{what} version {v} is not supported (this tessera reads version {version})"
+                ),
+            ));
+        }
+    }
+    value.try_into().map_err(|e: toml::de::Error| {
+        Error::format(origin, format!("invalid {what}: {}", e.message()))
+    })
 }
 
 /// Applies one `dotted.key=value` override to a TOML tree. Numeric path segments index arrays
@@ -740,6 +777,35 @@ mod tests {
         let text = BUNDLED[0].1.replace("version = 1", "");
         let e = Preset::from_toml(&text, "t", &[]).unwrap_err().to_string();
         assert!(e.contains("no `version`"), "{e}");
+    }
+
+    #[test]
+    fn every_kind_finds_files_before_bundled_names_and_names_itself_in_version_errors() {
+        let dir = std::env::temp_dir().join(format!("tessera-find-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("quick")).unwrap();
+        // A folder named like a bundled preset does not shadow it.
+        let quick = dir.join("quick");
+        let found = find_text(quick.to_str().unwrap(), BUNDLED).unwrap();
+        assert!(found.is_none(), "a folder is not a preset");
+        let found = find_text("quick.toml", BUNDLED).unwrap().unwrap();
+        assert_eq!(found.origin, "bundled:quick");
+        assert_eq!(found.base_dir, PathBuf::new());
+        // A file wins, and its folder is where its relative paths start.
+        let file = dir.join("quick.toml");
+        std::fs::write(&file, BUNDLED[0].1).unwrap();
+        let found = find_text(file.to_str().unwrap(), BUNDLED).unwrap().unwrap();
+        assert_eq!(found.base_dir, dir);
+        assert!(find_text("no-such-preset", BUNDLED).unwrap().is_none());
+        let e = parse_versioned::<toml::Table>("version = 3", "f.toml", &[], "FWI preset", 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("FWI preset version 3") && e.contains("f.toml"),
+            "{e}"
+        );
+        let e = parse_versioned::<toml::Table>("x = 1", "f.toml", &["version=1".into()], "p", 1);
+        assert!(e.is_ok(), "an override can supply the version");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

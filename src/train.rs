@@ -24,7 +24,7 @@ use crate::nn::conv::Features;
 use crate::nn::domain::{Grid, Region, copy_region};
 use crate::nn::graph::Network;
 use crate::optim::adam::Adam;
-use crate::preset::{ImageSource, apply_override};
+use crate::preset::ImageSource;
 
 /// The training preset format version.
 pub const TRAIN_PRESET_VERSION: u32 = 1;
@@ -148,54 +148,21 @@ impl TrainConfig {
 impl TrainPreset {
     /// Parses TOML text, applies `--set` overrides and validates; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<TrainPreset> {
-        let mut value: toml::Value = toml::from_str(text)
-            .map_err(|e| Error::format(origin, format!("invalid TOML: {}", e.message())))?;
-        for o in overrides {
-            apply_override(&mut value, o)?;
-        }
-        match value.get("version") {
-            Some(toml::Value::Integer(v)) if *v == TRAIN_PRESET_VERSION as i64 => {}
-            other => {
-                return Err(Error::format(
-                    origin,
-                    format!(
-                        "training preset version {} is not supported (this tessera reads version {TRAIN_PRESET_VERSION})",
-                        other.map_or("(missing)".to_string(), |v| v.to_string())
-                    ),
-                ));
-            }
-        }
-        let preset: TrainPreset = value.try_into().map_err(|e: toml::de::Error| {
-            Error::format(origin, format!("invalid training preset: {}", e.message()))
-        })?;
+        let preset: TrainPreset = crate::preset::parse_versioned(
+            text,
+            origin,
+            overrides,
+            "training preset",
+            TRAIN_PRESET_VERSION,
+        )?;
         preset.validate()?;
         Ok(preset)
     }
 
     /// Loads a training preset by file path or bundled name; returns it and its folder.
     pub fn load(name_or_path: &str, overrides: &[String]) -> Result<(TrainPreset, PathBuf)> {
-        let path = Path::new(name_or_path);
-        if path.is_file() {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Error::io("reading training preset", path, e))?;
-            let base = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from("."));
-            return Ok((
-                TrainPreset::from_toml(&text, name_or_path, overrides)?,
-                base,
-            ));
-        }
-        let name = name_or_path.trim_end_matches(".toml");
-        let name = name.strip_prefix("presets/").unwrap_or(name);
-        match BUNDLED.iter().find(|(n, _)| *n == name) {
-            Some((n, text)) => Ok((
-                TrainPreset::from_toml(text, &format!("bundled:{n}"), overrides)?,
-                PathBuf::from("."),
-            )),
-            None => Err(Error::config(
+        let Some(found) = crate::preset::find_text(name_or_path, BUNDLED)? else {
+            return Err(Error::config(
                 "training preset",
                 format!(
                     "`{name_or_path}` is neither a file nor a bundled training preset ({})",
@@ -205,8 +172,12 @@ impl TrainPreset {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-            )),
-        }
+            ));
+        };
+        Ok((
+            TrainPreset::from_toml(&found.text, &found.origin, overrides)?,
+            found.base_dir,
+        ))
     }
 
     pub fn validate(&self) -> Result<()> {

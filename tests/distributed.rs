@@ -1,34 +1,13 @@
 //! The process group end to end: real rank processes started by `--ranks`, real sockets.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn tessera() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    // Make sure no launcher environment of the test runner leaks in.
-    for v in [
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "TESSERA_LAUNCHED",
-    ] {
-        c.env_remove(v);
-    }
-    c
-}
+#[path = "support/cli.rs"]
+mod support;
 
-fn run(args: &[&str], cwd: &Path) -> Output {
-    tessera()
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("tessera runs")
-}
+use support::{read_json, run, run_ok, tessera};
 
 const SMALL: &[&str] = &[
     "--quiet",
@@ -50,17 +29,9 @@ fn one_two_and_three_ranks_give_identical_reconstructions() {
         let out = format!("o{n}");
         let mut args = vec!["run", "multiblur", "--ranks", n, "--out", &out];
         args.extend_from_slice(SMALL);
-        let o = run(&args, dir.path());
-        assert!(
-            o.status.success(),
-            "{n} ranks: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        run_ok(&args, dir.path(), &format!("{n} ranks"));
         outputs.push(std::fs::read(dir.path().join(&out).join("reconstruction.npy")).unwrap());
-        let metrics: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(dir.path().join(&out).join("metrics.json")).unwrap(),
-        )
-        .unwrap();
+        let metrics = read_json(&dir.path().join(&out).join("metrics.json"));
         assert_eq!(metrics["world_size"], n.parse::<u64>().unwrap());
         assert_eq!(
             metrics["ranks"].as_array().unwrap().len(),
@@ -85,17 +56,9 @@ fn every_rank_profiles_every_iteration_and_threads_are_placed() {
         if let Some(t) = threads {
             args.extend_from_slice(&["--threads-per-rank", t]);
         }
-        let o = run(&args, dir.path());
-        assert!(
-            o.status.success(),
-            "{n} ranks: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        run_ok(&args, dir.path(), &format!("{n} ranks"));
         outputs.push(std::fs::read(dir.path().join(&out).join("reconstruction.npy")).unwrap());
-        let metrics: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(dir.path().join(&out).join("metrics.json")).unwrap(),
-        )
-        .unwrap();
+        let metrics = read_json(&dir.path().join(&out).join("metrics.json"));
         let ranks = metrics["ranks"].as_array().unwrap();
         assert_eq!(ranks.len(), n.parse::<usize>().unwrap());
         for (r, rank) in ranks.iter().enumerate() {

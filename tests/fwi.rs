@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use tessera::fwi::adam::Adam;
 use tessera::fwi::batch::tensor_split;
 use tessera::io::read_npy_f64;
+use tessera::optim::adam::TorchAdam;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fwi")
@@ -19,7 +19,7 @@ fn adam_matches_torch_bit_for_bit() {
     let (_, want) = read_npy_f64(&fixtures().join("adam_params.npy")).unwrap();
     let n = gs[1];
     let mut p: Vec<f32> = p0.iter().map(|&v| v as f32).collect();
-    let mut adam = Adam::<f32>::new(n, 5.0, (0.9, 0.999), 1e-22);
+    let mut adam = TorchAdam::<f32>::new(n, 5.0, (0.9, 0.999), 1e-22);
     for k in 0..gs[0] {
         let g: Vec<f32> = grads[k * n..(k + 1) * n]
             .iter()

@@ -609,6 +609,7 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
         .send(Request::Submit {
             preset_toml: preset,
             inline: Vec::new(),
+            files: Vec::new(),
             preview_max_side: 32,
         })
         .unwrap();

@@ -110,6 +110,7 @@ fn serve_refuses_a_job_that_cannot_fit_and_takes_the_next() {
             .send(Request::Submit {
                 preset_toml,
                 inline: Vec::new(),
+                files: Vec::new(),
                 preview_max_side: 32,
             })
             .unwrap();

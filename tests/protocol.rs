@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use tessera::optim::{ComponentTimes, IterationReport};
 use tessera::protocol::frame::{read_frame, read_message, write_message};
 use tessera::protocol::{
-    Event, InlineArray, LogLevel, MAX_FRAME_BYTES, OperatorInfo, PatchMap, PatchTile, PreviewImage,
-    PreviewKind, RankIteration, Request,
+    Event, InlineArray, InlineFile, LogLevel, MAX_FRAME_BYTES, OperatorInfo, PatchMap, PatchTile,
+    PreviewImage, PreviewKind, RankIteration, Request,
 };
 
 /// Records the largest single allocation, so a test can check that a lying length prefix does not
@@ -76,16 +76,26 @@ fn request() -> impl Strategy<Value = Request> {
                 ),
                 0..3
             ),
-            any::<u32>()
+            any::<u32>(),
+            proptest::collection::vec(
+                (".{0,12}", proptest::collection::vec(any::<u8>(), 0..40)),
+                0..3
+            )
         )
-            .prop_map(|(preset_toml, arrays, preview_max_side)| Request::Submit {
-                preset_toml,
-                inline: arrays
-                    .into_iter()
-                    .map(|(name, shape, data)| InlineArray { name, shape, data })
-                    .collect(),
-                preview_max_side,
-            }),
+            .prop_map(
+                |(preset_toml, arrays, preview_max_side, files)| Request::Submit {
+                    preset_toml,
+                    inline: arrays
+                        .into_iter()
+                        .map(|(name, shape, data)| InlineArray { name, shape, data })
+                        .collect(),
+                    files: files
+                        .into_iter()
+                        .map(|(name, bytes)| InlineFile { name, bytes })
+                        .collect(),
+                    preview_max_side,
+                }
+            ),
         any::<u64>().prop_map(|job| Request::Cancel { job }),
         Just(Request::Status),
         proptest::option::of(any::<u64>()).prop_map(|job| Request::Attach { job }),
@@ -294,6 +304,7 @@ fn an_oversized_frame_is_refused_by_both_ends() {
             shape: vec![1, 1, 100, 101],
             data: vec![0.0; 100 * 101],
         }],
+        files: Vec::new(),
         preview_max_side: 64,
     };
     let err = write_message(&mut Vec::new(), &big, 1000).unwrap_err();

@@ -5,7 +5,7 @@
 #[path = "support/cli.rs"]
 mod support;
 
-use support::run;
+use support::{read_json, run_ok};
 
 /// A tiny DRUNet of the seeds' architecture (4 scales), so a test run takes seconds.
 const TINY_DRUNET: [&str; 4] = ["--set", "denoiser.nc=[4,6,8,10]", "--set", "denoiser.nb=1"];
@@ -18,12 +18,7 @@ fn study(preset: &str, size: &str, extra: &[&str]) -> tempfile::TempDir {
     args.extend(TINY_DRUNET);
     args.extend(["--set", "algorithm.iterations=2"]);
     args.extend(extra);
-    let o = run(&args, dir.path());
-    assert!(
-        o.status.success(),
-        "{preset}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    run_ok(&args, dir.path(), preset);
     let runs = dir.path().join("study/runs");
     let recon = |n: usize| {
         std::fs::read(runs.join(format!("s{size}-n{n}/reconstruction.npy")))
@@ -40,7 +35,7 @@ fn operators(dir: &tempfile::TempDir, slug: &str) -> Vec<String> {
         .join("study/runs")
         .join(slug)
         .join("metrics.json");
-    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let m = read_json(&path);
     m["operators"]
         .as_array()
         .unwrap_or_else(|| panic!("metrics.json has no operators list: {m}"))
@@ -70,7 +65,7 @@ fn the_2d_tomography_workload_splits_its_sinogram_into_eight_operators() {
     assert_eq!(ops.len(), 8, "{ops:?}");
     // The one [[physics]] entry would leave rank 1 idle in the gradient step; split, it owns half.
     let path = dir.path().join("study/runs/s32-n2/metrics.json");
-    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let m = read_json(&path);
     assert_eq!(m["ranks"][1]["operators"], serde_json::json!([1, 3, 5, 7]));
 }
 

@@ -47,6 +47,7 @@ fn submit(client: &Client, preset_toml: String) {
         .send(Request::Submit {
             preset_toml,
             inline: Vec::new(),
+            files: Vec::new(),
             preview_max_side: 32,
         })
         .unwrap();
@@ -314,6 +315,7 @@ fn inline_images_run_and_a_bad_submission_fails_without_stopping_the_backend() {
         .send(Request::Submit {
             preset_toml: with_inline.clone(),
             inline: Vec::new(),
+            files: Vec::new(),
             preview_max_side: 64,
         })
         .unwrap();
@@ -331,6 +333,7 @@ fn inline_images_run_and_a_bad_submission_fails_without_stopping_the_backend() {
         .send(Request::Submit {
             preset_toml: with_inline,
             inline: vec![image],
+            files: Vec::new(),
             preview_max_side: 64,
         })
         .unwrap();
@@ -746,6 +749,7 @@ fn measured_data_travels_inline_and_a_misfit_fails_only_its_job() {
         .send(Request::Submit {
             preset_toml: measured.to_toml().unwrap(),
             inline: vec![array(vec![1, 3, 40, 40], vec![0.0; 4800])],
+            files: Vec::new(),
             preview_max_side: 32,
         })
         .unwrap();
@@ -765,6 +769,7 @@ fn measured_data_travels_inline_and_a_misfit_fails_only_its_job() {
         .send(Request::Submit {
             preset_toml: measured.to_toml().unwrap(),
             inline: vec![array(y.shape().to_vec(), y.data().to_vec())],
+            files: Vec::new(),
             preview_max_side: 32,
         })
         .unwrap();
@@ -1102,6 +1107,94 @@ fn headless_attach_over_tcp_needs_the_token_and_sends_local_images_along() {
     let run = runs[0].as_ref().unwrap().path();
     let truth = tessera::io::read_npy(&run.join("ground_truth.npy")).unwrap();
     assert_eq!(truth, image);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// An FWI preset whose true model is a file beside it on the client: attached over TCP to a
+/// 2-rank server that runs elsewhere (another working directory), the file travels with the job,
+/// the inverted model equals a local 1-rank run's bit for bit, and the server removes the job's
+/// copy of the file when the job ends. A file that is missing fails on the client, by name.
+#[test]
+fn headless_attach_over_tcp_sends_an_fwi_presets_files_along() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, _) = serve_tcp::token_file(dir.path());
+    let (server_cwd, server_tmp) = (dir.path().join("server"), dir.path().join("server-tmp"));
+    std::fs::create_dir(&server_cwd).unwrap();
+    std::fs::create_dir(&server_tmp).unwrap();
+    let (mut child, addr) = serve_tcp::serve_tcp_with(
+        &[
+            "--ranks",
+            "2",
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--out",
+            "runs",
+        ],
+        |c| {
+            c.current_dir(&server_cwd).env("TMPDIR", &server_tmp);
+        },
+    );
+    let client_dir = dir.path().join("client");
+    std::fs::create_dir_all(client_dir.join("models")).unwrap();
+    let (nz, nx) = (20, 40);
+    let truth = tessera::samples::marmousi::marmousi_like(nz, nx, 3);
+    let truth = tessera::Tensor::from_vec(&[nz, nx], truth).unwrap();
+    tessera::io::write_npy(&client_dir.join("models/true.npy"), &truth).unwrap();
+    let (_, bundled) = tessera::fwi::config::BUNDLED_FWI[0];
+    let text = bundled.replace(
+        "[model.truth]\nkind = \"marmousi\"\nnz = 80\nnx = 240\nseed = 7",
+        "[model.truth]\nkind = \"file\"\npath = \"models/true.npy\"",
+    );
+    assert_ne!(text, bundled, "the bundled preset's [model.truth] changed");
+    std::fs::write(client_dir.join("fwi_file.toml"), text).unwrap();
+    let small = [
+        "fwi.epochs=2",
+        "acquisition.shots=3",
+        "acquisition.receivers_per_shot=20",
+        "wave.nt=150",
+        "fwi.batch_size=3",
+        "output.figures_every=0",
+    ];
+    let run = |extra: &[&str]| {
+        let mut c = Command::new(EXE);
+        c.args(["run", "fwi_file.toml", "-q"]).args(extra);
+        for s in small {
+            c.args(["--set", s]);
+        }
+        c.current_dir(&client_dir).output().unwrap()
+    };
+    let address = addr.to_string();
+    let token = token_file.to_str().unwrap();
+    let o = run(&[
+        "--attach",
+        &address,
+        "--token-file",
+        token,
+        "--fetch",
+        "fetched",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["--out", "local"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let model = |d: &str| std::fs::read(client_dir.join(d).join("inverted_model.npy")).unwrap();
+    assert_eq!(
+        model("fetched"),
+        model("local"),
+        "2 server ranks differ from 1 local"
+    );
+    let left: Vec<_> = std::fs::read_dir(&server_tmp)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tessera-serve-"))
+        .collect();
+    assert!(left.is_empty(), "job folders left behind: {left:?}");
+    std::fs::remove_file(client_dir.join("models/true.npy")).unwrap();
+    let o = run(&["--attach", &address, "--token-file", token]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("models/true.npy"), "{e}");
     child.kill().unwrap();
     child.wait().unwrap();
 }

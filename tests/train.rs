@@ -5,7 +5,7 @@ mod cli;
 
 use std::path::Path;
 
-use cli::run;
+use cli::{read_json, run, run_ok};
 
 const SMALL: &[&str] = &[
     "--quiet",
@@ -22,8 +22,7 @@ const SMALL: &[&str] = &[
 ];
 
 fn losses(dir: &Path) -> Vec<f64> {
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("train.json")).unwrap()).unwrap();
+    let json = read_json(&dir.join("train.json"));
     json["loss"]
         .as_array()
         .unwrap()
@@ -40,12 +39,7 @@ fn training_on_one_two_and_three_ranks_follows_the_same_loss_curve_and_the_weigh
         let out = format!("o{n}");
         let mut args = vec!["train", "train-dncnn", "--ranks", n, "--out", &out];
         args.extend_from_slice(SMALL);
-        let o = run(&args, dir.path());
-        assert!(
-            o.status.success(),
-            "{n} ranks: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        run_ok(&args, dir.path(), &format!("{n} ranks"));
         curves.push(losses(&dir.path().join(&out)));
     }
     let one = &curves[0];

@@ -10,12 +10,16 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 
+use tessera::fwi::{EpochReport, FwiPreset, FwiSummary};
 use tessera::io::{RunDir, Staging};
 use tessera::job::JobSummary;
 use tessera::optim::IterationReport;
 use tessera::preset::Preset;
 use tessera::protocol::auth::Token;
-use tessera::protocol::{BackendAddr, Client, ClientEvent, Event, InlineArray, LogLevel, Request};
+use tessera::protocol::{
+    BackendAddr, Client, ClientEvent, Event, InlineArray, InlineFile, LogLevel, MAX_FRAME_BYTES,
+    Request,
+};
 
 use super::output::{complain, say};
 
@@ -30,6 +34,12 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(name: &str, iterations: usize, quiet: bool) -> Progress {
+        Self::counting(name, iterations, "it", quiet)
+    }
+
+    /// A bar over `steps` of `unit` (`it`, `epochs`).
+    pub fn counting(name: &str, steps: usize, unit: &str, quiet: bool) -> Progress {
+        let iterations = steps;
         let interactive = std::io::stderr().is_terminal();
         let bar = if quiet || !interactive {
             ProgressBar::hidden()
@@ -37,9 +47,11 @@ impl Progress {
             ProgressBar::new(iterations as u64)
         };
         bar.set_style(
-            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} it  {msg}  ETA {eta}")
-                .expect("static template is valid")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(&format!(
+                "{{prefix}} [{{bar:30}}] {{pos}}/{{len}} {unit}  {{msg}}  ETA {{eta}}"
+            ))
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
         );
         bar.set_prefix(name.to_string());
         bar.enable_steady_tick(Duration::from_millis(200));
@@ -73,6 +85,26 @@ impl Progress {
         }
     }
 
+    /// An FWI epoch: the loss and model error on the bar, or about ten lines per run without one.
+    pub fn epoch(&self, report: &EpochReport) {
+        self.bar.set_position(report.epoch as u64);
+        let err = report
+            .model_error
+            .map(|e| format!(", model error {:.2} %", 100.0 * e))
+            .unwrap_or_default();
+        self.bar
+            .set_message(format!("loss {:.4e}{err}", report.loss));
+        let (k, n) = (report.epoch, self.iterations);
+        let every = n.div_ceil(10).max(1);
+        if !self.quiet && !self.interactive && (k.is_multiple_of(every) || k == n) {
+            complain(format_args!("epoch {k}/{n}: loss {:.4e}{err}", report.loss));
+        }
+    }
+
+    pub fn set_message(&self, message: String) {
+        self.bar.set_message(message);
+    }
+
     pub fn finish(&self) {
         self.bar.finish_and_clear();
     }
@@ -99,14 +131,6 @@ pub fn run(
             Some(Token::from_file(&path).context("the server's token")?)
         }
     };
-    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
-    let mut preset = loaded.preset;
-    // A server reached over TCP may not see this machine's files: the image and measurements go
-    // along with the job. Weights and models are read by the server at their (absolute) paths.
-    let inline = match &addr {
-        BackendAddr::Tcp(_) => inline_files(&mut preset)?,
-        BackendAddr::Unix(_) => Vec::new(),
-    };
     let fetch_into = fetch.map(|path| RunDir::Exact {
         path,
         replace: false,
@@ -114,14 +138,17 @@ pub fn run(
     if let Some(dest) = &fetch_into {
         dest.check()?;
     }
+    let (submit, kind) = submission(&addr, name, set, quiet)?;
+    let run_name = submit.name.clone();
     let client = Client::connect(&addr, token.map(|t| t.as_str().to_string()))
         .with_context(|| format!("connecting to {addr}"))?;
     client.send(Request::Submit {
-        preset_toml: preset.to_toml()?,
-        inline,
+        preset_toml: submit.preset_toml,
+        inline: submit.inline,
+        files: submit.files,
         preview_max_side: 16,
     })?;
-    let progress = Progress::new(&preset.name, preset.algorithm.iterations(), quiet);
+    let progress = submit.progress;
     let mut job = None;
     let (run_dir, outputs) = loop {
         let event = match client.events().recv() {
@@ -148,6 +175,17 @@ pub fn run(
                 ..
             } if ours(j) => progress.started(operators.len(), &image_shape, world_size),
             Event::Iteration { job: j, report, .. } if ours(j) => progress.iteration(&report),
+            Event::FwiStarted {
+                job: j,
+                model_shape: [nz, nx],
+                shots,
+                world_size,
+                ..
+            } if ours(j) => progress.set_message(format!(
+                "{nz}×{nx} model, {} shots, {world_size} rank(s)",
+                shots.len()
+            )),
+            Event::FwiEpoch { job: j, report } if ours(j) => progress.epoch(&report),
             Event::Log {
                 level: LogLevel::Warn | LogLevel::Error,
                 rank,
@@ -165,9 +203,14 @@ pub fn run(
                 summary_json,
             } if ours(j) => {
                 progress.finish();
-                match serde_json::from_str::<JobSummary>(&summary_json) {
-                    Ok(summary) => super::print_summary(&summary),
-                    Err(e) => complain(format_args!("(the job's summary is unreadable: {e})")),
+                let printed = match kind {
+                    Kind::Imaging => serde_json::from_str::<JobSummary>(&summary_json)
+                        .map(|s| super::print_summary(&s)),
+                    Kind::Fwi => serde_json::from_str::<FwiSummary>(&summary_json)
+                        .map(|s| super::print_fwi_summary(&s)),
+                };
+                if let Err(e) = printed {
+                    complain(format_args!("(the job's summary is unreadable: {e})"));
                 }
                 say!("  outputs on the server in {}", run_dir.display());
                 break (run_dir, outputs);
@@ -176,7 +219,10 @@ pub fn run(
                 job: j, iterations, ..
             } if ours(j) => {
                 progress.finish();
-                bail!("job {j} was cancelled on the server after {iterations} iteration(s)");
+                bail!(
+                    "job {j} was cancelled on the server after {iterations} {}",
+                    kind.steps()
+                );
             }
             Event::Failed {
                 job: Some(j),
@@ -202,10 +248,90 @@ pub fn run(
                 format!("fetching {} from {}", name.display(), run_dir.display())
             })?;
         }
-        let dir = staging.commit(&preset.name)?;
+        let dir = staging.commit(&run_name)?;
         say!("  fetched {} file(s) into {}", outputs.len(), dir.display());
     }
     Ok(())
+}
+
+/// Which kind of preset a job runs (its events and summary differ).
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Imaging,
+    Fwi,
+}
+
+impl Kind {
+    fn steps(self) -> &'static str {
+        match self {
+            Kind::Imaging => "iteration(s)",
+            Kind::Fwi => "epoch(s)",
+        }
+    }
+}
+
+/// What goes to the server, and the progress display that follows it.
+struct Submission {
+    name: String,
+    preset_toml: String,
+    inline: Vec<InlineArray>,
+    files: Vec<InlineFile>,
+    progress: Progress,
+}
+
+/// Most bytes of files one FWI job carries: a frame, less room for the preset itself.
+const FILES_BUDGET: usize = MAX_FRAME_BYTES - (1 << 20);
+
+/// Loads the preset (FWI or imaging) and prepares what a server at `addr` needs: over TCP it may
+/// not see this machine's files, so an imaging job's image and measurements go along as arrays and
+/// an FWI job's models and data as files; over a Unix socket (this machine) paths are made absolute.
+/// Weights and TorchScript models are read by the server at their (absolute) paths.
+fn submission(
+    addr: &BackendAddr,
+    name: &str,
+    set: &[String],
+    quiet: bool,
+) -> Result<(Submission, Kind)> {
+    if let Some((mut fwi, base_dir, _)) =
+        FwiPreset::load(name, set).with_context(|| format!("loading preset `{name}`"))?
+    {
+        let files = match addr {
+            BackendAddr::Tcp(_) => fwi
+                .pack_files(&base_dir, FILES_BUDGET)
+                .context("the preset's files, sent with the job")?
+                .into_iter()
+                .map(|(name, bytes)| InlineFile { name, bytes })
+                .collect(),
+            BackendAddr::Unix(_) => {
+                let here = std::env::current_dir().context("the working directory")?;
+                fwi.resolve_paths(&here.join(&base_dir));
+                Vec::new()
+            }
+        };
+        let progress = Progress::counting(&fwi.name, fwi.fwi.epochs, "epochs", quiet);
+        let submission = Submission {
+            name: fwi.name.clone(),
+            preset_toml: fwi.to_toml()?,
+            inline: Vec::new(),
+            files,
+            progress,
+        };
+        return Ok((submission, Kind::Fwi));
+    }
+    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let mut preset = loaded.preset;
+    let inline = match addr {
+        BackendAddr::Tcp(_) => inline_files(&mut preset)?,
+        BackendAddr::Unix(_) => Vec::new(),
+    };
+    let submission = Submission {
+        name: preset.name.clone(),
+        preset_toml: preset.to_toml()?,
+        inline,
+        files: Vec::new(),
+        progress: Progress::new(&preset.name, preset.algorithm.iterations(), quiet),
+    };
+    Ok((submission, Kind::Imaging))
 }
 
 /// Moves the preset's image and measurement files into arrays sent with the job.

@@ -112,6 +112,47 @@ pub trait Collective: Send + Sync {
     }
 }
 
+/// A shared group is a group: a long-lived collective (serve's, a test's) is handed to a job as
+/// `Box::new(arc.clone())`, and every call, the provided ones included, reaches the one it shares.
+impl<C: Collective + ?Sized> Collective for std::sync::Arc<C> {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+    fn world_size(&self) -> usize {
+        (**self).world_size()
+    }
+    fn all_reduce(&self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
+        (**self).all_reduce(buf, op)
+    }
+    fn all_gather(&self, local: &[u8]) -> Result<Vec<Vec<u8>>> {
+        (**self).all_gather(local)
+    }
+    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<()> {
+        (**self).broadcast(buf, root)
+    }
+    fn barrier(&self) -> Result<()> {
+        (**self).barrier()
+    }
+    fn send(&self, to: usize, data: &[u8]) -> Result<()> {
+        (**self).send(to, data)
+    }
+    fn recv(&self, from: usize) -> Result<Vec<u8>> {
+        (**self).recv(from)
+    }
+    fn transport(&self) -> Transport {
+        (**self).transport()
+    }
+    fn backend_name(&self) -> String {
+        (**self).backend_name()
+    }
+    fn recover(&self, failure: &Error) -> Result<()> {
+        (**self).recover(failure)
+    }
+    fn set_op_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        (**self).set_op_timeout(timeout)
+    }
+}
+
 /// The group of one: every collective is the identity.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SingleProcess;

@@ -436,7 +436,7 @@ mod tests {
     fn profiles_of_a_real_group_add_up() {
         for world in [1, 3] {
             let all = on_group(world, |comm| {
-                let timed = Arc::new(TimedCollective::new(Box::new(Forward(comm))));
+                let timed = Arc::new(TimedCollective::new(Box::new(comm)));
                 let mut profiler = Profiler::start(timed.clone()).unwrap();
                 for k in 0..2 {
                     // Rank r arrives r steps late at the gradient's all-reduce.
@@ -491,41 +491,6 @@ mod tests {
                     }
                 }
             }
-        }
-    }
-
-    /// A collective that forwards to a shared one (the tests hand out `Arc`s).
-    struct Forward(Arc<dyn Collective>);
-    impl Collective for Forward {
-        fn rank(&self) -> usize {
-            self.0.rank()
-        }
-        fn world_size(&self) -> usize {
-            self.0.world_size()
-        }
-        fn all_reduce(&self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
-            self.0.all_reduce(buf, op)
-        }
-        fn all_gather(&self, local: &[u8]) -> Result<Vec<Vec<u8>>> {
-            self.0.all_gather(local)
-        }
-        fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<()> {
-            self.0.broadcast(buf, root)
-        }
-        fn barrier(&self) -> Result<()> {
-            self.0.barrier()
-        }
-        fn send(&self, to: usize, data: &[u8]) -> Result<()> {
-            self.0.send(to, data)
-        }
-        fn recv(&self, from: usize) -> Result<Vec<u8>> {
-            self.0.recv(from)
-        }
-        fn backend_name(&self) -> String {
-            self.0.backend_name()
-        }
-        fn transport(&self) -> crate::dist::collective::Transport {
-            self.0.transport()
         }
     }
 

@@ -14,7 +14,6 @@ use super::parallel::{Trainer, domains_of};
 use crate::dist::Collective;
 use crate::error::{Error, Result};
 use crate::nn::conv::Features;
-use crate::preset::apply_override;
 use crate::tensor::Tensor;
 
 /// The Multi-DSN preset format version.
@@ -120,26 +119,13 @@ impl DsnPreset {
 
     /// Parses TOML text, applies `--set` overrides and validates; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<DsnPreset> {
-        let mut value: toml::Value = toml::from_str(text)
-            .map_err(|e| Error::format(origin, format!("invalid TOML: {}", e.message())))?;
-        for o in overrides {
-            apply_override(&mut value, o)?;
-        }
-        match value.get("version") {
-            Some(toml::Value::Integer(v)) if *v == DSN_PRESET_VERSION as i64 => {}
-            other => {
-                return Err(Error::format(
-                    origin,
-                    format!(
-                        "Multi-DSN preset version {} is not supported (this tessera reads version {DSN_PRESET_VERSION})",
-                        other.map_or("(missing)".to_string(), |v| v.to_string())
-                    ),
-                ));
-            }
-        }
-        let preset: DsnPreset = value.try_into().map_err(|e: toml::de::Error| {
-            Error::format(origin, format!("invalid Multi-DSN preset: {}", e.message()))
-        })?;
+        let preset: DsnPreset = crate::preset::parse_versioned(
+            text,
+            origin,
+            overrides,
+            "Multi-DSN preset",
+            DSN_PRESET_VERSION,
+        )?;
         preset.validate()?;
         Ok(preset)
     }
@@ -147,31 +133,12 @@ impl DsnPreset {
     /// Loads a bundled Multi-DSN preset by name or a file that is one; `Ok(None)` when
     /// `name_or_path` is neither. Returns the preset and its folder (for relative paths).
     pub fn load(name_or_path: &str, overrides: &[String]) -> Result<Option<(DsnPreset, PathBuf)>> {
-        let path = Path::new(name_or_path);
-        if path.is_file() {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| Error::io("reading preset", path, e))?;
-            if !Self::is_dsn(&text) {
-                return Ok(None);
-            }
-            let base = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from("."));
-            return Ok(Some((
-                Self::from_toml(&text, name_or_path, overrides)?,
-                base,
-            )));
-        }
-        let name = name_or_path.trim_end_matches(".toml");
-        let name = name.strip_prefix("presets/").unwrap_or(name);
-        match BUNDLED.iter().find(|(n, _)| *n == name) {
-            Some((n, text)) => Ok(Some((
-                Self::from_toml(text, &format!("bundled:{n}"), overrides)?,
-                PathBuf::from("."),
+        match crate::preset::find_text(name_or_path, BUNDLED)? {
+            Some(found) if Self::is_dsn(&found.text) => Ok(Some((
+                Self::from_toml(&found.text, &found.origin, overrides)?,
+                found.base_dir,
             ))),
-            None => Ok(None),
+            _ => Ok(None),
         }
     }
 

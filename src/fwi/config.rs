@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use crate::dist::physics::SumOrder;
 use crate::error::{Error, Result};
 use crate::physics::wave::{AcquisitionConfig, Precision, WaveConfig, WaveletConfig};
-use crate::preset::apply_override;
 
 /// The FWI preset format version this build reads and writes.
 pub const FWI_VERSION: u32 = 1;
@@ -192,33 +191,8 @@ impl FwiPreset {
 
     /// Parses and validates TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<FwiPreset> {
-        let mut value: toml::Value = toml::from_str(text)
-            .map_err(|e| Error::format(origin, format!("invalid TOML: {}", e.message())))?;
-        for o in overrides {
-            apply_override(&mut value, o)?;
-        }
-        match value.get("version") {
-            Some(toml::Value::Integer(v)) if *v == FWI_VERSION as i64 => {}
-            Some(v) => {
-                return Err(Error::format(
-                    origin,
-                    format!(
-                        "FWI preset version {v} is not supported (this tessera reads version {FWI_VERSION})"
-                    ),
-                ));
-            }
-            None => {
-                return Err(Error::format(
-                    origin,
-                    format!(
-                        "preset has no `version` field (this tessera reads FWI version {FWI_VERSION})"
-                    ),
-                ));
-            }
-        }
-        let preset: FwiPreset = value.try_into().map_err(|e: toml::de::Error| {
-            Error::format(origin, format!("invalid FWI preset: {}", e.message()))
-        })?;
+        let preset: FwiPreset =
+            crate::preset::parse_versioned(text, origin, overrides, "FWI preset", FWI_VERSION)?;
         preset.validate()?;
         Ok(preset)
     }
@@ -229,64 +203,91 @@ impl FwiPreset {
         name_or_path: &str,
         overrides: &[String],
     ) -> Result<Option<(FwiPreset, PathBuf, String)>> {
-        let path = Path::new(name_or_path);
-        if path.is_file() {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| Error::io("reading preset", path, e))?;
-            if !Self::is_fwi(&text) {
-                return Ok(None);
-            }
-            let base = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from("."));
-            return Ok(Some((
-                Self::from_toml(&text, name_or_path, overrides)?,
-                base,
-                name_or_path.to_string(),
-            )));
-        }
-        let name = name_or_path.trim_end_matches(".toml");
-        let name = name.strip_prefix("presets/").unwrap_or(name);
-        match BUNDLED_FWI.iter().find(|(n, _)| *n == name) {
-            Some((n, text)) => {
-                let origin = format!("bundled:{n}");
-                Ok(Some((
-                    Self::from_toml(text, &origin, overrides)?,
-                    PathBuf::from("."),
-                    origin,
-                )))
-            }
-            None => Ok(None),
+        match crate::preset::find_text(name_or_path, BUNDLED_FWI)? {
+            Some(found) if Self::is_fwi(&found.text) => Ok(Some((
+                Self::from_toml(&found.text, &found.origin, overrides)?,
+                found.base_dir,
+                found.origin,
+            ))),
+            _ => Ok(None),
         }
     }
 
-    /// Makes the files the preset reads (models, data, acquisition arrays, wavelet) absolute
-    /// against `base`, so it runs the same from any working directory (the workbench sends what
-    /// it opened to a backend elsewhere).
+    /// Every file the preset reads: models, data, acquisition arrays, wavelet.
+    pub fn paths_mut(&mut self) -> Vec<&mut PathBuf> {
+        let mut paths = Vec::new();
+        if let Some(ModelSource::File(f)) = &mut self.model.truth {
+            paths.push(&mut f.path);
+        }
+        if let StartModel::File(f) = &mut self.model.start {
+            paths.push(&mut f.path);
+        }
+        if let Some(f) = &mut self.data {
+            paths.push(&mut f.path);
+        }
+        if let AcquisitionConfig::Files { sources, receivers } = &mut self.acquisition {
+            paths.push(sources);
+            paths.push(receivers);
+        }
+        if let WaveletConfig::File { path, .. } = &mut self.wavelet {
+            paths.push(path);
+        }
+        paths
+    }
+
+    /// Makes the files the preset reads absolute against `base`, so it runs the same from any
+    /// working directory (the workbench sends what it opened to a backend on this machine).
     pub fn resolve_paths(&mut self, base: &Path) {
-        let fix = |p: &mut PathBuf| {
+        for p in self.paths_mut() {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
-        };
-        if let Some(ModelSource::File(f)) = &mut self.model.truth {
-            fix(&mut f.path);
         }
-        if let StartModel::File(f) = &mut self.model.start {
-            fix(&mut f.path);
+    }
+
+    /// Reads every file the preset names (relative ones against `base_dir`) so that they can travel
+    /// with the job to a server that cannot see this machine's files: each path becomes the bare
+    /// name the file travels under (`<i>-<file name>`, so two `model.npy` from different folders
+    /// stay apart), which the server resolves in a folder of the job's own. Returns the names and
+    /// bytes in the preset's order; more than `max_bytes` in all is refused before it is sent.
+    pub fn pack_files(
+        &mut self,
+        base_dir: &Path,
+        max_bytes: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut sent: Vec<(PathBuf, String)> = Vec::new();
+        let mut total = 0usize;
+        for (i, p) in self.paths_mut().into_iter().enumerate() {
+            let path = crate::io::resolve(base_dir, p.as_path());
+            // The same file named twice travels once.
+            if let Some((_, name)) = sent.iter().find(|(q, _)| *q == path) {
+                *p = PathBuf::from(name);
+                continue;
+            }
+            let bytes = std::fs::read(&path)
+                .map_err(|e| Error::io("reading a file of the preset", &path, e))?;
+            total = total.saturating_add(bytes.len());
+            if total > max_bytes {
+                return Err(Error::config(
+                    "preset files",
+                    format!(
+                        "the files this FWI preset names add up to more than the {} MiB one job can carry to a server; copy them to the server and name them by absolute path there (at {})",
+                        max_bytes >> 20,
+                        path.display()
+                    ),
+                ));
+            }
+            let file_name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "file".into());
+            let name = format!("{i}-{file_name}");
+            *p = PathBuf::from(&name);
+            sent.push((path, name.clone()));
+            files.push((name, bytes));
         }
-        if let Some(f) = &mut self.data {
-            fix(&mut f.path);
-        }
-        if let AcquisitionConfig::Files { sources, receivers } = &mut self.acquisition {
-            fix(sources);
-            fix(receivers);
-        }
-        if let WaveletConfig::File { path, .. } = &mut self.wavelet {
-            fix(path);
-        }
+        Ok(files)
     }
 
     pub fn to_toml(&self) -> Result<String> {

@@ -6,10 +6,9 @@
 //! [`config`] is the versioned TOML preset (`[model]`, `[acquisition]`, `[wavelet]`, `[wave]`,
 //! `[fwi]`); [`run`] is the loop, reporting each epoch through a callback of [`FwiEvent`]s (the CLI
 //! draws a progress bar; `serve` and the workbench can stream them as they do `JobEvent`s);
-//! [`adam`] and [`batch`] reproduce torch's Adam and `tensor_split`; [`load`] reads models and data
+//! [`batch`] reproduces torch's `tensor_split` (the Adam step is `optim::adam::TorchAdam`); [`load`] reads models and data
 //! (`.npy`, raw float32, SEG-Y); [`figures`] draws the outputs.
 
-pub mod adam;
 pub mod batch;
 pub mod config;
 pub mod figures;

@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::adam::Adam;
 use super::batch::{draw, tensor_split};
 use super::config::{FwiPreset, ModelSource, StartModel};
 use super::load;
@@ -21,6 +20,7 @@ use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, ReduceOp, SingleProcess};
 use crate::error::{Error, Result};
 use crate::io::{self, RunDir, Staging};
+use crate::optim::adam::TorchAdam;
 use crate::physics::wave::config::acquisition_from_cells;
 use crate::physics::wave::{
     Acquisition, Gather, GradientOptions, L2Misfit, Precision, Real, Shot, Solver, SolverSettings,
@@ -86,8 +86,8 @@ pub struct EpochReport {
     pub secs: f64,
 }
 
-/// A finished inversion; also written as `metrics.json`.
-#[derive(Debug, Clone, Serialize)]
+/// A finished inversion; also written as `metrics.json` (and sent, as JSON, to attached clients).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FwiSummary {
     pub name: String,
     pub model_shape: [usize; 2],
@@ -578,7 +578,7 @@ fn run_typed<T: Real>(
     let setup_secs = t_start.elapsed().as_secs_f64();
     let t_solve = Instant::now();
     let [b1, b2] = preset.fwi.betas;
-    let mut adam = Adam::<T>::new(cells, preset.fwi.learning_rate, (b1, b2), preset.fwi.eps);
+    let mut adam = TorchAdam::<T>::new(cells, preset.fwi.learning_rate, (b1, b2), preset.fwi.eps);
     let mut history = Vec::with_capacity(epochs);
     let mut peak_bytes = 0;
     let mut stopped_early = false;

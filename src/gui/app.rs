@@ -410,6 +410,7 @@ impl Workbench {
         let sent = self.send(Request::Submit {
             preset_toml: toml,
             inline,
+            files: Vec::new(),
             preview_max_side: super::preview::MAX_TEXTURE_SIDE as u32,
         });
         if sent {

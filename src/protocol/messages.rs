@@ -11,7 +11,7 @@ use crate::optim::IterationReport;
 pub use crate::physics::wave::Shot;
 
 /// Bumped on every incompatible change of [`Request`] or [`Event`].
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest frame either side accepts (inline data included); a larger length prefix is an error
 /// before anything is allocated.
@@ -39,6 +39,10 @@ pub enum Request {
         preset_toml: String,
         /// Arrays the preset refers to by name instead of by file (e.g. the image the user opened).
         inline: Vec<InlineArray>,
+        /// Files sent along whole (an FWI preset's models and data, for a server that cannot read
+        /// this machine's files): the preset names each by its `name`, a bare file name that the
+        /// server resolves in a folder of the job's own.
+        files: Vec<InlineFile>,
         /// Largest preview the view needs (pixels per side); previews are downsampled to fit.
         preview_max_side: u32,
     },
@@ -67,6 +71,14 @@ pub struct InlineArray {
     /// (B, C, H, W) or (B, C, D, H, W).
     pub shape: Vec<usize>,
     pub data: Vec<f32>,
+}
+
+/// A file sent inside a [`Request::Submit`], byte for byte (its format is its extension's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InlineFile {
+    /// A bare file name (no folders), unique within the submission.
+    pub name: String,
+    pub bytes: Vec<u8>,
 }
 
 /// Server → client.

@@ -442,9 +442,10 @@ fn serve_client(mut stream: Stream, hub: &Hub, client: &str) {
             Ok(Some(Request::Submit {
                 preset_toml,
                 inline,
+                files,
                 preview_max_side,
             })) => {
-                hub.submit(id, preset_toml, inline, preview_max_side);
+                hub.submit(id, preset_toml, inline, files, preview_max_side);
             }
             Ok(Some(Request::Cancel { job })) => {
                 if let Err(m) = hub.cancel(job) {

@@ -15,7 +15,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::protocol::frame;
 use crate::protocol::transport::Stream;
-use crate::protocol::{Event, FILE_CHUNK_BYTES, InlineArray, JobId, MAX_FRAME_BYTES, PreviewKind};
+use crate::protocol::{
+    Event, FILE_CHUNK_BYTES, InlineArray, InlineFile, JobId, MAX_FRAME_BYTES, PreviewKind,
+};
 
 /// Frames a client may have queued before it is dropped as too slow (a whole replayed history
 /// fits; frames are shared, so a slot costs a pointer).
@@ -32,6 +34,7 @@ pub struct QueuedJob {
     pub job: JobId,
     pub preset_toml: String,
     pub inline: Vec<InlineArray>,
+    pub files: Vec<InlineFile>,
     pub preview_max_side: u32,
     pub cancel: Arc<AtomicBool>,
 }
@@ -214,6 +217,7 @@ impl Hub {
         client: u64,
         preset_toml: String,
         inline: Vec<InlineArray>,
+        files: Vec<InlineFile>,
         preview_max_side: u32,
     ) -> JobId {
         let mut s = self.lock();
@@ -231,6 +235,7 @@ impl Hub {
             job,
             preset_toml,
             inline,
+            files,
             preview_max_side,
             cancel,
         });

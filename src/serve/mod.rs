@@ -23,6 +23,7 @@
 
 pub mod accept;
 pub mod hub;
+pub mod inputs;
 pub mod logs;
 pub mod preview;
 
@@ -44,8 +45,8 @@ use crate::preset::Preset;
 use crate::protocol::auth::Token;
 use crate::protocol::transport::Listener;
 use crate::protocol::{
-    Event, InlineArray, JobId, OperatorInfo, PROTOCOL_VERSION, PatchMap, PreviewKind, RankDevice,
-    RankIteration,
+    Event, InlineArray, InlineFile, JobId, OperatorInfo, PROTOCOL_VERSION, PatchMap, PreviewKind,
+    RankDevice, RankIteration,
 };
 use crate::tensor::Tensor;
 use hub::Hub;
@@ -92,47 +93,9 @@ enum RankCommand {
         job: JobId,
         preset_toml: String,
         inline: Vec<InlineArray>,
+        files: Vec<InlineFile>,
     },
     Shutdown,
-}
-
-/// Lets one long-lived collective be handed to a job by value.
-struct Shared(Arc<dyn Collective>);
-
-impl Collective for Shared {
-    fn rank(&self) -> usize {
-        self.0.rank()
-    }
-    fn world_size(&self) -> usize {
-        self.0.world_size()
-    }
-    fn all_reduce(&self, buf: &mut [f32], op: crate::dist::ReduceOp) -> Result<()> {
-        self.0.all_reduce(buf, op)
-    }
-    fn all_gather(&self, local: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.0.all_gather(local)
-    }
-    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<()> {
-        self.0.broadcast(buf, root)
-    }
-    fn barrier(&self) -> Result<()> {
-        self.0.barrier()
-    }
-    fn send(&self, to: usize, data: &[u8]) -> Result<()> {
-        self.0.send(to, data)
-    }
-    fn recv(&self, from: usize) -> Result<Vec<u8>> {
-        self.0.recv(from)
-    }
-    fn transport(&self) -> crate::dist::Transport {
-        self.0.transport()
-    }
-    fn set_op_timeout(&self, timeout: Option<Duration>) -> Result<()> {
-        self.0.set_op_timeout(timeout)
-    }
-    fn recover(&self, failure: &Error) -> Result<()> {
-        self.0.recover(failure)
-    }
 }
 
 /// Runs the server on this rank until the process is stopped (or the group breaks).
@@ -165,14 +128,15 @@ fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions
         comm.set_op_timeout(None)?;
         comm.broadcast(&mut buf, 0)?;
         comm.set_op_timeout(opts.op_timeout)?;
-        let (job, preset_toml, inline) =
+        let (job, preset_toml, inline, files) =
             match wire::decode_from::<RankCommand>(0, "job command", &buf)? {
                 RankCommand::Shutdown => return Ok(()),
                 RankCommand::Run {
                     job,
                     preset_toml,
                     inline,
-                } => (job, preset_toml, inline),
+                    files,
+                } => (job, preset_toml, inline, files),
             };
         let ctx = JobContext {
             comm: &comm,
@@ -182,7 +146,7 @@ fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions
         };
         // The same checks as rank 0's precheck, which passed: a difference (a file missing on
         // this host) fails the job on this rank, and `settle` tells the others.
-        let result = Submission::parse(&preset_toml, inline).and_then(|s| s.run(&ctx, &out));
+        let result = Submission::parse(&preset_toml, inline, files).and_then(|s| s.run(&ctx, &out));
         if let Err(e) = settle(comm.as_ref(), result)? {
             tracing::warn!("job {job} failed: {e}");
         }
@@ -214,16 +178,26 @@ fn settle<S>(comm: &dyn Collective, result: Result<S>) -> Result<Result<S>> {
 }
 
 /// What a submitted preset runs: an imaging job with its inline arrays, or a full-waveform
-/// inversion (a preset with an `[fwi]` section; its files are read from the server's working
-/// directory).
+/// inversion (a preset with an `[fwi]` section) with the files sent along (see [`inputs`]; without
+/// them its relative paths are read from the server's working directory).
 enum Submission {
     Imaging(Box<Preset>, Vec<(String, Tensor)>),
-    Fwi(Box<FwiPreset>),
+    Fwi(Box<FwiPreset>, Vec<InlineFile>),
 }
 
 impl Submission {
-    fn parse(preset_toml: &str, inline: Vec<InlineArray>) -> Result<Submission> {
+    fn parse(
+        preset_toml: &str,
+        inline: Vec<InlineArray>,
+        files: Vec<InlineFile>,
+    ) -> Result<Submission> {
         if !FwiPreset::is_fwi(preset_toml) {
+            if let Some(f) = files.first() {
+                return Err(Error::config(
+                    format!("sent file `{}`", f.name),
+                    "an imaging job takes its image and measurements as inline arrays, not files",
+                ));
+            }
             let preset = Preset::from_toml(preset_toml, "submitted preset", &[])?;
             return Ok(Submission::Imaging(
                 Box::new(preset),
@@ -233,24 +207,33 @@ impl Submission {
         if let Some(a) = inline.first() {
             return Err(Error::config(
                 format!("inline array `{}`", a.name),
-                "an FWI job takes no inline arrays: its models and data are files the server reads",
+                "an FWI job takes no inline arrays: its models and data are files (sent along, or the server's)",
             ));
         }
-        let preset = FwiPreset::from_toml(preset_toml, "submitted FWI preset", &[])?;
-        Ok(Submission::Fwi(Box::new(preset)))
+        let mut preset = FwiPreset::from_toml(preset_toml, "submitted FWI preset", &[])?;
+        inputs::check(&files, &mut preset)?;
+        Ok(Submission::Fwi(Box::new(preset), files))
+    }
+
+    /// The files sent with an FWI job (none for an imaging job).
+    fn files(&self) -> &[InlineFile] {
+        match self {
+            Submission::Imaging(..) => &[],
+            Submission::Fwi(_, files) => files,
+        }
     }
 
     fn name(&self) -> &str {
         match self {
             Submission::Imaging(p, _) => &p.name,
-            Submission::Fwi(p) => &p.name,
+            Submission::Fwi(p, _) => &p.name,
         }
     }
 
     fn to_toml(&self) -> Result<String> {
         match self {
             Submission::Imaging(p, _) => p.to_toml(),
-            Submission::Fwi(p) => p.to_toml(),
+            Submission::Fwi(p, _) => p.to_toml(),
         }
     }
 
@@ -259,7 +242,15 @@ impl Submission {
             Submission::Imaging(preset, inline) => {
                 run_job(ctx, preset, inline, out).map(|s| Outcome::of_job(&s))
             }
-            Submission::Fwi(preset) => run_fwi_job(ctx, preset, out).map(|s| Outcome::of_fwi(&s)),
+            Submission::Fwi(preset, files) => {
+                // Removed when the job ends, however it ends.
+                let folder = match files.is_empty() {
+                    true => None,
+                    false => Some(inputs::JobFolder::write(files, ctx.job)?),
+                };
+                let base_dir = folder.as_ref().map_or(Path::new(""), |f| f.path());
+                run_fwi_job(ctx, preset, base_dir, out).map(|s| Outcome::of_fwi(&s))
+            }
         }
     }
 }
@@ -397,9 +388,9 @@ fn coordinate(
         root: opts.out_dir.clone(),
     };
     loop {
-        let queued = hub.next_job();
+        let mut queued = hub.next_job();
         let job = queued.job;
-        let submission = match precheck(&queued, &out, (world, opts.ranks_here)) {
+        let submission = match precheck(&mut queued, &out, (world, opts.ranks_here)) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("job {job} refused: {e}");
@@ -418,6 +409,7 @@ fn coordinate(
             job,
             preset_toml: submission.to_toml()?,
             inline: queued.inline,
+            files: submission.files().to_vec(),
         })?;
         comm.broadcast(&mut command, 0)?;
         drop(command);
@@ -515,11 +507,15 @@ fn ended(job: JobId, outcome: Outcome, cancel: &AtomicBool) -> Event {
 /// inputs against the real image (see [`job::check_inputs`]; an FWI job's files are read, and
 /// their errors reported, by rank 0 at its start) and the output folder.
 fn precheck(
-    queued: &hub::QueuedJob,
+    queued: &mut hub::QueuedJob,
     out: &RunDir,
     (world, ranks_here): (usize, usize),
 ) -> Result<Submission> {
-    let mut submission = Submission::parse(&queued.preset_toml, queued.inline.clone())?;
+    let mut submission = Submission::parse(
+        &queued.preset_toml,
+        queued.inline.clone(),
+        std::mem::take(&mut queued.files),
+    )?;
     if let Submission::Imaging(preset, inline) = &mut submission {
         // Relative paths in a submission are the server's, from its working directory.
         preset.resolve_paths(Path::new(""))?;
@@ -700,13 +696,7 @@ fn run_job(
             }
         }
     };
-    let result = job::run_in_group_with(
-        preset,
-        out,
-        Box::new(Shared(comm.clone())),
-        inline,
-        &mut on_event,
-    );
+    let result = job::run_in_group_with(preset, out, Box::new(comm.clone()), inline, &mut on_event);
     if let Some(e) = exchange_error {
         return Err(e);
     }
@@ -726,7 +716,12 @@ fn run_job(
 /// broadcasts its stop flag with each batch) and gathers the per-rank times, so rank 0 only turns
 /// its events into protocol events and previews: the model and the true model as
 /// `Reconstruction`/`GroundTruth`, the gradient as `Gradient`.
-fn run_fwi_job(ctx: &JobContext<'_>, preset: &FwiPreset, out: &RunDir) -> Result<FwiSummary> {
+fn run_fwi_job(
+    ctx: &JobContext<'_>,
+    preset: &FwiPreset,
+    base_dir: &Path,
+    out: &RunDir,
+) -> Result<FwiSummary> {
     let job = ctx.job;
     let mut shape = [0usize; 2];
     let mut on_event = |event: FwiEvent<'_>| -> ControlFlow<()> {
@@ -805,9 +800,9 @@ fn run_fwi_job(ctx: &JobContext<'_>, preset: &FwiPreset, out: &RunDir) -> Result
     };
     crate::fwi::run_in_group(
         preset,
-        Path::new(""),
+        base_dir,
         out.clone(),
-        Box::new(Shared(ctx.comm.clone())),
+        Box::new(ctx.comm.clone()),
         &mut on_event,
     )
 }

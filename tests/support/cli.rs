@@ -29,3 +29,20 @@ pub fn run(args: &[&str], cwd: &Path) -> Output {
         .output()
         .expect("tessera runs")
 }
+
+/// Runs tessera and fails the test with its stderr unless it succeeded; `what` names the run.
+pub fn run_ok(args: &[&str], cwd: &Path, what: &str) -> Output {
+    let o = run(args, cwd);
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// A JSON file a run wrote (metrics.json, train.json).
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}

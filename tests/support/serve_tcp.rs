@@ -22,13 +22,19 @@ pub fn token_file(dir: &Path) -> (PathBuf, String) {
 /// Starts `tessera serve --listen 127.0.0.1:0 ARGS…` (the binary this test suite builds) and reads
 /// the `tcp:` address from the first line it prints.
 pub fn serve_tcp(args: &[&str]) -> (Child, BackendAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+    serve_tcp_with(args, |_| {})
+}
+
+/// [`serve_tcp`] with the command adjusted first (its working directory, its environment).
+pub fn serve_tcp_with(args: &[&str], setup: impl FnOnce(&mut Command)) -> (Child, BackendAddr) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    command
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    setup(&mut command);
+    let mut child = command.spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
