@@ -740,6 +740,13 @@ mod tests {
             ("train.dann_lambda=-1", "train.dann_lambda"),
             ("train.dann_lambda=inf", "train.dann_lambda"),
             ("train.dann_schedule=\"linear\"", "linear"),
+            (
+                "train.reconstructions_every=0",
+                "train.reconstructions_every",
+            ),
+            ("domains.1.name=\"../x\"", "domains[1].name"),
+            ("domains.2.name=\"\"", "domains[2].name"),
+            ("domains.3.name=\"blurred\"", "domains[1]"),
         ] {
             let e = DsnPreset::from_toml(text, "p", &[set.into()]).unwrap_err();
             assert!(e.to_string().contains(field), "{set}: {e}");
