@@ -62,6 +62,32 @@ fn one_and_three_rank_processes_write_identical_weights_and_metrics() {
 }
 
 #[test]
+fn dann_with_its_ramp_trains_the_same_weights_on_one_and_two_rank_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in ["1", "2"] {
+        let out = format!("o{n}");
+        let mut args = vec!["train", "dsn_shapes", "--ranks", n, "--out", &out];
+        args.extend_from_slice(SMALL);
+        args.extend_from_slice(&["--set", "train.similarity=dann"]);
+        let o = run(&args, dir.path());
+        assert!(
+            o.status.success(),
+            "{n} ranks: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let (a, b) = (dir.path().join("o1"), dir.path().join("o2"));
+    assert_eq!(
+        std::fs::read(a.join("dsn.safetensors")).unwrap(),
+        std::fs::read(b.join("dsn.safetensors")).unwrap()
+    );
+    let e = epochs(&a);
+    assert_eq!(e, epochs(&b));
+    // DANN ran: the source reports a domain-classifier loss (MMD reports its terms on targets only).
+    assert!(e[0]["losses"][0]["similarity"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
 fn bad_presets_and_folders_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let preset = include_str!("../presets/dsn_shapes.toml");
