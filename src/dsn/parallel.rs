@@ -77,6 +77,10 @@ pub struct StepTimes {
     pub received_bytes: u64,
 }
 
+/// Per held domain: its losses, its shared-parameter gradient (concatenated) and its private
+/// encoder's gradient.
+type StepGrads = (Vec<DomainLosses>, Vec<f32>, Vec<Vec<f32>>);
+
 /// A rank's part of Multi-DSN training.
 pub struct Trainer<'a> {
     comm: &'a dyn Collective,
@@ -87,6 +91,8 @@ pub struct Trainer<'a> {
     shared_adam: Adam,
     private_adam: Vec<Adam>,
     dann_clip_at_chance: bool,
+    /// Run every domain's full passes even when only the task loss has weight (for tests).
+    full_passes: bool,
 }
 
 impl<'a> Trainer<'a> {
@@ -113,6 +119,7 @@ impl<'a> Trainer<'a> {
             weights,
             similarity,
             dann_clip_at_chance: true,
+            full_passes: false,
         })
     }
 
@@ -148,6 +155,98 @@ impl<'a> Trainer<'a> {
             )));
         }
         let mut times = StepTimes::default();
+        let (losses, shared_grads, private_grads) = if self.task_only() {
+            self.task_grads(batches, &mut times)?
+        } else {
+            self.domain_grads(batches, dann_lambda, &mut times)?
+        };
+
+        let t = Instant::now();
+        let per_rank = self.comm.all_gather(&to_bytes(&shared_grads))?;
+        drop(shared_grads);
+        let me = self.comm.rank();
+        times.received_bytes += received(&per_rank, me);
+        let world = self.comm.world_size();
+        let mut by_rank = Vec::with_capacity(world);
+        for (r, bytes) in per_rank.iter().enumerate() {
+            let held = domains_of(r, world, domains).len();
+            let v = from_bytes(bytes, r, "shared gradients")?;
+            let v = split_per_domain(v, held, r, "shared gradients")?;
+            if v.iter().any(|g| g.len() != self.model.shared_param_count()) {
+                return Err(Error::bad_peer_data(r, "shared gradients of another model"));
+            }
+            by_rank.push(v);
+        }
+        drop(per_rank);
+        // Σ_d g_d in domain order: bitwise the same for every placement.
+        let mut total = std::mem::take(&mut by_rank[0][0]);
+        for d in 1..domains {
+            let g = &by_rank[d % world][d / world];
+            total.iter_mut().zip(g).for_each(|(a, b)| *a += *b);
+        }
+        drop(by_rank);
+        let (all_losses, loss_bytes) = self.gather_losses(&losses)?;
+        times.received_bytes += loss_bytes;
+        times.exchange_secs += t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        self.shared_adam
+            .step(self.model.shared_params_mut(), &total, lr);
+        for (k, &d) in self.held.iter().enumerate() {
+            self.private_adam[k].step(self.model.private_params_mut(d)?, &private_grads[k], lr);
+        }
+        times.update_secs = t.elapsed().as_secs_f64();
+        times.compute_secs =
+            times.forward_secs + times.similarity_secs + times.backward_secs + times.update_secs;
+        Ok((all_losses, times))
+    }
+
+    /// Source-only training (every loss weight but the task's 0): the target domains and the
+    /// decoder contribute exact zeros, so only the source's task pass runs
+    /// ([`Dsn::task_backward`]) and the other gradients are zeros — the same weights, bitwise,
+    /// as [`Trainer::domain_grads`] with those weights, at the cost of the network without its
+    /// target losses.
+    fn task_only(&self) -> bool {
+        let w = &self.weights;
+        w.reconstruction == 0.0 && w.difference == 0.0 && w.similarity == 0.0 && !self.full_passes
+    }
+
+    fn task_grads(&self, batches: &[DomainBatch<f32>], times: &mut StepTimes) -> Result<StepGrads> {
+        let t = Instant::now();
+        let (shared, private) = (
+            self.model.shared_param_count(),
+            self.model.private_param_count(),
+        );
+        let mut losses = Vec::with_capacity(batches.len());
+        let mut shared_grads = Vec::with_capacity(batches.len() * shared);
+        for b in batches {
+            if b.labels.is_some() {
+                let (task, g) = self.model.task_backward(b, self.weights.task)?;
+                losses.push(DomainLosses {
+                    task,
+                    ..DomainLosses::default()
+                });
+                shared_grads.extend(g);
+            } else {
+                losses.push(DomainLosses::default());
+                shared_grads.resize(shared_grads.len() + shared, 0.0);
+            }
+        }
+        times.backward_secs = t.elapsed().as_secs_f64();
+        Ok((
+            losses,
+            shared_grads,
+            vec![vec![0.0; private]; batches.len()],
+        ))
+    }
+
+    /// Every held domain's forward pass, the similarity terms and every backward pass.
+    fn domain_grads(
+        &self,
+        batches: &[DomainBatch<f32>],
+        dann_lambda: f64,
+        times: &mut StepTimes,
+    ) -> Result<StepGrads> {
         let t = Instant::now();
         let fwds = batches
             .iter()
@@ -197,45 +296,7 @@ impl<'a> Trainer<'a> {
         }
         drop(fwds);
         times.backward_secs = t.elapsed().as_secs_f64();
-
-        let t = Instant::now();
-        let per_rank = self.comm.all_gather(&to_bytes(&shared_grads))?;
-        drop(shared_grads);
-        let me = self.comm.rank();
-        times.received_bytes += received(&per_rank, me);
-        let world = self.comm.world_size();
-        let mut by_rank = Vec::with_capacity(world);
-        for (r, bytes) in per_rank.iter().enumerate() {
-            let held = domains_of(r, world, domains).len();
-            let v = from_bytes(bytes, r, "shared gradients")?;
-            let v = split_per_domain(v, held, r, "shared gradients")?;
-            if v.iter().any(|g| g.len() != self.model.shared_param_count()) {
-                return Err(Error::bad_peer_data(r, "shared gradients of another model"));
-            }
-            by_rank.push(v);
-        }
-        drop(per_rank);
-        // Σ_d g_d in domain order: bitwise the same for every placement.
-        let mut total = std::mem::take(&mut by_rank[0][0]);
-        for d in 1..domains {
-            let g = &by_rank[d % world][d / world];
-            total.iter_mut().zip(g).for_each(|(a, b)| *a += *b);
-        }
-        drop(by_rank);
-        let (all_losses, loss_bytes) = self.gather_losses(&losses)?;
-        times.received_bytes += loss_bytes;
-        times.exchange_secs += t.elapsed().as_secs_f64();
-
-        let t = Instant::now();
-        self.shared_adam
-            .step(self.model.shared_params_mut(), &total, lr);
-        for (k, &d) in self.held.iter().enumerate() {
-            self.private_adam[k].step(self.model.private_params_mut(d)?, &private_grads[k], lr);
-        }
-        times.update_secs = t.elapsed().as_secs_f64();
-        times.compute_secs =
-            times.forward_secs + times.similarity_secs + times.backward_secs + times.update_secs;
-        Ok((all_losses, times))
+        Ok((losses, shared_grads, private_grads))
     }
 
     /// Every domain's shared codes where this rank needs them: rank 0 (the source's) gets all,
@@ -450,6 +511,68 @@ mod tests {
                     .flatten()
                     .all(|l| l.total().is_finite())
             );
+        }
+    }
+
+    #[test]
+    fn source_only_steps_skip_the_targets_and_train_bitwise_the_same_weights() {
+        let weights = LossWeights {
+            task: 1.0,
+            reconstruction: 0.0,
+            difference: 0.0,
+            similarity: 0.0,
+        };
+        let run = |world: usize, full_passes: bool, sim: Similarity| {
+            let out = on_group(world, |comm| {
+                let mut t = Trainer::new(&*comm, small_arch(), 3, 11, weights, sim).unwrap();
+                t.full_passes = full_passes;
+                let mut losses = Vec::new();
+                for step in 0..3 {
+                    let bs: Vec<_> = t.held().iter().map(|&d| batch(d, step, 4)).collect();
+                    losses.push(t.step(&bs, 1e-2, 0.5).unwrap().0);
+                }
+                let params: Vec<(String, Vec<f32>)> = t
+                    .model
+                    .named_params()
+                    .into_iter()
+                    .filter(|(n, _, _)| comm.rank() == 0 || n.starts_with("private_encoder."))
+                    .map(|(n, _, v)| (n, v.to_vec()))
+                    .collect();
+                (params, losses)
+            });
+            let losses = out[0].1.clone();
+            let mut params: Vec<_> = out.into_iter().flat_map(|(p, _)| p).collect();
+            params.sort_by(|a, b| a.0.cmp(&b.0));
+            (params, losses)
+        };
+        for sim in [Similarity::Dann, Similarity::Mmd] {
+            let (want, want_losses) = run(1, true, sim);
+            let init = Dsn::new(small_arch(), 3, &[0, 1, 2], 11).unwrap();
+            let moved = |p: &[(String, Vec<f32>)], name: &str| {
+                let (_, v) = p.iter().find(|(n, _)| n == name).unwrap();
+                let (_, _, v0) = init
+                    .named_params()
+                    .into_iter()
+                    .find(|(n, _, _)| n == name)
+                    .unwrap();
+                v.as_slice() != v0
+            };
+            assert!(moved(&want, "shared_encoder.head.weight"));
+            assert!(
+                !moved(&want, "decoder.head.weight"),
+                "no reconstruction weight"
+            );
+            for world in [1, 2] {
+                let (got, losses) = run(world, false, sim);
+                assert_eq!(losses, want_losses, "{sim:?}, {world} ranks");
+                for ((n, a), (m, b)) in got.iter().zip(&want) {
+                    assert_eq!(n, m);
+                    assert!(
+                        a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{sim:?}, {world} ranks: {n} differs from the full passes"
+                    );
+                }
+            }
         }
     }
 
