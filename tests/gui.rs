@@ -943,6 +943,41 @@ fn typed_patch_sizes_apply_on_enter_and_absurd_plans_are_refused() {
     );
 }
 
+/// "even tiles" in the tiling panel: the preset says so, the patch map keeps the tile count and its
+/// windows shrink to divide the image (quick's 128 px in patches of 48: 3 tiles of 43 instead of 48).
+#[test]
+fn even_tiles_from_the_panel_keep_the_count_and_shrink_the_windows() {
+    let (mut h, _end) = ready_workbench();
+    h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
+        .click();
+    h.run_steps(2);
+    set_patch(&mut h, 48);
+    let before = h.state_mut().patch_map().unwrap().unwrap();
+    h.get_by_role_and_label(Role::CheckBox, "even tiles")
+        .click();
+    h.run_steps(2);
+    assert!(h.state().doc.preset.tiling.as_ref().unwrap().even);
+    assert_eq!(h.state().run_blocker(), None);
+    let after = h.state_mut().patch_map().unwrap().unwrap();
+    let area = |m: &tessera::protocol::PatchMap| -> usize {
+        m.tiles
+            .iter()
+            .map(|t| t.window.iter().map(|s| s.1).product::<usize>())
+            .sum()
+    };
+    assert_eq!(
+        after.tiles.len(),
+        before.tiles.len(),
+        "the tile count is kept"
+    );
+    assert!(
+        area(&after) < area(&before),
+        "{} vs {}",
+        area(&after),
+        area(&before)
+    );
+}
+
 /// An edit that cannot run on the real image (patch larger than it) or names a file that is not
 /// there (DRUNet weights) disables Run with the reason, and nothing is sent.
 #[test]

@@ -144,6 +144,7 @@ fn strategy(
             overlap: Extent::PerAxis(overlap),
             stride: stride.map(Extent::PerAxis),
             pad_mode: PadMode::Reflect,
+            even: false,
             blend: kind == TilingKind::Blend,
         }),
     }
@@ -248,6 +249,38 @@ proptest! {
             max_batch,
         );
         prop_assert_eq!(bits(&tiled.denoise(&x, 0.1).unwrap()), bits(&reference));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// `even` tiles: the same round trip, never more tiles than deepinv's geometry and never more
+    /// pixels denoised (the windows shrink, the last one no longer recomputes its neighbour).
+    #[test]
+    fn even_tiles_round_trip_and_never_cost_more_than_deepinvs(
+        (shape, patch, overlap, _) in geometry(2, 40),
+        blend in any::<bool>(), seed in any::<u64>(), rotate in 0usize..7,
+    ) {
+        let deepinv = OverlapTiling {
+            patch_size: Extent::PerAxis(patch),
+            overlap: Extent::PerAxis(overlap),
+            stride: None,
+            pad_mode: PadMode::Reflect,
+            blend,
+            even: false,
+        };
+        let even = OverlapTiling { even: true, ..deepinv.clone() };
+        let plan = even.plan(&shape).unwrap();
+        let x = image(&[1, 2, shape[0], shape[1]], seed);
+        prop_assert_eq!(bits(&round_trip(&plan, &x, None, rotate)), bits(&x));
+        check_coverage(&plan);
+        let reference = deepinv.plan(&shape).unwrap();
+        let area = |p: &TilePlan| -> usize {
+            p.tiles().iter().map(|t| t.window_shape().iter().product::<usize>()).sum()
+        };
+        prop_assert!(plan.num_tiles() <= reference.num_tiles());
+        prop_assert!(area(&plan) <= area(&reference), "{} > {}", area(&plan), area(&reference));
     }
 }
 

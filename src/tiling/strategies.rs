@@ -172,6 +172,9 @@ pub struct OverlapTiling {
     pub stride: Option<Extent>,
     pub pad_mode: PadMode,
     pub blend: bool,
+    /// Shrink the inner patch to `⌈size / tiles⌉` on each axis, keeping the tile count that
+    /// `patch_size` gives, so the tiles divide the image evenly (see `TilingConfig::even`).
+    pub even: bool,
 }
 
 impl OverlapTiling {
@@ -183,13 +186,14 @@ impl OverlapTiling {
             stride: None,
             pad_mode: PadMode::Reflect,
             blend: false,
+            even: false,
         }
     }
 
     /// Resolves the per-axis sizes for `spatial` and checks them against the image.
     fn sizes(&self, spatial: &[usize]) -> Result<(Vec<usize>, Vec<usize>, Vec<usize>)> {
         let n = spatial.len();
-        let p = self.patch_size.resolve("tiling.patch_size", n)?;
+        let mut p = self.patch_size.resolve("tiling.patch_size", n)?;
         let rf = self.overlap.resolve("tiling.overlap", n)?;
         let s = match &self.stride {
             Some(s) => s.resolve("tiling.stride", n)?,
@@ -224,6 +228,19 @@ impl OverlapTiling {
                     ),
                 ));
             }
+        }
+        if self.even {
+            if self.stride.is_some() {
+                return Err(Error::config(
+                    "tiling.stride",
+                    "tiling.even chooses the patch size and the stride; leave tiling.stride out",
+                ));
+            }
+            for a in 0..n {
+                let tiles = overlap_axis(spatial[a], p[a], rf[a], p[a]).len();
+                p[a] = spatial[a].div_ceil(tiles);
+            }
+            return Ok((p.clone(), rf, p));
         }
         Ok((p, rf, s))
     }
@@ -365,6 +382,44 @@ impl TilingStrategy for BasicTiling {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn even_tiles_keep_deepinvs_count_and_divide_the_image() {
+        // deepinv: 1024 px in patches of 448 with halo 32 → windows of 512 owning 448, 448, 128.
+        let deepinv = overlap_axis(1024, 448, 32, 448);
+        let owned: Vec<usize> = deepinv.iter().map(|t| t.region.size).collect();
+        assert_eq!(owned, [448, 448, 128]);
+        let even = OverlapTiling {
+            even: true,
+            ..OverlapTiling::new(448, 32)
+        };
+        let (p, rf, s) = even.sizes(&[1024, 700]).unwrap();
+        assert_eq!(
+            (p.clone(), rf, s.clone()),
+            (vec![342, 350], vec![32, 32], vec![342, 350])
+        );
+        let axis = overlap_axis(1024, p[0], 32, s[0]);
+        let owned: Vec<usize> = axis.iter().map(|t| t.region.size).collect();
+        assert_eq!(
+            owned,
+            [342, 342, 340],
+            "three tiles, owning within 2 px of each other"
+        );
+        assert!(axis.iter().all(|t| t.window.size == 342 + 64));
+        // Owned regions tile the axis exactly.
+        let mut next = 0;
+        for t in &axis {
+            assert_eq!(t.region.start, next);
+            next += t.region.size;
+        }
+        assert_eq!(next, 1024);
+        // A patch as large as the image stays one tile.
+        let one = OverlapTiling {
+            even: true,
+            ..OverlapTiling::new(64, 8)
+        };
+        assert_eq!(one.sizes(&[64]).unwrap().0, vec![64]);
+    }
 
     #[test]
     fn absurd_plans_are_refused_with_their_tile_count() {

@@ -250,6 +250,7 @@ fn tiling(ui: &mut Ui, t: &mut Option<TilingConfig>, assignment: &mut TileAssign
                 c.overlap = None;
                 c.stride = None;
                 c.pad_mode = None;
+                c.even = false;
             }
             TilingKind::Overlap | TilingKind::Blend => c.num_splits = None,
             TilingKind::Spatial => {
@@ -258,6 +259,7 @@ fn tiling(ui: &mut Ui, t: &mut Option<TilingConfig>, assignment: &mut TileAssign
                 c.pad_mode = None;
                 c.num_splits = None;
                 c.max_batch_size = None;
+                c.even = false;
             }
         }
         if c.kind != TilingKind::Spatial {
@@ -310,6 +312,18 @@ fn tiling(ui: &mut Ui, t: &mut Option<TilingConfig>, assignment: &mut TileAssign
             c.overlap = Some(Extent::Uniform(overlap));
             changed = true;
         }
+        let even = ui
+            .checkbox(&mut c.even, "even tiles")
+            .on_hover_text(
+                "keep the tile count but shrink the patches so they divide the image evenly \
+                 (deepinv instead moves the last tile back, recomputing its neighbour)",
+            )
+            .changed();
+        if even && c.even {
+            // `even` chooses the stride.
+            c.stride = None;
+        }
+        changed |= even;
     }
     let mut batch = c.max_batch_size.unwrap_or(0);
     if number(ui, "max batch size (0 = all)", &mut batch, 1.0, 0..=4096) {
