@@ -531,11 +531,12 @@ fn train_dsn(
     if comm.rank() == 0 && !quiet {
         for r in &summary.per_rank {
             println!(
-                "rank {}: domains {:?}, {:.1} s compute, {:.1} s exchange, peak memory {}",
+                "rank {}: domains {:?}, {:.1} s compute, {:.1} s exchange ({} received), peak memory {}",
                 r.rank,
                 r.domains,
                 r.compute_secs,
                 r.exchange_secs,
+                tessera::error::human_bytes(r.received_bytes),
                 r.peak_rss_bytes
                     .map_or("unknown".into(), tessera::error::human_bytes)
             );

@@ -15,4 +15,6 @@ pub mod model;
 pub mod parallel;
 pub mod run;
 
-pub use model::{DomainBatch, DomainLosses, Dsn, DsnArch, LossWeights, Similarity};
+pub use model::{
+    DannSchedule, DomainBatch, DomainLosses, Dsn, DsnArch, LossWeights, Similarity, SimilarityTerm,
+};

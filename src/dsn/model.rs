@@ -101,6 +101,47 @@ pub enum Similarity {
     Mmd,
 }
 
+/// How the gradient reversal's factor λ grows over training with the DANN similarity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DannSchedule {
+    /// Ganin & Lempitsky (ICML 2015, §5.2.2): λ_p = λ_max·(2/(1 + exp(−γ·p)) − 1) at training
+    /// progress p ∈ [0, 1]: 0 at the start, when the shared codes are still noise and a full-strength
+    /// adversary only pushes them around, and close to λ_max from p ≈ 0.5 on (γ = 10).
+    #[default]
+    Ramp,
+    /// λ = λ_max from the first step.
+    Constant,
+}
+
+impl DannSchedule {
+    /// The reversal factor at training progress `progress` (clamped to [0, 1]).
+    pub fn lambda(self, lambda_max: f64, gamma: f64, progress: f64) -> f64 {
+        match self {
+            DannSchedule::Constant => lambda_max,
+            DannSchedule::Ramp => {
+                let p = progress.clamp(0.0, 1.0);
+                lambda_max * (2.0 / (1.0 + (-gamma * p).exp()) - 1.0)
+            }
+        }
+    }
+}
+
+/// The coupling term handed to [`Dsn::backward`] for one domain batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SimilarityTerm<'a, T> {
+    /// The domain classifier's cross-entropy; `lambda` scales the reversed gradient that reaches
+    /// the shared encoder (the domain classifier itself descends the unscaled loss). With
+    /// `clip_at_chance` the encoder ascends each image's cross-entropy only up to chance,
+    /// min(CE_i, ln D) for D domains: once the classifier does worse than a uniform guess on an
+    /// image, pushing further makes the code domain-*specific* again (confidently classified as
+    /// another domain), which is what diverges without the clip.
+    Dann { lambda: f64, clip_at_chance: bool },
+    /// `loss`: this domain's part of the (weighted) MMD loss, to report; `grad`: the gradient of
+    /// the weighted MMD terms with respect to this batch's shared code, from every domain's codes.
+    Mmd { loss: f64, grad: &'a [T] },
+}
+
 /// The weight of each loss term (the DSN paper's α, β, γ and the task loss's).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -592,6 +633,27 @@ impl<T: Scalar> Dsn<T> {
         Ok(crate::nn::dense::argmax(&logits, self.arch.classes))
     }
 
+    /// What the decoder makes of images of domain `domain` (held here) from parts of their codes:
+    /// `[full, shared_only, private_only]`, each `batch × side × side` — the reconstruction from
+    /// shared + private code (what training sees), from the shared code with the private code
+    /// zeroed, and from the private code with the shared code zeroed.
+    pub fn reconstruct_parts(&self, domain: usize, images: &Features<T>) -> Result<[Vec<T>; 3]> {
+        self.check_batch(&DomainBatch {
+            domain,
+            images: images.clone(),
+            labels: None,
+        })?;
+        let n = images.batch;
+        let shared = self.shared.forward(images)?.1;
+        let private = self.private(domain)?.forward(images)?.1;
+        let full: Vec<T> = shared.iter().zip(&private).map(|(a, b)| *a + *b).collect();
+        let decode = |code: Vec<T>| -> Result<Vec<T>> {
+            let tape = self.decoder.forward(code, n, self.arch.side4())?;
+            Ok(tape.trunk.output().data.clone())
+        };
+        Ok([decode(full)?, decode(shared)?, decode(private)?])
+    }
+
     /// The forward pass of one domain batch.
     pub fn forward(&self, b: &DomainBatch<T>) -> Result<DomainForward<T>> {
         self.check_batch(b)?;
@@ -617,19 +679,40 @@ impl<T: Scalar> Dsn<T> {
         })
     }
 
-    /// The weighted losses of a domain batch and their gradients. `similarity` chooses the coupling
-    /// term: with [`Similarity::Dann`] the domain classifier's cross-entropy (its gradient reversed
-    /// into the shared encoder); with [`Similarity::Mmd`] `mmd_grad`, the gradient of the (weighted)
-    /// MMD terms with respect to this batch's shared code, computed by the caller from every
-    /// domain's codes, and `mmd_loss`, the part of the MMD loss to report for this domain.
-    #[allow(clippy::too_many_arguments)]
+    /// The source-only classifier's pass on a labelled batch: shared encoder → classifier →
+    /// cross-entropy weighted by `task_weight`, forward and backward, nothing else. Returns the
+    /// weighted loss and the gradient in [`Dsn::shared_params_mut`] layout (zero outside the shared
+    /// encoder and the classifier) — what [`Dsn::backward`] gives a source batch when every other
+    /// loss weight is 0, at the cost of the network without its target losses.
+    pub fn task_backward(&self, b: &DomainBatch<T>, task_weight: f64) -> Result<(f64, Vec<T>)> {
+        self.check_batch(b)?;
+        let labels = b.labels.as_ref().ok_or_else(|| {
+            Error::Internal(format!("task loss on unlabelled domain {}", b.domain))
+        })?;
+        let n = b.images.batch;
+        let (tape, code) = self.shared.forward(&b.images)?;
+        let classifier = self.classifier.forward_train(code, n);
+        let (ce, mut g) =
+            crate::nn::dense::softmax_cross_entropy(&classifier.output, labels, self.arch.classes)?;
+        let w = T::from_f64(task_weight);
+        g.iter_mut().for_each(|v| *v = *v * w);
+        let mut grads = vec![T::ZERO; self.shared_param_count()];
+        let (g_enc, rest) = grads.split_at_mut(self.shared.param_count());
+        let (_, rest) = rest.split_at_mut(self.decoder.param_count());
+        let (g_cls, _) = rest.split_at_mut(self.classifier.param_count());
+        let dcode = self.classifier.backward(&classifier, g, g_cls);
+        self.shared.backward(&tape, &dcode, g_enc)?;
+        Ok((task_weight * ce, grads))
+    }
+
+    /// The weighted losses of a domain batch and their gradients; `similarity` is the coupling term
+    /// ([`SimilarityTerm`]).
     pub fn backward(
         &self,
         b: &DomainBatch<T>,
         f: &DomainForward<T>,
         weights: &LossWeights,
-        similarity: Similarity,
-        mmd: Option<(f64, &[T])>,
+        similarity: SimilarityTerm<'_, T>,
     ) -> Result<(DomainLosses, DomainGrads<T>)> {
         let n = b.images.batch;
         let scale = |g: &mut [T], w: f64| {
@@ -684,35 +767,44 @@ impl<T: Scalar> Dsn<T> {
         }
 
         // Similarity.
-        match (similarity, mmd) {
-            (Similarity::Dann, _) => {
+        match similarity {
+            SimilarityTerm::Dann {
+                lambda,
+                clip_at_chance,
+            } => {
                 let labels = vec![b.domain; n];
                 let (ce, mut g) = crate::nn::dense::softmax_cross_entropy(
                     &f.domain_head.output,
                     &labels,
                     self.domains,
                 )?;
+                // Row i of g is (softmax_i − onehot_i)/n, so p_i(own domain) = 1 + n·g[i][domain].
+                let past_chance: Vec<bool> = (0..n)
+                    .map(|i| {
+                        let p = 1.0 + n as f64 * g[i * self.domains + b.domain].to_f64();
+                        clip_at_chance && p < 1.0 / self.domains as f64
+                    })
+                    .collect();
                 losses.similarity = weights.similarity * ce;
                 scale(&mut g, weights.similarity);
                 let mut dc = self.domain_head.backward(&f.domain_head, g, g_dom);
-                reverse_gradient(&mut dc, 1.0);
+                let code = self.arch.code;
+                for (row, _) in dc.chunks_mut(code).zip(&past_chance).filter(|(_, p)| **p) {
+                    row.iter_mut().for_each(|v| *v = T::ZERO);
+                }
+                reverse_gradient(&mut dc, lambda);
                 add(&mut d_shared, &dc);
             }
-            (Similarity::Mmd, Some((loss, g))) => {
-                if g.len() != d_shared.len() {
+            SimilarityTerm::Mmd { loss, grad } => {
+                if grad.len() != d_shared.len() {
                     return Err(Error::shape(
                         "MMD code gradient",
                         &[d_shared.len()],
-                        &[g.len()],
+                        &[grad.len()],
                     ));
                 }
                 losses.similarity = loss;
-                add(&mut d_shared, g);
-            }
-            (Similarity::Mmd, None) => {
-                return Err(Error::Internal(
-                    "MMD similarity without its code gradient".into(),
-                ));
+                add(&mut d_shared, grad);
             }
         }
 
@@ -800,12 +892,41 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// The gradient reversal factor of the DANN checks (not 1, so that a λ dropped or applied
+    /// twice shows).
+    const LAMBDA: f64 = 0.6;
+
     /// The whole model's loss over all domains, and (when `grads`) the summed shared gradient and
     /// each domain's private gradient.
+    /// The weighted domain-classifier loss the encoders ascend: each image's cross-entropy, capped
+    /// at ln D when `clip`.
+    fn ascended(m: &Dsn<f64>, bs: &[DomainBatch<f64>], weight: f64, clip: bool) -> f64 {
+        let d = m.domains;
+        bs.iter()
+            .map(|b| {
+                let f = m.forward(b).unwrap();
+                let logits = &f.domain_head.output;
+                let n = b.images.batch;
+                (0..n)
+                    .map(|i| {
+                        let row = &logits[i * d..(i + 1) * d];
+                        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let lse = max + row.iter().map(|z| (z - max).exp()).sum::<f64>().ln();
+                        let ce = lse - row[b.domain];
+                        if clip { ce.min((d as f64).ln()) } else { ce }
+                    })
+                    .sum::<f64>()
+                    * weight
+                    / n as f64
+            })
+            .sum()
+    }
+
     fn run(
         m: &Dsn<f64>,
         bs: &[DomainBatch<f64>],
         sim: Similarity,
+        clip: bool,
     ) -> (f64, f64, Vec<f64>, Vec<Vec<f64>>) {
         let w = LossWeights {
             task: 1.0,
@@ -821,8 +942,17 @@ pub(crate) mod tests {
         let mut shared = vec![0.0; m.shared_param_count()];
         let mut private = Vec::new();
         for (d, (b, f)) in bs.iter().zip(&fs).enumerate() {
-            let mmd = (sim == Similarity::Mmd).then(|| (mmd_l[d], mmd_g[d].1.as_slice()));
-            let (l, g) = m.backward(b, f, &w, sim, mmd).unwrap();
+            let term = match sim {
+                Similarity::Dann => SimilarityTerm::Dann {
+                    lambda: LAMBDA,
+                    clip_at_chance: clip,
+                },
+                Similarity::Mmd => SimilarityTerm::Mmd {
+                    loss: mmd_l[d],
+                    grad: &mmd_g[d].1,
+                },
+            };
+            let (l, g) = m.backward(b, f, &w, term).unwrap();
             total += l.total();
             similarity += l.similarity;
             shared.iter_mut().zip(&g.shared).for_each(|(a, b)| *a += b);
@@ -839,22 +969,36 @@ pub(crate) mod tests {
             .unwrap()
             .cast::<f64>();
         let bs = batches(domains, 3, &mut rng);
-        for sim in [Similarity::Dann, Similarity::Mmd] {
-            let (_, _, shared, private) = run(&m, &bs, sim);
+        for (sim, clip) in [
+            (Similarity::Dann, false),
+            (Similarity::Dann, true),
+            (Similarity::Mmd, false),
+        ] {
+            if clip {
+                // Some images are past chance at these weights, some not: both paths are checked.
+                let (capped, full) = (ascended(&m, &bs, 1.0, true), ascended(&m, &bs, 1.0, false));
+                assert!(
+                    capped < full - 1e-3,
+                    "no image past chance: {capped} vs {full}"
+                );
+                assert!(capped > 0.0);
+            }
+            let (_, _, shared, private) = run(&m, &bs, sim, clip);
             let eps = 1e-6;
             let check = |fd: f64, an: f64, what: String| {
                 assert!(
                     (fd - an).abs() <= 1e-6 * an.abs().max(1e-2),
-                    "{sim:?} {what}: finite difference {fd} vs backward {an}"
+                    "{sim:?} (clip {clip}) {what}: finite difference {fd} vs backward {an}"
                 );
             };
             // The loss each parameter descends: with DANN the gradient reversal makes the encoders
-            // ascend the domain classifier's loss, so their gradient is that of L − 2·L_similarity.
+            // ascend λ times the domain classifier's loss (capped at chance per image with the
+            // clip), so their gradient is that of L − L_similarity − λ·L_ascended.
             let encoder_params = m.shared.param_count();
             let loss = |p: &Dsn<f64>, encoder: bool| {
-                let (total, similarity, _, _) = run(p, &bs, sim);
+                let (total, similarity, _, _) = run(p, &bs, sim, clip);
                 if encoder && sim == Similarity::Dann {
-                    total - 2.0 * similarity
+                    total - similarity - LAMBDA * ascended(p, &bs, 0.5, clip)
                 } else {
                     total
                 }
@@ -893,6 +1037,104 @@ pub(crate) mod tests {
             i -= p.len();
         }
         panic!("parameter index out of range")
+    }
+
+    #[test]
+    fn reconstruction_parts_are_the_full_shared_and_private_decodings() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let m = Dsn::new(small_arch(), 2, &[0, 1], 4).unwrap();
+        let b = batches(2, 3, &mut rng).swap_remove(1).images;
+        let x = Features {
+            batch: b.batch,
+            channels: 1,
+            dims: b.dims,
+            data: b.data.iter().map(|&v| v as f32).collect(),
+        };
+        let [full, shared, private] = m.reconstruct_parts(1, &x).unwrap();
+        // The full part is what training reconstructs.
+        let batch = DomainBatch {
+            domain: 1,
+            images: x.clone(),
+            labels: None,
+        };
+        assert_eq!(full, m.forward(&batch).unwrap().reconstruction().data);
+        assert_ne!(shared, full);
+        assert_ne!(private, full);
+        // An encoder whose code is zero leaves the other part equal to the full reconstruction,
+        // which tells the shared part from the private one.
+        let silence = |e: &mut Encoder<f32>| {
+            e.head.weight.iter_mut().for_each(|v| *v = 0.0);
+            e.head.bias.iter_mut().for_each(|v| *v = 0.0);
+        };
+        let mut no_private = m.clone();
+        silence(&mut no_private.private[1].1);
+        let [f, s, p] = no_private.reconstruct_parts(1, &x).unwrap();
+        assert_eq!(f, s);
+        assert_ne!(f, p);
+        let mut no_shared = m.clone();
+        silence(&mut no_shared.shared);
+        let [f, s, p] = no_shared.reconstruct_parts(1, &x).unwrap();
+        assert_eq!(f, p);
+        assert_ne!(f, s);
+        assert!(m.reconstruct_parts(2, &x).is_err());
+    }
+
+    #[test]
+    fn task_backward_is_the_full_backward_without_the_other_losses() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let m = Dsn::new(small_arch(), 2, &[0, 1], 8).unwrap().cast::<f64>();
+        let bs = batches(2, 4, &mut rng);
+        let w = LossWeights {
+            task: 0.7,
+            reconstruction: 0.0,
+            difference: 0.0,
+            similarity: 0.0,
+        };
+        let f = m.forward(&bs[0]).unwrap();
+        let (l, g) = m
+            .backward(
+                &bs[0],
+                &f,
+                &w,
+                SimilarityTerm::Dann {
+                    lambda: 1.0,
+                    clip_at_chance: true,
+                },
+            )
+            .unwrap();
+        let (task, shared) = m.task_backward(&bs[0], 0.7).unwrap();
+        assert_eq!(task, l.task);
+        assert!(shared.iter().any(|&v| v != 0.0));
+        assert_eq!(shared, g.shared);
+        assert!(
+            m.task_backward(&bs[1], 1.0).is_err(),
+            "target batches have no labels"
+        );
+    }
+
+    #[test]
+    fn dann_ramp_follows_ganin_and_lempitsky() {
+        let ramp = |p: f64| DannSchedule::Ramp.lambda(0.5, 10.0, p);
+        assert_eq!(ramp(0.0), 0.0);
+        // 2/(1 + e^(−γp)) − 1 = tanh(γp/2).
+        for p in [0.05f64, 0.1, 0.25, 0.5, 0.9, 1.0] {
+            let want = 0.5 * (5.0 * p).tanh();
+            assert!(
+                (ramp(p) - want).abs() < 1e-12,
+                "p = {p}: {} vs {want}",
+                ramp(p)
+            );
+        }
+        assert!((ramp(0.1) - 0.5 * 0.462_117_157_260_009_76).abs() < 1e-12);
+        assert!(ramp(0.5) > 0.49 && ramp(1.0) < 0.5);
+        // Monotone, clamped outside [0, 1].
+        assert!((1..=100).all(|i| ramp(i as f64 / 100.0) > ramp((i - 1) as f64 / 100.0)));
+        assert_eq!(ramp(-1.0), 0.0);
+        assert_eq!(ramp(3.0), ramp(1.0));
+        assert!((DannSchedule::Ramp.lambda(1.0, 1.0, 1.0) - (0.5f64).tanh()).abs() < 1e-12);
+        for p in [0.0, 0.3, 1.0] {
+            assert_eq!(DannSchedule::Constant.lambda(0.7, 10.0, p), 0.7);
+        }
     }
 
     #[test]

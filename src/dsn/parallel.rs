@@ -16,7 +16,9 @@ use crate::dist::Collective;
 use crate::error::{Error, Result};
 use crate::optim::adam::Adam;
 
-use super::model::{DomainBatch, DomainLosses, Dsn, DsnArch, LossWeights, Similarity, mmd_terms};
+use super::model::{
+    DomainBatch, DomainLosses, Dsn, DsnArch, LossWeights, Similarity, SimilarityTerm, mmd_terms,
+};
 
 /// The domains rank `rank` of `world` holds, in domain order.
 pub fn domains_of(rank: usize, world: usize, domains: usize) -> Vec<usize> {
@@ -56,12 +58,28 @@ fn split_per_domain(flat: Vec<f32>, held: usize, rank: usize, what: &str) -> Res
         .collect())
 }
 
-/// Timing of one step on this rank, in seconds.
+/// Timing of one step on this rank, in seconds, and the bytes it received.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepTimes {
+    /// `forward_secs + similarity_secs + backward_secs + update_secs`.
     pub compute_secs: f64,
+    /// Exchanging codes, gathering and summing the shared gradients, gathering the losses.
     pub exchange_secs: f64,
+    /// The held domains' forward passes.
+    pub forward_secs: f64,
+    /// The MMD terms from every domain's shared codes (0 with DANN, whose loss is in backward).
+    pub similarity_secs: f64,
+    /// The held domains' backward passes (all losses).
+    pub backward_secs: f64,
+    /// Adam on the shared parameters and the held private encoders.
+    pub update_secs: f64,
+    /// Payload bytes received from other ranks (shared codes, shared gradients, losses).
+    pub received_bytes: u64,
 }
+
+/// Per held domain: its losses, its shared-parameter gradient (concatenated) and its private
+/// encoder's gradient.
+type StepGrads = (Vec<DomainLosses>, Vec<f32>, Vec<Vec<f32>>);
 
 /// A rank's part of Multi-DSN training.
 pub struct Trainer<'a> {
@@ -72,6 +90,9 @@ pub struct Trainer<'a> {
     similarity: Similarity,
     shared_adam: Adam,
     private_adam: Vec<Adam>,
+    dann_clip_at_chance: bool,
+    /// Run every domain's full passes even when only the task loss has weight (for tests).
+    full_passes: bool,
 }
 
 impl<'a> Trainer<'a> {
@@ -97,7 +118,16 @@ impl<'a> Trainer<'a> {
             held,
             weights,
             similarity,
+            dann_clip_at_chance: true,
+            full_passes: false,
         })
+    }
+
+    /// DANN: whether the encoders ascend each image's domain cross-entropy only up to chance
+    /// (`SimilarityTerm::Dann`; on by default).
+    pub fn with_dann_clip_at_chance(mut self, clip: bool) -> Self {
+        self.dann_clip_at_chance = clip;
+        self
     }
 
     /// The domains this rank holds.
@@ -105,12 +135,14 @@ impl<'a> Trainer<'a> {
         &self.held
     }
 
-    /// One optimiser step of size `lr` on one batch per held domain (in [`Trainer::held`] order).
+    /// One optimiser step of size `lr` on one batch per held domain (in [`Trainer::held`] order);
+    /// `dann_lambda` scales the reversed domain-classifier gradient (DANN similarity only).
     /// Returns every domain's losses (the same on every rank) and this rank's times.
     pub fn step(
         &mut self,
         batches: &[DomainBatch<f32>],
         lr: f64,
+        dann_lambda: f64,
     ) -> Result<(Vec<DomainLosses>, StepTimes)> {
         let domains = self.model.domains;
         if batches.len() != self.held.len()
@@ -123,47 +155,17 @@ impl<'a> Trainer<'a> {
             )));
         }
         let mut times = StepTimes::default();
-        let t = Instant::now();
-        let fwds = batches
-            .iter()
-            .map(|b| self.model.forward(b))
-            .collect::<Result<Vec<_>>>()?;
-        times.compute_secs += t.elapsed().as_secs_f64();
-
-        let mmd = match self.similarity {
-            Similarity::Dann => None,
-            Similarity::Mmd => {
-                let t = Instant::now();
-                let codes = self.exchange_codes(fwds.iter().map(|f| f.shared_code.as_slice()))?;
-                times.exchange_secs += t.elapsed().as_secs_f64();
-                Some(mmd_terms(
-                    &codes,
-                    self.model.arch.code,
-                    self.weights.similarity,
-                    &self.held,
-                )?)
-            }
+        let (losses, shared_grads, private_grads) = if self.task_only() {
+            self.task_grads(batches, &mut times)?
+        } else {
+            self.domain_grads(batches, dann_lambda, &mut times)?
         };
-
-        let t = Instant::now();
-        let mut losses = Vec::with_capacity(batches.len());
-        let mut shared_grads = Vec::new();
-        let mut private_grads = Vec::new();
-        for (k, (b, f)) in batches.iter().zip(&fwds).enumerate() {
-            let m = mmd.as_ref().map(|(l, g)| (l[b.domain], g[k].1.as_slice()));
-            let (l, g) = self
-                .model
-                .backward(b, f, &self.weights, self.similarity, m)?;
-            losses.push(l);
-            shared_grads.extend(g.shared);
-            private_grads.push(g.private);
-        }
-        drop(fwds);
-        times.compute_secs += t.elapsed().as_secs_f64();
 
         let t = Instant::now();
         let per_rank = self.comm.all_gather(&to_bytes(&shared_grads))?;
         drop(shared_grads);
+        let me = self.comm.rank();
+        times.received_bytes += received(&per_rank, me);
         let world = self.comm.world_size();
         let mut by_rank = Vec::with_capacity(world);
         for (r, bytes) in per_rank.iter().enumerate() {
@@ -183,7 +185,8 @@ impl<'a> Trainer<'a> {
             total.iter_mut().zip(g).for_each(|(a, b)| *a += *b);
         }
         drop(by_rank);
-        let all_losses = self.gather_losses(&losses)?;
+        let (all_losses, loss_bytes) = self.gather_losses(&losses)?;
+        times.received_bytes += loss_bytes;
         times.exchange_secs += t.elapsed().as_secs_f64();
 
         let t = Instant::now();
@@ -192,25 +195,132 @@ impl<'a> Trainer<'a> {
         for (k, &d) in self.held.iter().enumerate() {
             self.private_adam[k].step(self.model.private_params_mut(d)?, &private_grads[k], lr);
         }
-        times.compute_secs += t.elapsed().as_secs_f64();
+        times.update_secs = t.elapsed().as_secs_f64();
+        times.compute_secs =
+            times.forward_secs + times.similarity_secs + times.backward_secs + times.update_secs;
         Ok((all_losses, times))
+    }
+
+    /// Source-only training (every loss weight but the task's 0): the target domains and the
+    /// decoder contribute exact zeros, so only the source's task pass runs
+    /// ([`Dsn::task_backward`]) and the other gradients are zeros — the same weights, bitwise,
+    /// as [`Trainer::domain_grads`] with those weights, at the cost of the network without its
+    /// target losses.
+    fn task_only(&self) -> bool {
+        let w = &self.weights;
+        w.reconstruction == 0.0 && w.difference == 0.0 && w.similarity == 0.0 && !self.full_passes
+    }
+
+    fn task_grads(&self, batches: &[DomainBatch<f32>], times: &mut StepTimes) -> Result<StepGrads> {
+        let t = Instant::now();
+        let (shared, private) = (
+            self.model.shared_param_count(),
+            self.model.private_param_count(),
+        );
+        let mut losses = Vec::with_capacity(batches.len());
+        let mut shared_grads = Vec::with_capacity(batches.len() * shared);
+        for b in batches {
+            if b.labels.is_some() {
+                let (task, g) = self.model.task_backward(b, self.weights.task)?;
+                losses.push(DomainLosses {
+                    task,
+                    ..DomainLosses::default()
+                });
+                shared_grads.extend(g);
+            } else {
+                losses.push(DomainLosses::default());
+                shared_grads.resize(shared_grads.len() + shared, 0.0);
+            }
+        }
+        times.backward_secs = t.elapsed().as_secs_f64();
+        Ok((
+            losses,
+            shared_grads,
+            vec![vec![0.0; private]; batches.len()],
+        ))
+    }
+
+    /// Every held domain's forward pass, the similarity terms and every backward pass.
+    fn domain_grads(
+        &self,
+        batches: &[DomainBatch<f32>],
+        dann_lambda: f64,
+        times: &mut StepTimes,
+    ) -> Result<StepGrads> {
+        let t = Instant::now();
+        let fwds = batches
+            .iter()
+            .map(|b| self.model.forward(b))
+            .collect::<Result<Vec<_>>>()?;
+        times.forward_secs = t.elapsed().as_secs_f64();
+
+        let mmd = match self.similarity {
+            Similarity::Dann => None,
+            Similarity::Mmd => {
+                let t = Instant::now();
+                let (codes, received) =
+                    self.exchange_codes(fwds.iter().map(|f| f.shared_code.as_slice()))?;
+                times.received_bytes += received;
+                times.exchange_secs += t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                let terms = mmd_terms(
+                    &codes,
+                    self.model.arch.code,
+                    self.weights.similarity,
+                    &self.held,
+                )?;
+                times.similarity_secs = t.elapsed().as_secs_f64();
+                Some(terms)
+            }
+        };
+
+        let t = Instant::now();
+        let mut losses = Vec::with_capacity(batches.len());
+        let mut shared_grads = Vec::new();
+        let mut private_grads = Vec::new();
+        for (k, (b, f)) in batches.iter().zip(&fwds).enumerate() {
+            let term = match &mmd {
+                None => SimilarityTerm::Dann {
+                    lambda: dann_lambda,
+                    clip_at_chance: self.dann_clip_at_chance,
+                },
+                Some((l, g)) => SimilarityTerm::Mmd {
+                    loss: l[b.domain],
+                    grad: &g[k].1,
+                },
+            };
+            let (l, g) = self.model.backward(b, f, &self.weights, term)?;
+            losses.push(l);
+            shared_grads.extend(g.shared);
+            private_grads.push(g.private);
+        }
+        drop(fwds);
+        times.backward_secs = t.elapsed().as_secs_f64();
+        Ok((losses, shared_grads, private_grads))
     }
 
     /// Every domain's shared codes where this rank needs them: rank 0 (the source's) gets all,
     /// every other rank the source's and its own. Domains not needed here are left empty.
-    fn exchange_codes<'c>(&self, local: impl Iterator<Item = &'c [f32]>) -> Result<Vec<Vec<f32>>> {
+    /// Also returns the bytes received.
+    fn exchange_codes<'c>(
+        &self,
+        local: impl Iterator<Item = &'c [f32]>,
+    ) -> Result<(Vec<Vec<f32>>, u64)> {
         let (me, world, domains) = (self.comm.rank(), self.comm.world_size(), self.model.domains);
         let mut codes = vec![Vec::new(); domains];
         let local: Vec<&[f32]> = local.collect();
         for (k, &d) in self.held.iter().enumerate() {
             codes[d] = local[k].to_vec();
         }
+        let mut received = 0;
         if me == 0 {
             let source = to_bytes(&codes[0]);
             for r in 1..world {
                 self.comm.send(r, &source)?;
                 let held = domains_of(r, world, domains);
-                let theirs = from_bytes(&self.comm.recv(r)?, r, "shared codes")?;
+                let bytes = self.comm.recv(r)?;
+                received += bytes.len() as u64;
+                let theirs = from_bytes(&bytes, r, "shared codes")?;
                 for (d, c) in held.into_iter().zip(split_per_domain(
                     theirs,
                     held_len(r, world, domains),
@@ -221,7 +331,9 @@ impl<'a> Trainer<'a> {
                 }
             }
         } else {
-            codes[0] = from_bytes(&self.comm.recv(0)?, 0, "source shared codes")?;
+            let bytes = self.comm.recv(0)?;
+            received += bytes.len() as u64;
+            codes[0] = from_bytes(&bytes, 0, "source shared codes")?;
             let mine: Vec<f32> = local.concat();
             self.comm.send(0, &to_bytes(&mine))?;
         }
@@ -233,11 +345,11 @@ impl<'a> Trainer<'a> {
                 ));
             }
         }
-        Ok(codes)
+        Ok((codes, received))
     }
 
-    /// Every domain's losses, from every rank.
-    fn gather_losses(&self, mine: &[DomainLosses]) -> Result<Vec<DomainLosses>> {
+    /// Every domain's losses, from every rank, and the bytes received.
+    fn gather_losses(&self, mine: &[DomainLosses]) -> Result<(Vec<DomainLosses>, u64)> {
         let flat: Vec<f64> = mine
             .iter()
             .flat_map(|l| [l.task, l.reconstruction, l.difference, l.similarity])
@@ -262,7 +374,7 @@ impl<'a> Trainer<'a> {
                 };
             }
         }
-        Ok(out)
+        Ok((out, received(&per_rank, self.comm.rank())))
     }
 
     /// Sums `counts` (per held domain: correct, total) over ranks into per-domain counts.
@@ -289,6 +401,16 @@ impl<'a> Trainer<'a> {
         }
         Ok(out)
     }
+}
+
+/// Bytes an all-gather brought rank `me` from the other ranks.
+fn received(per_rank: &[Vec<u8>], me: usize) -> u64 {
+    per_rank
+        .iter()
+        .enumerate()
+        .filter(|(r, _)| *r != me)
+        .map(|(_, b)| b.len() as u64)
+        .sum()
 }
 
 fn held_len(rank: usize, world: usize, domains: usize) -> usize {
@@ -340,7 +462,8 @@ mod tests {
             let mut losses = Vec::new();
             for step in 0..3 {
                 let bs: Vec<_> = t.held().iter().map(|&d| batch(d, step, 4)).collect();
-                losses.push(t.step(&bs, 1e-2).unwrap().0);
+                // A λ that changes every step, as the ramp's does.
+                losses.push(t.step(&bs, 1e-2, 0.3 + 0.2 * step as f64).unwrap().0);
             }
             let params: Vec<(String, Vec<f32>)> = t
                 .model
@@ -388,6 +511,68 @@ mod tests {
                     .flatten()
                     .all(|l| l.total().is_finite())
             );
+        }
+    }
+
+    #[test]
+    fn source_only_steps_skip_the_targets_and_train_bitwise_the_same_weights() {
+        let weights = LossWeights {
+            task: 1.0,
+            reconstruction: 0.0,
+            difference: 0.0,
+            similarity: 0.0,
+        };
+        let run = |world: usize, full_passes: bool, sim: Similarity| {
+            let out = on_group(world, |comm| {
+                let mut t = Trainer::new(&*comm, small_arch(), 3, 11, weights, sim).unwrap();
+                t.full_passes = full_passes;
+                let mut losses = Vec::new();
+                for step in 0..3 {
+                    let bs: Vec<_> = t.held().iter().map(|&d| batch(d, step, 4)).collect();
+                    losses.push(t.step(&bs, 1e-2, 0.5).unwrap().0);
+                }
+                let params: Vec<(String, Vec<f32>)> = t
+                    .model
+                    .named_params()
+                    .into_iter()
+                    .filter(|(n, _, _)| comm.rank() == 0 || n.starts_with("private_encoder."))
+                    .map(|(n, _, v)| (n, v.to_vec()))
+                    .collect();
+                (params, losses)
+            });
+            let losses = out[0].1.clone();
+            let mut params: Vec<_> = out.into_iter().flat_map(|(p, _)| p).collect();
+            params.sort_by(|a, b| a.0.cmp(&b.0));
+            (params, losses)
+        };
+        for sim in [Similarity::Dann, Similarity::Mmd] {
+            let (want, want_losses) = run(1, true, sim);
+            let init = Dsn::new(small_arch(), 3, &[0, 1, 2], 11).unwrap();
+            let moved = |p: &[(String, Vec<f32>)], name: &str| {
+                let (_, v) = p.iter().find(|(n, _)| n == name).unwrap();
+                let (_, _, v0) = init
+                    .named_params()
+                    .into_iter()
+                    .find(|(n, _, _)| n == name)
+                    .unwrap();
+                v.as_slice() != v0
+            };
+            assert!(moved(&want, "shared_encoder.head.weight"));
+            assert!(
+                !moved(&want, "decoder.head.weight"),
+                "no reconstruction weight"
+            );
+            for world in [1, 2] {
+                let (got, losses) = run(world, false, sim);
+                assert_eq!(losses, want_losses, "{sim:?}, {world} ranks");
+                for ((n, a), (m, b)) in got.iter().zip(&want) {
+                    assert_eq!(n, m);
+                    assert!(
+                        a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{sim:?}, {world} ranks: {n} differs from the full passes"
+                    );
+                }
+            }
         }
     }
 

@@ -9,7 +9,7 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::data::{DomainConfig, DomainData, load_domain};
-use super::model::{DomainBatch, DomainLosses, DsnArch, LossWeights, Similarity};
+use super::model::{DannSchedule, DomainBatch, DomainLosses, DsnArch, LossWeights, Similarity};
 use super::parallel::{Trainer, domains_of};
 use crate::dist::Collective;
 use crate::error::{Error, Result};
@@ -62,6 +62,16 @@ pub struct DsnPreset {
 #[serde(deny_unknown_fields, default)]
 pub struct DsnTrainConfig {
     pub similarity: Similarity,
+    /// DANN: the largest factor λ of the reversed domain-classifier gradient (λ_max).
+    pub dann_lambda: f64,
+    /// DANN: how λ grows with training progress p (`ramp`: λ_max·(2/(1+exp(−γ·p)) − 1), or
+    /// `constant`).
+    pub dann_schedule: DannSchedule,
+    /// DANN: the ramp's steepness γ (Ganin & Lempitsky's 10).
+    pub dann_gamma: f64,
+    /// DANN: the encoders ascend each image's domain cross-entropy only up to chance (ln D for D
+    /// domains); `false` is plain gradient reversal, which diverges on `dsn_shapes`.
+    pub dann_clip_at_chance: bool,
     pub epochs: usize,
     pub steps_per_epoch: usize,
     /// Images per domain per step.
@@ -75,12 +85,18 @@ pub struct DsnTrainConfig {
     pub source_only: bool,
     /// File name of the weights in the output folder.
     pub weights: String,
+    /// Also write `reconstructions/` every this many epochs (they are always written at the end).
+    pub reconstructions_every: Option<usize>,
 }
 
 impl Default for DsnTrainConfig {
     fn default() -> Self {
         DsnTrainConfig {
             similarity: Similarity::Dann,
+            dann_lambda: 1.0,
+            dann_schedule: DannSchedule::Ramp,
+            dann_gamma: 10.0,
+            dann_clip_at_chance: true,
             epochs: 10,
             steps_per_epoch: 20,
             batch: 16,
@@ -89,6 +105,7 @@ impl Default for DsnTrainConfig {
             test_images: 256,
             source_only: false,
             weights: "dsn.safetensors".into(),
+            reconstructions_every: None,
         }
     }
 }
@@ -149,6 +166,21 @@ impl DsnPreset {
                 format!("must be a positive number, got {}", t.learning_rate),
             ));
         }
+        if !(t.dann_lambda >= 0.0 && t.dann_lambda.is_finite()) {
+            return Err(Error::config(
+                "train.dann_lambda",
+                format!("must be a finite number ≥ 0, got {}", t.dann_lambda),
+            ));
+        }
+        if !(t.dann_gamma > 0.0 && t.dann_gamma.is_finite()) {
+            return Err(Error::config(
+                "train.dann_gamma",
+                format!(
+                    "must be a positive number (10 in Ganin & Lempitsky; for a constant λ set train.dann_schedule = \"constant\"), got {}",
+                    t.dann_gamma
+                ),
+            ));
+        }
         let name = Path::new(&t.weights);
         if name.extension().and_then(|e| e.to_str()) != Some("safetensors")
             || name.components().count() != 1
@@ -159,6 +191,12 @@ impl DsnPreset {
                     "must be a plain file name ending in .safetensors, got `{}`",
                     t.weights
                 ),
+            ));
+        }
+        if t.reconstructions_every == Some(0) {
+            return Err(Error::config(
+                "train.reconstructions_every",
+                "must be ≥ 1 (leave it out to write reconstructions at the end only)",
             ));
         }
         if !(2..=64).contains(&self.domains.len()) {
@@ -172,6 +210,27 @@ impl DsnPreset {
         }
         for (i, d) in self.domains.iter().enumerate() {
             d.validate(&format!("domains[{i}]"))?;
+            // Names become file names (`reconstructions/<name>.png`).
+            let n = &d.name;
+            if n.is_empty()
+                || n.starts_with('.')
+                || !n
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                return Err(Error::config(
+                    format!("domains[{i}].name"),
+                    format!(
+                        "must be a non-empty file name of letters, digits, `-`, `_` and `.` (not starting with `.`), got `{n}`"
+                    ),
+                ));
+            }
+            if let Some(j) = self.domains[..i].iter().position(|o| &o.name == n) {
+                return Err(Error::config(
+                    format!("domains[{i}].name"),
+                    format!("`{n}` is also the name of domains[{j}]"),
+                ));
+            }
         }
         Ok(())
     }
@@ -198,6 +257,9 @@ pub struct RankReport {
     pub exchange_secs: f64,
     /// The process's peak resident memory (`VmHWM`); ranks that are threads of one process share it.
     pub peak_rss_bytes: Option<u64>,
+    /// Payload bytes received from other ranks by the training steps (shared codes, shared
+    /// gradients, losses), in all.
+    pub received_bytes: u64,
 }
 
 /// What `train.json` holds.
@@ -213,6 +275,8 @@ pub struct DsnSummary {
     pub epochs: Vec<EpochReport>,
     pub per_rank: Vec<RankReport>,
     pub weights: PathBuf,
+    /// `reconstructions/<domain>.png` per domain (with a `.npy` beside each).
+    pub reconstructions: Vec<PathBuf>,
 }
 
 fn mix(a: u64, b: u64) -> u64 {
@@ -292,7 +356,8 @@ pub fn train(
     } else {
         p.losses
     };
-    let mut trainer = Trainer::new(comm, p.model, n_domains, p.seed, weights, t.similarity)?;
+    let mut trainer = Trainer::new(comm, p.model, n_domains, p.seed, weights, t.similarity)?
+        .with_dann_clip_at_chance(t.dann_clip_at_chance);
     let held = trainer.held().to_vec();
     let data = held
         .iter()
@@ -301,7 +366,7 @@ pub fn train(
     let s = p.model.image_size;
     let k = s * s;
     let mut epochs = Vec::with_capacity(t.epochs);
-    let (mut compute_secs, mut exchange_secs) = (0.0, 0.0);
+    let (mut compute_secs, mut exchange_secs, mut received_bytes) = (0.0, 0.0, 0);
     let total_steps = t.epochs * t.steps_per_epoch;
     for epoch in 0..t.epochs {
         let mut sums = vec![DomainLosses::default(); n_domains];
@@ -335,9 +400,13 @@ pub fn train(
             // Cosine decay to a tenth over the run.
             let progress = global_step as f64 / total_steps.max(1) as f64;
             let lr = t.learning_rate * (0.55 + 0.45 * (std::f64::consts::PI * progress).cos());
-            let (losses, times) = trainer.step(&batches, lr)?;
+            let lambda = t
+                .dann_schedule
+                .lambda(t.dann_lambda, t.dann_gamma, progress);
+            let (losses, times) = trainer.step(&batches, lr, lambda)?;
             compute_secs += times.compute_secs;
             exchange_secs += times.exchange_secs;
+            received_bytes += times.received_bytes;
             for (acc, l) in sums.iter_mut().zip(&losses) {
                 acc.task += l.task;
                 acc.reconstruction += l.reconstruction;
@@ -393,8 +462,15 @@ pub fn train(
         );
         on_epoch(&report);
         epochs.push(report);
+        if t.reconstructions_every
+            .is_some_and(|every| (epoch + 1) % every == 0 && epoch + 1 < t.epochs)
+        {
+            write_reconstructions(p, &trainer, &data, comm, out_dir)?;
+        }
     }
-    let per_rank = gather_rank_reports(comm, n_domains, compute_secs, exchange_secs)?;
+    let reconstructions = write_reconstructions(p, &trainer, &data, comm, out_dir)?;
+    let per_rank =
+        gather_rank_reports(comm, n_domains, compute_secs, exchange_secs, received_bytes)?;
     let weights_path = out_dir.join(&t.weights);
     let state = gather_state(&trainer, comm)?;
     let summary = DsnSummary {
@@ -408,6 +484,7 @@ pub fn train(
         epochs,
         per_rank,
         weights: weights_path.clone(),
+        reconstructions,
     };
     if comm.rank() == 0 {
         std::fs::create_dir_all(out_dir)
@@ -424,23 +501,150 @@ pub fn train(
     Ok(summary)
 }
 
+/// Held-out images per domain in `reconstructions/` (fewer where a domain holds out fewer).
+pub const RECONSTRUCTION_IMAGES: usize = 6;
+
+/// The rows of `reconstructions/<domain>.{png,npy}`, top to bottom.
+pub const RECONSTRUCTION_ROWS: [&str; 4] = [
+    "input",
+    "full reconstruction (shared + private code)",
+    "shared code only (private zeroed)",
+    "private code only (shared zeroed)",
+];
+
+/// Writes `reconstructions/<domain>.npy` (`4 × n × side × side`: [`RECONSTRUCTION_ROWS`] of the
+/// domain's first `n` held-out images, as the decoder made them) and a PNG of the same grid, each
+/// image scaled to its own range (scale-invariant MSE leaves a reconstruction's offset free). Each
+/// rank decodes its domains; rank 0 gathers and writes, and returns the PNG paths (empty
+/// elsewhere).
+fn write_reconstructions(
+    p: &DsnPreset,
+    trainer: &Trainer,
+    data: &[Split],
+    comm: &dyn Collective,
+    out_dir: &Path,
+) -> Result<Vec<PathBuf>> {
+    let s = p.model.image_size;
+    let k = s * s;
+    let mut mine = Vec::new();
+    for (&d, split) in trainer.held().iter().zip(data) {
+        let n = RECONSTRUCTION_IMAGES.min(split.test.len());
+        let input = split.test.images[..n * k].to_vec();
+        let parts = trainer
+            .model
+            .reconstruct_parts(d, &features(input.clone(), n, s))?;
+        mine.extend((n as u64).to_le_bytes());
+        for row in std::iter::once(&input).chain(&parts) {
+            mine.extend(row.iter().flat_map(|v| v.to_le_bytes()));
+        }
+    }
+    let per_rank = comm.all_gather(&mine)?;
+    if comm.rank() != 0 {
+        return Ok(Vec::new());
+    }
+    let world = comm.world_size();
+    let mut grids: Vec<Option<(usize, Vec<f32>)>> = vec![None; p.domains.len()];
+    for (r, bytes) in per_rank.iter().enumerate() {
+        let mut at = 0;
+        for d in domains_of(r, world, p.domains.len()) {
+            let n = bytes
+                .get(at..at + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
+                .filter(|&n| n <= RECONSTRUCTION_IMAGES)
+                .ok_or_else(|| Error::bad_peer_data(r, "reconstructions"))?;
+            at += 8;
+            let len = RECONSTRUCTION_ROWS.len() * n * k * 4;
+            let values = bytes
+                .get(at..at + len)
+                .ok_or_else(|| Error::bad_peer_data(r, "reconstructions"))?
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            at += len;
+            grids[d] = Some((n, values));
+        }
+        if at != bytes.len() {
+            return Err(Error::bad_peer_data(r, "reconstructions"));
+        }
+    }
+    let dir = out_dir.join("reconstructions");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating the output folder", &dir, e))?;
+    let mut written = Vec::with_capacity(grids.len());
+    for (cfg, grid) in p.domains.iter().zip(grids) {
+        let (n, values) = grid.ok_or_else(|| {
+            Error::Internal(format!("no rank sent the reconstructions of {}", cfg.name))
+        })?;
+        let npy = dir.join(format!("{}.npy", cfg.name));
+        crate::io::write_npy(
+            &npy,
+            &Tensor::from_vec(&[RECONSTRUCTION_ROWS.len(), n, s, s], values.clone())?,
+        )?;
+        let png = dir.join(format!("{}.png", cfg.name));
+        reconstruction_figure(&cfg.name, &values, n, s)?.write_png(&png)?;
+        written.push(png);
+    }
+    Ok(written)
+}
+
+/// One gray mosaic per row of [`RECONSTRUCTION_ROWS`], `n` images side by side with a one-pixel
+/// white gap, each image min–max scaled to [0, 1].
+fn reconstruction_figure(
+    domain: &str,
+    values: &[f32],
+    n: usize,
+    s: usize,
+) -> Result<crate::plot::Rgb> {
+    use crate::plot::{Colormap, Heatmap, grid};
+    let k = s * s;
+    let cols = n * (s + 1) - 1;
+    let figures = RECONSTRUCTION_ROWS
+        .iter()
+        .enumerate()
+        .map(|(row, label)| {
+            let mut mosaic = vec![1.0f32; s * cols];
+            for i in 0..n {
+                let img = &values[(row * n + i) * k..(row * n + i + 1) * k];
+                let (lo, hi) = img
+                    .iter()
+                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
+                        (a.min(v), b.max(v))
+                    });
+                let span = if hi > lo { hi - lo } else { 1.0 };
+                for y in 0..s {
+                    for x in 0..s {
+                        mosaic[y * cols + i * (s + 1) + x] = (img[y * s + x] - lo) / span;
+                    }
+                }
+            }
+            Heatmap::new(format!("{domain}: {label}"), &mosaic, s, cols)
+                .colormap(Colormap::Gray)
+                .range(0.0, 1.0)
+                .width(200 + 6 * cols as u32)
+                .render()
+        })
+        .collect::<Result<Vec<_>>>()?;
+    grid(&figures, 1)
+}
+
 fn gather_rank_reports(
     comm: &dyn Collective,
     domains: usize,
     compute_secs: f64,
     exchange_secs: f64,
+    received_bytes: u64,
 ) -> Result<Vec<RankReport>> {
     let peak = crate::dist::profile::peak_rss_bytes();
-    let mut bytes = Vec::with_capacity(24);
+    let mut bytes = Vec::with_capacity(32);
     bytes.extend(compute_secs.to_le_bytes());
     bytes.extend(exchange_secs.to_le_bytes());
     bytes.extend(peak.unwrap_or(u64::MAX).to_le_bytes());
+    bytes.extend(received_bytes.to_le_bytes());
     let world = comm.world_size();
     comm.all_gather(&bytes)?
         .into_iter()
         .enumerate()
         .map(|(r, b)| {
-            if b.len() != 24 {
+            if b.len() != 32 {
                 return Err(Error::bad_peer_data(r, "rank report"));
             }
             let w = |i: usize| -> [u8; 8] { b[i * 8..i * 8 + 8].try_into().expect("8 bytes") };
@@ -451,6 +655,7 @@ fn gather_rank_reports(
                 compute_secs: f64::from_le_bytes(w(0)),
                 exchange_secs: f64::from_le_bytes(w(1)),
                 peak_rss_bytes: (peak != u64::MAX).then_some(peak),
+                received_bytes: u64::from_le_bytes(w(3)),
             })
         })
         .collect()
@@ -528,5 +733,34 @@ mod tests {
         let e =
             DsnPreset::from_toml(text, "p", &["train.similarity=\"cosine\"".into()]).unwrap_err();
         assert!(e.to_string().contains("cosine"), "{e}");
+        for (set, field) in [
+            ("train.dann_gamma=0", "train.dann_gamma"),
+            ("train.dann_gamma=-3", "train.dann_gamma"),
+            ("train.dann_gamma=nan", "train.dann_gamma"),
+            ("train.dann_lambda=-1", "train.dann_lambda"),
+            ("train.dann_lambda=inf", "train.dann_lambda"),
+            ("train.dann_schedule=\"linear\"", "linear"),
+            (
+                "train.reconstructions_every=0",
+                "train.reconstructions_every",
+            ),
+            ("domains.1.name=\"../x\"", "domains[1].name"),
+            ("domains.2.name=\"\"", "domains[2].name"),
+            ("domains.3.name=\"blurred\"", "domains[1]"),
+        ] {
+            let e = DsnPreset::from_toml(text, "p", &[set.into()]).unwrap_err();
+            assert!(e.to_string().contains(field), "{set}: {e}");
+        }
+        let p = DsnPreset::from_toml(
+            text,
+            "p",
+            &[
+                "train.dann_schedule=\"constant\"".into(),
+                "train.dann_lambda=0.5".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(p.train.dann_schedule, DannSchedule::Constant);
+        assert_eq!(p.train.dann_lambda, 0.5);
     }
 }
