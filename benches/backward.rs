@@ -5,8 +5,6 @@
 //! on 8×64² crops against its inference forward pass. Prints median and minimum seconds and the
 //! ratios. Environment: TESSERA_BENCH_REPS (default 5).
 
-use std::time::Instant;
-
 use tessera::nn::conv::{Conv, ConvTranspose, Features};
 use tessera::nn::domain::Whole;
 use tessera::nn::graph::Network;
@@ -29,18 +27,12 @@ fn weights(n: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Median and minimum of `reps` timed calls after one warm-up call.
-fn time(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
-    f();
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t0 = Instant::now();
-            f();
-            t0.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    (t[t.len() / 2], t[0])
+#[path = "support/timing.rs"]
+mod timing;
+
+/// Median and minimum of `reps` timed calls after 1 warm-up call.
+fn time(reps: usize, f: impl FnMut()) -> (f64, f64) {
+    timing::time_calls(1, reps, f)
 }
 
 fn report(what: &str, t: (f64, f64), base: (f64, f64)) {

@@ -21,18 +21,12 @@ fn image(size: usize) -> Tensor {
     })
 }
 
-/// Median and minimum of `reps` timed calls after one warm-up call.
-fn time(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
-    f();
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t0 = Instant::now();
-            f();
-            t0.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    (t[t.len() / 2], t[0])
+#[path = "support/timing.rs"]
+mod timing;
+
+/// Median and minimum of `reps` timed calls after 1 warm-up call.
+fn time(reps: usize, f: impl FnMut()) -> (f64, f64) {
+    timing::time_calls(1, reps, f)
 }
 
 fn torch_python() -> Option<PathBuf> {

@@ -7,8 +7,6 @@
 //! Adam and the rest (gradient sum in domain order, loss gather). Environment: TESSERA_BENCH_REPS
 //! (default 20).
 
-use std::time::Instant;
-
 use tessera::dist::SingleProcess;
 use tessera::dsn::data::generate;
 use tessera::dsn::parallel::{StepTimes, Trainer};
@@ -32,19 +30,12 @@ fn batch(arch: &DsnArch, domain: usize) -> DomainBatch {
     }
 }
 
-/// Median and minimum of `reps` timed calls after two warm-up calls.
-fn time(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
-    f();
-    f();
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t0 = Instant::now();
-            f();
-            t0.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    (t[t.len() / 2], t[0])
+#[path = "support/timing.rs"]
+mod timing;
+
+/// Median and minimum of `reps` timed calls after 2 warm-up calls.
+fn time(reps: usize, f: impl FnMut()) -> (f64, f64) {
+    timing::time_calls(2, reps, f)
 }
 
 fn main() {

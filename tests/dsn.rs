@@ -4,7 +4,7 @@
 #[path = "support/cli.rs"]
 mod cli;
 
-use cli::run;
+use cli::{read_json, run, run_ok};
 
 const SMALL: &[&str] = &[
     "--quiet",
@@ -23,9 +23,7 @@ const SMALL: &[&str] = &[
 ];
 
 fn epochs(dir: &std::path::Path) -> serde_json::Value {
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("train.json")).unwrap()).unwrap();
-    json["epochs"].clone()
+    read_json(&dir.join("train.json"))["epochs"].clone()
 }
 
 #[test]
@@ -35,19 +33,13 @@ fn one_and_three_rank_processes_write_identical_weights_and_metrics() {
         let out = format!("o{n}");
         let mut args = vec!["train", "dsn_shapes", "--ranks", n, "--out", &out];
         args.extend_from_slice(SMALL);
-        let o = run(&args, dir.path());
-        assert!(
-            o.status.success(),
-            "{n} ranks: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        run_ok(&args, dir.path(), &format!("{n} ranks"));
     }
     let (a, b) = (dir.path().join("o1"), dir.path().join("o3"));
     let wa = std::fs::read(a.join("dsn.safetensors")).unwrap();
     assert_eq!(wa, std::fs::read(b.join("dsn.safetensors")).unwrap());
     assert_eq!(epochs(&a), epochs(&b));
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(b.join("train.json")).unwrap()).unwrap();
+    let json = read_json(&b.join("train.json"));
     assert_eq!(json["per_rank"].as_array().unwrap().len(), 3);
     assert_eq!(json["per_rank"][1]["domains"], serde_json::json!([1]));
     // Every domain's private encoder is in the weights, with the shared parts.
@@ -69,12 +61,7 @@ fn dann_with_its_ramp_trains_the_same_weights_on_one_and_two_rank_processes() {
         let mut args = vec!["train", "dsn_shapes", "--ranks", n, "--out", &out];
         args.extend_from_slice(SMALL);
         args.extend_from_slice(&["--set", "train.similarity=dann"]);
-        let o = run(&args, dir.path());
-        assert!(
-            o.status.success(),
-            "{n} ranks: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        run_ok(&args, dir.path(), &format!("{n} ranks"));
     }
     let (a, b) = (dir.path().join("o1"), dir.path().join("o2"));
     assert_eq!(
@@ -151,16 +138,10 @@ fn reconstructions_are_written_per_domain_and_agree_between_one_and_two_ranks() 
             "--set",
             "train.reconstructions_every=1",
         ]);
-        let o = run(&args, dir.path());
-        assert!(
-            o.status.success(),
-            "{n} ranks: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        run_ok(&args, dir.path(), &format!("{n} ranks"));
     }
     let (a, b) = (dir.path().join("o1"), dir.path().join("o2"));
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(b.join("train.json")).unwrap()).unwrap();
+    let json = read_json(&b.join("train.json"));
     assert_eq!(json["reconstructions"].as_array().unwrap().len(), 4);
     let mut inputs = Vec::new();
     for domain in ["source", "blurred", "noisy", "tomography"] {
