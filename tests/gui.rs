@@ -978,6 +978,58 @@ fn even_tiles_from_the_panel_keep_the_count_and_shrink_the_windows() {
     );
 }
 
+/// An FWI preset whose true model is a file beside it: to a local backend it goes with the file's
+/// absolute path and no files; to a remote one (which cannot read this machine's files) the file
+/// travels with the job, under the name the sent preset uses for it.
+#[test]
+fn an_fwi_presets_files_travel_with_the_job_to_a_remote_backend() {
+    let (mut h, end) = ready_workbench();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("models")).unwrap();
+    let truth = tessera::Tensor::from_fn(&[20, 40], |i| 1500.0 + (i % 40) as f32);
+    let npy = dir.path().join("models/true.npy");
+    tessera::io::write_npy(&npy, &truth).unwrap();
+    let (_, text) = tessera::fwi::BUNDLED_FWI[0];
+    let text = text.replace(
+        "[model.truth]\nkind = \"marmousi\"\nnz = 80\nnx = 240\nseed = 7",
+        "[model.truth]\nkind = \"file\"\npath = \"models/true.npy\"",
+    );
+    let path = dir.path().join("fwi_file.toml");
+    std::fs::write(&path, text).unwrap();
+    h.state_mut().open_preset_path(&path);
+    h.run_steps(2);
+    assert_eq!(h.state().doc.name(), "fwi_marmousi");
+
+    h.state_mut().run();
+    let Request::Submit {
+        preset_toml, files, ..
+    } = next_request(&end)
+    else {
+        panic!("a submission")
+    };
+    assert!(files.is_empty(), "a local backend reads the file itself");
+    assert!(
+        preset_toml.contains(&npy.display().to_string()),
+        "{preset_toml}"
+    );
+
+    h.state_mut().doc.remote = true;
+    h.state_mut().run();
+    let Request::Submit {
+        preset_toml, files, ..
+    } = next_request(&end)
+    else {
+        panic!("a submission")
+    };
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].name, "0-true.npy");
+    assert_eq!(files[0].bytes, std::fs::read(&npy).unwrap());
+    assert!(
+        preset_toml.contains("path = \"0-true.npy\""),
+        "{preset_toml}"
+    );
+}
+
 /// An edit that cannot run on the real image (patch larger than it) or names a file that is not
 /// there (DRUNet weights) disables Run with the reason, and nothing is sent.
 #[test]

@@ -17,7 +17,7 @@ use tessera::optim::IterationReport;
 use tessera::preset::Preset;
 use tessera::protocol::auth::Token;
 use tessera::protocol::{
-    BackendAddr, Client, ClientEvent, Event, InlineArray, InlineFile, LogLevel, MAX_FRAME_BYTES,
+    BackendAddr, Client, ClientEvent, Event, InlineArray, InlineFile, LogLevel, MAX_FILES_BYTES,
     Request,
 };
 
@@ -279,9 +279,6 @@ struct Submission {
     progress: Progress,
 }
 
-/// Most bytes of files one FWI job carries: a frame, less room for the preset itself.
-const FILES_BUDGET: usize = MAX_FRAME_BYTES - (1 << 20);
-
 /// Loads the preset (FWI or imaging) and prepares what a server at `addr` needs: over TCP it may
 /// not see this machine's files, so an imaging job's image and measurements go along as arrays and
 /// an FWI job's models and data as files; over a Unix socket (this machine) paths are made absolute.
@@ -297,7 +294,7 @@ fn submission(
     {
         let files = match addr {
             BackendAddr::Tcp(_) => fwi
-                .pack_files(&base_dir, FILES_BUDGET)
+                .pack_files(&base_dir, MAX_FILES_BYTES)
                 .context("the preset's files, sent with the job")?
                 .into_iter()
                 .map(|(name, bytes)| InlineFile { name, bytes })

@@ -399,7 +399,7 @@ impl Workbench {
                 .log(LogLevel::Error, format!("cannot run this preset: {why}"));
             return;
         }
-        let (toml, inline) = match self.doc.submission() {
+        let (toml, inline, files) = match self.doc.submission() {
             Ok(t) => t,
             Err(e) => {
                 self.session
@@ -410,7 +410,7 @@ impl Workbench {
         let sent = self.send(Request::Submit {
             preset_toml: toml,
             inline,
-            files: Vec::new(),
+            files,
             preview_max_side: super::preview::MAX_TEXTURE_SIDE as u32,
         });
         if sent {

@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::fwi::FwiPreset;
 use crate::physics::{NoiseConfig, PhysicsConfig};
 use crate::preset::{ImageSource, LoadedPreset, MeasurementSource, Preset};
-use crate::protocol::{InlineArray, PatchMap};
+use crate::protocol::{InlineArray, InlineFile, MAX_FILES_BYTES, PatchMap};
 use crate::tensor::Tensor;
 use crate::tiling::{Extent, TilingConfig, TilingKind};
 
@@ -459,12 +459,27 @@ impl Document {
 
     /// The preset as sent to the backend. A remote backend cannot read this machine's files: an
     /// image opened from a file travels with the job (`[image] inline = "image"`) as the array the
-    /// Data panel loaded, and loaded measurements as `[measurements] inline = ["measurement_0", …]`.
-    /// Local backends and samples get the plain preset.
-    pub fn submission(&self) -> Result<(String, Vec<InlineArray>), String> {
+    /// Data panel loaded, and loaded measurements as `[measurements] inline = ["measurement_0", …]`;
+    /// an FWI preset's models and data travel whole, as files (read here, when Run is pressed:
+    /// they are not loaded for display). Local backends and samples get the plain preset.
+    pub fn submission(&self) -> Result<(String, Vec<InlineArray>, Vec<InlineFile>), String> {
         let toml = self.checked_toml().map_err(|e| e.to_string())?;
-        if !self.remote || self.fwi.is_some() {
-            return Ok((toml, Vec::new()));
+        if !self.remote {
+            return Ok((toml, Vec::new(), Vec::new()));
+        }
+        if let Some(fwi) = &self.fwi {
+            let mut fwi = fwi.clone();
+            // Its paths were made absolute when it was opened.
+            let files: Vec<InlineFile> = fwi
+                .pack_files(Path::new(""), MAX_FILES_BYTES)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|(name, bytes)| InlineFile { name, bytes })
+                .collect();
+            if files.is_empty() {
+                return Ok((toml, Vec::new(), files));
+            }
+            return Ok((fwi.to_toml().map_err(|e| e.to_string())?, Vec::new(), files));
         }
         let array = |name: String, t: &Tensor| InlineArray {
             name,
@@ -503,9 +518,13 @@ impl Document {
             m.paths.clear();
         }
         if arrays.is_empty() {
-            return Ok((toml, arrays));
+            return Ok((toml, arrays, Vec::new()));
         }
-        Ok((preset.to_toml().map_err(|e| e.to_string())?, arrays))
+        Ok((
+            preset.to_toml().map_err(|e| e.to_string())?,
+            arrays,
+            Vec::new(),
+        ))
     }
 }
 

@@ -17,6 +17,10 @@ pub const PROTOCOL_VERSION: u32 = 4;
 /// before anything is allocated.
 pub const MAX_FRAME_BYTES: usize = 256 << 20;
 
+/// Most bytes of [`InlineFile`]s one submission carries: a frame, less room for the preset and the
+/// rest of the message.
+pub const MAX_FILES_BYTES: usize = MAX_FRAME_BYTES - (1 << 20);
+
 /// Identifies one submitted job on a server (1, 2, …; unique for the server's lifetime).
 pub type JobId = u64;
 
