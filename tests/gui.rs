@@ -944,14 +944,14 @@ fn typed_patch_sizes_apply_on_enter_and_absurd_plans_are_refused() {
 }
 
 /// "even tiles" in the tiling panel: the preset says so, the patch map keeps the tile count and its
-/// windows shrink to divide the image (quick's 128 px in patches of 48: 3 tiles of 43 instead of 48).
+/// windows shrink to divide the image (quick's 128 px in patches of 40, halo 8: 4 tiles of 32).
 #[test]
 fn even_tiles_from_the_panel_keep_the_count_and_shrink_the_windows() {
     let (mut h, _end) = ready_workbench();
     h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
         .click();
     h.run_steps(2);
-    set_patch(&mut h, 48);
+    set_patch(&mut h, 40);
     let before = h.state_mut().patch_map().unwrap().unwrap();
     h.get_by_role_and_label(Role::CheckBox, "even tiles")
         .click();

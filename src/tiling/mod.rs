@@ -140,10 +140,11 @@ pub struct TilingConfig {
     /// and the image shape.
     pub grid: Option<Vec<usize>>,
     /// Overlap/blend only: keep the number of tiles `patch_size` gives per axis but shrink the inner
-    /// patch to `⌈size / tiles⌉`, so the tiles divide the image evenly. deepinv instead moves the
-    /// last window back to the border, where it recomputes most of its neighbour (1024 px in
-    /// patches of 448: windows of 512 owning 448, 448, 128 px; even: windows of 406 owning 342,
-    /// 342, 340, 63 % of the pixels denoised in 2-D). Off by default (deepinv's geometry).
+    /// patch to about `⌈size / tiles⌉` (its window rounded up to a multiple of 8, which DRUNet
+    /// needs to run without its crop fallback), so the tiles divide the image evenly. deepinv
+    /// instead moves the last window back to the border, where it recomputes most of its neighbour
+    /// (1024 px in patches of 448, halo 32: windows of 512 owning 448, 448, 128 px; even: windows
+    /// of 408 owning 344, 344, 336: 64 % of the pixels denoised in 2-D). Off by default.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub even: bool,
 }
