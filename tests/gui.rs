@@ -144,6 +144,15 @@ fn run_to_a_reconstruction(h: &mut Harness<'_, Workbench>) {
     });
 }
 
+/// A workbench on `ranks` real local ranks with the quick preset picked and its sample loaded.
+fn quick_on_local_backend(out: &Path, ranks: usize) -> Harness<'static, Workbench> {
+    let mut h = with_local_backend(out, ranks);
+    h.get_by_role_and_label(Role::Button, "quick").click();
+    h.run_steps(2);
+    step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
+    h
+}
+
 /// The workbench on a real `tessera serve` with `ranks` local ranks (the binary this test suite
 /// builds), once the backend has said hello.
 fn with_local_backend(out: &Path, ranks: usize) -> Harness<'static, Workbench> {
@@ -481,11 +490,8 @@ fn a_dead_backend_is_reported_and_a_new_one_starts() {
 #[test]
 fn quick_preset_on_a_real_two_rank_backend() {
     let dir = tempfile::tempdir().unwrap();
-    let mut h = with_local_backend(&dir.path().join("out"), 2);
+    let mut h = quick_on_local_backend(&dir.path().join("out"), 2);
     assert_eq!(h.state().session.backend.as_ref().unwrap().world_size, 2);
-    h.get_by_role_and_label(Role::Button, "quick").click();
-    h.run_steps(2);
-    step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
     run_to_a_reconstruction(&mut h);
     let wb = h.state();
     assert_eq!(wb.session.history.len(), 30, "quick runs 30 iterations");
@@ -1407,10 +1413,7 @@ fn shortcuts_run_and_stop() {
 #[test]
 fn spatial_tiling_from_the_panel_equals_the_untiled_run() {
     let dir = tempfile::tempdir().unwrap();
-    let mut h = with_local_backend(&dir.path().join("out"), 2);
-    h.get_by_role_and_label(Role::Button, "quick").click();
-    h.run_steps(2);
-    step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
+    let mut h = quick_on_local_backend(&dir.path().join("out"), 2);
     h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
         .click();
     h.run_steps(2);
@@ -1575,10 +1578,7 @@ fn step_until_label(h: &mut Harness<'_, Workbench>, label: &str) {
 #[test]
 fn the_timing_tab_shows_the_runs_figures_and_exports_its_report() {
     let dir = tempfile::tempdir().unwrap();
-    let mut h = with_local_backend(&dir.path().join("out"), 2);
-    h.get_by_role_and_label(Role::Button, "quick").click();
-    h.run_steps(2);
-    step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
+    let mut h = quick_on_local_backend(&dir.path().join("out"), 2);
     h.get_by_role_and_label(Role::Button, "Timing").click();
     h.run_steps(2);
     assert!(

@@ -465,18 +465,21 @@ mod tests {
                 // A λ that changes every step, as the ramp's does.
                 losses.push(t.step(&bs, 1e-2, 0.3 + 0.2 * step as f64).unwrap().0);
             }
-            let params: Vec<(String, Vec<f32>)> = t
-                .model
-                .named_params()
-                .into_iter()
-                .filter(|(n, _, _)| comm.rank() == 0 || n.starts_with("private_encoder."))
-                .map(|(n, _, v)| (n, v.to_vec()))
-                .collect();
-            (params, losses)
+            (owned_params(&t, comm.rank()), losses)
         });
         let mut params: Vec<(String, Vec<f32>)> = out.iter().flat_map(|(p, _)| p.clone()).collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
         (params, out.into_iter().map(|(_, l)| l).collect())
+    }
+
+    /// The parameters a rank answers for: all of them on rank 0, its private encoders elsewhere.
+    fn owned_params(t: &Trainer<'_>, rank: usize) -> Vec<(String, Vec<f32>)> {
+        t.model
+            .named_params()
+            .into_iter()
+            .filter(|(n, _, _)| rank == 0 || n.starts_with("private_encoder."))
+            .map(|(n, _, v)| (n, v.to_vec()))
+            .collect()
     }
 
     #[test]
@@ -531,14 +534,7 @@ mod tests {
                     let bs: Vec<_> = t.held().iter().map(|&d| batch(d, step, 4)).collect();
                     losses.push(t.step(&bs, 1e-2, 0.5).unwrap().0);
                 }
-                let params: Vec<(String, Vec<f32>)> = t
-                    .model
-                    .named_params()
-                    .into_iter()
-                    .filter(|(n, _, _)| comm.rank() == 0 || n.starts_with("private_encoder."))
-                    .map(|(n, _, v)| (n, v.to_vec()))
-                    .collect();
-                (params, losses)
+                (owned_params(&t, comm.rank()), losses)
             });
             let losses = out[0].1.clone();
             let mut params: Vec<_> = out.into_iter().flat_map(|(p, _)| p).collect();
