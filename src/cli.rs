@@ -155,6 +155,17 @@ enum Command {
         /// No loss reports.
         #[arg(long, short)]
         quiet: bool,
+        /// Train on a running `tessera serve` at HOST:PORT or unix:PATH instead of here; the
+        /// loss streams like a local run, the outputs stay on the server (its files — a training
+        /// image, starting weights, domain folders — are read where the server runs).
+        #[arg(long, value_name = "ADDRESS", conflicts_with = "out")]
+        attach: Option<String>,
+        /// With --attach over TCP: the server's token file (default ~/.config/tessera/serve-token).
+        #[arg(long, requires = "attach")]
+        token_file: Option<PathBuf>,
+        /// With --attach: copy the run's outputs from the server into this (new) folder.
+        #[arg(long, value_name = "DIR", requires = "attach")]
+        fetch: Option<PathBuf>,
         #[command(flatten)]
         group: GroupArgs,
     },
@@ -431,9 +442,20 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Train {
             preset,
             set,
+            quiet,
+            attach: Some(address),
+            token_file,
+            fetch,
+            ..
+        } => attach::run(&address, token_file.as_deref(), &preset, &set, fetch, quiet),
+        Command::Train {
+            preset,
+            set,
             out,
             quiet,
+            attach: None,
             group,
+            ..
         } => train(&preset, &set, out, quiet, &group),
     }
 }

@@ -1402,3 +1402,70 @@ fn a_training_job_with_inline_data_is_refused_alone() {
         Some(Event::Finished { .. })
     ));
 }
+
+#[test]
+fn headless_attach_trains_on_the_backend_and_fetches_the_run_with_its_sub_folders() {
+    let (backend, _client, dir) = local(2);
+    let address = backend.addr().to_string();
+    let mut args = vec![
+        "train",
+        "dsn_shapes",
+        "--attach",
+        &address,
+        "--fetch",
+        "copy",
+    ];
+    for s in SMALL_DSN {
+        args.extend(["--set", s]);
+    }
+    let o = Command::new(EXE)
+        .args(&args)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        stdout.contains("4 domains on 2 rank(s), 2 epoch(s); target accuracy"),
+        "{stdout}"
+    );
+    let server_dir: std::path::PathBuf = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("outputs on the server in "))
+        .expect("the server's folder is printed")
+        .into();
+    for f in [
+        "train.json",
+        "dsn.safetensors",
+        "reconstructions/noisy.png",
+        "reconstructions/noisy.npy",
+    ] {
+        assert_eq!(
+            std::fs::read(dir.path().join("copy").join(f)).unwrap(),
+            std::fs::read(server_dir.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    // A denoiser too; a broken preset fails on the client, naming the field.
+    let mut args = vec!["train", "train-dncnn", "--attach", &address];
+    for s in SMALL_DNCNN {
+        args.extend(["--set", s]);
+    }
+    let o = Command::new(EXE)
+        .args(&args)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("5 step(s); last loss"), "{stdout}");
+    args.extend(["--set", "train.batch=0"]);
+    let o = Command::new(EXE)
+        .args(&args)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("train.batch"), "{e}");
+}

@@ -17,8 +17,8 @@ use tessera::optim::IterationReport;
 use tessera::preset::Preset;
 use tessera::protocol::auth::Token;
 use tessera::protocol::{
-    BackendAddr, Client, ClientEvent, Event, InlineArray, InlineFile, LogLevel, MAX_FILES_BYTES,
-    Request,
+    BackendAddr, Client, ClientEvent, DsnEpochReport, Event, InlineArray, InlineFile, LogLevel,
+    LossPoint, MAX_FILES_BYTES, Request, TrainPlan,
 };
 
 use super::output::{complain, say};
@@ -99,6 +99,37 @@ impl Progress {
         if !self.quiet && !self.interactive && (k.is_multiple_of(every) || k == n) {
             complain(format_args!("epoch {k}/{n}: loss {:.4e}{err}", report.loss));
         }
+    }
+
+    /// A reported training step: the batch loss (and its PSNR) on the bar.
+    pub fn train_step(&self, point: &LossPoint) {
+        self.bar.set_position(point.step as u64 + 1);
+        let line = format!(
+            "loss {:.4e} ({:.2} dB)",
+            point.loss,
+            -10.0 * point.loss.log10()
+        );
+        let (k, n) = (point.step + 1, self.iterations);
+        let every = n.div_ceil(10).max(1);
+        if !self.quiet && !self.interactive && (k.is_multiple_of(every) || k == n) {
+            complain(format_args!("step {k}/{n}: {line}"));
+        }
+        self.bar.set_message(line);
+    }
+
+    /// A Multi-DSN epoch: the held-out target accuracy on the bar.
+    pub fn dsn_epoch(&self, report: &DsnEpochReport) {
+        let k = report.epoch + 1;
+        self.bar.set_position(k as u64);
+        let line = format!(
+            "target accuracy {:.1} % (source {:.1} %)",
+            100.0 * report.target_accuracy,
+            100.0 * report.accuracy.first().copied().unwrap_or(0.0)
+        );
+        if !self.quiet && !self.interactive {
+            complain(format_args!("epoch {k}/{}: {line}", self.iterations));
+        }
+        self.bar.set_message(line);
     }
 
     pub fn set_message(&self, message: String) {
@@ -186,6 +217,22 @@ pub fn run(
                 shots.len()
             )),
             Event::FwiEpoch { job: j, report } if ours(j) => progress.epoch(&report),
+            Event::TrainStarted {
+                job: j,
+                plan,
+                world_size,
+                ..
+            } if ours(j) => progress.set_message(match plan {
+                TrainPlan::Denoiser { network, .. } => {
+                    format!("training a {network} on {world_size} rank(s)")
+                }
+                TrainPlan::Dsn { domains, .. } => format!(
+                    "training a Multi-DSN of {} domains on {world_size} rank(s)",
+                    domains.len()
+                ),
+            }),
+            Event::TrainStep { job: j, point } if ours(j) => progress.train_step(&point),
+            Event::DsnEpoch { job: j, report } if ours(j) => progress.dsn_epoch(&report),
             Event::Log {
                 level: LogLevel::Warn | LogLevel::Error,
                 rank,
@@ -208,6 +255,7 @@ pub fn run(
                         .map(|s| super::print_summary(&s)),
                     Kind::Fwi => serde_json::from_str::<FwiSummary>(&summary_json)
                         .map(|s| super::print_fwi_summary(&s)),
+                    Kind::Train => print_training(&summary_json),
                 };
                 if let Err(e) = printed {
                     complain(format_args!("(the job's summary is unreadable: {e})"));
@@ -242,6 +290,11 @@ pub fn run(
         let staging = Staging::create(&dest)?;
         for name in &outputs {
             let path = staging.path().join(name);
+            // A training run's reconstructions are in a sub-folder.
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
             let mut file = std::fs::File::create(&path)
                 .with_context(|| format!("creating {}", path.display()))?;
             client.fetch_file(job, name, &mut file).with_context(|| {
@@ -259,6 +312,8 @@ pub fn run(
 enum Kind {
     Imaging,
     Fwi,
+    /// A training preset (a denoiser or a Multi-DSN).
+    Train,
 }
 
 impl Kind {
@@ -266,8 +321,89 @@ impl Kind {
         match self {
             Kind::Imaging => "iteration(s)",
             Kind::Fwi => "epoch(s)",
+            Kind::Train => "step(s) or epoch(s)",
         }
     }
+}
+
+/// What a training run prints once it ends (its `train.json`, either kind).
+fn print_training(summary_json: &str) -> serde_json::Result<()> {
+    let v: serde_json::Value = serde_json::from_str(summary_json)?;
+    if v.get("domains").is_some() {
+        let s: tessera::dsn::run::DsnSummary = serde_json::from_value(v)?;
+        if let Some(e) = s.epochs.last() {
+            say!(
+                "{}: {} domains on {} rank(s), {} epoch(s); target accuracy {:.1} %",
+                s.name,
+                s.domains.len(),
+                s.ranks,
+                s.epochs.len(),
+                100.0 * e.target_accuracy
+            );
+        }
+        return Ok(());
+    }
+    let s: tessera::train::TrainSummary = serde_json::from_value(v)?;
+    let last = s.loss.last().map(|p| p.loss).unwrap_or(f64::NAN);
+    say!(
+        "{}: {} ({} parameters) on {} rank(s), {} step(s); last loss {last:.4e} ({:.2} dB)",
+        s.name,
+        s.denoiser,
+        s.parameters,
+        s.ranks,
+        s.steps,
+        -10.0 * last.log10()
+    );
+    Ok(())
+}
+
+/// A training preset (either kind) as sent to a server: over a Unix socket (this machine) its
+/// paths are made absolute; over TCP they stay as written and are the server's.
+fn training_submission(
+    addr: &BackendAddr,
+    name: &str,
+    set: &[String],
+    quiet: bool,
+) -> Result<Option<Submission>> {
+    use tessera::dsn::run::DsnPreset;
+    use tessera::train::TrainPreset;
+    let loading = || format!("loading training preset `{name}`");
+    let local_base = |base: &Path| -> Result<Option<PathBuf>> {
+        match addr {
+            BackendAddr::Unix(_) => {
+                let here = std::env::current_dir().context("the working directory")?;
+                Ok(Some(here.join(base)))
+            }
+            BackendAddr::Tcp(_) => Ok(None),
+        }
+    };
+    let (name, toml, steps, unit) =
+        if let Some((mut p, base)) = DsnPreset::load(name, set).with_context(loading)? {
+            if let Some(b) = local_base(&base)? {
+                p.resolve_paths(&b);
+            }
+            (p.name.clone(), p.to_toml()?, p.train.epochs, "epochs")
+        } else {
+            let is_train = tessera::preset::find_text(name, tessera::train::BUNDLED)
+                .ok()
+                .flatten()
+                .is_some_and(|f| TrainPreset::is_train(&f.text));
+            if !is_train {
+                return Ok(None);
+            }
+            let (mut p, base) = TrainPreset::load(name, set).with_context(loading)?;
+            if let Some(b) = local_base(&base)? {
+                p.resolve_paths(&b);
+            }
+            (p.name.clone(), p.to_toml()?, p.train.steps, "steps")
+        };
+    Ok(Some(Submission {
+        progress: Progress::counting(&name, steps, unit, quiet),
+        name,
+        preset_toml: toml,
+        inline: Vec::new(),
+        files: Vec::new(),
+    }))
 }
 
 /// What goes to the server, and the progress display that follows it.
@@ -314,6 +450,9 @@ fn submission(
             progress,
         };
         return Ok((submission, Kind::Fwi));
+    }
+    if let Some(submission) = training_submission(addr, name, set, quiet)? {
+        return Ok((submission, Kind::Train));
     }
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
     let mut preset = loaded.preset;

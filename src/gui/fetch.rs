@@ -50,7 +50,7 @@ impl RemoteFetch {
     ) -> Result<Option<(RemoteFetch, Request)>, String> {
         let mut names: Vec<String> = Vec::with_capacity(outputs.len());
         for o in outputs {
-            match relative_name(o) {
+            match crate::protocol::client::output_name(o) {
                 Some(n) => names.push(n),
                 None => return Err(format!("the server named an output `{}`", o.display())),
             }
@@ -192,20 +192,6 @@ impl Drop for RemoteFetch {
             let _ = std::fs::remove_dir_all(&self.staging);
         }
     }
-}
-
-/// A path inside the run folder (what the server lists as a job's outputs: `x.npy`, or
-/// `reconstructions/source.png` for a training run), as `/`-separated text; None for anything
-/// that could leave the folder (`..`, absolute paths) or is not UTF-8.
-fn relative_name(p: &Path) -> Option<String> {
-    let parts: Option<Vec<&str>> = p
-        .components()
-        .map(|c| match c {
-            std::path::Component::Normal(n) => n.to_str(),
-            _ => None,
-        })
-        .collect();
-    parts.filter(|v| !v.is_empty()).map(|v| v.join("/"))
 }
 
 #[cfg(test)]

@@ -183,14 +183,14 @@ impl Client {
     /// Copies output file `name` of completed job `job` into `dest`, chunk by chunk
     /// ([`Request::Fetch`]); returns its size. Blocks, and drops the other events that arrive
     /// meanwhile (for tools such as `tessera run --attach --fetch`, not for a UI loop). A name
-    /// that is not a plain file name is refused before anything is asked.
+    /// that could leave the run folder is refused before anything is asked ([`output_name`]).
     pub fn fetch_file(&self, job: JobId, name: &Path, dest: &mut impl Write) -> Result<u64> {
-        let file = match name.components().collect::<Vec<_>>()[..] {
-            [Component::Normal(n)] => n.to_string_lossy().into_owned(),
-            _ => {
+        let file = match output_name(name) {
+            Some(n) => n,
+            None => {
                 return Err(Error::config(
                     "fetch",
-                    format!("`{}` is not a file name", name.display()),
+                    format!("`{}` is not a path inside the run folder", name.display()),
                 ));
             }
         };
@@ -290,6 +290,20 @@ fn write_loop(mut stream: Stream, rx: Receiver<Request>) {
             return;
         }
     }
+}
+
+/// An output of a job as the protocol names it: a path inside its run folder (`x.npy`, or
+/// `reconstructions/source.png` for a training run) as `/`-separated text; None for anything that
+/// could leave the folder (`..`, absolute paths), an empty path, or one that is not UTF-8.
+pub fn output_name(path: &Path) -> Option<String> {
+    let parts: Option<Vec<&str>> = path
+        .components()
+        .map(|c| match c {
+            Component::Normal(n) => n.to_str(),
+            _ => None,
+        })
+        .collect();
+    parts.filter(|v| !v.is_empty()).map(|v| v.join("/"))
 }
 
 /// The variant's name, for messages.
