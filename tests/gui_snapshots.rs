@@ -146,3 +146,103 @@ fn workbench_after_a_run() {
     h.run_steps(4);
     h.snapshot("workbench_measured_data");
 }
+
+/// A Multi-DSN on screen: the set-up panel, per-domain losses and accuracies, and the Training
+/// tab's per-rank times (events played by the test, so the picture is the same on every run).
+#[test]
+fn workbench_training_a_multi_dsn() {
+    use tessera::dsn::model::DomainLosses;
+    use tessera::protocol::{DsnEpochReport, TrainPlan};
+    let (link, end) = ChannelBackend::pair("test backend");
+    let mut link = Some(link);
+    let wb = Workbench::new(WorkbenchOptions {
+        starter: Box::new(move |_| {
+            link.take()
+                .ok_or_else(|| tessera::Error::Unsupported("one backend only".into()))
+        }),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+        output_root: None,
+    });
+    let mut h = Harness::builder()
+        .with_size([1400.0, 1000.0])
+        .build_ui_state(|ui, wb: &mut Workbench| wb.ui(ui), wb);
+    step_until(&mut h, "the backend", |wb| wb.has_backend());
+    h.get_by_role_and_label(Role::Button, "dsn_shapes").click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    while end.requests.recv_timeout(Duration::from_secs(5)).unwrap() == Request::Status {}
+    let send = |e| end.events.send(Incoming::Event(e)).unwrap();
+    let domains = ["source", "blurred", "noisy", "tomography"];
+    send(Event::Accepted { job: 1 });
+    send(Event::TrainStarted {
+        job: 1,
+        name: "dsn_shapes".into(),
+        world_size: 2,
+        devices: vec![],
+        plan: TrainPlan::Dsn {
+            domains: domains.iter().map(|d| d.to_string()).collect(),
+            epochs: 8,
+            steps_per_epoch: 20,
+            similarity: "mmd".into(),
+        },
+    });
+    let mut epochs = Vec::new();
+    for k in 0..8usize {
+        let t = k as f64;
+        let report = DsnEpochReport {
+            epoch: k,
+            losses: (0..4)
+                .map(|d| DomainLosses {
+                    task: if d == 0 { 1.2 * (-t / 3.0).exp() } else { 0.0 },
+                    reconstruction: 0.4 * (-t / 4.0).exp() + 0.05 * d as f64,
+                    difference: 0.02,
+                    similarity: 0.1 * (-t / 5.0).exp(),
+                })
+                .collect(),
+            accuracy: (0..4)
+                .map(|d| 0.25 + (0.7 - 0.1 * d as f64) * (1.0 - (-t / 2.5).exp()))
+                .collect(),
+            target_accuracy: 0.25 + 0.5 * (1.0 - (-t / 2.5).exp()),
+        };
+        epochs.push(report.clone());
+        send(Event::DsnEpoch { job: 1, report });
+    }
+    let summary = serde_json::json!({
+        "name": "dsn_shapes",
+        "ranks": 2,
+        "domains": domains,
+        "similarity": "mmd",
+        "source_only": false,
+        "stopped_early": false,
+        "shared_parameters": 10000,
+        "private_parameters_per_domain": 5000,
+        "epochs": epochs,
+        "per_rank": [
+            {"rank": 0, "domains": [0, 2], "compute_secs": 12.5, "exchange_secs": 0.8,
+             "peak_rss_bytes": 60_000_000u64, "received_bytes": 2_000_000u64},
+            {"rank": 1, "domains": [1, 3], "compute_secs": 11.0, "exchange_secs": 2.1,
+             "peak_rss_bytes": 58_000_000u64, "received_bytes": 3_500_000u64},
+        ],
+        "weights": "dsn.safetensors",
+        "reconstructions": [],
+    });
+    send(Event::Finished {
+        job: 1,
+        run_dir: "/runs/20261123-120000-dsn_shapes-1".into(),
+        outputs: vec![],
+        summary_json: summary.to_string(),
+    });
+    step_until(&mut h, "the run's result", |wb| {
+        wb.session
+            .training
+            .as_ref()
+            .is_some_and(|t| t.result.is_some())
+    });
+    h.get_by_role_and_label(Role::Button, "Training").click();
+    h.run_steps(4);
+    h.snapshot("workbench_training");
+}

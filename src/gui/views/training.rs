@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use egui::{ColorImage, TextureHandle, TextureOptions, Ui};
-use egui_plot::{Bar, BarChart, Legend, Line, LineStyle, Plot, PlotPoints};
+use egui_plot::{Bar, BarChart, Corner, Legend, Line, LineStyle, Plot, PlotPoints};
 
 use super::{Place, View};
 use crate::error::human_bytes;
@@ -157,7 +157,8 @@ fn dsn_curves(ui: &mut Ui, run: &TrainRun) {
             .width(width)
             .height(height)
             .allow_scroll(false)
-            .legend(Legend::default())
+            // Accuracies rise towards the top right: the legend goes where they are not.
+            .legend(Legend::default().position(Corner::RightBottom))
             .include_y(0.0)
             .include_y(100.0)
             .x_axis_label("epoch")
@@ -180,6 +181,7 @@ fn dsn_curves(ui: &mut Ui, run: &TrainRun) {
                     .collect();
                 p.line(
                     Line::new("targets (mean)", mean)
+                        .color(egui::Color32::LIGHT_GRAY)
                         .width(2.5)
                         .style(LineStyle::dashed_loose()),
                 );
@@ -209,13 +211,17 @@ impl View for TrainRanksView {
             return;
         };
         let rows = RankRow::of(result);
-        let table_h = (rows.len() as f32 + 1.5) * ui.text_style_height(&egui::TextStyle::Body);
+        // The table's rows (and its header) stay in view below the bars.
+        let row_h =
+            ui.text_style_height(&egui::TextStyle::Body) + 2.0 * ui.spacing().item_spacing.y;
+        let table_h = (rows.len() as f32 + 1.5) * row_h;
         let bars = |secs: fn(&RankRow) -> f64| -> Vec<Bar> {
             rows.iter()
                 .map(|r| Bar::new(r.rank as f64, secs(r)).width(0.6))
                 .collect()
         };
-        let compute = BarChart::new("compute", bars(|r| r.compute_secs));
+        let compute = BarChart::new("compute", bars(|r| r.compute_secs))
+            .color(egui::Color32::from_rgb(90, 140, 220));
         let exchange = BarChart::new("exchange", bars(|r| r.exchange_secs))
             .stack_on(&[&compute])
             .color(egui::Color32::from_rgb(230, 150, 60));
