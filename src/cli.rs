@@ -477,6 +477,7 @@ fn train(
                 -10.0 * p.loss.log10()
             );
         }
+        std::ops::ControlFlow::Continue(())
     })
     .with_context(|| format!("training `{}`", preset.name))?;
     if comm.rank() == 0 && !quiet {
@@ -526,6 +527,7 @@ fn train_dsn(
                 per.join(", ")
             );
         }
+        std::ops::ControlFlow::Continue(())
     })
     .with_context(|| format!("training `{}`", preset.name))?;
     if comm.rank() == 0 && !quiet {

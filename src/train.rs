@@ -10,6 +10,7 @@
 //! (ready for `tessera denoise` and presets) and `train.json` (loss curve, per-rank times) in the
 //! output folder (rank 0).
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::denoise::DenoiserConfig;
 use crate::dist::Collective;
+use crate::dist::collective::agree_to_stop;
 use crate::dist::spatial::SpatialDomain;
 use crate::error::{Error, Result};
 use crate::nn::conv::Features;
@@ -146,6 +148,34 @@ impl TrainConfig {
 }
 
 impl TrainPreset {
+    /// Whether TOML text is a denoiser-training preset (a `[train]` table, no `kind = "dsn"`).
+    pub fn is_train(text: &str) -> bool {
+        toml::from_str::<toml::Table>(text).is_ok_and(|t| {
+            t.get("train").is_some_and(toml::Value::is_table)
+                && t.get("kind").and_then(|k| k.as_str()) != Some("dsn")
+        })
+    }
+
+    /// The preset as TOML (what the workbench saves and sends).
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string_pretty(self).map_err(|e| Error::config("training preset", e.to_string()))
+    }
+
+    /// The files the preset names: the training image and the starting weights.
+    pub fn paths_mut(&mut self) -> Vec<&mut PathBuf> {
+        let mut paths: Vec<&mut PathBuf> = self.image.path.iter_mut().collect();
+        paths.extend(self.denoiser.paths_mut());
+        paths
+    }
+
+    /// Makes the files the preset names absolute against `base` (its folder), so that it runs
+    /// wherever the backend's working directory is.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        for p in self.paths_mut() {
+            *p = crate::io::resolve(base, p);
+        }
+    }
+
     /// Parses TOML text, applies `--set` overrides and validates; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<TrainPreset> {
         let preset: TrainPreset = crate::preset::parse_versioned(
@@ -226,7 +256,11 @@ pub struct TrainSummary {
     pub parameters: usize,
     pub ranks: usize,
     pub grid: [usize; 3],
+    /// Steps run (fewer than the preset's when stopped).
     pub steps: usize,
+    /// Stopped by the user before the preset's last step.
+    #[serde(default)]
+    pub stopped_early: bool,
     pub loss: Vec<LossPoint>,
     /// Per rank: seconds computing and seconds exchanging (halos, gradient sums).
     pub compute_secs: Vec<f64>,
@@ -235,13 +269,14 @@ pub struct TrainSummary {
 }
 
 /// Trains on every rank of `comm` (each rank calls this); rank 0 writes the outputs into `out_dir`.
-/// `on_report` is called on every rank after each reported step.
+/// `on_report` is called on every rank after each reported step; when it breaks on rank 0 (a user's
+/// Stop), every rank ends the run there and the weights reached so far are written as usual.
 pub fn train(
     preset: &TrainPreset,
     base_dir: &Path,
     out_dir: &Path,
     comm: &dyn Collective,
-    on_report: &mut dyn FnMut(&LossPoint),
+    on_report: &mut dyn FnMut(&LossPoint) -> ControlFlow<()>,
 ) -> Result<TrainSummary> {
     preset.validate()?;
     let cfg = &preset.train;
@@ -312,6 +347,7 @@ pub fn train(
     let mut loss_curve = Vec::new();
     let total = (cfg.batch * channels * crop.iter().product::<usize>()) as f64;
     let start = Instant::now();
+    let mut steps_done = 0;
     for step in 0..cfg.steps {
         let mut rng = rand::rngs::StdRng::seed_from_u64(mix(preset.seed, step as u64));
         // The same crops and levels on every rank; each rank copies its block of each crop.
@@ -372,10 +408,14 @@ pub fn train(
         let progress = step as f64 / cfg.steps.max(2).saturating_sub(1) as f64;
         let lr = cfg.learning_rate * (0.55 + 0.45 * (std::f64::consts::PI * progress).cos());
         adam.step(net.params_mut(), &grads.data, lr);
+        steps_done = step + 1;
         if step % cfg.log_every == 0 || step + 1 == cfg.steps {
             let point = LossPoint { step, loss };
-            on_report(&point);
+            let stop = on_report(&point).is_break();
             loss_curve.push(point);
+            if agree_to_stop(comm, stop)? && steps_done < cfg.steps {
+                break;
+            }
         }
     }
     let stats = domain.take_stats();
@@ -406,7 +446,8 @@ pub fn train(
         parameters: net.param_count(),
         ranks: world,
         grid: grid.shape,
-        steps: cfg.steps,
+        steps: steps_done,
+        stopped_early: steps_done < cfg.steps,
         loss: loss_curve,
         compute_secs: per_rank.iter().map(|t| t[0]).collect(),
         exchange_secs: per_rank.iter().map(|t| t[1]).collect(),
