@@ -127,6 +127,18 @@ pub(crate) struct Fields<'a, T> {
     pub zeta_x: &'a [T],
 }
 
+/// A field's `n` values from flat index `i`, and at offsets `∓(k+1)·stride` (before, after).
+type Around<'a, T, const R: usize> = ([&'a [T]; R], [&'a [T]; R], &'a [T]);
+
+#[inline(always)]
+fn around<T, const R: usize>(field: &[T], i: usize, stride: usize, n: usize) -> Around<'_, T, R> {
+    (
+        std::array::from_fn(|k| &field[i - (k + 1) * stride..][..n]),
+        std::array::from_fn(|k| &field[i + (k + 1) * stride..][..n]),
+        &field[i..i + n],
+    )
+}
+
 /// The leapfrog update of one row: `new = vv·w + 2·u − new` (`new` holds the previous level on
 /// entry), applied right after each segment's `w` while it is in cache; the interior segment
 /// computes both in one pass.
@@ -344,36 +356,27 @@ impl<T: Real, const R: usize> Kernel<'_, T, R> {
         let rights: [&[T]; R] = std::array::from_fn(|k| &f.u[i0 + k + 1..][..n]);
         let w = &mut out.w[x0..x1];
         // y layer: ψ_y, ζ_y at the neighbours; the profiles are constants of each row.
-        let (py_up, py_down, py_mid, zy_up, zy_down, zy_mid): (
-            [&[T]; R],
-            [&[T]; R],
-            &[T],
-            [&[T]; R],
-            [&[T]; R],
-            &[T],
-        ) = if YP {
-            (
-                std::array::from_fn(|k| &f.psi_y[i0 - (k + 1) * nx..][..n]),
-                std::array::from_fn(|k| &f.psi_y[i0 + (k + 1) * nx..][..n]),
-                &f.psi_y[i0..i0 + n],
-                std::array::from_fn(|k| &f.zeta_y[i0 - (k + 1) * nx..][..n]),
-                std::array::from_fn(|k| &f.zeta_y[i0 + (k + 1) * nx..][..n]),
-                &f.zeta_y[i0..i0 + n],
-            )
+        let (py_up, py_down, py_mid): Around<'_, T, R> = if YP {
+            around(f.psi_y, i0, nx, n)
         } else {
-            ([empty; R], [empty; R], empty, [empty; R], [empty; R], empty)
+            ([empty; R], [empty; R], empty)
+        };
+        let (zy_up, zy_down, zy_mid): Around<'_, T, R> = if YP {
+            around(f.zeta_y, i0, nx, n)
+        } else {
+            ([empty; R], [empty; R], empty)
         };
         let row = |r: usize| (one + self.y.b[r], self.y.b[r], self.y.db[r]);
-        let (y_up, y_down): ([(T, T, T); R], [(T, T, T); R]) = if YP {
-            (
-                std::array::from_fn(|k| row(y - k - 1)),
-                std::array::from_fn(|k| row(y + k + 1)),
-            )
+        let zero = (T::ZERO, T::ZERO, T::ZERO);
+        let y_up: [(T, T, T); R] = if YP {
+            std::array::from_fn(|k| row(y - k - 1))
         } else {
-            (
-                [(T::ZERO, T::ZERO, T::ZERO); R],
-                [(T::ZERO, T::ZERO, T::ZERO); R],
-            )
+            [zero; R]
+        };
+        let y_down: [(T, T, T); R] = if YP {
+            std::array::from_fn(|k| row(y + k + 1))
+        } else {
+            [zero; R]
         };
         let (y_mid, ay) = if YP {
             (row(y), self.y.a[y])
@@ -386,36 +389,26 @@ impl<T: Real, const R: usize> Kernel<'_, T, R> {
             (&mut [], &mut [])
         };
         // x layer: ψ_x, ζ_x and the profiles at the neighbours.
-        let (px_left, px_right, px_mid, zx_left, zx_right, zx_mid): (
-            [&[T]; R],
-            [&[T]; R],
-            &[T],
-            [&[T]; R],
-            [&[T]; R],
-            &[T],
-        ) = if XP {
-            (
-                std::array::from_fn(|k| &f.psi_x[i0 - k - 1..][..n]),
-                std::array::from_fn(|k| &f.psi_x[i0 + k + 1..][..n]),
-                &f.psi_x[i0..i0 + n],
-                std::array::from_fn(|k| &f.zeta_x[i0 - k - 1..][..n]),
-                std::array::from_fn(|k| &f.zeta_x[i0 + k + 1..][..n]),
-                &f.zeta_x[i0..i0 + n],
-            )
+        let (px_left, px_right, px_mid): Around<'_, T, R> = if XP {
+            around(f.psi_x, i0, 1, n)
         } else {
-            ([empty; R], [empty; R], empty, [empty; R], [empty; R], empty)
+            ([empty; R], [empty; R], empty)
         };
-        let (bx_left, bx_right, dbx_left, dbx_right): ([&[T]; R], [&[T]; R], [&[T]; R], [&[T]; R]) =
-            if XP {
-                (
-                    std::array::from_fn(|k| &self.x.b[x0 - k - 1..][..n]),
-                    std::array::from_fn(|k| &self.x.b[x0 + k + 1..][..n]),
-                    std::array::from_fn(|k| &self.x.db[x0 - k - 1..][..n]),
-                    std::array::from_fn(|k| &self.x.db[x0 + k + 1..][..n]),
-                )
-            } else {
-                ([empty; R], [empty; R], [empty; R], [empty; R])
-            };
+        let (zx_left, zx_right, zx_mid): Around<'_, T, R> = if XP {
+            around(f.zeta_x, i0, 1, n)
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let (bx_left, bx_right, _): Around<'_, T, R> = if XP {
+            around(self.x.b, x0, 1, n)
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let (dbx_left, dbx_right, _): Around<'_, T, R> = if XP {
+            around(self.x.db, x0, 1, n)
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
         let (ax, bx) = if XP {
             (&self.x.a[x0..x1], &self.x.b[x0..x1])
         } else {
