@@ -1,7 +1,9 @@
 //! The wave benchmark (issue 10), shared by `cargo bench --bench wave` and `tessera bench wave`:
 //! forward and forward+adjoint throughput in cell-updates per second per core on a Marmousi-sized
 //! grid, the peak memory per shot of each gradient strategy, and the machine's memory bandwidth
-//! (a STREAM-like triad measured in the same run) to put the throughput in proportion.
+//! (a STREAM-like triad measured in the same run) to put the throughput in proportion. Each round
+//! also runs the forward with the row kernels compiled for plain x86-64, the baseline the AVX2 /
+//! AVX-512 variants are measured against in the same run.
 //! `scripts/bench_deepwave.py` runs deepwave on the same problem, interleaved with this one.
 
 use std::time::Instant;
@@ -56,6 +58,8 @@ pub struct WaveBench {
     /// Cells updated by one propagation of one shot (padded interior × internal steps).
     pub cell_updates_per_shot: f64,
     pub forward_secs: f64,
+    /// The same forward with the kernels compiled for plain x86-64 (no AVX), in the same rounds.
+    pub forward_baseline_isa_secs: f64,
     /// Forward + adjoint with the stored wavefield.
     pub gradient_secs: Option<f64>,
     /// Peak bytes per shot of each strategy: stored wavefield, checkpointing, boundary saving.
@@ -179,6 +183,7 @@ pub fn bench_wave(spec: &WaveBenchSpec) -> Result<WaveBench> {
     let solver = Solver::new(&model, &settings)?;
     let observed = solver.forward(&shots, &wavelets)?;
     let mut forward = Vec::new();
+    let mut forward_baseline = Vec::new();
     let mut gradient = Vec::new();
     let misfit = L2Misfit {
         observed: &observed,
@@ -199,10 +204,14 @@ pub fn bench_wave(spec: &WaveBenchSpec) -> Result<WaveBench> {
         strategy: GradientStrategy::StoreWavefield,
         ..Default::default()
     };
+    let baseline = Solver::new(&model, &settings)?.with_baseline_isa();
     for _ in 0..spec.repeats.max(1) {
         let t = Instant::now();
         std::hint::black_box(solver.forward(&shots, &wavelets)?);
         forward.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        std::hint::black_box(baseline.forward(&shots, &wavelets)?);
+        forward_baseline.push(t.elapsed().as_secs_f64());
         if spec.gradient {
             let t = Instant::now();
             std::hint::black_box(start_solver.gradient(&shots, &wavelets, &misfit, &store)?);
@@ -231,6 +240,7 @@ pub fn bench_wave(spec: &WaveBenchSpec) -> Result<WaveBench> {
         internal_steps: solver.internal_steps(),
         cell_updates_per_shot: (solver.updated_cells() * solver.internal_steps()) as f64,
         forward_secs: median(forward),
+        forward_baseline_isa_secs: median(forward_baseline),
         gradient_secs: spec.gradient.then(|| median(gradient)),
         peak_bytes,
         triad_bytes_per_sec: triad_bandwidth(),
@@ -259,6 +269,12 @@ impl std::fmt::Display for WaveBench {
             self.forward_rate_per_core() / 1e6,
             100.0 * self.forward_bandwidth_fraction(),
             self.triad_bytes_per_sec / 1e9
+        )?;
+        writeln!(
+            f,
+            "  forward, x86-64  {:8.3} s   kernels without AVX: the vector variants are {:.2}× faster",
+            self.forward_baseline_isa_secs,
+            self.forward_baseline_isa_secs / self.forward_secs
         )?;
         if let (Some(g), Some(r)) = (self.gradient_secs, self.gradient_rate_per_core()) {
             writeln!(

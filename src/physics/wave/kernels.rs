@@ -4,9 +4,12 @@
 //! plus, inside the absorbing layers, the C-PML corrections) and then the leapfrog update
 //! `u⁺ = v²dt²·w + 2u − u⁻`. Arithmetic follows deepwave's `scalar_kernels.h` operation for
 //! operation, so float64 results agree to rounding. A row is split into the left layer, the interior
-//! and the right layer; interior rows of the interior run the plain Laplacian, which is the hot loop
-//! and is compiled for AVX2 and AVX-512 as well, chosen at run time. No fused multiply-adds are
-//! used, so every instruction set gives the same bits.
+//! and the right layer; interior rows of the interior run the plain Laplacian fused with the leapfrog
+//! update (one pass), the hot loop; each segment's leapfrog update follows its `w` while the row is
+//! in cache. Every segment cuts its arrays to the segment's length before the loop over `x` (no
+//! index arithmetic or bounds checks inside), so LLVM vectorises the absorbing-layer segments too;
+//! `step` compiles whole bands of rows for AVX2 and AVX-512 as well, chosen at run time. No fused
+//! multiply-adds are used, so every instruction set gives the same bits.
 //!
 //! The adjoint works on `β = v²dt²·λ` (λ the adjoint wavefield): then its interior update is the
 //! same Laplacian as the forward one, and the absorbing-layer terms are deepwave's `backward_cell`
@@ -23,6 +26,20 @@ pub(crate) struct Coefs<T, const R: usize> {
     pub rdx: T,
     pub rdy2: T,
     pub rdx2: T,
+}
+
+impl<T: Real, const R: usize> Coefs<T, R> {
+    /// Coefficients from the stencil's `c¹ₖ`, `c²ₖ` and `[1/Δy, 1/Δx, 1/Δy², 1/Δx²]`.
+    pub fn new(d1: [f64; R], d2: [f64; R], [rdy, rdx, rdy2, rdx2]: [f64; 4]) -> Self {
+        Coefs {
+            d1: d1.map(T::from_f64),
+            d2: d2.map(T::from_f64),
+            rdy: T::from_f64(rdy),
+            rdx: T::from_f64(rdx),
+            rdy2: T::from_f64(rdy2),
+            rdx2: T::from_f64(rdx2),
+        }
+    }
 }
 
 /// C-PML profiles along one axis (padded length).
@@ -110,35 +127,83 @@ pub(crate) struct Fields<'a, T> {
     pub zeta_x: &'a [T],
 }
 
+/// A field's `n` values from flat index `i`, and at offsets `∓(k+1)·stride` (before, after).
+type Around<'a, T, const R: usize> = ([&'a [T]; R], [&'a [T]; R], &'a [T]);
+
+#[inline(always)]
+fn around<T, const R: usize>(field: &[T], i: usize, stride: usize, n: usize) -> Around<'_, T, R> {
+    (
+        std::array::from_fn(|k| &field[i - (k + 1) * stride..][..n]),
+        std::array::from_fn(|k| &field[i + (k + 1) * stride..][..n]),
+        &field[i..i + n],
+    )
+}
+
+/// The leapfrog update of one row: `new = vv·w + 2·u − new` (`new` holds the previous level on
+/// entry), applied right after each segment's `w` while it is in cache; the interior segment
+/// computes both in one pass.
+pub(crate) struct Leapfrog<'a, T> {
+    /// `v²dt²` of the row.
+    pub vv: &'a [T],
+    pub new: &'a mut [T],
+}
+
 impl<T: Real, const R: usize> Kernel<'_, T, R> {
-    /// `w` for row `y` of the forward step, updating the row's ψ (into the next buffer) and ζ.
-    pub fn forward_row(&self, y: usize, f: Fields<'_, T>, out: &mut ForwardRow<'_, T>) {
+    /// `w` for row `y` of the forward step, updating the row's ψ (into the next buffer) and ζ, and
+    /// the row's new time level.
+    #[inline(always)]
+    pub fn forward_row(
+        &self,
+        y: usize,
+        f: Fields<'_, T>,
+        out: &mut ForwardRow<'_, T>,
+        leap: &mut Leapfrog<'_, T>,
+    ) {
         let (lo, hi, end) = (self.cols.0, self.cols.1, self.nx - R);
+        let cur = &f.u[y * self.nx..(y + 1) * self.nx];
         if y < self.rows.0 || y >= self.rows.1 {
             self.forward_seg::<true, true>(y, R, lo, f, out);
             self.forward_seg::<true, false>(y, lo, hi, f, out);
             self.forward_seg::<true, true>(y, hi, end, f, out);
+            leapfrog_segment(leap, out.w, cur, R, end);
         } else {
             self.forward_seg::<false, true>(y, R, lo, f, out);
-            laplacian(self.isa, &self.c, f.u, self.nx, y, lo, hi, out.w);
+            leapfrog_segment(leap, out.w, cur, R, lo);
+            laplacian_leapfrog(&self.c, f.u, self.nx, y, lo, hi, out.w, leap);
             self.forward_seg::<false, true>(y, hi, end, f, out);
+            leapfrog_segment(leap, out.w, cur, hi, end);
         }
     }
 
-    /// `w` for row `y` of the adjoint step (β form), writing the row's next ψ and ζ.
-    pub fn adjoint_row(&self, y: usize, f: Fields<'_, T>, out: &mut AdjointRow<'_, T>) {
+    /// `w` for row `y` of the adjoint step (β form), writing the row's next ψ and ζ and the row's
+    /// new time level.
+    #[inline(always)]
+    pub fn adjoint_row(
+        &self,
+        y: usize,
+        f: Fields<'_, T>,
+        out: &mut AdjointRow<'_, T>,
+        leap: &mut Leapfrog<'_, T>,
+    ) {
         let (lo, hi, end) = (self.cols.0, self.cols.1, self.nx - R);
+        let cur = &f.u[y * self.nx..(y + 1) * self.nx];
         if y < self.rows.0 || y >= self.rows.1 {
             self.adjoint_seg::<true, true>(y, R, lo, f, out);
             self.adjoint_seg::<true, false>(y, lo, hi, f, out);
             self.adjoint_seg::<true, true>(y, hi, end, f, out);
+            leapfrog_segment(leap, out.w, cur, R, end);
         } else {
             self.adjoint_seg::<false, true>(y, R, lo, f, out);
-            laplacian(self.isa, &self.c, f.u, self.nx, y, lo, hi, out.w);
+            leapfrog_segment(leap, out.w, cur, R, lo);
+            laplacian_leapfrog(&self.c, f.u, self.nx, y, lo, hi, out.w, leap);
             self.adjoint_seg::<false, true>(y, hi, end, f, out);
+            leapfrog_segment(leap, out.w, cur, hi, end);
         }
     }
 
+    /// One segment `[x0, x1)` of row `y`. Every array is cut to the segment's length first, so
+    /// the loop over `x` has no index arithmetic or bounds checks and vectorises; the y-layer
+    /// profiles are constants of the row.
     #[inline(always)]
     fn forward_seg<const YP: bool, const XP: bool>(
         &self,
@@ -148,62 +213,126 @@ impl<T: Real, const R: usize> Kernel<'_, T, R> {
         f: Fields<'_, T>,
         out: &mut ForwardRow<'_, T>,
     ) {
-        let nx = self.nx;
+        if x1 <= x0 {
+            return;
+        }
+        let (nx, n, i0) = (self.nx, x1 - x0, y * self.nx + x0);
         let c = &self.c;
         let one = T::ONE;
-        for x in x0..x1 {
-            let i = y * nx + x;
-            let u0 = f.u[i];
+        let empty: &[T] = &[];
+        let mid = &f.u[i0..i0 + n];
+        let ups: [&[T]; R] = std::array::from_fn(|k| &f.u[i0 - (k + 1) * nx..][..n]);
+        let downs: [&[T]; R] = std::array::from_fn(|k| &f.u[i0 + (k + 1) * nx..][..n]);
+        let lefts: [&[T]; R] = std::array::from_fn(|k| &f.u[i0 - k - 1..][..n]);
+        let rights: [&[T]; R] = std::array::from_fn(|k| &f.u[i0 + k + 1..][..n]);
+        let w = &mut out.w[x0..x1];
+        // y layer: ψ_y at the neighbours, the row's profile values.
+        let (py_up, py_down, py_mid): ([&[T]; R], [&[T]; R], &[T]) = if YP {
+            (
+                std::array::from_fn(|k| &f.psi_y[i0 - (k + 1) * nx..][..n]),
+                std::array::from_fn(|k| &f.psi_y[i0 + (k + 1) * nx..][..n]),
+                &f.psi_y[i0..i0 + n],
+            )
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let (ay_up, ay_down): ([T; R], [T; R]) = if YP {
+            (
+                std::array::from_fn(|k| self.y.a[y - k - 1]),
+                std::array::from_fn(|k| self.y.a[y + k + 1]),
+            )
+        } else {
+            ([T::ZERO; R], [T::ZERO; R])
+        };
+        let (ay, by, dby) = if YP {
+            (self.y.a[y], self.y.b[y], self.y.db[y])
+        } else {
+            (T::ZERO, T::ZERO, T::ZERO)
+        };
+        let (psi_yn, zeta_y): (&mut [T], &mut [T]) = if YP {
+            (&mut out.psi_yn[x0..x1], &mut out.zeta_y[x0..x1])
+        } else {
+            (&mut [], &mut [])
+        };
+        // x layer: ψ_x at the neighbours and the profiles, all varying along the row.
+        let (px_left, px_right, px_mid): ([&[T]; R], [&[T]; R], &[T]) = if XP {
+            (
+                std::array::from_fn(|k| &f.psi_x[i0 - k - 1..][..n]),
+                std::array::from_fn(|k| &f.psi_x[i0 + k + 1..][..n]),
+                &f.psi_x[i0..i0 + n],
+            )
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let (ax_left, ax_right): ([&[T]; R], [&[T]; R]) = if XP {
+            (
+                std::array::from_fn(|k| &self.x.a[x0 - k - 1..][..n]),
+                std::array::from_fn(|k| &self.x.a[x0 + k + 1..][..n]),
+            )
+        } else {
+            ([empty; R], [empty; R])
+        };
+        let (ax, bx, dbx) = if XP {
+            (&self.x.a[x0..x1], &self.x.b[x0..x1], &self.x.db[x0..x1])
+        } else {
+            (empty, empty, empty)
+        };
+        let (psi_xn, zeta_x): (&mut [T], &mut [T]) = if XP {
+            (&mut out.psi_xn[x0..x1], &mut out.zeta_x[x0..x1])
+        } else {
+            (&mut [], &mut [])
+        };
+        for x in 0..n {
+            let u0 = mid[x];
             let wy = if YP {
                 let (mut d1, mut d2, mut ap) = (T::ZERO, T::ZERO, T::ZERO);
                 for k in 0..R {
-                    let (p, m) = (i + (k + 1) * nx, i - (k + 1) * nx);
-                    d1 += c.d1[k] * (f.u[p] - f.u[m]);
-                    d2 += c.d2[k] * ((f.u[p] - u0) + (f.u[m] - u0));
-                    ap += c.d1[k]
-                        * (self.y.a[y + k + 1] * f.psi_y[p] - self.y.a[y - k - 1] * f.psi_y[m]);
+                    let (p, m) = (downs[k][x], ups[k][x]);
+                    d1 += c.d1[k] * (p - m);
+                    d2 += c.d2[k] * ((p - u0) + (m - u0));
+                    ap += c.d1[k] * (ay_down[k] * py_down[k][x] - ay_up[k] * py_up[k][x]);
                 }
                 let (d1, d2, ap) = (d1 * c.rdy, d2 * c.rdy2, ap * c.rdy);
-                let (a, b) = (self.y.a[y], self.y.b[y]);
-                let tmp = (one + b) * d2 + self.y.db[y] * d1 + ap;
-                let z = out.zeta_y[x];
-                out.psi_yn[x] = b * d1 + a * f.psi_y[i];
-                out.zeta_y[x] = b * tmp + a * z;
-                (one + b) * tmp + a * z
+                let tmp = (one + by) * d2 + dby * d1 + ap;
+                let z = zeta_y[x];
+                psi_yn[x] = by * d1 + ay * py_mid[x];
+                zeta_y[x] = by * tmp + ay * z;
+                (one + by) * tmp + ay * z
             } else {
                 let mut d2 = T::ZERO;
                 for k in 0..R {
-                    d2 += c.d2[k] * ((f.u[i + (k + 1) * nx] - u0) + (f.u[i - (k + 1) * nx] - u0));
+                    d2 += c.d2[k] * ((downs[k][x] - u0) + (ups[k][x] - u0));
                 }
                 d2 * c.rdy2
             };
             let wx = if XP {
                 let (mut d1, mut d2, mut ap) = (T::ZERO, T::ZERO, T::ZERO);
                 for k in 0..R {
-                    let (p, m) = (i + k + 1, i - k - 1);
-                    d1 += c.d1[k] * (f.u[p] - f.u[m]);
-                    d2 += c.d2[k] * ((f.u[p] - u0) + (f.u[m] - u0));
-                    ap += c.d1[k]
-                        * (self.x.a[x + k + 1] * f.psi_x[p] - self.x.a[x - k - 1] * f.psi_x[m]);
+                    let (p, m) = (rights[k][x], lefts[k][x]);
+                    d1 += c.d1[k] * (p - m);
+                    d2 += c.d2[k] * ((p - u0) + (m - u0));
+                    ap +=
+                        c.d1[k] * (ax_right[k][x] * px_right[k][x] - ax_left[k][x] * px_left[k][x]);
                 }
                 let (d1, d2, ap) = (d1 * c.rdx, d2 * c.rdx2, ap * c.rdx);
-                let (a, b) = (self.x.a[x], self.x.b[x]);
-                let tmp = (one + b) * d2 + self.x.db[x] * d1 + ap;
-                let z = out.zeta_x[x];
-                out.psi_xn[x] = b * d1 + a * f.psi_x[i];
-                out.zeta_x[x] = b * tmp + a * z;
+                let (a, b) = (ax[x], bx[x]);
+                let tmp = (one + b) * d2 + dbx[x] * d1 + ap;
+                let z = zeta_x[x];
+                psi_xn[x] = b * d1 + a * px_mid[x];
+                zeta_x[x] = b * tmp + a * z;
                 (one + b) * tmp + a * z
             } else {
                 let mut d2 = T::ZERO;
                 for k in 0..R {
-                    d2 += c.d2[k] * ((f.u[i + k + 1] - u0) + (f.u[i - k - 1] - u0));
+                    d2 += c.d2[k] * ((rights[k][x] - u0) + (lefts[k][x] - u0));
                 }
                 d2 * c.rdx2
             };
-            out.w[x] = wy + wx;
+            w[x] = wy + wx;
         }
     }
 
+    /// One segment of the adjoint row, cut into equal-length slices like [`Self::forward_seg`].
     #[inline(always)]
     fn adjoint_seg<const YP: bool, const XP: bool>(
         &self,
@@ -213,78 +342,151 @@ impl<T: Real, const R: usize> Kernel<'_, T, R> {
         f: Fields<'_, T>,
         out: &mut AdjointRow<'_, T>,
     ) {
-        let nx = self.nx;
+        if x1 <= x0 {
+            return;
+        }
+        let (nx, n, i0) = (self.nx, x1 - x0, y * self.nx + x0);
         let c = &self.c;
         let one = T::ONE;
-        // deepwave's PSI_TERM: (1 + b)·β + b·ζ at a neighbour.
-        let lam_y =
-            |row: usize, j: usize| (one + self.y.b[row]) * f.u[j] + self.y.b[row] * f.zeta_y[j];
-        let lam_x =
-            |col: usize, j: usize| (one + self.x.b[col]) * f.u[j] + self.x.b[col] * f.zeta_x[j];
-        for x in x0..x1 {
-            let i = y * nx + x;
+        let empty: &[T] = &[];
+        let mid = &f.u[i0..i0 + n];
+        let ups: [&[T]; R] = std::array::from_fn(|k| &f.u[i0 - (k + 1) * nx..][..n]);
+        let downs: [&[T]; R] = std::array::from_fn(|k| &f.u[i0 + (k + 1) * nx..][..n]);
+        let lefts: [&[T]; R] = std::array::from_fn(|k| &f.u[i0 - k - 1..][..n]);
+        let rights: [&[T]; R] = std::array::from_fn(|k| &f.u[i0 + k + 1..][..n]);
+        let w = &mut out.w[x0..x1];
+        // y layer: ψ_y, ζ_y at the neighbours; the profiles are constants of each row.
+        let (py_up, py_down, py_mid): Around<'_, T, R> = if YP {
+            around(f.psi_y, i0, nx, n)
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let (zy_up, zy_down, zy_mid): Around<'_, T, R> = if YP {
+            around(f.zeta_y, i0, nx, n)
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let row = |r: usize| (one + self.y.b[r], self.y.b[r], self.y.db[r]);
+        let zero = (T::ZERO, T::ZERO, T::ZERO);
+        let y_up: [(T, T, T); R] = if YP {
+            std::array::from_fn(|k| row(y - k - 1))
+        } else {
+            [zero; R]
+        };
+        let y_down: [(T, T, T); R] = if YP {
+            std::array::from_fn(|k| row(y + k + 1))
+        } else {
+            [zero; R]
+        };
+        let (y_mid, ay) = if YP {
+            (row(y), self.y.a[y])
+        } else {
+            ((T::ZERO, T::ZERO, T::ZERO), T::ZERO)
+        };
+        let (psi_yn, zeta_yn): (&mut [T], &mut [T]) = if YP {
+            (&mut out.psi_yn[x0..x1], &mut out.zeta_yn[x0..x1])
+        } else {
+            (&mut [], &mut [])
+        };
+        // x layer: ψ_x, ζ_x and the profiles at the neighbours.
+        let (px_left, px_right, px_mid): Around<'_, T, R> = if XP {
+            around(f.psi_x, i0, 1, n)
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let (zx_left, zx_right, zx_mid): Around<'_, T, R> = if XP {
+            around(f.zeta_x, i0, 1, n)
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let (bx_left, bx_right, _): Around<'_, T, R> = if XP {
+            around(self.x.b, x0, 1, n)
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let (dbx_left, dbx_right, _): Around<'_, T, R> = if XP {
+            around(self.x.db, x0, 1, n)
+        } else {
+            ([empty; R], [empty; R], empty)
+        };
+        let (ax, bx) = if XP {
+            (&self.x.a[x0..x1], &self.x.b[x0..x1])
+        } else {
+            (empty, empty)
+        };
+        let (psi_xn, zeta_xn): (&mut [T], &mut [T]) = if XP {
+            (&mut out.psi_xn[x0..x1], &mut out.zeta_xn[x0..x1])
+        } else {
+            (&mut [], &mut [])
+        };
+        for x in 0..n {
+            let u0 = mid[x];
             let wy = if YP {
-                let l0 = lam_y(y, i);
-                let q0 = (one + self.y.b[y]) * l0;
+                // deepwave's PSI_TERM: (1 + b)·β + b·ζ at a neighbour.
+                let (b1, b, _) = y_mid;
+                let l0 = b1 * u0 + b * zy_mid[x];
+                let q0 = b1 * l0;
                 let (mut d1r, mut d2q, mut d1l) = (T::ZERO, T::ZERO, T::ZERO);
                 for k in 0..R {
-                    let (yp, ym) = (y + k + 1, y - k - 1);
-                    let (p, m) = (i + (k + 1) * nx, i - (k + 1) * nx);
-                    let (lp, lm) = (lam_y(yp, p), lam_y(ym, m));
-                    let rp = self.y.db[yp] * lp + self.y.b[yp] * f.psi_y[p];
-                    let rm = self.y.db[ym] * lm + self.y.b[ym] * f.psi_y[m];
+                    let (bp1, bp, dbp) = y_down[k];
+                    let (bm1, bm, dbm) = y_up[k];
+                    let lp = bp1 * downs[k][x] + bp * zy_down[k][x];
+                    let lm = bm1 * ups[k][x] + bm * zy_up[k][x];
+                    let rp = dbp * lp + bp * py_down[k][x];
+                    let rm = dbm * lm + bm * py_up[k][x];
                     d1r += c.d1[k] * (rp - rm);
-                    d2q += c.d2[k]
-                        * (((one + self.y.b[yp]) * lp - q0) + ((one + self.y.b[ym]) * lm - q0));
+                    d2q += c.d2[k] * ((bp1 * lp - q0) + (bm1 * lm - q0));
                     d1l += c.d1[k] * (lp - lm);
                 }
-                let a = self.y.a[y];
-                out.psi_yn[x] = -a * (d1l * c.rdy) + a * f.psi_y[i];
-                out.zeta_yn[x] = a * f.u[i] + a * f.zeta_y[i];
+                psi_yn[x] = -ay * (d1l * c.rdy) + ay * py_mid[x];
+                zeta_yn[x] = ay * u0 + ay * zy_mid[x];
                 -(d1r * c.rdy) + d2q * c.rdy2
             } else {
-                let u0 = f.u[i];
                 let mut d2 = T::ZERO;
                 for k in 0..R {
-                    d2 += c.d2[k] * ((f.u[i + (k + 1) * nx] - u0) + (f.u[i - (k + 1) * nx] - u0));
+                    d2 += c.d2[k] * ((downs[k][x] - u0) + (ups[k][x] - u0));
                 }
                 d2 * c.rdy2
             };
             let wx = if XP {
-                let l0 = lam_x(x, i);
-                let q0 = (one + self.x.b[x]) * l0;
+                let (b1, b) = (one + bx[x], bx[x]);
+                let l0 = b1 * u0 + b * zx_mid[x];
+                let q0 = b1 * l0;
                 let (mut d1r, mut d2q, mut d1l) = (T::ZERO, T::ZERO, T::ZERO);
                 for k in 0..R {
-                    let (xp, xm) = (x + k + 1, x - k - 1);
-                    let (p, m) = (i + k + 1, i - k - 1);
-                    let (lp, lm) = (lam_x(xp, p), lam_x(xm, m));
-                    let rp = self.x.db[xp] * lp + self.x.b[xp] * f.psi_x[p];
-                    let rm = self.x.db[xm] * lm + self.x.b[xm] * f.psi_x[m];
+                    let (bp, bm) = (bx_right[k][x], bx_left[k][x]);
+                    let (bp1, bm1) = (one + bp, one + bm);
+                    let lp = bp1 * rights[k][x] + bp * zx_right[k][x];
+                    let lm = bm1 * lefts[k][x] + bm * zx_left[k][x];
+                    let rp = dbx_right[k][x] * lp + bp * px_right[k][x];
+                    let rm = dbx_left[k][x] * lm + bm * px_left[k][x];
                     d1r += c.d1[k] * (rp - rm);
-                    d2q += c.d2[k]
-                        * (((one + self.x.b[xp]) * lp - q0) + ((one + self.x.b[xm]) * lm - q0));
+                    d2q += c.d2[k] * ((bp1 * lp - q0) + (bm1 * lm - q0));
                     d1l += c.d1[k] * (lp - lm);
                 }
-                let a = self.x.a[x];
-                out.psi_xn[x] = -a * (d1l * c.rdx) + a * f.psi_x[i];
-                out.zeta_xn[x] = a * f.u[i] + a * f.zeta_x[i];
+                let a = ax[x];
+                psi_xn[x] = -a * (d1l * c.rdx) + a * px_mid[x];
+                zeta_xn[x] = a * u0 + a * zx_mid[x];
                 -(d1r * c.rdx) + d2q * c.rdx2
             } else {
-                let u0 = f.u[i];
                 let mut d2 = T::ZERO;
                 for k in 0..R {
-                    d2 += c.d2[k] * ((f.u[i + k + 1] - u0) + (f.u[i - k - 1] - u0));
+                    d2 += c.d2[k] * ((rights[k][x] - u0) + (lefts[k][x] - u0));
                 }
                 d2 * c.rdx2
             };
-            out.w[x] = wy + wx;
+            w[x] = wy + wx;
         }
     }
 }
 
-/// The plain Laplacian `w[x] = ∂²_y u + ∂²_x u` of row `y` for `x ∈ [x0, x1)`.
+/// The interior's hot loop: the plain Laplacian `w = ∂²_y u + ∂²_x u` of row `y` over `[x0, x1)`
+/// and the leapfrog update `new = vv·w + 2u − new` in one pass, with deepwave's operations in
+/// deepwave's order (neighbour-minus-centre differences, no fused multiply-adds), so every
+/// instruction set gives the same bits.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn laplacian_generic<T: Real, const R: usize>(
+pub(crate) fn laplacian_leapfrog<T: Real, const R: usize>(
     c: &Coefs<T, R>,
     u: &[T],
     nx: usize,
@@ -292,6 +494,7 @@ fn laplacian_generic<T: Real, const R: usize>(
     x0: usize,
     x1: usize,
     w: &mut [T],
+    leap: &mut Leapfrog<'_, T>,
 ) {
     if x1 <= x0 {
         return;
@@ -304,6 +507,8 @@ fn laplacian_generic<T: Real, const R: usize>(
     let lefts: [&[T]; R] = std::array::from_fn(|k| &row[x0 - k - 1..][..n]);
     let rights: [&[T]; R] = std::array::from_fn(|k| &row[x0 + k + 1..][..n]);
     let w = &mut w[x0..x1];
+    let vv = &leap.vv[x0..x1];
+    let new = &mut leap.new[x0..x1];
     for i in 0..n {
         let u0 = mid[i];
         let mut dy = T::ZERO;
@@ -312,64 +517,15 @@ fn laplacian_generic<T: Real, const R: usize>(
             dy += c.d2[k] * ((downs[k][i] - u0) + (ups[k][i] - u0));
             dx += c.d2[k] * ((rights[k][i] - u0) + (lefts[k][i] - u0));
         }
-        w[i] = dy * c.rdy2 + dx * c.rdx2;
+        let wi = dy * c.rdy2 + dx * c.rdx2;
+        w[i] = wi;
+        new[i] = vv[i] * wi + T::TWO * u0 - new[i];
     }
 }
 
-/// `new = v·w + 2·cur − new` over a row segment (the leapfrog update; `new` holds the previous
-/// level on entry).
-#[inline(always)]
-fn leapfrog_generic<T: Real>(v: &[T], w: &[T], cur: &[T], new: &mut [T]) {
-    let n = new.len();
-    let (v, w, cur) = (&v[..n], &w[..n], &cur[..n]);
-    for i in 0..n {
-        new[i] = v[i] * w[i] + T::TWO * cur[i] - new[i];
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod simd {
-    use super::*;
-
-    #[target_feature(enable = "avx2")]
-    pub(super) fn laplacian_avx2<T: Real, const R: usize>(
-        c: &Coefs<T, R>,
-        u: &[T],
-        nx: usize,
-        y: usize,
-        x0: usize,
-        x1: usize,
-        w: &mut [T],
-    ) {
-        laplacian_generic(c, u, nx, y, x0, x1, w)
-    }
-
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn laplacian_avx512<T: Real, const R: usize>(
-        c: &Coefs<T, R>,
-        u: &[T],
-        nx: usize,
-        y: usize,
-        x0: usize,
-        x1: usize,
-        w: &mut [T],
-    ) {
-        laplacian_generic(c, u, nx, y, x0, x1, w)
-    }
-
-    #[target_feature(enable = "avx2")]
-    pub(super) fn leapfrog_avx2<T: Real>(v: &[T], w: &[T], cur: &[T], new: &mut [T]) {
-        leapfrog_generic(v, w, cur, new)
-    }
-
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn leapfrog_avx512<T: Real>(v: &[T], w: &[T], cur: &[T], new: &mut [T]) {
-        leapfrog_generic(v, w, cur, new)
-    }
-}
-
+/// [`laplacian_leapfrog`] on its own (the time reversal of boundary saving), compiled for `isa`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn laplacian<T: Real, const R: usize>(
+pub(crate) fn laplacian_leapfrog_on<T: Real, const R: usize>(
     isa: Isa,
     c: &Coefs<T, R>,
     u: &[T],
@@ -378,25 +534,68 @@ pub(crate) fn laplacian<T: Real, const R: usize>(
     x0: usize,
     x1: usize,
     w: &mut [T],
+    leap: &mut Leapfrog<'_, T>,
 ) {
-    match isa {
-        // SAFETY: `Isa::detect` returns these only when the CPU supports the instructions.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { simd::laplacian_avx512(c, u, nx, y, x0, x1, w) },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { simd::laplacian_avx2(c, u, nx, y, x0, x1, w) },
-        _ => laplacian_generic(c, u, nx, y, x0, x1, w),
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        #[allow(clippy::too_many_arguments)]
+        fn avx512<T: Real, const R: usize>(
+            c: &Coefs<T, R>,
+            u: &[T],
+            nx: usize,
+            y: usize,
+            x0: usize,
+            x1: usize,
+            w: &mut [T],
+            leap: &mut Leapfrog<'_, T>,
+        ) {
+            laplacian_leapfrog(c, u, nx, y, x0, x1, w, leap)
+        }
+        #[target_feature(enable = "avx2")]
+        #[allow(clippy::too_many_arguments)]
+        fn avx2<T: Real, const R: usize>(
+            c: &Coefs<T, R>,
+            u: &[T],
+            nx: usize,
+            y: usize,
+            x0: usize,
+            x1: usize,
+            w: &mut [T],
+            leap: &mut Leapfrog<'_, T>,
+        ) {
+            laplacian_leapfrog(c, u, nx, y, x0, x1, w, leap)
+        }
+        match isa {
+            // SAFETY: `Isa::detect` returns these only when the CPU supports the instructions.
+            Isa::Avx512 => return unsafe { avx512(c, u, nx, y, x0, x1, w, leap) },
+            Isa::Avx2 => return unsafe { avx2(c, u, nx, y, x0, x1, w, leap) },
+            Isa::Baseline => {}
+        }
+    }
+    laplacian_leapfrog(c, u, nx, y, x0, x1, w, leap)
+}
+
+/// The leapfrog update of `[x0, x1)` of a row from its `w`.
+#[inline(always)]
+fn leapfrog_segment<T: Real>(leap: &mut Leapfrog<'_, T>, w: &[T], cur: &[T], x0: usize, x1: usize) {
+    if x1 > x0 {
+        leapfrog_generic(
+            &leap.vv[x0..x1],
+            &w[x0..x1],
+            &cur[x0..x1],
+            &mut leap.new[x0..x1],
+        );
     }
 }
 
-/// `new = v·w + 2·cur − new` (dispatching on the instruction set).
-pub(crate) fn leapfrog<T: Real>(isa: Isa, v: &[T], w: &[T], cur: &[T], new: &mut [T]) {
-    match isa {
-        // SAFETY: `Isa::detect` returns these only when the CPU supports the instructions.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { simd::leapfrog_avx512(v, w, cur, new) },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { simd::leapfrog_avx2(v, w, cur, new) },
-        _ => leapfrog_generic(v, w, cur, new),
+/// `new = v·w + 2·cur − new` over a row segment (the leapfrog update; `new` holds the previous
+/// level on entry).
+#[inline(always)]
+pub(crate) fn leapfrog_generic<T: Real>(v: &[T], w: &[T], cur: &[T], new: &mut [T]) {
+    let n = new.len();
+    let (v, w, cur) = (&v[..n], &w[..n], &cur[..n]);
+    for i in 0..n {
+        new[i] = v[i] * w[i] + T::TWO * cur[i] - new[i];
     }
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::geometry::Shot;
 use super::grid::{Grid, fill_free_surface};
-use super::kernels::{Axis, Coefs, Isa, Kernel};
+use super::kernels::{Axis, Coefs, Isa, Kernel, Leapfrog, laplacian_leapfrog_on};
 use super::model::VelocityModel;
 use super::pml;
 use super::real::Real;
@@ -223,9 +223,8 @@ pub struct Solver<T> {
     /// C-PML profiles `[a, b, db]` along depth and x.
     py: [Vec<T>; 3],
     px: [Vec<T>; 3],
-    d1: Vec<T>,
-    d2: Vec<T>,
-    rd: [T; 4],
+    /// `1/Δz`, `1/Δx`, `1/Δz²`, `1/Δx²`.
+    rd: [f64; 4],
     /// The lossless region (boundary saving) and its stencil halo.
     lossless: ((usize, usize), (usize, usize)),
     halo: Vec<usize>,
@@ -342,13 +341,11 @@ impl<T: Real> Solver<T> {
             vv,
             py,
             px,
-            d1: conv(accuracy.first().to_vec()),
-            d2: conv(accuracy.second().to_vec()),
             rd: [
-                T::from_f64(1.0 / model.dz_m),
-                T::from_f64(1.0 / model.dx_m),
-                T::from_f64(1.0 / (model.dz_m * model.dz_m)),
-                T::from_f64(1.0 / (model.dx_m * model.dx_m)),
+                1.0 / model.dz_m,
+                1.0 / model.dx_m,
+                1.0 / (model.dz_m * model.dz_m),
+                1.0 / (model.dx_m * model.dx_m),
             ],
             lossless: ((rows.lo, rows.hi), (cols.lo, cols.hi)),
             halo,
@@ -389,6 +386,13 @@ impl<T: Real> Solver<T> {
 
     pub fn settings(&self) -> &SolverSettings {
         &self.settings
+    }
+
+    /// The same propagator with its row kernels compiled for plain x86-64 (SSE2), the baseline
+    /// `tessera bench wave` measures the vector variants against.
+    pub(crate) fn with_baseline_isa(mut self) -> Self {
+        self.isa = Isa::Baseline;
+        self
     }
 
     /// Receiver data of each shot; `wavelets[i]` holds shot i's source signals, `sources × nt`.
@@ -485,14 +489,11 @@ impl<T: Real> Solver<T> {
         };
         Kernel {
             nx: self.grid.nx,
-            c: Coefs {
-                d1: std::array::from_fn(|k| self.d1[k]),
-                d2: std::array::from_fn(|k| self.d2[k]),
-                rdy: self.rd[0],
-                rdx: self.rd[1],
-                rdy2: self.rd[2],
-                rdx2: self.rd[3],
-            },
+            c: Coefs::new(
+                std::array::from_fn(|k| self.accuracy.first()[k]),
+                std::array::from_fn(|k| self.accuracy.second()[k]),
+                self.rd,
+            ),
             y: Axis {
                 a: &self.py[0],
                 b: &self.py[1],
@@ -963,15 +964,12 @@ impl<T: Real> Solver<T> {
             .enumerate()
             .for_each(|(j, (hrow, wrow))| {
                 let y = y0 + j;
-                super::kernels::laplacian(isa, &k.c, lo, nx, y, x0, x1, wrow);
                 let base = y * nx;
-                super::kernels::leapfrog(
-                    isa,
-                    &self.vv[base + x0..base + x1],
-                    &wrow[x0..x1],
-                    &lo[base + x0..base + x1],
-                    &mut hrow[x0..x1],
-                );
+                let mut leap = Leapfrog {
+                    vv: &self.vv[base..base + nx],
+                    new: hrow,
+                };
+                laplacian_leapfrog_on(isa, &k.c, lo, nx, y, x0, x1, wrow, &mut leap);
             });
         let ns = plan.src.len();
         for (j, &i) in plan.src.iter().enumerate() {

@@ -3,7 +3,65 @@
 
 use rayon::prelude::*;
 
-use super::kernels::{AdjointRow, Fields, ForwardRow, Kernel, leapfrog};
+use super::kernels::{AdjointRow, Fields, ForwardRow, Isa, Kernel, Leapfrog};
+
+/// `$name(isa, args…)` runs `$band(args…)` compiled for the instruction set `isa` names: the band
+/// functions are `#[inline(always)]`, so each variant gets its own vectorised copy of every row
+/// kernel (the baseline build targets any x86-64).
+macro_rules! on_isa {
+    ($name:ident, $band:ident, ($($arg:ident: $ty:ty),* $(,)?)) => {
+        #[allow(clippy::too_many_arguments)]
+        fn $name<T: Real, const R: usize>(isa: Isa, $($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                #[allow(clippy::too_many_arguments)]
+                fn avx512<T: Real, const R: usize>($($arg: $ty),*) {
+                    $band($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                #[allow(clippy::too_many_arguments)]
+                fn avx2<T: Real, const R: usize>($($arg: $ty),*) {
+                    $band($($arg),*)
+                }
+                match isa {
+                    // SAFETY: `Isa::detect` returns these only when the CPU supports them.
+                    Isa::Avx512 => return unsafe { avx512($($arg),*) },
+                    Isa::Avx2 => return unsafe { avx2($($arg),*) },
+                    Isa::Baseline => {}
+                }
+            }
+            let _ = isa;
+            $band($($arg),*)
+        }
+    };
+}
+
+on_isa!(
+    forward_band_on,
+    forward_band,
+    (
+        k: &Kernel<'_, T, R>,
+        fields: Fields<'_, T>,
+        v: &[T],
+        born: Option<(&[T], &[T])>,
+        grad_w: Option<GradientSource<'_, T>>,
+        w: &mut [T],
+        b: &mut BandMut<'_, T>,
+    )
+);
+on_isa!(
+    adjoint_band_on,
+    adjoint_band,
+    (
+        k: &Kernel<'_, T, R>,
+        fields: Fields<'_, T>,
+        v: &[T],
+        grad_w: Option<GradientSource<'_, T>>,
+        w: &mut [T],
+        b: &mut BandMut<'_, T>,
+    )
+);
 use super::real::Real;
 
 /// Rows per parallel task: enough work to amortise scheduling, small enough to balance the heavier
@@ -236,44 +294,64 @@ pub(crate) fn forward<T: Real, const R: usize>(
         extras.energy,
         grad,
     );
-    work.into_par_iter().for_each(|mut b| {
-        let mut w = vec![T::ZERO; nx];
-        let rows = b.new.len() / nx;
-        for j in 0..rows {
-            let y = b.y0 + j;
-            let row = j * nx..(j + 1) * nx;
-            let mut out = ForwardRow {
-                w: &mut w,
-                psi_yn: &mut b.psi_yn[row.clone()],
-                psi_xn: &mut b.psi_xn[row.clone()],
-                zeta_y: &mut b.zeta_y[row.clone()],
-                zeta_x: &mut b.zeta_x[row.clone()],
-            };
-            let fields = Fields {
-                u: cur,
-                psi_y,
-                psi_x,
-                zeta_y: &[],
-                zeta_x: &[],
-            };
-            k.forward_row(y, fields, &mut out);
-            tail(
-                k,
-                y,
-                &w,
-                v,
-                cur,
-                &mut b.new[row.clone()],
-                born,
-                b.w_out.as_deref_mut().map(|s| &mut s[row.clone()]),
-                b.energy.as_deref_mut().map(|s| &mut s[row.clone()]),
-                b.grad
-                    .as_deref_mut()
-                    .map(|s| &mut s[row.clone()])
-                    .zip(grad_w),
-            );
-        }
-    });
+    let fields = Fields {
+        u: cur,
+        psi_y,
+        psi_x,
+        zeta_y: &[],
+        zeta_x: &[],
+    };
+    let isa = k.isa;
+    work.into_par_iter().for_each_init(
+        || vec![T::ZERO; nx],
+        |w, mut b| forward_band_on(isa, k, fields, v, born, grad_w, w, &mut b),
+    );
+}
+
+/// The rows of one band of the forward step (inlined into each instruction-set variant).
+#[inline(always)]
+fn forward_band<T: Real, const R: usize>(
+    k: &Kernel<'_, T, R>,
+    fields: Fields<'_, T>,
+    v: &[T],
+    born: Option<(&[T], &[T])>,
+    grad_w: Option<GradientSource<'_, T>>,
+    w: &mut [T],
+    b: &mut BandMut<'_, T>,
+) {
+    let nx = k.nx;
+    let rows = b.new.len() / nx;
+    for j in 0..rows {
+        let y = b.y0 + j;
+        let row = j * nx..(j + 1) * nx;
+        let mut out = ForwardRow {
+            w: &mut *w,
+            psi_yn: &mut b.psi_yn[row.clone()],
+            psi_xn: &mut b.psi_xn[row.clone()],
+            zeta_y: &mut b.zeta_y[row.clone()],
+            zeta_x: &mut b.zeta_x[row.clone()],
+        };
+        let base = y * nx;
+        let mut leap = Leapfrog {
+            vv: &v[base..base + nx],
+            new: &mut b.new[row.clone()],
+        };
+        k.forward_row(y, fields, &mut out, &mut leap);
+        tail(
+            k,
+            y,
+            w,
+            fields.u,
+            &mut b.new[row.clone()],
+            born,
+            b.w_out.as_deref_mut().map(|s| &mut s[row.clone()]),
+            b.energy.as_deref_mut().map(|s| &mut s[row.clone()]),
+            b.grad
+                .as_deref_mut()
+                .map(|s| &mut s[row.clone()])
+                .zip(grad_w),
+        );
+    }
 }
 
 /// One adjoint step (β form): `state.prev ← β(t)`, ψ and ζ into the next buffers; with a
@@ -305,7 +383,6 @@ pub(crate) fn adjoint<T: Real, const R: usize>(
         zeta_y: &zeta_y[..],
         zeta_x: &zeta_x[..],
     };
-    let cur = &cur[..];
     let (grad, grad_w) = match extras.gradient {
         Some(g) => (Some(g.acc), Some((g.w_fwd, g.rows, g.cols))),
         None => (None, None),
@@ -323,49 +400,69 @@ pub(crate) fn adjoint<T: Real, const R: usize>(
         extras.energy,
         grad,
     );
-    work.into_par_iter().for_each(|mut b| {
-        let mut w = vec![T::ZERO; nx];
-        let rows = b.new.len() / nx;
-        for j in 0..rows {
-            let y = b.y0 + j;
-            let row = j * nx..(j + 1) * nx;
-            let mut out = AdjointRow {
-                w: &mut w,
-                psi_yn: &mut b.psi_yn[row.clone()],
-                psi_xn: &mut b.psi_xn[row.clone()],
-                zeta_yn: &mut b.zeta_y[row.clone()],
-                zeta_xn: &mut b.zeta_x[row.clone()],
-            };
-            k.adjoint_row(y, fields, &mut out);
-            tail(
-                k,
-                y,
-                &w,
-                v,
-                cur,
-                &mut b.new[row.clone()],
-                None,
-                b.w_out.as_deref_mut().map(|s| &mut s[row.clone()]),
-                b.energy.as_deref_mut().map(|s| &mut s[row.clone()]),
-                b.grad
-                    .as_deref_mut()
-                    .map(|s| &mut s[row.clone()])
-                    .zip(grad_w),
-            );
-        }
-    });
+    let isa = k.isa;
+    work.into_par_iter().for_each_init(
+        || vec![T::ZERO; nx],
+        |w, mut b| adjoint_band_on(isa, k, fields, v, grad_w, w, &mut b),
+    );
 }
 
-type GradientRow<'a, T> = (&'a mut [T], (&'a [T], (usize, usize), (usize, usize)));
+/// The rows of one band of the adjoint step (inlined into each instruction-set variant).
+#[inline(always)]
+fn adjoint_band<T: Real, const R: usize>(
+    k: &Kernel<'_, T, R>,
+    fields: Fields<'_, T>,
+    v: &[T],
+    grad_w: Option<GradientSource<'_, T>>,
+    w: &mut [T],
+    b: &mut BandMut<'_, T>,
+) {
+    let nx = k.nx;
+    let rows = b.new.len() / nx;
+    for j in 0..rows {
+        let y = b.y0 + j;
+        let row = j * nx..(j + 1) * nx;
+        let mut out = AdjointRow {
+            w: &mut *w,
+            psi_yn: &mut b.psi_yn[row.clone()],
+            psi_xn: &mut b.psi_xn[row.clone()],
+            zeta_yn: &mut b.zeta_y[row.clone()],
+            zeta_xn: &mut b.zeta_x[row.clone()],
+        };
+        let base = y * nx;
+        let mut leap = Leapfrog {
+            vv: &v[base..base + nx],
+            new: &mut b.new[row.clone()],
+        };
+        k.adjoint_row(y, fields, &mut out, &mut leap);
+        tail(
+            k,
+            y,
+            w,
+            fields.u,
+            &mut b.new[row.clone()],
+            None,
+            b.w_out.as_deref_mut().map(|s| &mut s[row.clone()]),
+            b.energy.as_deref_mut().map(|s| &mut s[row.clone()]),
+            b.grad
+                .as_deref_mut()
+                .map(|s| &mut s[row.clone()])
+                .zip(grad_w),
+        );
+    }
+}
 
-/// Leapfrog update of one row plus the optional outputs.
+/// The forward `w` a gradient step correlates with, and the rows and columns where it does.
+type GradientSource<'a, T> = (&'a [T], (usize, usize), (usize, usize));
+type GradientRow<'a, T> = (&'a mut [T], GradientSource<'a, T>);
+
+/// The optional outputs of one row, after its leapfrog update.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn tail<T: Real, const R: usize>(
     k: &Kernel<'_, T, R>,
     y: usize,
     w: &[T],
-    v: &[T],
     cur: &[T],
     new: &mut [T],
     born: Option<(&[T], &[T])>,
@@ -377,33 +474,31 @@ fn tail<T: Real, const R: usize>(
     let (x0, x1) = (R, nx - R);
     let base = y * nx;
     let cur_row = &cur[base..base + nx];
-    leapfrog(
-        k.isa,
-        &v[base + x0..base + x1],
-        &w[x0..x1],
-        &cur_row[x0..x1],
-        &mut new[x0..x1],
-    );
     if let Some((dv, wbg)) = born {
-        for x in x0..x1 {
-            new[x] += dv[base + x] * wbg[base + x];
+        let (dv, wbg) = (&dv[base + x0..base + x1], &wbg[base + x0..base + x1]);
+        for ((n, d), b) in new[x0..x1].iter_mut().zip(dv).zip(wbg) {
+            *n += *d * *b;
         }
     }
     if let Some(out) = w_out {
         out[x0..x1].copy_from_slice(&w[x0..x1]);
     }
     if let Some(e) = energy {
-        for x in x0..x1 {
-            e[x] += cur_row[x] * cur_row[x];
+        for (e, &u) in e[x0..x1].iter_mut().zip(&cur_row[x0..x1]) {
+            *e += u * u;
         }
     }
     if let Some((acc, (w_fwd, rows, cols))) = grad
         && y >= rows.0
         && y < rows.1
     {
-        let wf = &w_fwd[base..base + nx];
-        for x in cols.0..cols.1 {
-            acc[x] += cur_row[x] * wf[x];
+        let wf = &w_fwd[base + cols.0..base + cols.1];
+        for ((a, &u), &wf) in acc[cols.0..cols.1]
+            .iter_mut()
+            .zip(&cur_row[cols.0..cols.1])
+            .zip(wf)
+        {
+            *a += u * wf;
         }
     }
 }
