@@ -152,6 +152,14 @@ enum Command {
         /// Output folder (default: out/NAME): weights, denoiser.toml, train.json.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Stop once this many steps (from the start of training) are done, writing a checkpoint
+        /// that `--resume` continues from bit for bit.
+        #[arg(long, value_name = "STEPS")]
+        stop_after: Option<usize>,
+        /// Continue the run in RUN_DIR from its checkpoint (same preset and `--set` values);
+        /// the outputs go to RUN_DIR.
+        #[arg(long, value_name = "RUN_DIR", conflicts_with = "out")]
+        resume: Option<PathBuf>,
         /// No loss reports.
         #[arg(long, short)]
         quiet: bool,
@@ -432,9 +440,17 @@ fn dispatch(command: Command) -> Result<()> {
             preset,
             set,
             out,
+            stop_after,
+            resume,
             quiet,
             group,
-        } => train(&preset, &set, out, quiet, &group),
+        } => {
+            let control = tessera::train::RunControl {
+                stop_after,
+                resume: resume.is_some(),
+            };
+            train(&preset, &set, resume.or(out), &control, quiet, &group)
+        }
     }
 }
 
@@ -442,6 +458,7 @@ fn train(
     name: &str,
     set: &[String],
     out: Option<PathBuf>,
+    control: &tessera::train::RunControl,
     quiet: bool,
     group: &GroupArgs,
 ) -> Result<()> {
@@ -449,6 +466,11 @@ fn train(
     if let Some(dsn) = tessera::dsn::run::DsnPreset::load(name, set)
         .with_context(|| format!("loading training preset `{name}`"))?
     {
+        if *control != tessera::train::RunControl::default() {
+            anyhow::bail!(
+                "--stop-after and --resume are for denoiser training presets, not Multi-DSN (`{name}`)"
+            );
+        }
         return train_dsn(dsn, out, quiet, group);
     }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
@@ -468,7 +490,7 @@ fn train(
     let out_dir = out.unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
     let loud = !quiet && comm.rank() == 0;
     let steps = preset.train.steps;
-    let summary = tessera::train::train(&preset, &base_dir, &out_dir, &*comm, &mut |p| {
+    let summary = tessera::train::train(&preset, &base_dir, &out_dir, &*comm, control, &mut |p| {
         if loud {
             eprintln!(
                 "step {:>6}/{steps}  loss {:.4e}  (PSNR {:.2} dB)",
@@ -488,6 +510,20 @@ fn train(
             summary.grid,
             summary.weights.display()
         );
+        for h in &summary.held_out {
+            println!(
+                "held out {} at sigma {}: noisy {:.2} dB, denoised {:.2} dB",
+                h.image, h.sigma, h.noisy_psnr_db, h.denoised_psnr_db
+            );
+        }
+        if summary.completed_steps < summary.steps {
+            println!(
+                "stopped after step {} of {}; continue with --resume {}",
+                summary.completed_steps,
+                summary.steps,
+                out_dir.display()
+            );
+        }
     }
     Ok(())
 }
