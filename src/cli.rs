@@ -241,6 +241,21 @@ enum BenchWhat {
         )]
         link: Vec<f64>,
     },
+    /// PSNR of the bundled denoisers against TV and wavelets (best of a few strengths) on held-out
+    /// images at a few noise levels: the training presets' held-out generated images (grey and
+    /// colour) and the given photographs (colour ones also as grey); the table of
+    /// assets/weights/README.md.
+    Denoisers {
+        /// Real photographs (e.g. scripts/fetch_photos.py's out/photos/*.png); default: the crops
+        /// in tests/fixtures/photos.
+        photos: Vec<PathBuf>,
+        /// Noise levels (image range 0..1), comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "0.05,0.1,0.2")]
+        sigma: Vec<f32>,
+        /// Also write the Markdown table to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
     /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is
     /// scripts/bench_deepwave.py, which runs this interleaved with deepwave.
@@ -524,6 +539,66 @@ fn train(
                 out_dir.display()
             );
         }
+    }
+    Ok(())
+}
+
+/// `tessera bench denoisers`: the PSNR table of the bundled denoisers.
+fn bench_denoisers(photos: Vec<PathBuf>, sigmas: &[f32], out: Option<PathBuf>) -> Result<()> {
+    use tessera::train::{TrainImage, data, eval};
+    if let Some(bad) = sigmas.iter().find(|s| !(**s > 0.0 && **s <= 1.0)) {
+        bail!("--sigma: noise levels must be in (0, 1], got {bad}");
+    }
+    let photos = if photos.is_empty() {
+        vec![
+            PathBuf::from("tests/fixtures/photos/camera_128.png"),
+            PathBuf::from("tests/fixtures/photos/astronaut_128.png"),
+        ]
+    } else {
+        photos
+    };
+    // The held-out images of presets/train-dncnn-{grey,colour}.toml.
+    let held_out = |grayscale| TrainImage {
+        sample: Some(tessera::samples::Sample::Natural),
+        size: Some(vec![256, 256]),
+        seed: Some(1000),
+        grayscale,
+        ..TrainImage::default()
+    };
+    let mut images = data::load_images(
+        &[held_out(true), held_out(false)],
+        "held_out",
+        Path::new(""),
+        0,
+        false,
+        &[],
+    )?;
+    for p in &photos {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut file = TrainImage {
+            path: Some(p.clone()),
+            ..TrainImage::default()
+        };
+        let mut photo = data::load_images(&[file.clone()], "photos", Path::new(""), 0, false, &[])?;
+        photo[0].name = name.clone();
+        let colour = photo[0].image.shape()[1] == 3;
+        images.append(&mut photo);
+        // A colour photograph is also a grey one, for the grey network.
+        if colour {
+            file.grayscale = true;
+            let mut grey = data::load_images(&[file], "photos", Path::new(""), 0, false, &[])?;
+            grey[0].name = format!("{name} (grey)");
+            images.append(&mut grey);
+        }
+    }
+    let rows = eval::psnr_table(&images, sigmas, 0)?;
+    let table = eval::markdown(&rows);
+    say!("{table}");
+    if let Some(path) = out {
+        io::write_atomic(&path, table.as_bytes())?;
     }
     Ok(())
 }
@@ -983,6 +1058,7 @@ fn bench(what: BenchWhat) -> Result<()> {
             };
             bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out, link)?
         }
+        BenchWhat::Denoisers { photos, sigma, out } => bench_denoisers(photos, &sigma, out)?,
         BenchWhat::Wave {
             nz,
             nx,

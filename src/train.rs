@@ -33,6 +33,7 @@ use crate::preset::ImageSource;
 
 pub mod checkpoint;
 pub mod data;
+pub mod eval;
 
 pub use data::TrainImage;
 
@@ -405,9 +406,7 @@ pub fn train(
     let crop = match cfg.crop {
         Some(c) => {
             let mut d = [1; 3];
-            for a in 3 - axes..3 {
-                d[a] = c;
-            }
+            d.iter_mut().skip(3 - axes).for_each(|v| *v = c);
             if let Some((im, _)) = images
                 .iter()
                 .zip(&dims)

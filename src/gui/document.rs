@@ -542,12 +542,19 @@ fn files_read_by(preset: &Preset) -> Vec<(String, PathBuf)> {
         }
     }
     match &preset.denoiser {
-        Some(DenoiserConfig::Drunet(c)) => {
-            files.extend(c.weights.clone().map(|w| ("denoiser.weights".into(), w)))
-        }
-        Some(DenoiserConfig::Dncnn(c)) => {
-            files.extend(c.weights.clone().map(|w| ("denoiser.weights".into(), w)))
-        }
+        // "random" and "bundled" name weights, not files.
+        Some(DenoiserConfig::Drunet(c)) => files.extend(
+            c.weights
+                .clone()
+                .filter(|w| !crate::nn::bundled::is_named(w))
+                .map(|w| ("denoiser.weights".into(), w)),
+        ),
+        Some(DenoiserConfig::Dncnn(c)) => files.extend(
+            c.weights
+                .clone()
+                .filter(|w| !crate::nn::bundled::is_named(w))
+                .map(|w| ("denoiser.weights".into(), w)),
+        ),
         Some(DenoiserConfig::Torchscript(c)) => {
             files.push(("denoiser.model".into(), c.model.clone()))
         }

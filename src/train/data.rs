@@ -289,7 +289,15 @@ mod tests {
             ..TrainImage::default()
         }];
         let exclude = held_out_files(&held, dir.path()).unwrap();
-        let got = load_images(&[folder.clone()], "images", dir.path(), 0, false, &exclude).unwrap();
+        let got = load_images(
+            std::slice::from_ref(&folder),
+            "images",
+            dir.path(),
+            0,
+            false,
+            &exclude,
+        )
+        .unwrap();
         assert_eq!(got.len(), 1);
         assert!(got[0].name.ends_with("a.npy"), "{}", got[0].name);
         assert_eq!(got[0].image.shape(), &[1, 1, 12, 14]);
@@ -312,7 +320,12 @@ mod tests {
             size: Some(vec![32, 32]),
             ..TrainImage::default()
         };
-        let e = check_disjoint(&[sample.clone()], &[sample.clone()], 0).unwrap_err();
+        let e = check_disjoint(
+            std::slice::from_ref(&sample),
+            std::slice::from_ref(&sample),
+            0,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("held_out[0]"), "{e}");
         let other = TrainImage {
             seed: Some(5),
