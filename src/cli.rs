@@ -514,6 +514,7 @@ fn train(
                 -10.0 * p.loss.log10()
             );
         }
+        std::ops::ControlFlow::Continue(())
     })
     .with_context(|| format!("training `{}`", preset.name))?;
     if comm.rank() == 0 && !quiet {
@@ -531,10 +532,9 @@ fn train(
                 h.image, h.sigma, h.noisy_psnr_db, h.denoised_psnr_db
             );
         }
-        if summary.completed_steps < summary.steps {
+        if summary.stopped_early {
             println!(
-                "stopped after step {} of {}; continue with --resume {}",
-                summary.completed_steps,
+                "stopped after step {} of {steps}; continue with --resume {}",
                 summary.steps,
                 out_dir.display()
             );
@@ -637,6 +637,7 @@ fn train_dsn(
                 per.join(", ")
             );
         }
+        std::ops::ControlFlow::Continue(())
     })
     .with_context(|| format!("training `{}`", preset.name))?;
     if comm.rank() == 0 && !quiet {

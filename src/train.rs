@@ -15,6 +15,7 @@
 //! of the noisy input and of the network at each evaluation σ, in `train.json`). `--stop-after` and
 //! `--resume` go through [`checkpoint`]: a resumed run equals an uninterrupted one bit for bit.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::denoise::DenoiserConfig;
 use crate::dist::Collective;
+use crate::dist::collective::agree_to_stop;
 use crate::dist::spatial::SpatialDomain;
 use crate::error::{Error, Result};
 use crate::nn::conv::Features;
@@ -179,6 +181,40 @@ impl TrainConfig {
 }
 
 impl TrainPreset {
+    /// Whether TOML text is a denoiser-training preset (a `[train]` table, no `kind = "dsn"`).
+    pub fn is_train(text: &str) -> bool {
+        toml::from_str::<toml::Table>(text).is_ok_and(|t| {
+            t.get("train").is_some_and(toml::Value::is_table)
+                && t.get("kind").and_then(|k| k.as_str()) != Some("dsn")
+        })
+    }
+
+    /// The preset as TOML (what the workbench saves and sends).
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string_pretty(self).map_err(|e| Error::config("training preset", e.to_string()))
+    }
+
+    /// The files the preset names: the training image and the starting weights.
+    pub fn paths_mut(&mut self) -> Vec<&mut PathBuf> {
+        let mut paths: Vec<&mut PathBuf> = self
+            .image
+            .iter_mut()
+            .flat_map(|i| i.path.iter_mut())
+            .chain(self.images.iter_mut().flat_map(|i| i.path.iter_mut()))
+            .chain(self.held_out.iter_mut().flat_map(|i| i.path.iter_mut()))
+            .collect();
+        paths.extend(self.denoiser.paths_mut());
+        paths
+    }
+
+    /// Makes the files the preset names absolute against `base` (its folder), so that it runs
+    /// wherever the backend's working directory is.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        for p in self.paths_mut() {
+            *p = crate::io::resolve(base, p);
+        }
+    }
+
     /// Parses TOML text, applies `--set` overrides and validates; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<TrainPreset> {
         let preset: TrainPreset = crate::preset::parse_versioned(
@@ -313,13 +349,16 @@ pub struct TrainSummary {
     pub parameters: usize,
     pub ranks: usize,
     pub grid: [usize; 3],
+    /// Steps run (fewer than the preset's when stopped).
     pub steps: usize,
-    /// Steps done when this invocation ended (`steps` unless stopped by `--stop-after`).
-    pub completed_steps: usize,
+    /// Stopped before the preset's last step (by the user, or by `--stop-after`).
+    #[serde(default)]
+    pub stopped_early: bool,
     /// The step this invocation resumed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from: Option<usize>,
     /// The images crops were drawn from.
+    #[serde(default)]
     pub training_images: Vec<String>,
     pub loss: Vec<LossPoint>,
     /// Held-out images scored after training (none when stopped early).
@@ -333,14 +372,15 @@ pub struct TrainSummary {
 
 /// Trains on every rank of `comm` (each rank calls this); rank 0 writes the outputs into `out_dir`.
 /// `control` stops early (with a checkpoint) or resumes from `out_dir`'s checkpoint. `on_report` is
-/// called on every rank after each reported step.
+/// called on every rank after each reported step; when it breaks on rank 0 (a user's Stop), every
+/// rank ends the run there, writes a checkpoint, and the weights reached so far are written as usual.
 pub fn train(
     preset: &TrainPreset,
     base_dir: &Path,
     out_dir: &Path,
     comm: &dyn Collective,
     control: &RunControl,
-    on_report: &mut dyn FnMut(&LossPoint),
+    on_report: &mut dyn FnMut(&LossPoint) -> ControlFlow<()>,
 ) -> Result<TrainSummary> {
     preset.validate()?;
     let cfg = &preset.train;
@@ -492,6 +532,7 @@ pub fn train(
     };
     let total = (cfg.batch * channels * crop.iter().product::<usize>()) as f64;
     let start = Instant::now();
+    let mut steps_done = first_step;
     for step in first_step..last_step {
         let mut rng = rand::rngs::StdRng::seed_from_u64(mix(preset.seed, step as u64));
         // The same crops and levels on every rank; each rank copies its block of each crop.
@@ -551,16 +592,23 @@ pub fn train(
         let progress = step as f64 / cfg.steps.max(2).saturating_sub(1) as f64;
         let lr = cfg.learning_rate * (0.55 + 0.45 * (std::f64::consts::PI * progress).cos());
         adam.step(net.params_mut(), &grads.data, lr);
+        steps_done = step + 1;
+        let mut stop = false;
         if step % cfg.log_every == 0 || step + 1 == cfg.steps {
             let point = LossPoint { step, loss };
-            on_report(&point);
+            let asked = on_report(&point).is_break();
             loss_curve.push(point);
+            stop = agree_to_stop(comm, asked)? && steps_done < cfg.steps;
         }
-        let done = step + 1;
-        if done < cfg.steps
-            && (done == last_step || (cfg.checkpoint_every > 0 && done % cfg.checkpoint_every == 0))
+        if steps_done < cfg.steps
+            && (stop
+                || steps_done == last_step
+                || (cfg.checkpoint_every > 0 && steps_done % cfg.checkpoint_every == 0))
         {
-            save_checkpoint(&net, &adam, done, &loss_curve)?;
+            save_checkpoint(&net, &adam, steps_done, &loss_curve)?;
+        }
+        if stop {
+            break;
         }
     }
     let stats = domain.take_stats();
@@ -574,7 +622,7 @@ pub fn train(
             [v[0], v[1]]
         })
         .collect();
-    let finished = last_step == cfg.steps;
+    let finished = steps_done == cfg.steps;
     let scores = if finished {
         score_held_out(preset, &net, with_sigma, &held_out, comm)?
     } else {
@@ -597,8 +645,8 @@ pub fn train(
         parameters: net.param_count(),
         ranks: world,
         grid: grid.shape,
-        steps: cfg.steps,
-        completed_steps: last_step,
+        steps: steps_done,
+        stopped_early: steps_done < cfg.steps,
         resumed_from: control.resume.then_some(first_step),
         training_images: image_names,
         loss: loss_curve,

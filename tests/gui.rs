@@ -1635,3 +1635,266 @@ fn the_timing_tab_shows_the_runs_figures_and_exports_its_report() {
     assert_eq!(html.matches("data:image/png;base64,").count(), 5);
     assert!(folder.join("breakdown.png").is_file());
 }
+
+/// A bundled training preset (either kind) with overrides, written to `dir/<file>`.
+fn training_preset_file(dir: &Path, name: &str, file: &str, sets: &[&str]) -> std::path::PathBuf {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let toml = match tessera::dsn::run::DsnPreset::load(name, &sets).unwrap() {
+        Some((p, _)) => p.to_toml().unwrap(),
+        None => tessera::train::TrainPreset::load(name, &sets)
+            .unwrap()
+            .0
+            .to_toml()
+            .unwrap(),
+    };
+    let path = dir.join(file);
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// A Multi-DSN from the window on two real ranks: its editor replaces the imaging ones, the
+/// curves stream per epoch, and once it ends the Training tab shows each rank's domains, times and
+/// memory, the Reconstructions tab each domain's decodings, and Runs lists it by its accuracy.
+#[test]
+fn a_multi_dsn_trains_from_the_window_with_curves_ranks_and_reconstructions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = with_local_backend(&dir.path().join("out"), 2);
+    h.get_by_role_and_label(Role::Button, "dsn_shapes").click();
+    h.run_steps(2);
+    assert_eq!(h.state().doc.name(), "dsn_shapes");
+    for label in [
+        "Training set-up",
+        "similarity",
+        "steps per epoch",
+        "batch per domain",
+    ] {
+        assert!(h.query_by_label(label).is_some(), "{label} is shown");
+    }
+    assert!(h.query_by_label("Denoiser and tiling").is_none());
+    assert!(
+        h.query_by_label_contains("loss curve").is_some(),
+        "before a run the main area says what will appear"
+    );
+    let path = training_preset_file(
+        dir.path(),
+        "dsn_shapes",
+        "small_dsn.toml",
+        &[
+            "model.image_size=16",
+            "train.epochs=2",
+            "train.steps_per_epoch=3",
+            "train.batch=4",
+            "train.train_images=16",
+            "train.test_images=8",
+        ],
+    );
+    h.state_mut().open_preset_path(&path);
+    h.run_steps(2);
+    assert_eq!(h.state().run_blocker(), None);
+    run_to_end(&mut h);
+    let log = log_of(h.state());
+    assert!(
+        matches!(h.state().session.state(), JobState::Finished { .. }),
+        "{log:#?}"
+    );
+    step_until(&mut h, "the run's train.json", |wb| {
+        wb.session
+            .training
+            .as_ref()
+            .is_some_and(|t| t.result.is_some())
+    });
+    let run = h.state().session.training.clone().unwrap();
+    assert_eq!(run.epochs.len(), 2, "one report per epoch");
+    assert_eq!(run.world_size, 2);
+    let last = run.epochs.last().unwrap();
+    assert!(
+        h.query_by_label_contains(&format!(
+            "epoch 2: target accuracy {:.1} %",
+            100.0 * last.target_accuracy
+        ))
+        .is_some()
+    );
+    assert!(
+        h.query_by_label_contains("epochs: 2 of 2 on 2 rank(s), done")
+            .is_some()
+    );
+
+    h.get_by_role_and_label(Role::Button, "Training").click();
+    h.run_steps(2);
+    for label in ["exchange share", "peak memory", "[0, 2]", "[1, 3]"] {
+        assert!(
+            h.query_by_label(label).is_some(),
+            "{label} in the rank table"
+        );
+    }
+
+    h.get_by_role_and_label(Role::Button, "Reconstructions")
+        .click();
+    h.run_steps(3);
+    for domain in ["source", "blurred", "noisy", "tomography"] {
+        assert!(
+            h.query_by_label(&format!("reconstructions of {domain}"))
+                .is_some(),
+            "{domain}'s reconstructions shown: {:#?}",
+            log_of(h.state())
+        );
+    }
+
+    h.get_by_role_and_label(Role::Button, "Runs").click();
+    step_until(&mut h, "the run in the history", |wb| {
+        wb.runs.runs.iter().any(|r| r.training.is_some())
+    });
+    h.run_steps(2);
+    assert!(
+        h.query_by_label(&format!(
+            "target accuracy {:.1} %",
+            100.0 * last.target_accuracy
+        ))
+        .is_some()
+    );
+}
+
+/// Denoiser training from the window: Stop ends it at a reported step with its weights kept, and
+/// the stopped run reopens from Runs with its loss curve and per-rank times.
+#[test]
+fn a_denoiser_training_run_stops_and_reopens_from_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = with_local_backend(&dir.path().join("out"), 2);
+    let path = training_preset_file(
+        dir.path(),
+        "train-dncnn",
+        "long.toml",
+        &[
+            "image.size=[96,80]",
+            "train.steps=100000",
+            "train.log_every=1",
+            "train.crop=40",
+            "train.batch=3",
+        ],
+    );
+    h.state_mut().open_preset_path(&path);
+    h.run_steps(2);
+    for label in ["noise levels", "convolutions", "crop (0 = whole image)"] {
+        assert!(h.query_by_label(label).is_some(), "{label} is shown");
+    }
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    step_until(&mut h, "three reported steps", |wb| {
+        wb.session
+            .training
+            .as_ref()
+            .is_some_and(|t| t.steps.len() >= 3)
+    });
+    assert!(h.query_by_label_contains("steps: ").is_some());
+    h.get_by_role_and_label(Role::Button, "Stop").click();
+    step_until(&mut h, "the stopped run", |wb| {
+        matches!(wb.session.state(), JobState::Cancelled { .. })
+            && wb
+                .session
+                .training
+                .as_ref()
+                .is_some_and(|t| t.result.is_some())
+    });
+    let run = h.state().session.training.clone().unwrap();
+    let Some(tessera::gui::session::TrainResult::Denoiser(s)) = &run.result else {
+        panic!("a denoiser's train.json: {:?}", run.result);
+    };
+    assert!(s.stopped_early);
+    assert_eq!(s.compute_secs.len(), 2);
+    let folder = run.run_dir.clone().unwrap();
+    assert!(folder.join("dncnn_grey.safetensors").is_file());
+
+    // Another experiment, then the stopped run again from Runs.
+    h.get_by_role_and_label(Role::Button, "quick").click();
+    h.run_steps(2);
+    assert!(h.state().session.training.is_none());
+    h.get_by_role_and_label(Role::Button, "Runs").click();
+    step_until(&mut h, "the run in the history", |wb| {
+        wb.runs.runs.iter().any(|r| r.folder == folder)
+    });
+    h.run_steps(2);
+    assert!(
+        h.query_by_label(&format!("{} (stopped)", s.steps))
+            .is_some()
+    );
+    h.get_by_role_and_label(Role::Button, "reopen").click();
+    h.run_steps(2);
+    let reopened = h.state().session.training.clone().expect("reopened");
+    assert_eq!(reopened.steps, s.loss);
+    assert!(
+        h.query_by_label(&format!("steps: {} on 2 rank(s), stopped", s.steps))
+            .is_some()
+    );
+    h.get_by_role_and_label(Role::Button, "Training").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("exchange share").is_some());
+}
+
+/// On a remote backend the run's files (the reconstructions in their sub-folder included) are
+/// copied here when it ends, and the views read them from the copy.
+#[test]
+fn a_remote_multi_dsn_run_is_fetched_with_its_reconstructions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
+    let (mut child, addr) = serve_tcp(&[
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--out",
+        dir.path().join("server").to_str().unwrap(),
+    ]);
+    let here = dir.path().join("here");
+    let mut h = harness(Workbench::new(WorkbenchOptions {
+        starter: starter(Vec::new()),
+        start_backend: false,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+        output_root: Some(here.clone()),
+    }));
+    h.get_by_role_and_label(Role::Button, "Attach…").click();
+    h.run_steps(2);
+    for (role, label, text) in [
+        (Role::TextInput, "address", addr.to_string()),
+        (Role::PasswordInput, "token", token),
+    ] {
+        h.get_by_role_and_label(role, label).focus();
+        h.run_steps(1);
+        h.get_by_role_and_label(role, label).type_text(&text);
+        h.run_steps(1);
+    }
+    h.get_by_role_and_label(Role::Button, "Connect").click();
+    step_until(&mut h, "the remote backend", |wb| {
+        wb.has_backend() && wb.doc.remote
+    });
+    let path = training_preset_file(
+        dir.path(),
+        "dsn_shapes",
+        "small_dsn.toml",
+        &[
+            "model.image_size=16",
+            "train.epochs=1",
+            "train.steps_per_epoch=2",
+            "train.batch=4",
+            "train.train_images=16",
+            "train.test_images=8",
+        ],
+    );
+    h.state_mut().open_preset_path(&path);
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Button, "Reconstructions")
+        .click();
+    run_to_end(&mut h);
+    step_until(&mut h, "the fetched run", |wb| {
+        wb.runs.shown.as_ref().is_some_and(|f| f.starts_with(&here))
+    });
+    let folder = h.state().runs.shown.clone().unwrap();
+    assert!(folder.join("reconstructions/tomography.png").is_file());
+    assert!(folder.join("dsn.safetensors").is_file());
+    h.run_steps(3);
+    assert!(
+        h.query_by_label("reconstructions of tomography").is_some(),
+        "{:#?}",
+        log_of(h.state())
+    );
+    child.kill().unwrap();
+    let _ = child.wait();
+}

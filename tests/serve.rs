@@ -13,7 +13,7 @@ use serve_tcp::serve_tcp;
 use tessera::preset::Preset;
 use tessera::protocol::{
     BackendAddr, Client, ClientEvent, Event, InlineArray, LocalBackend, LocalOptions,
-    PROTOCOL_VERSION, PreviewKind, Request,
+    PROTOCOL_VERSION, PreviewKind, Request, TrainPlan,
 };
 
 const EXE: &str = env!("CARGO_BIN_EXE_tessera");
@@ -1197,4 +1197,208 @@ fn headless_attach_over_tcp_sends_an_fwi_presets_files_along() {
     assert!(e.contains("models/true.npy"), "{e}");
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// A bundled training preset with `--set` overrides, as the workbench sends it.
+fn training_preset(name: &str, overrides: &[&str]) -> String {
+    let set: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    match tessera::dsn::run::DsnPreset::load(name, &set).unwrap() {
+        Some((p, _)) => p.to_toml().unwrap(),
+        None => tessera::train::TrainPreset::load(name, &set)
+            .unwrap()
+            .0
+            .to_toml()
+            .unwrap(),
+    }
+}
+
+const SMALL_DSN: &[&str] = &[
+    "model.image_size=16",
+    "train.epochs=2",
+    "train.steps_per_epoch=3",
+    "train.batch=4",
+    "train.train_images=16",
+    "train.test_images=8",
+];
+
+const SMALL_DNCNN: &[&str] = &[
+    "image.size=[96,80]",
+    "train.steps=5",
+    "train.log_every=2",
+    "train.crop=40",
+    "train.batch=3",
+];
+
+/// `tessera train NAME --ranks 2` with the same overrides, in `dir/cli`; returns the folder.
+fn cli_training(dir: &std::path::Path, name: &str, overrides: &[&str]) -> std::path::PathBuf {
+    let mut c = Command::new(EXE);
+    c.args(["train", name, "--ranks", "2", "--quiet", "--out", "cli"]);
+    for o in overrides {
+        c.args(["--set", o]);
+    }
+    let out = c.current_dir(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("cli")
+}
+
+fn finished_run(events: &[Event]) -> (std::path::PathBuf, Vec<std::path::PathBuf>, String) {
+    match events.last() {
+        Some(Event::Finished {
+            run_dir,
+            outputs,
+            summary_json,
+            ..
+        }) => (run_dir.clone(), outputs.clone(), summary_json.clone()),
+        other => panic!("expected Finished, got {other:?}"),
+    }
+}
+
+#[test]
+fn training_jobs_stream_their_progress_and_train_what_the_cli_trains() {
+    let (_backend, client, dir) = local(2);
+    // A Multi-DSN: TrainStarted, one DsnEpoch per epoch, then Finished with train.json.
+    submit(&client, training_preset("dsn_shapes", SMALL_DSN));
+    let events = until(&client, is_end);
+    let Some(Event::TrainStarted {
+        plan: TrainPlan::Dsn {
+            domains, epochs, ..
+        },
+        world_size: 2,
+        ..
+    }) = events
+        .iter()
+        .find(|e| matches!(e, Event::TrainStarted { .. }))
+    else {
+        panic!("no TrainStarted for a Multi-DSN: {events:#?}");
+    };
+    assert_eq!((domains.len(), *epochs), (4, 2));
+    let reported: Vec<usize> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::DsnEpoch { report, .. } => Some(report.epoch),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reported, vec![0, 1]);
+    let (run_dir, outputs, json) = finished_run(&events);
+    assert_eq!(outputs.last(), Some(&"train.json".into()), "{outputs:?}");
+    let summary: serde_json::Value = serde_json::from_str(&json).unwrap();
+    // Paths in train.json are the run folder's own, so they survive a move or a fetch.
+    assert_eq!(summary["weights"], "dsn.safetensors");
+    assert_eq!(summary["reconstructions"][1], "reconstructions/blurred.png");
+    for o in &outputs {
+        assert!(run_dir.join(o).is_file(), "{} missing", o.display());
+    }
+    assert_eq!(
+        std::fs::read_to_string(run_dir.join("train.json")).unwrap(),
+        json
+    );
+    let cli = cli_training(dir.path(), "dsn_shapes", SMALL_DSN);
+    assert_eq!(
+        std::fs::read(run_dir.join("dsn.safetensors")).unwrap(),
+        std::fs::read(cli.join("dsn.safetensors")).unwrap(),
+        "the backend trained other weights than `tessera train --ranks 2`"
+    );
+
+    // A denoiser: TrainStep at every log_every-th step and the last.
+    submit(&client, training_preset("train-dncnn", SMALL_DNCNN));
+    let events = until(&client, is_end);
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::TrainStarted {
+                plan: TrainPlan::Denoiser { steps: 5, .. },
+                ..
+            }
+        )),
+        "{events:#?}"
+    );
+    let steps: Vec<usize> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TrainStep { point, .. } => Some(point.step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, vec![0, 2, 4]);
+    let (run_dir, _, json) = finished_run(&events);
+    let summary: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(summary["steps"], 5);
+    assert_eq!(summary["stopped_early"], false);
+    assert_eq!(summary["compute_secs"].as_array().unwrap().len(), 2);
+    let second = dir.path().join("second");
+    std::fs::create_dir(&second).unwrap();
+    let cli = cli_training(&second, "train-dncnn", SMALL_DNCNN);
+    assert_eq!(
+        std::fs::read(run_dir.join("dncnn_grey.safetensors")).unwrap(),
+        std::fs::read(cli.join("dncnn_grey.safetensors")).unwrap(),
+    );
+}
+
+#[test]
+fn a_stopped_training_job_keeps_its_weights_and_the_backend_takes_the_next_job() {
+    let (_backend, client, _dir) = local(2);
+    let mut long = SMALL_DNCNN.to_vec();
+    long.extend(["train.steps=100000", "train.log_every=1"]);
+    submit(&client, training_preset("train-dncnn", &long));
+    until(
+        &client,
+        |e| matches!(e, Event::TrainStep { point, .. } if point.step >= 2),
+    );
+    client.send(Request::Cancel { job: 1 }).unwrap();
+    let events = until(&client, is_end);
+    let Some(Event::Cancelled {
+        iterations: n,
+        run_dir: Some(run_dir),
+        summary_json: Some(json),
+        ..
+    }) = events.last()
+    else {
+        panic!("expected Cancelled, got {:?}", events.last());
+    };
+    let summary: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(summary["stopped_early"], true);
+    assert_eq!(summary["steps"].as_u64(), Some(*n as u64));
+    assert!((3..100_000).contains(n), "{n}");
+    assert!(run_dir.join("dncnn_grey.safetensors").is_file());
+    // Both ranks stopped at the same step: otherwise the next job's collectives would not match.
+    submit(&client, quick(2));
+    let events = until(&client, is_end);
+    assert!(
+        matches!(events.last(), Some(Event::Finished { job: 2, .. })),
+        "{:?}",
+        events.last()
+    );
+}
+
+#[test]
+fn a_training_job_with_inline_data_is_refused_alone() {
+    let (_backend, client, _dir) = local(1);
+    client
+        .send(Request::Submit {
+            preset_toml: training_preset("train-dncnn", SMALL_DNCNN),
+            inline: vec![InlineArray {
+                name: "image".into(),
+                shape: vec![1, 1, 4, 4],
+                data: vec![0.0; 16],
+            }],
+            files: Vec::new(),
+            preview_max_side: 32,
+        })
+        .unwrap();
+    let events = until(&client, is_end);
+    assert!(
+        matches!(events.last(), Some(Event::Failed { error, .. }) if error.contains("inline array `image`")),
+        "{:?}",
+        events.last()
+    );
+    submit(&client, quick(1));
+    assert!(matches!(
+        until(&client, is_end).last(),
+        Some(Event::Finished { .. })
+    ));
 }

@@ -119,7 +119,8 @@ fn stopping_and_resuming_equals_an_uninterrupted_run_bit_for_bit_on_one_and_two_
         args.extend_from_slice(&["--stop-after", "5"]);
         run_ok(&args, dir.path(), &format!("{n} ranks, first part"));
         let stopped = read_json(&dir.path().join(&parts).join("train.json"));
-        assert_eq!(stopped["completed_steps"], 5);
+        assert_eq!(stopped["steps"], 5);
+        assert_eq!(stopped["stopped_early"], true);
         let mut args = vec!["train", "train-dncnn", "--ranks", n, "--resume", &parts];
         args.extend_from_slice(SMALL);
         run_ok(&args, dir.path(), &format!("{n} ranks, resumed"));
@@ -142,7 +143,8 @@ fn stopping_and_resuming_equals_an_uninterrupted_run_bit_for_bit_on_one_and_two_
         );
         let resumed = read_json(&dir.path().join(&parts).join("train.json"));
         assert_eq!(resumed["resumed_from"], 5);
-        assert_eq!(resumed["completed_steps"], 8);
+        assert_eq!(resumed["steps"], 8);
+        assert_eq!(resumed["stopped_early"], false);
     }
 }
 

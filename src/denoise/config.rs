@@ -48,6 +48,20 @@ pub enum DenoiserConfig {
 }
 
 impl DenoiserConfig {
+    /// The preset's `kind` tag (`tv`, `drunet`, …).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            DenoiserConfig::Identity => "identity",
+            DenoiserConfig::Tv(_) => "tv",
+            DenoiserConfig::Wavelet(_) => "wavelet",
+            DenoiserConfig::Median(_) => "median",
+            DenoiserConfig::Gaussian(_) => "gaussian",
+            DenoiserConfig::Drunet(_) => "drunet",
+            DenoiserConfig::Dncnn(_) => "dncnn",
+            DenoiserConfig::Torchscript(_) => "torchscript",
+        }
+    }
+
     /// Checks every parameter's range; the error names the field (`denoiser.<field>`).
     pub fn validate(&self) -> Result<()> {
         match self {

@@ -204,6 +204,14 @@ pub fn check_rank(rank: usize, world: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether every rank stops here: rank 0's `stop` decides (the others' is ignored), sent to all
+/// with one broadcast of a byte, so loops that each rank runs stop at the same step.
+pub fn agree_to_stop(comm: &dyn Collective, stop: bool) -> Result<bool> {
+    let mut flag = vec![u8::from(stop && comm.rank() == 0)];
+    comm.broadcast(&mut flag, 0)?;
+    Ok(flag.first() == Some(&1))
+}
+
 /// Applies `op` elementwise: `acc ← acc ⊕ x`.
 pub fn reduce_into(acc: &mut [f32], x: &[f32], op: ReduceOp) {
     match op {

@@ -38,6 +38,23 @@ pub enum Transform {
 }
 
 impl Transform {
+    /// A short description (`blur σ 1.5 px`), for lists.
+    pub fn summary(&self) -> String {
+        match self {
+            Transform::Blur { sigma_px } => format!("blur σ {sigma_px} px"),
+            Transform::Noise { sigma } => format!("noise σ {sigma}"),
+            Transform::Contrast {
+                gain,
+                gamma,
+                offset,
+            } => format!("contrast {gain}·x^{gamma} + {offset}"),
+            Transform::Tomography {
+                angles,
+                noise_sigma,
+            } => format!("tomography {angles} angles (noise {noise_sigma}) + FBP"),
+        }
+    }
+
     fn validate(&self, field: &str) -> Result<()> {
         let bad = |what: &str, v: f32| {
             Err(Error::config(

@@ -101,6 +101,16 @@ pub enum Similarity {
     Mmd,
 }
 
+impl Similarity {
+    /// The preset's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Similarity::Dann => "dann",
+            Similarity::Mmd => "mmd",
+        }
+    }
+}
+
 /// How the gradient reversal's factor λ grows over training with the DANN similarity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

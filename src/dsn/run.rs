@@ -117,6 +117,18 @@ impl DsnPreset {
             .is_ok_and(|t| t.get("kind").and_then(|k| k.as_str()) == Some("dsn"))
     }
 
+    /// The preset as TOML (what the workbench saves and sends).
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string_pretty(self).map_err(|e| Error::config("Multi-DSN preset", e.to_string()))
+    }
+
+    /// Makes the domains' image folders absolute against `base` (the preset's folder).
+    pub fn resolve_paths(&mut self, base: &Path) {
+        for f in self.domains.iter_mut().filter_map(|d| d.folder.as_mut()) {
+            *f = crate::io::resolve(base, f);
+        }
+    }
+
     /// Parses TOML text, applies `--set` overrides and validates; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<DsnPreset> {
         let preset: DsnPreset = crate::preset::parse_versioned(
@@ -270,6 +282,9 @@ pub struct DsnSummary {
     pub domains: Vec<String>,
     pub similarity: Similarity,
     pub source_only: bool,
+    /// Stopped by the user before the preset's last epoch.
+    #[serde(default)]
+    pub stopped_early: bool,
     pub shared_parameters: usize,
     pub private_parameters_per_domain: usize,
     pub epochs: Vec<EpochReport>,
@@ -335,13 +350,14 @@ fn features(images: Vec<f32>, n: usize, size: usize) -> Features<f32> {
 }
 
 /// Trains on every rank of `comm` (each rank calls this); rank 0 writes the outputs into
-/// `out_dir`. `on_epoch` is called on every rank after each epoch.
+/// `out_dir`. `on_epoch` is called on every rank after each epoch; when it breaks on rank 0 (a
+/// user's Stop), every rank ends the run after that epoch and writes what it reached as usual.
 pub fn train(
     p: &DsnPreset,
     base_dir: &Path,
     out_dir: &Path,
     comm: &dyn Collective,
-    on_epoch: &mut dyn FnMut(&EpochReport),
+    on_epoch: &mut dyn FnMut(&EpochReport) -> std::ops::ControlFlow<()>,
 ) -> Result<DsnSummary> {
     p.validate()?;
     let t = &p.train;
@@ -460,8 +476,11 @@ pub fn train(
             source_accuracy = report.accuracy[0],
             "dsn epoch"
         );
-        on_epoch(&report);
+        let stop = on_epoch(&report).is_break();
         epochs.push(report);
+        if crate::dist::collective::agree_to_stop(comm, stop)? && epoch + 1 < t.epochs {
+            break;
+        }
         if t.reconstructions_every
             .is_some_and(|every| (epoch + 1) % every == 0 && epoch + 1 < t.epochs)
         {
@@ -479,6 +498,7 @@ pub fn train(
         domains: p.domains.iter().map(|d| d.name.clone()).collect(),
         similarity: t.similarity,
         source_only: t.source_only,
+        stopped_early: epochs.len() < t.epochs,
         shared_parameters: trainer.model.shared_param_count(),
         private_parameters_per_domain: trainer.model.private_param_count(),
         epochs,

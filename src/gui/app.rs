@@ -453,6 +453,18 @@ impl Workbench {
         self.opened();
     }
 
+    /// Opens a training experiment (a denoiser or a Multi-DSN; its editors and views replace the
+    /// imaging ones); what the previous run showed is cleared.
+    pub fn set_training(
+        &mut self,
+        training: super::document::Training,
+        base: &Path,
+        origin: String,
+    ) {
+        self.doc.set_training(training, base, origin);
+        self.opened();
+    }
+
     /// Another experiment was opened: forget what the last run showed (unless one is running).
     fn opened(&mut self) {
         if !self.session.is_busy() {
@@ -491,6 +503,24 @@ impl Workbench {
 
     /// Loads a preset file (from the dialog, a drop or the recent list); errors go to the log.
     pub fn open_preset_path(&mut self, path: &Path) {
+        match super::document::Training::load(path) {
+            Ok(Some((training, base))) => {
+                self.app_state.remember(path);
+                self.remember_folder(path);
+                self.session.log(
+                    LogLevel::Info,
+                    format!("opened training preset {}", path.display()),
+                );
+                self.set_training(training, &base, path.display().to_string());
+                return;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.session
+                    .log(LogLevel::Error, format!("could not open the preset: {e}"));
+                return;
+            }
+        }
         match crate::fwi::FwiPreset::load(&path.to_string_lossy(), &[]) {
             Ok(Some((preset, base, origin))) => {
                 self.app_state.remember(path);
@@ -778,7 +808,7 @@ impl Workbench {
 
     /// Before a run's ground truth arrives, the Data panel's image stands in for it.
     fn show_data_as_truth(&mut self) {
-        if self.doc.fwi.is_some() {
+        if !self.doc.is_imaging() {
             return;
         }
         if let Some(t) = self.doc.data.loaded.clone() {
@@ -796,8 +826,48 @@ impl Workbench {
 
     /// Reads a run's arrays to show it (reopen) or to compare the run on screen with it.
     pub fn open_run(&mut self, folder: &Path, purpose: Purpose) {
+        if folder.join("train.json").is_file() && !folder.join("metrics.json").exists() {
+            self.open_training_run(folder, purpose);
+            return;
+        }
         let wake = self.waker();
         self.runs.open(folder, purpose, wake);
+    }
+
+    /// Shows a training run's curves, per-rank times and reconstructions from its `train.json`
+    /// (a few kB, read here). Keeps what the live run knew about its plan when it is that run.
+    fn open_training_run(&mut self, folder: &Path, purpose: Purpose) {
+        if purpose == Purpose::Compare {
+            self.session.log(
+                LogLevel::Warn,
+                "a training run has no image to compare: reopen it instead",
+            );
+            return;
+        }
+        if self.session.is_busy() {
+            self.session.log(
+                LogLevel::Warn,
+                "a run is in progress: reopen the training run when it has ended",
+            );
+            return;
+        }
+        match crate::gui::session::TrainRun::reopened(folder) {
+            Ok(mut run) => {
+                if let Some(live) = self
+                    .session
+                    .training
+                    .as_ref()
+                    .filter(|t| t.name == run.name)
+                {
+                    run.plan = live.plan.clone();
+                }
+                self.session.training = Some(run);
+                self.runs.shown = Some(folder.to_path_buf());
+            }
+            Err(e) => self
+                .session
+                .log(LogLevel::Error, format!("cannot reopen the run: {e}")),
+        }
     }
 
     pub fn stop_comparing(&mut self) {
@@ -944,8 +1014,7 @@ impl Workbench {
         if was_busy && ended {
             // The run's folder: listed in the history, and (when its files are readable here, as
             // with a local backend) its arrays become the panes' sources, so volumes can be sliced.
-            if let Some(folder) = self.session.outputs.first().and_then(|p| p.parent()) {
-                let folder = folder.to_path_buf();
+            if let Some(folder) = self.session.run_dir.clone() {
                 if self.conn.is_remote() {
                     // The files are on the server's machine: copy them here first.
                     self.start_fetch(&folder);
@@ -966,11 +1035,12 @@ impl Workbench {
         let Some(job) = self.session.current_job() else {
             return;
         };
+        // Paths inside the run folder (a training run's reconstructions are in a sub-folder).
         let names: Vec<PathBuf> = self
             .session
             .outputs
             .iter()
-            .filter_map(|p| p.file_name().map(PathBuf::from))
+            .filter_map(|p| p.strip_prefix(run_dir).ok().map(PathBuf::from))
             .collect();
         let root = self
             .runs

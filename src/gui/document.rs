@@ -13,6 +13,7 @@ use std::sync::mpsc::{self, Receiver};
 use super::measured::{Measured, MeasurementFiles};
 use crate::denoise::DenoiserConfig;
 use crate::dist::denoise::TileAssignment;
+use crate::dsn::run::DsnPreset;
 use crate::error::Error;
 use crate::fwi::FwiPreset;
 use crate::physics::{NoiseConfig, PhysicsConfig};
@@ -20,6 +21,7 @@ use crate::preset::{ImageSource, LoadedPreset, MeasurementSource, Preset};
 use crate::protocol::{InlineArray, InlineFile, MAX_FILES_BYTES, PatchMap};
 use crate::tensor::Tensor;
 use crate::tiling::{Extent, TilingConfig, TilingKind};
+use crate::train::TrainPreset;
 
 /// Why the edited preset cannot run, and the preset field it concerns (empty when none).
 #[derive(Debug, Clone, PartialEq)]
@@ -95,6 +97,102 @@ struct PlannedMap {
     map: Result<Arc<PatchMap>, String>,
 }
 
+/// A training experiment (what `tessera train` runs) opened instead of an imaging preset.
+#[derive(Debug, Clone, PartialEq)]
+// One edited preset per workbench: the size difference costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+pub enum Training {
+    /// A denoiser trained on noisy crops of an image, decomposed over the ranks.
+    Denoiser(TrainPreset),
+    /// A Multi-DSN, one domain per rank.
+    Dsn(DsnPreset),
+}
+
+impl Training {
+    /// Reads a preset file if it is a training preset (`Ok(None)` when it is another kind); returns
+    /// it with its folder.
+    pub fn load(path: &Path) -> crate::Result<Option<(Training, PathBuf)>> {
+        let name = path.to_string_lossy();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
+        if DsnPreset::is_dsn(&text) {
+            return Ok(DsnPreset::load(&name, &[])?.map(|(p, base)| (Training::Dsn(p), base)));
+        }
+        if TrainPreset::is_train(&text) {
+            let (p, base) = TrainPreset::load(&name, &[])?;
+            return Ok(Some((Training::Denoiser(p), base)));
+        }
+        Ok(None)
+    }
+
+    /// A bundled training preset by name (either kind).
+    pub fn bundled(name: &str) -> crate::Result<Training> {
+        if let Some((p, _)) = DsnPreset::load(name, &[])? {
+            return Ok(Training::Dsn(p));
+        }
+        TrainPreset::load(name, &[]).map(|(p, _)| Training::Denoiser(p))
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Training::Denoiser(p) => &p.name,
+            Training::Dsn(p) => &p.name,
+        }
+    }
+
+    /// As TOML, after its own validation (parsed back).
+    fn checked_toml(&self) -> crate::Result<String> {
+        match self {
+            Training::Denoiser(p) => {
+                let toml = p.to_toml()?;
+                TrainPreset::from_toml(&toml, "workbench", &[])?;
+                Ok(toml)
+            }
+            Training::Dsn(p) => {
+                let toml = p.to_toml()?;
+                DsnPreset::from_toml(&toml, "workbench", &[])?;
+                Ok(toml)
+            }
+        }
+    }
+
+    /// The files and folders the run reads, with the field naming each.
+    fn inputs(&self) -> Vec<(String, PathBuf, bool)> {
+        match self {
+            Training::Denoiser(p) => {
+                let mut v: Vec<(String, PathBuf, bool)> = p
+                    .image
+                    .iter()
+                    .flat_map(|i| i.path.iter())
+                    .map(|f| ("image.path".to_string(), f.clone(), false))
+                    .collect();
+                // `[[images]]`/`[[held_out]]` paths are files or folders of them.
+                for (list, entries) in [("images", &p.images), ("held_out", &p.held_out)] {
+                    for (i, e) in entries.iter().enumerate() {
+                        if let Some(f) = &e.path {
+                            v.push((format!("{list}[{i}].path"), f.clone(), f.is_dir()));
+                        }
+                    }
+                }
+                let mut d = p.denoiser.clone();
+                v.extend(
+                    d.paths_mut()
+                        .map(|f| ("denoiser.weights".to_string(), f.clone(), false)),
+                );
+                v
+            }
+            Training::Dsn(p) => p
+                .domains
+                .iter()
+                .enumerate()
+                .filter_map(|(i, d)| {
+                    let f = d.folder.clone()?;
+                    Some((format!("domains[{i}].folder"), f, true))
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The experiment being edited.
 pub struct Document {
     /// The experiment (what Run sends and Save writes).
@@ -102,6 +200,8 @@ pub struct Document {
     /// A full-waveform inversion opened instead of an imaging preset: then it is what Run sends
     /// and Save writes, and only the editors and views of its kind show.
     pub fwi: Option<FwiPreset>,
+    /// A training experiment opened instead of an imaging preset (as `fwi`).
+    pub training: Option<Training>,
     /// Where the preset came from (`bundled:quick` or a path).
     pub origin: String,
     /// Why the preset cannot run now, if it cannot.
@@ -125,6 +225,7 @@ impl Document {
         let mut doc = Document {
             preset: loaded.preset.clone(),
             fwi: None,
+            training: None,
             origin: String::new(),
             problem: None,
             warnings: Vec::new(),
@@ -144,6 +245,7 @@ impl Document {
     /// working directory is and saves as what it is.
     pub fn set_preset(&mut self, loaded: LoadedPreset, wake: impl Fn() + Clone + Send + 'static) {
         self.fwi = None;
+        self.training = None;
         self.preset = loaded.preset;
         self.stashed_noise = None;
         self.origin = loaded.origin;
@@ -155,18 +257,43 @@ impl Document {
     pub fn set_fwi(&mut self, mut preset: FwiPreset, base: &Path, origin: String) {
         preset.resolve_paths(base);
         self.fwi = Some(preset);
+        self.training = None;
         self.origin = origin;
         self.planned = None;
         self.edited();
     }
 
+    /// Opens a training preset (its files made absolute against `base`, the preset's folder).
+    pub fn set_training(&mut self, mut training: Training, base: &Path, origin: String) {
+        match &mut training {
+            Training::Denoiser(p) => p.resolve_paths(base),
+            Training::Dsn(p) => p.resolve_paths(base),
+        }
+        self.training = Some(training);
+        self.fwi = None;
+        self.origin = origin;
+        self.planned = None;
+        self.edited();
+    }
+
+    /// Whether an imaging preset (not an FWI or a training experiment) is being edited.
+    pub fn is_imaging(&self) -> bool {
+        self.fwi.is_none() && self.training.is_none()
+    }
+
     /// The name of the experiment being edited.
     pub fn name(&self) -> &str {
+        if let Some(t) = &self.training {
+            return t.name();
+        }
         self.fwi.as_ref().map_or(&self.preset.name, |f| &f.name)
     }
 
     /// The preset as TOML after its own validation (what Save writes).
     pub fn checked_toml(&self) -> crate::Result<String> {
+        if let Some(t) = &self.training {
+            return t.checked_toml();
+        }
         if let Some(f) = &self.fwi {
             let toml = f.to_toml()?;
             FwiPreset::from_toml(&toml, "workbench", &[])?;
@@ -189,6 +316,19 @@ impl Document {
         self.checked_toml().map_err(|e| Problem::of(&e))?;
         if self.fwi.is_some() {
             // Its files are read by rank 0 of the backend, which names a missing one.
+            return Ok(());
+        }
+        if let Some(t) = &self.training {
+            // A remote backend reads its own files (paths on that machine).
+            for (field, path, folder) in t.inputs().into_iter().filter(|_| !self.remote) {
+                if (folder && !path.is_dir()) || (!folder && !path.is_file()) {
+                    let what = if folder { "folder" } else { "file" };
+                    return Err(Problem::at(
+                        field,
+                        format!("no such {what}: {}", path.display()),
+                    ));
+                }
+            }
             return Ok(());
         }
         if self.preset.image.has_truth()
@@ -277,7 +417,7 @@ impl Document {
         if let Some(p) = &self.problem {
             return Some(p.message.clone());
         }
-        if self.fwi.is_some() {
+        if !self.is_imaging() {
             return None;
         }
         if self.data.is_loading() && self.preset.image.has_truth() {
@@ -292,7 +432,7 @@ impl Document {
     /// The patch map of the preset's tiling on the loaded image and `self.world` ranks (None
     /// without tiling or image); planned again only when one of its inputs changed.
     pub fn patch_map(&mut self) -> Option<Result<Arc<PatchMap>, String>> {
-        if self.fwi.is_some() {
+        if !self.is_imaging() {
             return None;
         }
         let tiling = self.preset.tiling.as_ref()?;
@@ -464,7 +604,8 @@ impl Document {
     /// they are not loaded for display). Local backends and samples get the plain preset.
     pub fn submission(&self) -> Result<(String, Vec<InlineArray>, Vec<InlineFile>), String> {
         let toml = self.checked_toml().map_err(|e| e.to_string())?;
-        if !self.remote {
+        if !self.remote || self.training.is_some() {
+            // A training job reads its image files where the backend runs.
             return Ok((toml, Vec::new(), Vec::new()));
         }
         if let Some(fwi) = &self.fwi {

@@ -50,13 +50,13 @@ impl RemoteFetch {
     ) -> Result<Option<(RemoteFetch, Request)>, String> {
         let mut names: Vec<String> = Vec::with_capacity(outputs.len());
         for o in outputs {
-            match plain_name(o) {
+            match relative_name(o) {
                 Some(n) => names.push(n),
                 None => return Err(format!("the server named an output `{}`", o.display())),
             }
         }
-        // metrics.json marks a complete run: written last.
-        names.sort_by_key(|n| n == "metrics.json");
+        // metrics.json (train.json for a training run) marks a complete run: written last.
+        names.sort_by_key(|n| n == "metrics.json" || n == "train.json");
         if names.is_empty() {
             return Ok(None);
         }
@@ -138,6 +138,9 @@ impl RemoteFetch {
     fn write(&mut self, total: u64, data: &[u8]) -> Result<Step, String> {
         let path = self.staging.join(&self.names[0]);
         if self.file.is_none() {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
             self.file = Some(File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?);
         }
         let end = self.offset + data.len() as u64;
@@ -191,13 +194,18 @@ impl Drop for RemoteFetch {
     }
 }
 
-/// A name without folders (what the server lists as a job's outputs).
-fn plain_name(p: &Path) -> Option<String> {
-    let mut parts = p.components();
-    match (parts.next(), parts.next()) {
-        (Some(std::path::Component::Normal(n)), None) => n.to_str().map(str::to_string),
-        _ => None,
-    }
+/// A path inside the run folder (what the server lists as a job's outputs: `x.npy`, or
+/// `reconstructions/source.png` for a training run), as `/`-separated text; None for anything
+/// that could leave the folder (`..`, absolute paths) or is not UTF-8.
+fn relative_name(p: &Path) -> Option<String> {
+    let parts: Option<Vec<&str>> = p
+        .components()
+        .map(|c| match c {
+            std::path::Component::Normal(n) => n.to_str(),
+            _ => None,
+        })
+        .collect();
+    parts.filter(|v| !v.is_empty()).map(|v| v.join("/"))
 }
 
 #[cfg(test)]
@@ -272,6 +280,40 @@ mod tests {
             .unwrap();
         let second = root.path().join("20261123-040000-quick-1-2");
         assert_eq!(serve(&mut again, first, &files, 4096), Step::Done(second));
+    }
+
+    #[test]
+    fn a_training_runs_nested_outputs_land_in_their_folders_and_train_json_comes_last() {
+        let root = tempfile::tempdir().unwrap();
+        let outputs: Vec<PathBuf> = ["train.json", "reconstructions/source.png", "w.safetensors"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let files = [
+            ("train.json", b"{}".to_vec()),
+            ("reconstructions/source.png", vec![7u8; 10]),
+            ("w.safetensors", vec![1u8; 5]),
+        ];
+        let (mut fetch, first) =
+            RemoteFetch::start(3, Path::new("/srv/out/run-1"), &outputs, root.path())
+                .unwrap()
+                .unwrap();
+        assert_eq!(fetch.names.last().map(String::as_str), Some("train.json"));
+        let dest = root.path().join("run-1");
+        assert_eq!(
+            serve(&mut fetch, first, &files, 4),
+            Step::Done(dest.clone())
+        );
+        assert_eq!(
+            std::fs::read(dest.join("reconstructions/source.png")).unwrap(),
+            vec![7u8; 10]
+        );
+        for bad in ["/etc/passwd", "reconstructions/../../x", ""] {
+            assert!(
+                RemoteFetch::start(3, Path::new("/srv/run"), &[bad.into()], root.path()).is_err(),
+                "`{bad}` accepted"
+            );
+        }
     }
 
     #[test]

@@ -24,12 +24,18 @@ pub struct RunEntry {
     pub stopped_early: bool,
     /// PSNR of the final reconstruction (None without a ground truth).
     pub psnr_db: Option<f64>,
+    /// A training run (`train.json`): its result in words (final loss, target accuracy).
+    pub training: Option<String>,
     pub modified: SystemTime,
 }
 
 impl RunEntry {
-    /// Reads `folder/metrics.json`; None when the folder is not a complete run.
+    /// Reads `folder/metrics.json` (or a training run's `train.json`); None when the folder is not
+    /// a complete run.
     pub fn read(folder: &Path) -> Option<RunEntry> {
+        if folder.join("train.json").is_file() && !folder.join("metrics.json").exists() {
+            return Self::read_training(folder);
+        }
         let path = folder.join("metrics.json");
         let text = std::fs::read_to_string(&path).ok()?;
         let v: serde_json::Value = serde_json::from_str(&text).ok()?;
@@ -42,6 +48,39 @@ impl RunEntry {
             iterations: v["iterations"].as_u64().unwrap_or(0) as usize,
             stopped_early: v["stopped_early"].as_bool().unwrap_or(false),
             psnr_db: v["reconstruction"]["psnr_db"].as_f64(),
+            training: None,
+            modified,
+        })
+    }
+
+    fn read_training(folder: &Path) -> Option<RunEntry> {
+        let path = folder.join("train.json");
+        let text = std::fs::read_to_string(&path).ok()?;
+        let result = super::session::TrainResult::parse(&text).ok()?;
+        let modified = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let (name, iterations, stopped_early, words) = match result {
+            super::session::TrainResult::Denoiser(s) => {
+                let words = s.loss.last().map_or("trained".into(), |p| {
+                    format!("loss {:.2e} ({:.1} dB)", p.loss, -10.0 * p.loss.log10())
+                });
+                (s.name, s.steps, s.stopped_early, words)
+            }
+            super::session::TrainResult::Dsn(s) => {
+                let words = s.epochs.last().map_or("trained".into(), |e| {
+                    format!("target accuracy {:.1} %", 100.0 * e.target_accuracy)
+                });
+                (s.name, s.epochs.len(), s.stopped_early, words)
+            }
+        };
+        Some(RunEntry {
+            folder: folder.to_path_buf(),
+            name,
+            iterations,
+            stopped_early,
+            psnr_db: None,
+            training: Some(words),
             modified,
         })
     }

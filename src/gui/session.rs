@@ -7,9 +7,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::dsn::run::DsnSummary;
 use crate::protocol::{
-    EpochReport, Event, JobId, LogLevel, OperatorInfo, PatchMap, RankIteration, Shot,
+    DsnEpochReport, EpochReport, Event, JobId, LogLevel, LossPoint, OperatorInfo, PatchMap,
+    RankIteration, Shot, TrainPlan,
 };
+use crate::train::TrainSummary;
 
 /// Where a job stands.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +87,82 @@ pub struct FwiRun {
     pub history: Vec<EpochReport>,
 }
 
+/// A training job (denoiser or Multi-DSN) as its events, and then its `train.json`, described it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainRun {
+    pub name: String,
+    /// None for a run reopened from its folder (its `train.json` says what it did).
+    pub plan: Option<TrainPlan>,
+    pub world_size: usize,
+    /// Denoiser training: the reported steps.
+    pub steps: Vec<LossPoint>,
+    /// Multi-DSN: the epochs so far.
+    pub epochs: Vec<DsnEpochReport>,
+    /// The run's `train.json` once it ended (per-rank times, weights, reconstructions).
+    pub result: Option<TrainResult>,
+    /// The run's folder (where `train.json`'s relative paths point), once known.
+    pub run_dir: Option<PathBuf>,
+}
+
+/// A finished training run's `train.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TrainResult {
+    Denoiser(TrainSummary),
+    Dsn(DsnSummary),
+}
+
+impl TrainResult {
+    /// Reads `train.json` text of either kind.
+    pub fn parse(json: &str) -> Result<TrainResult, String> {
+        let v: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let r = if v.get("domains").is_some() {
+            serde_json::from_value(v).map(TrainResult::Dsn)
+        } else {
+            serde_json::from_value(v).map(TrainResult::Denoiser)
+        };
+        r.map_err(|e| e.to_string())
+    }
+}
+
+impl TrainRun {
+    /// A finished run read back from its folder's `train.json`.
+    pub fn reopened(folder: &std::path::Path) -> Result<TrainRun, String> {
+        let path = folder.join("train.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let result = TrainResult::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let (name, world_size, steps, epochs) = match &result {
+            TrainResult::Denoiser(s) => (s.name.clone(), s.ranks, s.loss.clone(), Vec::new()),
+            TrainResult::Dsn(s) => (s.name.clone(), s.ranks, Vec::new(), s.epochs.clone()),
+        };
+        Ok(TrainRun {
+            name,
+            plan: None,
+            world_size,
+            steps,
+            epochs,
+            result: Some(result),
+            run_dir: Some(folder.to_path_buf()),
+        })
+    }
+
+    /// Whether it trains a Multi-DSN.
+    pub fn is_dsn(&self) -> bool {
+        matches!(self.plan, Some(TrainPlan::Dsn { .. }))
+            || matches!(self.result, Some(TrainResult::Dsn(_)))
+    }
+
+    /// A path from `train.json` (relative to the run folder when the backend wrote it; absolute
+    /// from `tessera train`) as a path here.
+    pub fn output_path(&self, p: &std::path::Path) -> Option<PathBuf> {
+        match &self.run_dir {
+            Some(dir) if p.is_relative() => Some(dir.join(p)),
+            _ if p.is_absolute() => Some(p.to_path_buf()),
+            _ => None,
+        }
+    }
+}
+
 /// The state the panels draw.
 #[derive(Debug, Default)]
 pub struct Session {
@@ -98,7 +177,11 @@ pub struct Session {
     pub history: Vec<IterationPoint>,
     /// The FWI job on screen (None for imaging jobs).
     pub fwi: Option<FwiRun>,
+    /// The training job on screen, live or reopened.
+    pub training: Option<TrainRun>,
     pub outputs: Vec<PathBuf>,
+    /// The finished (or stopped) run's folder on the backend's machine.
+    pub run_dir: Option<PathBuf>,
     pub summary_json: Option<String>,
     pub log: Vec<LogLine>,
     /// After a remote attach: adopt the next job that starts (the server replays the running one).
@@ -161,7 +244,9 @@ impl Session {
         self.state = JobStateCell(JobState::Submitted);
         self.history.clear();
         self.fwi = None;
+        self.training = None;
         self.outputs.clear();
+        self.run_dir = None;
         self.summary_json = None;
         self.patch_map = None;
         self.error = None;
@@ -250,6 +335,7 @@ impl Session {
                 self.patch_map = patch_map.map(Arc::new);
                 self.history.clear();
                 self.fwi = None;
+                self.training = None;
             }
             Event::FwiStarted {
                 job,
@@ -282,6 +368,7 @@ impl Session {
                 self.operators.clear();
                 self.patch_map = None;
                 self.history.clear();
+                self.training = None;
                 self.fwi = Some(FwiRun {
                     model_shape,
                     spacing_m,
@@ -297,6 +384,64 @@ impl Session {
                 }
                 if let Some(f) = &mut self.fwi {
                     f.history.push(report);
+                }
+            }
+            Event::TrainStarted {
+                job,
+                name,
+                world_size,
+                plan,
+                ..
+            } => {
+                if !self.is_current(job) && !std::mem::take(&mut self.adopt_next_job) {
+                    return;
+                }
+                if self.state.0 != (JobState::Stopping { job }) {
+                    self.state = JobStateCell(JobState::Running { job });
+                }
+                let what = match &plan {
+                    TrainPlan::Denoiser { network, steps, .. } => {
+                        format!("{network} for {steps} steps")
+                    }
+                    TrainPlan::Dsn {
+                        domains, epochs, ..
+                    } => format!("Multi-DSN of {} domains for {epochs} epochs", domains.len()),
+                };
+                self.log(
+                    LogLevel::Info,
+                    format!(
+                        "job {job} ({name}) started: training a {what} on {world_size} rank(s)"
+                    ),
+                );
+                self.job_name = name.clone();
+                self.iterations_planned = plan.length();
+                self.image_shape.clear();
+                self.operators.clear();
+                self.patch_map = None;
+                self.history.clear();
+                self.fwi = None;
+                self.training = Some(TrainRun {
+                    name,
+                    plan: Some(plan),
+                    world_size,
+                    steps: Vec::new(),
+                    epochs: Vec::new(),
+                    result: None,
+                    run_dir: None,
+                });
+            }
+            Event::TrainStep { job, point } => {
+                if self.is_current(job)
+                    && let Some(t) = &mut self.training
+                {
+                    t.steps.push(point);
+                }
+            }
+            Event::DsnEpoch { job, report } => {
+                if self.is_current(job)
+                    && let Some(t) = &mut self.training
+                {
+                    t.epochs.push(report);
                 }
             }
             Event::Iteration { job, report, ranks } => {
@@ -343,6 +488,8 @@ impl Session {
                     ),
                 );
                 self.outputs = outputs.iter().map(|o| run_dir.join(o)).collect();
+                self.training_ended(Some(&run_dir), Some(&summary_json));
+                self.run_dir = Some(run_dir);
                 self.summary_json = Some(summary_json);
             }
             Event::Cancelled {
@@ -360,9 +507,11 @@ impl Session {
                     LogLevel::Info,
                     format!("job {job} cancelled after {iterations} iteration(s)"),
                 );
-                if let Some(dir) = run_dir {
+                if let Some(dir) = &run_dir {
                     self.outputs = outputs.iter().map(|o| dir.join(o)).collect();
                 }
+                self.training_ended(run_dir.as_deref(), summary_json.as_deref());
+                self.run_dir = run_dir;
                 self.summary_json = summary_json;
             }
             Event::Failed { job, error } => {
@@ -382,6 +531,20 @@ impl Session {
         }
     }
 
+    /// A training job's terminal event: its `train.json` becomes the result.
+    fn training_ended(&mut self, run_dir: Option<&std::path::Path>, json: Option<&str>) {
+        let Some(t) = &mut self.training else { return };
+        t.run_dir = run_dir.map(std::path::Path::to_path_buf);
+        match json.map(TrainResult::parse) {
+            Some(Ok(r)) => t.result = Some(r),
+            Some(Err(e)) => self.log(
+                LogLevel::Warn,
+                format!("the training run's train.json is unreadable: {e}"),
+            ),
+            None => {}
+        }
+    }
+
     /// The user asked to stop the current job (its final event says how it ended).
     pub fn stopping(&mut self) {
         if let JobState::Running { job } = self.state.0 {
@@ -396,7 +559,9 @@ impl Session {
         }
         self.history.clear();
         self.fwi = None;
+        self.training = None;
         self.outputs.clear();
+        self.run_dir = None;
         self.summary_json = None;
         self.patch_map = None;
         self.operators.clear();

@@ -6,12 +6,14 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use crate::dist::patch_map::{PatchMap, PatchTile};
+pub use crate::dsn::run::EpochReport as DsnEpochReport;
 pub use crate::fwi::{EpochReport, RankEpoch};
 use crate::optim::IterationReport;
 pub use crate::physics::wave::Shot;
+pub use crate::train::LossPoint;
 
 /// Bumped on every incompatible change of [`Request`] or [`Event`].
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest frame either side accepts (inline data included); a larger length prefix is an error
 /// before anything is allocated.
@@ -143,6 +145,26 @@ pub enum Event {
         job: JobId,
         report: EpochReport,
     },
+    /// A training job is set up (a denoiser trained under spatial decomposition, or a Multi-DSN):
+    /// it streams [`Event::TrainStep`] or [`Event::DsnEpoch`], and its terminal event's summary is
+    /// the run's `train.json`.
+    TrainStarted {
+        job: JobId,
+        name: String,
+        world_size: usize,
+        devices: Vec<RankDevice>,
+        plan: TrainPlan,
+    },
+    /// A reported step of denoiser training (every `log_every` steps and the last).
+    TrainStep {
+        job: JobId,
+        point: LossPoint,
+    },
+    /// One Multi-DSN epoch: per-domain losses and held-out accuracies.
+    DsnEpoch {
+        job: JobId,
+        report: DsnEpochReport,
+    },
     /// One iteration finished.
     Iteration {
         job: JobId,
@@ -207,6 +229,37 @@ pub enum Event {
         /// Jobs finished, failed or cancelled so far, oldest first.
         done: Vec<JobId>,
     },
+}
+
+/// What a training job will do, as its preset says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum TrainPlan {
+    /// A denoiser trained on crops of an image, decomposed over the ranks.
+    Denoiser {
+        /// `dncnn` or `drunet`.
+        network: String,
+        steps: usize,
+        /// Noise levels the training pairs are drawn with.
+        sigmas: Vec<f32>,
+    },
+    /// A Multi-DSN: domain 0 is the labelled source, the rest are targets.
+    Dsn {
+        domains: Vec<String>,
+        epochs: usize,
+        steps_per_epoch: usize,
+        /// `mmd` or `dann` (or `source only`).
+        similarity: String,
+    },
+}
+
+impl TrainPlan {
+    /// Steps (denoiser) or epochs (Multi-DSN) planned: what progress counts towards.
+    pub fn length(&self) -> usize {
+        match self {
+            TrainPlan::Denoiser { steps, .. } => *steps,
+            TrainPlan::Dsn { epochs, .. } => *epochs,
+        }
+    }
 }
 
 /// Where one rank computes.

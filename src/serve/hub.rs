@@ -288,13 +288,16 @@ impl Hub {
         }
     }
 
-    /// A job event that belongs to the job's history (Started, Iteration; FwiStarted, FwiEpoch).
+    /// A job event that belongs to the job's history (Started, Iteration; FwiStarted, FwiEpoch;
+    /// TrainStarted, TrainStep, DsnEpoch).
     pub fn record(&self, job: JobId, event: &Event) {
         let Some(f) = encode(event) else { return };
         let mut s = self.lock();
         if let Some(rec) = s.jobs.get_mut(&job) {
             match event {
-                Event::Started { .. } | Event::FwiStarted { .. } => rec.started = Some(f.clone()),
+                Event::Started { .. } | Event::FwiStarted { .. } | Event::TrainStarted { .. } => {
+                    rec.started = Some(f.clone())
+                }
                 _ => rec.history.push(f.clone()),
             }
         }

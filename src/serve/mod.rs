@@ -26,6 +26,7 @@ pub mod hub;
 pub mod inputs;
 pub mod logs;
 pub mod preview;
+mod training;
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -183,6 +184,7 @@ fn settle<S>(comm: &dyn Collective, result: Result<S>) -> Result<Result<S>> {
 enum Submission {
     Imaging(Box<Preset>, Vec<(String, Tensor)>),
     Fwi(Box<FwiPreset>, Vec<InlineFile>),
+    Train(training::TrainJob),
 }
 
 impl Submission {
@@ -191,6 +193,20 @@ impl Submission {
         inline: Vec<InlineArray>,
         files: Vec<InlineFile>,
     ) -> Result<Submission> {
+        if let Some(train) = training::TrainJob::parse(preset_toml)? {
+            if let Some(what) = inline
+                .first()
+                .map(|a| format!("inline array `{}`", a.name))
+                .or_else(|| files.first().map(|f| format!("sent file `{}`", f.name)))
+            {
+                return Err(Error::config(
+                    what,
+                    "a training job reads its images where the server runs: give paths on \
+                     that machine or a generated sample",
+                ));
+            }
+            return Ok(Submission::Train(train));
+        }
         if !FwiPreset::is_fwi(preset_toml) {
             if let Some(f) = files.first() {
                 return Err(Error::config(
@@ -218,7 +234,7 @@ impl Submission {
     /// The files sent with an FWI job (none for an imaging job).
     fn files(&self) -> &[InlineFile] {
         match self {
-            Submission::Imaging(..) => &[],
+            Submission::Imaging(..) | Submission::Train(_) => &[],
             Submission::Fwi(_, files) => files,
         }
     }
@@ -227,6 +243,7 @@ impl Submission {
         match self {
             Submission::Imaging(p, _) => &p.name,
             Submission::Fwi(p, _) => &p.name,
+            Submission::Train(t) => t.name(),
         }
     }
 
@@ -234,6 +251,7 @@ impl Submission {
         match self {
             Submission::Imaging(p, _) => p.to_toml(),
             Submission::Fwi(p, _) => p.to_toml(),
+            Submission::Train(t) => t.to_toml(),
         }
     }
 
@@ -251,6 +269,7 @@ impl Submission {
                 let base_dir = folder.as_ref().map_or(Path::new(""), |f| f.path());
                 run_fwi_job(ctx, preset, base_dir, out).map(|s| Outcome::of_fwi(&s))
             }
+            Submission::Train(t) => t.run(ctx, out),
         }
     }
 }

@@ -26,7 +26,7 @@ impl EditorPanel for DenoiserPanel {
     }
 
     fn applies(&self, wb: &Workbench) -> bool {
-        wb.doc.fwi.is_none()
+        wb.doc.is_imaging()
     }
 
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool {

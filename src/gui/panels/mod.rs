@@ -11,6 +11,7 @@ mod denoiser;
 mod fwi;
 mod physics;
 mod presets;
+mod training;
 
 use egui::Ui;
 
@@ -37,6 +38,7 @@ pub fn editor_panels() -> Vec<Box<dyn EditorPanel>> {
         Box::new(denoiser::DenoiserPanel),
         Box::new(algorithm::AlgorithmPanel),
         Box::new(fwi::FwiPanel),
+        Box::new(training::TrainingPanel),
     ]
 }
 

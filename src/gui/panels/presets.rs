@@ -8,6 +8,7 @@ use super::EditorPanel;
 use crate::fwi::{BUNDLED_FWI, FwiPreset};
 use crate::gui::Workbench;
 use crate::gui::dialogs::DialogKind;
+use crate::gui::document::Training;
 use crate::preset::{BUNDLED, Preset};
 use crate::protocol::LogLevel;
 
@@ -37,6 +38,22 @@ impl EditorPanel for PresetsPanel {
                 {
                     match FwiPreset::from_toml(text, &format!("bundled:{name}"), &[]) {
                         Ok(p) => wb.set_fwi_preset(p, Path::new(""), format!("bundled:{name}")),
+                        Err(e) => wb.session.log(LogLevel::Error, e.to_string()),
+                    }
+                }
+            }
+            let training = crate::train::BUNDLED
+                .iter()
+                .map(|(n, _)| (*n, "train a denoiser"))
+                .chain(
+                    crate::dsn::run::BUNDLED
+                        .iter()
+                        .map(|(n, _)| (*n, "train a Multi-DSN (domain separation networks)")),
+                );
+            for (name, what) in training {
+                if ui.button(name).on_hover_text(what).clicked() {
+                    match Training::bundled(name) {
+                        Ok(t) => wb.set_training(t, Path::new(""), format!("bundled:{name}")),
                         Err(e) => wb.session.log(LogLevel::Error, e.to_string()),
                     }
                 }

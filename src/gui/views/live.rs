@@ -21,7 +21,7 @@ impl View for LiveView {
     }
 
     fn applies(&self, wb: &Workbench) -> bool {
-        wb.doc.fwi.is_none()
+        wb.doc.is_imaging() && wb.session.training.is_none()
     }
 
     fn place(&self) -> Place {

@@ -13,6 +13,7 @@ mod plots;
 mod profile;
 mod report;
 mod runs;
+mod training;
 
 use egui::Ui;
 
@@ -50,5 +51,8 @@ pub fn views() -> Vec<Box<dyn View>> {
         Box::new(fwi::FwiModelView),
         Box::new(fwi::FwiCurvesView),
         Box::new(fwi::FwiRanksView),
+        Box::new(training::TrainCurvesView),
+        Box::new(training::TrainRanksView),
+        Box::new(training::DsnReconstructionsView::default()),
     ]
 }

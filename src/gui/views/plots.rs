@@ -21,7 +21,7 @@ impl View for QualityView {
     }
 
     fn applies(&self, wb: &Workbench) -> bool {
-        wb.doc.fwi.is_none()
+        wb.doc.is_imaging()
     }
 
     fn place(&self) -> Place {
@@ -105,7 +105,7 @@ impl View for TimingView {
     }
 
     fn applies(&self, wb: &Workbench) -> bool {
-        wb.doc.fwi.is_none()
+        wb.doc.is_imaging()
     }
 
     fn place(&self) -> Place {

@@ -153,7 +153,7 @@ impl View for ReportView {
     }
 
     fn applies(&self, wb: &Workbench) -> bool {
-        wb.doc.fwi.is_none()
+        wb.doc.is_imaging()
     }
 
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) {

@@ -42,7 +42,7 @@ impl View for RunsView {
         let mut action = None;
         egui::ScrollArea::vertical().show(ui, |ui| {
             egui::Grid::new("runs").striped(true).show(ui, |ui| {
-                for head in ["run", "preset", "iterations", "PSNR", ""] {
+                for head in ["run", "preset", "iterations", "result", ""] {
                     ui.strong(head);
                 }
                 ui.end_row();
@@ -62,16 +62,16 @@ impl View for RunsView {
                         r.iterations,
                         if r.stopped_early { " (stopped)" } else { "" }
                     ));
-                    ui.label(
-                        r.psnr_db
-                            .map(|p| format!("{p:.2} dB"))
-                            .unwrap_or_else(|| "—".into()),
-                    );
+                    ui.label(match (&r.training, r.psnr_db) {
+                        (Some(words), _) => words.clone(),
+                        (None, Some(p)) => format!("PSNR {p:.2} dB"),
+                        (None, None) => "—".into(),
+                    });
                     ui.horizontal(|ui| {
                         if ui.small_button("reopen").clicked() {
                             action = Some((Some(Purpose::Show), r.folder.clone()));
                         }
-                        if ui.small_button("compare").clicked() {
+                        if r.training.is_none() && ui.small_button("compare").clicked() {
                             action = Some((Some(Purpose::Compare), r.folder.clone()));
                         }
                         if ui.small_button("folder").clicked() {
