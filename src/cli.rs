@@ -152,13 +152,21 @@ enum Command {
         /// Output folder (default: out/NAME): weights, denoiser.toml, train.json.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Stop once this many steps (from the start of training) are done, writing a checkpoint
+        /// that `--resume` continues from bit for bit.
+        #[arg(long, value_name = "STEPS")]
+        stop_after: Option<usize>,
+        /// Continue the run in RUN_DIR from its checkpoint (same preset and `--set` values);
+        /// the outputs go to RUN_DIR.
+        #[arg(long, value_name = "RUN_DIR", conflicts_with = "out")]
+        resume: Option<PathBuf>,
         /// No loss reports.
         #[arg(long, short)]
         quiet: bool,
         /// Train on a running `tessera serve` at HOST:PORT or unix:PATH instead of here; the
         /// loss streams like a local run, the outputs stay on the server (its files — a training
         /// image, starting weights, domain folders — are read where the server runs).
-        #[arg(long, value_name = "ADDRESS", conflicts_with = "out")]
+        #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["out", "stop_after", "resume"])]
         attach: Option<String>,
         /// With --attach over TCP: the server's token file (default ~/.config/tessera/serve-token).
         #[arg(long, requires = "attach")]
@@ -243,6 +251,21 @@ enum BenchWhat {
             num_args = 2
         )]
         link: Vec<f64>,
+    },
+    /// PSNR of the bundled denoisers against TV and wavelets (best of a few strengths) on held-out
+    /// images at a few noise levels: the training presets' held-out generated images (grey and
+    /// colour) and the given photographs (colour ones also as grey); the table of
+    /// assets/weights/README.md.
+    Denoisers {
+        /// Real photographs (e.g. scripts/fetch_photos.py's out/photos/*.png); default: the crops
+        /// in tests/fixtures/photos.
+        photos: Vec<PathBuf>,
+        /// Noise levels (image range 0..1), comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "0.05,0.1,0.2")]
+        sigma: Vec<f32>,
+        /// Also write the Markdown table to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
     /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is
@@ -452,11 +475,19 @@ fn dispatch(command: Command) -> Result<()> {
             preset,
             set,
             out,
+            stop_after,
+            resume,
             quiet,
             attach: None,
             group,
             ..
-        } => train(&preset, &set, out, quiet, &group),
+        } => {
+            let control = tessera::train::RunControl {
+                stop_after,
+                resume: resume.is_some(),
+            };
+            train(&preset, &set, resume.or(out), &control, quiet, &group)
+        }
     }
 }
 
@@ -464,6 +495,7 @@ fn train(
     name: &str,
     set: &[String],
     out: Option<PathBuf>,
+    control: &tessera::train::RunControl,
     quiet: bool,
     group: &GroupArgs,
 ) -> Result<()> {
@@ -471,6 +503,11 @@ fn train(
     if let Some(dsn) = tessera::dsn::run::DsnPreset::load(name, set)
         .with_context(|| format!("loading training preset `{name}`"))?
     {
+        if *control != tessera::train::RunControl::default() {
+            anyhow::bail!(
+                "--stop-after and --resume are for denoiser training presets, not Multi-DSN (`{name}`)"
+            );
+        }
         return train_dsn(dsn, out, quiet, group);
     }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
@@ -490,7 +527,7 @@ fn train(
     let out_dir = out.unwrap_or_else(|| PathBuf::from("out").join(&preset.name));
     let loud = !quiet && comm.rank() == 0;
     let steps = preset.train.steps;
-    let summary = tessera::train::train(&preset, &base_dir, &out_dir, &*comm, &mut |p| {
+    let summary = tessera::train::train(&preset, &base_dir, &out_dir, &*comm, control, &mut |p| {
         if loud {
             eprintln!(
                 "step {:>6}/{steps}  loss {:.4e}  (PSNR {:.2} dB)",
@@ -511,6 +548,79 @@ fn train(
             summary.grid,
             summary.weights.display()
         );
+        for h in &summary.held_out {
+            println!(
+                "held out {} at sigma {}: noisy {:.2} dB, denoised {:.2} dB",
+                h.image, h.sigma, h.noisy_psnr_db, h.denoised_psnr_db
+            );
+        }
+        if summary.stopped_early {
+            println!(
+                "stopped after step {} of {steps}; continue with --resume {}",
+                summary.steps,
+                out_dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `tessera bench denoisers`: the PSNR table of the bundled denoisers.
+fn bench_denoisers(photos: Vec<PathBuf>, sigmas: &[f32], out: Option<PathBuf>) -> Result<()> {
+    use tessera::train::{TrainImage, data, eval};
+    if let Some(bad) = sigmas.iter().find(|s| !(**s > 0.0 && **s <= 1.0)) {
+        bail!("--sigma: noise levels must be in (0, 1], got {bad}");
+    }
+    let photos = if photos.is_empty() {
+        vec![
+            PathBuf::from("tests/fixtures/photos/camera_128.png"),
+            PathBuf::from("tests/fixtures/photos/astronaut_128.png"),
+        ]
+    } else {
+        photos
+    };
+    // The held-out images of presets/train-dncnn-{grey,colour}.toml.
+    let held_out = |grayscale| TrainImage {
+        sample: Some(tessera::samples::Sample::Natural),
+        size: Some(vec![256, 256]),
+        seed: Some(1000),
+        grayscale,
+        ..TrainImage::default()
+    };
+    let mut images = data::load_images(
+        &[held_out(true), held_out(false)],
+        "held_out",
+        Path::new(""),
+        0,
+        false,
+        &[],
+    )?;
+    for p in &photos {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut file = TrainImage {
+            path: Some(p.clone()),
+            ..TrainImage::default()
+        };
+        let mut photo = data::load_images(&[file.clone()], "photos", Path::new(""), 0, false, &[])?;
+        photo[0].name = name.clone();
+        let colour = photo[0].image.shape()[1] == 3;
+        images.append(&mut photo);
+        // A colour photograph is also a grey one, for the grey network.
+        if colour {
+            file.grayscale = true;
+            let mut grey = data::load_images(&[file], "photos", Path::new(""), 0, false, &[])?;
+            grey[0].name = format!("{name} (grey)");
+            images.append(&mut grey);
+        }
+    }
+    let rows = eval::psnr_table(&images, sigmas, 0)?;
+    let table = eval::markdown(&rows);
+    say!("{table}");
+    if let Some(path) = out {
+        io::write_atomic(&path, table.as_bytes())?;
     }
     Ok(())
 }
@@ -971,6 +1081,7 @@ fn bench(what: BenchWhat) -> Result<()> {
             };
             bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out, link)?
         }
+        BenchWhat::Denoisers { photos, sigma, out } => bench_denoisers(photos, &sigma, out)?,
         BenchWhat::Wave {
             nz,
             nx,

@@ -9,6 +9,11 @@
 //! gradients summed over ranks, an Adam step (identical on every rank) → weights, `denoiser.toml`
 //! (ready for `tessera denoise` and presets) and `train.json` (loss curve, per-rank times) in the
 //! output folder (rank 0).
+//!
+//! Training images: one `[image]`, or `[[images]]` (generated samples with their own seeds, files,
+//! folders — [`data`]); `[[held_out]]` images are never trained on and are scored at the end (PSNR
+//! of the noisy input and of the network at each evaluation σ, in `train.json`). `--stop-after` and
+//! `--resume` go through [`checkpoint`]: a resumed run equals an uninterrupted one bit for bit.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -28,6 +33,12 @@ use crate::nn::graph::Network;
 use crate::optim::adam::Adam;
 use crate::preset::ImageSource;
 
+pub mod checkpoint;
+pub mod data;
+pub mod eval;
+
+pub use data::TrainImage;
+
 /// The training preset format version.
 pub const TRAIN_PRESET_VERSION: u32 = 1;
 
@@ -46,8 +57,17 @@ pub struct TrainPreset {
     /// Seeds the crops, the noise levels, the noise and the initial weights.
     #[serde(default)]
     pub seed: u64,
-    /// The training image or volume (clean); pairs are made by adding noise.
-    pub image: ImageSource,
+    /// The training image or volume (clean); pairs are made by adding noise. Exclusive with
+    /// `images`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageSource>,
+    /// Several training images (samples with their own seeds, files, folders); crops are drawn
+    /// from all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<TrainImage>,
+    /// Images never trained on (also left out of training folders); scored after training.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_out: Vec<TrainImage>,
     /// A native `dncnn` or `drunet`; with `weights`, training starts from them (fine-tuning).
     pub denoiser: DenoiserConfig,
     pub train: TrainConfig,
@@ -74,6 +94,11 @@ pub struct TrainConfig {
     pub log_every: usize,
     /// File name of the weights in the output folder.
     pub weights: String,
+    /// Steps between checkpoints (`checkpoint/` in the output folder, for `--resume`); 0 = only
+    /// when stopped by `--stop-after`.
+    pub checkpoint_every: usize,
+    /// Noise levels at which the held-out images are scored; empty = `sigma`.
+    pub eval_sigma: Vec<f32>,
 }
 
 impl Default for TrainConfig {
@@ -87,12 +112,20 @@ impl Default for TrainConfig {
             grid: None,
             log_every: 10,
             weights: "weights.safetensors".into(),
+            checkpoint_every: 500,
+            eval_sigma: Vec::new(),
         }
     }
 }
 
 impl TrainConfig {
     pub fn validate(&self) -> Result<()> {
+        if self.eval_sigma.iter().any(|s| !(*s > 0.0 && *s <= 1.0)) {
+            return Err(Error::config(
+                "train.eval_sigma",
+                format!("noise levels must be in (0, 1], got {:?}", self.eval_sigma),
+            ));
+        }
         if self.sigma.is_empty() || self.sigma.iter().any(|s| !(*s > 0.0 && *s <= 1.0)) {
             return Err(Error::config(
                 "train.sigma",
@@ -163,7 +196,13 @@ impl TrainPreset {
 
     /// The files the preset names: the training image and the starting weights.
     pub fn paths_mut(&mut self) -> Vec<&mut PathBuf> {
-        let mut paths: Vec<&mut PathBuf> = self.image.path.iter_mut().collect();
+        let mut paths: Vec<&mut PathBuf> = self
+            .image
+            .iter_mut()
+            .flat_map(|i| i.path.iter_mut())
+            .chain(self.images.iter_mut().flat_map(|i| i.path.iter_mut()))
+            .chain(self.held_out.iter_mut().flat_map(|i| i.path.iter_mut()))
+            .collect();
         paths.extend(self.denoiser.paths_mut());
         paths
     }
@@ -214,12 +253,36 @@ impl TrainPreset {
         if self.name.trim().is_empty() {
             return Err(Error::config("name", "must not be empty"));
         }
-        if self.image.shape.is_some() || self.image.inline.is_some() {
-            return Err(Error::config(
-                "image",
-                "training needs an image: give `sample` or `path`",
-            ));
+        match (&self.image, self.images.is_empty()) {
+            (Some(image), true) => {
+                if image.shape.is_some() || image.inline.is_some() {
+                    return Err(Error::config(
+                        "image",
+                        "training needs an image: give `sample` or `path`",
+                    ));
+                }
+            }
+            (Some(_), false) => {
+                return Err(Error::config(
+                    "images",
+                    "give one `[image]` or a list of `[[images]]`, not both",
+                ));
+            }
+            (None, true) => {
+                return Err(Error::config(
+                    "image",
+                    "training needs an `[image]` or a list of `[[images]]`",
+                ));
+            }
+            (None, false) => {}
         }
+        for (i, e) in self.images.iter().enumerate() {
+            e.validate(&format!("images[{i}]"))?;
+        }
+        for (i, e) in self.held_out.iter().enumerate() {
+            e.validate(&format!("held_out[{i}]"))?;
+        }
+        data::check_disjoint(&self.training_images(), &self.held_out, self.seed)?;
         self.train.validate()?;
         match &self.denoiser {
             DenoiserConfig::Dncnn(c) => c.validate(),
@@ -240,6 +303,36 @@ impl TrainPreset {
     }
 }
 
+impl TrainPreset {
+    /// The training images as a list (the single `[image]` is a list of one).
+    pub fn training_images(&self) -> Vec<TrainImage> {
+        match &self.image {
+            Some(image) => vec![TrainImage::from_source(image)],
+            None => self.images.clone(),
+        }
+    }
+}
+
+/// How far this invocation trains.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunControl {
+    /// Stop once this many steps (counted from the start of training) are done, writing a
+    /// checkpoint to resume from.
+    pub stop_after: Option<usize>,
+    /// Continue from the checkpoint in the output folder.
+    pub resume: bool,
+}
+
+/// The score of the trained network on one held-out image at one noise level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldOutScore {
+    pub image: String,
+    pub sigma: f32,
+    /// PSNR (peak 1) of the noisy input and of the network's output against the clean image.
+    pub noisy_psnr_db: f64,
+    pub denoised_psnr_db: f64,
+}
+
 /// One reported step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LossPoint {
@@ -258,43 +351,69 @@ pub struct TrainSummary {
     pub grid: [usize; 3],
     /// Steps run (fewer than the preset's when stopped).
     pub steps: usize,
-    /// Stopped by the user before the preset's last step.
+    /// Stopped before the preset's last step (by the user, or by `--stop-after`).
     #[serde(default)]
     pub stopped_early: bool,
+    /// The step this invocation resumed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<usize>,
+    /// The images crops were drawn from.
+    #[serde(default)]
+    pub training_images: Vec<String>,
     pub loss: Vec<LossPoint>,
-    /// Per rank: seconds computing and seconds exchanging (halos, gradient sums).
+    /// Held-out images scored after training (none when stopped early).
+    #[serde(default)]
+    pub held_out: Vec<HeldOutScore>,
+    /// Per rank, this invocation: seconds computing and seconds exchanging (halos, gradient sums).
     pub compute_secs: Vec<f64>,
     pub exchange_secs: Vec<f64>,
     pub weights: PathBuf,
 }
 
 /// Trains on every rank of `comm` (each rank calls this); rank 0 writes the outputs into `out_dir`.
-/// `on_report` is called on every rank after each reported step; when it breaks on rank 0 (a user's
-/// Stop), every rank ends the run there and the weights reached so far are written as usual.
+/// `control` stops early (with a checkpoint) or resumes from `out_dir`'s checkpoint. `on_report` is
+/// called on every rank after each reported step; when it breaks on rank 0 (a user's Stop), every
+/// rank ends the run there, writes a checkpoint, and the weights reached so far are written as usual.
 pub fn train(
     preset: &TrainPreset,
     base_dir: &Path,
     out_dir: &Path,
     comm: &dyn Collective,
+    control: &RunControl,
     on_report: &mut dyn FnMut(&LossPoint) -> ControlFlow<()>,
 ) -> Result<TrainSummary> {
     preset.validate()?;
     let cfg = &preset.train;
-    let volumetric = match &preset.image.size {
-        Some(s) => s.len() == 3,
-        None => false,
-    } || matches!(
-        preset.image.sample,
-        Some(crate::samples::Sample::SheppLogan3d)
-    );
-    let mut source = preset.image.clone();
-    if let Some(path) = source.path.as_mut() {
-        *path = crate::io::resolve(base_dir, path);
+    if control.stop_after == Some(0) {
+        return Err(Error::config("stop-after", "must be ≥ 1 step"));
     }
-    let image = crate::job::load_image(&source, volumetric, preset.seed)?;
-    let axes = image.ndim() - 2;
-    let dims = crate::nn::drunet::dims3(image.spatial());
-    let channels = image.shape()[1];
+    let entries = preset.training_images();
+    let volumetric = entries.iter().any(TrainImage::volumetric);
+    let excluded = data::held_out_files(&preset.held_out, base_dir)?;
+    let images = data::load_images(
+        &entries,
+        "images",
+        base_dir,
+        preset.seed,
+        volumetric,
+        &excluded,
+    )?;
+    if images.is_empty() {
+        return Err(Error::config(
+            "images",
+            "every training image is also a held-out image",
+        ));
+    }
+    let held_out = data::load_images(
+        &preset.held_out,
+        "held_out",
+        base_dir,
+        preset.seed,
+        volumetric,
+        &[],
+    )?;
+    let axes = images[0].image.ndim() - 2;
+    let channels = images[0].image.shape()[1];
     let (mut net, with_sigma, describe) = network(&preset.denoiser, base_dir, preset.seed)?;
     if net.rank() != axes {
         return Err(Error::config(
@@ -306,30 +425,51 @@ pub fn train(
         ));
     }
     let want_in = net.in_channels() - usize::from(with_sigma);
-    if want_in != channels || net.out_channels() != channels {
-        return Err(Error::config(
-            "denoiser.in_channels",
-            format!(
-                "the network maps {want_in} → {} channels but the training image has {channels} (set image.grayscale or the channel counts)",
-                net.out_channels()
-            ),
-        ));
+    for im in images.iter().chain(&held_out) {
+        let shape = im.image.shape();
+        if shape.len() - 2 != axes || shape[1] != want_in || net.out_channels() != want_in {
+            return Err(Error::config(
+                "denoiser.in_channels",
+                format!(
+                    "the network maps {want_in} → {} channels of {axes}-D images, but image {} is {:?} (set grayscale or the channel counts)",
+                    net.out_channels(),
+                    im.name,
+                    &shape[1..]
+                ),
+            ));
+        }
     }
+    let dims: Vec<[usize; 3]> = images
+        .iter()
+        .map(|im| crate::nn::drunet::dims3(im.image.spatial()))
+        .collect();
     let crop = match cfg.crop {
         Some(c) => {
             let mut d = [1; 3];
-            for a in 3 - axes..3 {
-                if c > dims[a] {
-                    return Err(Error::config(
-                        "train.crop",
-                        format!("{c} is larger than the image ({:?})", image.spatial()),
-                    ));
-                }
-                d[a] = c;
+            d.iter_mut().skip(3 - axes).for_each(|v| *v = c);
+            if let Some((im, _)) = images
+                .iter()
+                .zip(&dims)
+                .find(|(_, dm)| (0..3).any(|a| d[a] > dm[a]))
+            {
+                return Err(Error::config(
+                    "train.crop",
+                    format!(
+                        "{c} is larger than the image {} ({:?})",
+                        im.name,
+                        im.image.spatial()
+                    ),
+                ));
             }
             d
         }
-        None => dims,
+        None if images.len() == 1 => dims[0],
+        None => {
+            return Err(Error::config(
+                "train.crop",
+                "training on whole images needs a single image; give a crop size",
+            ));
+        }
     };
     let world = comm.world_size();
     let grid = Grid::for_axes(cfg.grid.as_deref(), axes, world, crop, "train.grid")?;
@@ -337,32 +477,76 @@ pub fn train(
     let domain = SpatialDomain::new(comm, grid)?;
     let me = comm.rank();
     let block = grid.block(crop, me);
-    let whole_image = Features {
-        batch: 1,
-        channels,
-        dims,
-        data: image.into_data(),
-    };
+    let image_names: Vec<String> = images.iter().map(|im| im.name.clone()).collect();
+    let wholes: Vec<Features> = images
+        .into_iter()
+        .zip(&dims)
+        .map(|(im, d)| Features {
+            batch: 1,
+            channels,
+            dims: *d,
+            data: im.image.into_data(),
+        })
+        .collect();
     let mut adam = Adam::new(net.param_count());
     let mut loss_curve = Vec::new();
+    let mut first_step = 0;
+    if control.resume {
+        let state = checkpoint::read(out_dir, preset, net.param_count())?;
+        let mut at = 0;
+        for p in net.params_mut() {
+            p.copy_from_slice(&state.params[at..at + p.len()]);
+            at += p.len();
+        }
+        adam = Adam::from_state(state.adam_t, state.adam_m, state.adam_v);
+        loss_curve = state.loss;
+        first_step = state.step;
+        tracing::info!("resuming `{}` at step {first_step}", preset.name);
+    }
+    let last_step = control.stop_after.map_or(cfg.steps, |s| s.min(cfg.steps));
+    if last_step <= first_step {
+        return Err(Error::config(
+            "stop-after",
+            format!("the checkpoint is already at step {first_step}; stop after a later step"),
+        ));
+    }
+    let save_checkpoint = |net: &Network, adam: &Adam, step: usize, loss: &[LossPoint]| {
+        if me != 0 {
+            return Ok(());
+        }
+        let (t, m, v) = adam.state();
+        let state = checkpoint::Checkpoint {
+            step,
+            adam_t: t,
+            params: net
+                .params()
+                .iter()
+                .flat_map(|(_, _, p)| p.iter().copied())
+                .collect(),
+            adam_m: m.to_vec(),
+            adam_v: v.to_vec(),
+            loss: loss.to_vec(),
+        };
+        std::fs::create_dir_all(out_dir).map_err(|e| Error::io("creating", out_dir, e))?;
+        checkpoint::write(out_dir, preset, &state)
+    };
     let total = (cfg.batch * channels * crop.iter().product::<usize>()) as f64;
     let start = Instant::now();
-    let mut steps_done = 0;
-    for step in 0..cfg.steps {
+    let mut steps_done = first_step;
+    for step in first_step..last_step {
         let mut rng = rand::rngs::StdRng::seed_from_u64(mix(preset.seed, step as u64));
         // The same crops and levels on every rank; each rank copies its block of each crop.
         let mut clean = Features::zeros(cfg.batch, channels, block.dims());
         let mut sigmas = Vec::with_capacity(cfg.batch);
         let plane = block.volume() * channels;
         for b in 0..cfg.batch {
-            let corner: [isize; 3] =
-                std::array::from_fn(|a| rng.random_range(0..=dims[a] - crop[a]) as isize);
+            let (index, corner) = data::draw_crop(&mut rng, &dims, crop);
             sigmas.push(cfg.sigma[rng.random_range(0..cfg.sigma.len())]);
             let at = Region {
                 lo: std::array::from_fn(|a| block.lo[a] + corner[a]),
                 hi: std::array::from_fn(|a| block.hi[a] + corner[a]),
             };
-            let part = copy_region(&whole_image, &Region::whole(dims), &at);
+            let part = copy_region(&wholes[index], &Region::whole(dims[index]), &at);
             clean.data[b * plane..(b + 1) * plane].copy_from_slice(&part.data);
         }
         let noisy = add_noise(
@@ -409,13 +593,22 @@ pub fn train(
         let lr = cfg.learning_rate * (0.55 + 0.45 * (std::f64::consts::PI * progress).cos());
         adam.step(net.params_mut(), &grads.data, lr);
         steps_done = step + 1;
+        let mut stop = false;
         if step % cfg.log_every == 0 || step + 1 == cfg.steps {
             let point = LossPoint { step, loss };
-            let stop = on_report(&point).is_break();
+            let asked = on_report(&point).is_break();
             loss_curve.push(point);
-            if agree_to_stop(comm, stop)? && steps_done < cfg.steps {
-                break;
-            }
+            stop = agree_to_stop(comm, asked)? && steps_done < cfg.steps;
+        }
+        if steps_done < cfg.steps
+            && (stop
+                || steps_done == last_step
+                || (cfg.checkpoint_every > 0 && steps_done % cfg.checkpoint_every == 0))
+        {
+            save_checkpoint(&net, &adam, steps_done, &loss_curve)?;
+        }
+        if stop {
+            break;
         }
     }
     let stats = domain.take_stats();
@@ -429,6 +622,12 @@ pub fn train(
             [v[0], v[1]]
         })
         .collect();
+    let finished = steps_done == cfg.steps;
+    let scores = if finished {
+        score_held_out(preset, &net, with_sigma, &held_out, comm)?
+    } else {
+        Vec::new()
+    };
     let weights = out_dir.join(&cfg.weights);
     if me == 0 {
         std::fs::create_dir_all(out_dir).map_err(|e| Error::io("creating", out_dir, e))?;
@@ -448,7 +647,10 @@ pub fn train(
         grid: grid.shape,
         steps: steps_done,
         stopped_early: steps_done < cfg.steps,
+        resumed_from: control.resume.then_some(first_step),
+        training_images: image_names,
         loss: loss_curve,
+        held_out: scores,
         compute_secs: per_rank.iter().map(|t| t[0]).collect(),
         exchange_secs: per_rank.iter().map(|t| t[1]).collect(),
         weights,
@@ -462,6 +664,72 @@ pub fn train(
 }
 
 const NOISE_KEY: u64 = 0x6e6f_6973_6521;
+/// Keys the held-out images' noise (image index and σ index mixed in).
+const EVAL_KEY: u64 = 0x6576_616c_7561_7465;
+
+/// PSNR of the noisy input and of the network on each held-out image at each evaluation σ, each
+/// image decomposed over the group as in training (so the scores do not depend on the ranks).
+fn score_held_out(
+    preset: &TrainPreset,
+    net: &Network,
+    with_sigma: bool,
+    held_out: &[data::NamedImage],
+    comm: &dyn Collective,
+) -> Result<Vec<HeldOutScore>> {
+    let sigmas = if preset.train.eval_sigma.is_empty() {
+        &preset.train.sigma
+    } else {
+        &preset.train.eval_sigma
+    };
+    let mut scores = Vec::new();
+    for (i, im) in held_out.iter().enumerate() {
+        let dims = crate::nn::drunet::dims3(im.image.spatial());
+        let axes = im.image.ndim() - 2;
+        let grid = Grid::for_axes(None, axes, comm.world_size(), dims, "held_out")?;
+        let domain = SpatialDomain::new(comm, grid)?;
+        let block = grid.block(dims, comm.rank());
+        let whole = Features {
+            batch: 1,
+            channels: im.image.shape()[1],
+            dims,
+            data: im.image.data().to_vec(),
+        };
+        let clean = copy_region(&whole, &Region::whole(dims), &block);
+        for (j, &sigma) in sigmas.iter().enumerate() {
+            let key = mix(preset.seed ^ EVAL_KEY, ((i as u64) << 32) | j as u64);
+            let noisy = add_noise(&clean, &block, dims, &[sigma], key);
+            let input = if with_sigma {
+                append_sigma_channel(&noisy, &[sigma])
+            } else {
+                noisy.clone()
+            };
+            let out = net.forward(input, dims, &domain)?;
+            let sq = |x: &Features| -> f64 {
+                x.data
+                    .iter()
+                    .zip(&clean.data)
+                    .map(|(a, b)| ((*a - *b) as f64).powi(2))
+                    .sum()
+            };
+            let n = (whole.data.len()) as f64;
+            let psnr = |s: f64| -10.0 * (s / n).log10();
+            let score = HeldOutScore {
+                image: im.name.clone(),
+                sigma,
+                noisy_psnr_db: psnr(sum_f64(comm, sq(&noisy))?),
+                denoised_psnr_db: psnr(sum_f64(comm, sq(&out))?),
+            };
+            tracing::info!(
+                "held out {} at σ {sigma}: noisy {:.2} dB, denoised {:.2} dB",
+                score.image,
+                score.noisy_psnr_db,
+                score.denoised_psnr_db
+            );
+            scores.push(score);
+        }
+    }
+    Ok(scores)
+}
 
 /// The graph to train, whether it takes a noise-level channel (DRUNet), and a description.
 fn network(cfg: &DenoiserConfig, base_dir: &Path, seed: u64) -> Result<(Network, bool, String)> {

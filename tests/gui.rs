@@ -1090,6 +1090,37 @@ fn an_invalid_edit_disables_run_with_the_reason() {
     );
 }
 
+/// The workbench's DnCNN runs the bundled weights and says so; "random" and "bundled" are names,
+/// not files that Run would wait for.
+#[test]
+fn a_dncnn_without_weights_file_shows_the_bundled_weights_and_named_weights_do_not_block_run() {
+    let (mut h, _end) = ready_workbench();
+    let wb = h.state_mut();
+    wb.doc.preset.denoiser = Some(tessera::denoise::DenoiserConfig::Dncnn(
+        tessera::nn::DncnnConfig::bundled(3),
+    ));
+    wb.edited();
+    h.run_steps(2);
+    assert_eq!(h.state().run_blocker(), None);
+    assert!(
+        h.query_all_by_label_contains("bundled weights dncnn_colour")
+            .count()
+            >= 1
+    );
+    for name in ["random", "bundled"] {
+        let wb = h.state_mut();
+        wb.doc.preset.denoiser = Some(tessera::denoise::DenoiserConfig::Dncnn(
+            tessera::nn::DncnnConfig {
+                weights: Some(name.into()),
+                ..tessera::nn::DncnnConfig::bundled(3)
+            },
+        ));
+        wb.edited();
+        h.run_steps(2);
+        assert_eq!(h.state().run_blocker(), None, "weights = {name}");
+    }
+}
+
 /// Opening another preset after a run clears the run's images, curves and patch map.
 #[test]
 fn switching_preset_clears_the_previous_run() {

@@ -99,3 +99,152 @@ fn bad_training_presets_name_the_field() {
         assert!(err.contains(want), "{set}: {err}");
     }
 }
+
+#[test]
+fn stopping_and_resuming_equals_an_uninterrupted_run_bit_for_bit_on_one_and_two_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in ["1", "2"] {
+        let whole = format!("whole{n}");
+        let parts = format!("parts{n}");
+        let mut args = vec!["train", "train-dncnn", "--ranks", n, "--out", &whole];
+        args.extend_from_slice(SMALL);
+        args.extend_from_slice(&["--set", "train.checkpoint_every=3"]);
+        run_ok(&args, dir.path(), &format!("{n} ranks, uninterrupted"));
+        // The periodic checkpoints were written (the last one at step 6 of 8).
+        let ck = read_json(&dir.path().join(&whole).join("checkpoint/checkpoint.json"));
+        assert_eq!(ck["step"], 6);
+
+        let mut args = vec!["train", "train-dncnn", "--ranks", n, "--out", &parts];
+        args.extend_from_slice(SMALL);
+        args.extend_from_slice(&["--stop-after", "5"]);
+        run_ok(&args, dir.path(), &format!("{n} ranks, first part"));
+        let stopped = read_json(&dir.path().join(&parts).join("train.json"));
+        assert_eq!(stopped["steps"], 5);
+        assert_eq!(stopped["stopped_early"], true);
+        let mut args = vec!["train", "train-dncnn", "--ranks", n, "--resume", &parts];
+        args.extend_from_slice(SMALL);
+        run_ok(&args, dir.path(), &format!("{n} ranks, resumed"));
+
+        let read =
+            |d: &str| std::fs::read(dir.path().join(d).join("dncnn_grey.safetensors")).unwrap();
+        assert!(
+            read(&whole) == read(&parts),
+            "{n} ranks: the weights differ"
+        );
+        let (a, b) = (
+            losses(&dir.path().join(&whole)),
+            losses(&dir.path().join(&parts)),
+        );
+        assert_eq!(a.len(), 8);
+        assert_eq!(
+            a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{n} ranks: the loss curves differ"
+        );
+        let resumed = read_json(&dir.path().join(&parts).join("train.json"));
+        assert_eq!(resumed["resumed_from"], 5);
+        assert_eq!(resumed["steps"], 8);
+        assert_eq!(resumed["stopped_early"], false);
+    }
+}
+
+#[test]
+fn a_checkpoint_is_only_resumed_by_the_preset_that_made_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["train", "train-dncnn", "--out", "r", "--stop-after", "2"];
+    args.extend_from_slice(SMALL);
+    run_ok(&args, dir.path(), "first part");
+    for (extra, want) in [
+        (&["--set", "train.batch=4"][..], "train.batch"),
+        (&["--set", "denoiser.nf=16"][..], "denoiser.nf"),
+        (&["--stop-after", "2"][..], "stop after a later step"),
+    ] {
+        let mut args = vec!["train", "train-dncnn", "--resume", "r"];
+        args.extend_from_slice(SMALL);
+        args.extend_from_slice(extra);
+        let o = run(&args, dir.path());
+        assert!(!o.status.success(), "{extra:?} was accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+    let mut args = vec!["train", "train-dncnn", "--resume", "nowhere"];
+    args.extend_from_slice(SMALL);
+    let o = run(&args, dir.path());
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("checkpoint.json"));
+}
+
+#[test]
+fn crops_come_from_several_images_and_held_out_images_are_scored_not_trained_on() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("mine")).unwrap();
+    for (name, seed) in [("a.npy", 3), ("b.npy", 4)] {
+        let x = tessera::samples::natural_image(48, 56, seed);
+        let x = tessera::Tensor::from_fn(&[48, 56], |i| x.data()[i]);
+        tessera::io::write_array(&dir.path().join("mine").join(name), &x).unwrap();
+    }
+    let preset = r#"
+version = 1
+name = "several"
+seed = 2
+[[images]]
+sample = "natural"
+size = [64, 72]
+grayscale = true
+[[images]]
+sample = "natural"
+size = [40, 40]
+seed = 9
+grayscale = true
+[[images]]
+path = "mine"
+[[held_out]]
+path = "mine/b.npy"
+[[held_out]]
+sample = "natural"
+size = [40, 48]
+seed = 77
+grayscale = true
+[denoiser]
+kind = "dncnn"
+in_channels = 1
+out_channels = 1
+depth = 3
+nf = 8
+[train]
+sigma = [0.1]
+eval_sigma = [0.05, 0.2]
+steps = 3
+batch = 2
+crop = 24
+"#;
+    std::fs::write(dir.path().join("several.toml"), preset).unwrap();
+    run_ok(
+        &["train", "several.toml", "--quiet", "--out", "o"],
+        dir.path(),
+        "several images",
+    );
+    let json = read_json(&dir.path().join("o/train.json"));
+    let names: Vec<&str> = json["training_images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names[2].ends_with("a.npy"), "{names:?}");
+    let scores = json["held_out"].as_array().unwrap();
+    assert_eq!(scores.len(), 4);
+    assert!(scores[0]["image"].as_str().unwrap().ends_with("b.npy"));
+    let noisy = |i: usize| scores[i]["noisy_psnr_db"].as_f64().unwrap();
+    // Unit-variance noise at σ = 0.05 and 0.2: about 26 and 14 dB.
+    assert!((noisy(0) - 26.0).abs() < 0.5 && (noisy(1) - 14.0).abs() < 0.5);
+
+    // A colour image among grey ones is named.
+    let colour = preset.replace("seed = 9\ngrayscale = true", "seed = 9");
+    std::fs::write(dir.path().join("colour.toml"), colour).unwrap();
+    let o = run(&["train", "colour.toml", "--quiet"], dir.path());
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("seed 9"), "{err}");
+}

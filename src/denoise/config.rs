@@ -77,11 +77,17 @@ impl DenoiserConfig {
     }
 
     /// The files the config names (weights, a TorchScript model), for resolving them against the
-    /// config's folder.
+    /// config's folder; the weights names `"random"` and `"bundled"` are not files.
     pub fn paths_mut(&mut self) -> impl Iterator<Item = &mut std::path::PathBuf> {
         match self {
-            DenoiserConfig::Drunet(c) => c.weights.as_mut(),
-            DenoiserConfig::Dncnn(c) => c.weights.as_mut(),
+            DenoiserConfig::Drunet(c) => c
+                .weights
+                .as_mut()
+                .filter(|p| !crate::nn::bundled::is_named(p)),
+            DenoiserConfig::Dncnn(c) => c
+                .weights
+                .as_mut()
+                .filter(|p| !crate::nn::bundled::is_named(p)),
             DenoiserConfig::Torchscript(c) => Some(&mut c.model),
             DenoiserConfig::Identity
             | DenoiserConfig::Tv(_)

@@ -99,6 +99,8 @@ struct PlannedMap {
 
 /// A training experiment (what `tessera train` runs) opened instead of an imaging preset.
 #[derive(Debug, Clone, PartialEq)]
+// One edited preset per workbench: the size difference costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Training {
     /// A denoiser trained on noisy crops of an image, decomposed over the ranks.
     Denoiser(TrainPreset),
@@ -159,10 +161,18 @@ impl Training {
             Training::Denoiser(p) => {
                 let mut v: Vec<(String, PathBuf, bool)> = p
                     .image
-                    .path
                     .iter()
+                    .flat_map(|i| i.path.iter())
                     .map(|f| ("image.path".to_string(), f.clone(), false))
                     .collect();
+                // `[[images]]`/`[[held_out]]` paths are files or folders of them.
+                for (list, entries) in [("images", &p.images), ("held_out", &p.held_out)] {
+                    for (i, e) in entries.iter().enumerate() {
+                        if let Some(f) = &e.path {
+                            v.push((format!("{list}[{i}].path"), f.clone(), f.is_dir()));
+                        }
+                    }
+                }
                 let mut d = p.denoiser.clone();
                 v.extend(
                     d.paths_mut()
@@ -673,12 +683,19 @@ fn files_read_by(preset: &Preset) -> Vec<(String, PathBuf)> {
         }
     }
     match &preset.denoiser {
-        Some(DenoiserConfig::Drunet(c)) => {
-            files.extend(c.weights.clone().map(|w| ("denoiser.weights".into(), w)))
-        }
-        Some(DenoiserConfig::Dncnn(c)) => {
-            files.extend(c.weights.clone().map(|w| ("denoiser.weights".into(), w)))
-        }
+        // "random" and "bundled" name weights, not files.
+        Some(DenoiserConfig::Drunet(c)) => files.extend(
+            c.weights
+                .clone()
+                .filter(|w| !crate::nn::bundled::is_named(w))
+                .map(|w| ("denoiser.weights".into(), w)),
+        ),
+        Some(DenoiserConfig::Dncnn(c)) => files.extend(
+            c.weights
+                .clone()
+                .filter(|w| !crate::nn::bundled::is_named(w))
+                .map(|w| ("denoiser.weights".into(), w)),
+        ),
         Some(DenoiserConfig::Torchscript(c)) => {
             files.push(("denoiser.model".into(), c.model.clone()))
         }

@@ -90,7 +90,8 @@ impl TorchScriptConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct DrunetConfig {
     /// A `.pth` or `.safetensors` state_dict; relative paths are relative to the preset's folder.
-    /// Without one the network has seeded random weights (timing only; it says so loudly).
+    /// tessera bundles no DRUNet weights: without a file (or with `"random"`, which says it is
+    /// meant) the network has seeded random weights (timing only; without `"random"` it warns).
     #[serde(alias = "pretrained")]
     pub weights: Option<PathBuf>,
     /// Image channels, 1 ..= 64 (default 3).
@@ -135,7 +136,10 @@ impl Default for DrunetConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DncnnConfig {
-    /// As for DRUNet.
+    /// A `.pth` or `.safetensors` state_dict (relative to the preset's folder); `"bundled"` (also
+    /// what no `weights` means, for an architecture tessera bundles: depth 8, 32 features, 1 or 3
+    /// channels — `crate::nn::bundled`) or `"random"` (seeded random weights, timing only). For
+    /// `tessera train`, no `weights` or `"random"` means training from scratch.
     #[serde(alias = "pretrained")]
     pub weights: Option<PathBuf>,
     pub in_channels: usize,
@@ -208,16 +212,62 @@ fn resolve_dim(
     }
 }
 
+/// The weights file a config names, if it names a file (not `"random"` or `"bundled"`).
+fn weights_file(weights: &Option<PathBuf>) -> Option<&Path> {
+    weights.as_deref().filter(|p| !super::bundled::is_named(p))
+}
+
+fn names(weights: &Option<PathBuf>, name: &str) -> bool {
+    weights.as_deref() == Some(Path::new(name))
+}
+
 impl DncnnConfig {
-    /// The architecture and graph `tessera train` trains: with `weights`, the stored weights
-    /// (fine-tuning, `true`); without, seeded placeholders the trainer re-initialises (`false`).
+    /// The bundled architecture with `channels` image channels (grey 1, colour 3), running the
+    /// bundled weights: the workbench's and the presets' default DnCNN.
+    pub fn bundled(channels: usize) -> Self {
+        DncnnConfig {
+            in_channels: channels,
+            out_channels: channels,
+            depth: super::bundled::DNCNN_DEPTH,
+            nf: super::bundled::DNCNN_NF,
+            ..DncnnConfig::default()
+        }
+    }
+
+    /// The bundled weights this config runs: asked for with `"bundled"` (an error when there are
+    /// none for the architecture), or by giving no `weights` for a bundled architecture.
+    fn bundled_weights(&self) -> Result<Option<&'static super::bundled::BundledWeights>> {
+        let asked = names(&self.weights, super::bundled::BUNDLED);
+        if !asked && self.weights.is_some() {
+            return Ok(None);
+        }
+        let found = super::bundled::dncnn_for(&self.arch(self.dim.unwrap_or(2)));
+        if asked && found.is_none() {
+            return Err(Error::config(
+                "denoiser.weights",
+                format!(
+                    "no bundled weights for this DnCNN: tessera bundles depth {}, nf {}, 1 or 3 channels, 2-D (give a weights file, or \"random\")",
+                    super::bundled::DNCNN_DEPTH,
+                    super::bundled::DNCNN_NF
+                ),
+            ));
+        }
+        Ok(found)
+    }
+
+    /// The architecture and graph `tessera train` trains: with a weights file or `"bundled"`, those
+    /// weights (fine-tuning, `true`); without, or with `"random"`, seeded placeholders the trainer
+    /// re-initialises (`false`).
     pub(crate) fn network_to_train(&self, base_dir: &Path) -> Result<(DncnnArch, Network, bool)> {
         self.validate()?;
-        let dict = self
-            .weights
-            .as_ref()
-            .map(|p| load_weights(p, base_dir))
-            .transpose()?;
+        let dict = match weights_file(&self.weights) {
+            Some(p) => Some(load_weights(p, base_dir)?),
+            None if names(&self.weights, super::bundled::BUNDLED) => self
+                .bundled_weights()?
+                .map(|b| b.state_dict())
+                .transpose()?,
+            None => None,
+        };
         let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "in_conv.weight");
         let arch = self.arch(dim);
         let loaded = dict.is_some();
@@ -234,9 +284,7 @@ impl DrunetConfig {
     /// noise-level channel.
     pub(crate) fn network_to_train(&self, base_dir: &Path) -> Result<(DrunetArch, Network, bool)> {
         self.validate()?;
-        let dict = self
-            .weights
-            .as_ref()
+        let dict = weights_file(&self.weights)
             .map(|p| load_weights(p, base_dir))
             .transpose()?;
         let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "m_head.weight");
@@ -284,10 +332,16 @@ impl DrunetConfig {
                 format!("{d} needs engine = \"torch\"; the native engine runs on the CPU"),
             ));
         }
-        if self.inflate_3d && self.weights.is_none() {
+        if self.inflate_3d && weights_file(&self.weights).is_none() {
             return Err(Error::config(
                 "denoiser.inflate_3d",
                 "inflating needs 2-D `weights`",
+            ));
+        }
+        if names(&self.weights, super::bundled::BUNDLED) {
+            return Err(Error::config(
+                "denoiser.weights",
+                "tessera bundles no DRUNet weights (it bundles DnCNNs: kind = \"dncnn\", depth 8, nf 32); give a weights file, or \"random\"",
             ));
         }
         super::drunet::check_arch(&self.arch(self.dim.unwrap_or(2)))
@@ -310,8 +364,12 @@ impl DrunetConfig {
     /// Validates, loads the weights (relative paths against `base_dir`) and builds the network.
     pub fn build(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
         self.validate()?;
-        let dict = match &self.weights {
+        let dict = match weights_file(&self.weights) {
             Some(p) => Some(load_weights(p, base_dir)?),
+            None if names(&self.weights, super::bundled::RANDOM) => {
+                tracing::info!("DRUNet: random weights, as asked (`weights = \"random\"`)");
+                None
+            }
             None => None,
         };
         let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "m_head.weight");
@@ -360,21 +418,35 @@ impl DncnnConfig {
 
     pub fn validate(&self) -> Result<()> {
         check_dim(self.dim, self.inflate_3d)?;
-        if self.inflate_3d && self.weights.is_none() {
+        if self.inflate_3d && weights_file(&self.weights).is_none() {
             return Err(Error::config(
                 "denoiser.inflate_3d",
                 "inflating needs 2-D `weights`",
             ));
         }
+        self.bundled_weights()?;
         super::dncnn::check_arch(&self.arch(self.dim.unwrap_or(2)))
     }
 
     /// Validates, loads the weights (relative paths against `base_dir`) and builds the network.
     pub fn build(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
         self.validate()?;
-        let dict = match &self.weights {
-            Some(p) => Some(load_weights(p, base_dir)?),
-            None => None,
+        let dict = match (weights_file(&self.weights), self.bundled_weights()?) {
+            (Some(p), _) => {
+                let path = crate::io::resolve(base_dir, p);
+                tracing::info!("DnCNN: weights {}", path.display());
+                Some(StateDict::load(&path)?)
+            }
+            (None, Some(b)) => {
+                tracing::info!("DnCNN: {}", b.describe());
+                Some(b.state_dict()?)
+            }
+            (None, None) => {
+                if names(&self.weights, super::bundled::RANDOM) {
+                    tracing::info!("DnCNN: random weights, as asked (`weights = \"random\"`)");
+                }
+                None
+            }
         };
         let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "in_conv.weight");
         let arch = self.arch(dim);

@@ -6,6 +6,7 @@
 //! TorchScript denoiser, on libtorch. Both appear to the rest of tessera as a
 //! [`crate::denoise::Denoiser`], so tiling and distribution work unchanged.
 
+pub mod bundled;
 pub mod config;
 pub mod conv;
 pub mod dense;

@@ -25,6 +25,16 @@ impl Adam {
         }
     }
 
+    /// Adam resumed from a checkpoint: its step count and moments, as [`Adam::state`] gave them.
+    pub fn from_state(t: i32, m: Vec<f64>, v: Vec<f64>) -> Self {
+        Adam { m, v, t }
+    }
+
+    /// The step count and the first and second moments (for checkpoints).
+    pub fn state(&self) -> (i32, &[f64], &[f64]) {
+        (self.t, &self.m, &self.v)
+    }
+
     /// One step of size `lr` on `params` (in the order of `grads`).
     pub fn step<'a>(
         &mut self,

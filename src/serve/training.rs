@@ -116,7 +116,14 @@ impl TrainJob {
                     }
                     stop_if(cancelled())
                 };
-                let s = crate::train::train(p, base, &out_dir, comm, &mut on_report)?;
+                let s = crate::train::train(
+                    p,
+                    base,
+                    &out_dir,
+                    comm,
+                    &crate::train::RunControl::default(),
+                    &mut on_report,
+                )?;
                 (s.stopped_early, s.steps, Summary::Denoiser(s))
             }
             TrainJob::Dsn(p) => {

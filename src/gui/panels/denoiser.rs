@@ -95,7 +95,7 @@ fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
                 Some(DenoiserConfig::Drunet(DrunetConfig::default()))
             }),
             ("dncnn", || {
-                Some(DenoiserConfig::Dncnn(DncnnConfig::default()))
+                Some(DenoiserConfig::Dncnn(DncnnConfig::bundled(3)))
             }),
             ("torchscript (libtorch)", || {
                 Some(DenoiserConfig::Torchscript(TorchScriptConfig {
@@ -136,7 +136,7 @@ fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             changed |= number(ui, "sigma (px)", &mut c.sigma_px, 0.05, 0.0..=256.0)
         }
         Some(DenoiserConfig::Drunet(c)) => {
-            changed |= network(ui, &mut c.weights, &mut c.engine, &mut c.inflate_3d);
+            changed |= network(ui, &mut c.weights, &mut c.engine, &mut c.inflate_3d, None);
             if c.engine == Engine::Torch {
                 changed |= torch_device(ui, &mut c.device);
             }
@@ -146,7 +146,23 @@ fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             ui.label(format!("channels per scale (nc): {:?}", c.nc));
         }
         Some(DenoiserConfig::Dncnn(c)) => {
-            changed |= network(ui, &mut c.weights, &mut c.engine, &mut c.inflate_3d);
+            let arch = crate::nn::DncnnArch {
+                in_channels: c.in_channels,
+                out_channels: c.out_channels,
+                depth: c.depth,
+                nf: c.nf,
+                bias: c.bias,
+                residual: c.residual,
+                dim: c.dim.unwrap_or(2),
+            };
+            let bundled = crate::nn::bundled::dncnn_for(&arch);
+            changed |= network(
+                ui,
+                &mut c.weights,
+                &mut c.engine,
+                &mut c.inflate_3d,
+                bundled,
+            );
             changed |= number(ui, "in channels", &mut c.in_channels, 1.0, 1..=64);
             changed |= number(ui, "out channels", &mut c.out_channels, 1.0, 1..=64);
             changed |= number(ui, "depth", &mut c.depth, 1.0, 2..=1000);
@@ -182,12 +198,14 @@ fn torch_device(ui: &mut Ui, device: &mut Option<TorchDevice>) -> bool {
 }
 
 /// What every neural denoiser has: the weights file, the engine, 2-D → 3-D inflation. An empty path
-/// means random weights, which the network announces as meaningless.
+/// means the `bundled` weights where the architecture has some, else random weights, which the
+/// network announces as meaningless.
 fn network(
     ui: &mut Ui,
     weights: &mut Option<PathBuf>,
     engine: &mut Engine,
     inflate_3d: &mut bool,
+    bundled: Option<&crate::nn::bundled::BundledWeights>,
 ) -> bool {
     let current = weights
         .as_ref()
@@ -198,7 +216,9 @@ fn network(
         *weights = (!text.trim().is_empty()).then(|| text.trim().into());
         changed = true;
     }
-    if weights.is_none() {
+    if let (None, Some(b)) = (&weights, bundled) {
+        ui.label(format!("no weights file: {}", b.describe()));
+    } else if weights.is_none() {
         ui.colored_label(
             ui.visuals().warn_fg_color,
             "no weights: random network, output meaningless (timing only)",

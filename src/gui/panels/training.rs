@@ -42,7 +42,17 @@ impl EditorPanel for TrainingPanel {
 fn denoiser_training(ui: &mut Ui, p: &mut TrainPreset) -> bool {
     let mut changed = false;
     ui.strong("Training image");
-    match (&p.image.sample, &p.image.path) {
+    let Some(image) = p.image.as_mut() else {
+        // A list of `[[images]]` (and `[[held_out]]`): edited in the TOML.
+        ui.label(format!(
+            "{} training image entries, {} held out (edit them in the preset file)",
+            p.images.len(),
+            p.held_out.len()
+        ));
+        changed |= number(ui, "seed", &mut p.seed, 1.0, 0..=u64::MAX);
+        return changed | training_network(ui, p);
+    };
+    match (&image.sample, &image.path) {
         (Some(sample), _) => {
             ui.label(format!("generated: {sample:?}"));
         }
@@ -53,12 +63,18 @@ fn denoiser_training(ui: &mut Ui, p: &mut TrainPreset) -> bool {
             ui.label("none");
         }
     }
-    if let Some(size) = p.image.size.as_mut().filter(|s| s.len() == 2) {
+    if let Some(size) = image.size.as_mut().filter(|s| s.len() == 2) {
         changed |= number(ui, "image height", &mut size[0], 1.0, 8..=16384);
         changed |= number(ui, "image width", &mut size[1], 1.0, 8..=16384);
     }
-    changed |= ui.checkbox(&mut p.image.grayscale, "grey").changed();
+    changed |= ui.checkbox(&mut image.grayscale, "grey").changed();
     changed |= number(ui, "seed", &mut p.seed, 1.0, 0..=u64::MAX);
+    changed | training_network(ui, p)
+}
+
+/// The network and optimisation part of a denoiser's training set-up.
+fn training_network(ui: &mut Ui, p: &mut TrainPreset) -> bool {
+    let mut changed = false;
 
     ui.strong("Network");
     match &mut p.denoiser {

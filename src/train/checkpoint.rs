@@ -1,0 +1,298 @@
+//! Checkpoints of `tessera train`, so a run stopped with `--stop-after` (or killed) resumes with
+//! `--resume RUN_DIR` bit for bit: `RUN_DIR/checkpoint/` holds the weights and Adam's moments as
+//! raw little-endian numbers (`state.bin`: f32 weights, f64 first moments, f64 second moments) and
+//! `checkpoint.json` (the steps done, Adam's step count, the loss curve so far, and the preset
+//! that made it). Nothing else is needed: each step's crops, noise levels and noise are drawn from
+//! generators seeded by `(seed, step)`.
+//!
+//! The folder is written as a unit (staged under a hidden name, then renamed into place), so a run
+//! killed while writing keeps its previous checkpoint.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+use super::{LossPoint, TrainPreset};
+
+/// Format version of `checkpoint.json`.
+const FORMAT: u32 = 1;
+/// Preset fields that do not change the numbers a run computes (a resumed run may change them).
+const FREE_FIELDS: &[&str] = &[
+    "description",
+    "train.log_every",
+    "train.checkpoint_every",
+    "train.weights",
+    "train.eval_sigma",
+];
+
+/// The folder of a run's checkpoint.
+pub fn dir_of(run_dir: &Path) -> PathBuf {
+    run_dir.join("checkpoint")
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Meta {
+    format: u32,
+    /// Optimiser steps done.
+    step: usize,
+    /// Adam's step count.
+    adam_t: i32,
+    parameters: usize,
+    loss: Vec<LossPoint>,
+    /// The preset as TOML.
+    preset: String,
+}
+
+/// A training state to resume from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub step: usize,
+    pub adam_t: i32,
+    pub params: Vec<f32>,
+    pub adam_m: Vec<f64>,
+    pub adam_v: Vec<f64>,
+    pub loss: Vec<LossPoint>,
+}
+
+/// Writes `state` for `preset` into `run_dir/checkpoint` (replacing the previous one as a unit).
+pub fn write(run_dir: &Path, preset: &TrainPreset, state: &Checkpoint) -> Result<()> {
+    let n = state.params.len();
+    if state.adam_m.len() != n || state.adam_v.len() != n {
+        return Err(Error::Internal(format!(
+            "checkpoint: {n} weights but {} and {} Adam moments",
+            state.adam_m.len(),
+            state.adam_v.len()
+        )));
+    }
+    let meta = Meta {
+        format: FORMAT,
+        step: state.step,
+        adam_t: state.adam_t,
+        parameters: n,
+        loss: state.loss.clone(),
+        preset: toml::to_string(preset)
+            .map_err(|e| Error::Internal(format!("checkpoint: the preset as TOML: {e}")))?,
+    };
+    let final_dir = dir_of(run_dir);
+    let staged = run_dir.join(".checkpoint.partial");
+    let old = run_dir.join(".checkpoint.old");
+    for d in [&staged, &old] {
+        if d.exists() {
+            std::fs::remove_dir_all(d).map_err(|e| Error::io("removing", d, e))?;
+        }
+    }
+    std::fs::create_dir_all(&staged).map_err(|e| Error::io("creating", &staged, e))?;
+    let mut bytes = Vec::with_capacity(n * 20);
+    bytes.extend(state.params.iter().flat_map(|v| v.to_le_bytes()));
+    bytes.extend(state.adam_m.iter().flat_map(|v| v.to_le_bytes()));
+    bytes.extend(state.adam_v.iter().flat_map(|v| v.to_le_bytes()));
+    let state_path = staged.join("state.bin");
+    std::fs::write(&state_path, &bytes).map_err(|e| Error::io("writing", &state_path, e))?;
+    let json = serde_json::to_string_pretty(&meta)
+        .map_err(|e| Error::Internal(format!("checkpoint.json: {e}")))?;
+    let json_path = staged.join("checkpoint.json");
+    std::fs::write(&json_path, json).map_err(|e| Error::io("writing", &json_path, e))?;
+    if final_dir.exists() {
+        std::fs::rename(&final_dir, &old).map_err(|e| Error::io("moving aside", &final_dir, e))?;
+    }
+    std::fs::rename(&staged, &final_dir).map_err(|e| Error::io("renaming into", &final_dir, e))?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old).map_err(|e| Error::io("removing", &old, e))?;
+    }
+    Ok(())
+}
+
+/// Reads `run_dir/checkpoint` and checks it against `preset` and a network of `parameters`
+/// weights; a checkpoint made by another preset is refused, naming the first field that differs.
+pub fn read(run_dir: &Path, preset: &TrainPreset, parameters: usize) -> Result<Checkpoint> {
+    let dir = dir_of(run_dir);
+    let json_path = dir.join("checkpoint.json");
+    let text =
+        std::fs::read_to_string(&json_path).map_err(|e| Error::io("reading", &json_path, e))?;
+    let meta: Meta = serde_json::from_str(&text).map_err(|e| {
+        Error::format(
+            &json_path,
+            format!("not a tessera training checkpoint: {e}"),
+        )
+    })?;
+    if meta.format != FORMAT {
+        return Err(Error::format(
+            &json_path,
+            format!(
+                "checkpoint format {} (this tessera reads {FORMAT})",
+                meta.format
+            ),
+        ));
+    }
+    let theirs: toml::Value = toml::from_str(&meta.preset)
+        .map_err(|e| Error::format(&json_path, format!("its preset does not parse: {e}")))?;
+    // Through TOML text as the checkpoint's copy went, so f32 fields compare as written.
+    let ours: toml::Value = toml::to_string(preset)
+        .ok()
+        .and_then(|t| toml::from_str(&t).ok())
+        .ok_or_else(|| Error::Internal("the preset does not round-trip through TOML".into()))?;
+    if let Some((field, was, now)) = first_difference(&theirs, &ours, "") {
+        return Err(Error::config(
+            "resume",
+            format!(
+                "the checkpoint was made with another preset: `{field}` was {was}, is now {now} (resume with the preset that made it): {}",
+                json_path.display()
+            ),
+        ));
+    }
+    if meta.parameters != parameters {
+        return Err(Error::config(
+            "resume",
+            format!(
+                "the checkpoint holds {} weights but the network has {parameters}: {}",
+                meta.parameters,
+                json_path.display()
+            ),
+        ));
+    }
+    if meta.step >= preset.train.steps {
+        return Err(Error::config(
+            "resume",
+            format!(
+                "the checkpoint is at step {} of {}: nothing left to train: {}",
+                meta.step,
+                preset.train.steps,
+                json_path.display()
+            ),
+        ));
+    }
+    let state_path = dir.join("state.bin");
+    let bytes = std::fs::read(&state_path).map_err(|e| Error::io("reading", &state_path, e))?;
+    let n = meta.parameters;
+    if bytes.len() != n * 20 {
+        return Err(Error::format(
+            &state_path,
+            format!(
+                "{} bytes, expected {} for {n} weights and their Adam moments",
+                bytes.len(),
+                n * 20
+            ),
+        ));
+    }
+    let (w, rest) = bytes.split_at(4 * n);
+    let (m, v) = rest.split_at(8 * n);
+    let f64s = |b: &[u8]| -> Vec<f64> {
+        b.chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect()
+    };
+    Ok(Checkpoint {
+        step: meta.step,
+        adam_t: meta.adam_t,
+        params: w
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap_or([0; 4])))
+            .collect(),
+        adam_m: f64s(m),
+        adam_v: f64s(v),
+        loss: meta.loss,
+    })
+}
+
+/// The first field (dotted path) where `a` and `b` differ, with both values; fields in
+/// [`FREE_FIELDS`] are skipped.
+fn first_difference(
+    a: &toml::Value,
+    b: &toml::Value,
+    at: &str,
+) -> Option<(String, String, String)> {
+    if FREE_FIELDS.contains(&at) {
+        return None;
+    }
+    let show = |v: Option<&toml::Value>| v.map_or("unset".to_string(), |v| v.to_string());
+    match (a, b) {
+        (toml::Value::Table(x), toml::Value::Table(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let path = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => {
+                        if let Some(d) = first_difference(p, q, &path) {
+                            return Some(d);
+                        }
+                    }
+                    (p, q) if !FREE_FIELDS.contains(&path.as_str()) => {
+                        return Some((path, show(p), show(q)));
+                    }
+                    _ => {}
+                }
+            }
+            None
+        }
+        _ if a == b => None,
+        _ => Some((at.to_string(), a.to_string(), b.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn preset() -> TrainPreset {
+        TrainPreset::load("train-dncnn", &[]).unwrap().0
+    }
+
+    #[test]
+    fn a_checkpoint_reads_back_exactly_and_refuses_another_preset() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = preset();
+        let state = Checkpoint {
+            step: 7,
+            adam_t: 7,
+            params: vec![1.5, -0.0, f32::MIN_POSITIVE, 3.25e-7],
+            adam_m: vec![0.1, 0.2, -1e-300, 4.0],
+            adam_v: vec![1e-12, 0.0, 2.0, 9.5],
+            loss: vec![LossPoint { step: 0, loss: 0.5 }],
+        };
+        write(dir.path(), &p, &state).unwrap();
+        // Written twice: the second replaces the first as a unit.
+        write(dir.path(), &p, &state).unwrap();
+        let back = read(dir.path(), &p, 4).unwrap();
+        assert_eq!(back, state);
+        assert!(back.params[1].is_sign_negative());
+
+        let mut other = p.clone();
+        other.train.batch += 1;
+        let e = read(dir.path(), &other, 4).unwrap_err().to_string();
+        assert!(e.contains("train.batch") && e.contains("was 8"), "{e}");
+        let mut other = p.clone();
+        other.seed = 99;
+        let e = read(dir.path(), &other, 4).unwrap_err().to_string();
+        assert!(e.contains("`seed`"), "{e}");
+        // Fields that do not change the numbers may change.
+        let mut free = p.clone();
+        free.train.log_every = 3;
+        free.description = "changed".into();
+        read(dir.path(), &free, 4).unwrap();
+        let e = read(dir.path(), &p, 5).unwrap_err().to_string();
+        assert!(e.contains("holds 4 weights"), "{e}");
+        let mut done = p.clone();
+        done.train.steps = 7;
+        let e = read(dir.path(), &done, 4).unwrap_err().to_string();
+        assert!(
+            e.contains("train.steps") || e.contains("nothing left"),
+            "{e}"
+        );
+
+        std::fs::write(dir_of(dir.path()).join("state.bin"), [0u8; 10]).unwrap();
+        let e = read(dir.path(), &p, 4).unwrap_err().to_string();
+        assert!(e.contains("10 bytes"), "{e}");
+        let e = read(&dir.path().join("missing"), &p, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("checkpoint.json"), "{e}");
+    }
+}

@@ -1,0 +1,110 @@
+//! The denoisers tessera ships (assets/weights, embedded in the binary) denoise: on a held-out
+//! generated image and on a real photograph (tests/fixtures/photos), grey and colour, the bundled
+//! DnCNN gains at least `MARGIN_DB` over the noisy input at σ = 0.1 — which random weights of the
+//! same network do not — and a preset's DnCNN of the bundled architecture without `weights` runs
+//! them.
+
+use std::path::Path;
+
+use tessera::Tensor;
+use tessera::denoise::DenoiserConfig;
+use tessera::metrics::psnr;
+use tessera::nn::DncnnConfig;
+use tessera::train::eval::add_noise;
+
+/// Measured gains at σ = 0.1 (`tessera bench denoisers`, assets/weights/README.md): 7.3 dB (grey
+/// generated), 6.0 dB (colour generated), 7.1 dB (camera crop), 7.2 dB (astronaut crop); random
+/// weights lose PSNR. The margin leaves room for rounding differences across machines, not for a
+/// network that does not denoise.
+const MARGIN_DB: f64 = 4.0;
+const SIGMA: f32 = 0.1;
+
+fn held_out_generated(grey: bool) -> Tensor {
+    // The held-out image of presets/train-dncnn-{grey,colour}.toml (seed 1000, never trained on),
+    // cropped to 128² to keep the test fast.
+    let x = tessera::samples::natural_image(256, 256, 1000);
+    let c = if grey { 1 } else { 3 };
+    Tensor::from_fn(&[1, c, 128, 128], |i| {
+        let (ch, y, xx) = (i / (128 * 128), (i / 128) % 128, i % 128);
+        let at = |k: usize| x.data()[(k * 256 + 64 + y) * 256 + 64 + xx];
+        if grey {
+            (at(0) + at(1) + at(2)) / 3.0
+        } else {
+            at(ch)
+        }
+    })
+}
+
+fn photo(name: &str) -> Tensor {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/photos")
+        .join(name);
+    // PNGs read as (1, C, H, W).
+    tessera::io::read_array(&path).unwrap()
+}
+
+/// PSNR gain of `cfg` over the noisy input on `clean` at σ.
+fn gain(cfg: &DenoiserConfig, clean: &Tensor) -> f64 {
+    let noisy = add_noise(clean, SIGMA, 7);
+    let out = cfg.build().unwrap().denoise(&noisy, SIGMA).unwrap();
+    psnr(&out, clean, 1.0).unwrap() - psnr(&noisy, clean, 1.0).unwrap()
+}
+
+fn random(channels: usize) -> DenoiserConfig {
+    DenoiserConfig::Dncnn(DncnnConfig {
+        weights: Some("random".into()),
+        ..DncnnConfig::bundled(channels)
+    })
+}
+
+#[test]
+fn the_bundled_denoisers_beat_the_noisy_input_on_held_out_images_and_real_photos_and_random_weights_do_not()
+ {
+    let images = [
+        ("generated grey", held_out_generated(true)),
+        ("generated colour", held_out_generated(false)),
+        ("camera crop (grey photo)", photo("camera_128.png")),
+        ("astronaut crop (colour photo)", photo("astronaut_128.png")),
+    ];
+    for (what, clean) in images {
+        let channels = clean.shape()[1];
+        assert_eq!(clean.shape(), &[1, channels, 128, 128], "{what}");
+        let bundled = DenoiserConfig::Dncnn(DncnnConfig::bundled(channels));
+        let g = gain(&bundled, &clean);
+        assert!(
+            g >= MARGIN_DB,
+            "{what}: the bundled DnCNN gains only {g:.2} dB"
+        );
+        let r = gain(&random(channels), &clean);
+        assert!(r < MARGIN_DB, "{what}: random weights gain {r:.2} dB");
+    }
+}
+
+#[test]
+fn a_preset_dncnn_without_weights_runs_the_bundled_ones_and_random_must_be_asked_for() {
+    let parse = |text: &str| -> DenoiserConfig { toml::from_str(text).unwrap() };
+    let clean = held_out_generated(true);
+    let noisy = add_noise(&clean, SIGMA, 3);
+    let run = |cfg: &DenoiserConfig| cfg.build().unwrap().denoise(&noisy, SIGMA).unwrap();
+    let plain = "kind = \"dncnn\"\nin_channels = 1\nout_channels = 1\ndepth = 8\nnf = 32";
+    let default = run(&parse(plain));
+    let named = run(&parse(&format!("{plain}\nweights = \"bundled\"")));
+    assert_eq!(default, named, "no weights = the bundled ones");
+    let random = run(&parse(&format!("{plain}\nweights = \"random\"")));
+    assert!(random.max_abs_diff(&default) > 0.01);
+    // A bundled name is not a file to resolve against the preset's folder.
+    let mut cfg = parse(&format!("{plain}\nweights = \"random\""));
+    assert_eq!(cfg.paths_mut().count(), 0);
+    // "bundled" where nothing is bundled is an error naming the field.
+    let deeper = parse(
+        "kind = \"dncnn\"\nin_channels = 1\nout_channels = 1\ndepth = 9\nnf = 32\nweights = \"bundled\"",
+    );
+    let err = deeper.build().err().unwrap().to_string();
+    assert!(
+        err.contains("denoiser.weights") && err.contains("no bundled"),
+        "{err}"
+    );
+    let drunet = parse("kind = \"drunet\"\nweights = \"bundled\"");
+    let err = drunet.validate().unwrap_err().to_string();
+    assert!(err.contains("no DRUNet"), "{err}");
+}
