@@ -503,49 +503,26 @@ impl Workbench {
 
     /// Loads a preset file (from the dialog, a drop or the recent list); errors go to the log.
     pub fn open_preset_path(&mut self, path: &Path) {
-        match super::document::Training::load(path) {
-            Ok(Some((training, base))) => {
-                self.app_state.remember(path);
-                self.remember_folder(path);
-                self.session.log(
-                    LogLevel::Info,
-                    format!("opened training preset {}", path.display()),
-                );
-                self.set_training(training, &base, path.display().to_string());
-                return;
+        let name = path.to_string_lossy();
+        // Training, then wave inversion, then imaging: each kind is told by its own sections.
+        let opened = super::document::Training::load(path).and_then(|training| {
+            if let Some((t, base)) = training {
+                self.set_training(t, &base, path.display().to_string());
+                return Ok("training preset");
             }
-            Ok(None) => {}
-            Err(e) => {
-                self.session
-                    .log(LogLevel::Error, format!("could not open the preset: {e}"));
-                return;
+            if let Some((p, base, origin)) = crate::fwi::FwiPreset::load(&name, &[])? {
+                self.set_fwi_preset(p, &base, origin);
+                return Ok("FWI preset");
             }
-        }
-        match crate::fwi::FwiPreset::load(&path.to_string_lossy(), &[]) {
-            Ok(Some((preset, base, origin))) => {
-                self.app_state.remember(path);
-                self.remember_folder(path);
-                self.session.log(
-                    LogLevel::Info,
-                    format!("opened FWI preset {}", path.display()),
-                );
-                self.set_fwi_preset(preset, &base, origin);
-                return;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                self.session
-                    .log(LogLevel::Error, format!("could not open the preset: {e}"));
-                return;
-            }
-        }
-        match Preset::load(&path.to_string_lossy(), &[]) {
-            Ok(loaded) => {
+            self.set_preset(Preset::load(&name, &[])?);
+            Ok("preset")
+        });
+        match opened {
+            Ok(kind) => {
                 self.app_state.remember(path);
                 self.remember_folder(path);
                 self.session
-                    .log(LogLevel::Info, format!("opened preset {}", path.display()));
-                self.set_preset(loaded);
+                    .log(LogLevel::Info, format!("opened {kind} {}", path.display()));
             }
             Err(e) => self
                 .session

@@ -42,7 +42,7 @@ impl View for RunsView {
         let mut action = None;
         egui::ScrollArea::vertical().show(ui, |ui| {
             egui::Grid::new("runs").striped(true).show(ui, |ui| {
-                for head in ["run", "preset", "iterations", "result", ""] {
+                for head in ["run", "preset", "iterations", "PSNR / result", ""] {
                     ui.strong(head);
                 }
                 ui.end_row();
@@ -64,7 +64,7 @@ impl View for RunsView {
                     ));
                     ui.label(match (&r.training, r.psnr_db) {
                         (Some(words), _) => words.clone(),
-                        (None, Some(p)) => format!("PSNR {p:.2} dB"),
+                        (None, Some(p)) => format!("{p:.2} dB"),
                         (None, None) => "—".into(),
                     });
                     ui.horizontal(|ui| {
