@@ -27,8 +27,8 @@ fn step_until(h: &mut Harness<'_, Workbench>, what: &str, done: impl Fn(&Workben
     h.step();
 }
 
-#[test]
-fn workbench_after_a_run() {
+/// The workbench at the snapshots' size on a channel backend the test plays.
+fn on_a_test_backend() -> (Harness<'static, Workbench>, tessera::gui::TestEnd) {
     let (link, end) = ChannelBackend::pair("test backend");
     let mut link = Some(link);
     let wb = Workbench::new(WorkbenchOptions {
@@ -42,9 +42,15 @@ fn workbench_after_a_run() {
         state: AppState::default(),
         output_root: None,
     });
-    let mut h = Harness::builder()
+    let h = Harness::builder()
         .with_size([1400.0, 1000.0])
         .build_ui_state(|ui, wb: &mut Workbench| wb.ui(ui), wb);
+    (h, end)
+}
+
+#[test]
+fn workbench_after_a_run() {
+    let (mut h, end) = on_a_test_backend();
     step_until(&mut h, "the backend and the image", |wb| {
         wb.has_backend() && !wb.data_loading()
     });
@@ -153,22 +159,7 @@ fn workbench_after_a_run() {
 fn workbench_training_a_multi_dsn() {
     use tessera::dsn::model::DomainLosses;
     use tessera::protocol::{DsnEpochReport, TrainPlan};
-    let (link, end) = ChannelBackend::pair("test backend");
-    let mut link = Some(link);
-    let wb = Workbench::new(WorkbenchOptions {
-        starter: Box::new(move |_| {
-            link.take()
-                .ok_or_else(|| tessera::Error::Unsupported("one backend only".into()))
-        }),
-        start_backend: true,
-        preset: None,
-        state_path: None,
-        state: AppState::default(),
-        output_root: None,
-    });
-    let mut h = Harness::builder()
-        .with_size([1400.0, 1000.0])
-        .build_ui_state(|ui, wb: &mut Workbench| wb.ui(ui), wb);
+    let (mut h, end) = on_a_test_backend();
     step_until(&mut h, "the backend", |wb| wb.has_backend());
     h.get_by_role_and_label(Role::Button, "dsn_shapes").click();
     h.run_steps(2);
