@@ -22,6 +22,7 @@ pub mod placement;
 pub mod profile;
 pub mod sockets;
 pub mod spatial;
+pub mod spatial_memory;
 pub mod store;
 pub mod timed;
 pub mod wire;
