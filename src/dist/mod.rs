@@ -23,6 +23,7 @@ pub mod profile;
 pub mod sockets;
 pub mod spatial;
 pub mod store;
+pub mod subgroup;
 pub mod timed;
 pub mod wire;
 

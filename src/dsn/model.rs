@@ -12,13 +12,15 @@
 //! domain classifier — replicated on every rank, gradients summed over domains) and *private* (one
 //! encoder per domain, held only where the domain is placed).
 
+use std::borrow::Cow;
+
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::nn::conv::{Conv, ConvTranspose, Features, per_axis};
 use crate::nn::dense::{Linear, Mlp, MlpTape, relu, relu_backward, reverse_gradient};
-use crate::nn::domain::Whole;
+use crate::nn::domain::{Domain, Region, Whole, copy_region};
 use crate::nn::graph::{Gradients, Network, Tape};
 use crate::nn::losses::{difference_loss, scale_invariant_mse};
 use crate::nn::models::{he, torch_default_bias};
@@ -203,6 +205,35 @@ pub struct Encoder<T: Scalar = f32> {
 
 struct EncoderTape<T: Scalar> {
     trunk: Tape<T>,
+    /// The whole trunk output, all-gathered from the ranks' blocks when the trunk ran spatially
+    /// decomposed (`None` on one process, where the tape's output is the whole map).
+    gathered: Option<Features<T>>,
+}
+
+/// This rank's block of a whole batch `x` (a view on one process).
+fn block_of<'x, T: Scalar>(x: &'x Features<T>, space: &dyn Domain<T>) -> Cow<'x, Features<T>> {
+    let whole = Region::whole(x.dims);
+    let block = space.block(x.dims);
+    if block == whole {
+        Cow::Borrowed(x)
+    } else {
+        Cow::Owned(copy_region(x, &whole, &block))
+    }
+}
+
+/// The whole map of `dims` on every rank, from every rank's block `y` (`None` on one process):
+/// each rank's need is the whole map, so the halo exchange becomes an all-gather of the blocks.
+fn gather_whole<T: Scalar>(
+    y: &Features<T>,
+    dims: [usize; 3],
+    space: &dyn Domain<T>,
+) -> Result<Option<Features<T>>> {
+    let ranks = space.grid().ranks();
+    if ranks == 1 {
+        return Ok(None);
+    }
+    let needs = vec![Region::whole(dims); ranks];
+    Ok(Some(space.gather(y, dims, &needs)?.into_owned()))
 }
 
 fn conv_layer(rng: &mut rand::rngs::StdRng, c_in: usize, c_out: usize, relu: bool) -> Conv<f32> {
@@ -256,30 +287,69 @@ impl<T: Scalar> Encoder<T> {
         self.trunk.param_count() + self.head.param_count()
     }
 
-    /// The codes (`batch × code`) of images `x`, and what the backward pass needs.
-    fn forward(&self, x: &Features<T>) -> Result<(EncoderTape<T>, Vec<T>)> {
-        let trunk = self.trunk.forward_train(x.clone(), x.dims, &Whole)?;
-        let code = self.head.forward(&trunk.output().data, x.batch);
-        Ok((EncoderTape { trunk }, code))
+    /// The codes (`batch × code`) of the whole images `x`, and what the backward pass needs. The
+    /// trunk runs on this rank's block of `x` over `space` (halos exchanged per layer); the head
+    /// needs the whole flattened map, so the blocks of the trunk's output are all-gathered and
+    /// every rank of `space` computes the same code (bitwise that of one process: the trunk's
+    /// forward pass is, and the head then sees the same numbers).
+    fn forward(&self, x: &Features<T>, space: &dyn Domain<T>) -> Result<(EncoderTape<T>, Vec<T>)> {
+        let trunk = self
+            .trunk
+            .forward_train(block_of(x, space).into_owned(), x.dims, space)?;
+        let dims = *trunk.dims().last().expect("a network has nodes");
+        let gathered = gather_whole(trunk.output(), dims, space)?;
+        let whole = gathered.as_ref().unwrap_or(trunk.output());
+        let code = self.head.forward(&whole.data, x.batch);
+        Ok((EncoderTape { trunk, gathered }, code))
+    }
+
+    /// The codes of the whole images `x` without keeping activations (inference).
+    fn code(&self, x: &Features<T>, space: &dyn Domain<T>) -> Result<Vec<T>> {
+        let y = self
+            .trunk
+            .forward(block_of(x, space).into_owned(), x.dims, space)?;
+        let dims = *self
+            .trunk
+            .shapes(x.dims)?
+            .last()
+            .expect("a network has nodes");
+        let gathered = gather_whole(&y, dims, space)?;
+        Ok(self
+            .head
+            .forward(&gathered.as_ref().unwrap_or(&y).data, x.batch))
     }
 
     /// Adds the gradients of a loss whose gradient with respect to the codes is `dcode` to `grads`
-    /// (trunk parameters, then the head's weight and bias).
-    fn backward(&self, tape: &EncoderTape<T>, dcode: &[T], grads: &mut [T]) -> Result<()> {
-        let out = tape.trunk.output();
+    /// (trunk parameters, then the head's weight and bias). Decomposed, every rank of `space`
+    /// holds the same `dcode` (the head ran replicated), so each takes its block of the head's
+    /// input gradient — not the gather's adjoint, which would add the ranks' identical copies —
+    /// and the trunk's backward pass sends halo gradients back and sums the weight gradients
+    /// over the ranks.
+    fn backward(
+        &self,
+        tape: &EncoderTape<T>,
+        dcode: &[T],
+        grads: &mut [T],
+        space: &dyn Domain<T>,
+    ) -> Result<()> {
+        let out = tape.gathered.as_ref().unwrap_or(tape.trunk.output());
         let (gt, gh) = grads.split_at_mut(self.trunk.param_count());
         let (gw, gb) = gh.split_at_mut(self.head.weight.len());
         self.head
             .backward_params(&out.data, dcode, out.batch, gw, gb);
-        let dy = Features {
+        let whole = Features {
             batch: out.batch,
             channels: out.channels,
             dims: out.dims,
             data: self.head.backward_input(dcode, out.batch),
         };
+        let dy = if tape.gathered.is_some() {
+            copy_region(&whole, &Region::whole(out.dims), &space.block(out.dims))
+        } else {
+            whole
+        };
         let mut g = Gradients { data: gt.to_vec() };
-        self.trunk
-            .backward(&tape.trunk, dy, &Whole, &mut g, false)?;
+        self.trunk.backward(&tape.trunk, dy, space, &mut g, false)?;
         gt.copy_from_slice(&g.data);
         Ok(())
     }
@@ -633,12 +703,18 @@ impl<T: Scalar> Dsn<T> {
 
     /// The shared code alone (inference: classify with [`Dsn::classify`]).
     pub fn shared_code(&self, images: &Features<T>) -> Result<Vec<T>> {
-        Ok(self.shared.forward(images)?.1)
+        self.shared.code(images, &Whole)
     }
 
     /// Predicted classes of images from their shared codes.
     pub fn classify(&self, images: &Features<T>) -> Result<Vec<usize>> {
-        let code = self.shared_code(images)?;
+        self.classify_on(images, &Whole)
+    }
+
+    /// [`Dsn::classify`] with the shared encoder's trunk decomposed over `space` (every rank of
+    /// it passes the whole `images` and gets every prediction).
+    pub fn classify_on(&self, images: &Features<T>, space: &dyn Domain<T>) -> Result<Vec<usize>> {
+        let code = self.shared.code(images, space)?;
         let logits = self.classifier.forward(&code, images.batch);
         Ok(crate::nn::dense::argmax(&logits, self.arch.classes))
     }
@@ -648,14 +724,24 @@ impl<T: Scalar> Dsn<T> {
     /// shared + private code (what training sees), from the shared code with the private code
     /// zeroed, and from the private code with the shared code zeroed.
     pub fn reconstruct_parts(&self, domain: usize, images: &Features<T>) -> Result<[Vec<T>; 3]> {
+        self.reconstruct_parts_on(domain, images, &Whole)
+    }
+
+    /// [`Dsn::reconstruct_parts`] with the encoders' trunks decomposed over `space`.
+    pub fn reconstruct_parts_on(
+        &self,
+        domain: usize,
+        images: &Features<T>,
+        space: &dyn Domain<T>,
+    ) -> Result<[Vec<T>; 3]> {
         self.check_batch(&DomainBatch {
             domain,
             images: images.clone(),
             labels: None,
         })?;
         let n = images.batch;
-        let shared = self.shared.forward(images)?.1;
-        let private = self.private(domain)?.forward(images)?.1;
+        let shared = self.shared.code(images, space)?;
+        let private = self.private(domain)?.code(images, space)?;
         let full: Vec<T> = shared.iter().zip(&private).map(|(a, b)| *a + *b).collect();
         let decode = |code: Vec<T>| -> Result<Vec<T>> {
             let tape = self.decoder.forward(code, n, self.arch.side4())?;
@@ -666,10 +752,21 @@ impl<T: Scalar> Dsn<T> {
 
     /// The forward pass of one domain batch.
     pub fn forward(&self, b: &DomainBatch<T>) -> Result<DomainForward<T>> {
+        self.forward_on(b, &Whole)
+    }
+
+    /// [`Dsn::forward`] with the encoders' convolutional trunks decomposed over `space`: every
+    /// rank of it passes the whole batch, runs the trunks on its block (halos exchanged per layer),
+    /// and computes the same codes and everything after them (replicated).
+    pub fn forward_on(
+        &self,
+        b: &DomainBatch<T>,
+        space: &dyn Domain<T>,
+    ) -> Result<DomainForward<T>> {
         self.check_batch(b)?;
         let n = b.images.batch;
-        let (shared_tape, shared_code) = self.shared.forward(&b.images)?;
-        let (private_tape, private_code) = self.private(b.domain)?.forward(&b.images)?;
+        let (shared_tape, shared_code) = self.shared.forward(&b.images, space)?;
+        let (private_tape, private_code) = self.private(b.domain)?.forward(&b.images, space)?;
         let sum: Vec<T> = shared_code
             .iter()
             .zip(&private_code)
@@ -695,12 +792,22 @@ impl<T: Scalar> Dsn<T> {
     /// encoder and the classifier) — what [`Dsn::backward`] gives a source batch when every other
     /// loss weight is 0, at the cost of the network without its target losses.
     pub fn task_backward(&self, b: &DomainBatch<T>, task_weight: f64) -> Result<(f64, Vec<T>)> {
+        self.task_backward_on(b, task_weight, &Whole)
+    }
+
+    /// [`Dsn::task_backward`] with the shared encoder's trunk decomposed over `space`.
+    pub fn task_backward_on(
+        &self,
+        b: &DomainBatch<T>,
+        task_weight: f64,
+        space: &dyn Domain<T>,
+    ) -> Result<(f64, Vec<T>)> {
         self.check_batch(b)?;
         let labels = b.labels.as_ref().ok_or_else(|| {
             Error::Internal(format!("task loss on unlabelled domain {}", b.domain))
         })?;
         let n = b.images.batch;
-        let (tape, code) = self.shared.forward(&b.images)?;
+        let (tape, code) = self.shared.forward(&b.images, space)?;
         let classifier = self.classifier.forward_train(code, n);
         let (ce, mut g) =
             crate::nn::dense::softmax_cross_entropy(&classifier.output, labels, self.arch.classes)?;
@@ -711,7 +818,7 @@ impl<T: Scalar> Dsn<T> {
         let (_, rest) = rest.split_at_mut(self.decoder.param_count());
         let (g_cls, _) = rest.split_at_mut(self.classifier.param_count());
         let dcode = self.classifier.backward(&classifier, g, g_cls);
-        self.shared.backward(&tape, &dcode, g_enc)?;
+        self.shared.backward(&tape, &dcode, g_enc, space)?;
         Ok((task_weight * ce, grads))
     }
 
@@ -723,6 +830,19 @@ impl<T: Scalar> Dsn<T> {
         f: &DomainForward<T>,
         weights: &LossWeights,
         similarity: SimilarityTerm<'_, T>,
+    ) -> Result<(DomainLosses, DomainGrads<T>)> {
+        self.backward_on(b, f, weights, similarity, &Whole)
+    }
+
+    /// [`Dsn::backward`] of a [`Dsn::forward_on`] pass over the same `space`: every rank of it
+    /// gets the same gradients (the encoders' trunk gradients summed over its ranks).
+    pub fn backward_on(
+        &self,
+        b: &DomainBatch<T>,
+        f: &DomainForward<T>,
+        weights: &LossWeights,
+        similarity: SimilarityTerm<'_, T>,
+        space: &dyn Domain<T>,
     ) -> Result<(DomainLosses, DomainGrads<T>)> {
         let n = b.images.batch;
         let scale = |g: &mut [T], w: f64| {
@@ -818,9 +938,10 @@ impl<T: Scalar> Dsn<T> {
             }
         }
 
-        self.shared.backward(&f.shared_tape, &d_shared, g_enc)?;
+        self.shared
+            .backward(&f.shared_tape, &d_shared, g_enc, space)?;
         self.private(b.domain)?
-            .backward(&f.private_tape, &d_private, &mut grads.private)?;
+            .backward(&f.private_tape, &d_private, &mut grads.private, space)?;
         Ok((losses, grads))
     }
 }
@@ -1120,6 +1241,82 @@ pub(crate) mod tests {
             m.task_backward(&bs[1], 1.0).is_err(),
             "target batches have no labels"
         );
+    }
+
+    /// The encoders' trunks on blocks of each image (uneven blocks, 1-D and 2-D grids) give the
+    /// codes and losses of the whole image bitwise, and its gradients to 1e-12 in f64.
+    #[test]
+    fn encoders_on_image_blocks_give_the_whole_image_gradients_in_f64() {
+        use crate::dist::spatial::SpatialDomain;
+        use crate::dist::testutil::on_group;
+        use crate::nn::domain::Grid;
+        use rand::RngExt;
+        let arch = DsnArch {
+            image_size: 16,
+            ..small_arch()
+        };
+        let m = Dsn::new(arch, 2, &[0, 1], 5).unwrap().cast::<f64>();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+        let bs: Vec<DomainBatch<f64>> = (0..2)
+            .map(|d| DomainBatch {
+                domain: d,
+                images: Features {
+                    batch: 3,
+                    channels: 1,
+                    dims: [1, 16, 16],
+                    data: random(3 * 256, &mut rng),
+                },
+                labels: (d == 0).then(|| (0..3).map(|_| rng.random_range(0..3)).collect()),
+            })
+            .collect();
+        let w = LossWeights::default();
+        let term = SimilarityTerm::Dann {
+            lambda: LAMBDA,
+            clip_at_chance: true,
+        };
+        let pass = |space: &dyn Domain<f64>| {
+            bs.iter()
+                .map(|b| {
+                    let f = m.forward_on(b, space).unwrap();
+                    let (l, g) = m.backward_on(b, &f, &w, term, space).unwrap();
+                    let task = m.task_backward_on(b, 0.5, space).ok();
+                    let classes = m.classify_on(&b.images, space).unwrap();
+                    (f.shared_code.clone(), l, g, task, classes)
+                })
+                .collect::<Vec<_>>()
+        };
+        let want = pass(&Whole);
+        // 4×4 maps after the poolings: 3 columns split them 1 + 1 + 2.
+        for shape in [[1, 1, 2], [1, 2, 1], [1, 1, 3], [1, 2, 2]] {
+            let grid = Grid { shape };
+            let got = on_group(grid.ranks(), |comm| {
+                pass(&SpatialDomain::new(&*comm, grid).unwrap())
+            });
+            for (r, per_domain) in got.iter().enumerate() {
+                for ((code, l, g, task, classes), (wcode, wl, wg, wtask, wclasses)) in
+                    per_domain.iter().zip(&want)
+                {
+                    assert_eq!(code, wcode, "{shape:?} rank {r}: codes");
+                    assert_eq!(l, wl, "{shape:?} rank {r}: losses");
+                    assert_eq!(classes, wclasses);
+                    let close = |a: &[f64], b: &[f64], what: &str| {
+                        let scale = b.iter().fold(0f64, |m, v| m.max(v.abs()));
+                        let err = a.iter().zip(b).fold(0f64, |m, (x, y)| m.max((x - y).abs()));
+                        assert!(
+                            scale > 0.0 && err <= 1e-12 * scale,
+                            "{shape:?} rank {r}: {what} error {err}"
+                        );
+                    };
+                    close(&g.shared, &wg.shared, "shared gradient");
+                    close(&g.private, &wg.private, "private gradient");
+                    assert_eq!(task.is_some(), wtask.is_some());
+                    if let (Some((t, tg)), Some((wt, wtg))) = (task, wtask) {
+                        assert_eq!(t, wt);
+                        close(tg, wtg, "task gradient");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
