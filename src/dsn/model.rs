@@ -11,6 +11,13 @@
 //! conv 3×3 (the image). Parameters are grouped as *shared* (shared encoder, decoder, classifier,
 //! domain classifier — replicated on every rank, gradients summed over domains) and *private* (one
 //! encoder per domain, held only where the domain is placed).
+//!
+//! Spatial decomposition (`*_on` with a `Domain` of several ranks, `dsn::parallel`): the
+//! convolutional trunks run on each rank's block of their maps with halo exchanges; a trunk's
+//! output is all-gathered where a linear head or the loss needs the whole map (the encoders' last
+//! feature maps, the decoder's images: small next to the trunks' activations), and the gradients
+//! coming back are cut to each rank's block (the replicated part ran on every rank, so the
+//! gather's adjoint, which would add the ranks' copies, is not what flows back).
 
 use std::borrow::Cow;
 
@@ -400,6 +407,16 @@ struct DecoderTape<T: Scalar> {
     code: Vec<T>,
     hidden: Vec<T>,
     trunk: Tape<T>,
+    /// The whole reconstruction, all-gathered from the ranks' blocks when the trunk ran spatially
+    /// decomposed (`None` on one process).
+    gathered: Option<Features<T>>,
+}
+
+impl<T: Scalar> DecoderTape<T> {
+    /// The whole reconstruction.
+    fn output(&self) -> &Features<T> {
+        self.gathered.as_ref().unwrap_or(self.trunk.output())
+    }
 }
 
 impl Decoder<f32> {
@@ -423,7 +440,16 @@ impl<T: Scalar> Decoder<T> {
     }
 
     /// Images (`batch × 1 × side × side`) from codes (`batch × code`); `side4` is a quarter side.
-    fn forward(&self, code: Vec<T>, batch: usize, side4: usize) -> Result<DecoderTape<T>> {
+    /// Decomposed over `space`, the head runs replicated (every rank holds the codes), the trunk
+    /// on this rank's block of the head's map, and the blocks of the images are all-gathered, so
+    /// every rank holds the whole reconstruction — bitwise that of one process.
+    fn forward(
+        &self,
+        code: Vec<T>,
+        batch: usize,
+        side4: usize,
+        space: &dyn Domain<T>,
+    ) -> Result<DecoderTape<T>> {
         let mut hidden = self.head.forward(&code, batch);
         relu(&mut hidden);
         let dims = [1, side4, side4];
@@ -433,29 +459,52 @@ impl<T: Scalar> Decoder<T> {
             dims,
             data: hidden.clone(),
         };
-        let trunk = self.trunk.forward_train(x, dims, &Whole)?;
+        let trunk = self
+            .trunk
+            .forward_train(block_of(&x, space).into_owned(), dims, space)?;
+        drop(x);
+        let out_dims = *trunk.dims().last().expect("a network has nodes");
+        let gathered = gather_whole(trunk.output(), out_dims, space)?;
         Ok(DecoderTape {
             code,
             hidden,
             trunk,
+            gathered,
         })
     }
 
     /// Adds the parameter gradients (head, then trunk) to `grads`; returns the code's gradient.
+    /// `dimage` is the gradient over the whole images (the same on every rank of `space`); each
+    /// rank takes its block, and the blocks of the head map's gradient are all-gathered for the
+    /// replicated head.
     fn backward(
         &self,
         tape: &DecoderTape<T>,
         dimage: Features<T>,
         grads: &mut [T],
+        space: &dyn Domain<T>,
     ) -> Result<Vec<T>> {
         let batch = dimage.batch;
         let (gh, gt) = grads.split_at_mut(self.head.param_count());
         let mut g = Gradients { data: gt.to_vec() };
-        let mut dh = self
+        let dy = if tape.gathered.is_some() {
+            copy_region(
+                &dimage,
+                &Region::whole(dimage.dims),
+                &space.block(dimage.dims),
+            )
+        } else {
+            dimage
+        };
+        let dh_block = self
             .trunk
-            .backward(&tape.trunk, dimage, &Whole, &mut g, true)?
-            .expect("input gradient requested")
-            .data;
+            .backward(&tape.trunk, dy, space, &mut g, true)?
+            .expect("input gradient requested");
+        let hidden_dims = tape.trunk.dims()[0];
+        let mut dh = match gather_whole(&dh_block, hidden_dims, space)? {
+            Some(whole) => whole.data,
+            None => dh_block.data,
+        };
         gt.copy_from_slice(&g.data);
         relu_backward(&tape.hidden, &mut dh);
         let (gw, gb) = gh.split_at_mut(self.head.weight.len());
@@ -519,7 +568,7 @@ pub struct DomainForward<T: Scalar> {
 impl<T: Scalar> DomainForward<T> {
     /// The reconstruction from the shared and private codes together.
     pub fn reconstruction(&self) -> &Features<T> {
-        self.decoder.trunk.output()
+        self.decoder.output()
     }
 
     /// Task logits (`batch × classes`).
@@ -727,7 +776,8 @@ impl<T: Scalar> Dsn<T> {
         self.reconstruct_parts_on(domain, images, &Whole)
     }
 
-    /// [`Dsn::reconstruct_parts`] with the encoders' trunks decomposed over `space`.
+    /// [`Dsn::reconstruct_parts`] with the encoders' and the decoder's trunks decomposed over
+    /// `space`.
     pub fn reconstruct_parts_on(
         &self,
         domain: usize,
@@ -744,8 +794,8 @@ impl<T: Scalar> Dsn<T> {
         let private = self.private(domain)?.code(images, space)?;
         let full: Vec<T> = shared.iter().zip(&private).map(|(a, b)| *a + *b).collect();
         let decode = |code: Vec<T>| -> Result<Vec<T>> {
-            let tape = self.decoder.forward(code, n, self.arch.side4())?;
-            Ok(tape.trunk.output().data.clone())
+            let tape = self.decoder.forward(code, n, self.arch.side4(), space)?;
+            Ok(tape.output().data.clone())
         };
         Ok([decode(full)?, decode(shared)?, decode(private)?])
     }
@@ -755,9 +805,10 @@ impl<T: Scalar> Dsn<T> {
         self.forward_on(b, &Whole)
     }
 
-    /// [`Dsn::forward`] with the encoders' convolutional trunks decomposed over `space`: every
-    /// rank of it passes the whole batch, runs the trunks on its block (halos exchanged per layer),
-    /// and computes the same codes and everything after them (replicated).
+    /// [`Dsn::forward`] with the convolutional trunks (encoders and decoder) decomposed over
+    /// `space`: every rank of it passes the whole batch, runs the trunks on its blocks (halos
+    /// exchanged per layer), and holds the same codes, reconstructions, logits and losses — the
+    /// linear heads, classifiers and losses run replicated on the all-gathered maps.
     pub fn forward_on(
         &self,
         b: &DomainBatch<T>,
@@ -772,7 +823,7 @@ impl<T: Scalar> Dsn<T> {
             .zip(&private_code)
             .map(|(a, b)| *a + *b)
             .collect();
-        let decoder = self.decoder.forward(sum, n, self.arch.side4())?;
+        let decoder = self.decoder.forward(sum, n, self.arch.side4(), space)?;
         let classifier = self.classifier.forward_train(shared_code.clone(), n);
         let domain_head = self.domain_head.forward_train(shared_code.clone(), n);
         Ok(DomainForward {
@@ -871,7 +922,7 @@ impl<T: Scalar> Dsn<T> {
             dims: out.dims,
             data: d_img,
         };
-        let d_sum = self.decoder.backward(&f.decoder, dimage, g_dec)?;
+        let d_sum = self.decoder.backward(&f.decoder, dimage, g_dec, space)?;
         add(&mut d_shared, &d_sum);
         let mut d_private = d_sum;
 
