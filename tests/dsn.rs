@@ -202,12 +202,12 @@ fn max_weight_difference(a: &std::path::Path, b: &std::path::Path, skip: &[&str]
     (worst, compared)
 }
 
-/// `[distributed] ranks_per_domain = 2`: each domain's encoders split every image over 2 rank
-/// processes (one group holding all four domains on 2 ranks, two groups on 4 ranks) and train the
-/// weights of one process to float rounding; the first epoch's losses agree, the reconstructions
-/// and the private encoders of every domain are written.
+/// `[distributed] ranks_per_domain = 2`: each domain's conv trunks (encoders, decoder) split every
+/// image over 2 rank processes (one group holding all four domains on 2 ranks, two groups on 4
+/// ranks) and train the weights of one process to float rounding; the first epoch's losses agree,
+/// the reconstructions and the private encoders of every domain are written.
 #[test]
-fn encoders_split_over_two_rank_processes_per_domain_train_the_weights_of_one_process() {
+fn trunks_split_over_two_rank_processes_per_domain_train_the_weights_of_one_process() {
     let dir = tempfile::tempdir().unwrap();
     for (n, per_domain) in [("1", "1"), ("2", "2"), ("4", "2")] {
         let out = format!("o{n}");

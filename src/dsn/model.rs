@@ -1294,10 +1294,11 @@ pub(crate) mod tests {
         );
     }
 
-    /// The encoders' trunks on blocks of each image (uneven blocks, 1-D and 2-D grids) give the
-    /// codes and losses of the whole image bitwise, and its gradients to 1e-12 in f64.
+    /// The conv trunks (encoders, decoder) on blocks of each image (uneven blocks, 1-D and 2-D
+    /// grids) give the codes and losses of the whole image bitwise, and its gradients to 1e-12 in
+    /// f64.
     #[test]
-    fn encoders_on_image_blocks_give_the_whole_image_gradients_in_f64() {
+    fn trunks_on_image_blocks_give_the_whole_image_gradients_in_f64() {
         use crate::dist::spatial::SpatialDomain;
         use crate::dist::testutil::on_group;
         use crate::nn::domain::Grid;

@@ -800,12 +800,12 @@ mod tests {
         (params, losses, out.into_iter().map(|(_, _, a)| a).collect())
     }
 
-    /// The encoders split over 2 and 4 ranks per domain (one group, or two groups of domains)
-    /// train the weights of one process holding every whole image: the forward pass is bitwise
-    /// the same (the first step's losses are), and the trunks' weight gradients, summed block by
-    /// block, differ from the whole image's sum only by rounding.
+    /// The conv trunks (encoders, decoder) split over 2 and 4 ranks per domain (one group, or two
+    /// groups of domains) train the weights of one process holding every whole image: the forward
+    /// pass is bitwise the same (the first step's losses are), and the trunks' weight gradients,
+    /// summed block by block, differ from the whole image's sum only by rounding.
     #[test]
-    fn encoders_split_over_ranks_per_domain_train_the_weights_of_one_process() {
+    fn trunks_split_over_ranks_per_domain_train_the_weights_of_one_process() {
         for (sim, task_only) in [
             (Similarity::Mmd, false),
             (Similarity::Dann, false),
