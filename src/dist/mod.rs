@@ -24,6 +24,7 @@ pub mod sockets;
 pub mod spatial;
 pub mod spatial_memory;
 pub mod store;
+pub mod subgroup;
 pub mod timed;
 pub mod wire;
 

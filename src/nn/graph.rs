@@ -77,6 +77,11 @@ impl<T: Scalar> Tape<T> {
     pub fn output(&self) -> &Features<T> {
         self.values.last().expect("a network has nodes")
     }
+
+    /// Every node's global spatial size (the output's last).
+    pub fn dims(&self) -> &[[usize; 3]] {
+        &self.dims
+    }
 }
 
 /// Gradients of every parameter, flat in [`Network::params`] order (one buffer, so a single
