@@ -1,6 +1,8 @@
 //! Encoding of indexed tensors for collectives: `(global index, tensor)` records in one buffer — a
 //! postcard header (indices and shapes, the metadata encoding of `super::wire`) followed by every
-//! record's values as raw little-endian `f32`, in record order.
+//! record's values as raw little-endian `f32`, in record order. Leading and trailing values whose
+//! bits are all zero (`+0.0`) are not sent but restored, so a term that fills only some channels of
+//! an image (an operator split by channel) costs only its own channels, with the same bits.
 //!
 //! Decoding validates every shape against the bytes that follow before allocating, so a corrupted
 //! message is an error naming the rank that sent it, never a panic or a huge allocation.
@@ -18,22 +20,45 @@ const MAX_DIMS: usize = 8;
 struct RecordHeader {
     index: u64,
     shape: Vec<u64>,
+    /// `+0.0` values before the sent ones.
+    skip: u64,
+    /// Values sent; the rest, after them, are `+0.0`.
+    sent: u64,
+}
+
+/// The span of `data` outside which every value is `+0.0` (all bits zero).
+fn kept_span(data: &[f32]) -> std::ops::Range<usize> {
+    let zero = |v: &f32| v.to_bits() == 0;
+    match data.iter().position(|v| !zero(v)) {
+        None => 0..0,
+        Some(first) => {
+            let last = data
+                .iter()
+                .rposition(|v| !zero(v))
+                .expect("a non-zero value");
+            first..last + 1
+        }
+    }
 }
 
 /// Encodes `(index, tensor)` records.
 pub fn encode(records: &[(usize, &Tensor)]) -> Result<Vec<u8>> {
+    let spans: Vec<_> = records.iter().map(|(_, t)| kept_span(t.data())).collect();
     let header: Vec<RecordHeader> = records
         .iter()
-        .map(|(i, t)| RecordHeader {
+        .zip(&spans)
+        .map(|((i, t), span)| RecordHeader {
             index: *i as u64,
             shape: t.shape().iter().map(|&d| d as u64).collect(),
+            skip: span.start as u64,
+            sent: span.len() as u64,
         })
         .collect();
     let mut out = wire::encode(&header)?;
-    let values: usize = records.iter().map(|(_, t)| t.numel()).sum();
+    let values: usize = spans.iter().map(|s| s.len()).sum();
     out.reserve(4 * values);
-    for (_, t) in records {
-        out.extend_from_slice(bytemuck::cast_slice(t.data()));
+    for ((_, t), span) in records.iter().zip(spans) {
+        out.extend_from_slice(bytemuck::cast_slice(&t.data()[span]));
     }
     Ok(out)
 }
@@ -45,7 +70,13 @@ pub fn decode(from: usize, bytes: &[u8]) -> Result<Vec<(usize, Tensor)>> {
     let (header, mut data) = postcard::take_from_bytes::<Vec<RecordHeader>>(bytes)
         .map_err(|e| bad(format!("unreadable header ({e})")))?;
     let mut out = Vec::with_capacity(header.len());
-    for RecordHeader { index, shape } in header {
+    for RecordHeader {
+        index,
+        shape,
+        skip,
+        sent,
+    } in header
+    {
         if shape.len() > MAX_DIMS {
             return Err(bad(format!(
                 "{} dimensions (at most {MAX_DIMS})",
@@ -57,10 +88,20 @@ pub fn decode(from: usize, bytes: &[u8]) -> Result<Vec<(usize, Tensor)>> {
             .map(|&d| usize::try_from(d))
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| bad("a dimension overflows".into()))?;
-        let nbytes = shape
+        let numel = shape
             .iter()
-            .try_fold(4usize, |a, &d| a.checked_mul(d))
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .filter(|n| n.checked_mul(4).is_some())
             .ok_or_else(|| bad(format!("shape {shape:?} overflows")))?;
+        let (skip, sent) = match (usize::try_from(skip), usize::try_from(sent)) {
+            (Ok(k), Ok(n)) if k.checked_add(n).is_some_and(|end| end <= numel) => (k, n),
+            _ => {
+                return Err(bad(format!(
+                    "{sent} values after {skip} zeros in shape {shape:?}"
+                )));
+            }
+        };
+        let nbytes = 4 * sent;
         if nbytes > data.len() {
             return Err(bad(format!(
                 "shape {shape:?} needs {nbytes} bytes, {} left",
@@ -69,12 +110,13 @@ pub fn decode(from: usize, bytes: &[u8]) -> Result<Vec<(usize, Tensor)>> {
         }
         let (values, rest) = data.split_at(nbytes);
         data = rest;
-        let values: Vec<f32> = values
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let mut all = vec![0f32; numel];
+        all[skip..skip + sent]
+            .iter_mut()
+            .zip(values.chunks_exact(4))
+            .for_each(|(v, c)| *v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
         let index = usize::try_from(index).map_err(|_| bad("index overflows".into()))?;
-        out.push((index, Tensor::from_vec(&shape, values)?));
+        out.push((index, Tensor::from_vec(&shape, all)?));
     }
     if !data.is_empty() {
         return Err(bad(format!("{} trailing bytes", data.len())));
@@ -100,6 +142,8 @@ mod tests {
         let lying = wire::encode(&vec![RecordHeader {
             index: 0,
             shape: vec![1; 64],
+            skip: 0,
+            sent: 1,
         }])
         .unwrap();
         let err = decode(2, &lying).unwrap_err();
@@ -108,8 +152,19 @@ mod tests {
             "{err}"
         );
         // A shape whose byte count overflows, and one larger than the data.
-        for shape in [vec![u64::MAX, 2], vec![1 << 20]] {
-            let mut lying = wire::encode(&vec![RecordHeader { index: 0, shape }]).unwrap();
+        for (shape, skip, sent) in [
+            (vec![u64::MAX, 2], 0, 2),
+            (vec![1 << 20], 0, 1 << 20),
+            (vec![4], 3, 2),
+            (vec![4], u64::MAX, 1),
+        ] {
+            let header = RecordHeader {
+                index: 0,
+                shape,
+                skip,
+                sent,
+            };
+            let mut lying = wire::encode(&vec![header]).unwrap();
             lying.extend([0u8; 16]);
             assert!(decode(1, &lying).is_err());
         }
@@ -120,6 +175,33 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("trailing")
+        );
+    }
+
+    #[test]
+    fn zeros_around_the_values_are_not_sent_and_come_back_with_their_bits() {
+        // Channel 1 of 3 filled, the others +0.0: only channel 1 travels.
+        let mut t = Tensor::zeros(&[1, 3, 4, 5]);
+        t.data_mut()[20..40]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = i as f32 - 3.0);
+        // A -0.0 is data, not padding: it is sent and keeps its sign.
+        t.data_mut()[20] = -0.0;
+        let bytes = encode(&[(1, &t)]).unwrap();
+        let dense = encode(&[(1, &Tensor::from_fn(&[1, 3, 4, 5], |i| i as f32 + 1.0))]).unwrap();
+        assert_eq!(
+            dense.len() - bytes.len(),
+            4 * 40,
+            "two channels of zeros stay home"
+        );
+        let back = decode(0, &bytes).unwrap();
+        let bits = |t: &Tensor| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&back[0].1), bits(&t));
+        let empty = Tensor::zeros(&[2, 2]);
+        assert_eq!(
+            decode(0, &encode(&[(0, &empty)]).unwrap()).unwrap()[0].1,
+            empty
         );
     }
 }
