@@ -501,9 +501,10 @@ pub fn run_in_group_with(
         }
     };
     // Every rank joins the adjoint's collectives; only rank 0 scores it.
-    let back_projection_method = match has_fbp(&operators) {
-        true => BackProjectionMethod::Fbp,
-        false => BackProjectionMethod::AdjointMean,
+    let fbp_operator = preset.fbp_operator()?;
+    let back_projection_method = match fbp_operator {
+        Some(_) => BackProjectionMethod::Fbp,
+        None => BackProjectionMethod::AdjointMean,
     };
     let adjoint_mean = match back_projection_method {
         BackProjectionMethod::AdjointMean => {
@@ -581,7 +582,13 @@ pub fn run_in_group_with(
         ),
         AlgorithmConfig::Fbp(_) => (
             "fbp".to_string(),
-            run_fbp(&operators, &x_shape, &ys, &monitor, &mut callback)?,
+            run_fbp(
+                fbp_operator.as_ref(),
+                &x_shape,
+                &ys,
+                &monitor,
+                &mut callback,
+            )?,
         ),
     };
     let solve_secs = t_solve.elapsed().as_secs_f64();
@@ -676,7 +683,7 @@ pub fn run_in_group_with(
         summary.reconstruction = Some(quality(&recon.x)?);
         let baseline = match adjoint_mean {
             Some(x) => x,
-            None => fbp(&operators, &x_shape, &ys)?,
+            None => fbp(fbp_operator.as_ref(), &x_shape, &ys)?,
         };
         summary.back_projection = Some(BackProjection {
             method: back_projection_method,
@@ -702,19 +709,12 @@ pub fn run_in_group_with(
 /// The file a complete run folder holds, written last.
 pub const METRICS_FILE: &str = "metrics.json";
 
-/// Whether the stack is one tomography operator, which has a filtered back-projection.
-fn has_fbp(operators: &[PhysicsConfig]) -> bool {
-    matches!(
-        operators,
-        [PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_)]
-    )
-}
-
-/// The filtered back-projection `A†y` of a stack of one tomography operator.
-fn fbp(operators: &[PhysicsConfig], x_shape: &[usize], ys: &[Tensor]) -> Result<Tensor> {
-    match (operators, ys) {
-        ([PhysicsConfig::Tomography(c)], [y]) => c.build(x_shape)?.fbp(y),
-        ([PhysicsConfig::Tomography3d(c)], [y]) => c.build(x_shape)?.fbp(y),
+/// The filtered back-projection `A†y` of a stack of one whole tomography operator
+/// ([`Preset::fbp_operator`]).
+fn fbp(operator: Option<&PhysicsConfig>, x_shape: &[usize], ys: &[Tensor]) -> Result<Tensor> {
+    match (operator, ys) {
+        (Some(PhysicsConfig::Tomography(c)), [y]) => c.build(x_shape)?.fbp(y),
+        (Some(PhysicsConfig::Tomography3d(c)), [y]) => c.build(x_shape)?.fbp(y),
         _ => Err(Error::config(
             "algorithm.kind",
             "fbp needs exactly one tomography operator",
@@ -723,14 +723,14 @@ fn fbp(operators: &[PhysicsConfig], x_shape: &[usize], ys: &[Tensor]) -> Result<
 }
 
 fn run_fbp(
-    operators: &[PhysicsConfig],
+    operator: Option<&PhysicsConfig>,
     x_shape: &[usize],
     ys: &[Tensor],
     monitor: &Monitor<'_>,
     on_iter: &mut optim::IterationCallback<'_>,
 ) -> Result<Reconstruction> {
     let t = Instant::now();
-    let x = fbp(operators, x_shape, ys)?;
+    let x = fbp(operator, x_shape, ys)?;
     let (psnr_db, ssim) = monitor.quality(&x, 1, true)?;
     let report = IterationReport {
         iteration: 1,

@@ -16,6 +16,7 @@ use crate::dist::physics::{GatherStrategy, SumOrder};
 use crate::error::{Error, Result};
 use crate::fidelity::FidelityConfig;
 use crate::optim::AlgorithmConfig;
+use crate::physics::channels::{ChannelPart, OperatorSpec};
 use crate::physics::{NoiseConfig, PhysicsConfig};
 use crate::samples::Sample;
 use crate::tiling::TilingConfig;
@@ -89,6 +90,13 @@ pub struct DistributedConfig {
     /// group: 1 rank runs the same split stack and computes the same numbers as N ranks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split_by_angle: Option<usize>,
+    /// Split every operator by channel into this many operators (contiguous runs of the image's
+    /// channels, `physics::channels`), so that more ranks than operators share the gradient step
+    /// of a colour image. A property of the experiment like `split_by_angle` (applied after it):
+    /// 1 rank runs the same split stack as N ranks. Parts of a circular blur no longer share FFTs
+    /// with the rest of the stack, whose gradient every rank otherwise computes in full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split_by_channel: Option<usize>,
 }
 
 /// Loaded measurements: `paths` (files) or `inline` (arrays sent with the job), one per operator in
@@ -305,19 +313,45 @@ impl Preset {
     }
 
     /// The operators the job builds: `[[physics]]`, with tomography operators split by angle when
-    /// `[distributed] split_by_angle` asks for it. Operator `i` of this list is seeded `seed + i`.
-    pub fn operators(&self) -> Result<Vec<PhysicsConfig>> {
-        match self.distributed.split_by_angle {
-            None => Ok(self.physics.clone()),
-            Some(parts) => {
-                let mut ops = Vec::new();
-                for (i, p) in self.physics.iter().enumerate() {
+    /// `[distributed] split_by_angle` asks for it, then every operator split by channel when
+    /// `split_by_channel` does (parts of one operator are consecutive). Operator `i` of this list is
+    /// seeded `seed + i`.
+    pub fn operators(&self) -> Result<Vec<OperatorSpec>> {
+        let mut configs = Vec::new();
+        for (i, p) in self.physics.iter().enumerate() {
+            match self.distributed.split_by_angle {
+                None => configs.push(p.clone()),
+                Some(parts) => {
                     let field = format!("distributed.split_by_angle (physics[{i}])");
-                    ops.extend(p.split_by_angle(parts, &field)?);
+                    configs.extend(p.split_by_angle(parts, &field)?);
                 }
-                Ok(ops)
             }
         }
+        Ok(match self.distributed.split_by_channel {
+            None => configs.into_iter().map(OperatorSpec::whole).collect(),
+            Some(parts) => configs
+                .into_iter()
+                .flat_map(|config| {
+                    (0..parts).map(move |index| OperatorSpec {
+                        config: config.clone(),
+                        channels: Some(ChannelPart { index, parts }),
+                    })
+                })
+                .collect(),
+        })
+    }
+
+    /// The single whole tomography operator FBP inverts, if the stack is one.
+    pub fn fbp_operator(&self) -> Result<Option<PhysicsConfig>> {
+        Ok(match &self.operators()?[..] {
+            [
+                OperatorSpec {
+                    config: c @ (PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_)),
+                    channels: None,
+                },
+            ] => Some(c.clone()),
+            _ => None,
+        })
     }
 
     /// Whether the experiment works on volumes.
@@ -410,6 +444,20 @@ impl Preset {
             }
             self.operators()?;
         }
+        if let Some(parts) = self.distributed.split_by_channel {
+            if parts == 0 {
+                return Err(Error::config(
+                    "distributed.split_by_channel",
+                    "must be at least 1 (1: operators stay whole)",
+                ));
+            }
+            if self.measurements.is_some() {
+                return Err(Error::config(
+                    "distributed.split_by_channel",
+                    "applies to simulated measurements; loaded [measurements] hold one measurement per [[physics]] entry",
+                ));
+            }
+        }
         if let Some(d) = &self.denoiser {
             d.validate()?;
         }
@@ -422,17 +470,10 @@ impl Preset {
                 "denoiser",
                 "the pnp algorithm needs a [denoiser] section",
             )),
-            AlgorithmConfig::Fbp(_)
-                if !matches!(
-                    &self.operators()?[..],
-                    [PhysicsConfig::Tomography(_) | PhysicsConfig::Tomography3d(_)]
-                ) =>
-            {
-                Err(Error::config(
-                    "algorithm.kind",
-                    "fbp needs exactly one tomography operator",
-                ))
-            }
+            AlgorithmConfig::Fbp(_) if self.fbp_operator()?.is_none() => Err(Error::config(
+                "algorithm.kind",
+                "fbp needs exactly one tomography operator (not split by angle or channel)",
+            )),
             _ => Ok(()),
         }
     }
@@ -697,7 +738,7 @@ mod tests {
         let ops = p.operators().unwrap();
         let angles: Vec<Vec<f32>> = ops
             .iter()
-            .map(|o| match o {
+            .map(|o| match &o.config {
                 PhysicsConfig::Tomography(c) => c.angles.to_degrees(),
                 other => panic!("{other:?}"),
             })
@@ -733,7 +774,13 @@ mod tests {
         let blur = Preset::load("multiblur", &["distributed.split_by_angle=4".into()])
             .unwrap()
             .preset;
-        assert_eq!(blur.operators().unwrap(), blur.physics);
+        let whole: Vec<_> = blur
+            .physics
+            .iter()
+            .cloned()
+            .map(OperatorSpec::whole)
+            .collect();
+        assert_eq!(blur.operators().unwrap(), whole);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 pub mod blur;
 pub mod blur_bench;
+pub mod channels;
 pub mod config;
 mod conv;
 mod fft;

@@ -135,12 +135,16 @@ impl Workload {
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<&dyn crate::physics::LinearPhysics> =
             built.iter().map(|b| b.as_ref()).collect();
+        // A part split by channel does its share of its operator's work.
         let operator_weights = ops
             .iter()
-            .map(|p| match p {
-                PhysicsConfig::Tomography(c) => c.angles.to_degrees().len() as f64,
-                PhysicsConfig::Tomography3d(c) => c.angles.to_degrees().len() as f64,
-                PhysicsConfig::Blur(_) | PhysicsConfig::Blur3d(_) => 1.0,
+            .map(|p| {
+                let whole = match &p.config {
+                    PhysicsConfig::Tomography(c) => c.angles.to_degrees().len() as f64,
+                    PhysicsConfig::Tomography3d(c) => c.angles.to_degrees().len() as f64,
+                    PhysicsConfig::Blur(_) | PhysicsConfig::Blur3d(_) => 1.0,
+                };
+                whole * p.work_fraction(x_shape[1])
             })
             .collect();
         Ok(Workload {
