@@ -290,6 +290,49 @@ enum BenchWhat {
         #[arg(long)]
         json: bool,
     },
+    /// Memory study of exact spatial decomposition: peak memory per rank of CNN2D, CNN3D, FCN2D and
+    /// DRUNet (forward and one training step) against image size on 1, 2, 3 ranks, each rank
+    /// holding only its block; compared with one rank's divided by N, and the largest image that
+    /// fits a per-rank budget. Each configuration is its own process group, one after the other.
+    SpatialMemory {
+        /// Models, comma-separated: cnn2d, cnn3d, fcn2d, drunet.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "cnn2d,cnn3d,fcn2d,drunet"
+        )]
+        models: Vec<String>,
+        /// Sides of the square image (cube for cnn3d), comma-separated; default per model.
+        #[arg(long, value_delimiter = ',', value_parser = number_in::<8, 16384>)]
+        sizes: Vec<usize>,
+        /// Rank counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3", value_parser = number_in::<1, 64>)]
+        ranks: Vec<usize>,
+        /// Forward passes only (default: forward and one training step).
+        #[arg(long, conflicts_with = "train_only")]
+        forward_only: bool,
+        /// Training steps only.
+        #[arg(long)]
+        train_only: bool,
+        /// Per-rank budget for the largest-image estimate, in MiB.
+        #[arg(long, default_value_t = 1024, value_parser = number_in::<1, 1_048_576>)]
+        budget_mib: usize,
+        /// Also write the table as CSV here.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
+    /// One configuration of `bench spatial-memory` on this process group (its child processes).
+    #[command(hide = true)]
+    SpatialMemoryRank {
+        #[arg(long)]
+        model: String,
+        #[arg(long, value_parser = number_in::<8, 16384>)]
+        size: usize,
+        #[arg(long)]
+        train: bool,
+        #[command(flatten)]
+        group: GroupArgs,
+    },
     /// All-reduce over local ranks vs a raw Unix-socket copy.
     Collectives {
         #[arg(long, default_value_t = 64, value_parser = number_in::<1, 4096>)]
@@ -1112,6 +1155,45 @@ fn bench(what: BenchWhat) -> Result<()> {
                 say!("{r}");
             }
         }
+        BenchWhat::SpatialMemory {
+            models,
+            sizes,
+            ranks,
+            forward_only,
+            train_only,
+            budget_mib,
+            csv,
+        } => bench_spatial_memory(
+            &models,
+            &sizes,
+            &ranks,
+            [!train_only, !forward_only],
+            budget_mib,
+            csv.as_deref(),
+        )?,
+        BenchWhat::SpatialMemoryRank {
+            model,
+            size,
+            train,
+            group,
+        } => {
+            use tessera::dist::spatial_memory::{MemorySpec, measure};
+            let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+            if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+                let args = strip_option(std::env::args_os().skip(1), "--ranks");
+                dist::launch::launch(n, &args).context("local process group")?;
+                return Ok(());
+            }
+            let spec = MemorySpec {
+                model: model.parse()?,
+                size,
+                train,
+            };
+            let comm = join_group(&group)?;
+            if let Some(point) = measure(comm.as_ref(), spec)? {
+                say!("{}", serde_json::to_string(&point)?);
+            }
+        }
         BenchWhat::Collectives {
             mib,
             ranks,
@@ -1163,6 +1245,130 @@ fn bench(what: BenchWhat) -> Result<()> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// `tessera bench spatial-memory`: each configuration runs as `bench spatial-memory-rank --ranks N`
+/// (a real process group, so each rank's memory is its own process's), one after the other.
+fn bench_spatial_memory(
+    models: &[String],
+    sizes: &[usize],
+    ranks: &[usize],
+    [forward, train]: [bool; 2],
+    budget_mib: usize,
+    csv: Option<&Path>,
+) -> Result<()> {
+    use tessera::dist::spatial_memory::{self as study, MemoryPoint, StudyModel};
+    let models = models
+        .iter()
+        .map(|m| m.parse::<StudyModel>())
+        .collect::<tessera::Result<Vec<_>>>()?;
+    let modes: Vec<bool> = [(false, forward), (true, train)]
+        .into_iter()
+        .filter_map(|(t, on)| on.then_some(t))
+        .collect();
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let mut points: Vec<MemoryPoint> = Vec::new();
+    for &model in &models {
+        let sizes = match sizes {
+            [] => model.default_sizes(),
+            given => given,
+        };
+        for &train in &modes {
+            for &size in sizes {
+                for &n in ranks {
+                    let mode = if train { "train" } else { "forward" };
+                    eprintln!("{} {mode} {size} on {n} rank(s)", model.name());
+                    let mut cmd = std::process::Command::new(&exe);
+                    cmd.args(["bench", "spatial-memory-rank", "--model", model.name()])
+                        .args(["--size", &size.to_string(), "--ranks", &n.to_string()]);
+                    if train {
+                        cmd.arg("--train");
+                    }
+                    let o = cmd
+                        .stderr(std::process::Stdio::inherit())
+                        .output()
+                        .with_context(|| format!("starting {}", exe.display()))?;
+                    if !o.status.success() {
+                        bail!(
+                            "{} {mode} {size} on {n} rank(s) failed ({})",
+                            model.name(),
+                            o.status
+                        );
+                    }
+                    let text = String::from_utf8_lossy(&o.stdout);
+                    let line = text
+                        .lines()
+                        .rev()
+                        // Rank 0's line, behind the launcher's `[rank 0] ` prefix on N ranks.
+                        .find_map(|l| l.find('{').map(|at| &l[at..]))
+                        .ok_or_else(|| {
+                            anyhow::anyhow!(
+                                "no result from {} {mode} {size} on {n} rank(s)",
+                                model.name()
+                            )
+                        })?;
+                    points.push(serde_json::from_str(line).context("reading a rank's result")?);
+                }
+            }
+        }
+    }
+    let rows = study::rows(&points);
+    say!(
+        "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10} {:>10} {:>9} {:>6} {:>5} {:>7}",
+        "model",
+        "mode",
+        "size",
+        "ranks",
+        "grid",
+        "MiB/rank",
+        "1rank/N",
+        "halo MiB",
+        "ratio",
+        "goal",
+        "s"
+    );
+    for r in &rows {
+        let opt =
+            |v: Option<f64>, p: usize| v.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
+        say!(
+            "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10.1} {:>10} {:>9.2} {:>6} {:>5} {:>7.2}",
+            r.model,
+            r.mode,
+            r.size,
+            r.ranks,
+            format!("{}x{}x{}", r.grid[0], r.grid[1], r.grid[2]),
+            r.max_working_mib,
+            opt(r.ideal_mib, 1),
+            r.largest_halo_mib,
+            opt(r.ratio, 2),
+            r.meets_goal
+                .map(|b| if b { "yes" } else { "NO" })
+                .unwrap_or("-"),
+            r.secs
+        );
+    }
+    say!(
+        "goal: MiB/rank <= 1.15 x 1rank/N + halo; 1rank/N = (one rank's - R) / N + R, R = a training step's two gradient buffers (2 x weights), held by every rank"
+    );
+    say!(
+        "largest side whose working memory fits {budget_mib} MiB per rank (line fitted over the sizes):"
+    );
+    for (spec, n, side) in study::largest_fitting(&points, budget_mib as f64 * 1024.0 * 1024.0) {
+        let mode = if spec.train { "train" } else { "forward" };
+        match side {
+            Some(side) => say!("  {:<7} {:<7} {n} rank(s): {side}", spec.model.name(), mode),
+            None => say!(
+                "  {:<7} {:<7} {n} rank(s): no increasing fit",
+                spec.model.name(),
+                mode
+            ),
+        }
+    }
+    if let Some(path) = csv {
+        tessera::io::write_atomic(path, study::csv(&rows).as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -650,3 +650,59 @@ fn a_scaling_study_runs_each_configuration_and_reports() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--ranks"));
 }
+
+/// The spatial memory study runs each configuration as its own process group and compares N ranks
+/// with one: every row is there, the one-rank rows are their own ideal, and a bad model is named.
+#[test]
+fn the_spatial_memory_study_measures_every_configuration_in_its_own_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_ok(
+        &[
+            "bench",
+            "spatial-memory",
+            "--models",
+            "fcn2d",
+            "--sizes",
+            "48,64",
+            "--ranks",
+            "1,2",
+            "--forward-only",
+            "--csv",
+            "memory.csv",
+        ],
+        dir.path(),
+        "spatial-memory",
+    );
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("largest side whose working memory fits"),
+        "{table}"
+    );
+    let csv = std::fs::read_to_string(dir.path().join("memory.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    for row in &rows {
+        assert_eq!(row[0], "fcn2d");
+        assert_eq!(row[1], "forward");
+        let (ranks, grid, working) = (row[3], row[4], row[5].parse::<f64>().unwrap());
+        assert_eq!(grid, if ranks == "1" { "1x1x1" } else { "1x1x2" }, "{csv}");
+        assert!(working > 0.0, "{csv}");
+        if ranks == "1" {
+            assert_eq!(row[8], "1.000", "one rank is its own ideal: {csv}");
+            assert_eq!(row[7], "0.000", "one rank exchanges no halo: {csv}");
+        } else {
+            assert!(row[7].parse::<f64>().unwrap() > 0.0, "{csv}");
+        }
+    }
+    let o = run(
+        &["bench", "spatial-memory", "--models", "resnet"],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--models") && err.contains("resnet"), "{err}");
+}

@@ -176,3 +176,89 @@ fn reconstructions_are_written_per_domain_and_agree_between_one_and_two_ranks() 
         assert_ne!(inputs[0], inputs[i]);
     }
 }
+
+/// Every weight of `a` against `b` (same names): the largest absolute difference, skipping
+/// `skip`.
+fn max_weight_difference(a: &std::path::Path, b: &std::path::Path, skip: &[&str]) -> (f32, usize) {
+    let sa = tessera::nn::StateDict::load(&a.join("dsn.safetensors")).unwrap();
+    let sb = tessera::nn::StateDict::load(&b.join("dsn.safetensors")).unwrap();
+    assert_eq!(
+        sa.keys().collect::<Vec<_>>(),
+        sb.keys().collect::<Vec<_>>(),
+        "parameter names"
+    );
+    let mut worst = 0f32;
+    let mut compared = 0;
+    for ((name, ta), (_, tb)) in sa.iter().zip(sb.iter()) {
+        if skip.contains(&name) {
+            continue;
+        }
+        assert_eq!(ta.shape(), tb.shape(), "{name}");
+        for (x, y) in ta.data().iter().zip(tb.data()) {
+            worst = worst.max((x - y).abs() / y.abs().max(1.0));
+            compared += 1;
+        }
+    }
+    (worst, compared)
+}
+
+/// `[distributed] ranks_per_domain = 2`: each domain's conv trunks (encoders, decoder) split every
+/// image over 2 rank processes (one group holding all four domains on 2 ranks, two groups on 4
+/// ranks) and train the weights of one process to float rounding; the first epoch's losses agree,
+/// the reconstructions and the private encoders of every domain are written.
+#[test]
+fn trunks_split_over_two_rank_processes_per_domain_train_the_weights_of_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    for (n, per_domain) in [("1", "1"), ("2", "2"), ("4", "2")] {
+        let out = format!("o{n}");
+        let set = format!("distributed.ranks_per_domain={per_domain}");
+        let mut args = vec!["train", "dsn_shapes", "--ranks", n, "--out", &out];
+        args.extend_from_slice(SMALL);
+        args.extend_from_slice(&["--set", &set]);
+        run_ok(&args, dir.path(), &format!("{n} ranks"));
+    }
+    let one = dir.path().join("o1");
+    for n in ["2", "4"] {
+        let split = dir.path().join(format!("o{n}"));
+        // The last decoder bias has a zero gradient up to rounding (the scale-invariant MSE
+        // ignores offsets), so Adam moves it by rounding noise: it is left out.
+        let (worst, compared) = max_weight_difference(&split, &one, &["decoder.3.bias"]);
+        assert!(compared > 10_000, "{compared} weights compared");
+        assert!(worst <= 1e-5, "{n} ranks: weights differ by {worst}");
+        let (e, want) = (epochs(&split), epochs(&one));
+        for d in 0..4 {
+            for term in ["task", "reconstruction", "difference", "similarity"] {
+                let (a, b) = (
+                    e[0]["losses"][d][term].as_f64().unwrap(),
+                    want[0]["losses"][d][term].as_f64().unwrap(),
+                );
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs().max(1e-3),
+                    "{n} ranks, domain {d}, {term}: {a} vs {b}"
+                );
+            }
+        }
+        let json = read_json(&split.join("train.json"));
+        assert_eq!(json["ranks_per_domain"], 2);
+        assert_eq!(json["reconstructions"].as_array().unwrap().len(), 4);
+        let ranks = json["per_rank"].as_array().unwrap();
+        // Both ranks of a group work on its domains.
+        if n == "4" {
+            for (r, want) in [[0, 2], [0, 2], [1, 3], [1, 3]].iter().enumerate() {
+                assert_eq!(ranks[r]["domains"], serde_json::json!(want), "rank {r}");
+            }
+        } else {
+            assert_eq!(ranks[1]["domains"], serde_json::json!([0, 1, 2, 3]));
+        }
+    }
+    // A rank count the groups do not divide is named.
+    let mut args = vec!["train", "dsn_shapes", "--ranks", "3", "--out", "bad"];
+    args.extend_from_slice(SMALL);
+    args.extend_from_slice(&["--set", "distributed.ranks_per_domain=2"]);
+    let o = run(&args, dir.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("distributed.ranks_per_domain"),
+        "{err}"
+    );
+}

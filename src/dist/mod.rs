@@ -22,7 +22,9 @@ pub mod placement;
 pub mod profile;
 pub mod sockets;
 pub mod spatial;
+pub mod spatial_memory;
 pub mod store;
+pub mod subgroup;
 pub mod timed;
 pub mod wire;
 

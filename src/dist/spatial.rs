@@ -196,25 +196,34 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
     fn sum_over_ranks(&self, grads: &mut [T]) -> Result<()> {
         let start = Instant::now();
         // Every rank's gradients, summed in rank order on every rank: identical results everywhere,
-        // whatever the transport's reduction order.
-        let all = self.comm.all_gather(bytemuck::cast_slice(grads))?;
-        grads.iter_mut().for_each(|g| *g = T::ZERO);
-        for (r, bytes) in all.iter().enumerate() {
-            if bytes.len() != std::mem::size_of_val(grads) {
-                return Err(Error::shape(
-                    format!("gradient bytes from rank {r}"),
-                    &[std::mem::size_of_val(grads)],
-                    &[bytes.len()],
-                ));
+        // whatever the transport's reduction order. Gathered a chunk at a time, so a rank holds N
+        // chunks, not N copies of every gradient (DRUNet's are 130 MB).
+        for (k, chunk) in grads.chunks_mut(SUM_CHUNK).enumerate() {
+            let all = self.comm.all_gather(bytemuck::cast_slice(chunk))?;
+            chunk.iter_mut().for_each(|g| *g = T::ZERO);
+            for (r, bytes) in all.iter().enumerate() {
+                if bytes.len() != std::mem::size_of_val(chunk) {
+                    return Err(Error::shape(
+                        format!("gradient bytes from rank {r} (chunk {k})"),
+                        &[std::mem::size_of_val(chunk)],
+                        &[bytes.len()],
+                    ));
+                }
+                let theirs: &[T] = match bytemuck::try_cast_slice(bytes) {
+                    Ok(t) => t,
+                    Err(_) => &bytemuck::pod_collect_to_vec(bytes),
+                };
+                chunk.iter_mut().zip(theirs).for_each(|(g, v)| *g += *v);
             }
-            let theirs: Vec<T> = bytemuck::pod_collect_to_vec(bytes);
-            grads.iter_mut().zip(&theirs).for_each(|(g, v)| *g += *v);
         }
         let mut s = self.stats.lock().expect("stats lock");
         s.exchange_time += start.elapsed();
         Ok(())
     }
 }
+
+/// Gradient values summed per all-gather in [`SpatialDomain`]'s `sum_over_ranks`.
+const SUM_CHUNK: usize = 1 << 20;
 
 /// A native neural denoiser run by exact spatial decomposition: every rank denoises its block of
 /// the image (halos exchanged before each layer) and the blocks are all-gathered, so every rank

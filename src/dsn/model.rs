@@ -11,6 +11,15 @@
 //! conv 3×3 (the image). Parameters are grouped as *shared* (shared encoder, decoder, classifier,
 //! domain classifier — replicated on every rank, gradients summed over domains) and *private* (one
 //! encoder per domain, held only where the domain is placed).
+//!
+//! Spatial decomposition (`*_on` with a `Domain` of several ranks, `dsn::parallel`): the
+//! convolutional trunks run on each rank's block of their maps with halo exchanges; a trunk's
+//! output is all-gathered where a linear head or the loss needs the whole map (the encoders' last
+//! feature maps, the decoder's images: small next to the trunks' activations), and the gradients
+//! coming back are cut to each rank's block (the replicated part ran on every rank, so the
+//! gather's adjoint, which would add the ranks' copies, is not what flows back).
+
+use std::borrow::Cow;
 
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -18,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::nn::conv::{Conv, ConvTranspose, Features, per_axis};
 use crate::nn::dense::{Linear, Mlp, MlpTape, relu, relu_backward, reverse_gradient};
-use crate::nn::domain::Whole;
+use crate::nn::domain::{Domain, Region, Whole, copy_region};
 use crate::nn::graph::{Gradients, Network, Tape};
 use crate::nn::losses::{difference_loss, scale_invariant_mse};
 use crate::nn::models::{he, torch_default_bias};
@@ -203,6 +212,35 @@ pub struct Encoder<T: Scalar = f32> {
 
 struct EncoderTape<T: Scalar> {
     trunk: Tape<T>,
+    /// The whole trunk output, all-gathered from the ranks' blocks when the trunk ran spatially
+    /// decomposed (`None` on one process, where the tape's output is the whole map).
+    gathered: Option<Features<T>>,
+}
+
+/// This rank's block of a whole batch `x` (a view on one process).
+fn block_of<'x, T: Scalar>(x: &'x Features<T>, space: &dyn Domain<T>) -> Cow<'x, Features<T>> {
+    let whole = Region::whole(x.dims);
+    let block = space.block(x.dims);
+    if block == whole {
+        Cow::Borrowed(x)
+    } else {
+        Cow::Owned(copy_region(x, &whole, &block))
+    }
+}
+
+/// The whole map of `dims` on every rank, from every rank's block `y` (`None` on one process):
+/// each rank's need is the whole map, so the halo exchange becomes an all-gather of the blocks.
+fn gather_whole<T: Scalar>(
+    y: &Features<T>,
+    dims: [usize; 3],
+    space: &dyn Domain<T>,
+) -> Result<Option<Features<T>>> {
+    let ranks = space.grid().ranks();
+    if ranks == 1 {
+        return Ok(None);
+    }
+    let needs = vec![Region::whole(dims); ranks];
+    Ok(Some(space.gather(y, dims, &needs)?.into_owned()))
 }
 
 fn conv_layer(rng: &mut rand::rngs::StdRng, c_in: usize, c_out: usize, relu: bool) -> Conv<f32> {
@@ -256,30 +294,69 @@ impl<T: Scalar> Encoder<T> {
         self.trunk.param_count() + self.head.param_count()
     }
 
-    /// The codes (`batch × code`) of images `x`, and what the backward pass needs.
-    fn forward(&self, x: &Features<T>) -> Result<(EncoderTape<T>, Vec<T>)> {
-        let trunk = self.trunk.forward_train(x.clone(), x.dims, &Whole)?;
-        let code = self.head.forward(&trunk.output().data, x.batch);
-        Ok((EncoderTape { trunk }, code))
+    /// The codes (`batch × code`) of the whole images `x`, and what the backward pass needs. The
+    /// trunk runs on this rank's block of `x` over `space` (halos exchanged per layer); the head
+    /// needs the whole flattened map, so the blocks of the trunk's output are all-gathered and
+    /// every rank of `space` computes the same code (bitwise that of one process: the trunk's
+    /// forward pass is, and the head then sees the same numbers).
+    fn forward(&self, x: &Features<T>, space: &dyn Domain<T>) -> Result<(EncoderTape<T>, Vec<T>)> {
+        let trunk = self
+            .trunk
+            .forward_train(block_of(x, space).into_owned(), x.dims, space)?;
+        let dims = *trunk.dims().last().expect("a network has nodes");
+        let gathered = gather_whole(trunk.output(), dims, space)?;
+        let whole = gathered.as_ref().unwrap_or(trunk.output());
+        let code = self.head.forward(&whole.data, x.batch);
+        Ok((EncoderTape { trunk, gathered }, code))
+    }
+
+    /// The codes of the whole images `x` without keeping activations (inference).
+    fn code(&self, x: &Features<T>, space: &dyn Domain<T>) -> Result<Vec<T>> {
+        let y = self
+            .trunk
+            .forward(block_of(x, space).into_owned(), x.dims, space)?;
+        let dims = *self
+            .trunk
+            .shapes(x.dims)?
+            .last()
+            .expect("a network has nodes");
+        let gathered = gather_whole(&y, dims, space)?;
+        Ok(self
+            .head
+            .forward(&gathered.as_ref().unwrap_or(&y).data, x.batch))
     }
 
     /// Adds the gradients of a loss whose gradient with respect to the codes is `dcode` to `grads`
-    /// (trunk parameters, then the head's weight and bias).
-    fn backward(&self, tape: &EncoderTape<T>, dcode: &[T], grads: &mut [T]) -> Result<()> {
-        let out = tape.trunk.output();
+    /// (trunk parameters, then the head's weight and bias). Decomposed, every rank of `space`
+    /// holds the same `dcode` (the head ran replicated), so each takes its block of the head's
+    /// input gradient — not the gather's adjoint, which would add the ranks' identical copies —
+    /// and the trunk's backward pass sends halo gradients back and sums the weight gradients
+    /// over the ranks.
+    fn backward(
+        &self,
+        tape: &EncoderTape<T>,
+        dcode: &[T],
+        grads: &mut [T],
+        space: &dyn Domain<T>,
+    ) -> Result<()> {
+        let out = tape.gathered.as_ref().unwrap_or(tape.trunk.output());
         let (gt, gh) = grads.split_at_mut(self.trunk.param_count());
         let (gw, gb) = gh.split_at_mut(self.head.weight.len());
         self.head
             .backward_params(&out.data, dcode, out.batch, gw, gb);
-        let dy = Features {
+        let whole = Features {
             batch: out.batch,
             channels: out.channels,
             dims: out.dims,
             data: self.head.backward_input(dcode, out.batch),
         };
+        let dy = if tape.gathered.is_some() {
+            copy_region(&whole, &Region::whole(out.dims), &space.block(out.dims))
+        } else {
+            whole
+        };
         let mut g = Gradients { data: gt.to_vec() };
-        self.trunk
-            .backward(&tape.trunk, dy, &Whole, &mut g, false)?;
+        self.trunk.backward(&tape.trunk, dy, space, &mut g, false)?;
         gt.copy_from_slice(&g.data);
         Ok(())
     }
@@ -330,6 +407,16 @@ struct DecoderTape<T: Scalar> {
     code: Vec<T>,
     hidden: Vec<T>,
     trunk: Tape<T>,
+    /// The whole reconstruction, all-gathered from the ranks' blocks when the trunk ran spatially
+    /// decomposed (`None` on one process).
+    gathered: Option<Features<T>>,
+}
+
+impl<T: Scalar> DecoderTape<T> {
+    /// The whole reconstruction.
+    fn output(&self) -> &Features<T> {
+        self.gathered.as_ref().unwrap_or(self.trunk.output())
+    }
 }
 
 impl Decoder<f32> {
@@ -353,7 +440,16 @@ impl<T: Scalar> Decoder<T> {
     }
 
     /// Images (`batch × 1 × side × side`) from codes (`batch × code`); `side4` is a quarter side.
-    fn forward(&self, code: Vec<T>, batch: usize, side4: usize) -> Result<DecoderTape<T>> {
+    /// Decomposed over `space`, the head runs replicated (every rank holds the codes), the trunk
+    /// on this rank's block of the head's map, and the blocks of the images are all-gathered, so
+    /// every rank holds the whole reconstruction — bitwise that of one process.
+    fn forward(
+        &self,
+        code: Vec<T>,
+        batch: usize,
+        side4: usize,
+        space: &dyn Domain<T>,
+    ) -> Result<DecoderTape<T>> {
         let mut hidden = self.head.forward(&code, batch);
         relu(&mut hidden);
         let dims = [1, side4, side4];
@@ -363,29 +459,52 @@ impl<T: Scalar> Decoder<T> {
             dims,
             data: hidden.clone(),
         };
-        let trunk = self.trunk.forward_train(x, dims, &Whole)?;
+        let trunk = self
+            .trunk
+            .forward_train(block_of(&x, space).into_owned(), dims, space)?;
+        drop(x);
+        let out_dims = *trunk.dims().last().expect("a network has nodes");
+        let gathered = gather_whole(trunk.output(), out_dims, space)?;
         Ok(DecoderTape {
             code,
             hidden,
             trunk,
+            gathered,
         })
     }
 
     /// Adds the parameter gradients (head, then trunk) to `grads`; returns the code's gradient.
+    /// `dimage` is the gradient over the whole images (the same on every rank of `space`); each
+    /// rank takes its block, and the blocks of the head map's gradient are all-gathered for the
+    /// replicated head.
     fn backward(
         &self,
         tape: &DecoderTape<T>,
         dimage: Features<T>,
         grads: &mut [T],
+        space: &dyn Domain<T>,
     ) -> Result<Vec<T>> {
         let batch = dimage.batch;
         let (gh, gt) = grads.split_at_mut(self.head.param_count());
         let mut g = Gradients { data: gt.to_vec() };
-        let mut dh = self
+        let dy = if tape.gathered.is_some() {
+            copy_region(
+                &dimage,
+                &Region::whole(dimage.dims),
+                &space.block(dimage.dims),
+            )
+        } else {
+            dimage
+        };
+        let dh_block = self
             .trunk
-            .backward(&tape.trunk, dimage, &Whole, &mut g, true)?
-            .expect("input gradient requested")
-            .data;
+            .backward(&tape.trunk, dy, space, &mut g, true)?
+            .expect("input gradient requested");
+        let hidden_dims = tape.trunk.dims()[0];
+        let mut dh = match gather_whole(&dh_block, hidden_dims, space)? {
+            Some(whole) => whole.data,
+            None => dh_block.data,
+        };
         gt.copy_from_slice(&g.data);
         relu_backward(&tape.hidden, &mut dh);
         let (gw, gb) = gh.split_at_mut(self.head.weight.len());
@@ -449,7 +568,7 @@ pub struct DomainForward<T: Scalar> {
 impl<T: Scalar> DomainForward<T> {
     /// The reconstruction from the shared and private codes together.
     pub fn reconstruction(&self) -> &Features<T> {
-        self.decoder.trunk.output()
+        self.decoder.output()
     }
 
     /// Task logits (`batch × classes`).
@@ -633,12 +752,18 @@ impl<T: Scalar> Dsn<T> {
 
     /// The shared code alone (inference: classify with [`Dsn::classify`]).
     pub fn shared_code(&self, images: &Features<T>) -> Result<Vec<T>> {
-        Ok(self.shared.forward(images)?.1)
+        self.shared.code(images, &Whole)
     }
 
     /// Predicted classes of images from their shared codes.
     pub fn classify(&self, images: &Features<T>) -> Result<Vec<usize>> {
-        let code = self.shared_code(images)?;
+        self.classify_on(images, &Whole)
+    }
+
+    /// [`Dsn::classify`] with the shared encoder's trunk decomposed over `space` (every rank of
+    /// it passes the whole `images` and gets every prediction).
+    pub fn classify_on(&self, images: &Features<T>, space: &dyn Domain<T>) -> Result<Vec<usize>> {
+        let code = self.shared.code(images, space)?;
         let logits = self.classifier.forward(&code, images.batch);
         Ok(crate::nn::dense::argmax(&logits, self.arch.classes))
     }
@@ -648,34 +773,57 @@ impl<T: Scalar> Dsn<T> {
     /// shared + private code (what training sees), from the shared code with the private code
     /// zeroed, and from the private code with the shared code zeroed.
     pub fn reconstruct_parts(&self, domain: usize, images: &Features<T>) -> Result<[Vec<T>; 3]> {
+        self.reconstruct_parts_on(domain, images, &Whole)
+    }
+
+    /// [`Dsn::reconstruct_parts`] with the encoders' and the decoder's trunks decomposed over
+    /// `space`.
+    pub fn reconstruct_parts_on(
+        &self,
+        domain: usize,
+        images: &Features<T>,
+        space: &dyn Domain<T>,
+    ) -> Result<[Vec<T>; 3]> {
         self.check_batch(&DomainBatch {
             domain,
             images: images.clone(),
             labels: None,
         })?;
         let n = images.batch;
-        let shared = self.shared.forward(images)?.1;
-        let private = self.private(domain)?.forward(images)?.1;
+        let shared = self.shared.code(images, space)?;
+        let private = self.private(domain)?.code(images, space)?;
         let full: Vec<T> = shared.iter().zip(&private).map(|(a, b)| *a + *b).collect();
         let decode = |code: Vec<T>| -> Result<Vec<T>> {
-            let tape = self.decoder.forward(code, n, self.arch.side4())?;
-            Ok(tape.trunk.output().data.clone())
+            let tape = self.decoder.forward(code, n, self.arch.side4(), space)?;
+            Ok(tape.output().data.clone())
         };
         Ok([decode(full)?, decode(shared)?, decode(private)?])
     }
 
     /// The forward pass of one domain batch.
     pub fn forward(&self, b: &DomainBatch<T>) -> Result<DomainForward<T>> {
+        self.forward_on(b, &Whole)
+    }
+
+    /// [`Dsn::forward`] with the convolutional trunks (encoders and decoder) decomposed over
+    /// `space`: every rank of it passes the whole batch, runs the trunks on its blocks (halos
+    /// exchanged per layer), and holds the same codes, reconstructions, logits and losses — the
+    /// linear heads, classifiers and losses run replicated on the all-gathered maps.
+    pub fn forward_on(
+        &self,
+        b: &DomainBatch<T>,
+        space: &dyn Domain<T>,
+    ) -> Result<DomainForward<T>> {
         self.check_batch(b)?;
         let n = b.images.batch;
-        let (shared_tape, shared_code) = self.shared.forward(&b.images)?;
-        let (private_tape, private_code) = self.private(b.domain)?.forward(&b.images)?;
+        let (shared_tape, shared_code) = self.shared.forward(&b.images, space)?;
+        let (private_tape, private_code) = self.private(b.domain)?.forward(&b.images, space)?;
         let sum: Vec<T> = shared_code
             .iter()
             .zip(&private_code)
             .map(|(a, b)| *a + *b)
             .collect();
-        let decoder = self.decoder.forward(sum, n, self.arch.side4())?;
+        let decoder = self.decoder.forward(sum, n, self.arch.side4(), space)?;
         let classifier = self.classifier.forward_train(shared_code.clone(), n);
         let domain_head = self.domain_head.forward_train(shared_code.clone(), n);
         Ok(DomainForward {
@@ -695,12 +843,22 @@ impl<T: Scalar> Dsn<T> {
     /// encoder and the classifier) — what [`Dsn::backward`] gives a source batch when every other
     /// loss weight is 0, at the cost of the network without its target losses.
     pub fn task_backward(&self, b: &DomainBatch<T>, task_weight: f64) -> Result<(f64, Vec<T>)> {
+        self.task_backward_on(b, task_weight, &Whole)
+    }
+
+    /// [`Dsn::task_backward`] with the shared encoder's trunk decomposed over `space`.
+    pub fn task_backward_on(
+        &self,
+        b: &DomainBatch<T>,
+        task_weight: f64,
+        space: &dyn Domain<T>,
+    ) -> Result<(f64, Vec<T>)> {
         self.check_batch(b)?;
         let labels = b.labels.as_ref().ok_or_else(|| {
             Error::Internal(format!("task loss on unlabelled domain {}", b.domain))
         })?;
         let n = b.images.batch;
-        let (tape, code) = self.shared.forward(&b.images)?;
+        let (tape, code) = self.shared.forward(&b.images, space)?;
         let classifier = self.classifier.forward_train(code, n);
         let (ce, mut g) =
             crate::nn::dense::softmax_cross_entropy(&classifier.output, labels, self.arch.classes)?;
@@ -711,7 +869,7 @@ impl<T: Scalar> Dsn<T> {
         let (_, rest) = rest.split_at_mut(self.decoder.param_count());
         let (g_cls, _) = rest.split_at_mut(self.classifier.param_count());
         let dcode = self.classifier.backward(&classifier, g, g_cls);
-        self.shared.backward(&tape, &dcode, g_enc)?;
+        self.shared.backward(&tape, &dcode, g_enc, space)?;
         Ok((task_weight * ce, grads))
     }
 
@@ -723,6 +881,19 @@ impl<T: Scalar> Dsn<T> {
         f: &DomainForward<T>,
         weights: &LossWeights,
         similarity: SimilarityTerm<'_, T>,
+    ) -> Result<(DomainLosses, DomainGrads<T>)> {
+        self.backward_on(b, f, weights, similarity, &Whole)
+    }
+
+    /// [`Dsn::backward`] of a [`Dsn::forward_on`] pass over the same `space`: every rank of it
+    /// gets the same gradients (the encoders' trunk gradients summed over its ranks).
+    pub fn backward_on(
+        &self,
+        b: &DomainBatch<T>,
+        f: &DomainForward<T>,
+        weights: &LossWeights,
+        similarity: SimilarityTerm<'_, T>,
+        space: &dyn Domain<T>,
     ) -> Result<(DomainLosses, DomainGrads<T>)> {
         let n = b.images.batch;
         let scale = |g: &mut [T], w: f64| {
@@ -751,7 +922,7 @@ impl<T: Scalar> Dsn<T> {
             dims: out.dims,
             data: d_img,
         };
-        let d_sum = self.decoder.backward(&f.decoder, dimage, g_dec)?;
+        let d_sum = self.decoder.backward(&f.decoder, dimage, g_dec, space)?;
         add(&mut d_shared, &d_sum);
         let mut d_private = d_sum;
 
@@ -818,9 +989,10 @@ impl<T: Scalar> Dsn<T> {
             }
         }
 
-        self.shared.backward(&f.shared_tape, &d_shared, g_enc)?;
+        self.shared
+            .backward(&f.shared_tape, &d_shared, g_enc, space)?;
         self.private(b.domain)?
-            .backward(&f.private_tape, &d_private, &mut grads.private)?;
+            .backward(&f.private_tape, &d_private, &mut grads.private, space)?;
         Ok((losses, grads))
     }
 }
@@ -1120,6 +1292,83 @@ pub(crate) mod tests {
             m.task_backward(&bs[1], 1.0).is_err(),
             "target batches have no labels"
         );
+    }
+
+    /// The conv trunks (encoders, decoder) on blocks of each image (uneven blocks, 1-D and 2-D
+    /// grids) give the codes and losses of the whole image bitwise, and its gradients to 1e-12 in
+    /// f64.
+    #[test]
+    fn trunks_on_image_blocks_give_the_whole_image_gradients_in_f64() {
+        use crate::dist::spatial::SpatialDomain;
+        use crate::dist::testutil::on_group;
+        use crate::nn::domain::Grid;
+        use rand::RngExt;
+        let arch = DsnArch {
+            image_size: 16,
+            ..small_arch()
+        };
+        let m = Dsn::new(arch, 2, &[0, 1], 5).unwrap().cast::<f64>();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+        let bs: Vec<DomainBatch<f64>> = (0..2)
+            .map(|d| DomainBatch {
+                domain: d,
+                images: Features {
+                    batch: 3,
+                    channels: 1,
+                    dims: [1, 16, 16],
+                    data: random(3 * 256, &mut rng),
+                },
+                labels: (d == 0).then(|| (0..3).map(|_| rng.random_range(0..3)).collect()),
+            })
+            .collect();
+        let w = LossWeights::default();
+        let term = SimilarityTerm::Dann {
+            lambda: LAMBDA,
+            clip_at_chance: true,
+        };
+        let pass = |space: &dyn Domain<f64>| {
+            bs.iter()
+                .map(|b| {
+                    let f = m.forward_on(b, space).unwrap();
+                    let (l, g) = m.backward_on(b, &f, &w, term, space).unwrap();
+                    let task = m.task_backward_on(b, 0.5, space).ok();
+                    let classes = m.classify_on(&b.images, space).unwrap();
+                    (f.shared_code.clone(), l, g, task, classes)
+                })
+                .collect::<Vec<_>>()
+        };
+        let want = pass(&Whole);
+        // 4×4 maps after the poolings: 3 columns split them 1 + 1 + 2.
+        for shape in [[1, 1, 2], [1, 2, 1], [1, 1, 3], [1, 2, 2]] {
+            let grid = Grid { shape };
+            let got = on_group(grid.ranks(), |comm| {
+                pass(&SpatialDomain::new(&*comm, grid).unwrap())
+            });
+            for (r, per_domain) in got.iter().enumerate() {
+                for ((code, l, g, task, classes), (wcode, wl, wg, wtask, wclasses)) in
+                    per_domain.iter().zip(&want)
+                {
+                    assert_eq!(code, wcode, "{shape:?} rank {r}: codes");
+                    assert_eq!(l, wl, "{shape:?} rank {r}: losses");
+                    assert_eq!(classes, wclasses);
+                    let close = |a: &[f64], b: &[f64], what: &str| {
+                        let scale = b.iter().fold(0f64, |m, v| m.max(v.abs()));
+                        let err = a.iter().zip(b).fold(0f64, |m, (x, y)| m.max((x - y).abs()));
+                        assert!(
+                            scale > 0.0 && err <= 1e-12 * scale,
+                            "{shape:?} rank {r}: {what} error {err}"
+                        );
+                    };
+                    close(&g.shared, &wg.shared, "shared gradient");
+                    close(&g.private, &wg.private, "private gradient");
+                    assert_eq!(task.is_some(), wtask.is_some());
+                    if let (Some((t, tg)), Some((wt, wtg))) = (task, wtask) {
+                        assert_eq!(t, wt);
+                        close(tg, wtg, "task gradient");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

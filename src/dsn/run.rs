@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::data::{DomainConfig, DomainData, load_domain};
 use super::model::{DannSchedule, DomainBatch, DomainLosses, DsnArch, LossWeights, Similarity};
-use super::parallel::{Trainer, domains_of};
+use super::parallel::{Placement, Trainer, spatial_grid};
 use crate::dist::Collective;
 use crate::error::{Error, Result};
 use crate::nn::conv::Features;
@@ -55,6 +55,47 @@ pub struct DsnPreset {
     pub train: DsnTrainConfig,
     /// Domain 0 is the labelled source; the others are unlabelled targets.
     pub domains: Vec<DomainConfig>,
+    /// How domains are spread over the ranks.
+    #[serde(default, skip_serializing_if = "DsnDistributed::is_default")]
+    pub distributed: DsnDistributed,
+}
+
+/// `[distributed]`: how a Multi-DSN uses its ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DsnDistributed {
+    /// Ranks per domain group: each domain lives on a group of this many ranks whose encoders
+    /// run spatially decomposed over the blocks of each image (halo exchange per convolution);
+    /// the run's rank count must be a multiple of it. 1: one rank per domain, whole images.
+    pub ranks_per_domain: usize,
+}
+
+impl Default for DsnDistributed {
+    fn default() -> Self {
+        DsnDistributed {
+            ranks_per_domain: 1,
+        }
+    }
+}
+
+impl DsnDistributed {
+    fn is_default(&self) -> bool {
+        *self == DsnDistributed::default()
+    }
+
+    pub fn validate(&self, arch: &DsnArch) -> Result<()> {
+        let n = self.ranks_per_domain;
+        if !(1..=64).contains(&n) {
+            return Err(Error::config(
+                "distributed.ranks_per_domain",
+                format!("must be 1 to 64, got {n}"),
+            ));
+        }
+        if n > 1 {
+            spatial_grid(arch, n)?;
+        }
+        Ok(())
+    }
 }
 
 /// How to train.
@@ -160,6 +201,7 @@ impl DsnPreset {
         }
         self.model.validate()?;
         self.losses.validate()?;
+        self.distributed.validate(&self.model)?;
         let t = &self.train;
         for (field, v) in [
             ("train.epochs", t.epochs),
@@ -279,6 +321,9 @@ pub struct RankReport {
 pub struct DsnSummary {
     pub name: String,
     pub ranks: usize,
+    /// Ranks per domain group (`[distributed] ranks_per_domain`; 1 without spatial decomposition).
+    #[serde(default = "one")]
+    pub ranks_per_domain: usize,
     pub domains: Vec<String>,
     pub similarity: Similarity,
     pub source_only: bool,
@@ -292,6 +337,10 @@ pub struct DsnSummary {
     pub weights: PathBuf,
     /// `reconstructions/<domain>.png` per domain (with a `.npy` beside each).
     pub reconstructions: Vec<PathBuf>,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn mix(a: u64, b: u64) -> u64 {
@@ -372,8 +421,16 @@ pub fn train(
     } else {
         p.losses
     };
-    let mut trainer = Trainer::new(comm, p.model, n_domains, p.seed, weights, t.similarity)?
-        .with_dann_clip_at_chance(t.dann_clip_at_chance);
+    let mut trainer = Trainer::with_ranks_per_domain(
+        comm,
+        p.model,
+        n_domains,
+        p.seed,
+        weights,
+        t.similarity,
+        p.distributed.ranks_per_domain,
+    )?
+    .with_dann_clip_at_chance(t.dann_clip_at_chance);
     let held = trainer.held().to_vec();
     let data = held
         .iter()
@@ -448,7 +505,7 @@ pub fn train(
                 for chunk in (0..test.len()).collect::<Vec<_>>().chunks(64) {
                     let images =
                         test.images[chunk[0] * k..(chunk[chunk.len() - 1] + 1) * k].to_vec();
-                    let pred = trainer.model.classify(&features(images, chunk.len(), s))?;
+                    let pred = trainer.classify(&features(images, chunk.len(), s))?;
                     correct += pred
                         .iter()
                         .zip(chunk)
@@ -488,13 +545,19 @@ pub fn train(
         }
     }
     let reconstructions = write_reconstructions(p, &trainer, &data, comm, out_dir)?;
-    let per_rank =
-        gather_rank_reports(comm, n_domains, compute_secs, exchange_secs, received_bytes)?;
+    let per_rank = gather_rank_reports(
+        comm,
+        trainer.placement(),
+        compute_secs,
+        exchange_secs,
+        received_bytes,
+    )?;
     let weights_path = out_dir.join(&t.weights);
     let state = gather_state(&trainer, comm)?;
     let summary = DsnSummary {
         name: p.name.clone(),
         ranks: comm.world_size(),
+        ranks_per_domain: p.distributed.ranks_per_domain,
         domains: p.domains.iter().map(|d| d.name.clone()).collect(),
         similarity: t.similarity,
         source_only: t.source_only,
@@ -535,8 +598,8 @@ pub const RECONSTRUCTION_ROWS: [&str; 4] = [
 /// Writes `reconstructions/<domain>.npy` (`4 × n × side × side`: [`RECONSTRUCTION_ROWS`] of the
 /// domain's first `n` held-out images, as the decoder made them) and a PNG of the same grid, each
 /// image scaled to its own range (scale-invariant MSE leaves a reconstruction's offset free). Each
-/// rank decodes its domains; rank 0 gathers and writes, and returns the PNG paths (empty
-/// elsewhere).
+/// rank decodes its domains (with its group, when split spatially; the leader sends them); rank 0
+/// gathers and writes, and returns the PNG paths (empty elsewhere).
 fn write_reconstructions(
     p: &DsnPreset,
     trainer: &Trainer,
@@ -550,9 +613,10 @@ fn write_reconstructions(
     for (&d, split) in trainer.held().iter().zip(data) {
         let n = RECONSTRUCTION_IMAGES.min(split.test.len());
         let input = split.test.images[..n * k].to_vec();
-        let parts = trainer
-            .model
-            .reconstruct_parts(d, &features(input.clone(), n, s))?;
+        let parts = trainer.reconstruct_parts(d, &features(input.clone(), n, s))?;
+        if !trainer.placement().is_leader(comm.rank()) {
+            continue;
+        }
         mine.extend((n as u64).to_le_bytes());
         for row in std::iter::once(&input).chain(&parts) {
             mine.extend(row.iter().flat_map(|v| v.to_le_bytes()));
@@ -562,11 +626,10 @@ fn write_reconstructions(
     if comm.rank() != 0 {
         return Ok(Vec::new());
     }
-    let world = comm.world_size();
     let mut grids: Vec<Option<(usize, Vec<f32>)>> = vec![None; p.domains.len()];
     for (r, bytes) in per_rank.iter().enumerate() {
         let mut at = 0;
-        for d in domains_of(r, world, p.domains.len()) {
+        for d in trainer.placement().reported(r) {
             let n = bytes
                 .get(at..at + 8)
                 .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
@@ -648,7 +711,7 @@ fn reconstruction_figure(
 
 fn gather_rank_reports(
     comm: &dyn Collective,
-    domains: usize,
+    placement: Placement,
     compute_secs: f64,
     exchange_secs: f64,
     received_bytes: u64,
@@ -659,7 +722,6 @@ fn gather_rank_reports(
     bytes.extend(exchange_secs.to_le_bytes());
     bytes.extend(peak.unwrap_or(u64::MAX).to_le_bytes());
     bytes.extend(received_bytes.to_le_bytes());
-    let world = comm.world_size();
     comm.all_gather(&bytes)?
         .into_iter()
         .enumerate()
@@ -671,7 +733,7 @@ fn gather_rank_reports(
             let peak = u64::from_le_bytes(w(2));
             Ok(RankReport {
                 rank: r,
-                domains: domains_of(r, world, domains),
+                domains: placement.held(r),
                 compute_secs: f64::from_le_bytes(w(0)),
                 exchange_secs: f64::from_le_bytes(w(1)),
                 peak_rss_bytes: (peak != u64::MAX).then_some(peak),
@@ -685,9 +747,11 @@ fn gather_rank_reports(
 /// elsewhere.
 fn gather_state(trainer: &Trainer, comm: &dyn Collective) -> Result<Option<crate::nn::StateDict>> {
     let named = trainer.model.named_params();
+    let placement = trainer.placement();
+    // The other ranks of a group hold copies of the leader's private encoders.
     let private: Vec<u8> = named
         .iter()
-        .filter(|(n, _, _)| n.starts_with("private_encoder."))
+        .filter(|(n, _, _)| placement.is_leader(comm.rank()) && n.starts_with("private_encoder."))
         .flat_map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()))
         .collect();
     let per_rank = comm.all_gather(&private)?;
@@ -708,10 +772,9 @@ fn gather_state(trainer: &Trainer, comm: &dyn Collective) -> Result<Option<crate
                 .map(|n| (n.to_string(), s.clone(), v.len()))
         })
         .collect();
-    let world = comm.world_size();
     let per_domain: usize = template.iter().map(|t| t.2).sum();
     for (r, bytes) in per_rank.iter().enumerate() {
-        let held = domains_of(r, world, trainer.model.domains);
+        let held = placement.reported(r);
         if bytes.len() != held.len() * per_domain * 4 {
             return Err(Error::bad_peer_data(r, "private encoder weights"));
         }
@@ -767,6 +830,12 @@ mod tests {
             ("domains.1.name=\"../x\"", "domains[1].name"),
             ("domains.2.name=\"\"", "domains[2].name"),
             ("domains.3.name=\"blurred\"", "domains[1]"),
+            (
+                "distributed.ranks_per_domain=0",
+                "distributed.ranks_per_domain",
+            ),
+            ("distributed.ranks_per_domain=65", "1 to 64"),
+            ("distributed.ranks=2", "ranks"),
         ] {
             let e = DsnPreset::from_toml(text, "p", &[set.into()]).unwrap_err();
             assert!(e.to_string().contains(field), "{set}: {e}");
@@ -782,5 +851,25 @@ mod tests {
         .unwrap();
         assert_eq!(p.train.dann_schedule, DannSchedule::Constant);
         assert_eq!(p.train.dann_lambda, 0.5);
+        // The option is left out of the TOML when it is the default, kept otherwise.
+        assert!(!p.to_toml().unwrap().contains("distributed"));
+        let e = DsnPreset::from_toml(
+            text,
+            "p",
+            &[
+                "model.image_size=8".into(),
+                "distributed.ranks_per_domain=8".into(),
+            ],
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("distributed.ranks_per_domain") && e.to_string().contains("2×2"),
+            "{e}"
+        );
+        let p =
+            DsnPreset::from_toml(text, "p", &["distributed.ranks_per_domain=2".into()]).unwrap();
+        assert_eq!(p.distributed.ranks_per_domain, 2);
+        let again = DsnPreset::from_toml(&p.to_toml().unwrap(), "p", &[]).unwrap();
+        assert_eq!(again, p);
     }
 }

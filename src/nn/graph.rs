@@ -10,6 +10,8 @@
 //! domain's adjoint. Parameters are named as PyTorch names them (`{node}.weight`, `{node}.bias`), so
 //! a trained network saves to a state dict deepinv loads.
 
+use std::borrow::Cow;
+
 use super::conv::{Conv, ConvTranspose, Features};
 use super::domain::{Domain, Grid, Region, conv_input_region, transposed_input_region};
 use super::pool::Pool;
@@ -74,6 +76,11 @@ impl<T: Scalar> Tape<T> {
     /// The network's output (this rank's block).
     pub fn output(&self) -> &Features<T> {
         self.values.last().expect("a network has nodes")
+    }
+
+    /// Every node's global spatial size (the output's last).
+    pub fn dims(&self) -> &[[usize; 3]] {
+        &self.dims
     }
 }
 
@@ -245,7 +252,7 @@ impl<T: Scalar> Network<T> {
                 Op::Add { a, .. } => vals[*a].clone(),
                 _ => None,
             };
-            let y = self.exec(j, &vals, acc, &shapes, domain)?;
+            let y = self.exec(j, &mut vals, Some(&last_use), acc, &shapes, domain)?;
             for i in inputs(&self.nodes[j].op) {
                 if last_use[i] == j {
                     vals[i] = None;
@@ -272,7 +279,7 @@ impl<T: Scalar> Network<T> {
                 Op::Conv { acc: Some(a), .. } | Op::Add { a, .. } => vals[*a].clone(),
                 _ => None,
             };
-            vals[j] = Some(self.exec(j, &vals, acc, &shapes, domain)?);
+            vals[j] = Some(self.exec(j, &mut vals, None, acc, &shapes, domain)?);
         }
         Ok(Tape {
             values: vals.into_iter().map(|v| v.expect("computed")).collect(),
@@ -293,39 +300,56 @@ impl<T: Scalar> Network<T> {
     }
 
     /// Node `j`'s output block; `acc` is the accumulator (conv) or first operand (add), owned.
+    /// With `last_use` (inference), an input whose last use is this node is dropped as soon as the
+    /// domain has copied it with its halo, so a decomposed layer holds its input once, as one
+    /// process does.
     fn exec(
         &self,
         j: usize,
-        vals: &[Option<Features<T>>],
+        vals: &mut [Option<Features<T>>],
+        last_use: Option<&[usize]>,
         acc: Option<Features<T>>,
         shapes: &[[usize; 3]],
         domain: &dyn Domain<T>,
     ) -> Result<Features<T>> {
-        let val = |i: usize| vals[i].as_ref().expect("input alive");
         let grid = domain.grid();
+        let gathered = |vals: &mut [Option<Features<T>>], x: usize, needs: &[Region]| {
+            let local = domain.gather(vals[x].as_ref().expect("input alive"), shapes[x], needs)?;
+            let owned = match local {
+                Cow::Owned(f) => Some(f),
+                Cow::Borrowed(_) => None,
+            };
+            if owned.is_some() && last_use.is_some_and(|l| l[x] == j) {
+                vals[x] = None;
+            }
+            Ok::<_, Error>(owned)
+        };
         match &self.nodes[j].op {
             Op::Input { .. } => unreachable!("node 0 is the only input"),
             Op::Conv { layer, x, .. } => {
                 let needs = conv_needs(layer, shapes[j], grid);
-                let local = domain.gather(val(*x), shapes[*x], &needs)?;
+                let owned = gathered(vals, *x, &needs)?;
+                let local = owned.as_ref().or(vals[*x].as_ref()).expect("input alive");
                 let pads = needs[domain.rank()].overhang(shapes[*x]);
-                Ok(layer.forward_padded(&local, acc, pads))
+                Ok(layer.forward_padded(local, acc, pads))
             }
             Op::ConvTranspose { layer, x } => {
                 let (needs, crop) =
                     transposed_needs(layer, shapes[j], shapes[*x], grid, domain.rank());
-                let local = domain.gather(val(*x), shapes[*x], &needs)?;
-                Ok(layer.forward_window(&local, crop, domain.block(shapes[j]).dims()))
+                let owned = gathered(vals, *x, &needs)?;
+                let local = owned.as_ref().or(vals[*x].as_ref()).expect("input alive");
+                Ok(layer.forward_window(local, crop, domain.block(shapes[j]).dims()))
             }
             Op::Pool { layer, x } => {
                 let needs = pool_needs(layer, shapes[j], grid);
-                let local = domain.gather(val(*x), shapes[*x], &needs)?;
+                let owned = gathered(vals, *x, &needs)?;
+                let local = owned.as_ref().or(vals[*x].as_ref()).expect("input alive");
                 let pads = needs[domain.rank()].overhang(shapes[*x]);
-                Ok(layer.forward_padded(&local, pads))
+                Ok(layer.forward_padded(local, pads))
             }
             Op::Add { b, .. } => {
                 let mut y = acc.expect("add operand");
-                y.add_assign(val(*b));
+                y.add_assign(vals[*b].as_ref().expect("input alive"));
                 Ok(y)
             }
         }

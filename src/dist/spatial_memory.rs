@@ -1,0 +1,449 @@
+//! `tessera bench spatial-memory`: the memory study of exact spatial decomposition. Each rank of a
+//! group holds only its block of a generated input (never the whole image), runs a network forward
+//! (inference) or forward + backward (one training step) with halos exchanged by [`SpatialDomain`],
+//! and reports the peak resident memory the run added above what the process held before the input
+//! existed (network weights, transport buffers and the binary are the baseline, measured apart).
+//!
+//! The study compares each rank's working memory on N ranks with the single process's divided by N
+//! (goal: ≤ 1.15 × single / N + the largest halo one exchange moves; a training step's gradient
+//! buffers, as large as the weights on every rank whatever N, are counted whole) and, from a straight-line fit of
+//! working memory against pixels per configuration, the largest image that fits a per-rank budget.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::Collective;
+use super::profile::{peak_rss_bytes, reset_peak_rss};
+use super::spatial::SpatialDomain;
+use crate::error::{Error, Result};
+use crate::nn::Drunet;
+use crate::nn::conv::Features;
+use crate::nn::domain::Grid;
+use crate::nn::drunet::DrunetArch;
+use crate::nn::graph::Network;
+use crate::nn::models::TestModel;
+
+/// The networks of the study: the reference paper's test models and DRUNet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StudyModel {
+    Cnn2d,
+    Cnn3d,
+    Fcn2d,
+    /// deepinv's DRUNet (grey, `nc` [64, 128, 256, 512], 4 blocks per scale), random weights.
+    Drunet,
+}
+
+impl std::str::FromStr for StudyModel {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        StudyModel::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                Error::config(
+                    "--models",
+                    format!("unknown model `{s}`: give cnn2d, cnn3d, fcn2d or drunet"),
+                )
+            })
+    }
+}
+
+impl StudyModel {
+    pub const ALL: [StudyModel; 4] = [
+        StudyModel::Cnn2d,
+        StudyModel::Cnn3d,
+        StudyModel::Fcn2d,
+        StudyModel::Drunet,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StudyModel::Cnn2d => "cnn2d",
+            StudyModel::Cnn3d => "cnn3d",
+            StudyModel::Fcn2d => "fcn2d",
+            StudyModel::Drunet => "drunet",
+        }
+    }
+
+    /// Spatial axes of its input.
+    pub fn axes(self) -> usize {
+        match self {
+            StudyModel::Cnn3d => 3,
+            _ => 2,
+        }
+    }
+
+    /// Sizes (side of a square image or cube) the study runs by default: from small to as large
+    /// as 2 cores finish in seconds.
+    pub fn default_sizes(self) -> &'static [usize] {
+        match self {
+            StudyModel::Cnn2d | StudyModel::Fcn2d => &[256, 512, 1024],
+            StudyModel::Cnn3d => &[32, 48, 64],
+            StudyModel::Drunet => &[128, 192, 256],
+        }
+    }
+
+    fn network(self, seed: u64) -> Result<Network> {
+        match self {
+            StudyModel::Cnn2d => TestModel::Cnn2d.build(1, 16, seed),
+            StudyModel::Cnn3d => TestModel::Cnn3d.build(1, 8, seed),
+            StudyModel::Fcn2d => TestModel::Fcn2d.build(1, 16, seed),
+            StudyModel::Drunet => {
+                let arch = DrunetArch {
+                    in_channels: 1,
+                    out_channels: 1,
+                    ..DrunetArch::default()
+                };
+                Ok(Drunet::random(arch, seed)?.network().clone())
+            }
+        }
+    }
+}
+
+/// One configuration of the study.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemorySpec {
+    pub model: StudyModel,
+    /// Side of the square image (or cube) in pixels.
+    pub size: usize,
+    /// One training step (forward keeping every activation, backward, weight gradients summed
+    /// over ranks) instead of a forward pass.
+    pub train: bool,
+}
+
+/// One rank's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankMemory {
+    /// Resident bytes before the input existed (binary, weights, transport).
+    pub baseline_bytes: u64,
+    /// Peak resident bytes above the baseline during the run.
+    pub working_bytes: u64,
+    /// The largest single halo exchange this rank sent (bytes).
+    pub largest_halo_bytes: u64,
+    /// All halo bytes this rank sent.
+    pub halo_bytes: u64,
+    pub secs: f64,
+}
+
+/// One configuration measured on every rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryPoint {
+    pub spec: MemorySpec,
+    pub ranks: usize,
+    pub grid: [usize; 3],
+    pub weights_bytes: u64,
+    /// Working bytes every rank needs whatever N: a training step's two gradient buffers (the
+    /// caller's and the backward pass's own, summed over ranks), each as large as the weights.
+    pub replicated_bytes: u64,
+    pub per_rank: Vec<RankMemory>,
+}
+
+impl MemoryPoint {
+    /// The largest working memory of any rank.
+    pub fn max_working(&self) -> u64 {
+        self.per_rank
+            .iter()
+            .map(|r| r.working_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
+    pub fn max_halo(&self) -> u64 {
+        self.per_rank
+            .iter()
+            .map(|r| r.largest_halo_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
+    pub fn pixels(&self) -> f64 {
+        (self.spec.size as f64).powi(self.spec.model.axes() as i32)
+    }
+}
+
+/// A smooth, seeded test pattern at global coordinates (so each rank makes only its block).
+fn pattern(z: usize, y: usize, x: usize) -> f32 {
+    let (z, y, x) = (z as f32, y as f32, x as f32);
+    0.5 + 0.25 * (0.11 * x + 0.07 * y).sin() * (0.05 * y - 0.13 * z).cos()
+}
+
+/// Runs `spec` on this rank of `comm` (every rank calls it); rank 0 returns every rank's figures.
+pub fn measure(comm: &dyn Collective, spec: MemorySpec) -> Result<Option<MemoryPoint>> {
+    if spec.size == 0 {
+        return Err(Error::config("--sizes", "sizes must be positive"));
+    }
+    let net = spec.model.network(0)?;
+    let weights_bytes = (net.param_count() * std::mem::size_of::<f32>()) as u64;
+    let axes = spec.model.axes();
+    let dims = match axes {
+        3 => [spec.size; 3],
+        _ => [1, spec.size, spec.size],
+    };
+    let grid = Grid::for_axes(None, axes, comm.world_size(), dims, "--ranks")?;
+    let domain = SpatialDomain::new(comm, grid)?;
+    comm.barrier()?;
+    let baseline = current_rss_bytes().unwrap_or(0);
+    let reset = reset_peak_rss();
+    let start = Instant::now();
+    let block = grid.block(dims, comm.rank());
+    let mut x = Features::zeros(1, net.in_channels(), block.dims());
+    let [bd, bh, bw] = block.dims();
+    let plane = bd * bh * bw;
+    for c in 0..net.in_channels() {
+        for (k, v) in x.data[c * plane..(c + 1) * plane].iter_mut().enumerate() {
+            let (z, y, xx) = (k / (bh * bw), (k / bw) % bh, k % bw);
+            let at = |a: usize, i: usize| (block.lo[a] + i as isize) as usize;
+            *v = pattern(at(0, z), at(1, y), at(2, xx));
+        }
+    }
+    if spec.train {
+        let tape = net.forward_train(x, dims, &domain)?;
+        // The gradient of ½‖y‖²: y itself.
+        let dy = tape.output().clone();
+        let mut grads = net.zero_grads();
+        net.backward(&tape, dy, &domain, &mut grads, false)?;
+    } else {
+        net.forward(x, dims, &domain)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let peak = peak_rss_bytes().unwrap_or(0);
+    let stats = domain.take_stats();
+    let mine = RankMemory {
+        baseline_bytes: baseline,
+        working_bytes: match reset {
+            true => peak.saturating_sub(baseline),
+            false => 0,
+        },
+        largest_halo_bytes: stats.bytes_sent.iter().copied().max().unwrap_or(0),
+        halo_bytes: stats.bytes_sent.iter().sum(),
+        secs,
+    };
+    let all = super::wire::all_gather_as(comm, "memory figures", &mine)?;
+    Ok((comm.rank() == 0).then(|| MemoryPoint {
+        spec,
+        ranks: comm.world_size(),
+        grid: grid.shape,
+        weights_bytes,
+        replicated_bytes: if spec.train { 2 * weights_bytes } else { 0 },
+        per_rank: all,
+    }))
+}
+
+/// Resident bytes now (`VmRSS`).
+fn current_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// One row of the study's table: a configuration on N ranks against the same on one rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StudyRow {
+    pub model: &'static str,
+    pub mode: &'static str,
+    pub size: usize,
+    pub ranks: usize,
+    pub grid: [usize; 3],
+    pub max_working_mib: f64,
+    /// One rank's working memory divided by N, less what every rank holds whatever N
+    /// (`replicated_bytes`, counted whole): `(single − R) / N + R`.
+    pub ideal_mib: Option<f64>,
+    pub largest_halo_mib: f64,
+    /// max working / ideal: 1 is perfect division.
+    pub ratio: Option<f64>,
+    /// Whether max working ≤ 1.15 × ideal + largest halo.
+    pub meets_goal: Option<bool>,
+    pub secs: f64,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The table of `points`: each compared with the one-rank point of the same model, mode and size.
+pub fn rows(points: &[MemoryPoint]) -> Vec<StudyRow> {
+    points
+        .iter()
+        .map(|p| {
+            let single = points
+                .iter()
+                .find(|q| q.spec == p.spec && q.ranks == 1)
+                .map(|q| q.max_working() as f64);
+            let n = p.ranks as f64;
+            let working = p.max_working() as f64;
+            let halo = p.max_halo() as f64;
+            let replicated = p.replicated_bytes as f64;
+            let ideal = single.map(|s| (s - replicated).max(0.0) / n + replicated);
+            StudyRow {
+                model: p.spec.model.name(),
+                mode: if p.spec.train { "train" } else { "forward" },
+                size: p.spec.size,
+                ranks: p.ranks,
+                grid: p.grid,
+                max_working_mib: working / MIB,
+                ideal_mib: ideal.map(|i| i / MIB),
+                largest_halo_mib: halo / MIB,
+                ratio: ideal.filter(|&i| i > 0.0).map(|i| working / i),
+                meets_goal: ideal.map(|i| working <= 1.15 * i + halo),
+                secs: p.per_rank.iter().map(|r| r.secs).fold(0.0, f64::max),
+            }
+        })
+        .collect()
+}
+
+/// For each model, mode and rank count measured at two or more sizes: the largest side whose
+/// working memory per rank fits `budget_bytes`, from a least-squares line of working memory against
+/// pixels (`None` where the fit is not increasing).
+pub fn largest_fitting(
+    points: &[MemoryPoint],
+    budget_bytes: f64,
+) -> Vec<(MemorySpec, usize, Option<usize>)> {
+    let mut out = Vec::new();
+    let mut keys: Vec<(MemorySpec, usize)> = points
+        .iter()
+        .map(|p| (MemorySpec { size: 0, ..p.spec }, p.ranks))
+        .collect();
+    keys.dedup();
+    keys.sort_by_key(|(s, n)| (s.model.name(), s.train, *n));
+    keys.dedup();
+    for (key, n) in keys {
+        let xy: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|p| p.ranks == n && MemorySpec { size: 0, ..p.spec } == key)
+            .map(|p| (p.pixels(), p.max_working() as f64))
+            .collect();
+        if xy.len() < 2 {
+            continue;
+        }
+        let m = xy.len() as f64;
+        let (sx, sy) = xy.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+        let (mx, my) = (sx / m, sy / m);
+        let sxx: f64 = xy.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+        let sxy: f64 = xy.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+        let slope = sxy / sxx;
+        let side = (slope > 0.0).then(|| {
+            let pixels = ((budget_bytes - (my - slope * mx)) / slope).max(0.0);
+            pixels.powf(1.0 / key.model.axes() as f64).floor() as usize
+        });
+        out.push((key, n, side));
+    }
+    out
+}
+
+/// The table as CSV.
+pub fn csv(rows: &[StudyRow]) -> String {
+    let opt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_default();
+    let mut s = String::from(
+        "model,mode,size,ranks,grid,max_working_mib,single_over_n_mib,largest_halo_mib,ratio,meets_goal,secs\n",
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "{},{},{},{},{}x{}x{},{:.2},{},{:.3},{},{},{:.3}\n",
+            r.model,
+            r.mode,
+            r.size,
+            r.ranks,
+            r.grid[0],
+            r.grid[1],
+            r.grid[2],
+            r.max_working_mib,
+            opt(r.ideal_mib),
+            r.largest_halo_mib,
+            r.ratio.map(|v| format!("{v:.3}")).unwrap_or_default(),
+            r.meets_goal.map(|b| b.to_string()).unwrap_or_default(),
+            r.secs
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dist::testutil::on_group;
+
+    fn point(model: StudyModel, size: usize, ranks: usize, working: u64) -> MemoryPoint {
+        MemoryPoint {
+            spec: MemorySpec {
+                model,
+                size,
+                train: false,
+            },
+            ranks,
+            grid: [1, ranks, 1],
+            weights_bytes: 0,
+            replicated_bytes: 0,
+            per_rank: vec![
+                RankMemory {
+                    baseline_bytes: 0,
+                    working_bytes: working,
+                    largest_halo_bytes: 1 << 20,
+                    halo_bytes: 1 << 21,
+                    secs: 0.1,
+                };
+                ranks
+            ],
+        }
+    }
+
+    #[test]
+    fn rows_compare_with_one_rank_and_the_budget_fit_inverts_the_line() {
+        let mib = 1u64 << 20;
+        let points = [
+            point(StudyModel::Cnn2d, 100, 1, 100 * mib),
+            point(StudyModel::Cnn2d, 100, 2, 52 * mib),
+            point(StudyModel::Cnn2d, 200, 1, 400 * mib),
+            point(StudyModel::Cnn2d, 200, 2, 260 * mib),
+        ];
+        let r = rows(&points);
+        assert_eq!(r[1].ideal_mib, Some(50.0));
+        assert!((r[1].ratio.unwrap() - 1.04).abs() < 1e-9);
+        assert_eq!(r[1].meets_goal, Some(true));
+        // 260 > 1.15 × 200 + 1.
+        assert_eq!(r[3].meets_goal, Some(false));
+        // Replicated gradient buffers are not divided: (400 − 100) / 2 + 100 = 250 → 260 meets it.
+        let mut replicated = points.clone();
+        replicated
+            .iter_mut()
+            .for_each(|p| p.replicated_bytes = 100 * mib);
+        let r2 = rows(&replicated);
+        assert_eq!(r2[3].ideal_mib, Some(250.0));
+        assert_eq!(r2[3].meets_goal, Some(true));
+        // One rank: 0.01 MiB per pixel, through the origin: 1000 MiB → 10⁵ pixels → side 316.
+        let fit = largest_fitting(&points, 1000.0 * mib as f64);
+        let one = fit.iter().find(|(_, n, _)| *n == 1).unwrap();
+        assert_eq!(one.2, Some(316));
+        assert!(
+            csv(&r)
+                .lines()
+                .nth(2)
+                .unwrap()
+                .starts_with("cnn2d,forward,100,2,1x2x1,52.00,50.00")
+        );
+    }
+
+    #[test]
+    fn every_rank_holds_a_block_and_halos_move_only_between_ranks() {
+        let spec = MemorySpec {
+            model: StudyModel::Fcn2d,
+            size: 64,
+            train: true,
+        };
+        let points = on_group(2, move |comm| measure(comm.as_ref(), spec).unwrap());
+        let point = points[0].clone().expect("rank 0 reports");
+        assert!(points[1].is_none());
+        assert_eq!(point.ranks, 2);
+        assert_eq!(point.per_rank.len(), 2);
+        for r in &point.per_rank {
+            assert!(
+                r.halo_bytes > 0 && r.largest_halo_bytes <= r.halo_bytes,
+                "{r:?}"
+            );
+        }
+        let single = on_group(1, move |comm| measure(comm.as_ref(), spec).unwrap());
+        let single = single[0].clone().unwrap();
+        assert_eq!(single.per_rank[0].halo_bytes, 0);
+        assert_eq!(single.grid, [1, 1, 1]);
+    }
+}
