@@ -5,11 +5,14 @@
 //! `u⁺ = v²dt²·w + 2u − u⁻`. Arithmetic follows deepwave's `scalar_kernels.h` operation for
 //! operation, so float64 results agree to rounding. A row is split into the left layer, the interior
 //! and the right layer; interior rows of the interior run the plain Laplacian fused with the leapfrog
-//! update (one pass), the hot loop; each segment's leapfrog update follows its `w` while the row is
-//! in cache. Every segment cuts its arrays to the segment's length before the loop over `x` (no
-//! index arithmetic or bounds checks inside), so LLVM vectorises the absorbing-layer segments too;
+//! update (one pass), the hot loop; each absorbing-layer segment's leapfrog update follows its `w`
+//! in a short loop of its own while the row is in cache (fused into the segment loop, the run-time
+//! overlap checks LLVM adds for so many slices made the short layer loops run scalar). Every
+//! segment cuts its arrays to the segment's length before the loop over `x` (no index arithmetic
+//! or bounds checks inside), so LLVM vectorises the absorbing-layer segments too;
 //! `step` compiles whole bands of rows for AVX2 and AVX-512 as well, chosen at run time. No fused
-//! multiply-adds are used, so every instruction set gives the same bits.
+//! multiply-adds are used, so every instruction set gives the same bits. Steps run with subnormals
+//! flushed to zero ([`FlushSubnormals`]), as deepwave's kernels do.
 //!
 //! The adjoint works on `β = v²dt²·λ` (λ the adjoint wavefield): then its interior update is the
 //! same Laplacian as the forward one, and the absorbing-layer terms are deepwave's `backward_cell`
@@ -83,6 +86,81 @@ impl Isa {
     }
 }
 
+/// Flushes subnormal floats to zero on this thread while alive (MXCSR's FTZ and DAZ bits, as
+/// deepwave's `dw_ftz_daz_enter` does around its kernels), restoring the previous mode on drop.
+///
+/// Why: the stencil's numerical precursor ahead of every wavefront and the decaying fields in the
+/// absorbing layers pass through the subnormal range, and arithmetic on subnormals takes a
+/// microcode assist on x86 (tens to hundreds of cycles per instruction). Flushing changes results
+/// only where a value would be below 1.2e-38 (f32) or 2.2e-308 (f64).
+pub(crate) struct FlushSubnormals {
+    #[cfg(target_arch = "x86_64")]
+    saved: u32,
+}
+
+impl FlushSubnormals {
+    #[cfg(target_arch = "x86_64")]
+    const FTZ_DAZ: u32 = (1 << 15) | (1 << 6);
+
+    #[inline]
+    pub fn new() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let mut saved: u32 = 0;
+            // SAFETY: stmxcsr/ldmxcsr read and write this thread's SSE control register (SSE is
+            // part of the x86-64 baseline); setting FTZ/DAZ changes only subnormal handling.
+            unsafe {
+                std::arch::asm!("stmxcsr [{}]", in(reg) &mut saved, options(nostack, preserves_flags));
+                let mode = saved | Self::FTZ_DAZ;
+                std::arch::asm!("ldmxcsr [{}]", in(reg) &mode, options(nostack, preserves_flags));
+            }
+            FlushSubnormals { saved }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        FlushSubnormals {}
+    }
+}
+
+impl Drop for FlushSubnormals {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: restores the mode `new` read on this thread.
+        unsafe {
+            std::arch::asm!("ldmxcsr [{}]", in(reg) &self.saved, options(nostack, preserves_flags));
+        }
+    }
+}
+
+/// Cells per vector (16 float32 fill one AVX-512 register; a multiple of every narrower vector).
+pub(crate) const LAYER_CHUNK: usize = 16;
+
+/// Widens the column split `(lo, hi)` of a row `[r, nx − r)` so that each absorbing-layer segment
+/// `[r, lo)`, `[hi, nx − r)` is `16·m + 1` cells, `m ≥ 2`. Why: the layer loops touch so many
+/// slices that LLVM guards their vector path with run-time overlap checks and takes it only from 33
+/// cells on (and leaves at least one cell to the scalar epilogue); a 20-cell layer (22 cells of
+/// layer formula at accuracy 4) therefore ran entirely scalar, and the layers' scalar loops took
+/// more time than the whole vectorised interior. The cells moved into a layer segment have zero
+/// profiles (`a = b = ∂b = 0`) and zero ψ, ζ, where the layer formula equals the plain Laplacian
+/// (results differ at most in the sign of a zero). Keeps the split when the interior is too narrow.
+pub(crate) fn widen_layer_cols(cols: (usize, usize), nx: usize, r: usize) -> (usize, usize) {
+    let (lo, hi, end) = (cols.0, cols.1, nx - r);
+    let width = |n: usize| {
+        if n == 0 {
+            0
+        } else {
+            (n.max(2 * LAYER_CHUNK + 1) - 1).div_ceil(LAYER_CHUNK) * LAYER_CHUNK + 1
+        }
+    };
+    let wlo = r + width(lo.saturating_sub(r));
+    let whi = end.saturating_sub(width(end.saturating_sub(hi)));
+    if wlo <= whi && wlo >= lo && whi <= hi {
+        (wlo, whi)
+    } else {
+        cols
+    }
+}
+
 /// Everything a row kernel reads besides the fields: grid size, coefficients, profiles and the
 /// column/row bands where the absorbing terms apply.
 #[derive(Debug, Clone, Copy)]
@@ -93,27 +171,21 @@ pub(crate) struct Kernel<'a, T, const R: usize> {
     pub x: Axis<'a, T>,
     /// Rows `[R, rows.0)` and `[rows.1, nz − R)` are in the y layers.
     pub rows: (usize, usize),
-    /// Columns `[R, cols.0)` and `[cols.1, nx − R)` are in the x layers.
+    /// Columns `[R, cols.0)` and `[cols.1, nx − R)` run the x-layer formula: the x layers and the
+    /// cells next to them whose neighbours reach into a layer, widened by [`widen_layer_cols`].
     pub cols: (usize, usize),
     pub isa: Isa,
 }
 
-/// Mutable rows the forward kernel writes (each of length `nx`).
-pub(crate) struct ForwardRow<'a, T> {
+/// Mutable rows a step writes (each of length `nx`): `w`, the next ψ and ζ. The forward updates ζ
+/// in place (it reads ζ only at the cell itself); the adjoint reads ζ at neighbours, so there
+/// `zeta_y`, `zeta_x` are the next buffers.
+pub(crate) struct RowOut<'a, T> {
     pub w: &'a mut [T],
     pub psi_yn: &'a mut [T],
     pub psi_xn: &'a mut [T],
     pub zeta_y: &'a mut [T],
     pub zeta_x: &'a mut [T],
-}
-
-/// Mutable rows the adjoint kernel writes.
-pub(crate) struct AdjointRow<'a, T> {
-    pub w: &'a mut [T],
-    pub psi_yn: &'a mut [T],
-    pub psi_xn: &'a mut [T],
-    pub zeta_yn: &'a mut [T],
-    pub zeta_xn: &'a mut [T],
 }
 
 /// Read-only fields of the current time level.
@@ -149,55 +221,47 @@ pub(crate) struct Leapfrog<'a, T> {
 }
 
 impl<T: Real, const R: usize> Kernel<'_, T, R> {
-    /// `w` for row `y` of the forward step, updating the row's ψ (into the next buffer) and ζ, and
-    /// the row's new time level.
+    /// `w` for row `y` of the forward step (ψ into the next buffers, ζ in place) or, with
+    /// `ADJOINT`, of the adjoint step (β form, ψ and ζ into the next buffers), and the row's new
+    /// time level. Each absorbing-layer segment's leapfrog update follows its `w` while the row is
+    /// in cache; the interior segment of interior rows is the fused Laplacian.
     #[inline(always)]
-    pub fn forward_row(
+    pub fn row<const ADJOINT: bool>(
         &self,
         y: usize,
         f: Fields<'_, T>,
-        out: &mut ForwardRow<'_, T>,
+        out: &mut RowOut<'_, T>,
         leap: &mut Leapfrog<'_, T>,
     ) {
         let (lo, hi, end) = (self.cols.0, self.cols.1, self.nx - R);
         let cur = &f.u[y * self.nx..(y + 1) * self.nx];
         if y < self.rows.0 || y >= self.rows.1 {
-            self.forward_seg::<true, true>(y, R, lo, f, out);
-            self.forward_seg::<true, false>(y, lo, hi, f, out);
-            self.forward_seg::<true, true>(y, hi, end, f, out);
+            self.seg::<ADJOINT, true, true>(y, R, lo, f, out);
+            self.seg::<ADJOINT, true, false>(y, lo, hi, f, out);
+            self.seg::<ADJOINT, true, true>(y, hi, end, f, out);
             leapfrog_segment(leap, out.w, cur, R, end);
         } else {
-            self.forward_seg::<false, true>(y, R, lo, f, out);
+            self.seg::<ADJOINT, false, true>(y, R, lo, f, out);
             leapfrog_segment(leap, out.w, cur, R, lo);
             laplacian_leapfrog(&self.c, f.u, self.nx, y, lo, hi, out.w, leap);
-            self.forward_seg::<false, true>(y, hi, end, f, out);
+            self.seg::<ADJOINT, false, true>(y, hi, end, f, out);
             leapfrog_segment(leap, out.w, cur, hi, end);
         }
     }
 
-    /// `w` for row `y` of the adjoint step (β form), writing the row's next ψ and ζ and the row's
-    /// new time level.
     #[inline(always)]
-    pub fn adjoint_row(
+    fn seg<const ADJOINT: bool, const YP: bool, const XP: bool>(
         &self,
         y: usize,
+        x0: usize,
+        x1: usize,
         f: Fields<'_, T>,
-        out: &mut AdjointRow<'_, T>,
-        leap: &mut Leapfrog<'_, T>,
+        out: &mut RowOut<'_, T>,
     ) {
-        let (lo, hi, end) = (self.cols.0, self.cols.1, self.nx - R);
-        let cur = &f.u[y * self.nx..(y + 1) * self.nx];
-        if y < self.rows.0 || y >= self.rows.1 {
-            self.adjoint_seg::<true, true>(y, R, lo, f, out);
-            self.adjoint_seg::<true, false>(y, lo, hi, f, out);
-            self.adjoint_seg::<true, true>(y, hi, end, f, out);
-            leapfrog_segment(leap, out.w, cur, R, end);
+        if ADJOINT {
+            self.adjoint_seg::<YP, XP>(y, x0, x1, f, out)
         } else {
-            self.adjoint_seg::<false, true>(y, R, lo, f, out);
-            leapfrog_segment(leap, out.w, cur, R, lo);
-            laplacian_leapfrog(&self.c, f.u, self.nx, y, lo, hi, out.w, leap);
-            self.adjoint_seg::<false, true>(y, hi, end, f, out);
-            leapfrog_segment(leap, out.w, cur, hi, end);
+            self.forward_seg::<YP, XP>(y, x0, x1, f, out)
         }
     }
 
@@ -211,7 +275,7 @@ impl<T: Real, const R: usize> Kernel<'_, T, R> {
         x0: usize,
         x1: usize,
         f: Fields<'_, T>,
-        out: &mut ForwardRow<'_, T>,
+        out: &mut RowOut<'_, T>,
     ) {
         if x1 <= x0 {
             return;
@@ -340,7 +404,7 @@ impl<T: Real, const R: usize> Kernel<'_, T, R> {
         x0: usize,
         x1: usize,
         f: Fields<'_, T>,
-        out: &mut AdjointRow<'_, T>,
+        out: &mut RowOut<'_, T>,
     ) {
         if x1 <= x0 {
             return;
@@ -384,7 +448,7 @@ impl<T: Real, const R: usize> Kernel<'_, T, R> {
             ((T::ZERO, T::ZERO, T::ZERO), T::ZERO)
         };
         let (psi_yn, zeta_yn): (&mut [T], &mut [T]) = if YP {
-            (&mut out.psi_yn[x0..x1], &mut out.zeta_yn[x0..x1])
+            (&mut out.psi_yn[x0..x1], &mut out.zeta_y[x0..x1])
         } else {
             (&mut [], &mut [])
         };
@@ -415,7 +479,7 @@ impl<T: Real, const R: usize> Kernel<'_, T, R> {
             (empty, empty)
         };
         let (psi_xn, zeta_xn): (&mut [T], &mut [T]) = if XP {
-            (&mut out.psi_xn[x0..x1], &mut out.zeta_xn[x0..x1])
+            (&mut out.psi_xn[x0..x1], &mut out.zeta_x[x0..x1])
         } else {
             (&mut [], &mut [])
         };
@@ -590,7 +654,9 @@ fn leapfrog_segment<T: Real>(leap: &mut Leapfrog<'_, T>, w: &[T], cur: &[T], x0:
 }
 
 /// `new = v·w + 2·cur − new` over a row segment (the leapfrog update; `new` holds the previous
-/// level on entry).
+/// level on entry). A plain loop on purpose: LLVM vectorises it four vectors at a time with a
+/// one-vector epilogue loop, which covers a 33-cell layer segment; a loop over fixed 16-cell
+/// chunks was vectorised across the chunks with gathers and scatters, several times slower.
 #[inline(always)]
 pub(crate) fn leapfrog_generic<T: Real>(v: &[T], w: &[T], cur: &[T], new: &mut [T]) {
     let n = new.len();

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::geometry::Shot;
 use super::grid::{Grid, fill_free_surface};
-use super::kernels::{Axis, Coefs, Isa, Kernel, Leapfrog, laplacian_leapfrog_on};
+use super::kernels::{
+    Axis, Coefs, FlushSubnormals, Isa, Kernel, Leapfrog, laplacian_leapfrog_on, widen_layer_cols,
+};
 use super::model::VelocityModel;
 use super::pml;
 use super::real::Real;
@@ -505,7 +507,7 @@ impl<T: Real> Solver<T> {
                 db: &self.px[2],
             },
             rows: (rows.lo, rows.hi),
-            cols: (cols.lo, cols.hi),
+            cols: widen_layer_cols((cols.lo, cols.hi), self.grid.nx, R),
             isa: self.isa,
         }
     }
@@ -963,6 +965,7 @@ impl<T: Real> Solver<T> {
             .zip(w[y0 * nx..y1 * nx].par_chunks_mut(nx))
             .enumerate()
             .for_each(|(j, (hrow, wrow))| {
+                let _flush = FlushSubnormals::new();
                 let y = y0 + j;
                 let base = y * nx;
                 let mut leap = Leapfrog {

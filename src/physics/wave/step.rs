@@ -3,60 +3,48 @@
 
 use rayon::prelude::*;
 
-use super::kernels::{AdjointRow, Fields, ForwardRow, Isa, Kernel, Leapfrog};
+use super::kernels::{Fields, FlushSubnormals, Isa, Kernel, Leapfrog, RowOut};
 
-/// `$name(isa, args…)` runs `$band(args…)` compiled for the instruction set `isa` names: the band
-/// functions are `#[inline(always)]`, so each variant gets its own vectorised copy of every row
+/// `$name::<T, R, ADJOINT>(isa, args…)` runs `$band::<T, R, ADJOINT>(args…)` compiled for the
+/// instruction set `isa` names: the band functions are `#[inline(always)]`, so each variant gets its own vectorised copy of every row
 /// kernel (the baseline build targets any x86-64).
 macro_rules! on_isa {
     ($name:ident, $band:ident, ($($arg:ident: $ty:ty),* $(,)?)) => {
         #[allow(clippy::too_many_arguments)]
-        fn $name<T: Real, const R: usize>(isa: Isa, $($arg: $ty),*) {
+        fn $name<T: Real, const R: usize, const ADJOINT: bool>(isa: Isa, $($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f")]
                 #[allow(clippy::too_many_arguments)]
-                fn avx512<T: Real, const R: usize>($($arg: $ty),*) {
-                    $band($($arg),*)
+                fn avx512<T: Real, const R: usize, const ADJOINT: bool>($($arg: $ty),*) {
+                    $band::<T, R, ADJOINT>($($arg),*)
                 }
                 #[target_feature(enable = "avx2")]
                 #[allow(clippy::too_many_arguments)]
-                fn avx2<T: Real, const R: usize>($($arg: $ty),*) {
-                    $band($($arg),*)
+                fn avx2<T: Real, const R: usize, const ADJOINT: bool>($($arg: $ty),*) {
+                    $band::<T, R, ADJOINT>($($arg),*)
                 }
                 match isa {
                     // SAFETY: `Isa::detect` returns these only when the CPU supports them.
-                    Isa::Avx512 => return unsafe { avx512($($arg),*) },
-                    Isa::Avx2 => return unsafe { avx2($($arg),*) },
+                    Isa::Avx512 => return unsafe { avx512::<T, R, ADJOINT>($($arg),*) },
+                    Isa::Avx2 => return unsafe { avx2::<T, R, ADJOINT>($($arg),*) },
                     Isa::Baseline => {}
                 }
             }
             let _ = isa;
-            $band($($arg),*)
+            $band::<T, R, ADJOINT>($($arg),*)
         }
     };
 }
 
 on_isa!(
-    forward_band_on,
-    forward_band,
+    band_on,
+    band,
     (
         k: &Kernel<'_, T, R>,
         fields: Fields<'_, T>,
         v: &[T],
         born: Option<(&[T], &[T])>,
-        grad_w: Option<GradientSource<'_, T>>,
-        w: &mut [T],
-        b: &mut BandMut<'_, T>,
-    )
-);
-on_isa!(
-    adjoint_band_on,
-    adjoint_band,
-    (
-        k: &Kernel<'_, T, R>,
-        fields: Fields<'_, T>,
-        v: &[T],
         grad_w: Option<GradientSource<'_, T>>,
         w: &mut [T],
         b: &mut BandMut<'_, T>,
@@ -301,16 +289,33 @@ pub(crate) fn forward<T: Real, const R: usize>(
         zeta_y: &[],
         zeta_x: &[],
     };
+    run_bands::<T, R, false>(k, fields, v, born, grad_w, work);
+}
+
+/// The bands of one step on the rayon pool, each with subnormals flushed, one scratch row per
+/// worker.
+fn run_bands<T: Real, const R: usize, const ADJOINT: bool>(
+    k: &Kernel<'_, T, R>,
+    fields: Fields<'_, T>,
+    v: &[T],
+    born: Option<(&[T], &[T])>,
+    grad_w: Option<GradientSource<'_, T>>,
+    work: Vec<BandMut<'_, T>>,
+) {
     let isa = k.isa;
     work.into_par_iter().for_each_init(
-        || vec![T::ZERO; nx],
-        |w, mut b| forward_band_on(isa, k, fields, v, born, grad_w, w, &mut b),
+        || vec![T::ZERO; k.nx],
+        |w, mut b| {
+            let _flush = FlushSubnormals::new();
+            band_on::<T, R, ADJOINT>(isa, k, fields, v, born, grad_w, w, &mut b)
+        },
     );
 }
 
-/// The rows of one band of the forward step (inlined into each instruction-set variant).
+/// The rows of one band of a forward (or, with `ADJOINT`, adjoint) step, inlined into each
+/// instruction-set variant.
 #[inline(always)]
-fn forward_band<T: Real, const R: usize>(
+fn band<T: Real, const R: usize, const ADJOINT: bool>(
     k: &Kernel<'_, T, R>,
     fields: Fields<'_, T>,
     v: &[T],
@@ -324,7 +329,7 @@ fn forward_band<T: Real, const R: usize>(
     for j in 0..rows {
         let y = b.y0 + j;
         let row = j * nx..(j + 1) * nx;
-        let mut out = ForwardRow {
+        let mut out = RowOut {
             w: &mut *w,
             psi_yn: &mut b.psi_yn[row.clone()],
             psi_xn: &mut b.psi_xn[row.clone()],
@@ -336,7 +341,7 @@ fn forward_band<T: Real, const R: usize>(
             vv: &v[base..base + nx],
             new: &mut b.new[row.clone()],
         };
-        k.forward_row(y, fields, &mut out, &mut leap);
+        k.row::<ADJOINT>(y, fields, &mut out, &mut leap);
         tail(
             k,
             y,
@@ -400,56 +405,7 @@ pub(crate) fn adjoint<T: Real, const R: usize>(
         extras.energy,
         grad,
     );
-    let isa = k.isa;
-    work.into_par_iter().for_each_init(
-        || vec![T::ZERO; nx],
-        |w, mut b| adjoint_band_on(isa, k, fields, v, grad_w, w, &mut b),
-    );
-}
-
-/// The rows of one band of the adjoint step (inlined into each instruction-set variant).
-#[inline(always)]
-fn adjoint_band<T: Real, const R: usize>(
-    k: &Kernel<'_, T, R>,
-    fields: Fields<'_, T>,
-    v: &[T],
-    grad_w: Option<GradientSource<'_, T>>,
-    w: &mut [T],
-    b: &mut BandMut<'_, T>,
-) {
-    let nx = k.nx;
-    let rows = b.new.len() / nx;
-    for j in 0..rows {
-        let y = b.y0 + j;
-        let row = j * nx..(j + 1) * nx;
-        let mut out = AdjointRow {
-            w: &mut *w,
-            psi_yn: &mut b.psi_yn[row.clone()],
-            psi_xn: &mut b.psi_xn[row.clone()],
-            zeta_yn: &mut b.zeta_y[row.clone()],
-            zeta_xn: &mut b.zeta_x[row.clone()],
-        };
-        let base = y * nx;
-        let mut leap = Leapfrog {
-            vv: &v[base..base + nx],
-            new: &mut b.new[row.clone()],
-        };
-        k.adjoint_row(y, fields, &mut out, &mut leap);
-        tail(
-            k,
-            y,
-            w,
-            fields.u,
-            &mut b.new[row.clone()],
-            None,
-            b.w_out.as_deref_mut().map(|s| &mut s[row.clone()]),
-            b.energy.as_deref_mut().map(|s| &mut s[row.clone()]),
-            b.grad
-                .as_deref_mut()
-                .map(|s| &mut s[row.clone()])
-                .zip(grad_w),
-        );
-    }
+    run_bands::<T, R, true>(k, fields, v, None, grad_w, work);
 }
 
 /// The forward `w` a gradient step correlates with, and the rows and columns where it does.
@@ -500,5 +456,123 @@ fn tail<T: Real, const R: usize>(
         {
             *a += u * wf;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::physics::wave::grid::Grid;
+    use crate::physics::wave::kernels::{Axis, Coefs, widen_layer_cols};
+    use crate::physics::wave::pml;
+    use crate::physics::wave::stencil::Accuracy;
+
+    /// Steps a random state `steps` times with the kernel's column split replaced by `cols`.
+    fn run(adj: bool, cols: Option<(usize, usize)>, steps: usize) -> State<f32> {
+        const R: usize = 2;
+        let acc = Accuracy::Four;
+        let grid = Grid::new(40, 90, R, [10; 4], false);
+        let (nz, nx) = (grid.nz, grid.nx);
+        let (dt, dx, vmax) = (4e-4, 4.0, 3000.0);
+        let prof = |n, d| {
+            let p = pml::profile(n, [10, 10], acc, d, dt, vmax, 25.0);
+            let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
+            [f(p.a), f(p.b), f(p.db)]
+        };
+        let (py, px) = (prof(nz, dx), prof(nx, dx));
+        let (rows, band) = if adj {
+            (grid.adjoint_rows(), grid.adjoint_cols())
+        } else {
+            (grid.forward_rows(), grid.forward_cols())
+        };
+        let k = Kernel::<f32, R> {
+            nx,
+            c: Coefs::new(
+                std::array::from_fn(|i| acc.first()[i]),
+                std::array::from_fn(|i| acc.second()[i]),
+                [1.0 / dx, 1.0 / dx, 1.0 / (dx * dx), 1.0 / (dx * dx)],
+            ),
+            y: Axis {
+                a: &py[0],
+                b: &py[1],
+                db: &py[2],
+            },
+            x: Axis {
+                a: &px[0],
+                b: &px[1],
+                db: &px[2],
+            },
+            rows: (rows.lo, rows.hi),
+            cols: cols.unwrap_or((band.lo, band.hi)),
+            isa: Isa::detect(),
+        };
+        let vv: Vec<f32> = (0..nz * nx)
+            .map(|i| 0.2 + 0.05 * ((i % 7) as f32) / 7.0)
+            .collect();
+        let mut s = State::zeros(nz * nx, adj);
+        let mut seed = 12345u32;
+        for y in R..nz - R {
+            for x in R..nx - R {
+                for f in [&mut s.cur, &mut s.prev] {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    f[y * nx + x] = (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+                }
+            }
+        }
+        for _ in 0..steps {
+            if adj {
+                adjoint(&k, nz, &vv, &mut s, Extras::default());
+            } else {
+                forward(&k, nz, &vv, &mut s, Extras::default());
+            }
+            s.rotate();
+        }
+        s
+    }
+
+    #[test]
+    fn widened_layer_segments_give_the_same_numbers() {
+        let grid = Grid::new(40, 90, 2, [10; 4], false);
+        for adjoint in [false, true] {
+            let band = if adjoint {
+                grid.adjoint_cols()
+            } else {
+                grid.forward_cols()
+            };
+            let wide = widen_layer_cols((band.lo, band.hi), grid.nx, 2);
+            assert!(wide.0 > band.lo && wide.1 < band.hi, "{wide:?} vs {band:?}");
+            assert_eq!((wide.0 - 2) % 16, 1);
+            assert_eq!((grid.nx - 2 - wide.1) % 16, 1);
+            let (a, b) = (run(adjoint, None, 40), run(adjoint, Some(wide), 40));
+            assert!(a.cur.iter().any(|&v| v != 0.0));
+            assert!(
+                a.psi_x.iter().any(|&v| v != 0.0),
+                "the layers were exercised"
+            );
+            for (name, x, y) in [
+                ("u", &a.cur, &b.cur),
+                ("u-", &a.prev, &b.prev),
+                ("psi_y", &a.psi_y, &b.psi_y),
+                ("psi_x", &a.psi_x, &b.psi_x),
+                ("zeta_y", &a.zeta_y, &b.zeta_y),
+                ("zeta_x", &a.zeta_x, &b.zeta_x),
+            ] {
+                // `==`: the widened split may only flip the sign of a zero.
+                if let Some(i) = x.iter().zip(y).position(|(p, q)| p != q) {
+                    panic!("adjoint {adjoint}: {name}[{i}] {} != {}", x[i], y[i]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn widening_keeps_a_split_that_cannot_widen() {
+        // 12-cell layers become 33 cells: [2, 35) and [35, 68).
+        assert_eq!(widen_layer_cols((14, 56), 70, 2), (35, 35));
+        assert_eq!(widen_layer_cols((14, 86), 100, 2), (35, 65));
+        // A 42-cell right layer becomes 49 cells.
+        assert_eq!(widen_layer_cols((14, 56), 100, 2), (35, 49));
+        assert_eq!(widen_layer_cols((20, 24), 44, 2), (20, 24));
+        assert_eq!(widen_layer_cols((2, 68), 70, 2), (2, 68));
     }
 }
