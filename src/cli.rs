@@ -553,15 +553,13 @@ fn train(
         }
         return train_dsn(dsn, out, quiet, group);
     }
-    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
-    if let Some(n) = group.ranks.filter(|_| !launched) {
+    if group.ranks.is_some() && std::env::var_os(dist::launch::LAUNCHED_ENV).is_none() {
+        // A bad preset fails here, before any rank starts.
         TrainPreset::load(name, set)
             .with_context(|| format!("loading training preset `{name}`"))?;
-        if n > 1 {
-            let args = strip_option(std::env::args_os().skip(1), "--ranks");
-            dist::launch::launch(n, &args).context("local process group")?;
-            return Ok(());
-        }
+    }
+    if launch_local_group(group)? {
+        return Ok(());
     }
     place_threads(group, None)?;
     let comm = join_group(group)?;
@@ -675,10 +673,7 @@ fn train_dsn(
     quiet: bool,
     group: &GroupArgs,
 ) -> Result<()> {
-    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
-    if let Some(n) = group.ranks.filter(|&n| !launched && n > 1) {
-        let args = strip_option(std::env::args_os().skip(1), "--ranks");
-        dist::launch::launch(n, &args).context("local process group")?;
+    if launch_local_group(group)? {
         return Ok(());
     }
     place_threads(group, None)?;
@@ -876,10 +871,7 @@ fn run_fwi(
         &preset.name,
     )?;
     out_dir.check()?;
-    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
-    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
-        let args = strip_option(std::env::args_os().skip(1), "--ranks");
-        dist::launch::launch(n, &args).context("local process group")?;
+    if launch_local_group(group)? {
         return Ok(());
     }
     // Before anything computes: N local ranks share the cores instead of each starting a thread
@@ -1053,6 +1045,21 @@ fn place_threads(group: &GroupArgs, preset_threads: Option<usize>) -> Result<Pla
 }
 
 /// Discovers this process's rank and joins the group with the chosen transport.
+/// With `--ranks N` (N > 1) in a process no launcher started: runs this very command as N local rank
+/// processes, supervises them and returns true (the caller is done). Otherwise false: this process
+/// is a rank (or the only one).
+fn launch_local_group(group: &GroupArgs) -> Result<bool> {
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    match group.ranks.filter(|&n| n > 1 && !launched) {
+        Some(n) => {
+            let args = strip_option(std::env::args_os().skip(1), "--ranks");
+            dist::launch::launch(n, &args).context("local process group")?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
 fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
     let info = RankInfo::discover(&rank_flags(group)).context("finding this process's rank")?;
     let comm = dist::init_backend(
@@ -1178,10 +1185,7 @@ fn bench(what: BenchWhat) -> Result<()> {
             group,
         } => {
             use tessera::dist::spatial_memory::{MemorySpec, measure};
-            let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
-            if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
-                let args = strip_option(std::env::args_os().skip(1), "--ranks");
-                dist::launch::launch(n, &args).context("local process group")?;
+            if launch_local_group(&group)? {
                 return Ok(());
             }
             let spec = MemorySpec {
@@ -1210,10 +1214,7 @@ fn bench(what: BenchWhat) -> Result<()> {
             json,
             group,
         } => {
-            let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
-            if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
-                let args = strip_option(std::env::args_os().skip(1), "--ranks");
-                dist::launch::launch(n, &args).context("local process group")?;
+            if launch_local_group(&group)? {
                 return Ok(());
             }
             let comm = join_group(&group)?;

@@ -429,34 +429,35 @@ impl Preset {
         if let Some(t) = self.distributed.threads_per_rank {
             crate::dist::placement::check_threads("distributed.threads_per_rank", t)?;
         }
-        if let Some(parts) = self.distributed.split_by_angle {
-            if parts == 0 {
-                return Err(Error::config(
-                    "distributed.split_by_angle",
-                    "must be at least 1 (1: operators stay whole)",
-                ));
+        let splits = [
+            (
+                "distributed.split_by_angle",
+                self.distributed.split_by_angle,
+            ),
+            (
+                "distributed.split_by_channel",
+                self.distributed.split_by_channel,
+            ),
+        ];
+        for (field, parts) in splits {
+            match parts {
+                Some(0) => {
+                    return Err(Error::config(
+                        field,
+                        "must be at least 1 (1: operators stay whole)",
+                    ));
+                }
+                Some(_) if self.measurements.is_some() => {
+                    return Err(Error::config(
+                        field,
+                        "applies to simulated measurements; loaded [measurements] hold one measurement per [[physics]] entry",
+                    ));
+                }
+                _ => {}
             }
-            if self.measurements.is_some() {
-                return Err(Error::config(
-                    "distributed.split_by_angle",
-                    "applies to simulated measurements; loaded [measurements] hold one sinogram per [[physics]] entry",
-                ));
-            }
-            self.operators()?;
         }
-        if let Some(parts) = self.distributed.split_by_channel {
-            if parts == 0 {
-                return Err(Error::config(
-                    "distributed.split_by_channel",
-                    "must be at least 1 (1: operators stay whole)",
-                ));
-            }
-            if self.measurements.is_some() {
-                return Err(Error::config(
-                    "distributed.split_by_channel",
-                    "applies to simulated measurements; loaded [measurements] hold one measurement per [[physics]] entry",
-                ));
-            }
+        if self.distributed.split_by_angle.is_some() {
+            self.operators()?;
         }
         if let Some(d) = &self.denoiser {
             d.validate()?;
