@@ -1317,7 +1317,7 @@ fn bench_spatial_memory(
     }
     let rows = study::rows(&points);
     say!(
-        "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10} {:>10} {:>9} {:>6} {:>5} {:>7}",
+        "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10} {:>10} {:>9} {:>6} {:>5} {:>7} {:>9} {:>6}",
         "model",
         "mode",
         "size",
@@ -1328,13 +1328,15 @@ fn bench_spatial_memory(
         "halo MiB",
         "ratio",
         "goal",
-        "s"
+        "s",
+        "live MiB",
+        "ratio"
     );
     for r in &rows {
         let opt =
             |v: Option<f64>, p: usize| v.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
         say!(
-            "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10.1} {:>10} {:>9.2} {:>6} {:>5} {:>7.2}",
+            "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10.1} {:>10} {:>9.2} {:>6} {:>5} {:>7.2} {:>9} {:>6}",
             r.model,
             r.mode,
             r.size,
@@ -1347,11 +1349,13 @@ fn bench_spatial_memory(
             r.meets_goal
                 .map(|b| if b { "yes" } else { "NO" })
                 .unwrap_or("-"),
-            r.secs
+            r.secs,
+            opt(r.max_live_mib, 1),
+            opt(r.live_ratio, 2)
         );
     }
     say!(
-        "goal: MiB/rank <= 1.15 x 1rank/N + halo; 1rank/N = (one rank's - R) / N + R, R = a training step's two gradient buffers (2 x weights), held by every rank"
+        "MiB/rank: peak resident above the baseline; live MiB: peak live heap bytes (no allocator holes), ratio against one rank's the same way\ngoal: MiB/rank <= 1.15 x 1rank/N + halo; 1rank/N = (one rank's - R) / N + R, R = a training step's two gradient buffers (2 x weights), held by every rank"
     );
     say!(
         "largest side whose working memory fits {budget_mib} MiB per rank (line fitted over the sizes):"

@@ -36,6 +36,7 @@ pub mod error;
 pub mod fidelity;
 pub mod fwi;
 pub mod gui;
+pub mod heap;
 pub mod io;
 pub mod job;
 pub mod linalg;

@@ -4,6 +4,11 @@ mod cli;
 
 use std::process::ExitCode;
 
+/// Counts live heap bytes for the memory studies (`tessera::heap`); a relaxed atomic add per call.
+#[global_allocator]
+static ALLOCATOR: tessera::heap::Counting = tessera::heap::Counting;
+
 fn main() -> ExitCode {
+    ALLOCATOR.activate();
     cli::main()
 }

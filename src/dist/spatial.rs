@@ -20,7 +20,7 @@ use crate::denoise::Denoiser;
 use crate::dist::Collective;
 use crate::error::{Error, Result};
 use crate::nn::conv::Features;
-use crate::nn::domain::{Domain, Grid, Region, add_region, copy_region};
+use crate::nn::domain::{Domain, Grid, Region, add_region, copy_between, copy_region};
 use crate::nn::scalar::Scalar;
 use crate::tensor::Tensor;
 use crate::tiling::TilingConfig;
@@ -152,12 +152,7 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
         let own = self.grid.block(dims, me);
         let want = needs[me].clip(dims);
         let mut out = Features::zeros(x.batch, x.channels, want.dims());
-        add_region(
-            &mut out,
-            &want,
-            &copy_region(x, &own, &own.intersect(&want)),
-            &own.intersect(&want),
-        );
+        copy_between(&mut out, &want, x, &own, &own.intersect(&want));
         let sent = self.exchange(
             |peer| own.intersect(&needs[peer].clip(dims)),
             |peer| self.grid.block(dims, peer).intersect(&want),
@@ -180,8 +175,7 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
         let own = self.grid.block(dims, me);
         let have = needs[me].clip(dims);
         let mut out = Features::zeros(g.batch, g.channels, own.dims());
-        let mine = own.intersect(&have);
-        add_region(&mut out, &own, &copy_region(&g, &have, &mine), &mine);
+        copy_between(&mut out, &own, &g, &have, &own.intersect(&have));
         let sent = self.exchange(
             |peer| self.grid.block(dims, peer).intersect(&have),
             |peer| own.intersect(&needs[peer].clip(dims)),

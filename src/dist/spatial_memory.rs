@@ -124,6 +124,10 @@ pub struct RankMemory {
     pub largest_halo_bytes: u64,
     /// All halo bytes this rank sent.
     pub halo_bytes: u64,
+    /// Peak live heap bytes above those live at the baseline (`crate::heap`; `None` where the
+    /// binary does not count them): the working memory without the allocator's holes.
+    #[serde(default)]
+    pub live_working_bytes: Option<u64>,
     pub secs: f64,
 }
 
@@ -148,6 +152,15 @@ impl MemoryPoint {
             .map(|r| r.working_bytes)
             .max()
             .unwrap_or(0)
+    }
+
+    /// The largest live-heap working memory of any rank (`None` unless every rank counted it).
+    pub fn max_live(&self) -> Option<u64> {
+        self.per_rank
+            .iter()
+            .map(|r| r.live_working_bytes)
+            .collect::<Option<Vec<_>>>()
+            .and_then(|v| v.into_iter().max())
     }
 
     pub fn max_halo(&self) -> u64 {
@@ -184,7 +197,12 @@ pub fn measure(comm: &dyn Collective, spec: MemorySpec) -> Result<Option<MemoryP
     let grid = Grid::for_axes(None, axes, comm.world_size(), dims, "--ranks")?;
     let domain = SpatialDomain::new(comm, grid)?;
     comm.barrier()?;
+    // Building the network freed memory the heap keeps resident; a run reusing it would not show
+    // in the peak, so the baseline holds live memory only.
+    crate::heap::release_free_pages();
     let baseline = current_rss_bytes().unwrap_or(0);
+    let live_baseline = crate::heap::live_bytes();
+    crate::heap::reset_peak();
     let reset = reset_peak_rss();
     let start = Instant::now();
     let block = grid.block(dims, comm.rank());
@@ -209,6 +227,7 @@ pub fn measure(comm: &dyn Collective, spec: MemorySpec) -> Result<Option<MemoryP
     }
     let secs = start.elapsed().as_secs_f64();
     let peak = peak_rss_bytes().unwrap_or(0);
+    let live_peak = crate::heap::peak_bytes();
     let stats = domain.take_stats();
     let mine = RankMemory {
         baseline_bytes: baseline,
@@ -218,6 +237,9 @@ pub fn measure(comm: &dyn Collective, spec: MemorySpec) -> Result<Option<MemoryP
         },
         largest_halo_bytes: stats.bytes_sent.iter().copied().max().unwrap_or(0),
         halo_bytes: stats.bytes_sent.iter().sum(),
+        live_working_bytes: live_baseline
+            .zip(live_peak)
+            .map(|(b, p)| p.saturating_sub(b) as u64),
         secs,
     };
     let all = super::wire::all_gather_as(comm, "memory figures", &mine)?;
@@ -256,6 +278,10 @@ pub struct StudyRow {
     pub ratio: Option<f64>,
     /// Whether max working ≤ 1.15 × ideal + largest halo.
     pub meets_goal: Option<bool>,
+    /// The same figures for live heap bytes (what the program holds, without the allocator's
+    /// holes): the largest rank's, and its ratio to the one-rank live figure divided as above.
+    pub max_live_mib: Option<f64>,
+    pub live_ratio: Option<f64>,
     pub secs: f64,
 }
 
@@ -266,15 +292,16 @@ pub fn rows(points: &[MemoryPoint]) -> Vec<StudyRow> {
     points
         .iter()
         .map(|p| {
-            let single = points
-                .iter()
-                .find(|q| q.spec == p.spec && q.ranks == 1)
-                .map(|q| q.max_working() as f64);
+            let one = points.iter().find(|q| q.spec == p.spec && q.ranks == 1);
+            let single = one.map(|q| q.max_working() as f64);
+            let single_live = one.and_then(|q| q.max_live()).map(|v| v as f64);
             let n = p.ranks as f64;
             let working = p.max_working() as f64;
             let halo = p.max_halo() as f64;
             let replicated = p.replicated_bytes as f64;
-            let ideal = single.map(|s| (s - replicated).max(0.0) / n + replicated);
+            let divide = |s: f64| (s - replicated).max(0.0) / n + replicated;
+            let ideal = single.map(divide);
+            let live = p.max_live().map(|v| v as f64);
             StudyRow {
                 model: p.spec.model.name(),
                 mode: if p.spec.train { "train" } else { "forward" },
@@ -286,6 +313,11 @@ pub fn rows(points: &[MemoryPoint]) -> Vec<StudyRow> {
                 largest_halo_mib: halo / MIB,
                 ratio: ideal.filter(|&i| i > 0.0).map(|i| working / i),
                 meets_goal: ideal.map(|i| working <= 1.15 * i + halo),
+                max_live_mib: live.map(|v| v / MIB),
+                live_ratio: live
+                    .zip(single_live.map(divide))
+                    .filter(|&(_, i)| i > 0.0)
+                    .map(|(v, i)| v / i),
                 secs: p.per_rank.iter().map(|r| r.secs).fold(0.0, f64::max),
             }
         })
@@ -335,11 +367,11 @@ pub fn largest_fitting(
 pub fn csv(rows: &[StudyRow]) -> String {
     let opt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_default();
     let mut s = String::from(
-        "model,mode,size,ranks,grid,max_working_mib,single_over_n_mib,largest_halo_mib,ratio,meets_goal,secs\n",
+        "model,mode,size,ranks,grid,max_working_mib,single_over_n_mib,largest_halo_mib,ratio,meets_goal,secs,max_live_mib,live_ratio\n",
     );
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{},{}x{}x{},{:.2},{},{:.3},{},{},{:.3}\n",
+            "{},{},{},{},{}x{}x{},{:.2},{},{:.3},{},{},{:.3},{},{}\n",
             r.model,
             r.mode,
             r.size,
@@ -352,7 +384,9 @@ pub fn csv(rows: &[StudyRow]) -> String {
             r.largest_halo_mib,
             r.ratio.map(|v| format!("{v:.3}")).unwrap_or_default(),
             r.meets_goal.map(|b| b.to_string()).unwrap_or_default(),
-            r.secs
+            r.secs,
+            opt(r.max_live_mib),
+            r.live_ratio.map(|v| format!("{v:.3}")).unwrap_or_default(),
         ));
     }
     s
@@ -380,6 +414,7 @@ mod tests {
                     working_bytes: working,
                     largest_halo_bytes: 1 << 20,
                     halo_bytes: 1 << 21,
+                    live_working_bytes: Some(working / 2),
                     secs: 0.1,
                 };
                 ranks
@@ -399,6 +434,9 @@ mod tests {
         let r = rows(&points);
         assert_eq!(r[1].ideal_mib, Some(50.0));
         assert!((r[1].ratio.unwrap() - 1.04).abs() < 1e-9);
+        // Live bytes: 26 MiB against 50 / 2.
+        assert_eq!(r[1].max_live_mib, Some(26.0));
+        assert!((r[1].live_ratio.unwrap() - 1.04).abs() < 1e-9);
         assert_eq!(r[1].meets_goal, Some(true));
         // 260 > 1.15 × 200 + 1.
         assert_eq!(r[3].meets_goal, Some(false));

@@ -340,6 +340,22 @@ pub fn copy_region<T: Scalar>(x: &Features<T>, x_at: &Region, want: &Region) -> 
     out
 }
 
+/// `dst[region] = src[region]`, where `dst` holds `dst_at` and `src` holds `src_at`, both
+/// containing `region` (global coordinates): a block's own part copied straight into its halo-padded
+/// copy, with no temporary as large as the block.
+pub fn copy_between<T: Scalar>(
+    dst: &mut Features<T>,
+    dst_at: &Region,
+    src: &Features<T>,
+    src_at: &Region,
+    region: &Region,
+) {
+    let planes = src.batch * src.channels;
+    for ((o, _, n), (i, _, _)) in rows(dst_at, region, planes).zip(rows(src_at, region, planes)) {
+        dst.data[o..o + n].copy_from_slice(&src.data[i..i + n]);
+    }
+}
+
 /// `dst[src_at] += src`, where `dst` holds `dst_at ⊇ src_at` (global coordinates).
 pub fn add_region<T: Scalar>(
     dst: &mut Features<T>,
@@ -453,6 +469,44 @@ mod tests {
             }
             prop_assert_eq!(crop[2] as isize, p as isize + o0 as isize - need.lo[2] * s as isize);
         }
+    }
+
+    /// A region copied straight between two arrays of different extents lands where copying it
+    /// out and adding it into zeros puts it, and nothing else is written.
+    #[test]
+    fn copy_between_moves_exactly_the_region() {
+        let src_at = Region {
+            lo: [0, 2, -1],
+            hi: [3, 9, 7],
+        };
+        let dst_at = Region {
+            lo: [1, 0, 0],
+            hi: [4, 8, 9],
+        };
+        let region = src_at.intersect(&dst_at);
+        let mut src: Features<f64> = Features::zeros(2, 3, src_at.dims());
+        src.data
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = i as f64 + 0.5);
+        let mut direct = Features::zeros(2, 3, dst_at.dims());
+        direct.data.iter_mut().for_each(|v| *v = -1.0);
+        let mut via_copy = direct.clone();
+        copy_between(&mut direct, &dst_at, &src, &src_at, &region);
+        let mut zeros = copy_region(&via_copy, &dst_at, &region);
+        zeros.data.iter_mut().for_each(|v| *v = 0.0);
+        add_region(
+            &mut zeros,
+            &region,
+            &copy_region(&src, &src_at, &region),
+            &region,
+        );
+        for (o, i, n) in rows(&dst_at, &region, 6) {
+            via_copy.data[o..o + n].copy_from_slice(&zeros.data[i..i + n]);
+        }
+        assert_eq!(direct, via_copy);
+        let untouched = direct.data.iter().filter(|&&v| v == -1.0).count();
+        assert_eq!(untouched, 6 * (dst_at.volume() - region.volume()));
     }
 
     #[test]

@@ -259,6 +259,7 @@ impl<T: Scalar> Network<T> {
                 }
             }
             vals[j] = Some(y);
+            self.trace_memory("forward", j);
         }
         Ok(vals[out].take().expect("output computed"))
     }
@@ -280,11 +281,30 @@ impl<T: Scalar> Network<T> {
                 _ => None,
             };
             vals[j] = Some(self.exec(j, &mut vals, None, acc, &shapes, domain)?);
+            self.trace_memory("forward_train", j);
         }
         Ok(Tape {
             values: vals.into_iter().map(|v| v.expect("computed")).collect(),
             dims: shapes,
         })
+    }
+
+    /// Live heap bytes after node `j` and the most held while it ran (where the binary counts
+    /// them, `crate::heap`), at trace level: where a pass's memory peak falls.
+    fn trace_memory(&self, pass: &str, j: usize) {
+        if tracing::enabled!(tracing::Level::TRACE)
+            && let (Some(live), Some(peak)) =
+                (crate::heap::live_bytes(), crate::heap::take_window_peak())
+        {
+            let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+            tracing::trace!(
+                "{pass} node {j} `{}` {:?}: live {:.1} MiB, peak during it {:.1} MiB",
+                self.nodes[j].name,
+                std::mem::discriminant(&self.nodes[j].op),
+                mib(live),
+                mib(peak)
+            );
+        }
     }
 
     fn check_input(&self, x: &Features<T>, dims: [usize; 3], domain: &dyn Domain<T>) -> Result<()> {
@@ -442,6 +462,7 @@ impl<T: Scalar> Network<T> {
                     accumulate(&mut g[*b], gy);
                 }
             }
+            self.trace_memory("backward", j);
         }
         domain.sum_over_ranks(&mut local_grads)?;
         grads
