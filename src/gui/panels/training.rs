@@ -1,8 +1,8 @@
 //! Training: the fields of a training preset that a user tunes between runs — for a denoiser, the
 //! training image, the network's size and the optimisation (noise levels, steps, batch, crops,
-//! learning rate); for a Multi-DSN, the network, the loss weights, the similarity term and the
-//! schedule, with the domains listed as the preset defines them. Everything else stays as the
-//! preset file says (Save writes it all back).
+//! learning rate); for a Multi-DSN, the network, the loss weights, the similarity term, the
+//! schedule and the ranks each domain is split over, with the domains listed as the preset defines
+//! them. Everything else stays as the preset file says (Save writes it all back).
 
 use egui::Ui;
 
@@ -32,7 +32,15 @@ impl EditorPanel for TrainingPanel {
             Some(Training::Dsn(p)) => dsn_training(ui, p),
             None => return false,
         };
-        for section in ["image", "denoiser", "train", "model", "losses", "domains"] {
+        for section in [
+            "image",
+            "denoiser",
+            "train",
+            "model",
+            "losses",
+            "domains",
+            "distributed",
+        ] {
             problem_here(ui, wb, section);
         }
         changed
@@ -220,5 +228,20 @@ fn dsn_training(ui: &mut Ui, p: &mut DsnPreset) -> bool {
         1.0,
         1..=1_000_000,
     );
+
+    ui.strong("Distribution");
+    changed |= number(
+        ui,
+        "ranks per domain",
+        &mut p.distributed.ranks_per_domain,
+        1.0,
+        1..=64,
+    );
+    ui.label(match p.distributed.ranks_per_domain {
+        1 => "one rank per domain, whole images".to_string(),
+        r => format!(
+            "each domain's networks split over {r} ranks (halo exchange); run with a multiple of {r} ranks"
+        ),
+    });
     changed
 }
