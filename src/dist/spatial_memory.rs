@@ -19,7 +19,7 @@ use super::spatial::SpatialDomain;
 use crate::error::{Error, Result};
 use crate::nn::Drunet;
 use crate::nn::conv::Features;
-use crate::nn::domain::Grid;
+use crate::nn::domain::{Domain, Grid, Whole};
 use crate::nn::drunet::DrunetArch;
 use crate::nn::graph::Network;
 use crate::nn::models::TestModel;
@@ -195,7 +195,14 @@ pub fn measure(comm: &dyn Collective, spec: MemorySpec) -> Result<Option<MemoryP
         _ => [1, spec.size, spec.size],
     };
     let grid = Grid::for_axes(None, axes, comm.world_size(), dims, "--ranks")?;
-    let domain = SpatialDomain::new(comm, grid)?;
+    let spatial = SpatialDomain::new(comm, grid)?;
+    // One rank runs as one process does (`Whole`: a layer reads its input in place), not as a
+    // 1-rank decomposition, which copies every layer's input and, in training, keeps the copy
+    // beside the taped input: that reference was a map too large and flattered every ratio.
+    let domain: &dyn Domain<f32> = match comm.world_size() {
+        1 => &Whole,
+        _ => &spatial,
+    };
     comm.barrier()?;
     // Building the network freed memory the heap keeps resident; a run reusing it would not show
     // in the peak, so the baseline holds live memory only.
@@ -217,18 +224,18 @@ pub fn measure(comm: &dyn Collective, spec: MemorySpec) -> Result<Option<MemoryP
         }
     }
     if spec.train {
-        let tape = net.forward_train(x, dims, &domain)?;
+        let tape = net.forward_train(x, dims, domain)?;
         // The gradient of ½‖y‖²: y itself.
         let dy = tape.output().clone();
         let mut grads = net.zero_grads();
-        net.backward(&tape, dy, &domain, &mut grads, false)?;
+        net.backward(&tape, dy, domain, &mut grads, false)?;
     } else {
-        net.forward(x, dims, &domain)?;
+        net.forward(x, dims, domain)?;
     }
     let secs = start.elapsed().as_secs_f64();
     let peak = peak_rss_bytes().unwrap_or(0);
     let live_peak = crate::heap::peak_bytes();
-    let stats = domain.take_stats();
+    let stats = spatial.take_stats();
     let mine = RankMemory {
         baseline_bytes: baseline,
         working_bytes: match reset {
