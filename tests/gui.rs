@@ -1902,7 +1902,8 @@ fn a_remote_multi_dsn_run_is_fetched_with_its_reconstructions() {
 
 /// The distribution panel (closed until opened) cuts the stack by channel and says how many
 /// operators that makes; more parts than the image has channels is refused before Run with the
-/// field named. A Multi-DSN's editor sets its ranks per domain, and a bad count is shown there.
+/// field named. A training preset's image lists are shown entry by entry. A Multi-DSN's editor sets
+/// its ranks per domain, and a bad count is shown there.
 #[test]
 fn the_distribution_panel_splits_operators_and_a_dsn_sets_its_ranks_per_domain() {
     let (mut h, _end) = ready_workbench();
@@ -1938,6 +1939,21 @@ fn the_distribution_panel_splits_operators_and_a_dsn_sets_its_ranks_per_domain()
     h.run_steps(2);
     assert_eq!(h.state().doc.preset.distributed.split_by_channel, None);
     assert_eq!(h.state().run_blocker(), None);
+
+    // A denoiser training preset with lists of images shows every entry, not only their count.
+    h.state_mut()
+        .open_preset_path(Path::new("presets/train-dncnn-grey.toml"));
+    h.run_steps(2);
+    assert_eq!(h.state().doc.name(), "train-dncnn-grey");
+    assert!(h.query_by_label("trained on (4):").is_some());
+    assert!(
+        h.query_by_label_contains("3. generated natural 1024×1024, seed 4, grey")
+            .is_some()
+    );
+    assert!(
+        h.query_by_label_contains("0. generated natural 256×256, seed 1000, grey")
+            .is_some()
+    );
 
     h.get_by_role_and_label(Role::Button, "dsn_shapes").click();
     h.run_steps(2);

@@ -51,12 +51,14 @@ fn denoiser_training(ui: &mut Ui, p: &mut TrainPreset) -> bool {
     let mut changed = false;
     ui.strong("Training image");
     let Some(image) = p.image.as_mut() else {
-        // A list of `[[images]]` (and `[[held_out]]`): edited in the TOML.
-        ui.label(format!(
-            "{} training image entries, {} held out (edit them in the preset file)",
-            p.images.len(),
-            p.held_out.len()
-        ));
+        // A list of `[[images]]` (and `[[held_out]]`): listed here, edited in the TOML.
+        for (title, list) in [("trained on", &p.images), ("held out", &p.held_out)] {
+            ui.label(format!("{title} ({}):", list.len()));
+            for (i, entry) in list.iter().enumerate() {
+                ui.label(format!("  {i}. {}", entry.summary()));
+            }
+        }
+        ui.label("(edit the lists in the preset file)");
         changed |= number(ui, "seed", &mut p.seed, 1.0, 0..=u64::MAX);
         return changed | training_network(ui, p);
     };
