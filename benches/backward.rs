@@ -3,7 +3,10 @@
 //! gradient, weight + bias gradient), a 2×2 stride-2 transposed convolution 64→32, and one training
 //! step (forward keeping activations + backward) of the train-dncnn network (depth 8, 32 features)
 //! on 8×64² crops against its inference forward pass. Prints median and minimum seconds and the
-//! ratios. Environment: TESSERA_BENCH_REPS (default 5).
+//! ratios; then PyTorch's CPU time for each of the same passes on the same shapes
+//! (scripts/bench_torch_backward.py in ~/.cache/tessera/deepinv-venv, 2 threads, run after the
+//! native timings) and native / PyTorch. Environment: TESSERA_BENCH_REPS (default 5),
+//! TESSERA_TORCH_PYTHON (the venv's python).
 
 use tessera::nn::conv::{Conv, ConvTranspose, Features};
 use tessera::nn::domain::Whole;
@@ -30,6 +33,9 @@ fn weights(n: usize, scale: f32) -> Vec<f32> {
 #[path = "support/timing.rs"]
 mod timing;
 
+#[path = "support/torch.rs"]
+mod torch;
+
 /// Median and minimum of `reps` timed calls after 1 warm-up call.
 fn time(reps: usize, f: impl FnMut()) -> (f64, f64) {
     timing::time_calls(1, reps, f)
@@ -42,6 +48,41 @@ fn report(what: &str, t: (f64, f64), base: (f64, f64)) {
         t.1,
         t.0 / base.0
     );
+}
+
+/// Each pass's native time beside PyTorch's (the script's line of the same name).
+fn compare_with_torch(reps: usize, native: &[(&str, &str, (f64, f64))]) {
+    let Some(python) = torch::torch_python() else {
+        println!(
+            "(no PyTorch comparison: ~/.cache/tessera/deepinv-venv/bin/python not found; set TESSERA_TORCH_PYTHON)"
+        );
+        return;
+    };
+    let args = vec![
+        "--threads".to_string(),
+        "2".into(),
+        "--reps".into(),
+        reps.to_string(),
+    ];
+    let torch = match torch::torch_times(&python, "bench_torch_backward.py", &args) {
+        Ok(t) => t,
+        Err(e) => {
+            println!("PyTorch comparison failed: {}", e.trim());
+            return;
+        }
+    };
+    println!(
+        "\n{:<44} {:>10} {:>10} {:>14}",
+        "same pass, PyTorch CPU (2 threads)", "native s", "torch s", "native/torch"
+    );
+    for (what, name, t) in native {
+        match torch.iter().find(|(n, _, _)| n == name) {
+            Some((_, med, _)) => {
+                println!("{what:<44} {:>10.4} {med:>10.4} {:>14.2}", t.0, t.0 / med)
+            }
+            None => println!("{what:<44} {:>10.4} {:>10} (no line {name})", t.0, "—"),
+        }
+    }
 }
 
 fn main() {
@@ -139,4 +180,18 @@ fn main() {
         std::hint::black_box(g);
     });
     report("  training step (forward + backward)", step, inf);
+
+    compare_with_torch(
+        reps,
+        &[
+            ("conv 3×3 64→64 256² forward", "conv_forward", fwd),
+            ("  backward (input)", "conv_backward_input", bi),
+            ("  backward (weights, bias)", "conv_backward_params", bw),
+            ("transposed 2×2 s2 64→32 forward", "transposed_forward", tf),
+            ("  backward (input)", "transposed_backward_input", tb),
+            ("  backward (weights)", "transposed_backward_weights", tw),
+            ("dncnn 8×64² inference", "dncnn_inference", inf),
+            ("  training step", "dncnn_training_step", step),
+        ],
+    );
 }

@@ -7,7 +7,6 @@
 //! Environment: TESSERA_BENCH_REPS (default 3), TESSERA_TORCH_PYTHON (the venv's python).
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
 use tessera::denoise::Denoiser;
@@ -29,42 +28,21 @@ fn time(reps: usize, f: impl FnMut()) -> (f64, f64) {
     timing::time_calls(1, reps, f)
 }
 
-fn torch_python() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TESSERA_TORCH_PYTHON") {
-        return Some(PathBuf::from(p));
-    }
-    let home = std::env::var_os("HOME")?;
-    let p = PathBuf::from(home).join(".cache/tessera/deepinv-venv/bin/python");
-    p.exists().then_some(p)
-}
+#[path = "support/torch.rs"]
+mod torch;
 
 /// deepinv's time at `size` (median, min), or why there is none.
 fn torch_time(python: &PathBuf, size: usize, reps: usize) -> Result<(f64, f64), String> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/bench_torch_drunet.py");
-    let out = Command::new(python)
-        .arg(&script)
-        .args([
-            "--threads",
-            "2",
-            "--reps",
-            &reps.to_string(),
-            &size.to_string(),
-        ])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let f: Vec<f64> = text
-        .split_whitespace()
-        .skip(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    match f[..] {
-        [median, min] => Ok((median, min)),
-        _ => Err(format!("unexpected output: {text}")),
-    }
+    let args = [
+        "--threads",
+        "2",
+        "--reps",
+        &reps.to_string(),
+        &size.to_string(),
+    ];
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let lines = torch::torch_times(python, "bench_torch_drunet.py", &args)?;
+    Ok((lines[0].1, lines[0].2))
 }
 
 fn main() {
@@ -93,7 +71,7 @@ fn main() {
             s
         }
     };
-    let python = torch_python();
+    let python = torch::torch_python();
     println!(
         "DRUNet forward, nc [64,128,256,512], nb 4, 3+1 channels, batch 1; {} rayon threads; median (min) of {reps}",
         rayon::current_num_threads()

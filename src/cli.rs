@@ -852,6 +852,21 @@ fn print_summary(summary: &job::JobSummary) {
             );
         }
     }
+    if let Some(h) = &summary.halo_exchange
+        && summary.world_size > 1
+    {
+        say!(
+            "  spatial halos on grid {:?}: {} exchanges, {:.2} MB per denoiser call over all ranks, {}",
+            h.grid,
+            h.layers.len(),
+            h.sent_bytes() as f64 / 1e6,
+            match h.matches_prediction() {
+                Some(true) => "each equal to its predicted halo volume",
+                Some(false) => "NOT equal to the predicted halo volumes (see metrics.json)",
+                None => "no prediction for this size (the network is padded or split first)",
+            }
+        );
+    }
 }
 
 /// `tessera run` of a full-waveform inversion preset (the `[fwi]` kind): the same launcher and

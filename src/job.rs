@@ -20,6 +20,7 @@ use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
 use crate::dist::patch_map::{PatchMap, TileCost};
 use crate::dist::physics::DistributedStack;
 use crate::dist::profile::{IterationProfile, Profiler};
+use crate::dist::spatial::HaloTraffic;
 use crate::dist::timed::{PhasedDenoiser, TimedCollective};
 use crate::dist::{Collective, SingleProcess};
 use crate::error::{Error, Result};
@@ -114,6 +115,78 @@ pub struct RankTimes {
     pub iterations: Vec<IterationProfile>,
 }
 
+/// The bytes one spatial denoiser call moved per exchange, summed over ranks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HaloExchange {
+    /// Ranks per spatial axis `[D, H, W]`.
+    pub grid: [usize; 3],
+    pub layers: Vec<LayerExchange>,
+}
+
+/// One exchange of a spatial denoiser call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerExchange {
+    /// The layer that gathered its halo (`None` where the denoiser's exchanges are not one pass of
+    /// its network, so none is predicted).
+    pub layer: Option<String>,
+    /// Bytes all ranks sent.
+    pub sent_bytes: u64,
+    /// Bytes the predicted halo volume needs.
+    pub predicted_bytes: Option<u64>,
+}
+
+impl HaloExchange {
+    /// Sums the ranks' traffic (`None` on every rank: no spatial denoiser ran).
+    fn from_ranks<'a>(
+        ranks: impl Iterator<Item = Option<&'a HaloTraffic>>,
+    ) -> Result<Option<HaloExchange>> {
+        let ranks: Vec<&HaloTraffic> = ranks.flatten().collect();
+        let Some(first) = ranks.first() else {
+            return Ok(None);
+        };
+        let mut sent = vec![0u64; first.sent.len()];
+        for (r, t) in ranks.iter().enumerate() {
+            if t.sent.len() != sent.len() || t.grid != first.grid {
+                return Err(Error::Internal(format!(
+                    "rank {r} made {} halo exchanges on grid {:?}, rank 0 {} on {:?}",
+                    t.sent.len(),
+                    t.grid,
+                    sent.len(),
+                    first.grid
+                )));
+            }
+            sent.iter_mut().zip(&t.sent).for_each(|(a, b)| *a += b);
+        }
+        let predicted = first.predicted.as_ref().filter(|p| p.len() == sent.len());
+        let layers = sent
+            .into_iter()
+            .enumerate()
+            .map(|(i, sent_bytes)| LayerExchange {
+                layer: predicted.map(|p| p[i].0.clone()),
+                sent_bytes,
+                predicted_bytes: predicted.map(|p| p[i].1),
+            })
+            .collect();
+        Ok(Some(HaloExchange {
+            grid: first.grid,
+            layers,
+        }))
+    }
+
+    /// Whether every exchange sent exactly its predicted halo volume (`None`: nothing predicted).
+    pub fn matches_prediction(&self) -> Option<bool> {
+        self.layers
+            .iter()
+            .map(|l| l.predicted_bytes.map(|p| p == l.sent_bytes))
+            .collect::<Option<Vec<bool>>>()
+            .map(|v| v.iter().all(|&m| m))
+    }
+
+    pub fn sent_bytes(&self) -> u64 {
+        self.layers.iter().map(|l| l.sent_bytes).sum()
+    }
+}
+
 /// Summary of a finished job; also written as `metrics.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSummary {
@@ -146,6 +219,10 @@ pub struct JobSummary {
     /// empty otherwise, and for "spatial"), by tile index.
     #[serde(default)]
     pub tiles: Vec<TileCost>,
+    /// The halo exchanges of the last denoiser call under "spatial" tiling, per layer, against
+    /// the predicted halo volume (`None` for other denoisers).
+    #[serde(default)]
+    pub halo_exchange: Option<HaloExchange>,
     /// The files of the run, relative to its folder (`metrics.json` last).
     pub outputs: Vec<PathBuf>,
     /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
@@ -393,33 +470,49 @@ fn to_grayscale(x: &Tensor) -> Tensor {
     out
 }
 
-/// A job's denoiser and, for tiles spread over the ranks, the clock of this rank's per-tile times.
-pub type BuiltDenoiser = (Box<dyn Denoiser>, Option<Arc<TileClock>>);
+/// A job's denoiser with what the job reads back from it after the solve.
+pub struct BuiltDenoiser {
+    pub denoiser: Box<dyn Denoiser>,
+    /// For tiles spread over the ranks: the clock of this rank's per-tile times.
+    pub tile_clock: Option<Arc<TileClock>>,
+    /// For "spatial": the halo traffic of its last call.
+    pub traffic: Option<crate::dist::spatial::TrafficProbe>,
+}
 
-/// Builds the denoiser of a preset; with `[tiling]` its tiles are spread over the group's ranks,
-/// and the second value is the clock of this rank's per-tile times (not for "spatial", whose
-/// blocks are not tiles). Without tiling every rank denoises the whole image (the same result on
-/// each).
+/// Builds the denoiser of a preset; with `[tiling]` its tiles are spread over the group's ranks
+/// (or, for "spatial", its blocks). Without tiling every rank denoises the whole image (the same
+/// result on each).
 pub fn build_denoiser(preset: &Preset, comm: Arc<dyn Collective>) -> Result<Option<BuiltDenoiser>> {
     let Some(cfg) = &preset.denoiser else {
         return Ok(None);
     };
     let inner = cfg.build()?;
     Ok(Some(match &preset.tiling {
-        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => (
-            Box::new(crate::dist::spatial::SpatialDenoiser::new(comm, inner, t)?),
-            None,
-        ),
+        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => {
+            let d = crate::dist::spatial::SpatialDenoiser::new(comm, inner, t)?;
+            BuiltDenoiser {
+                traffic: Some(d.traffic_probe()),
+                denoiser: Box::new(d),
+                tile_clock: None,
+            }
+        }
         Some(t) => {
             let d = DistributedTiledDenoiser::new(
                 comm,
                 TiledDenoiser::from_config(inner, t)?,
                 preset.distributed.tile_assignment,
             );
-            let clock = d.clock();
-            (Box::new(d), Some(clock))
+            BuiltDenoiser {
+                tile_clock: Some(d.clock()),
+                denoiser: Box::new(d),
+                traffic: None,
+            }
         }
-        None => (inner, None),
+        None => BuiltDenoiser {
+            denoiser: inner,
+            tile_clock: None,
+            traffic: None,
+        },
     }))
 }
 
@@ -512,15 +605,16 @@ pub fn run_in_group_with(
         }
         BackProjectionMethod::Fbp => None,
     };
-    let (denoiser, tile_clock) = match build_denoiser(preset, comm.clone())? {
-        Some((inner, clock)) => (
+    let (denoiser, tile_clock, traffic) = match build_denoiser(preset, comm.clone())? {
+        Some(built) => (
             Some(PhasedDenoiser {
-                inner,
+                inner: built.denoiser,
                 timed: timed.clone(),
             }),
-            clock,
+            built.tile_clock,
+            built.traffic,
         ),
-        None => (None, None),
+        None => (None, None, None),
     };
     let setup_secs = t_start.elapsed().as_secs_f64();
     let mut comm_per_iter = Vec::new();
@@ -611,13 +705,15 @@ pub fn run_in_group_with(
         peak_rss_bytes: 0,
         iterations: Vec::new(),
     };
-    // The tiles' times travel with the other timings: no message of their own.
+    // The tiles' times and the halo traffic travel with the other timings: no message of their own.
     let tile_times = tile_clock.map(|c| c.times()).unwrap_or_default();
+    let traffic = traffic.and_then(|t| t.lock().expect("traffic lock").clone());
     let communication_secs = mine.communication_secs;
+    let gathered: Vec<(RankTimes, Vec<TileTime>, Option<HaloTraffic>)> =
+        crate::dist::wire::all_gather_as(comm.as_ref(), "timings", &(mine, tile_times, traffic))?;
+    let halo_exchange = HaloExchange::from_ranks(gathered.iter().map(|g| g.2.as_ref()))?;
     let (mut ranks, tile_times): (Vec<RankTimes>, Vec<Vec<TileTime>>) =
-        crate::dist::wire::all_gather_as(comm.as_ref(), "timings", &(mine, tile_times))?
-            .into_iter()
-            .unzip();
+        gathered.into_iter().map(|(r, t, _)| (r, t)).unzip();
     for (r, iterations) in ranks.iter_mut().zip(profiles) {
         r.idle_secs = iterations.iter().map(IterationProfile::idle_secs).sum();
         r.peak_rss_bytes = iterations
@@ -649,6 +745,7 @@ pub fn run_in_group_with(
         ranks,
         history,
         tiles: Vec::new(),
+        halo_exchange,
         outputs: Vec::new(),
         run_dir: None,
         preset: preset.to_toml()?,

@@ -13,6 +13,7 @@ use egui_kittest::kittest::Queryable;
 mod serve_tcp;
 use serve_tcp::serve_tcp;
 
+use tessera::gui::document::Training;
 use tessera::gui::local::local_starter;
 use tessera::gui::session::JobState;
 use tessera::gui::{
@@ -1897,4 +1898,84 @@ fn a_remote_multi_dsn_run_is_fetched_with_its_reconstructions() {
     );
     child.kill().unwrap();
     let _ = child.wait();
+}
+
+/// The distribution panel (closed until opened) cuts the stack by channel and says how many
+/// operators that makes; more parts than the image has channels is refused before Run with the
+/// field named. A training preset's image lists are shown entry by entry. A Multi-DSN's editor sets
+/// its ranks per domain, and a bad count is shown there.
+#[test]
+fn the_distribution_panel_splits_operators_and_a_dsn_sets_its_ranks_per_domain() {
+    let (mut h, _end) = ready_workbench();
+    assert!(
+        h.query_by_label("channel parts").is_none(),
+        "closed by default"
+    );
+    h.get_by_label("Distribution over ranks").click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::CheckBox, "split operators by channel")
+        .click();
+    h.run_steps(2);
+    assert_eq!(h.state().doc.preset.distributed.split_by_channel, Some(2));
+    assert!(h.query_by_label("channel parts").is_some());
+    assert!(
+        h.query_by_label_contains("2 operators after splitting 1 [[physics]] entries")
+            .is_some()
+    );
+    assert_eq!(h.state().run_blocker(), None);
+    let channels = h.state().doc.data.loaded.as_ref().unwrap().shape()[1];
+    assert_eq!(channels, 3, "quick's image is in colour");
+    let wb = h.state_mut();
+    wb.doc.preset.distributed.split_by_channel = Some(4);
+    wb.edited();
+    h.run_steps(2);
+    let blocker = h.state().run_blocker().unwrap_or_default();
+    assert!(
+        blocker.contains("distributed.split_by_channel") && blocker.contains("3 channel(s)"),
+        "{blocker}"
+    );
+    h.get_by_role_and_label(Role::CheckBox, "split operators by channel")
+        .click();
+    h.run_steps(2);
+    assert_eq!(h.state().doc.preset.distributed.split_by_channel, None);
+    assert_eq!(h.state().run_blocker(), None);
+
+    // A denoiser training preset with lists of images shows every entry, not only their count.
+    h.state_mut()
+        .open_preset_path(Path::new("presets/train-dncnn-grey.toml"));
+    h.run_steps(2);
+    assert_eq!(h.state().doc.name(), "train-dncnn-grey");
+    assert!(h.query_by_label("trained on (4):").is_some());
+    assert!(
+        h.query_by_label_contains("3. generated natural 1024×1024, seed 4, grey")
+            .is_some()
+    );
+    assert!(
+        h.query_by_label_contains("0. generated natural 256×256, seed 1000, grey")
+            .is_some()
+    );
+
+    h.get_by_role_and_label(Role::Button, "dsn_shapes").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("ranks per domain").is_some());
+    assert!(h.query_by_label("Distribution over ranks").is_none());
+    let Some(Training::Dsn(p)) = h.state_mut().doc.training.as_mut() else {
+        panic!("dsn_shapes is a Multi-DSN")
+    };
+    // 8 ranks cannot split the 2×2 feature maps of 8×8 images.
+    p.model.image_size = 8;
+    p.distributed.ranks_per_domain = 8;
+    h.state_mut().edited();
+    h.run_steps(2);
+    let problem = h.state().preset_problem().unwrap_or_default().to_string();
+    assert!(
+        problem.contains("distributed.ranks_per_domain"),
+        "{problem}"
+    );
+    assert!(
+        h.query_all_by_label_contains("distributed.ranks_per_domain")
+            .count()
+            >= 1,
+        "the problem is shown in the editor"
+    );
 }

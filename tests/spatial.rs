@@ -7,7 +7,7 @@ mod cli;
 use cli::run;
 use tessera::io::read_array;
 
-/// PnP with a small random-weight DRUNet on a 72×88 colour image: not a multiple of 8, so DRUNet's
+/// PnP with a small random-weight DRUNet on a 70×90 colour image: not a multiple of 8, so DRUNet's
 /// four-corner-crop size handling runs decomposed too.
 const PRESET: &str = r#"
 version = 1
@@ -16,7 +16,7 @@ seed = 0
 
 [image]
 sample = "natural"
-size = [72, 88]
+size = [70, 90]
 
 [[physics]]
 kind = "blur"
@@ -105,4 +105,73 @@ fn spatial_tiling_of_a_denoiser_that_cannot_run_on_blocks_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("native dncnn and drunet"), "{err}");
+}
+
+/// `metrics.json` of a spatial run holds the bytes each layer's halo exchange moved over the
+/// sockets, summed over the rank processes: on a size DRUNet runs unpadded, each equals the halo
+/// volume the network's layers predict, on a 1×2 and a 2×2 grid; on a size it crops into corners
+/// the exchanges are counted but not predicted.
+#[test]
+fn the_bytes_every_layer_exchanges_are_in_the_metrics_and_equal_the_predicted_halo() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.toml"), PRESET).unwrap();
+    for (ranks, grid, size, predicted) in [
+        ("2", None, "[64,96]", true),
+        ("4", Some("[2,2]"), "[64,96]", true),
+        ("2", None, "[70,90]", false),
+    ] {
+        let out_dir = format!("halo{ranks}{size}");
+        let size_set = format!("image.size={size}");
+        let mut args = vec![
+            "run",
+            "p.toml",
+            "--ranks",
+            ranks,
+            "--out",
+            &out_dir,
+            "--set",
+            &size_set,
+            "--set",
+            "tiling.kind=\"spatial\"",
+        ];
+        let grid_set = grid.map(|g| format!("tiling.grid={g}"));
+        if let Some(g) = &grid_set {
+            args.extend(["--set", g]);
+        }
+        let out = run(&args, dir.path());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{ranks} ranks: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let metrics = cli::read_json(&dir.path().join(&out_dir).join("metrics.json"));
+        let halo = &metrics["halo_exchange"];
+        let want_grid = match grid {
+            Some(_) => [1, 2, 2],
+            None => [1, 1, 2],
+        };
+        assert_eq!(halo["grid"], serde_json::json!(want_grid), "{halo}");
+        let layers = halo["layers"].as_array().unwrap();
+        // DRUNet: head, 4 × (nb residual blocks of 2 convs + the down-sampling), body, the ups.
+        assert!(layers.len() >= 10, "{} exchanges", layers.len());
+        let sent: Vec<u64> = layers
+            .iter()
+            .map(|l| l["sent_bytes"].as_u64().unwrap())
+            .collect();
+        assert!(sent.iter().any(|&b| b > 0), "no halo sent: {sent:?}");
+        if predicted {
+            for l in layers {
+                assert!(l["layer"].is_string(), "{l}");
+                assert_eq!(l["sent_bytes"], l["predicted_bytes"], "{ranks} ranks: {l}");
+            }
+            assert!(
+                stdout.contains("each equal to its predicted halo volume"),
+                "{stdout}"
+            );
+        } else {
+            assert!(layers.iter().all(|l| l["predicted_bytes"].is_null()));
+            assert!(stdout.contains("no prediction for this size"), "{stdout}");
+        }
+    }
 }

@@ -34,6 +34,23 @@ pub struct ExchangeStats {
     pub exchange_time: Duration,
 }
 
+/// One spatial denoiser call's halo traffic as this rank saw it, with the prediction from the
+/// network's layers; ranks send theirs to rank 0 with the run's timings.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HaloTraffic {
+    /// Ranks per spatial axis `[D, H, W]`.
+    pub grid: [usize; 3],
+    /// Bytes this rank sent, one entry per exchange in call order.
+    pub sent: Vec<u64>,
+    /// For each exchange, its layer and the bytes all ranks together send by the predicted halo
+    /// volume ([`Network::halo_volumes`](crate::nn::graph::Network::halo_volumes) × batch × 4); `None` when the denoiser gathers or crops
+    /// around its network (DRUNet on sizes it pads or splits).
+    pub predicted: Option<Vec<(String, u64)>>,
+}
+
+/// Where a [`SpatialDenoiser`] leaves the traffic of its last call.
+pub type TrafficProbe = Arc<Mutex<Option<HaloTraffic>>>;
+
 /// A grid of ranks over the spatial axes, exchanging halos over `comm`.
 pub struct SpatialDomain<'a> {
     comm: &'a dyn Collective,
@@ -234,6 +251,7 @@ pub struct SpatialDenoiser {
     /// Ranks per spatial axis as configured (right-aligned to the image's axes); `None` = auto.
     grid: Option<Vec<usize>>,
     last_stats: Mutex<ExchangeStats>,
+    traffic: TrafficProbe,
 }
 
 /// Fails unless `denoiser` can run on blocks (native DnCNN or DRUNet): what "spatial" needs.
@@ -264,6 +282,7 @@ impl SpatialDenoiser {
             inner,
             grid: config.grid.clone(),
             last_stats: Mutex::new(ExchangeStats::default()),
+            traffic: TrafficProbe::default(),
         })
     }
 
@@ -276,6 +295,12 @@ impl SpatialDenoiser {
     /// Bytes sent and exchange time of the last `denoise` call on this rank.
     pub fn last_stats(&self) -> ExchangeStats {
         self.last_stats.lock().expect("stats lock").clone()
+    }
+
+    /// The probe that holds the halo traffic of the last `denoise` call (shared: it outlives a
+    /// denoiser boxed into a job).
+    pub fn traffic_probe(&self) -> TrafficProbe {
+        self.traffic.clone()
     }
 }
 
@@ -311,6 +336,18 @@ impl Denoiser for SpatialDenoiser {
         drop(full);
         let yb = block_net.denoise_block(&xb, dims, axes, sigma, &domain)?;
         let mut stats = domain.take_stats();
+        let predicted = block_net.halo_volumes(dims, axes, grid)?.map(|layers| {
+            let per_value = (xb.batch * std::mem::size_of::<f32>()) as u64;
+            layers
+                .into_iter()
+                .map(|(layer, values)| (layer, values as u64 * per_value))
+                .collect()
+        });
+        *self.traffic.lock().expect("traffic lock") = Some(HaloTraffic {
+            grid: grid.shape,
+            sent: stats.bytes_sent.clone(),
+            predicted,
+        });
         let start = Instant::now();
         let blocks = self.comm.all_gather(bytemuck::cast_slice(&yb.data))?;
         stats.exchange_time += start.elapsed();

@@ -162,7 +162,7 @@ impl Workbench {
                 continue;
             }
             egui::CollapsingHeader::new(p.title())
-                .default_open(true)
+                .default_open(p.default_open())
                 .show(ui, |ui| changed |= p.ui(ui, self));
         }
         self.panels = panels;

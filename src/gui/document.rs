@@ -347,6 +347,7 @@ impl Document {
             });
         }
         self.spatial_needs_a_native_network()?;
+        self.channel_split_fits_the_image()?;
         self.tiling_warnings();
         if !self.remote {
             for (field, path) in files_read_by(&self.preset) {
@@ -366,6 +367,19 @@ impl Document {
             }
         }
         Ok(())
+    }
+
+    /// `split_by_channel` against the loaded image's channels (the job checks it when it builds
+    /// the stack; here Run says so before anything is sent).
+    fn channel_split_fits_the_image(&self) -> Result<(), Problem> {
+        let field = "distributed.split_by_channel";
+        match (self.preset.distributed.split_by_channel, &self.data.loaded) {
+            (Some(parts), Some(image)) => crate::physics::channels::ChannelPart { index: 0, parts }
+                .range(image.shape()[1], field)
+                .map(|_| ())
+                .map_err(|e| Problem::of(&e)),
+            _ => Ok(()),
+        }
     }
 
     /// The exact spatial decomposition runs tessera's own DnCNN and DRUNet only (checked from the

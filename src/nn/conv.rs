@@ -730,16 +730,20 @@ fn conv_backward_weight<T: Scalar>(
         .into_par_iter()
         .map(|gi| {
             let mut acc = vec![T::ZERO; g.c_out * k_len];
-            let mut col = Vec::new();
+            let (mut col, mut col_t) = (Vec::new(), Vec::new());
             for task in gi * tasks / groups..(gi + 1) * tasks / groups {
                 let (b, s) = (task / strips, task % strips);
                 let r0 = s * rows;
                 let r1 = (r0 + rows).min(rows_total);
                 let n = (r1 - r0) * wo;
                 col.resize(k_len * n, T::ZERO);
+                col_t.resize(k_len * n, T::ZERO);
                 let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
                 im2col(g, pad_lo, xb, x.dims, od, r0, r1, &mut col);
-                // acc (C_out × k_len) += dz[b, :, strip] (C_out × n) · colᵀ (n × k_len).
+                // GEMM packs its right operand a row of `n` at a time: pixel-major patches read
+                // contiguously there, where the k_len × n patch matrix would be read with stride n.
+                transpose(&col, k_len, n, &mut col_t);
+                // acc (C_out × k_len) += dz[b, :, strip] (C_out × n) · col_t (n × k_len).
                 // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
                 unsafe {
                     gemm::gemm(
@@ -753,9 +757,9 @@ fn conv_backward_weight<T: Scalar>(
                         dz.data.as_ptr().add(b * g.c_out * out_s + r0 * wo),
                         1,
                         out_s as isize,
-                        col.as_ptr(),
-                        n as isize,
+                        col_t.as_ptr(),
                         1,
+                        k_len as isize,
                         T::ONE,
                         T::ONE,
                         false,
@@ -770,6 +774,24 @@ fn conv_backward_weight<T: Scalar>(
         .collect();
     for p in &partials {
         grad_w.iter_mut().zip(p).for_each(|(g, v)| *g += *v);
+    }
+}
+
+/// `dst (cols × rows) = srcᵀ` for a row-major `src` of `rows × cols`, in square tiles so that both
+/// sides stay in cache.
+fn transpose<T: Scalar>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
+    const TILE: usize = 16;
+    for r0 in (0..rows).step_by(TILE) {
+        let r1 = (r0 + TILE).min(rows);
+        for c0 in (0..cols).step_by(TILE) {
+            let c1 = (c0 + TILE).min(cols);
+            for r in r0..r1 {
+                let row = &src[r * cols..];
+                for c in c0..c1 {
+                    dst[c * rows + r] = row[c];
+                }
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::StateDict;
 use super::conv::{Conv, Features};
-use super::domain::{BlockDenoiser, Domain, Whole};
+use super::domain::{BlockDenoiser, Domain, Grid, Whole};
 use super::graph::Network;
 use super::weights_source::{LayerKind, WeightSource};
 use crate::denoise::{Denoiser, check_sigma};
@@ -245,6 +245,15 @@ impl BlockDenoiser for Dncnn {
 
     fn out_channels(&self) -> usize {
         self.arch.out_channels
+    }
+
+    fn halo_volumes(
+        &self,
+        dims: [usize; 3],
+        _spatial_axes: usize,
+        grid: Grid,
+    ) -> Result<Option<Vec<(String, usize)>>> {
+        self.net.halo_volumes(dims, grid).map(Some)
     }
 }
 

@@ -286,6 +286,17 @@ pub trait BlockDenoiser: Send + Sync {
     ) -> Result<Features<f32>>;
 
     fn out_channels(&self) -> usize;
+
+    /// What [`Network::halo_volumes`](crate::nn::graph::Network::halo_volumes) predicts for each
+    /// exchange of one `denoise_block` call on `grid`, per batch item, when the call is one pass of
+    /// the network over `dims`; `None` when it also gathers or crops around the network (sizes a
+    /// network pads or splits first).
+    fn halo_volumes(
+        &self,
+        dims: [usize; 3],
+        spatial_axes: usize,
+        grid: Grid,
+    ) -> Result<Option<Vec<(String, usize)>>>;
 }
 
 /// The whole map on one process: gathers are views, adjoints the identity.

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use super::StateDict;
 use super::conv::{Conv, ConvTranspose, Features};
-use super::domain::{BlockDenoiser, Domain, Region, Whole, add_region};
+use super::domain::{BlockDenoiser, Domain, Grid, Region, Whole, add_region};
 use super::graph::Network;
 use super::weights_source::{LayerKind, WeightSource, inflate_2d_to_3d};
 use crate::denoise::{Denoiser, check_sigma};
@@ -303,9 +303,28 @@ fn shifted(r: &Region, offset: [usize; 3]) -> Region {
     }
 }
 
+/// Whether DRUNet runs `net` once over `dims` as they are (sides multiples of 8, at least 32), with
+/// no padding or splitting around it.
+fn runs_whole(net: &Network, dims: [usize; 3]) -> bool {
+    dims[3 - net.rank()..].iter().all(|&s| s % 8 == 0 && s > 31)
+}
+
 impl BlockDenoiser for Drunet {
     fn out_channels(&self) -> usize {
         self.arch.out_channels
+    }
+
+    fn halo_volumes(
+        &self,
+        dims: [usize; 3],
+        spatial_axes: usize,
+        grid: Grid,
+    ) -> Result<Option<Vec<(String, usize)>>> {
+        let net = self.net_for(spatial_axes + 2)?;
+        match runs_whole(net, dims) {
+            true => net.halo_volumes(dims, grid).map(Some),
+            false => Ok(None),
+        }
     }
 
     /// deepinv's DRUNet `forward` (with its size handling) on this rank's block `x` (`C` image
@@ -331,10 +350,10 @@ impl BlockDenoiser for Drunet {
         }
         let grid = domain.grid();
         let me = domain.rank();
-        let spatial = &dims[3 - net.rank()..];
-        if spatial.iter().all(|&s| s % 8 == 0 && s > 31) {
+        if runs_whole(net, dims) {
             return net.forward(with_sigma_channel(x, sigma), dims, domain);
         }
+        let spatial = &dims[3 - net.rank()..];
         let out_c = self.arch.out_channels;
         if net.rank() == 3 || spatial.iter().any(|&s| s < 64) {
             // deepinv `test_pad(modulo=16)`: replicate-pad the high end, run, crop.

@@ -37,6 +37,29 @@ pub struct TrainImage {
 }
 
 impl TrainImage {
+    /// One line saying what the entry is (for the workbench's list), e.g. `generated natural
+    /// 512×512, seed 3, grey` or `photos/` (a file or a folder).
+    pub fn summary(&self) -> String {
+        let mut s = match (&self.sample, &self.path) {
+            (Some(sample), _) => {
+                let size = self.size.as_ref().map_or(String::new(), |d| {
+                    let d: Vec<String> = d.iter().map(|n| n.to_string()).collect();
+                    format!(" {}", d.join("×"))
+                });
+                format!("generated {sample:?}{size}").to_lowercase()
+            }
+            (None, Some(path)) => path.display().to_string(),
+            (None, None) => "nothing (needs a sample or a path)".into(),
+        };
+        if let Some(seed) = self.seed {
+            s.push_str(&format!(", seed {seed}"));
+        }
+        if self.grayscale {
+            s.push_str(", grey");
+        }
+        s
+    }
+
     /// The entry as an `[image]`-style source (the single-image form of a training preset).
     pub fn from_source(source: &ImageSource) -> TrainImage {
         TrainImage {

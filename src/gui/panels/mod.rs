@@ -8,6 +8,7 @@
 mod algorithm;
 mod data;
 mod denoiser;
+mod distribution;
 mod fwi;
 mod physics;
 mod presets;
@@ -25,6 +26,10 @@ pub trait EditorPanel {
     fn applies(&self, _wb: &Workbench) -> bool {
         true
     }
+    /// Whether the panel starts open (settings most experiments leave alone start closed).
+    fn default_open(&self) -> bool {
+        true
+    }
     /// Draws the panel; returns whether the preset changed.
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool;
 }
@@ -37,6 +42,7 @@ pub fn editor_panels() -> Vec<Box<dyn EditorPanel>> {
         Box::new(physics::PhysicsPanel::default()),
         Box::new(denoiser::DenoiserPanel),
         Box::new(algorithm::AlgorithmPanel),
+        Box::new(distribution::DistributionPanel),
         Box::new(fwi::FwiPanel),
         Box::new(training::TrainingPanel),
     ]

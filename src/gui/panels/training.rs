@@ -1,8 +1,8 @@
 //! Training: the fields of a training preset that a user tunes between runs — for a denoiser, the
 //! training image, the network's size and the optimisation (noise levels, steps, batch, crops,
-//! learning rate); for a Multi-DSN, the network, the loss weights, the similarity term and the
-//! schedule, with the domains listed as the preset defines them. Everything else stays as the
-//! preset file says (Save writes it all back).
+//! learning rate); for a Multi-DSN, the network, the loss weights, the similarity term, the
+//! schedule and the ranks each domain is split over, with the domains listed as the preset defines
+//! them. Everything else stays as the preset file says (Save writes it all back).
 
 use egui::Ui;
 
@@ -32,7 +32,15 @@ impl EditorPanel for TrainingPanel {
             Some(Training::Dsn(p)) => dsn_training(ui, p),
             None => return false,
         };
-        for section in ["image", "denoiser", "train", "model", "losses", "domains"] {
+        for section in [
+            "image",
+            "denoiser",
+            "train",
+            "model",
+            "losses",
+            "domains",
+            "distributed",
+        ] {
             problem_here(ui, wb, section);
         }
         changed
@@ -43,12 +51,14 @@ fn denoiser_training(ui: &mut Ui, p: &mut TrainPreset) -> bool {
     let mut changed = false;
     ui.strong("Training image");
     let Some(image) = p.image.as_mut() else {
-        // A list of `[[images]]` (and `[[held_out]]`): edited in the TOML.
-        ui.label(format!(
-            "{} training image entries, {} held out (edit them in the preset file)",
-            p.images.len(),
-            p.held_out.len()
-        ));
+        // A list of `[[images]]` (and `[[held_out]]`): listed here, edited in the TOML.
+        for (title, list) in [("trained on", &p.images), ("held out", &p.held_out)] {
+            ui.label(format!("{title} ({}):", list.len()));
+            for (i, entry) in list.iter().enumerate() {
+                ui.label(format!("  {i}. {}", entry.summary()));
+            }
+        }
+        ui.label("(edit the lists in the preset file)");
         changed |= number(ui, "seed", &mut p.seed, 1.0, 0..=u64::MAX);
         return changed | training_network(ui, p);
     };
@@ -220,5 +230,20 @@ fn dsn_training(ui: &mut Ui, p: &mut DsnPreset) -> bool {
         1.0,
         1..=1_000_000,
     );
+
+    ui.strong("Distribution");
+    changed |= number(
+        ui,
+        "ranks per domain",
+        &mut p.distributed.ranks_per_domain,
+        1.0,
+        1..=64,
+    );
+    ui.label(match p.distributed.ranks_per_domain {
+        1 => "one rank per domain, whole images".to_string(),
+        r => format!(
+            "each domain's networks split over {r} ranks (halo exchange); run with a multiple of {r} ranks"
+        ),
+    });
     changed
 }
