@@ -175,6 +175,9 @@ pub(crate) struct Kernel<'a, T, const R: usize> {
     /// cells next to them whose neighbours reach into a layer, widened by [`widen_layer_cols`].
     pub cols: (usize, usize),
     pub isa: Isa,
+    /// Spread each step's rows over the rayon pool in bands; false: one thread steps all rows (the
+    /// caller runs one shot per thread).
+    pub parallel: bool,
 }
 
 /// Mutable rows a step writes (each of length `nx`): `w`, the next ψ and ζ. The forward updates ζ

@@ -244,6 +244,12 @@ pub fn cfl_step_ratio(dt_s: f64, max_vel: f64, dz_m: f64, dx_m: f64) -> usize {
     (ratio.ceil() as usize).max(1)
 }
 
+/// Whether each step's rows are spread over the rayon pool: only when there are fewer shots than
+/// threads. Otherwise every shot's whole time loop runs on one thread (no fork/join per step).
+fn rows_in_parallel(shots: usize) -> bool {
+    shots < rayon::current_num_threads()
+}
+
 macro_rules! by_radius {
     ($self:ident . $method:ident ( $($arg:expr),* )) => {
         match $self.accuracy {
@@ -400,10 +406,11 @@ impl<T: Real> Solver<T> {
     /// Receiver data of each shot; `wavelets[i]` holds shot i's source signals, `sources × nt`.
     pub fn forward(&self, shots: &[Shot], wavelets: &[Vec<T>]) -> Result<Vec<Gather<T>>> {
         self.check_batch(shots, wavelets)?;
+        let par = rows_in_parallel(shots.len());
         shots
             .par_iter()
             .zip(wavelets)
-            .map(|(shot, w)| by_radius!(self.forward_shot(shot, w)))
+            .map(|(shot, w)| by_radius!(self.forward_shot(shot, w, par)))
             .collect()
     }
 
@@ -419,11 +426,12 @@ impl<T: Real> Solver<T> {
         if opts.checkpoint_every == Some(0) {
             return Err(Error::config("checkpoint_every", "must be at least 1"));
         }
+        let par = rows_in_parallel(shots.len());
         shots
             .par_iter()
             .zip(wavelets)
             .enumerate()
-            .map(|(i, (shot, w))| by_radius!(self.gradient_shot(i, shot, w, misfit, opts)))
+            .map(|(i, (shot, w))| by_radius!(self.gradient_shot(i, shot, w, misfit, opts, par)))
             .collect()
     }
 
@@ -446,10 +454,11 @@ impl<T: Real> Solver<T> {
             .zip(&dv_pad)
             .map(|(&v, &d)| T::TWO * v * dt2 * d)
             .collect();
+        let par = rows_in_parallel(shots.len());
         shots
             .par_iter()
             .zip(wavelets)
-            .map(|(shot, w)| by_radius!(self.born_shot(shot, w, &dvv)))
+            .map(|(shot, w)| by_radius!(self.born_shot(shot, w, &dvv, par)))
             .collect()
     }
 
@@ -483,7 +492,9 @@ impl<T: Real> Solver<T> {
         Ok(())
     }
 
-    fn kernel<const R: usize>(&self, adjoint: bool) -> Kernel<'_, T, R> {
+    /// The stencil kernel of the forward (or adjoint) pass; `parallel`: spread each step's rows
+    /// over the rayon pool (false when every thread has a shot of its own).
+    fn kernel<const R: usize>(&self, adjoint: bool, parallel: bool) -> Kernel<'_, T, R> {
         let (rows, cols) = if adjoint {
             (self.grid.adjoint_rows(), self.grid.adjoint_cols())
         } else {
@@ -509,6 +520,7 @@ impl<T: Real> Solver<T> {
             rows: (rows.lo, rows.hi),
             cols: widen_layer_cols((cols.lo, cols.hi), self.grid.nx, R),
             isa: self.isa,
+            parallel,
         }
     }
 
@@ -673,8 +685,13 @@ impl<T: Real> Solver<T> {
         Ok(rho)
     }
 
-    fn forward_shot<const R: usize>(&self, shot: &Shot, wavelets: &[T]) -> Result<Gather<T>> {
-        let k = self.kernel::<R>(false);
+    fn forward_shot<const R: usize>(
+        &self,
+        shot: &Shot,
+        wavelets: &[T],
+        par: bool,
+    ) -> Result<Gather<T>> {
+        let k = self.kernel::<R>(false, par);
         let plan = self.plan(shot, wavelets);
         let nr = plan.rec.len();
         let nti = self.internal_steps();
@@ -697,8 +714,9 @@ impl<T: Real> Solver<T> {
         shot: &Shot,
         wavelets: &[T],
         dvv: &[T],
+        par: bool,
     ) -> Result<Gather<T>> {
-        let k = self.kernel::<R>(false);
+        let k = self.kernel::<R>(false, par);
         let plan = self.plan(shot, wavelets);
         let (nx, cells) = (self.grid.nx, self.grid.cells());
         let (ns, nr) = (plan.src.len(), plan.rec.len());
@@ -754,9 +772,10 @@ impl<T: Real> Solver<T> {
         wavelets: &[T],
         misfit: &dyn Misfit<T>,
         opts: &GradientOptions,
+        par: bool,
     ) -> Result<ShotGradient<T>> {
-        let kf = self.kernel::<R>(false);
-        let ka = self.kernel::<R>(true);
+        let kf = self.kernel::<R>(false, par);
+        let ka = self.kernel::<R>(true, par);
         let plan = self.plan(shot, wavelets);
         let cells = self.grid.cells();
         let nr = plan.rec.len();
@@ -891,7 +910,7 @@ impl<T: Real> Solver<T> {
                     std::mem::take(&mut state.prev),
                 );
                 for t in (0..nti).rev() {
-                    self.reverse_step::<R>(&plan, t, &mut hi, &lo, &mut w, &strips);
+                    self.reverse_step::<R>(&kf, &plan, t, &mut hi, &lo, &mut w, &strips);
                     std::mem::swap(&mut hi, &mut lo);
                     self.adjoint_step(
                         &ka,
@@ -947,8 +966,10 @@ impl<T: Real> Solver<T> {
 
     /// Steps the forward field backwards in the lossless region: from `lo = u(t)` and
     /// `hi = u(t+1)`, writes `w(t)` there and `hi ← u(t−1)`, whose halo comes from `strips`.
+    #[allow(clippy::too_many_arguments)]
     fn reverse_step<const R: usize>(
         &self,
+        k: &Kernel<'_, T, R>,
         plan: &Plan<T>,
         t: usize,
         hi: &mut [T],
@@ -958,22 +979,31 @@ impl<T: Real> Solver<T> {
     ) {
         let nx = self.grid.nx;
         let ((y0, y1), (x0, x1)) = self.lossless;
-        let k = self.kernel::<R>(false);
         let isa = self.isa;
-        hi[y0 * nx..y1 * nx]
-            .par_chunks_mut(nx)
-            .zip(w[y0 * nx..y1 * nx].par_chunks_mut(nx))
-            .enumerate()
-            .for_each(|(j, (hrow, wrow))| {
-                let _flush = FlushSubnormals::new();
-                let y = y0 + j;
-                let base = y * nx;
-                let mut leap = Leapfrog {
-                    vv: &self.vv[base..base + nx],
-                    new: hrow,
-                };
-                laplacian_leapfrog_on(isa, &k.c, lo, nx, y, x0, x1, wrow, &mut leap);
-            });
+        let row = |(j, (hrow, wrow)): (usize, (&mut [T], &mut [T]))| {
+            let _flush = FlushSubnormals::new();
+            let y = y0 + j;
+            let base = y * nx;
+            let mut leap = Leapfrog {
+                vv: &self.vv[base..base + nx],
+                new: hrow,
+            };
+            laplacian_leapfrog_on(isa, &k.c, lo, nx, y, x0, x1, wrow, &mut leap);
+        };
+        let (hi_rows, w_rows) = (&mut hi[y0 * nx..y1 * nx], &mut w[y0 * nx..y1 * nx]);
+        if k.parallel {
+            hi_rows
+                .par_chunks_mut(nx)
+                .zip(w_rows.par_chunks_mut(nx))
+                .enumerate()
+                .for_each(row);
+        } else {
+            hi_rows
+                .chunks_mut(nx)
+                .zip(w_rows.chunks_mut(nx))
+                .enumerate()
+                .for_each(row);
+        }
         let ns = plan.src.len();
         for (j, &i) in plan.src.iter().enumerate() {
             let (y, x) = (i / nx, i % nx);

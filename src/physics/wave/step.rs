@@ -303,6 +303,14 @@ fn run_bands<T: Real, const R: usize, const ADJOINT: bool>(
     work: Vec<BandMut<'_, T>>,
 ) {
     let isa = k.isa;
+    if !k.parallel {
+        let _flush = FlushSubnormals::new();
+        let mut w = vec![T::ZERO; k.nx];
+        for mut b in work {
+            band_on::<T, R, ADJOINT>(isa, k, fields, v, born, grad_w, &mut w, &mut b);
+        }
+        return;
+    }
     work.into_par_iter().for_each_init(
         || vec![T::ZERO; k.nx],
         |w, mut b| {
@@ -469,6 +477,16 @@ mod tests {
 
     /// Steps a random state `steps` times with the kernel's column split replaced by `cols`.
     fn run(adj: bool, cols: Option<(usize, usize)>, steps: usize) -> State<f32> {
+        run_with(adj, cols, steps, true)
+    }
+
+    /// [`run`], with the rows of each step spread over the pool (`parallel`) or on one thread.
+    fn run_with(
+        adj: bool,
+        cols: Option<(usize, usize)>,
+        steps: usize,
+        parallel: bool,
+    ) -> State<f32> {
         const R: usize = 2;
         let acc = Accuracy::Four;
         let grid = Grid::new(40, 90, R, [10; 4], false);
@@ -505,6 +523,7 @@ mod tests {
             rows: (rows.lo, rows.hi),
             cols: cols.unwrap_or((band.lo, band.hi)),
             isa: Isa::detect(),
+            parallel,
         };
         let vv: Vec<f32> = (0..nz * nx)
             .map(|i| 0.2 + 0.05 * ((i % 7) as f32) / 7.0)
@@ -559,6 +578,40 @@ mod tests {
             ] {
                 // `==`: the widened split may only flip the sign of a zero.
                 if let Some(i) = x.iter().zip(y).position(|(p, q)| p != q) {
+                    panic!("adjoint {adjoint}: {name}[{i}] {} != {}", x[i], y[i]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_thread_per_shot_gives_the_bits_of_the_row_bands() {
+        // Run inside a 3-thread pool so the band path really spreads rows over threads.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .expect("pool");
+        for adjoint in [false, true] {
+            let (a, b) = pool.install(|| {
+                (
+                    run_with(adjoint, None, 40, true),
+                    run_with(adjoint, None, 40, false),
+                )
+            });
+            assert!(a.psi_x.iter().any(|&v| v != 0.0), "layers exercised");
+            for (name, x, y) in [
+                ("u", &a.cur, &b.cur),
+                ("u-", &a.prev, &b.prev),
+                ("psi_y", &a.psi_y, &b.psi_y),
+                ("psi_x", &a.psi_x, &b.psi_x),
+                ("zeta_y", &a.zeta_y, &b.zeta_y),
+                ("zeta_x", &a.zeta_x, &b.zeta_x),
+            ] {
+                if let Some(i) = x
+                    .iter()
+                    .zip(y)
+                    .position(|(p, q)| p.to_bits() != q.to_bits())
+                {
                     panic!("adjoint {adjoint}: {name}[{i}] {} != {}", x[i], y[i]);
                 }
             }
