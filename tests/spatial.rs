@@ -41,6 +41,33 @@ denoiser_sigma = 0.05
 init = "adjoint"
 "#;
 
+/// `tessera run p.toml` in `dir` with "spatial" tiling on `ranks` rank processes (and a `grid`, if
+/// given) into `out_dir`, with `extra` arguments.
+fn run_spatial(
+    dir: &std::path::Path,
+    ranks: &str,
+    grid: Option<&str>,
+    out_dir: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let mut args = vec![
+        "run",
+        "p.toml",
+        "--ranks",
+        ranks,
+        "--out",
+        out_dir,
+        "--set",
+        "tiling.kind=\"spatial\"",
+    ];
+    args.extend(extra);
+    let grid_set = grid.map(|g| format!("tiling.grid={g}"));
+    if let Some(g) = &grid_set {
+        args.extend(["--set", g]);
+    }
+    run(&args, dir)
+}
+
 #[test]
 fn spatial_tiling_on_two_three_and_four_rank_processes_equals_the_untiled_network() {
     let dir = tempfile::tempdir().unwrap();
@@ -59,22 +86,7 @@ fn spatial_tiling_on_two_three_and_four_rank_processes_equals_the_untiled_networ
     };
     for (ranks, grid) in [("1", None), ("2", None), ("3", None), ("4", Some("[2,2]"))] {
         let out_dir = format!("spatial{ranks}");
-        let mut args = vec![
-            "run",
-            "p.toml",
-            "--quiet",
-            "--ranks",
-            ranks,
-            "--out",
-            &out_dir,
-            "--set",
-            "tiling.kind=\"spatial\"",
-        ];
-        let grid_set = grid.map(|g| format!("tiling.grid={g}"));
-        if let Some(g) = &grid_set {
-            args.extend(["--set", g]);
-        }
-        let out = run(&args, dir.path());
+        let out = run_spatial(dir.path(), ranks, grid, &out_dir, &["--quiet"]);
         assert!(
             out.status.success(),
             "{ranks} ranks: {}",
@@ -122,23 +134,7 @@ fn the_bytes_every_layer_exchanges_are_in_the_metrics_and_equal_the_predicted_ha
     ] {
         let out_dir = format!("halo{ranks}{size}");
         let size_set = format!("image.size={size}");
-        let mut args = vec![
-            "run",
-            "p.toml",
-            "--ranks",
-            ranks,
-            "--out",
-            &out_dir,
-            "--set",
-            &size_set,
-            "--set",
-            "tiling.kind=\"spatial\"",
-        ];
-        let grid_set = grid.map(|g| format!("tiling.grid={g}"));
-        if let Some(g) = &grid_set {
-            args.extend(["--set", g]);
-        }
-        let out = run(&args, dir.path());
+        let out = run_spatial(dir.path(), ranks, grid, &out_dir, &["--set", &size_set]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
