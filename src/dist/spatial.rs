@@ -20,7 +20,9 @@ use crate::denoise::Denoiser;
 use crate::dist::Collective;
 use crate::error::{Error, Result};
 use crate::nn::conv::Features;
-use crate::nn::domain::{Domain, Grid, Region, add_region, copy_between, copy_region};
+use crate::nn::domain::{
+    Domain, Grid, Region, add_region, copy_between, copy_region, copy_region_of,
+};
 use crate::nn::scalar::Scalar;
 use crate::tensor::Tensor;
 use crate::tiling::TilingConfig;
@@ -244,7 +246,6 @@ pub struct SpatialDenoiser {
     inner: Box<dyn Denoiser>,
     /// Ranks per spatial axis as configured (right-aligned to the image's axes); `None` = auto.
     grid: Option<Vec<usize>>,
-    last_stats: Mutex<ExchangeStats>,
     traffic: TrafficProbe,
 }
 
@@ -275,7 +276,6 @@ impl SpatialDenoiser {
             comm,
             inner,
             grid: config.grid.clone(),
-            last_stats: Mutex::new(ExchangeStats::default()),
             traffic: TrafficProbe::default(),
         })
     }
@@ -284,11 +284,6 @@ impl SpatialDenoiser {
     pub fn grid_for(&self, dims: [usize; 3], axes: usize) -> Result<Grid> {
         let world = self.comm.world_size();
         Grid::for_axes(self.grid.as_deref(), axes, world, dims, "tiling.grid")
-    }
-
-    /// Bytes sent and exchange time of the last `denoise` call on this rank.
-    pub fn last_stats(&self) -> ExchangeStats {
-        self.last_stats.lock().expect("stats lock").clone()
     }
 
     /// The probe that holds the halo traffic of the last `denoise` call (shared: it outlives a
@@ -320,16 +315,11 @@ impl Denoiser for SpatialDenoiser {
         let domain = SpatialDomain::new(&*self.comm, grid)?;
         let me = self.comm.rank();
         let whole = Region::whole(dims);
-        let full = Features {
-            batch: x.shape()[0],
-            channels: x.shape()[1],
-            dims,
-            data: x.data().to_vec(),
-        };
-        let xb = copy_region(&full, &whole, &grid.block(dims, me));
-        drop(full);
+        // This rank's block, cut straight from the tensor (no copy of the whole image first).
+        let (batch, channels) = (x.shape()[0], x.shape()[1]);
+        let xb = copy_region_of(x.data(), batch, channels, &whole, &grid.block(dims, me));
         let yb = block_net.denoise_block(&xb, dims, axes, sigma, &domain)?;
-        let mut stats = domain.take_stats();
+        let sent = domain.take_stats().bytes_sent;
         let predicted = block_net.halo_volumes(dims, axes, grid)?.map(|layers| {
             let per_value = (xb.batch * std::mem::size_of::<f32>()) as u64;
             layers
@@ -339,13 +329,10 @@ impl Denoiser for SpatialDenoiser {
         });
         *self.traffic.lock().expect("traffic lock") = Some(HaloTraffic {
             grid: grid.shape,
-            sent: stats.bytes_sent.clone(),
+            sent,
             predicted,
         });
-        let start = Instant::now();
         let blocks = self.comm.all_gather(bytemuck::cast_slice(&yb.data))?;
-        stats.exchange_time += start.elapsed();
-        *self.last_stats.lock().expect("stats lock") = stats;
         let c_out = block_net.out_channels();
         let mut out = Features::zeros(yb.batch, c_out, dims);
         for (r, bytes) in blocks.iter().enumerate() {

@@ -344,9 +344,21 @@ impl<T: Scalar> Domain<T> for Whole {
 
 /// The part `want` of `x`, which holds the region `x_at` (both in global coordinates).
 pub fn copy_region<T: Scalar>(x: &Features<T>, x_at: &Region, want: &Region) -> Features<T> {
-    let mut out = Features::zeros(x.batch, x.channels, want.dims());
-    for (o, i, n) in rows(x_at, want, x.batch * x.channels) {
-        out.data[i..i + n].copy_from_slice(&x.data[o..o + n]);
+    copy_region_of(&x.data, x.batch, x.channels, x_at, want)
+}
+
+/// [`copy_region`] of `batch × channels` planes held in a plain slice (e.g. a tensor's data, which
+/// then need not be copied into [`Features`] first).
+pub fn copy_region_of<T: Scalar>(
+    data: &[T],
+    batch: usize,
+    channels: usize,
+    x_at: &Region,
+    want: &Region,
+) -> Features<T> {
+    let mut out = Features::zeros(batch, channels, want.dims());
+    for (o, i, n) in rows(x_at, want, batch * channels) {
+        out.data[i..i + n].copy_from_slice(&data[o..o + n]);
     }
     out
 }
