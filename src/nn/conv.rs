@@ -641,9 +641,13 @@ fn conv_forward<T: Scalar>(
     out
 }
 
-/// `dx = col2im(Wᵀ · dz)`: the adjoint of the convolution's linear part, for an input of `in_dims`.
-/// Strips run one after the other (GEMMs on all threads), the scatter of each strip in parallel over
-/// input channels, so no two threads add into the same voxel.
+/// The adjoint of the convolution's linear part, for an input of `in_dims`.
+///
+/// With stride 1 it is itself a convolution: `dx[ci] = Σ_co flip(W[co, ci]) ⋆ dz[co]`, padded low by
+/// `d·(k − 1) − pad_lo`, so it runs through [`conv_forward`] (one parallel GEMM per strip, no
+/// scatter). Otherwise `dx = col2im(Wᵀ · dz)`: strips run one after the other (GEMMs on all threads),
+/// the scatter of each strip in parallel over input channels, so no two threads add into the same
+/// voxel.
 fn conv_backward_input<T: Scalar>(
     g: &Geom,
     weight: &[T],
@@ -652,6 +656,30 @@ fn conv_backward_input<T: Scalar>(
     pad_lo: [usize; 3],
 ) -> Features<T> {
     assert_eq!(dz.channels, g.c_out, "conv output gradient channels");
+    if let Some((flipped_g, flipped_pad)) = flipped_geometry(g, pad_lo) {
+        let flipped_w = flip_kernels(g, weight);
+        return conv_forward(
+            &flipped_g,
+            &flipped_w,
+            None,
+            false,
+            dz,
+            None,
+            flipped_pad,
+            in_dims,
+        );
+    }
+    conv_backward_input_scatter(g, weight, dz, in_dims, pad_lo)
+}
+
+/// `dx = col2im(Wᵀ · dz)`, for any stride (see [`conv_backward_input`]).
+fn conv_backward_input_scatter<T: Scalar>(
+    g: &Geom,
+    weight: &[T],
+    dz: &Features<T>,
+    in_dims: [usize; 3],
+    pad_lo: [usize; 3],
+) -> Features<T> {
     let mut dx = Features::zeros(dz.batch, g.c_in, in_dims);
     let k_len = g.k_len();
     let od = dz.dims;
@@ -698,6 +726,43 @@ fn conv_backward_input<T: Scalar>(
         }
     }
     dx
+}
+
+/// The convolution whose forward pass is the input gradient of the stride-1 convolution `g` padded
+/// low by `pad_lo`: channels swapped, low padding `d·(k − 1) − pad_lo` (`None` for strided layers, or
+/// where that padding would be negative, i.e. a crop).
+fn flipped_geometry(g: &Geom, pad_lo: [usize; 3]) -> Option<(Geom, [usize; 3])> {
+    if g.stride != [1; 3] {
+        return None;
+    }
+    let mut pad = [0; 3];
+    for a in 0..3 {
+        pad[a] = (g.dilation[a] * (g.kernel[a] - 1)).checked_sub(pad_lo[a])?;
+    }
+    let flipped = Geom {
+        c_in: g.c_out,
+        c_out: g.c_in,
+        ..*g
+    };
+    Some((flipped, pad))
+}
+
+/// `W'[ci, co, t] = W[co, ci, taps − 1 − t]`: the kernels of `g`'s weights turned half a turn (in
+/// every spatial axis at once, which reverses the flattened taps) with input and output channels
+/// swapped.
+fn flip_kernels<T: Scalar>(g: &Geom, weight: &[T]) -> Vec<T> {
+    let taps: usize = g.kernel.iter().product();
+    let mut out = vec![T::ZERO; weight.len()];
+    for co in 0..g.c_out {
+        for ci in 0..g.c_in {
+            let src = &weight[(co * g.c_in + ci) * taps..][..taps];
+            let dst = &mut out[(ci * g.c_out + co) * taps..][..taps];
+            dst.iter_mut()
+                .zip(src.iter().rev())
+                .for_each(|(d, s)| *d = *s);
+        }
+    }
+    out
 }
 
 /// `grad_w += Σ_{items, strips} dz[:, strip] · im2col(x)[:, strip]ᵀ`. Strips are summed in fixed
@@ -1356,6 +1421,52 @@ pub(crate) mod tests {
                 "transposed weights case {case}: {l} vs {r}"
             );
         }
+    }
+
+    /// The stride-1 input gradient computed as a forward convolution with turned kernels equals the
+    /// scatter (col2im) form, in f64, over random kernels, dilations and asymmetric paddings, those
+    /// that pad more than the kernel reaches (which take the scatter) included.
+    #[test]
+    fn stride_one_input_gradients_as_a_convolution_equal_the_scatter() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+        let mut flipped_cases = 0;
+        for case in 0..80 {
+            let rank = 1 + case % 3;
+            let (kernel, _, _, dilation, dims) = random_geometry(rank, &mut rng);
+            let g = Geom {
+                c_in: rng.random_range(1..6),
+                c_out: rng.random_range(1..6),
+                kernel,
+                stride: [1; 3],
+                dilation,
+            };
+            let mut pads: Pads = [[0; 2]; 3];
+            for a in 3 - rank..3 {
+                let reach = dilation[a] * (kernel[a] - 1);
+                pads[a] = [
+                    rng.random_range(0..reach + 2),
+                    rng.random_range(0..reach + 2),
+                ];
+            }
+            let Some(od) = g.out_dims(dims, pads) else {
+                continue;
+            };
+            let pad_lo = pads.map(|p| p[0]);
+            flipped_cases += usize::from(flipped_geometry(&g, pad_lo).is_some());
+            let w: Vec<f64> = random(g.c_out * g.k_len(), &mut rng);
+            let dz: Features<f64> = random_features(2, g.c_out, od, &mut rng);
+            let fast = conv_backward_input(&g, &w, &dz, dims, pad_lo);
+            let scatter = conv_backward_input_scatter(&g, &w, &dz, dims, pad_lo);
+            assert_eq!(fast.dims, scatter.dims);
+            let scale = scatter.data.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for (a, b) in fast.data.iter().zip(&scatter.data) {
+                assert!((a - b).abs() <= 1e-12 * scale, "case {case}: {a} vs {b}");
+            }
+        }
+        assert!(
+            flipped_cases >= 30,
+            "only {flipped_cases} cases took the convolution"
+        );
     }
 
     /// Central differences of `L = ⟨r, relu(conv(x) + b + acc)⟩` against the backward pass, in f64,
