@@ -959,10 +959,12 @@ fn im2col<T: Scalar>(
                         if sw == 1 {
                             let start = lo + kx * dw - pw;
                             dst[lo..hi_x].copy_from_slice(&src[start..start + (hi_x - lo)]);
-                        } else {
-                            for (ox, d) in dst[lo..hi_x].iter_mut().enumerate() {
-                                *d = src[(lo + ox) * sw + kx * dw - pw];
-                            }
+                        } else if hi_x > lo {
+                            let start = lo * sw + kx * dw - pw;
+                            dst[lo..hi_x]
+                                .iter_mut()
+                                .zip(src[start..].iter().step_by(sw))
+                                .for_each(|(d, s)| *d = *s);
                         }
                     }
                 }
@@ -1015,10 +1017,13 @@ fn col2im_add<T: Scalar>(
                                 .iter_mut()
                                 .zip(&src[lo..hi_x])
                                 .for_each(|(d, v)| *d += *v);
-                        } else {
-                            for ox in lo..hi_x {
-                                dst[ox * sw + kx * dw - pw] += src[ox];
-                            }
+                        } else if hi_x > lo {
+                            let start = lo * sw + kx * dw - pw;
+                            dst[start..]
+                                .iter_mut()
+                                .step_by(sw)
+                                .zip(&src[lo..hi_x])
+                                .for_each(|(d, v)| *d += *v);
                         }
                     }
                 }
