@@ -12,6 +12,15 @@ LICENSE.txt next to the images):
   coffee     400x600 colour  CC0, photographer Rachel Michetti
   chelsea    300x451 colour  CC0, photographer Stefan van der Walt
 
+and, for training only (`OUT_DIR/train/`, which the bundled denoisers' training presets read; never
+used for evaluation):
+
+  train/colour/rocket                427x640 colour  public domain (SpaceX)
+  train/colour/immunohistochemistry  512x512 colour  no known copyright restrictions
+  train/colour/retina                1411x1411 colour CC0 (Mikael Häggström)
+  train/grey/brick, grass, gravel    512x512 grey    CC0 (CC0Textures)
+  train/grey/coins                   303x384 grey    no known copyright restrictions
+
 Usage (the benchmark venv from scripts/setup-deepinv.sh; scikit-image is pip-installed into it
 when missing):
 
@@ -32,6 +41,17 @@ PHOTOS = {
     "astronaut": "public domain (NASA Great Images database, https://flic.kr/p/r9qvLn)",
     "coffee": "CC0 (no copyright restrictions), photographer Rachel Michetti, courtesy of Pikolo Espresso Bar",
     "chelsea": "CC0 (no copyright restrictions), photographer Stefan van der Walt",
+}
+
+# Training photographs, (sub-folder, name) -> licence; disjoint from PHOTOS, the held-out ones.
+TRAIN = {
+    ("colour", "rocket"): "public domain (SpaceX, released to the public domain)",
+    ("colour", "immunohistochemistry"): "no known copyright restrictions",
+    ("colour", "retina"): "CC0 1.0 (Mikael Häggström)",
+    ("grey", "brick"): "CC0 (CC0Textures, Bricks25)",
+    ("grey", "grass"): "CC0 (CC0Textures)",
+    ("grey", "gravel"): "CC0 (CC0Textures, Gravel04)",
+    ("grey", "coins"): "no known copyright restrictions (Greek coins, Brooklyn Museum)",
 }
 
 # 128x128 crops for tests/fixtures/photos: (name, photo, top row, left column).
@@ -65,6 +85,14 @@ def main():
         Image.fromarray(pixels).save(os.path.join(out, f"{name}.png"))
         lines.append(f"{name}.png  {pixels.shape}  {licence}")
         print(f"{os.path.join(out, name)}.png {pixels.shape}")
+    lines += ["", "Training only (train/), never scored:", ""]
+    for (sub, name), licence in TRAIN.items():
+        pixels = getattr(skimage.data, name)()
+        folder = os.path.join(out, "train", sub)
+        os.makedirs(folder, exist_ok=True)
+        Image.fromarray(pixels).save(os.path.join(folder, f"{name}.png"))
+        lines.append(f"train/{sub}/{name}.png  {pixels.shape}  {licence}")
+        print(f"{os.path.join(folder, name)}.png {pixels.shape}")
     with open(os.path.join(out, "LICENSE.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     if fixtures:

@@ -266,6 +266,10 @@ enum BenchWhat {
         /// Also write the Markdown table to this file.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// DnCNN weight files (deepinv's key names, e.g. what `tessera train` wrote) to score
+        /// beside the bundled networks, on the images of their channel count; comma-separated.
+        #[arg(long, value_delimiter = ',', value_name = "FILE")]
+        dncnn: Vec<PathBuf>,
     },
     /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
     /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is
@@ -607,11 +611,20 @@ fn train(
 }
 
 /// `tessera bench denoisers`: the PSNR table of the bundled denoisers.
-fn bench_denoisers(photos: Vec<PathBuf>, sigmas: &[f32], out: Option<PathBuf>) -> Result<()> {
+fn bench_denoisers(
+    photos: Vec<PathBuf>,
+    sigmas: &[f32],
+    out: Option<PathBuf>,
+    dncnn: &[PathBuf],
+) -> Result<()> {
     use tessera::train::{TrainImage, data, eval};
     if let Some(bad) = sigmas.iter().find(|s| !(**s > 0.0 && **s <= 1.0)) {
         bail!("--sigma: noise levels must be in (0, 1], got {bad}");
     }
+    let extra = dncnn
+        .iter()
+        .map(|p| eval::ExtraDncnn::load(p))
+        .collect::<tessera::Result<Vec<_>>>()?;
     let photos = if photos.is_empty() {
         vec![
             PathBuf::from("tests/fixtures/photos/camera_128.png"),
@@ -657,7 +670,7 @@ fn bench_denoisers(photos: Vec<PathBuf>, sigmas: &[f32], out: Option<PathBuf>) -
             images.append(&mut grey);
         }
     }
-    let rows = eval::psnr_table(&images, sigmas, 0)?;
+    let rows = eval::psnr_table(&images, sigmas, 0, &extra)?;
     let table = eval::markdown(&rows);
     say!("{table}");
     if let Some(path) = out {
@@ -1146,7 +1159,12 @@ fn bench(what: BenchWhat) -> Result<()> {
             };
             bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out, link)?
         }
-        BenchWhat::Denoisers { photos, sigma, out } => bench_denoisers(photos, &sigma, out)?,
+        BenchWhat::Denoisers {
+            photos,
+            sigma,
+            out,
+            dncnn,
+        } => bench_denoisers(photos, &sigma, out, &dncnn)?,
         BenchWhat::Wave {
             nz,
             nx,

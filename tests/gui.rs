@@ -1945,9 +1945,13 @@ fn the_distribution_panel_splits_operators_and_a_dsn_sets_its_ranks_per_domain()
         .open_preset_path(Path::new("presets/train-dncnn-grey.toml"));
     h.run_steps(2);
     assert_eq!(h.state().doc.name(), "train-dncnn-grey");
-    assert!(h.query_by_label("trained on (4):").is_some());
+    assert!(h.query_by_label("trained on (6):").is_some());
     assert!(
         h.query_by_label_contains("3. generated natural 1024×1024, seed 4, grey")
+            .is_some()
+    );
+    assert!(
+        h.query_by_label_contains("out/photos/train/colour, grey")
             .is_some()
     );
     assert!(

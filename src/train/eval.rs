@@ -2,11 +2,15 @@
 //! held-out images (generated ones the training presets never used, and real photographs) with
 //! seeded Gaussian noise at a few σ, denoised by TV and wavelet thresholding (each at the best of a
 //! few strengths, an oracle choice in their favour) and by every bundled DnCNN of the image's
-//! channel count.
+//! channel count (and by DnCNN weight files given on the command line, to score a fresh training).
+
+use std::path::Path;
 
 use crate::denoise::{Denoiser, DenoiserConfig, TvConfig, WaveletConfig};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::metrics::psnr;
+use crate::nn::DncnnConfig;
+use crate::nn::weights::StateDict;
 use crate::tensor::Tensor;
 
 use super::data::NamedImage;
@@ -25,7 +29,7 @@ pub struct Row {
     /// Best PSNR and the factor `k` that gave it.
     pub tv: (f64, f32),
     pub wavelet: (f64, f32),
-    /// Each bundled network of the image's channel count: name, PSNR.
+    /// Each bundled network of the image's channel count, then each extra one: name, PSNR.
     pub nets: Vec<(String, f64)>,
 }
 
@@ -68,14 +72,74 @@ fn best(
     Ok(top)
 }
 
-/// Every image at every σ (noise seeded by `seed`, the image's index and the σ's index).
-pub fn psnr_table(images: &[NamedImage], sigmas: &[f32], seed: u64) -> Result<Vec<Row>> {
+/// A DnCNN weight file to score beside the bundled networks (e.g. one `tessera train` just wrote):
+/// its architecture (channels, depth, features, biases) read from deepinv's key names.
+pub struct ExtraDncnn {
+    pub name: String,
+    pub channels: usize,
+    config: DenoiserConfig,
+}
+
+impl ExtraDncnn {
+    pub fn load(path: &Path) -> Result<Self> {
+        let dict = StateDict::load(path)?;
+        let shape = |key: &str| {
+            dict.get(key).map(|t| t.shape().to_vec()).ok_or_else(|| {
+                Error::format(
+                    path,
+                    format!("not a DnCNN state_dict (deepinv's names): no `{key}`"),
+                )
+            })
+        };
+        let first = shape("in_conv.weight")?;
+        if first.len() != 4 {
+            return Err(Error::format(
+                path,
+                format!("in_conv.weight has shape {first:?}; a 2-D DnCNN's is (nf, C, k, k)"),
+            ));
+        }
+        let hidden = dict
+            .keys()
+            .filter(|k| k.starts_with("conv_list.") && k.ends_with(".weight"))
+            .count();
+        let config = DncnnConfig {
+            weights: Some(path.to_path_buf()),
+            in_channels: first[1],
+            out_channels: shape("out_conv.weight")?[0],
+            depth: hidden + 2,
+            nf: first[0],
+            bias: dict.get("in_conv.bias").is_some(),
+            ..DncnnConfig::default()
+        };
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        Ok(ExtraDncnn {
+            name,
+            channels: config.in_channels,
+            config: DenoiserConfig::Dncnn(config),
+        })
+    }
+}
+
+/// Every image at every σ (noise seeded by `seed`, the image's index and the σ's index), with the
+/// bundled networks and the `extra` ones of the image's channel count.
+pub fn psnr_table(
+    images: &[NamedImage],
+    sigmas: &[f32],
+    seed: u64,
+    extra: &[ExtraDncnn],
+) -> Result<Vec<Row>> {
     let tv = DenoiserConfig::Tv(TvConfig::default()).build()?;
     let wavelet = DenoiserConfig::Wavelet(WaveletConfig::default()).build()?;
     let mut rows = Vec::new();
     for (i, im) in images.iter().enumerate() {
         let channels = im.image.shape()[1];
-        let nets = bundled(channels)?;
+        let mut nets = bundled(channels)?;
+        for e in extra.iter().filter(|e| e.channels == channels) {
+            nets.push((e.name.clone(), e.config.build()?));
+        }
         for (j, &sigma) in sigmas.iter().enumerate() {
             let key = super::mix(seed ^ super::EVAL_KEY, ((i as u64) << 32) | j as u64);
             let noisy = add_noise(&im.image, sigma, key);
@@ -104,7 +168,7 @@ pub fn psnr_table(images: &[NamedImage], sigmas: &[f32], seed: u64) -> Result<Ve
 /// The table as Markdown: one line per image and σ.
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| image | σ | noisy | TV (best k) | wavelet db8 (best k) | bundled DnCNN |\n|---|---|---|---|---|---|\n",
+        "| image | σ | noisy | TV (best k) | wavelet db8 (best k) | DnCNN |\n|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let nets: Vec<String> = r
@@ -125,4 +189,57 @@ pub fn markdown(rows: &[Row]) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::bundled::DNCNN;
+
+    /// A bundled network written to a file and given as an extra one reads back as the same
+    /// architecture and scores exactly the bundled network's PSNR; a file that is not a DnCNN is
+    /// an error naming the missing key.
+    #[test]
+    fn an_extra_weight_file_scores_like_the_same_bundled_network() {
+        let dir = tempfile::tempdir().unwrap();
+        let grey = &DNCNN[0];
+        assert_eq!(grey.channels, 1);
+        let path = dir.path().join("copy.safetensors");
+        grey.state_dict().unwrap().save_safetensors(&path).unwrap();
+        let extra = ExtraDncnn::load(&path).unwrap();
+        assert_eq!(
+            (extra.name.as_str(), extra.channels),
+            ("copy.safetensors", 1)
+        );
+        let DenoiserConfig::Dncnn(cfg) = &extra.config else {
+            panic!("not a DnCNN config")
+        };
+        assert_eq!(
+            (cfg.depth, cfg.nf, cfg.bias, cfg.out_channels),
+            (
+                crate::nn::bundled::DNCNN_DEPTH,
+                crate::nn::bundled::DNCNN_NF,
+                true,
+                1
+            )
+        );
+
+        let image = Tensor::from_fn(&[1, 1, 24, 20], |i| ((i * 37) % 101) as f32 / 100.0);
+        let images = [NamedImage {
+            name: "ramp".into(),
+            image,
+        }];
+        let rows = psnr_table(&images, &[0.1], 3, std::slice::from_ref(&extra)).unwrap();
+        let nets = &rows[0].nets;
+        assert_eq!(nets.len(), 2, "{nets:?}");
+        assert_eq!(nets[0].0, grey.name);
+        assert_eq!(nets[0].1, nets[1].1);
+
+        let mut other = StateDict::new("other");
+        other.insert("weight", Tensor::zeros(&[2, 2]));
+        let bad = dir.path().join("other.safetensors");
+        other.save_safetensors(&bad).unwrap();
+        let err = ExtraDncnn::load(&bad).err().unwrap().to_string();
+        assert!(err.contains("in_conv.weight"), "{err}");
+    }
 }
