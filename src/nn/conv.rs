@@ -24,6 +24,7 @@
 use rayon::prelude::*;
 
 use super::scalar::Scalar;
+use super::winograd;
 
 /// Zero padding before and after each spatial axis `[D, H, W]`: `[[low, high]; 3]`.
 pub type Pads = [[usize; 2]; 3];
@@ -576,6 +577,11 @@ fn conv_forward<T: Scalar>(
         // keep it safe Rust at a small cost.
         None => Features::zeros(x.batch, g.c_out, od),
     };
+    if let Some(l) = winograd::layer::<T>(g, x.dims, pad_lo, od) {
+        let u = winograd::transform_weights(g.c_in, g.c_out, weight);
+        winograd::conv3x3(&l, &u, bias, relu, x, &mut out, accumulate);
+        return out;
+    }
     let k_len = g.k_len();
     let rows_total = od[0] * od[1];
     let wo = od[2];
