@@ -406,8 +406,6 @@ impl<T: Real> Solver<T> {
         &self.settings
     }
 
-    /// The same propagator with its row kernels compiled for plain x86-64 (SSE2), the baseline
-    /// `tessera bench wave` measures the vector variants against.
     /// The same propagator with another temporal blocking of its forward-only path (`steps <= 1`:
     /// none), which `tessera bench wave` measures against.
     pub(crate) fn with_time_block(mut self, steps: usize, rows: usize) -> Self {
