@@ -1397,7 +1397,7 @@ fn failed_with(events: &[Event], words: &[&str]) {
 
 #[test]
 fn a_stopped_training_job_resumes_in_a_new_folder_and_ends_where_an_unbroken_run_ends() {
-    let (_backend, client, dir) = local(2);
+    let (backend, client, dir) = local(2);
     let tiny: &[&str] = &[
         "image.size=[64,56]",
         "denoiser.depth=3",
@@ -1488,6 +1488,31 @@ fn a_stopped_training_job_resumes_in_a_new_folder_and_ends_where_an_unbroken_run
         std::fs::read(run_dir.join("dncnn_grey.safetensors")).unwrap(),
         std::fs::read(cli.join("dncnn_grey.safetensors")).unwrap(),
         "the resumed run ended with other weights than an unbroken `tessera train --ranks 2`"
+    );
+
+    // The command line does the same (`train --attach --resume`), from the same stopped folder:
+    // it was left as it was, so it resumes again.
+    let address = backend.addr().to_string();
+    let mut args = vec!["train", "train-dncnn", "--attach", &address, "--resume"];
+    args.push(stopped.to_str().unwrap());
+    for s in tiny {
+        args.extend(["--set", s]);
+    }
+    let o = Command::new(EXE)
+        .args(&args)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let server_dir: std::path::PathBuf = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("outputs on the server in "))
+        .expect("the server's folder is printed")
+        .into();
+    assert_eq!(
+        std::fs::read(server_dir.join("dncnn_grey.safetensors")).unwrap(),
+        std::fs::read(cli.join("dncnn_grey.safetensors")).unwrap(),
     );
 }
 
