@@ -59,24 +59,11 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-/// Blocks at least this large are mapped by themselves (and unmapped when freed).
-const MMAP_THRESHOLD: usize = 1 << 20;
-
 impl Counting {
     /// Marks the allocator as installed; the binary calls it first thing in `main`, so readings
     /// are `Some` only where every allocation went through it.
     pub fn activate(&self) {
         INSTALLED.store(true, Relaxed);
-        // glibc raises its mmap threshold to the size of each mapped block freed (up to 32 MiB),
-        // after which feature maps of up to 32 MiB come from the heap, where a freed map's pages
-        // stay resident between the live ones: a decomposed DRUNet 512² held 1.6× its live bytes.
-        // A fixed threshold keeps every large block mapped: freed pages go back at once, and a
-        // block widened by its halo is remapped rather than copied.
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: mallopt only sets a tuning parameter of the C allocator.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
-        }
     }
 }
 
