@@ -157,7 +157,8 @@ enum Command {
         #[arg(long, value_name = "STEPS")]
         stop_after: Option<usize>,
         /// Continue the run in RUN_DIR from its checkpoint (same preset and `--set` values);
-        /// the outputs go to RUN_DIR.
+        /// the outputs go to RUN_DIR. With --attach, RUN_DIR is a stopped run's folder on the
+        /// server, and the run goes on in a new folder there (RUN_DIR is left as it was).
         #[arg(long, value_name = "RUN_DIR", conflicts_with = "out")]
         resume: Option<PathBuf>,
         /// No loss reports.
@@ -166,7 +167,7 @@ enum Command {
         /// Train on a running `tessera serve` at HOST:PORT or unix:PATH instead of here; the
         /// loss streams like a local run, the outputs stay on the server (its files — a training
         /// image, starting weights, domain folders — are read where the server runs).
-        #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["out", "stop_after", "resume"])]
+        #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["out", "stop_after"])]
         attach: Option<String>,
         /// With --attach over TCP: the server's token file (default ~/.config/tessera/serve-token).
         #[arg(long, requires = "attach")]
@@ -466,7 +467,15 @@ fn dispatch(command: Command) -> Result<()> {
             group: _,
         } => {
             let _ = (out, replace);
-            attach::run(&address, token_file.as_deref(), &preset, &set, fetch, quiet)
+            attach::run(
+                &address,
+                token_file.as_deref(),
+                &preset,
+                &set,
+                fetch,
+                quiet,
+                None,
+            )
         }
         Command::Run {
             preset,
@@ -513,11 +522,20 @@ fn dispatch(command: Command) -> Result<()> {
             preset,
             set,
             quiet,
+            resume,
             attach: Some(address),
             token_file,
             fetch,
             ..
-        } => attach::run(&address, token_file.as_deref(), &preset, &set, fetch, quiet),
+        } => attach::run(
+            &address,
+            token_file.as_deref(),
+            &preset,
+            &set,
+            fetch,
+            quiet,
+            resume,
+        ),
         Command::Train {
             preset,
             set,

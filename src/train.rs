@@ -492,7 +492,7 @@ pub fn train(
     let mut loss_curve = Vec::new();
     let mut first_step = 0;
     if control.resume {
-        let state = checkpoint::read(out_dir, preset, net.param_count())?;
+        let state = checkpoint::read_on_root(comm, out_dir, preset, net.param_count())?;
         let mut at = 0;
         for p in net.params_mut() {
             p.copy_from_slice(&state.params[at..at + p.len()]);

@@ -1804,7 +1804,35 @@ fn a_denoiser_training_run_stops_and_reopens_from_runs() {
     let folder = run.run_dir.clone().unwrap();
     assert!(folder.join("dncnn_grey.safetensors").is_file());
 
-    // Another experiment, then the stopped run again from Runs.
+    // Resume goes on from the checkpoint, in a new folder, the curve so far first.
+    h.get_by_role_and_label(Role::Button, "Resume").click();
+    step_until(&mut h, "steps after the resumed one", |wb| {
+        wb.session
+            .training
+            .as_ref()
+            .is_some_and(|t| t.steps.last().is_some_and(|p| p.step > s.steps + 1))
+    });
+    let resumed = h.state().session.training.clone().unwrap();
+    assert_eq!(resumed.steps[..s.loss.len()], s.loss[..]);
+    assert_eq!(resumed.steps[s.loss.len()].step, s.steps);
+    h.get_by_role_and_label(Role::Button, "Stop").click();
+    step_until(&mut h, "the resumed run stopped", |wb| {
+        matches!(wb.session.state(), JobState::Cancelled { .. })
+            && wb
+                .session
+                .training
+                .as_ref()
+                .is_some_and(|t| t.result.is_some())
+    });
+    let again = h.state().session.training.clone().unwrap();
+    let Some(tessera::gui::session::TrainResult::Denoiser(r)) = &again.result else {
+        panic!("a denoiser's train.json: {:?}", again.result);
+    };
+    assert_eq!(r.resumed_from, Some(s.steps));
+    assert!(r.steps > s.steps);
+    assert_ne!(again.run_dir.as_ref(), Some(&folder));
+
+    // Another experiment, then the first stopped run again from Runs.
     h.get_by_role_and_label(Role::Button, "quick").click();
     h.run_steps(2);
     assert!(h.state().session.training.is_none());
@@ -1817,7 +1845,18 @@ fn a_denoiser_training_run_stops_and_reopens_from_runs() {
         h.query_by_label(&format!("{} (stopped)", s.steps))
             .is_some()
     );
-    h.get_by_role_and_label(Role::Button, "reopen").click();
+    // Two stopped runs are listed (the resumed one too): reopen the first.
+    let row = h
+        .state()
+        .runs
+        .runs
+        .iter()
+        .position(|r| r.folder == folder)
+        .unwrap();
+    h.get_all_by_role_and_label(Role::Button, "reopen")
+        .nth(row)
+        .unwrap()
+        .click();
     h.run_steps(2);
     let reopened = h.state().session.training.clone().expect("reopened");
     assert_eq!(reopened.steps, s.loss);

@@ -96,6 +96,13 @@ fn request() -> impl Strategy<Value = Request> {
                     preview_max_side,
                 }
             ),
+        (text(), ".{0,40}", any::<u32>()).prop_map(|(preset_toml, dir, preview_max_side)| {
+            Request::Resume {
+                preset_toml,
+                run_dir: dir.into(),
+                preview_max_side,
+            }
+        }),
         any::<u64>().prop_map(|job| Request::Cancel { job }),
         Just(Request::Status),
         proptest::option::of(any::<u64>()).prop_map(|job| Request::Attach { job }),

@@ -1375,6 +1375,147 @@ fn a_stopped_training_job_keeps_its_weights_and_the_backend_takes_the_next_job()
     );
 }
 
+/// The request the workbench's Resume sends.
+fn resume(client: &Client, preset_toml: String, run_dir: &std::path::Path) {
+    client
+        .send(Request::Resume {
+            preset_toml,
+            run_dir: run_dir.to_path_buf(),
+            preview_max_side: 32,
+        })
+        .unwrap();
+}
+
+fn failed_with(events: &[Event], words: &[&str]) {
+    let Some(Event::Failed { error, .. }) = events.last() else {
+        panic!("expected Failed, got {:?}", events.last());
+    };
+    for w in words {
+        assert!(error.contains(w), "`{w}` not in: {error}");
+    }
+}
+
+#[test]
+fn a_stopped_training_job_resumes_in_a_new_folder_and_ends_where_an_unbroken_run_ends() {
+    let (backend, client, dir) = local(2);
+    let tiny: &[&str] = &[
+        "image.size=[64,56]",
+        "denoiser.depth=3",
+        "denoiser.nf=8",
+        "train.crop=24",
+        "train.batch=2",
+        "train.steps=300",
+        "train.log_every=1",
+        "train.checkpoint_every=0",
+    ];
+    let preset = training_preset("train-dncnn", tiny);
+    submit(&client, preset.clone());
+    until(
+        &client,
+        |e| matches!(e, Event::TrainStep { point, .. } if point.step >= 2),
+    );
+    client.send(Request::Cancel { job: 1 }).unwrap();
+    let events = until(&client, is_end);
+    let Some(Event::Cancelled {
+        iterations: stopped_at,
+        run_dir: Some(stopped),
+        outputs,
+        ..
+    }) = events.last()
+    else {
+        panic!("expected Cancelled, got {:?}", events.last());
+    };
+    let stopped_at = *stopped_at;
+    assert!((3..300).contains(&stopped_at), "{stopped_at}");
+    assert!(
+        outputs.contains(&"checkpoint/checkpoint.json".into()),
+        "{outputs:?}"
+    );
+    let before: Vec<Vec<u8>> = outputs
+        .iter()
+        .map(|o| std::fs::read(stopped.join(o)).unwrap())
+        .collect();
+
+    // A preset that would compute other numbers is refused, naming the field.
+    let other = training_preset(
+        "train-dncnn",
+        &[tiny, &["train.learning_rate=0.002"]].concat(),
+    );
+    resume(&client, other, stopped);
+    failed_with(&until(&client, is_end), &["learning_rate"]);
+    // Only denoiser training resumes; a folder without a checkpoint is named.
+    resume(&client, quick(2), stopped);
+    failed_with(
+        &until(&client, is_end),
+        &["only a denoiser training run resumes"],
+    );
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    resume(&client, preset.clone(), &empty);
+    failed_with(
+        &until(&client, is_end),
+        &["no training checkpoint", "empty"],
+    );
+
+    resume(&client, preset, stopped);
+    let events = until(&client, is_end);
+    let (run_dir, _, json) = finished_run(&events);
+    assert_ne!(&run_dir, stopped);
+    // The curve so far comes first, then the new steps: every step once, in order.
+    let steps: Vec<usize> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TrainStep { point, .. } => Some(point.step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, (0..300).collect::<Vec<_>>());
+    let summary: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(summary["resumed_from"].as_u64(), Some(stopped_at as u64));
+    assert_eq!(summary["steps"], 300);
+    // The stopped run's folder is as it was.
+    for (o, bytes) in outputs.iter().zip(&before) {
+        assert_eq!(
+            &std::fs::read(stopped.join(o)).unwrap(),
+            bytes,
+            "{}",
+            o.display()
+        );
+    }
+    // Bit for bit the weights of a run that was never stopped.
+    let cli = cli_training(dir.path(), "train-dncnn", tiny);
+    assert_eq!(
+        std::fs::read(run_dir.join("dncnn_grey.safetensors")).unwrap(),
+        std::fs::read(cli.join("dncnn_grey.safetensors")).unwrap(),
+        "the resumed run ended with other weights than an unbroken `tessera train --ranks 2`"
+    );
+
+    // The command line does the same (`train --attach --resume`), from the same stopped folder:
+    // it was left as it was, so it resumes again.
+    let address = backend.addr().to_string();
+    let mut args = vec!["train", "train-dncnn", "--attach", &address, "--resume"];
+    args.push(stopped.to_str().unwrap());
+    for s in tiny {
+        args.extend(["--set", s]);
+    }
+    let o = Command::new(EXE)
+        .args(&args)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let server_dir: std::path::PathBuf = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("outputs on the server in "))
+        .expect("the server's folder is printed")
+        .into();
+    assert_eq!(
+        std::fs::read(server_dir.join("dncnn_grey.safetensors")).unwrap(),
+        std::fs::read(cli.join("dncnn_grey.safetensors")).unwrap(),
+    );
+}
+
 #[test]
 fn a_training_job_with_inline_data_is_refused_alone() {
     let (_backend, client, _dir) = local(1);

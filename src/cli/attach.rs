@@ -141,7 +141,8 @@ impl Progress {
     }
 }
 
-/// Submits the preset, streams its progress, and fails unless the job finishes.
+/// Submits the preset (or, with `resume`, continues the stopped training run in that folder on
+/// the server), streams its progress, and fails unless the job finishes.
 pub fn run(
     address: &str,
     token_file: Option<&Path>,
@@ -149,6 +150,7 @@ pub fn run(
     set: &[String],
     fetch: Option<PathBuf>,
     quiet: bool,
+    resume: Option<PathBuf>,
 ) -> Result<()> {
     let addr: BackendAddr = address.parse()?;
     let token = match &addr {
@@ -173,11 +175,18 @@ pub fn run(
     let run_name = submit.name.clone();
     let client = Client::connect(&addr, token.map(|t| t.as_str().to_string()))
         .with_context(|| format!("connecting to {addr}"))?;
-    client.send(Request::Submit {
-        preset_toml: submit.preset_toml,
-        inline: submit.inline,
-        files: submit.files,
-        preview_max_side: 16,
+    client.send(match resume {
+        Some(run_dir) => Request::Resume {
+            preset_toml: submit.preset_toml,
+            run_dir,
+            preview_max_side: 16,
+        },
+        None => Request::Submit {
+            preset_toml: submit.preset_toml,
+            inline: submit.inline,
+            files: submit.files,
+            preview_max_side: 16,
+        },
     })?;
     let progress = submit.progress;
     let mut job = None;

@@ -13,6 +13,7 @@
 //! the halo gradients back to their owners, who add them to their own cells in rank order.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,8 @@ use crate::dist::Collective;
 use crate::error::{Error, Result};
 use crate::nn::conv::Features;
 use crate::nn::domain::{
-    Domain, Grid, Region, add_region, copy_between, copy_region, copy_region_of,
+    Domain, Grid, Region, Widened, add_region, copy_between, copy_region, copy_region_of,
+    widen_in_place,
 };
 use crate::nn::scalar::Scalar;
 use crate::tensor::Tensor;
@@ -181,6 +183,34 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
         )?;
         self.record(sent, start);
         Ok(Cow::Owned(out))
+    }
+
+    fn widen(
+        &self,
+        x: &mut Features<T>,
+        dims: [usize; 3],
+        needs: &[Region],
+    ) -> Result<Option<Widened>> {
+        let start = Instant::now();
+        let me = self.comm.rank();
+        let own = self.grid.block(dims, me);
+        let want = needs[me].clip(dims);
+        if !want.contains(&own) {
+            return Ok(None);
+        }
+        let like = (x.batch, x.channels);
+        widen_in_place(x, &own, &want);
+        // Sends read the block's cells, receives write halo cells: one at a time.
+        let x = RefCell::new(x);
+        let sent = self.exchange(
+            |peer| own.intersect(&needs[peer].clip(dims)),
+            |peer| self.grid.block(dims, peer).intersect(&want),
+            |r| copy_region(&x.borrow(), &want, r).data,
+            |_, r, f| add_region(&mut x.borrow_mut(), &want, &f, r),
+            like,
+        )?;
+        self.record(sent, start);
+        Ok(Some(Widened { own, want }))
     }
 
     fn gather_adjoint(

@@ -421,6 +421,41 @@ impl Workbench {
         }
     }
 
+    /// Continues the stopped denoiser training on screen from its checkpoint, with the edited
+    /// training preset (the backend refuses one that would compute other numbers, naming the
+    /// field). The run goes into a new folder; the stopped one stays as it was.
+    pub fn resume(&mut self) {
+        let Some(run_dir) = self.session.resumable_run().map(Path::to_path_buf) else {
+            return;
+        };
+        if let Some(why) = self.run_blocker() {
+            self.session
+                .log(LogLevel::Error, format!("cannot resume: {why}"));
+            return;
+        }
+        let preset_toml = match self.doc.submission() {
+            Ok((toml, ..)) => toml,
+            Err(e) => {
+                self.session
+                    .log(LogLevel::Error, format!("cannot resume: {e}"));
+                return;
+            }
+        };
+        let sent = self.send(Request::Resume {
+            preset_toml,
+            run_dir: run_dir.clone(),
+            preview_max_side: super::preview::MAX_TEXTURE_SIDE as u32,
+        });
+        if sent {
+            self.session.submitted();
+            self.session.log(
+                LogLevel::Info,
+                format!("resuming the training stopped in {}", run_dir.display()),
+            );
+            self.runs.shown = None;
+        }
+    }
+
     /// Asks the backend to stop the current job; its final event says whether it stopped.
     pub fn stop(&mut self) {
         if let JobState::Running { job } = *self.session.state()

@@ -4,7 +4,7 @@
 //! check what the panels will draw. Events of a job other than the current one (a late preview of a
 //! cancelled run) are dropped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::dsn::run::DsnSummary;
@@ -236,6 +236,16 @@ impl Session {
             let excess = self.log.len() - MAX_LOG_LINES;
             self.log.drain(..excess);
         }
+    }
+
+    /// The folder of the stopped denoiser training on screen, when its checkpoint is among its
+    /// outputs (it can then be resumed).
+    pub fn resumable_run(&self) -> Option<&Path> {
+        let stopped = matches!(self.state.0, JobState::Cancelled { .. });
+        let denoiser = self.training.as_ref().is_some_and(|t| !t.is_dsn());
+        let dir = self.run_dir.as_deref()?;
+        let checkpoint = dir.join("checkpoint").join("checkpoint.json");
+        (stopped && denoiser && self.outputs.contains(&checkpoint)).then_some(dir)
     }
 
     /// A new run was submitted: forget the previous one's curves.

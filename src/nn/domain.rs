@@ -51,6 +51,11 @@ impl Region {
         }
     }
 
+    /// Whether every voxel of `other` lies in `self`.
+    pub fn contains(&self, other: &Region) -> bool {
+        self.intersect(other) == *other
+    }
+
     /// The part inside a map of size `dims`.
     pub fn clip(&self, dims: [usize; 3]) -> Region {
         self.intersect(&Region::whole(dims))
@@ -259,6 +264,20 @@ pub trait Domain<T: Scalar>: Sync {
         needs: &[Region],
     ) -> Result<Cow<'a, Features<T>>>;
 
+    /// [`Domain::gather`] into `x` itself: this rank's block `x` grows in place into its clipped
+    /// need, halos received from the neighbours, so a layer holds no second copy of its input.
+    /// `Ok(Some(w))`: done, and [`Widened::narrow`] gives the block back afterwards where `x` is
+    /// still needed; `Ok(None)`: `x` is unchanged because its need does not contain the block
+    /// (a strided layer's negative halo), and [`Domain::gather`] is the way.
+    fn widen(
+        &self,
+        _x: &mut Features<T>,
+        _dims: [usize; 3],
+        _needs: &[Region],
+    ) -> Result<Option<Widened>> {
+        Ok(None)
+    }
+
     /// The adjoint of [`Domain::gather`]: `g` holds a gradient over this rank's clipped need; the
     /// result is the gradient over this rank's block, with every rank's contributions added.
     fn gather_adjoint(
@@ -323,6 +342,19 @@ impl<T: Scalar> Domain<T> for Whole {
             Ok(Cow::Owned(copy_region(x, &Region::whole(dims), &want)))
         }
     }
+    fn widen(
+        &self,
+        _x: &mut Features<T>,
+        dims: [usize; 3],
+        needs: &[Region],
+    ) -> Result<Option<Widened>> {
+        // The layer pads the whole map itself; a need short of it takes a copy (`gather`).
+        let whole = Region::whole(dims);
+        Ok((needs[0].clip(dims) == whole).then_some(Widened {
+            own: whole,
+            want: whole,
+        }))
+    }
     fn gather_adjoint(
         &self,
         g: Features<T>,
@@ -340,6 +372,57 @@ impl<T: Scalar> Domain<T> for Whole {
     fn sum_over_ranks(&self, _grads: &mut [T]) -> Result<()> {
         Ok(())
     }
+}
+
+/// A block widened in place by [`Domain::widen`]: it held `own`, it now holds `want ⊇ own`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Widened {
+    pub own: Region,
+    pub want: Region,
+}
+
+impl Widened {
+    /// Gives `x` its block back, in place (the halo cells are dropped; the memory shrinks).
+    pub fn narrow<T: Scalar>(&self, x: &mut Features<T>) {
+        if self.own == self.want {
+            return;
+        }
+        let planes = x.batch * x.channels;
+        // Rows move towards the front (a row's new offset is at most its old one), in order.
+        for (o, i, n) in rows(&self.want, &self.own, planes) {
+            x.data.copy_within(o..o + n, i);
+        }
+        x.data.truncate(planes * self.own.volume());
+        x.data.shrink_to_fit();
+        x.dims = self.own.dims();
+    }
+}
+
+/// Grows `x`, which holds `own`, in place to hold `want ⊇ own` (global coordinates): its cells
+/// move to their places in the larger box and every cell of `want` outside `own` is zero. The
+/// buffer grows by exactly the halo (a large one is remapped, not copied, by the allocator).
+pub fn widen_in_place<T: Scalar>(x: &mut Features<T>, own: &Region, want: &Region) {
+    debug_assert!(want.contains(own), "{want:?} does not contain {own:?}");
+    if own == want {
+        return;
+    }
+    let planes = x.batch * x.channels;
+    let len = planes * want.volume();
+    x.data.reserve_exact(len - x.data.len());
+    x.data.resize(len, T::ZERO);
+    let moves: Vec<(usize, usize, usize)> = rows(want, own, planes).collect();
+    // Rows move towards the back (a row's new offset is at least its old one), last first, so
+    // no row is overwritten before it has moved.
+    for &(o, i, n) in moves.iter().rev() {
+        x.data.copy_within(i..i + n, o);
+    }
+    let mut end = 0;
+    for &(o, _, n) in &moves {
+        x.data[end..o].fill(T::ZERO);
+        end = o + n;
+    }
+    x.data[end..].fill(T::ZERO);
+    x.dims = want.dims();
 }
 
 /// The part `want` of `x`, which holds the region `x_at` (both in global coordinates).
@@ -530,6 +613,37 @@ mod tests {
         assert_eq!(direct, via_copy);
         let untouched = direct.data.iter().filter(|&&v| v == -1.0).count();
         assert_eq!(untouched, 6 * (dst_at.volume() - region.volume()));
+    }
+
+    proptest! {
+        /// Widening in place gives what a copy into a zeroed box gives, and narrowing gives the
+        /// block back as it was, for any block inside any box (empty margins on some sides).
+        #[test]
+        fn widening_in_place_equals_a_padded_copy_and_narrowing_undoes_it(
+            lo in proptest::array::uniform3(0isize..3),
+            ext in proptest::array::uniform3(1isize..5),
+            margin in proptest::array::uniform6(0isize..3),
+            planes in 1usize..4,
+        ) {
+            let own = Region {
+                lo,
+                hi: std::array::from_fn(|a| lo[a] + ext[a]),
+            };
+            let want = Region {
+                lo: std::array::from_fn(|a| own.lo[a] - margin[a]),
+                hi: std::array::from_fn(|a| own.hi[a] + margin[a + 3]),
+            };
+            let mut x: Features<f64> = Features::zeros(1, planes, own.dims());
+            x.data.iter_mut().enumerate().for_each(|(i, v)| *v = i as f64 + 1.0);
+            let block = x.clone();
+            let mut padded = Features::zeros(1, planes, want.dims());
+            copy_between(&mut padded, &want, &x, &own, &own);
+            widen_in_place(&mut x, &own, &want);
+            prop_assert_eq!(&x, &padded);
+            Widened { own, want }.narrow(&mut x);
+            prop_assert_eq!(&x, &block);
+            prop_assert_eq!(x.data.capacity(), block.data.len());
+        }
     }
 
     #[test]

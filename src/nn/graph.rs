@@ -320,9 +320,11 @@ impl<T: Scalar> Network<T> {
     }
 
     /// Node `j`'s output block; `acc` is the accumulator (conv) or first operand (add), owned.
-    /// With `last_use` (inference), an input whose last use is this node is dropped as soon as the
-    /// domain has copied it with its halo, so a decomposed layer holds its input once, as one
-    /// process does.
+    /// A layer's input is widened in place to the region its output needs (halos from the
+    /// neighbours) and narrowed back after the layer, so a decomposed layer holds its input once,
+    /// as one process does; with `last_use` (inference), an input whose last use is this node is
+    /// left wide, for the caller to drop. Where a need does not contain the block (a strided
+    /// layer's negative halo) the domain copies the region instead.
     fn exec(
         &self,
         j: usize,
@@ -333,39 +335,52 @@ impl<T: Scalar> Network<T> {
         domain: &dyn Domain<T>,
     ) -> Result<Features<T>> {
         let grid = domain.grid();
-        let gathered = |vals: &mut [Option<Features<T>>], x: usize, needs: &[Region]| {
-            let local = domain.gather(vals[x].as_ref().expect("input alive"), shapes[x], needs)?;
-            let owned = match local {
-                Cow::Owned(f) => Some(f),
-                Cow::Borrowed(_) => None,
+        let with_halo =
+            |vals: &mut [Option<Features<T>>],
+             x: usize,
+             needs: &[Region],
+             layer: &mut dyn FnMut(&Features<T>) -> Features<T>| {
+                let input = vals[x].as_mut().expect("input alive");
+                if let Some(widened) = domain.widen(input, shapes[x], needs)? {
+                    let y = layer(input);
+                    if last_use.is_none_or(|l| l[x] != j) {
+                        widened.narrow(input);
+                    }
+                    return Ok::<_, Error>(y);
+                }
+                let local = match domain.gather(input, shapes[x], needs)? {
+                    Cow::Borrowed(whole) => return Ok(layer(whole)),
+                    Cow::Owned(local) => local,
+                };
+                if last_use.is_some_and(|l| l[x] == j) {
+                    vals[x] = None;
+                }
+                Ok(layer(&local))
             };
-            if owned.is_some() && last_use.is_some_and(|l| l[x] == j) {
-                vals[x] = None;
-            }
-            Ok::<_, Error>(owned)
-        };
         match &self.nodes[j].op {
             Op::Input { .. } => unreachable!("node 0 is the only input"),
             Op::Conv { layer, x, .. } => {
                 let needs = conv_needs(layer, shapes[j], grid);
-                let owned = gathered(vals, *x, &needs)?;
-                let local = owned.as_ref().or(vals[*x].as_ref()).expect("input alive");
                 let pads = needs[domain.rank()].overhang(shapes[*x]);
-                Ok(layer.forward_padded(local, acc, pads))
+                let mut acc = acc;
+                with_halo(vals, *x, &needs, &mut |local| {
+                    layer.forward_padded(local, acc.take(), pads)
+                })
             }
             Op::ConvTranspose { layer, x } => {
                 let (needs, crop) =
                     transposed_needs(layer, shapes[j], shapes[*x], grid, domain.rank());
-                let owned = gathered(vals, *x, &needs)?;
-                let local = owned.as_ref().or(vals[*x].as_ref()).expect("input alive");
-                Ok(layer.forward_window(local, crop, domain.block(shapes[j]).dims()))
+                let out = domain.block(shapes[j]).dims();
+                with_halo(vals, *x, &needs, &mut |local| {
+                    layer.forward_window(local, crop, out)
+                })
             }
             Op::Pool { layer, x } => {
                 let needs = pool_needs(layer, shapes[j], grid);
-                let owned = gathered(vals, *x, &needs)?;
-                let local = owned.as_ref().or(vals[*x].as_ref()).expect("input alive");
                 let pads = needs[domain.rank()].overhang(shapes[*x]);
-                Ok(layer.forward_padded(local, pads))
+                with_halo(vals, *x, &needs, &mut |local| {
+                    layer.forward_padded(local, pads)
+                })
             }
             Op::Add { b, .. } => {
                 let mut y = acc.expect("add operand");

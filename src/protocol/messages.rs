@@ -13,7 +13,7 @@ pub use crate::physics::wave::Shot;
 pub use crate::train::LossPoint;
 
 /// Bumped on every incompatible change of [`Request`] or [`Event`].
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest frame either side accepts (inline data included); a larger length prefix is an error
 /// before anything is allocated.
@@ -50,6 +50,15 @@ pub enum Request {
         /// server resolves in a folder of the job's own.
         files: Vec<InlineFile>,
         /// Largest preview the view needs (pixels per side); previews are downsampled to fit.
+        preview_max_side: u32,
+    },
+    /// Continue a stopped denoiser training run from its checkpoint: `run_dir` is its folder on
+    /// the server (a `Cancelled` event's `run_dir`), `preset_toml` the preset that made it (fields
+    /// that change no number, such as `train.log_every`, may differ). The job runs in a new folder
+    /// that starts with a copy of the checkpoint; the stopped run's folder is left as it was.
+    Resume {
+        preset_toml: String,
+        run_dir: PathBuf,
         preview_max_side: u32,
     },
     /// Stop a running job at the end of its current iteration.

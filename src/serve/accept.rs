@@ -445,7 +445,21 @@ fn serve_client(mut stream: Stream, hub: &Hub, client: &str) {
                 files,
                 preview_max_side,
             })) => {
-                hub.submit(id, preset_toml, inline, files, preview_max_side);
+                hub.submit(id, preset_toml, inline, files, preview_max_side, None);
+            }
+            Ok(Some(Request::Resume {
+                preset_toml,
+                run_dir,
+                preview_max_side,
+            })) => {
+                hub.submit(
+                    id,
+                    preset_toml,
+                    Vec::new(),
+                    Vec::new(),
+                    preview_max_side,
+                    Some(run_dir),
+                );
             }
             Ok(Some(Request::Cancel { job })) => {
                 if let Err(m) = hub.cancel(job) {

@@ -36,6 +36,8 @@ pub struct QueuedJob {
     pub inline: Vec<InlineArray>,
     pub files: Vec<InlineFile>,
     pub preview_max_side: u32,
+    /// A stopped training run's folder whose checkpoint this job continues from.
+    pub resume_from: Option<PathBuf>,
     pub cancel: Arc<AtomicBool>,
 }
 
@@ -219,6 +221,7 @@ impl Hub {
         inline: Vec<InlineArray>,
         files: Vec<InlineFile>,
         preview_max_side: u32,
+        resume_from: Option<PathBuf>,
     ) -> JobId {
         let mut s = self.lock();
         let job = s.next_job;
@@ -237,6 +240,7 @@ impl Hub {
             inline,
             files,
             preview_max_side,
+            resume_from,
             cancel,
         });
         if let Some(c) = s.clients.iter_mut().find(|c| c.id == client) {

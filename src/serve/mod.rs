@@ -95,6 +95,8 @@ enum RankCommand {
         preset_toml: String,
         inline: Vec<InlineArray>,
         files: Vec<InlineFile>,
+        /// A stopped training run's folder to continue from (read on rank 0 only).
+        resume_from: Option<PathBuf>,
     },
     Shutdown,
 }
@@ -129,7 +131,7 @@ fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions
         comm.set_op_timeout(None)?;
         comm.broadcast(&mut buf, 0)?;
         comm.set_op_timeout(opts.op_timeout)?;
-        let (job, preset_toml, inline, files) =
+        let (job, preset_toml, inline, files, resume_from) =
             match wire::decode_from::<RankCommand>(0, "job command", &buf)? {
                 RankCommand::Shutdown => return Ok(()),
                 RankCommand::Run {
@@ -137,7 +139,8 @@ fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions
                     preset_toml,
                     inline,
                     files,
-                } => (job, preset_toml, inline, files),
+                    resume_from,
+                } => (job, preset_toml, inline, files, resume_from),
             };
         let ctx = JobContext {
             comm: &comm,
@@ -147,7 +150,8 @@ fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions
         };
         // The same checks as rank 0's precheck, which passed: a difference (a file missing on
         // this host) fails the job on this rank, and `settle` tells the others.
-        let result = Submission::parse(&preset_toml, inline, files).and_then(|s| s.run(&ctx, &out));
+        let result = Submission::parse(&preset_toml, inline, files)
+            .and_then(|s| s.run(&ctx, &out, resume_from.as_deref()));
         if let Err(e) = settle(comm.as_ref(), result)? {
             tracing::warn!("job {job} failed: {e}");
         }
@@ -255,7 +259,14 @@ impl Submission {
         }
     }
 
-    fn run(&self, ctx: &JobContext<'_>, out: &RunDir) -> Result<Outcome> {
+    /// Runs the submission on this rank; `resume_from` (training only, checked by [`precheck`]):
+    /// the stopped run to continue.
+    fn run(
+        &self,
+        ctx: &JobContext<'_>,
+        out: &RunDir,
+        resume_from: Option<&Path>,
+    ) -> Result<Outcome> {
         match self {
             Submission::Imaging(preset, inline) => {
                 run_job(ctx, preset, inline, out).map(|s| Outcome::of_job(&s))
@@ -269,7 +280,7 @@ impl Submission {
                 let base_dir = folder.as_ref().map_or(Path::new(""), |f| f.path());
                 run_fwi_job(ctx, preset, base_dir, out).map(|s| Outcome::of_fwi(&s))
             }
-            Submission::Train(t) => t.run(ctx, out),
+            Submission::Train(t) => t.run(ctx, out, resume_from),
         }
     }
 }
@@ -429,6 +440,7 @@ fn coordinate(
             preset_toml: submission.to_toml()?,
             inline: queued.inline,
             files: submission.files().to_vec(),
+            resume_from: queued.resume_from.clone(),
         })?;
         comm.broadcast(&mut command, 0)?;
         drop(command);
@@ -451,7 +463,7 @@ fn coordinate(
                 },
             }),
         };
-        let result = submission.run(&ctx, &out);
+        let result = submission.run(&ctx, &out, queued.resume_from.as_deref());
         match settle(comm.as_ref(), result) {
             Ok(Ok(outcome)) => hub.end(job, &ended(job, outcome, &cancel)),
             Ok(Err(e)) => {
@@ -539,6 +551,18 @@ fn precheck(
         // Relative paths in a submission are the server's, from its working directory.
         preset.resolve_paths(Path::new(""))?;
         job::check_inputs(preset, inline, world, ranks_here)?;
+    }
+    if let Some(dir) = &queued.resume_from {
+        if !matches!(&submission, Submission::Train(t) if t.resumes()) {
+            return Err(Error::config(
+                "resume",
+                format!(
+                    "only a denoiser training run resumes from a checkpoint, not `{}`",
+                    submission.name()
+                ),
+            ));
+        }
+        crate::train::checkpoint::check_exists(dir)?;
     }
     // Proves the output folder writable (the probe is removed at once).
     drop(crate::io::Staging::create(out)?);

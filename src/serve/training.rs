@@ -17,7 +17,7 @@ use crate::dsn::run::{DsnPreset, DsnSummary};
 use crate::error::{Error, Result};
 use crate::io::{RunDir, Staging};
 use crate::protocol::{Event, TrainPlan};
-use crate::train::{TrainPreset, TrainSummary};
+use crate::train::{TrainPreset, TrainSummary, checkpoint};
 
 /// A submitted training preset.
 pub(super) enum TrainJob {
@@ -77,8 +77,21 @@ impl TrainJob {
         }
     }
 
+    /// Whether the job can continue a stopped run (denoiser training keeps checkpoints).
+    pub(super) fn resumes(&self) -> bool {
+        matches!(self, TrainJob::Denoiser(_))
+    }
+
     /// Runs the job on this rank; rank 0 stages and commits the run folder and streams events.
-    pub(super) fn run(&self, ctx: &JobContext<'_>, out: &RunDir) -> Result<Outcome> {
+    /// With `resume_from` (a stopped denoiser run's folder, read on rank 0), the new folder starts
+    /// with a copy of its checkpoint, the loss curve so far is streamed first, and training goes
+    /// on from there.
+    pub(super) fn run(
+        &self,
+        ctx: &JobContext<'_>,
+        out: &RunDir,
+        resume_from: Option<&Path>,
+    ) -> Result<Outcome> {
         let job = ctx.job;
         let staging = match &ctx.coordinator {
             Some(c) => {
@@ -100,6 +113,16 @@ impl TrainJob {
         let out_dir = staging
             .as_ref()
             .map_or_else(|| PathBuf::from("."), |s| s.path().to_path_buf());
+        if let (Some(from), Some(c)) = (resume_from, &ctx.coordinator) {
+            checkpoint::copy(from, &out_dir)?;
+            for point in checkpoint::loss_curve(&out_dir)? {
+                c.hub.record(job, &Event::TrainStep { job, point });
+            }
+        }
+        let control = crate::train::RunControl {
+            stop_after: None,
+            resume: resume_from.is_some(),
+        };
         let cancelled = || {
             ctx.coordinator
                 .as_ref()
@@ -116,14 +139,7 @@ impl TrainJob {
                     }
                     stop_if(cancelled())
                 };
-                let s = crate::train::train(
-                    p,
-                    base,
-                    &out_dir,
-                    comm,
-                    &crate::train::RunControl::default(),
-                    &mut on_report,
-                )?;
+                let s = crate::train::train(p, base, &out_dir, comm, &control, &mut on_report)?;
                 (s.stopped_early, s.steps, Summary::Denoiser(s))
             }
             TrainJob::Dsn(p) => {

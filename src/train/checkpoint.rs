@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::dist::{Collective, wire};
 use crate::error::{Error, Result};
 
 use super::{LossPoint, TrainPreset};
@@ -46,7 +47,7 @@ struct Meta {
 }
 
 /// A training state to resume from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     pub step: usize,
     pub adam_t: i32,
@@ -194,6 +195,76 @@ pub fn read(run_dir: &Path, preset: &TrainPreset, parameters: usize) -> Result<C
         adam_v: f64s(v),
         loss: meta.loss,
     })
+}
+
+/// [`read`] on rank 0, whose state every rank then receives: the other ranks need no copy of
+/// the folder (a backend's followers, or ranks on hosts that do not share its disk). A failure
+/// on rank 0 fails the others through the group's usual failure path.
+pub fn read_on_root(
+    comm: &dyn Collective,
+    run_dir: &Path,
+    preset: &TrainPreset,
+    parameters: usize,
+) -> Result<Checkpoint> {
+    let mut bytes = match comm.rank() {
+        0 => wire::encode(&read(run_dir, preset, parameters)?)?,
+        _ => Vec::new(),
+    };
+    comm.broadcast(&mut bytes, 0)?;
+    let state: Checkpoint = wire::decode_from(0, "training checkpoint", &bytes)?;
+    if state.params.len() != parameters {
+        return Err(Error::bad_peer_data(
+            0,
+            format!(
+                "a checkpoint of {} weights for a network of {parameters}",
+                state.params.len()
+            ),
+        ));
+    }
+    Ok(state)
+}
+
+/// The loss curve a run's checkpoint holds (what a resumed run's curve starts with).
+pub fn loss_curve(run_dir: &Path) -> Result<Vec<LossPoint>> {
+    let json_path = dir_of(run_dir).join("checkpoint.json");
+    let text =
+        std::fs::read_to_string(&json_path).map_err(|e| Error::io("reading", &json_path, e))?;
+    let meta: Meta = serde_json::from_str(&text).map_err(|e| {
+        Error::format(
+            &json_path,
+            format!("not a tessera training checkpoint: {e}"),
+        )
+    })?;
+    Ok(meta.loss)
+}
+
+/// Fails, naming the folder, unless `run_dir` holds a checkpoint.
+pub fn check_exists(run_dir: &Path) -> Result<()> {
+    let dir = dir_of(run_dir);
+    match dir.join("checkpoint.json").is_file() && dir.join("state.bin").is_file() {
+        true => Ok(()),
+        false => Err(Error::config(
+            "resume",
+            format!(
+                "{} holds no training checkpoint (a run stopped before its last step writes one \
+                 in checkpoint/)",
+                run_dir.display()
+            ),
+        )),
+    }
+}
+
+/// Copies `from`'s checkpoint into `to` (a new run folder that resumes it); `from` is left as
+/// it was.
+pub fn copy(from: &Path, to: &Path) -> Result<()> {
+    check_exists(from)?;
+    let (src, dst) = (dir_of(from), dir_of(to));
+    std::fs::create_dir_all(&dst).map_err(|e| Error::io("creating", &dst, e))?;
+    for name in ["checkpoint.json", "state.bin"] {
+        std::fs::copy(src.join(name), dst.join(name))
+            .map_err(|e| Error::io("copying", src.join(name), e))?;
+    }
+    Ok(())
 }
 
 /// The first field (dotted path) where `a` and `b` differ, with both values; fields in

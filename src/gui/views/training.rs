@@ -51,10 +51,26 @@ impl View for TrainCurvesView {
             );
             return;
         };
+        let mut resume = false;
         ui.horizontal(|ui| {
             ui.heading(&run.name);
             ui.label(progress(run));
+            if wb.session.resumable_run().is_some() {
+                let blocker = wb.run_blocker();
+                resume = ui
+                    .add_enabled(blocker.is_none(), egui::Button::new("Resume"))
+                    .on_hover_text(blocker.unwrap_or_else(|| {
+                        "continue from the checkpoint the stop wrote, in a new run folder (the \
+                         stopped one stays as it is)"
+                            .into()
+                    }))
+                    .clicked();
+            }
         });
+        if resume {
+            wb.resume();
+            return;
+        }
         if run.is_dsn() {
             dsn_curves(ui, run);
         } else {

@@ -60,6 +60,9 @@ pub struct WaveBench {
     pub forward_secs: f64,
     /// The same forward with the kernels compiled for plain x86-64 (no AVX), in the same rounds.
     pub forward_baseline_isa_secs: f64,
+    /// The same forward sweeping the whole grid once per step (no temporal blocking), in the
+    /// same rounds.
+    pub forward_one_sweep_secs: f64,
     /// Forward + adjoint with the stored wavefield.
     pub gradient_secs: Option<f64>,
     /// Peak bytes per shot of each strategy: stored wavefield, checkpointing, boundary saving.
@@ -205,6 +208,8 @@ pub fn bench_wave(spec: &WaveBenchSpec) -> Result<WaveBench> {
         ..Default::default()
     };
     let baseline = Solver::new(&model, &settings)?.with_baseline_isa();
+    let one_sweep = Solver::new(&model, &settings)?.with_time_block(1, 1);
+    let mut forward_one_sweep = Vec::new();
     for _ in 0..spec.repeats.max(1) {
         let t = Instant::now();
         std::hint::black_box(solver.forward(&shots, &wavelets)?);
@@ -212,6 +217,9 @@ pub fn bench_wave(spec: &WaveBenchSpec) -> Result<WaveBench> {
         let t = Instant::now();
         std::hint::black_box(baseline.forward(&shots, &wavelets)?);
         forward_baseline.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        std::hint::black_box(one_sweep.forward(&shots, &wavelets)?);
+        forward_one_sweep.push(t.elapsed().as_secs_f64());
         if spec.gradient {
             let t = Instant::now();
             std::hint::black_box(start_solver.gradient(&shots, &wavelets, &misfit, &store)?);
@@ -241,6 +249,7 @@ pub fn bench_wave(spec: &WaveBenchSpec) -> Result<WaveBench> {
         cell_updates_per_shot: (solver.updated_cells() * solver.internal_steps()) as f64,
         forward_secs: median(forward),
         forward_baseline_isa_secs: median(forward_baseline),
+        forward_one_sweep_secs: median(forward_one_sweep),
         gradient_secs: spec.gradient.then(|| median(gradient)),
         peak_bytes,
         triad_bytes_per_sec: triad_bandwidth(),
@@ -275,6 +284,12 @@ impl std::fmt::Display for WaveBench {
             "  forward, x86-64  {:8.3} s   kernels without AVX: the vector variants are {:.2}× faster",
             self.forward_baseline_isa_secs,
             self.forward_baseline_isa_secs / self.forward_secs
+        )?;
+        writeln!(
+            f,
+            "  forward, 1 sweep {:8.3} s   one sweep of the grid per step: temporal blocking is {:.2}× faster",
+            self.forward_one_sweep_secs,
+            self.forward_one_sweep_secs / self.forward_secs
         )?;
         if let (Some(g), Some(r)) = (self.gradient_secs, self.gradient_rate_per_core()) {
             writeln!(

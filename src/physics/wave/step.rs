@@ -467,6 +467,112 @@ fn tail<T: Real, const R: usize>(
     }
 }
 
+/// Forward steps `levels` at once over one shot on the calling thread (temporal blocking): rows
+/// are taken in blocks of `block_rows`, and for each block every level `l` (step `t0 + l`) advances
+/// the rows that level `l − 1` has made ready, lagging it by `R` rows, so a block's fields are
+/// still in L2 when the next level reads them instead of streaming the grid once per step.
+///
+/// Why the lag `R` suffices (every cell update is today's arithmetic, only the order over cells
+/// changes, so results are equal as numbers). Level `l` reads u(t0+l) and ψ(t0+l) at rows
+/// `y ± R`, u(t0+l−1) and ζ at row `y` only, and writes u(t0+l+1) over u(t0+l−1), ψ(t0+l+1) over
+/// ψ(t0+l−1) and ζ in place. When level `l` writes rows `< e`, level `l − 1` has finished rows
+/// `< e + R` (or all rows), so (1) every neighbour level `l` reads is final, and (2) the rows of
+/// u(t0+l−1), ψ(t0+l−1) that level `l` overwrites are no longer read by level `l − 1`, whose
+/// remaining rows `≥ e + R` read rows `≥ e`. ζ is read and written at its own row only, by the
+/// levels in their order. Rows outside `[R, nz − R)` are never stepped; they are handed to
+/// `after` with the first and last block.
+///
+/// `after(l, (r0, r1), u_new)` runs after level `l` has finished rows `[r0, r1)` (source
+/// injection and receiver recording of step `t0 + l` go there; those rows are not read by a later
+/// level before it returns). The state ends as after `levels` calls of [`forward`] and
+/// [`State::rotate`].
+pub(crate) fn forward_blocked<T: Real, const R: usize>(
+    k: &Kernel<'_, T, R>,
+    nz: usize,
+    v: &[T],
+    state: &mut State<T>,
+    levels: usize,
+    block_rows: usize,
+    mut after: impl FnMut(usize, (usize, usize), &mut [T]),
+) {
+    let nx = k.nx;
+    let (lo, hi) = (R, nz - R);
+    if levels == 0 || hi <= lo {
+        return;
+    }
+    let block_rows = block_rows.max(1);
+    let _flush = FlushSubnormals::new();
+    let mut w = vec![T::ZERO; nx];
+    let State {
+        cur,
+        prev,
+        psi_y,
+        psi_x,
+        psi_yn,
+        psi_xn,
+        zeta_y,
+        zeta_x,
+        ..
+    } = state;
+    let mut done = vec![lo; levels];
+    let mut p = lo;
+    while done[levels - 1] < hi {
+        p += block_rows;
+        for (l, done_l) in done.iter_mut().enumerate() {
+            let (a, b) = (*done_l, p.saturating_sub(l * R).clamp(lo, hi));
+            if b <= a {
+                continue;
+            }
+            let (u, new, py, px, pyn, pxn) = if l % 2 == 0 {
+                (
+                    &cur[..],
+                    &mut prev[..],
+                    &psi_y[..],
+                    &psi_x[..],
+                    &mut psi_yn[..],
+                    &mut psi_xn[..],
+                )
+            } else {
+                (
+                    &prev[..],
+                    &mut cur[..],
+                    &psi_yn[..],
+                    &psi_xn[..],
+                    &mut psi_y[..],
+                    &mut psi_x[..],
+                )
+            };
+            let fields = Fields {
+                u,
+                psi_y: py,
+                psi_x: px,
+                zeta_y: &[],
+                zeta_x: &[],
+            };
+            let rows = a * nx..b * nx;
+            let mut band_mut = BandMut {
+                y0: a,
+                new: &mut new[rows.clone()],
+                psi_yn: &mut pyn[rows.clone()],
+                psi_xn: &mut pxn[rows.clone()],
+                zeta_y: &mut zeta_y[rows.clone()],
+                zeta_x: &mut zeta_x[rows],
+                w_out: None,
+                energy: None,
+                grad: None,
+            };
+            band_on::<T, R, false>(k.isa, k, fields, v, None, None, &mut w, &mut band_mut);
+            *done_l = b;
+            let r0 = if a == lo { 0 } else { a };
+            let r1 = if b == hi { nz } else { b };
+            after(l, (r0, r1), new);
+        }
+    }
+    if levels % 2 == 1 {
+        state.rotate();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
