@@ -558,8 +558,9 @@ mod tests {
     /// on the same values, with bias, ReLU and the accumulator. Rounding of F(4, 3) in f32: each
     /// output is a sum over `C_in` of transformed products whose transforms have row sums up to 10
     /// (Bᵀ) and 19 (Aᵀ), so its error is bounded by a few hundred ε times the output's magnitude
-    /// `Σ|w||x| + |b| + |acc|` in the worst case and is ~10 ε in practice; the test allows
-    /// 64 ε = 3.8e-6 of it (im2col + GEMM stays below ~4 ε).
+    /// `Σ|w||x| + |b| + |acc|` (the largest over the output's plane: a tile mixes its outputs)
+    /// in the worst case; the cases here reach ~25 ε. The test allows 64 ε = 3.8e-6 of it, inside
+    /// issue 11's 1e-5 relative for f32 (im2col + GEMM stays below ~4 ε).
     #[test]
     fn f32_winograd_equals_im2col_to_rounding() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
@@ -595,7 +596,14 @@ mod tests {
                 let want = c64.forward_padded(&x64, acc64.clone(), pads);
                 let got = c32.forward_padded(&x64.cast(), acc64.as_ref().map(|a| a.cast()), pads);
                 assert_eq!(got.dims, want.dims);
-                let scale = magnitudes(&c64, &x64, acc64.as_ref(), pads);
+                // Winograd's rounding is bounded by the magnitudes a tile mixes, not by each
+                // output's own (an output that only sees padding carries its tile's error): the
+                // scale is the largest magnitude of the output's plane.
+                let mut scale = magnitudes(&c64, &x64, acc64.as_ref(), pads);
+                for plane in scale.chunks_mut(od[1] * od[2]) {
+                    let top = plane.iter().copied().fold(0.0, f64::max);
+                    plane.fill(top);
+                }
                 for ((g, w), s) in got.data.iter().zip(&want.data).zip(&scale) {
                     let err = (*g as f64 - w).abs();
                     worst = worst.max(err / (s * eps));
