@@ -107,7 +107,12 @@ fn input_1d<T: Scalar>(d: [&[T]; A], o: [&mut [T]; A]) {
         &mut o5[..n],
     );
     let (d0, d1, d2, d3, d4, d5) = (
-        &d[0][..n], &d[1][..n], &d[2][..n], &d[3][..n], &d[4][..n], &d[5][..n],
+        &d[0][..n],
+        &d[1][..n],
+        &d[2][..n],
+        &d[3][..n],
+        &d[4][..n],
+        &d[5][..n],
     );
     for k in 0..n {
         let (a0, a1, a2, a3, a4, a5) = (d0[k], d1[k], d2[k], d3[k], d4[k], d5[k]);
@@ -130,7 +135,12 @@ fn output_1d<T: Scalar>(m: [&[T]; A], o: [&mut [T]; M]) {
     let [o0, o1, o2, o3] = o;
     let (o0, o1, o2, o3) = (&mut o0[..n], &mut o1[..n], &mut o2[..n], &mut o3[..n]);
     let (m0, m1, m2, m3, m4, m5) = (
-        &m[0][..n], &m[1][..n], &m[2][..n], &m[3][..n], &m[4][..n], &m[5][..n],
+        &m[0][..n],
+        &m[1][..n],
+        &m[2][..n],
+        &m[3][..n],
+        &m[4][..n],
+        &m[5][..n],
     );
     for k in 0..n {
         let (p12, d12) = (m1[k] + m2[k], m1[k] - m2[k]);
@@ -198,7 +208,12 @@ impl<T: Scalar> Scratch<T> {
 }
 
 /// A parallel loop over `0..n` that runs on one thread when `serial`.
-fn for_each_index<T: Scalar>(n: usize, serial: bool, tiles_w: usize, f: impl Fn(&mut Scratch<T>, usize) + Sync + Send) {
+fn for_each_index<T: Scalar>(
+    n: usize,
+    serial: bool,
+    tiles_w: usize,
+    f: impl Fn(&mut Scratch<T>, usize) + Sync + Send,
+) {
     if serial {
         let mut s = Scratch::new(tiles_w);
         (0..n).for_each(|i| f(&mut s, i));
@@ -540,7 +555,12 @@ mod tests {
     }
 
     /// `Σ_ci Σ_taps |w|·|x| + |bias| + |acc|` of every output: the scale of its rounding errors.
-    fn magnitudes(c: &Conv<f64>, x: &Features<f64>, acc: Option<&Features<f64>>, pads: Pads) -> Vec<f64> {
+    fn magnitudes(
+        c: &Conv<f64>,
+        x: &Features<f64>,
+        acc: Option<&Features<f64>>,
+        pads: Pads,
+    ) -> Vec<f64> {
         let abs = |f: &Features<f64>| Features {
             data: f.data.iter().map(|v| v.abs()).collect(),
             ..f.clone()
@@ -568,7 +588,11 @@ mod tests {
         let mut worst = 0.0f64;
         for (batch, c_in, c_out, h, w, p) in cases() {
             let pads = pads_of(p);
-            for (relu, with_acc, with_bias) in [(false, false, true), (true, true, true), (true, false, false)] {
+            for (relu, with_acc, with_bias) in [
+                (false, false, true),
+                (true, true, true),
+                (true, false, false),
+            ] {
                 let mut c64 = conv_of::<f64>(c_in, c_out, &mut rng);
                 c64.relu = relu;
                 if !with_bias {
@@ -582,17 +606,24 @@ mod tests {
                     c64.pad,
                     c64.dilation,
                     c64.weight.iter().map(|v| *v as f32).collect(),
-                    c64.bias.as_ref().map(|b| b.iter().map(|v| *v as f32).collect()),
+                    c64.bias
+                        .as_ref()
+                        .map(|b| b.iter().map(|v| *v as f32).collect()),
                     relu,
                 );
-                let x64: Features<f64> = random_features::<f64>(batch, c_in, [1, h, w], &mut rng).cast::<f32>().cast();
+                let x64: Features<f64> = random_features::<f64>(batch, c_in, [1, h, w], &mut rng)
+                    .cast::<f32>()
+                    .cast();
                 let od = c64.out_dims_padded(x64.dims, pads).unwrap();
                 assert!(
                     layer::<f32>(&c32.geom(), x64.dims, pads.map(|p| p[0]), od).is_some(),
                     "case ({batch}, {c_in}, {c_out}, {h}, {w}, {p:?}) should run on Winograd"
                 );
-                let acc64: Option<Features<f64>> =
-                    with_acc.then(|| random_features::<f64>(batch, c_out, od, &mut rng).cast::<f32>().cast());
+                let acc64: Option<Features<f64>> = with_acc.then(|| {
+                    random_features::<f64>(batch, c_out, od, &mut rng)
+                        .cast::<f32>()
+                        .cast()
+                });
                 let want = c64.forward_padded(&x64, acc64.clone(), pads);
                 let got = c32.forward_padded(&x64.cast(), acc64.as_ref().map(|a| a.cast()), pads);
                 assert_eq!(got.dims, want.dims);
@@ -663,10 +694,30 @@ mod tests {
         let dims = [1, 8, 8];
         assert!(layer::<f32>(&g([1, 3, 3], [1; 3], [1; 3]), dims, [0, 1, 1], [1, 8, 8]).is_some());
         assert!(layer::<f64>(&g([1, 3, 3], [1; 3], [1; 3]), dims, [0, 1, 1], [1, 8, 8]).is_none());
-        assert!(layer::<f32>(&g([1, 3, 3], [1, 2, 2], [1; 3]), dims, [0, 1, 1], [1, 4, 4]).is_none());
-        assert!(layer::<f32>(&g([1, 3, 3], [1; 3], [1, 2, 2]), dims, [0, 2, 2], [1, 8, 8]).is_none());
+        assert!(
+            layer::<f32>(&g([1, 3, 3], [1, 2, 2], [1; 3]), dims, [0, 1, 1], [1, 4, 4]).is_none()
+        );
+        assert!(
+            layer::<f32>(&g([1, 3, 3], [1; 3], [1, 2, 2]), dims, [0, 2, 2], [1, 8, 8]).is_none()
+        );
         assert!(layer::<f32>(&g([1, 5, 5], [1; 3], [1; 3]), dims, [0, 2, 2], [1, 8, 8]).is_none());
-        assert!(layer::<f32>(&g([3, 3, 3], [1; 3], [1; 3]), [3, 8, 8], [1, 1, 1], [3, 8, 8]).is_none());
-        assert!(layer::<f32>(&g([1, 3, 3], [1; 3], [1; 3]), [3, 8, 8], [0, 1, 1], [3, 8, 8]).is_none());
+        assert!(
+            layer::<f32>(
+                &g([3, 3, 3], [1; 3], [1; 3]),
+                [3, 8, 8],
+                [1, 1, 1],
+                [3, 8, 8]
+            )
+            .is_none()
+        );
+        assert!(
+            layer::<f32>(
+                &g([1, 3, 3], [1; 3], [1; 3]),
+                [3, 8, 8],
+                [0, 1, 1],
+                [3, 8, 8]
+            )
+            .is_none()
+        );
     }
 }
