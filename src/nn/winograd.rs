@@ -317,7 +317,6 @@ impl Strip<'_> {
         let n = self.n;
         let v_ptr = SendPtr(v.as_mut_ptr());
         for_each_index(l.c_in, serial, tw, |s: &mut Scratch<T>, ci| {
-            let v_ptr = v_ptr;
             let xc = &xb[ci * hi * wi..(ci + 1) * hi * wi];
             // Input columns of buffer cells lo..hi (cell k holds column k − pw).
             let lo = pw.min(width);
@@ -421,7 +420,6 @@ impl Strip<'_> {
         let n = self.n;
         let width = M * tw + 2;
         for_each_index(l.c_out, serial, tw, |s: &mut Scratch<T>, co| {
-            let dst = dst;
             let bias = bias.map_or(T::ZERO, |b| b[co]);
             for ty in self.ty0..self.ty1 {
                 let base = (ty - self.ty0) * tw;
@@ -529,10 +527,13 @@ mod tests {
     use crate::nn::conv::{Conv, Pads};
     use rand::{RngExt, SeedableRng};
 
-    /// `(batch, c_in, c_out, h, w, [[top, bottom], [left, right]])`: odd sizes, sizes that are not
+    /// `(batch, c_in, c_out, h, w, [[top, bottom], [left, right]])`.
+    type Case = (usize, usize, usize, usize, usize, [[usize; 2]; 2]);
+
+    /// Odd sizes, sizes that are not
     /// multiples of 4, asymmetric and zero padding, padding wider than the kernel's reach, C_in ≠
     /// C_out, batch 2, images smaller than one tile, and a strip count above the thread count.
-    fn cases() -> Vec<(usize, usize, usize, usize, usize, [[usize; 2]; 2])> {
+    fn cases() -> Vec<Case> {
         vec![
             (1, 1, 1, 3, 3, [[0, 0], [0, 0]]),
             (1, 3, 5, 7, 9, [[1, 1], [1, 1]]),
