@@ -577,9 +577,11 @@ fn conv_forward<T: Scalar>(
         // keep it safe Rust at a small cost.
         None => Features::zeros(x.batch, g.c_out, od),
     };
-    if let Some(l) = winograd::layer::<T>(g, x.dims, pad_lo, od) {
+    let window = [g.kernel, g.stride, g.dilation];
+    if let Some(l) = winograd::layer::<T>([g.c_in, g.c_out], window, x.dims, pad_lo, od) {
         let u = winograd::transform_weights(g.c_in, g.c_out, weight);
-        winograd::conv3x3(&l, &u, bias, relu, x, &mut out, accumulate);
+        let (x_data, out_data) = (&x.data, &mut out.data);
+        winograd::conv3x3(&l, &u, bias, relu, x.batch, x_data, out_data, accumulate);
         return out;
     }
     let k_len = g.k_len();

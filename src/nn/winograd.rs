@@ -27,7 +27,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
-use super::conv::{Features, Geom};
 use super::scalar::Scalar;
 
 /// Output tile side.
@@ -225,25 +224,26 @@ fn for_each_index<T: Scalar>(
 }
 
 /// `out = relu?(conv(x) + bias (+ out when accumulate))` for a 3×3, stride-1, dilation-1 convolution
-/// of the 2-D maps `x` (`D = 1`), `u` the weights transformed by [`transform_weights`]. `out` has
-/// `l.c_out` channels of `l.out_hw`.
+/// of `batch` items of 2-D maps `x` (`(batch, l.c_in, l.in_hw)` row-major), `u` the weights
+/// transformed by [`transform_weights`]; `out` is `(batch, l.c_out, l.out_hw)` row-major. (Plain
+/// slices, not `conv::Features`: `conv` calls this module, never the other way.)
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv3x3<T: Scalar>(
     l: &Layer,
     u: &[T],
     bias: Option<&[T]>,
     relu: bool,
-    x: &Features<T>,
-    out: &mut Features<T>,
+    batch: usize,
+    x: &[T],
+    out: &mut [T],
     accumulate: bool,
 ) {
     let [ho, wo] = l.out_hw;
     let [hi, wi] = l.in_hw;
-    assert_eq!(x.channels, l.c_in, "winograd input channels");
-    assert_eq!(x.dims, [1, hi, wi], "winograd input size");
-    assert_eq!(out.dims, [1, ho, wo], "winograd output size");
+    assert_eq!(x.len(), batch * l.c_in * hi * wi, "winograd input size");
+    assert_eq!(out.len(), batch * l.c_out * ho * wo, "winograd output size");
     assert_eq!(u.len(), XI * l.c_in * l.c_out, "winograd weights");
-    if ho == 0 || wo == 0 || x.batch == 0 || l.c_out == 0 {
+    if ho == 0 || wo == 0 || batch == 0 || l.c_out == 0 {
         return;
     }
     let tiles_w = wo.div_ceil(M);
@@ -255,7 +255,7 @@ pub(crate) fn conv3x3<T: Scalar>(
     let strips = |r: usize| tiles_h.div_ceil(r);
     // Enough tasks to keep every thread busy when the image allows it without shrinking a strip
     // below half the target.
-    while x.batch * strips(strip_rows) < threads && strip_rows > 1 {
+    while batch * strips(strip_rows) < threads && strip_rows > 1 {
         let smaller = strip_rows.div_ceil(2);
         if smaller * tiles_w * 2 < want_tiles.min(tiles_h * tiles_w) {
             break;
@@ -263,9 +263,9 @@ pub(crate) fn conv3x3<T: Scalar>(
         strip_rows = smaller;
     }
     let n_strips = strips(strip_rows);
-    let tasks = x.batch * n_strips;
+    let tasks = batch * n_strips;
     let outer_parallel = tasks >= threads;
-    let out_ptr = SendPtr(out.data.as_mut_ptr());
+    let out_ptr = SendPtr(out.as_mut_ptr());
     let run = |task: usize, v: &mut Vec<T>, m: &mut Vec<T>| {
         let (b, s) = (task / n_strips, task % n_strips);
         let ty0 = s * strip_rows;
@@ -273,7 +273,7 @@ pub(crate) fn conv3x3<T: Scalar>(
         let n = (ty1 - ty0) * tiles_w;
         v.resize(XI * l.c_in * n, T::ZERO);
         m.resize(XI * l.c_out * n, T::ZERO);
-        let xb = &x.data[b * l.c_in * hi * wi..(b + 1) * l.c_in * hi * wi];
+        let xb = &x[b * l.c_in * hi * wi..(b + 1) * l.c_in * hi * wi];
         let strip = Strip {
             l,
             tiles_w,
@@ -494,26 +494,28 @@ pub fn set_enabled(enabled: bool) {
     ENABLED.store(enabled, Ordering::Relaxed);
 }
 
-/// The Winograd geometry of a convolution `g` on 2-D maps of `in_dims` with low padding `pad_lo` and
-/// output `od`, when it qualifies: `f32`, kernel 3×3, stride 1, dilation 1, `D = 1`. (`f64`, the
+/// The Winograd geometry of a convolution of `[c_in, c_out]` channels and `[kernel, stride,
+/// dilation]` (each `[D, H, W]`) on maps of `in_dims` with low padding `pad_lo` and output `od`, when
+/// it qualifies: `f32`, kernel 3×3, stride 1, dilation 1, `D = 1`. (`f64`, the
 /// precision of the gradient and decomposition tests, stays on im2col, exact across block layouts.)
 pub(crate) fn layer<T: Scalar>(
-    g: &Geom,
+    [c_in, c_out]: [usize; 2],
+    [kernel, stride, dilation]: [[usize; 3]; 3],
     in_dims: [usize; 3],
     pad_lo: [usize; 3],
     od: [usize; 3],
 ) -> Option<Layer> {
     let qualifies = TypeId::of::<T>() == TypeId::of::<f32>()
         && ENABLED.load(Ordering::Relaxed)
-        && g.kernel == [1, 3, 3]
-        && g.stride == [1; 3]
-        && g.dilation == [1; 3]
+        && kernel == [1, 3, 3]
+        && stride == [1; 3]
+        && dilation == [1; 3]
         && in_dims[0] == 1
         && od[0] == 1
         && pad_lo[0] == 0;
     qualifies.then_some(Layer {
-        c_in: g.c_in,
-        c_out: g.c_out,
+        c_in,
+        c_out,
         in_hw: [in_dims[1], in_dims[2]],
         out_hw: [od[1], od[2]],
         pad_lo: [pad_lo[1], pad_lo[2]],
@@ -524,7 +526,22 @@ pub(crate) fn layer<T: Scalar>(
 mod tests {
     use super::*;
     use crate::nn::conv::tests::{random, random_features};
-    use crate::nn::conv::{Conv, Pads};
+    use crate::nn::conv::{Conv, Features, Geom, Pads};
+
+    fn layer_of<T: Scalar>(
+        g: &Geom,
+        in_dims: [usize; 3],
+        pad_lo: [usize; 3],
+        od: [usize; 3],
+    ) -> Option<Layer> {
+        layer::<T>(
+            [g.c_in, g.c_out],
+            [g.kernel, g.stride, g.dilation],
+            in_dims,
+            pad_lo,
+            od,
+        )
+    }
     use rand::{RngExt, SeedableRng};
 
     /// `(batch, c_in, c_out, h, w, [[top, bottom], [left, right]])`.
@@ -617,7 +634,7 @@ mod tests {
                     .cast();
                 let od = c64.out_dims_padded(x64.dims, pads).unwrap();
                 assert!(
-                    layer::<f32>(&c32.geom(), x64.dims, pads.map(|p| p[0]), od).is_some(),
+                    layer_of::<f32>(&c32.geom(), x64.dims, pads.map(|p| p[0]), od).is_some(),
                     "case ({batch}, {c_in}, {c_out}, {h}, {w}, {p:?}) should run on Winograd"
                 );
                 let acc64: Option<Features<f64>> = with_acc.then(|| {
@@ -671,7 +688,16 @@ mod tests {
             };
             let u = transform_weights(c_in, c_out, &c.weight);
             let mut got = acc.clone();
-            conv3x3(&l, &u, c.bias.as_deref(), c.relu, &x, &mut got, true);
+            conv3x3(
+                &l,
+                &u,
+                c.bias.as_deref(),
+                c.relu,
+                batch,
+                &x.data,
+                &mut got.data,
+                true,
+            );
             let scale = magnitudes(&c, &x, Some(&acc), pads);
             for ((g, w), s) in got.data.iter().zip(&want.data).zip(&scale) {
                 assert!(
@@ -693,17 +719,23 @@ mod tests {
             dilation,
         };
         let dims = [1, 8, 8];
-        assert!(layer::<f32>(&g([1, 3, 3], [1; 3], [1; 3]), dims, [0, 1, 1], [1, 8, 8]).is_some());
-        assert!(layer::<f64>(&g([1, 3, 3], [1; 3], [1; 3]), dims, [0, 1, 1], [1, 8, 8]).is_none());
         assert!(
-            layer::<f32>(&g([1, 3, 3], [1, 2, 2], [1; 3]), dims, [0, 1, 1], [1, 4, 4]).is_none()
+            layer_of::<f32>(&g([1, 3, 3], [1; 3], [1; 3]), dims, [0, 1, 1], [1, 8, 8]).is_some()
         );
         assert!(
-            layer::<f32>(&g([1, 3, 3], [1; 3], [1, 2, 2]), dims, [0, 2, 2], [1, 8, 8]).is_none()
+            layer_of::<f64>(&g([1, 3, 3], [1; 3], [1; 3]), dims, [0, 1, 1], [1, 8, 8]).is_none()
         );
-        assert!(layer::<f32>(&g([1, 5, 5], [1; 3], [1; 3]), dims, [0, 2, 2], [1, 8, 8]).is_none());
         assert!(
-            layer::<f32>(
+            layer_of::<f32>(&g([1, 3, 3], [1, 2, 2], [1; 3]), dims, [0, 1, 1], [1, 4, 4]).is_none()
+        );
+        assert!(
+            layer_of::<f32>(&g([1, 3, 3], [1; 3], [1, 2, 2]), dims, [0, 2, 2], [1, 8, 8]).is_none()
+        );
+        assert!(
+            layer_of::<f32>(&g([1, 5, 5], [1; 3], [1; 3]), dims, [0, 2, 2], [1, 8, 8]).is_none()
+        );
+        assert!(
+            layer_of::<f32>(
                 &g([3, 3, 3], [1; 3], [1; 3]),
                 [3, 8, 8],
                 [1, 1, 1],
@@ -712,7 +744,7 @@ mod tests {
             .is_none()
         );
         assert!(
-            layer::<f32>(
+            layer_of::<f32>(
                 &g([1, 3, 3], [1; 3], [1; 3]),
                 [3, 8, 8],
                 [0, 1, 1],
