@@ -4,12 +4,17 @@
 //! (scripts/bench_torch_drunet.py in ~/.cache/tessera/deepinv-venv, 2 threads) and the ratio
 //! native / torch. Then tiled (256² patches, 32 px overlap) against untiled at 1024².
 //! `--2048` runs one untiled 2048² forward only (for `/usr/bin/time -v` peak memory).
+//! First, the baseline of the Winograd path (src/nn/winograd.rs) in the same run: one 64→64 3×3
+//! convolution at 256² and 512² and the DRUNet forward at each size, with Winograd and with it
+//! turned off (im2col + GEMM), and their ratio.
 //! Environment: TESSERA_BENCH_REPS (default 3), TESSERA_TORCH_PYTHON (the venv's python).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use tessera::denoise::Denoiser;
+use tessera::nn::conv::{Conv, Features};
+use tessera::nn::winograd;
 use tessera::nn::{Drunet, DrunetArch};
 use tessera::tensor::Tensor;
 use tessera::tiling::{OverlapTiling, TiledDenoiser};
@@ -43,6 +48,40 @@ fn torch_time(python: &PathBuf, size: usize, reps: usize) -> Result<(f64, f64), 
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let lines = torch::torch_times(python, "bench_torch_drunet.py", &args)?;
     Ok((lines[0].1, lines[0].2))
+}
+
+/// Median times of `f` with the Winograd path on and off (im2col + GEMM), in that order.
+fn both_ways(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
+    winograd::set_enabled(true);
+    let (wino, _) = time(reps, &mut f);
+    winograd::set_enabled(false);
+    let (im2col, _) = time(reps, &mut f);
+    winograd::set_enabled(true);
+    (wino, im2col)
+}
+
+/// One 64→64 3×3 convolution (padding 1, bias, ReLU) at `size`², both ways.
+fn conv_baseline(size: usize, reps: usize) {
+    let c = 64;
+    let weight: Vec<f32> = (0..c * c * 9)
+        .map(|i: usize| ((i.wrapping_mul(2654435761) >> 9) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    let conv = Conv::new(2, c, c, 3, 1, 1, weight, Some(vec![0.01; c]), true);
+    let mut x = Features::<f32>::zeros(1, c, [1, size, size]);
+    x.data
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = ((i.wrapping_mul(40503) >> 5) % 1000) as f32 / 1000.0);
+    let (wino, im2col) = both_ways(reps, || {
+        std::hint::black_box(conv.forward(&x, None));
+    });
+    let gflop = 2.0 * (c * c * 9 * size * size) as f64 / 1e9;
+    println!(
+        "conv 64→64 3×3 {size:>4}²: winograd {wino:.4} s, im2col+GEMM {im2col:.4} s: im2col/winograd {:.2} ({:.0} vs {:.0} direct-GFLOP/s)",
+        im2col / wino,
+        gflop / wino,
+        gflop / im2col
+    );
 }
 
 fn main() {
@@ -81,8 +120,18 @@ fn main() {
             "(no PyTorch comparison: ~/.cache/tessera/deepinv-venv/bin/python not found; set TESSERA_TORCH_PYTHON)"
         );
     }
+    for size in [256, 512] {
+        conv_baseline(size, reps);
+    }
     for &size in &sizes {
         let x = image(size);
+        let (wino, im2col) = both_ways(reps, || {
+            net.denoise(&x, 0.1).expect("forward");
+        });
+        println!(
+            "{size:>5}²  DRUNet winograd {wino:7.3} s, im2col+GEMM {im2col:7.3} s: im2col/winograd {:.2}",
+            im2col / wino
+        );
         let (med, min) = time(reps, || {
             net.denoise(&x, 0.1).expect("forward");
         });

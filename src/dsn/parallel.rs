@@ -802,7 +802,8 @@ mod tests {
 
     /// The conv trunks (encoders, decoder) split over 2 and 4 ranks per domain (one group, or two
     /// groups of domains) train the weights of one process holding every whole image: the forward
-    /// pass is bitwise the same (the first step's losses are), and the trunks' weight gradients,
+    /// pass equals it to rounding (Winograd tiles start at each block's edge; 1e-5 relative, issue
+    /// 11's bound in f32), and the trunks' weight gradients,
     /// summed block by block, differ from the whole image's sum only by rounding.
     #[test]
     fn trunks_split_over_ranks_per_domain_train_the_weights_of_one_process() {
@@ -817,7 +818,8 @@ mod tests {
                     "{sim:?} (task only {task_only}), {world} ranks, {per_domain} per domain"
                 );
                 let (got, losses, every_rank) = train_spatial(world, per_domain, sim, task_only);
-                assert_eq!(losses[0], want_losses[0], "{what}: first step's losses");
+                // Winograd tiles start at each block's first output, so a block rounds apart
+                // from the whole image: every loss within issue 11's 1e-5 relative in f32.
                 for (a, b) in losses.iter().flatten().zip(want_losses.iter().flatten()) {
                     let (a, b) = (a.total(), b.total());
                     assert!(

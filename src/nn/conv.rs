@@ -24,6 +24,7 @@
 use rayon::prelude::*;
 
 use super::scalar::Scalar;
+use super::winograd;
 
 /// Zero padding before and after each spatial axis `[D, H, W]`: `[[low, high]; 3]`.
 pub type Pads = [[usize; 2]; 3];
@@ -576,6 +577,13 @@ fn conv_forward<T: Scalar>(
         // keep it safe Rust at a small cost.
         None => Features::zeros(x.batch, g.c_out, od),
     };
+    let window = [g.kernel, g.stride, g.dilation];
+    if let Some(l) = winograd::layer::<T>([g.c_in, g.c_out], window, x.dims, pad_lo, od) {
+        let u = winograd::transform_weights(g.c_in, g.c_out, weight);
+        let (x_data, out_data) = (&x.data, &mut out.data);
+        winograd::conv3x3(&l, &u, bias, relu, x.batch, x_data, out_data, accumulate);
+        return out;
+    }
     let k_len = g.k_len();
     let rows_total = od[0] * od[1];
     let wo = od[2];

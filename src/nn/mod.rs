@@ -24,6 +24,7 @@ pub mod scalar;
 mod weight_files;
 pub mod weights;
 pub(crate) mod weights_source;
+pub mod winograd;
 
 pub use config::{DncnnConfig, DrunetConfig, Engine, TorchDevice, TorchScriptConfig};
 pub use dncnn::{Dncnn, DncnnArch};
