@@ -110,14 +110,7 @@ pub fn write(run_dir: &Path, preset: &TrainPreset, state: &Checkpoint) -> Result
 pub fn read(run_dir: &Path, preset: &TrainPreset, parameters: usize) -> Result<Checkpoint> {
     let dir = dir_of(run_dir);
     let json_path = dir.join("checkpoint.json");
-    let text =
-        std::fs::read_to_string(&json_path).map_err(|e| Error::io("reading", &json_path, e))?;
-    let meta: Meta = serde_json::from_str(&text).map_err(|e| {
-        Error::format(
-            &json_path,
-            format!("not a tessera training checkpoint: {e}"),
-        )
-    })?;
+    let meta = read_meta(&json_path)?;
     if meta.format != FORMAT {
         return Err(Error::format(
             &json_path,
@@ -226,16 +219,15 @@ pub fn read_on_root(
 
 /// The loss curve a run's checkpoint holds (what a resumed run's curve starts with).
 pub fn loss_curve(run_dir: &Path) -> Result<Vec<LossPoint>> {
-    let json_path = dir_of(run_dir).join("checkpoint.json");
+    Ok(read_meta(&dir_of(run_dir).join("checkpoint.json"))?.loss)
+}
+
+/// `checkpoint.json`, parsed.
+fn read_meta(json_path: &Path) -> Result<Meta> {
     let text =
-        std::fs::read_to_string(&json_path).map_err(|e| Error::io("reading", &json_path, e))?;
-    let meta: Meta = serde_json::from_str(&text).map_err(|e| {
-        Error::format(
-            &json_path,
-            format!("not a tessera training checkpoint: {e}"),
-        )
-    })?;
-    Ok(meta.loss)
+        std::fs::read_to_string(json_path).map_err(|e| Error::io("reading", json_path, e))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::format(json_path, format!("not a tessera training checkpoint: {e}")))
 }
 
 /// Fails, naming the folder, unless `run_dir` holds a checkpoint.
