@@ -567,53 +567,76 @@ pub(crate) fn laplacian_leapfrog<T: Real, const R: usize>(
         return;
     }
     let n = x1 - x0;
-    let row = &u[y * nx..(y + 1) * nx];
-    let mid = &row[x0..x1];
-    let ups: [&[T]; R] = std::array::from_fn(|k| &u[(y - k - 1) * nx + x0..][..n]);
-    let downs: [&[T]; R] = std::array::from_fn(|k| &u[(y + k + 1) * nx + x0..][..n]);
-    let lefts: [&[T]; R] = std::array::from_fn(|k| &row[x0 - k - 1..][..n]);
-    let rights: [&[T]; R] = std::array::from_fn(|k| &row[x0 + k + 1..][..n]);
-    let w = &mut w[x0..x1];
-    let vv = &leap.vv[x0..x1];
-    let new = &mut leap.new[x0..x1];
-    // The Laplacian and the update of cell `i`, `(w, new)`; `new[i]` is still the previous level.
-    let cell = |i: usize, new_i: T| {
-        let u0 = mid[i];
-        let mut dy = T::ZERO;
-        let mut dx = T::ZERO;
-        for k in 0..R {
-            dy += c.d2[k] * ((downs[k][i] - u0) + (ups[k][i] - u0));
-            dx += c.d2[k] * ((rights[k][i] - u0) + (lefts[k][i] - u0));
-        }
-        let wi = dy * c.rdy2 + dx * c.rdx2;
-        (wi, vv[i] * wi + T::TWO * u0 - new_i)
-    };
     // Whole windows of `LAYER_CHUNK` cells run vectorised; LLVM would run the rest (up to 15 cells
     // of a row, a scalar epilogue about as slow as the ~35 vector iterations of a 600-cell row)
-    // cell by cell, so the last window is recomputed in a vector over the row's final
-    // `LAYER_CHUNK` cells into a scratch and only its cells past the whole windows are kept. The
-    // same operations on the same inputs give the same bits, and the update, which reads the
-    // previous level, is never applied twice to a cell.
+    // cell by cell, so the row's final `LAYER_CHUNK` cells are recomputed as one vector into a
+    // scratch and only the cells past the whole windows are kept. The same loop on the same inputs
+    // gives the same bits, and the update, which reads the previous level, is never applied twice
+    // to a cell.
     let whole = if n >= LAYER_CHUNK {
         n - n % LAYER_CHUNK
     } else {
         n
     };
-    for i in 0..whole {
-        let (wi, ni) = cell(i, new[i]);
-        w[i] = wi;
-        new[i] = ni;
-    }
+    let vv = &leap.vv[x0..x1];
+    let new = &mut leap.new[x0..x1];
+    let w = &mut w[x0..x1];
+    Window::<T, R>::new(u, nx, y, x0, whole, vv).run(c, &mut w[..whole], &mut new[..whole]);
     if whole < n {
         let start = n - LAYER_CHUNK;
+        let keep = whole - start;
         let mut wt = [T::ZERO; LAYER_CHUNK];
         let mut nt = [T::ZERO; LAYER_CHUNK];
-        for j in 0..LAYER_CHUNK {
-            (wt[j], nt[j]) = cell(start + j, new[start + j]);
-        }
-        let keep = whole - start;
+        nt[keep..].copy_from_slice(&new[whole..]);
+        Window::<T, R>::new(u, nx, y, x0 + start, LAYER_CHUNK, &vv[start..])
+            .run(c, &mut wt, &mut nt);
         w[whole..].copy_from_slice(&wt[keep..]);
         new[whole..].copy_from_slice(&nt[keep..]);
+    }
+}
+
+/// The inputs of [`laplacian_leapfrog`] over a run of cells, every slice of the run's length.
+struct Window<'a, T, const R: usize> {
+    mid: &'a [T],
+    ups: [&'a [T]; R],
+    downs: [&'a [T]; R],
+    lefts: [&'a [T]; R],
+    rights: [&'a [T]; R],
+    vv: &'a [T],
+}
+
+impl<'a, T: Real, const R: usize> Window<'a, T, R> {
+    /// Cells `[x, x + len)` of row `y`.
+    #[inline(always)]
+    fn new(u: &'a [T], nx: usize, y: usize, x: usize, len: usize, vv: &'a [T]) -> Self {
+        let row = &u[y * nx..(y + 1) * nx];
+        Window {
+            mid: &row[x..][..len],
+            ups: std::array::from_fn(|k| &u[(y - k - 1) * nx + x..][..len]),
+            downs: std::array::from_fn(|k| &u[(y + k + 1) * nx + x..][..len]),
+            lefts: std::array::from_fn(|k| &row[x - k - 1..][..len]),
+            rights: std::array::from_fn(|k| &row[x + k + 1..][..len]),
+            vv: &vv[..len],
+        }
+    }
+
+    /// The Laplacian into `w` and the update `new = vv·w + 2u − new`, cell by cell.
+    #[inline(always)]
+    fn run(&self, c: &Coefs<T, R>, w: &mut [T], new: &mut [T]) {
+        let n = self.mid.len();
+        let (w, new) = (&mut w[..n], &mut new[..n]);
+        for i in 0..n {
+            let u0 = self.mid[i];
+            let mut dy = T::ZERO;
+            let mut dx = T::ZERO;
+            for k in 0..R {
+                dy += c.d2[k] * ((self.downs[k][i] - u0) + (self.ups[k][i] - u0));
+                dx += c.d2[k] * ((self.rights[k][i] - u0) + (self.lefts[k][i] - u0));
+            }
+            let wi = dy * c.rdy2 + dx * c.rdx2;
+            w[i] = wi;
+            new[i] = self.vv[i] * wi + T::TWO * u0 - new[i];
+        }
     }
 }
 
