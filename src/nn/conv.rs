@@ -579,9 +579,10 @@ fn conv_forward<T: Scalar>(
     };
     let window = [g.kernel, g.stride, g.dilation];
     if let Some(l) = winograd::layer::<T>([g.c_in, g.c_out], window, x.dims, pad_lo, od) {
-        let u = winograd::transform_weights(g.c_in, g.c_out, weight);
         let (x_data, out_data) = (&x.data, &mut out.data);
-        winograd::conv3x3(&l, &u, bias, relu, x.batch, x_data, out_data, accumulate);
+        winograd::conv3x3_weights(
+            &l, weight, bias, relu, x.batch, x_data, out_data, accumulate,
+        );
         return out;
     }
     let k_len = g.k_len();

@@ -14,8 +14,9 @@
 //! caches; strips of all batch items run in parallel (or, when there are fewer strips than threads,
 //! one after the other with each phase parallel inside). Tiles past the image's end read zeros and
 //! their outputs past the end are not written. The weight transform `U = G g Gᵀ` is made per call
-//! (in f64, then rounded): it costs `36·C_out·C_in` values, small beside the convolution, and keeps
-//! no state to go stale when training changes the weights.
+//! (in f64, then rounded) and keeps no state to go stale when training changes the weights; where
+//! its `36·C_out·C_in` values would outweigh the layer's output, [`conv3x3_weights`] takes the
+//! output channels in blocks.
 //!
 //! Accuracy: the transforms have entries up to 8 (Aᵀ) and 5 (Bᵀ), so rounding errors are some tens
 //! of times those of a direct sum; the f32 results differ from im2col's by ~1e-6 relative to the
@@ -294,6 +295,72 @@ pub(crate) fn conv3x3<T: Scalar>(
     } else {
         let (mut v, mut m) = (Vec::new(), Vec::new());
         (0..tasks).for_each(|t| run(t, &mut v, &mut m));
+    }
+}
+
+/// Values of transformed weights a call may hold at once, at least: see [`conv3x3_weights`].
+const U_FLOOR: usize = 1 << 20;
+
+/// [`conv3x3`] from the layer's raw `(C_out, C_in, 3, 3)` weights. The transformed weights are
+/// `36·C_in·C_out` values, four times the layer's weights: on a small map with many channels (a
+/// U-Net's bottom level, 512 channels at 32×32) that is many times the layer's output, and, the
+/// same on every rank of a spatial decomposition, it would dominate a rank's memory. So the output
+/// channels are taken in blocks whose transformed weights fit in the larger of the output's size
+/// and [`U_FLOOR`] values; each block re-runs the input transform, a small cost beside its GEMMs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv3x3_weights<T: Scalar>(
+    l: &Layer,
+    weight: &[T],
+    bias: Option<&[T]>,
+    relu: bool,
+    batch: usize,
+    x: &[T],
+    out: &mut [T],
+    accumulate: bool,
+) {
+    let budget = out.len().max(U_FLOOR);
+    conv3x3_blocked(l, weight, bias, relu, batch, x, out, accumulate, budget)
+}
+
+/// [`conv3x3_weights`] with the transformed-weight budget given (tests force blocks with it).
+#[allow(clippy::too_many_arguments)]
+fn conv3x3_blocked<T: Scalar>(
+    l: &Layer,
+    weight: &[T],
+    bias: Option<&[T]>,
+    relu: bool,
+    batch: usize,
+    x: &[T],
+    out: &mut [T],
+    accumulate: bool,
+    budget: usize,
+) {
+    let per_channel = XI * l.c_in;
+    let block = (budget / per_channel.max(1)).clamp(1, l.c_out.max(1));
+    if block >= l.c_out {
+        let u = transform_weights(l.c_in, l.c_out, weight);
+        return conv3x3(l, &u, bias, relu, batch, x, out, accumulate);
+    }
+    let hw = l.out_hw[0] * l.out_hw[1];
+    assert_eq!(out.len(), batch * l.c_out * hw, "winograd output size");
+    let mut part = Vec::new();
+    for co0 in (0..l.c_out).step_by(block) {
+        let n = block.min(l.c_out - co0);
+        let u = transform_weights(l.c_in, n, &weight[co0 * l.c_in * 9..(co0 + n) * l.c_in * 9]);
+        part.clear();
+        part.resize(batch * n * hw, T::ZERO);
+        let span = |b: usize| (b * l.c_out + co0) * hw..(b * l.c_out + co0 + n) * hw;
+        if accumulate {
+            for (b, dst) in part.chunks_mut(n * hw).enumerate() {
+                dst.copy_from_slice(&out[span(b)]);
+            }
+        }
+        let lb = Layer { c_out: n, ..*l };
+        let bias_b = bias.map(|b| &b[co0..co0 + n]);
+        conv3x3(&lb, &u, bias_b, relu, batch, x, &mut part, accumulate);
+        for (b, src) in part.chunks(n * hw).enumerate() {
+            out[span(b)].copy_from_slice(src);
+        }
     }
 }
 
@@ -665,6 +732,65 @@ mod tests {
             }
         }
         eprintln!("f32 Winograd: worst error {worst:.1} ε of the output's magnitude");
+    }
+
+    /// Output channels taken in blocks (to bound the transformed weights) give the unblocked
+    /// results: in f64 to 1e-12 of the output's magnitude, every block size down to one channel,
+    /// with and without accumulator and bias.
+    #[test]
+    fn output_channel_blocks_equal_one_block() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        for (batch, c_in, c_out, h, w, p) in cases() {
+            let pads = pads_of(p);
+            let c = conv_of::<f64>(c_in, c_out, &mut rng);
+            let x: Features<f64> = random_features(batch, c_in, [1, h, w], &mut rng);
+            let od = c.out_dims_padded(x.dims, pads).unwrap();
+            let acc: Features<f64> = random_features(batch, c_out, od, &mut rng);
+            let l = Layer {
+                c_in,
+                c_out,
+                in_hw: [h, w],
+                out_hw: [od[1], od[2]],
+                pad_lo: [p[0][0], p[1][0]],
+            };
+            for accumulate in [false, true] {
+                let mut want = acc.clone();
+                let u = transform_weights(c_in, c_out, &c.weight);
+                let bias = c.bias.as_deref().filter(|_| accumulate);
+                conv3x3(
+                    &l,
+                    &u,
+                    bias,
+                    true,
+                    batch,
+                    &x.data,
+                    &mut want.data,
+                    accumulate,
+                );
+                let scale = want.data.iter().fold(1e-300f64, |m, v| m.max(v.abs()));
+                for block in 1..=c_out {
+                    let mut got = acc.clone();
+                    let budget = XI * c_in * block;
+                    conv3x3_blocked(
+                        &l,
+                        &c.weight,
+                        bias,
+                        true,
+                        batch,
+                        &x.data,
+                        &mut got.data,
+                        accumulate,
+                        budget,
+                    );
+                    for (g, w) in got.data.iter().zip(&want.data) {
+                        assert!(
+                            (g - w).abs() <= 1e-12 * scale,
+                            "case ({batch}, {c_in}, {c_out}, {h}, {w}, {p:?}) block {block}: {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// In f64 the same algorithm agrees with im2col to 1e-12 of the output's magnitude.
