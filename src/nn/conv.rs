@@ -7,7 +7,9 @@
 //! `gemm` crate, then bias and ReLU are applied while the strip is still in cache. PyTorch's weight
 //! layout `(C_out, C_in, k…)` is already the row-major `C_out × C_in·kᵈ` matrix, so weights are used as
 //! stored. Strips of all batch items run in parallel (rayon), each with its own `col` buffer, so the
-//! extra memory is bounded by threads × strip size, whatever the image size.
+//! extra memory is bounded by threads × strip size, whatever the image size; a strip's `col` is also
+//! at most a quarter of the layer's output (≥ 1024 columns), so on a rank's small block of a
+//! decomposed image the scratch shrinks with the block.
 //!
 //! The backward passes are the same two matrices read the other way: the input gradient is
 //! `col2im(Wᵀ · dz)` (col2im is the adjoint of im2col, a scatter-add), the weight gradient
