@@ -173,10 +173,10 @@ fn main() {
     });
     report("dncnn depth 8 nf 32, 8×64² inference", inf, inf);
     let step = time(reps, || {
-        let tape = net.forward_train(batch.clone(), crops, &Whole).unwrap();
+        let mut tape = net.forward_train(batch.clone(), crops, &Whole).unwrap();
         let dy = tape.output().clone();
         let mut g = net.zero_grads();
-        net.backward(&tape, dy, &Whole, &mut g, false).unwrap();
+        net.backward(&mut tape, dy, &Whole, &mut g, false).unwrap();
         std::hint::black_box(g);
     });
     report("  training step (forward + backward)", step, inf);

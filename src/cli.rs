@@ -1368,7 +1368,7 @@ fn bench_spatial_memory(
     }
     let rows = study::rows(&points);
     say!(
-        "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10} {:>10} {:>9} {:>6} {:>5} {:>7} {:>9} {:>6}",
+        "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10} {:>10} {:>9} {:>6} {:>5} {:>7} {:>9} {:>6} {:>9} {:>5}",
         "model",
         "mode",
         "size",
@@ -1381,13 +1381,15 @@ fn bench_spatial_memory(
         "goal",
         "s",
         "live MiB",
-        "ratio"
+        "ratio",
+        "halo held",
+        "goal"
     );
     for r in &rows {
         let opt =
             |v: Option<f64>, p: usize| v.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
         say!(
-            "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10.1} {:>10} {:>9.2} {:>6} {:>5} {:>7.2} {:>9} {:>6}",
+            "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10.1} {:>10} {:>9.2} {:>6} {:>5} {:>7.2} {:>9} {:>6} {:>9.2} {:>5}",
             r.model,
             r.mode,
             r.size,
@@ -1402,11 +1404,15 @@ fn bench_spatial_memory(
                 .unwrap_or("-"),
             r.secs,
             opt(r.max_live_mib, 1),
-            opt(r.live_ratio, 2)
+            opt(r.live_ratio, 2),
+            r.halo_held_mib,
+            r.live_meets_goal
+                .map(|b| if b { "yes" } else { "NO" })
+                .unwrap_or("-")
         );
     }
     say!(
-        "MiB/rank: peak resident above the baseline; live MiB: peak live heap bytes (no allocator holes), ratio against one rank's the same way\ngoal: MiB/rank <= 1.15 x 1rank/N + halo; 1rank/N = (one rank's - R) / N + R, R = a training step's two gradient buffers (2 x weights), held by every rank"
+        "MiB/rank: peak resident above the baseline; live MiB: peak live heap bytes (no allocator holes), ratio against one rank's the same way\ngoal: MiB/rank <= 1.15 x 1rank/N + halo (the largest exchange sent); 1rank/N = (one rank's - R) / N + R, R = a training step's two gradient buffers (2 x weights), held by every rank\nlive goal: every rank's live MiB <= 1.15 x (one rank's live, divided the same way) + the halo it holds at once for one layer (halo held: the largest rank's)"
     );
     say!(
         "largest side whose working memory fits {budget_mib} MiB per rank (line fitted over the sizes):"

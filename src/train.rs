@@ -561,7 +561,7 @@ pub fn train(
         } else {
             noisy
         };
-        let tape = net.forward_train(input, crop, &domain)?;
+        let mut tape = net.forward_train(input, crop, &domain)?;
         let y = tape.output();
         let mut sq = 0f64;
         let dy = Features {
@@ -580,7 +580,7 @@ pub fn train(
                 .collect(),
         };
         let mut grads = net.zero_grads();
-        net.backward(&tape, dy, &domain, &mut grads, false)?;
+        net.backward(&mut tape, dy, &domain, &mut grads, false)?;
         drop(tape);
         let loss = sum_f64(comm, sq)? / total;
         if !loss.is_finite() {

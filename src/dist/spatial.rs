@@ -34,6 +34,9 @@ use crate::tiling::TilingConfig;
 pub struct ExchangeStats {
     /// Bytes this rank sent, one entry per exchange (forward gathers and adjoints, in call order).
     pub bytes_sent: Vec<u64>,
+    /// Values the exchange's buffer holds beyond this rank's block, one entry per exchange: the
+    /// halo a gather or widening adds, or the halo gradient an adjoint receives into.
+    pub halo_values: Vec<u64>,
     /// Time spent in exchanges and rank sums.
     pub exchange_time: Duration,
 }
@@ -78,9 +81,18 @@ impl<'a> SpatialDomain<'a> {
         std::mem::take(&mut *self.stats.lock().expect("stats lock"))
     }
 
-    fn record(&self, bytes: u64, since: Instant) {
+    fn record(
+        &self,
+        bytes: u64,
+        region: &Region,
+        own: &Region,
+        like: (usize, usize),
+        since: Instant,
+    ) {
+        let halo = region.volume() - region.intersect(own).volume();
         let mut s = self.stats.lock().expect("stats lock");
         s.bytes_sent.push(bytes);
+        s.halo_values.push((like.0 * like.1 * halo) as u64);
         s.exchange_time += since.elapsed();
     }
 
@@ -181,7 +193,7 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
             |_, r, f| add_region(&mut out, &want, &f, r),
             (x.batch, x.channels),
         )?;
-        self.record(sent, start);
+        self.record(sent, &want, &own, (x.batch, x.channels), start);
         Ok(Cow::Owned(out))
     }
 
@@ -209,7 +221,7 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
             |_, r, f| add_region(&mut x.borrow_mut(), &want, &f, r),
             like,
         )?;
-        self.record(sent, start);
+        self.record(sent, &want, &own, like, start);
         Ok(Some(Widened { own, want }))
     }
 
@@ -223,6 +235,24 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
         let me = self.comm.rank();
         let own = self.grid.block(dims, me);
         let have = needs[me].clip(dims);
+        if have.contains(&own) {
+            // In place: the halo cells' gradients go to their owners, the owners' contributions
+            // are added into this block's cells (in the same order as below, so the same sums),
+            // and `g` narrows to the block, with no second block-sized buffer.
+            let like = (g.batch, g.channels);
+            let g = RefCell::new(g);
+            let sent = self.exchange(
+                |peer| self.grid.block(dims, peer).intersect(&have),
+                |peer| own.intersect(&needs[peer].clip(dims)),
+                |r| copy_region(&g.borrow(), &have, r).data,
+                |_, r, f| add_region(&mut g.borrow_mut(), &have, &f, r),
+                like,
+            )?;
+            let mut g = g.into_inner();
+            Widened { own, want: have }.narrow(&mut g);
+            self.record(sent, &have, &own, like, start);
+            return Ok(g);
+        }
         let mut out = Features::zeros(g.batch, g.channels, own.dims());
         copy_between(&mut out, &own, &g, &have, &own.intersect(&have));
         let sent = self.exchange(
@@ -232,7 +262,7 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
             |_, r, f| add_region(&mut out, &own, &f, r),
             (g.batch, g.channels),
         )?;
-        self.record(sent, start);
+        self.record(sent, &have, &own, (g.batch, g.channels), start);
         Ok(out)
     }
 
@@ -521,10 +551,10 @@ mod tests {
             let x: Features<f64> = random_features(1, net.in_channels(), dims, &mut rng);
             let out_dims = *net.shapes(dims).unwrap().last().unwrap();
             let r: Features<f64> = random_features(1, net.out_channels(), out_dims, &mut rng);
-            let tape = net.forward_train(x.clone(), dims, &Whole).unwrap();
+            let mut tape = net.forward_train(x.clone(), dims, &Whole).unwrap();
             let mut want_g = net.zero_grads();
             let want_gx = net
-                .backward(&tape, r.clone(), &Whole, &mut want_g, true)
+                .backward(&mut tape, r.clone(), &Whole, &mut want_g, true)
                 .unwrap()
                 .unwrap();
             for grid in [Grid { shape: [1, 1, 3] }, Grid { shape: [1, 2, 2] }] {
@@ -534,14 +564,22 @@ mod tests {
                 let results = on_group(grid.ranks(), |comm| {
                     let domain = SpatialDomain::new(&*comm, grid).unwrap();
                     let me = comm.rank();
-                    let tape = net
+                    let mut tape = net
                         .forward_train(block_of(&x, grid, me), dims, &domain)
                         .unwrap();
+                    let taped = tape.clone();
                     let mut g = net.zero_grads();
                     let gx = net
-                        .backward(&tape, block_of(&r, grid, me), &domain, &mut g, true)
+                        .backward(&mut tape, block_of(&r, grid, me), &domain, &mut g, true)
                         .unwrap()
                         .unwrap();
+                    // Inputs widened in place for their layers' backward passes are narrowed
+                    // back: the tape holds its blocks again, bit for bit.
+                    assert!(tape == taped, "{name}: the backward pass changed the tape");
+                    // The most halo any exchange held is the memory goal's predicted "+ halos".
+                    let held = domain.take_stats().halo_values.into_iter().max();
+                    let predicted = net.largest_halo(dims, grid, me, true).unwrap();
+                    assert_eq!(held, Some(predicted as u64), "{name}: rank {me}'s halo");
                     (gx, g)
                 });
                 let gx = assemble(

@@ -334,7 +334,7 @@ impl<T: Scalar> Encoder<T> {
     /// over the ranks.
     fn backward(
         &self,
-        tape: &EncoderTape<T>,
+        tape: &mut EncoderTape<T>,
         dcode: &[T],
         grads: &mut [T],
         space: &dyn Domain<T>,
@@ -356,7 +356,8 @@ impl<T: Scalar> Encoder<T> {
             whole
         };
         let mut g = Gradients { data: gt.to_vec() };
-        self.trunk.backward(&tape.trunk, dy, space, &mut g, false)?;
+        self.trunk
+            .backward(&mut tape.trunk, dy, space, &mut g, false)?;
         gt.copy_from_slice(&g.data);
         Ok(())
     }
@@ -479,7 +480,7 @@ impl<T: Scalar> Decoder<T> {
     /// replicated head.
     fn backward(
         &self,
-        tape: &DecoderTape<T>,
+        tape: &mut DecoderTape<T>,
         dimage: Features<T>,
         grads: &mut [T],
         space: &dyn Domain<T>,
@@ -498,7 +499,7 @@ impl<T: Scalar> Decoder<T> {
         };
         let dh_block = self
             .trunk
-            .backward(&tape.trunk, dy, space, &mut g, true)?
+            .backward(&mut tape.trunk, dy, space, &mut g, true)?
             .expect("input gradient requested");
         let hidden_dims = tape.trunk.dims()[0];
         let mut dh = match gather_whole(&dh_block, hidden_dims, space)? {
@@ -858,7 +859,7 @@ impl<T: Scalar> Dsn<T> {
             Error::Internal(format!("task loss on unlabelled domain {}", b.domain))
         })?;
         let n = b.images.batch;
-        let (tape, code) = self.shared.forward(&b.images, space)?;
+        let (mut tape, code) = self.shared.forward(&b.images, space)?;
         let classifier = self.classifier.forward_train(code, n);
         let (ce, mut g) =
             crate::nn::dense::softmax_cross_entropy(&classifier.output, labels, self.arch.classes)?;
@@ -869,7 +870,7 @@ impl<T: Scalar> Dsn<T> {
         let (_, rest) = rest.split_at_mut(self.decoder.param_count());
         let (g_cls, _) = rest.split_at_mut(self.classifier.param_count());
         let dcode = self.classifier.backward(&classifier, g, g_cls);
-        self.shared.backward(&tape, &dcode, g_enc, space)?;
+        self.shared.backward(&mut tape, &dcode, g_enc, space)?;
         Ok((task_weight * ce, grads))
     }
 
@@ -878,7 +879,7 @@ impl<T: Scalar> Dsn<T> {
     pub fn backward(
         &self,
         b: &DomainBatch<T>,
-        f: &DomainForward<T>,
+        f: &mut DomainForward<T>,
         weights: &LossWeights,
         similarity: SimilarityTerm<'_, T>,
     ) -> Result<(DomainLosses, DomainGrads<T>)> {
@@ -890,7 +891,7 @@ impl<T: Scalar> Dsn<T> {
     pub fn backward_on(
         &self,
         b: &DomainBatch<T>,
-        f: &DomainForward<T>,
+        f: &mut DomainForward<T>,
         weights: &LossWeights,
         similarity: SimilarityTerm<'_, T>,
         space: &dyn Domain<T>,
@@ -922,7 +923,9 @@ impl<T: Scalar> Dsn<T> {
             dims: out.dims,
             data: d_img,
         };
-        let d_sum = self.decoder.backward(&f.decoder, dimage, g_dec, space)?;
+        let d_sum = self
+            .decoder
+            .backward(&mut f.decoder, dimage, g_dec, space)?;
         add(&mut d_shared, &d_sum);
         let mut d_private = d_sum;
 
@@ -990,9 +993,13 @@ impl<T: Scalar> Dsn<T> {
         }
 
         self.shared
-            .backward(&f.shared_tape, &d_shared, g_enc, space)?;
-        self.private(b.domain)?
-            .backward(&f.private_tape, &d_private, &mut grads.private, space)?;
+            .backward(&mut f.shared_tape, &d_shared, g_enc, space)?;
+        self.private(b.domain)?.backward(
+            &mut f.private_tape,
+            &d_private,
+            &mut grads.private,
+            space,
+        )?;
         Ok((losses, grads))
     }
 }
@@ -1116,14 +1123,14 @@ pub(crate) mod tests {
             difference: 0.3,
             similarity: 0.5,
         };
-        let fs: Vec<_> = bs.iter().map(|b| m.forward(b).unwrap()).collect();
+        let mut fs: Vec<_> = bs.iter().map(|b| m.forward(b).unwrap()).collect();
         let codes: Vec<Vec<f64>> = fs.iter().map(|f| f.shared_code.clone()).collect();
         let all: Vec<usize> = (0..bs.len()).collect();
         let (mmd_l, mmd_g) = mmd_terms(&codes, m.arch.code, w.similarity, &all).unwrap();
         let (mut total, mut similarity) = (0.0, 0.0);
         let mut shared = vec![0.0; m.shared_param_count()];
         let mut private = Vec::new();
-        for (d, (b, f)) in bs.iter().zip(&fs).enumerate() {
+        for (d, (b, f)) in bs.iter().zip(&mut fs).enumerate() {
             let term = match sim {
                 Similarity::Dann => SimilarityTerm::Dann {
                     lambda: LAMBDA,
@@ -1272,11 +1279,11 @@ pub(crate) mod tests {
             difference: 0.0,
             similarity: 0.0,
         };
-        let f = m.forward(&bs[0]).unwrap();
+        let mut f = m.forward(&bs[0]).unwrap();
         let (l, g) = m
             .backward(
                 &bs[0],
-                &f,
+                &mut f,
                 &w,
                 SimilarityTerm::Dann {
                     lambda: 1.0,
@@ -1329,8 +1336,8 @@ pub(crate) mod tests {
         let pass = |space: &dyn Domain<f64>| {
             bs.iter()
                 .map(|b| {
-                    let f = m.forward_on(b, space).unwrap();
-                    let (l, g) = m.backward_on(b, &f, &w, term, space).unwrap();
+                    let mut f = m.forward_on(b, space).unwrap();
+                    let (l, g) = m.backward_on(b, &mut f, &w, term, space).unwrap();
                     let task = m.task_backward_on(b, 0.5, space).ok();
                     let classes = m.classify_on(&b.images, space).unwrap();
                     (f.shared_code.clone(), l, g, task, classes)

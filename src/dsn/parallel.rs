@@ -412,7 +412,7 @@ impl<'a> Trainer<'a> {
             None => &Whole,
         };
         let t = Instant::now();
-        let fwds = batches
+        let mut fwds = batches
             .iter()
             .map(|b| self.model.forward_on(b, space))
             .collect::<Result<Vec<_>>>()?;
@@ -443,7 +443,7 @@ impl<'a> Trainer<'a> {
         let mut losses = Vec::with_capacity(batches.len());
         let mut shared_grads = Vec::new();
         let mut private_grads = Vec::new();
-        for (k, (b, f)) in batches.iter().zip(&fwds).enumerate() {
+        for (k, (b, f)) in batches.iter().zip(&mut fwds).enumerate() {
             let term = match &mmd {
                 None => SimilarityTerm::Dann {
                     lambda: dann_lambda,

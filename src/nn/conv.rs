@@ -7,7 +7,9 @@
 //! `gemm` crate, then bias and ReLU are applied while the strip is still in cache. PyTorch's weight
 //! layout `(C_out, C_in, k…)` is already the row-major `C_out × C_in·kᵈ` matrix, so weights are used as
 //! stored. Strips of all batch items run in parallel (rayon), each with its own `col` buffer, so the
-//! extra memory is bounded by threads × strip size, whatever the image size.
+//! extra memory is bounded by threads × strip size, whatever the image size; a strip's `col` is also
+//! at most a quarter of the layer's output (≥ 1024 columns), so on a rank's small block of a
+//! decomposed image the scratch shrinks with the block.
 //!
 //! The backward passes are the same two matrices read the other way: the input gradient is
 //! `col2im(Wᵀ · dz)` (col2im is the adjoint of im2col, a scatter-add), the weight gradient
@@ -455,7 +457,13 @@ impl<T: Scalar> ConvTranspose<T> {
         let m = self.c_out * taps;
         let mut out: Features<T> = Features::zeros(x.batch, self.c_out, od);
         let rows_total = d * h;
-        let rows = strip_rows(m, w, rows_total, x.batch);
+        let rows = strip_rows(
+            m,
+            w,
+            rows_total,
+            self.c_out * od.iter().product::<usize>(),
+            x.batch,
+        );
         let strips = rows_total.div_ceil(rows);
         let (in_s, out_s) = (x.spatial_len(), out.spatial_len());
         let out_ptr = SendPtr(out.data.as_mut_ptr());
@@ -530,10 +538,17 @@ unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
 /// Output rows per task: enough columns (≥ 1024) that packing the weights is a small part of each
-/// GEMM, few enough that the patch matrix stays near the L2 cache (~2 MiB), and at least a few tasks
-/// per thread when the image allows.
-fn strip_rows(k_len: usize, row_len: usize, rows_total: usize, batch: usize) -> usize {
-    let mut rows = grad_strip_rows(k_len, row_len, rows_total);
+/// GEMM, few enough that the patch matrix stays near the L2 cache (~2 MiB) and within a quarter of
+/// the layer's output (`out_len` values per item), and at least a few tasks per thread when the
+/// image allows.
+fn strip_rows(
+    k_len: usize,
+    row_len: usize,
+    rows_total: usize,
+    out_len: usize,
+    batch: usize,
+) -> usize {
+    let mut rows = grad_strip_rows(k_len, row_len, rows_total, out_len);
     let want_tasks = 4 * rayon::current_num_threads();
     let per_item = want_tasks.div_ceil(batch.max(1));
     if rows_total.div_ceil(rows) < per_item {
@@ -543,11 +558,17 @@ fn strip_rows(k_len: usize, row_len: usize, rows_total: usize, batch: usize) -> 
 }
 
 /// Output rows per strip where the strips' results are summed (weight gradients): a size that does
-/// not depend on the number of threads, so the order of the sums does not either.
-fn grad_strip_rows(k_len: usize, row_len: usize, rows_total: usize) -> usize {
+/// not depend on the number of threads, so the order of the sums does not either. Each thread's
+/// patch matrix is bounded by a fraction of the layer's output (`out_len` values per item) as well
+/// as by the cache, so on a rank's small block of a decomposed image the scratch shrinks with the
+/// block instead of staying a fixed ~2 MiB per thread (issue 11's memory goal; CNN3D's 3-rank
+/// slabs of a 64³ cube have outputs of 2.7 MiB).
+fn grad_strip_rows(k_len: usize, row_len: usize, rows_total: usize, out_len: usize) -> usize {
     const COL_TARGET: usize = 1 << 19; // elements (2 MiB in f32)
+    const OUT_FRACTION: usize = 4;
     const MIN_COLS: usize = 1024;
-    let cols = (COL_TARGET / k_len.max(1)).max(MIN_COLS);
+    let target = COL_TARGET.min(out_len / OUT_FRACTION);
+    let cols = (target / k_len.max(1)).max(MIN_COLS);
     (cols / row_len.max(1)).clamp(1, rows_total.max(1))
 }
 
@@ -592,7 +613,7 @@ fn conv_forward<T: Scalar>(
     if out_s == 0 || x.batch == 0 {
         return out;
     }
-    let rows = strip_rows(k_len, wo, rows_total, x.batch);
+    let rows = strip_rows(k_len, wo, rows_total, g.c_out * out_s, x.batch);
     let strips = rows_total.div_ceil(rows);
     let in_s = x.spatial_len();
     let out_ptr = SendPtr(out.data.as_mut_ptr());
@@ -698,7 +719,7 @@ fn conv_backward_input_scatter<T: Scalar>(
     if out_s == 0 || in_s == 0 {
         return dx;
     }
-    let rows = grad_strip_rows(k_len, wo, rows_total);
+    let rows = grad_strip_rows(k_len, wo, rows_total, g.c_out * out_s);
     let mut col = vec![T::ZERO; k_len * rows * wo];
     let par = gemm::Parallelism::Rayon(rayon::current_num_threads());
     for b in 0..dz.batch {
@@ -794,7 +815,7 @@ fn conv_backward_weight<T: Scalar>(
     if out_s == 0 || x.batch == 0 {
         return;
     }
-    let rows = grad_strip_rows(k_len, wo, rows_total);
+    let rows = grad_strip_rows(k_len, wo, rows_total, g.c_out * out_s);
     let strips = rows_total.div_ceil(rows);
     let tasks = x.batch * strips;
     const GROUPS: usize = 8;

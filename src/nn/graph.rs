@@ -65,6 +65,7 @@ pub struct Network<T: Scalar = f32> {
 }
 
 /// The activations of a training forward pass, for [`Network::backward`].
+#[derive(Clone, Debug, PartialEq)]
 pub struct Tape<T: Scalar> {
     /// Every node's output (this rank's block).
     values: Vec<Features<T>>,
@@ -81,6 +82,27 @@ impl<T: Scalar> Tape<T> {
     /// Every node's global spatial size (the output's last).
     pub fn dims(&self) -> &[[usize; 3]] {
         &self.dims
+    }
+
+    /// `layer` on node `x`'s taped block widened to `needs` (every rank's input region), for a
+    /// backward pass: widened in place and narrowed back afterwards, so the tape holds the same
+    /// values again; where the need does not contain the block (a strided layer's negative halo)
+    /// the domain copies the region instead.
+    fn with_halo<R>(
+        &mut self,
+        x: usize,
+        needs: &[Region],
+        domain: &dyn Domain<T>,
+        layer: impl FnOnce(&Features<T>) -> R,
+    ) -> Result<R> {
+        let input = &mut self.values[x];
+        if let Some(widened) = domain.widen(input, self.dims[x], needs)? {
+            let out = layer(input);
+            widened.narrow(input);
+            return Ok(out);
+        }
+        let local = domain.gather(input, self.dims[x], needs)?;
+        Ok(layer(&local))
     }
 }
 
@@ -392,10 +414,13 @@ impl<T: Scalar> Network<T> {
 
     /// Gradients of a loss whose gradient with respect to this rank's output block is `dy`: the
     /// parameters' (summed over ranks) are added to `grads`; the input's is returned when
-    /// `input_grad`.
+    /// `input_grad`. The tape is borrowed mutably because each layer's taped input is widened in
+    /// place with its halo for the layer's backward pass and narrowed back after it (as the
+    /// forward pass does), so a decomposed layer never holds a second copy of its input; the tape
+    /// holds the same values afterwards.
     pub fn backward(
         &self,
-        tape: &Tape<T>,
+        tape: &mut Tape<T>,
         dy: Features<T>,
         domain: &dyn Domain<T>,
         grads: &mut Gradients<T>,
@@ -435,14 +460,18 @@ impl<T: Scalar> Network<T> {
                         accumulate(&mut g[*a], dz.clone());
                     }
                     let needs = conv_needs(layer, tape.dims[j], grid);
-                    let local = domain.gather(&tape.values[*x], tape.dims[*x], &needs)?;
                     let pads = needs[me].overhang(tape.dims[*x]);
                     let (w, b) = spans[j].clone().expect("conv has parameters");
                     let (gw, gb) = split_spans(&mut local_grads, w, b);
-                    layer.backward_params(&local, &dz, pads, gw, gb);
+                    // The widened input is narrowed back before the input gradient exists: the
+                    // two are never held at once.
+                    let local_dims = tape.with_halo(*x, &needs, domain, |local| {
+                        layer.backward_params(local, &dz, pads, gw, gb);
+                        local.dims
+                    })?;
                     if wants(*x) {
-                        let gl = layer.backward_input(&dz, local.dims, pads);
-                        drop(local);
+                        let gl = layer.backward_input(&dz, local_dims, pads);
+                        drop(dz);
                         let gx = domain.gather_adjoint(gl, tape.dims[*x], &needs)?;
                         accumulate(&mut g[*x], gx);
                     }
@@ -450,13 +479,15 @@ impl<T: Scalar> Network<T> {
                 Op::ConvTranspose { layer, x } => {
                     let (needs, crop) =
                         transposed_needs(layer, tape.dims[j], tape.dims[*x], grid, me);
-                    let local = domain.gather(&tape.values[*x], tape.dims[*x], &needs)?;
                     let (w, b) = spans[j].clone().expect("transposed conv has parameters");
                     let (gw, gb) = split_spans(&mut local_grads, w, b);
-                    layer.backward_params(&local, &gy, crop, gw, gb);
+                    let local_dims = tape.with_halo(*x, &needs, domain, |local| {
+                        layer.backward_params(local, &gy, crop, gw, gb);
+                        local.dims
+                    })?;
                     if wants(*x) {
-                        let gl = layer.backward_input(&gy, local.dims, crop);
-                        drop(local);
+                        let gl = layer.backward_input(&gy, local_dims, crop);
+                        drop(gy);
                         let gx = domain.gather_adjoint(gl, tape.dims[*x], &needs)?;
                         accumulate(&mut g[*x], gx);
                     }
@@ -464,10 +495,12 @@ impl<T: Scalar> Network<T> {
                 Op::Pool { layer, x } => {
                     if wants(*x) {
                         let needs = pool_needs(layer, tape.dims[j], grid);
-                        let local = domain.gather(&tape.values[*x], tape.dims[*x], &needs)?;
                         let pads = needs[me].overhang(tape.dims[*x]);
-                        let gl = layer.backward_input(&local, &gy, pads);
-                        drop(local);
+                        // Max pooling's gradient needs the input's values: computed while widened.
+                        let gl = tape.with_halo(*x, &needs, domain, |local| {
+                            layer.backward_input(local, &gy, pads)
+                        })?;
+                        drop(gy);
                         let gx = domain.gather_adjoint(gl, tape.dims[*x], &needs)?;
                         accumulate(&mut g[*x], gx);
                     }
@@ -496,26 +529,63 @@ impl<T: Scalar> Network<T> {
         let shapes = self.shapes(dims)?;
         let mut out = Vec::new();
         for (j, node) in self.nodes.iter().enumerate() {
-            let (x, needs) = match &node.op {
-                Op::Conv { layer, x, .. } => (*x, conv_needs(layer, shapes[j], grid)),
-                Op::ConvTranspose { layer, x } => (
-                    *x,
-                    transposed_needs(layer, shapes[j], shapes[*x], grid, 0).0,
-                ),
-                Op::Pool { layer, x } => (*x, pool_needs(layer, shapes[j], grid)),
-                _ => continue,
+            let Some((x, needs)) = self.input_needs(j, &shapes, grid) else {
+                continue;
             };
-            let voxels: usize = needs
-                .iter()
-                .enumerate()
-                .map(|(r, n)| {
-                    let n = n.clip(shapes[x]);
-                    n.volume() - n.intersect(&grid.block(shapes[x], r)).volume()
-                })
+            let voxels: usize = (0..grid.ranks())
+                .map(|r| halo_voxels(&needs[r], &grid.block(shapes[x], r), shapes[x]))
                 .sum();
             out.push((node.name.clone(), voxels * self.channels(x)));
         }
         Ok(out)
+    }
+
+    /// The most halo values per batch item that rank `rank` of `grid` holds at once for any one
+    /// layer, for an input of `dims`: channels × the voxels of the layer's clipped input need
+    /// outside the rank's block (what widening adds); with `backward`, twice that for a pooling
+    /// layer, whose backward pass holds the widened input and its widened gradient together (a
+    /// convolution's input is narrowed back before its input gradient exists). The "+ halos" of
+    /// issue 11's memory goal.
+    pub fn largest_halo(
+        &self,
+        dims: [usize; 3],
+        grid: Grid,
+        rank: usize,
+        backward: bool,
+    ) -> Result<usize> {
+        let shapes = self.shapes(dims)?;
+        Ok((0..self.nodes.len())
+            .filter_map(|j| {
+                let (x, needs) = self.input_needs(j, &shapes, grid)?;
+                let halo = halo_voxels(&needs[rank], &grid.block(shapes[x], rank), shapes[x])
+                    * self.channels(x);
+                let held = match self.nodes[j].op {
+                    Op::Pool { .. } if backward => 2,
+                    _ => 1,
+                };
+                Some(held * halo)
+            })
+            .max()
+            .unwrap_or(0))
+    }
+
+    /// For a layer that reads its input with context (convolutions, transposed convolutions,
+    /// pooling): its input node and every rank's input region.
+    fn input_needs(
+        &self,
+        j: usize,
+        shapes: &[[usize; 3]],
+        grid: Grid,
+    ) -> Option<(usize, Vec<Region>)> {
+        Some(match &self.nodes[j].op {
+            Op::Conv { layer, x, .. } => (*x, conv_needs(layer, shapes[j], grid)),
+            Op::ConvTranspose { layer, x } => (
+                *x,
+                transposed_needs(layer, shapes[j], shapes[*x], grid, 0).0,
+            ),
+            Op::Pool { layer, x } => (*x, pool_needs(layer, shapes[j], grid)),
+            _ => return None,
+        })
     }
 
     /// For each node: the flat ranges of its weight and bias in [`Gradients::data`].
@@ -745,6 +815,12 @@ pub fn transposed_needs<T: Scalar>(
     (needs, crop)
 }
 
+/// Voxels of `need`, clipped to a map of `dims`, outside `block`.
+fn halo_voxels(need: &Region, block: &Region, dims: [usize; 3]) -> usize {
+    let need = need.clip(dims);
+    need.volume() - need.intersect(block).volume()
+}
+
 fn accumulate<T: Scalar>(slot: &mut Option<Features<T>>, g: Features<T>) {
     match slot {
         Some(s) => s.add_assign(&g),
@@ -788,7 +864,7 @@ mod tests {
         let loss = |net: &Network<f64>, x: &Features<f64>| {
             dot(&net.forward(x.clone(), dims, &Whole).unwrap().data, &r.data)
         };
-        let tape = net.forward_train(x.clone(), dims, &Whole).unwrap();
+        let mut tape = net.forward_train(x.clone(), dims, &Whole).unwrap();
         let direct = net.forward(x.clone(), dims, &Whole).unwrap();
         assert_eq!(
             tape.output(),
@@ -797,7 +873,7 @@ mod tests {
         );
         let mut grads = net.zero_grads();
         let gx = net
-            .backward(&tape, r.clone(), &Whole, &mut grads, true)
+            .backward(&mut tape, r.clone(), &Whole, &mut grads, true)
             .unwrap()
             .unwrap();
         let eps = 1e-6;
