@@ -554,7 +554,33 @@ fn strip_rows(
     if rows_total.div_ceil(rows) < per_item {
         rows = rows_total.div_ceil(per_item).max(1);
     }
-    rows
+    whole_gemm_lanes(rows, row_len)
+}
+
+/// `rows` rounded down so that a strip's `rows · row_len` patch columns are a whole number of
+/// [`GEMM_LANES`] (where at least one such multiple fits). The forward GEMM runs transposed
+/// (`outᵀ = colᵀ · Wᵀ`, its output row-major), and `gemm` reads the patch matrix in place only
+/// when that count is a multiple of its SIMD width; otherwise it first copies the whole patch
+/// matrix into a packed buffer of the same size, doubling each thread's scratch (issue 11: on a
+/// 3-rank slab of a 64³ cube, 22 columns wide, every strip was copied). The strip size does not
+/// change any output value: each output column is one GEMM column, summed over the kernel alone.
+fn whole_gemm_lanes(rows: usize, row_len: usize) -> usize {
+    let step = GEMM_LANES / gcd(row_len.max(1), GEMM_LANES);
+    match rows >= step {
+        true => rows - rows % step,
+        false => rows,
+    }
+}
+
+/// The SIMD width (in elements) whose multiples `gemm` takes unpacked: 16 f32 lanes with AVX-512,
+/// a multiple of the 8 lanes of f64 and of narrower vector units.
+const GEMM_LANES: usize = 16;
+
+fn gcd(a: usize, b: usize) -> usize {
+    match b {
+        0 => a,
+        _ => gcd(b, a % b),
+    }
 }
 
 /// Output rows per strip where the strips' results are summed (weight gradients): a size that does
