@@ -37,10 +37,16 @@ const A: usize = 6;
 /// Points of the transformed tile.
 const XI: usize = A * A;
 
-/// `V + M` of one strip, in elements: a strip is made this big (or holds at least
-/// [`MIN_STRIP_TILES`] tiles, which the GEMMs need to run at speed).
+/// `V + M` of one strip, in elements: a strip is made this big, or a quarter of the layer's output
+/// where that is smaller ([`STRIP_OUT_FRACTION`]), but holds at least [`MIN_STRIP_TILES`] tiles,
+/// which the GEMMs need to run at speed.
 const STRIP_TARGET: usize = 1 << 20;
-const MIN_STRIP_TILES: usize = 128;
+/// Each thread holds one strip's `V + M`; bounded by a fraction of the layer's output as well as
+/// by [`STRIP_TARGET`], the scratch shrinks with a rank's block of a spatially decomposed image
+/// instead of staying ~4 MiB per thread (issue 11: on 3 ranks of a 256² DRUNet, two threads'
+/// strips of the 64-channel layers outweighed the 5.3 MiB maps they computed).
+const STRIP_OUT_FRACTION: usize = 4;
+const MIN_STRIP_TILES: usize = 32;
 
 /// Geometry of one Winograd convolution.
 #[derive(Clone, Copy, Debug)]
@@ -250,7 +256,8 @@ pub(crate) fn conv3x3<T: Scalar>(
     let tiles_w = wo.div_ceil(M);
     let tiles_h = ho.div_ceil(M);
     let per_tile = XI * (l.c_in + l.c_out);
-    let want_tiles = (STRIP_TARGET / per_tile.max(1)).max(MIN_STRIP_TILES);
+    let target = STRIP_TARGET.min(l.c_out * ho * wo / STRIP_OUT_FRACTION);
+    let want_tiles = (target / per_tile.max(1)).max(MIN_STRIP_TILES);
     let mut strip_rows = want_tiles.div_ceil(tiles_w).clamp(1, tiles_h);
     let threads = rayon::current_num_threads();
     let strips = |r: usize| tiles_h.div_ceil(r);
