@@ -8,7 +8,7 @@
 //! layout `(C_out, C_in, k…)` is already the row-major `C_out × C_in·kᵈ` matrix, so weights are used as
 //! stored. Strips of all batch items run in parallel (rayon), each with its own `col` buffer, so the
 //! extra memory is bounded by threads × strip size, whatever the image size; a strip's `col` is also
-//! at most a quarter of the layer's output (≥ 1024 columns), so on a rank's small block of a
+//! at most a quarter of the layer's output (≥ 512 columns), so on a rank's small block of a
 //! decomposed image the scratch shrinks with the block.
 //!
 //! The backward passes are the same two matrices read the other way: the input gradient is
@@ -537,7 +537,7 @@ struct SendPtr<T>(*mut T);
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
-/// Output rows per task: enough columns (≥ 1024) that packing the weights is a small part of each
+/// Output rows per task: enough columns (≥ 512) that packing the weights is a small part of each
 /// GEMM, few enough that the patch matrix stays near the L2 cache (~2 MiB) and within a quarter of
 /// the layer's output (`out_len` values per item), and at least a few tasks per thread when the
 /// image allows.
@@ -554,7 +554,33 @@ fn strip_rows(
     if rows_total.div_ceil(rows) < per_item {
         rows = rows_total.div_ceil(per_item).max(1);
     }
-    rows
+    whole_gemm_lanes(rows, row_len)
+}
+
+/// `rows` rounded down so that a strip's `rows · row_len` patch columns are a whole number of
+/// [`GEMM_LANES`] (where at least one such multiple fits). The forward GEMM runs transposed
+/// (`outᵀ = colᵀ · Wᵀ`, its output row-major), and `gemm` reads the patch matrix in place only
+/// when that count is a multiple of its SIMD width; otherwise it first copies the whole patch
+/// matrix into a packed buffer of the same size, doubling each thread's scratch (issue 11: on a
+/// 3-rank slab of a 64³ cube, 22 columns wide, every strip was copied). The strip size does not
+/// change any output value: each output column is one GEMM column, summed over the kernel alone.
+fn whole_gemm_lanes(rows: usize, row_len: usize) -> usize {
+    let step = GEMM_LANES / gcd(row_len.max(1), GEMM_LANES);
+    match rows >= step {
+        true => rows - rows % step,
+        false => rows,
+    }
+}
+
+/// The SIMD width (in elements) whose multiples `gemm` takes unpacked: 16 f32 lanes with AVX-512,
+/// a multiple of the 8 lanes of f64 and of narrower vector units.
+const GEMM_LANES: usize = 16;
+
+fn gcd(a: usize, b: usize) -> usize {
+    match b {
+        0 => a,
+        _ => gcd(b, a % b),
+    }
 }
 
 /// Output rows per strip where the strips' results are summed (weight gradients): a size that does
@@ -566,7 +592,9 @@ fn strip_rows(
 fn grad_strip_rows(k_len: usize, row_len: usize, rows_total: usize, out_len: usize) -> usize {
     const COL_TARGET: usize = 1 << 19; // elements (2 MiB in f32)
     const OUT_FRACTION: usize = 4;
-    const MIN_COLS: usize = 1024;
+    // 512, not 1024: on a 3-rank slab of a 64³ cube the floor, not the quarter, set the strip
+    // (1024 patch columns of 216 against a 2.7 MiB output); the GEMM's weights are tiny there.
+    const MIN_COLS: usize = 512;
     let target = COL_TARGET.min(out_len / OUT_FRACTION);
     let cols = (target / k_len.max(1)).max(MIN_COLS);
     (cols / row_len.max(1)).clamp(1, rows_total.max(1))
@@ -1344,6 +1372,32 @@ pub(crate) mod tests {
                 assert!(e < 1e-4, "transposed case {case}: err {e}");
             }
         }
+    }
+
+    /// A forward strip's patch columns are a whole number of `gemm`'s SIMD widths wherever one
+    /// fits (22-wide rows, a 3-rank slab of a 64³ cube, take strips of 8 rows), within the
+    /// quarter-of-the-output bound, and the strips still cover every row.
+    #[test]
+    fn forward_strips_hold_whole_simd_widths_of_patch_columns() {
+        for (k_len, row_len, rows_total, out_len) in [
+            (216, 22, 64 * 64, 8 * 64 * 64 * 22),
+            (216, 21, 64 * 64, 8 * 64 * 64 * 21),
+            (27, 22, 64 * 64, 8 * 64 * 64 * 22),
+            (216, 64, 64 * 64, 8 * 64 * 64 * 64),
+            (9, 342, 1024, 16 * 1024 * 342),
+        ] {
+            let rows = strip_rows(k_len, row_len, rows_total, out_len, 1);
+            let bound = grad_strip_rows(k_len, row_len, rows_total, out_len);
+            assert!(
+                rows >= 1 && rows <= bound,
+                "{rows} rows against the bound {bound}"
+            );
+            assert_eq!((rows * row_len) % GEMM_LANES, 0, "{rows} rows of {row_len}");
+        }
+        // No multiple fits: the rows stay as they were.
+        assert_eq!(whole_gemm_lanes(3, 1), 3);
+        assert_eq!(whole_gemm_lanes(1, 22), 1);
+        assert_eq!(whole_gemm_lanes(47, 22), 40);
     }
 
     #[test]

@@ -37,10 +37,16 @@ const A: usize = 6;
 /// Points of the transformed tile.
 const XI: usize = A * A;
 
-/// `V + M` of one strip, in elements: a strip is made this big (or holds at least
-/// [`MIN_STRIP_TILES`] tiles, which the GEMMs need to run at speed).
+/// `V + M` of one strip, in elements: a strip is made this big, or a quarter of the layer's output
+/// where that is smaller ([`STRIP_OUT_FRACTION`]), but holds at least [`MIN_STRIP_TILES`] tiles,
+/// which the GEMMs need to run at speed.
 const STRIP_TARGET: usize = 1 << 20;
-const MIN_STRIP_TILES: usize = 128;
+/// Each thread holds one strip's `V + M`; bounded by a fraction of the layer's output as well as
+/// by [`STRIP_TARGET`], the scratch shrinks with a rank's block of a spatially decomposed image
+/// instead of staying ~4 MiB per thread (issue 11: on 3 ranks of a 256² DRUNet, two threads'
+/// strips of the 64-channel layers outweighed the 5.3 MiB maps they computed).
+const STRIP_OUT_FRACTION: usize = 4;
+const MIN_STRIP_TILES: usize = 32;
 
 /// Geometry of one Winograd convolution.
 #[derive(Clone, Copy, Debug)]
@@ -249,21 +255,9 @@ pub(crate) fn conv3x3<T: Scalar>(
     }
     let tiles_w = wo.div_ceil(M);
     let tiles_h = ho.div_ceil(M);
-    let per_tile = XI * (l.c_in + l.c_out);
-    let want_tiles = (STRIP_TARGET / per_tile.max(1)).max(MIN_STRIP_TILES);
-    let mut strip_rows = want_tiles.div_ceil(tiles_w).clamp(1, tiles_h);
     let threads = rayon::current_num_threads();
-    let strips = |r: usize| tiles_h.div_ceil(r);
-    // Enough tasks to keep every thread busy when the image allows it without shrinking a strip
-    // below half the target.
-    while batch * strips(strip_rows) < threads && strip_rows > 1 {
-        let smaller = strip_rows.div_ceil(2);
-        if smaller * tiles_w * 2 < want_tiles.min(tiles_h * tiles_w) {
-            break;
-        }
-        strip_rows = smaller;
-    }
-    let n_strips = strips(strip_rows);
+    let strip_rows = strip_tile_rows(l, batch, threads);
+    let n_strips = tiles_h.div_ceil(strip_rows);
     let tasks = batch * n_strips;
     let outer_parallel = tasks >= threads;
     let out_ptr = SendPtr(out.as_mut_ptr());
@@ -296,6 +290,29 @@ pub(crate) fn conv3x3<T: Scalar>(
         let (mut v, mut m) = (Vec::new(), Vec::new());
         (0..tasks).for_each(|t| run(t, &mut v, &mut m));
     }
+}
+
+/// Tile rows per strip for `batch` items on `threads` threads: `V + M` near [`STRIP_TARGET`] and
+/// a quarter of the layer's output, at least [`MIN_STRIP_TILES`] tiles.
+fn strip_tile_rows(l: &Layer, batch: usize, threads: usize) -> usize {
+    let [ho, wo] = l.out_hw;
+    let tiles_w = wo.div_ceil(M).max(1);
+    let tiles_h = ho.div_ceil(M).max(1);
+    let per_tile = XI * (l.c_in + l.c_out);
+    let target = STRIP_TARGET.min(l.c_out * ho * wo / STRIP_OUT_FRACTION);
+    let want_tiles = (target / per_tile.max(1)).max(MIN_STRIP_TILES);
+    let mut strip_rows = want_tiles.div_ceil(tiles_w).clamp(1, tiles_h);
+    let strips = |r: usize| tiles_h.div_ceil(r);
+    // Enough tasks to keep every thread busy when the image allows it without shrinking a strip
+    // below half the target.
+    while batch * strips(strip_rows) < threads && strip_rows > 1 {
+        let smaller = strip_rows.div_ceil(2);
+        if smaller * tiles_w * 2 < want_tiles.min(tiles_h * tiles_w) {
+            break;
+        }
+        strip_rows = smaller;
+    }
+    strip_rows
 }
 
 /// Values of transformed weights a call may hold at once, at least: see [`conv3x3_weights`].
@@ -594,6 +611,46 @@ mod tests {
     use super::*;
     use crate::nn::conv::tests::{random, random_features};
     use crate::nn::conv::{Conv, Features, Geom, Pads};
+
+    /// A strip's `V + M` (values) for `rows` tile rows of `l`.
+    fn strip_values(l: &Layer, rows: usize) -> usize {
+        rows * l.out_hw[1].div_ceil(M) * XI * (l.c_in + l.c_out)
+    }
+
+    /// On a rank's block of a 256² DRUNet split over 3 ranks (64 channels, 256 × 85) a strip
+    /// holds a quarter of the layer's output, to a whole tile row (it held 242 tiles, 4.5 MiB,
+    /// against a 5.3 MiB map);
+    /// one process's full map keeps the ~4 MiB target, and a small map keeps whole tile rows of
+    /// at least `MIN_STRIP_TILES` tiles.
+    #[test]
+    fn strips_are_bounded_by_a_quarter_of_the_output_above_the_floor() {
+        let layer = |c: usize, hw: [usize; 2]| Layer {
+            c_in: c,
+            c_out: c,
+            in_hw: hw,
+            out_hw: hw,
+            pad_lo: [1, 1],
+        };
+        let block = layer(64, [256, 85]);
+        let rows = strip_tile_rows(&block, 1, 2);
+        let out = 64 * 256 * 85;
+        let block_row = strip_values(&block, 1);
+        assert!(strip_values(&block, rows) <= out / STRIP_OUT_FRACTION + block_row);
+        assert!(
+            strip_values(&block, rows) < 4 * 242 * XI * 128 / 5,
+            "{rows} tile rows"
+        );
+        assert!(rows * 85usize.div_ceil(M) >= MIN_STRIP_TILES);
+        let whole = layer(64, [256, 256]);
+        let rows = strip_tile_rows(&whole, 1, 2);
+        let target = STRIP_TARGET.min(64 * 256 * 256 / STRIP_OUT_FRACTION);
+        let one_row = strip_values(&whole, 1);
+        assert!(strip_values(&whole, rows) <= target + one_row);
+        assert!(strip_values(&whole, rows) + one_row > target);
+        let small = layer(512, [32, 11]);
+        let rows = strip_tile_rows(&small, 1, 1);
+        assert!(rows * 11usize.div_ceil(M) >= MIN_STRIP_TILES.min(8 * 3));
+    }
 
     fn layer_of<T: Scalar>(
         g: &Geom,
