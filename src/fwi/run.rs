@@ -439,6 +439,24 @@ struct Report {
     hash: u64,
 }
 
+/// Internal steps per sample from which a run is more likely a slip in `wave.dt_s` (seconds for
+/// milliseconds) than a choice: the propagator would then spend that many steps per recorded sample.
+const STEP_RATIO_WARNING: usize = 64;
+
+/// A warning for a sample interval far above the stable time step, or `None`. Why: the run is
+/// correct (deepwave subdivides the same way) but a mistyped `dt_s` multiplies the work by the
+/// ratio, and the observed data are modelled before the first progress report.
+fn step_ratio_warning(dt_s: f64, step_ratio: usize, nt: usize) -> Option<String> {
+    (step_ratio >= STEP_RATIO_WARNING).then(|| {
+        format!(
+            "`wave.dt_s` = {dt_s} s is {step_ratio} times the stable time step: every one of the {nt} \
+             samples runs {step_ratio} internal steps ({} per shot); record with a smaller `dt_s` \
+             (and a larger `nt`) unless this sampling is what you want",
+            step_ratio.saturating_mul(nt)
+        )
+    })
+}
+
 #[allow(clippy::too_many_lines)]
 fn run_typed<T: Real>(
     preset: &FwiPreset,
@@ -483,6 +501,16 @@ fn run_typed<T: Real>(
     };
     let acq = &setup.acquisition;
     let n_shots = acq.len();
+    let step_ratio = Solver::new(&start, &settings)?.step_ratio();
+    if rank == 0 {
+        tracing::info!(
+            "{n_shots} shots × {} samples × {step_ratio} internal steps per sample on {nz}×{nx} cells",
+            preset.wave.nt
+        );
+        if let Some(w) = step_ratio_warning(preset.wave.dt_s, step_ratio, preset.wave.nt) {
+            tracing::warn!("{w}");
+        }
+    }
     let wavelets: Vec<Vec<T>> = acq
         .shots
         .iter()
@@ -558,7 +586,6 @@ fn run_typed<T: Real>(
         .map(|t| t.iter().map(|&v| v as f32).collect::<Vec<_>>());
     let initial_f32 = to_f32(&model);
     let initial_error = setup.truth.as_ref().map(|t| rel_error(&model, t));
-    let step_ratio = Solver::new(&start, &settings)?.step_ratio();
     let internal_dt = preset.wave.dt_s / step_ratio as f64;
     let epochs = preset.fwi.epochs;
     let mut stop = on_event(FwiEvent::Started {
@@ -887,4 +914,24 @@ fn run_typed<T: Real>(
     io::write_atomic(&out_dir.join("metrics.json"), &json)?;
     summary.run_dir = Some(staging.commit(&preset.name)?);
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::physics::wave::cfl_step_ratio;
+
+    #[test]
+    fn a_sample_interval_far_above_the_stable_step_is_named() {
+        // The bundled preset's 2 ms at 10 m needs 3 steps per sample: no warning.
+        assert_eq!(step_ratio_warning(0.002, 3, 600), None);
+        assert_eq!(step_ratio_warning(0.05, STEP_RATIO_WARNING - 1, 600), None);
+        // 1 s typed for 1 ms.
+        let ratio = cfl_step_ratio(1.0, 5000.0, 10.0, 10.0);
+        assert!(ratio >= STEP_RATIO_WARNING, "{ratio}");
+        let w = step_ratio_warning(1.0, ratio, 600).expect("a warning");
+        assert!(w.contains("`wave.dt_s` = 1 s"), "{w}");
+        assert!(w.contains(&format!("{ratio} internal steps")), "{w}");
+        assert!(w.contains(&(600 * ratio).to_string()), "{w}");
+    }
 }
