@@ -903,18 +903,34 @@ fn conv_backward_weight<T: Scalar>(
 /// `dst (cols × rows) = srcᵀ` for a row-major `src` of `rows × cols`, in square tiles so that both
 /// sides stay in cache.
 fn transpose<T: Scalar>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
-    const TILE: usize = 16;
-    for r0 in (0..rows).step_by(TILE) {
-        let r1 = (r0 + TILE).min(rows);
-        for c0 in (0..cols).step_by(TILE) {
-            let c1 = (c0 + TILE).min(cols);
-            for r in r0..r1 {
-                let row = &src[r * cols..];
-                for c in c0..c1 {
-                    dst[c * rows + r] = row[c];
+    // Whole 8×8 tiles go through a fixed-size array (no bounds checks, contiguous 8-wide reads and
+    // writes, which LLVM turns into register shuffles); the element-wise loop was ~18 % of the
+    // native backward bench. The ragged edges run element by element.
+    const T8: usize = 8;
+    let (src, dst) = (&src[..rows * cols], &mut dst[..rows * cols]);
+    let (r_whole, c_whole) = (rows - rows % T8, cols - cols % T8);
+    for r0 in (0..r_whole).step_by(T8) {
+        for c0 in (0..c_whole).step_by(T8) {
+            let mut tile = [[T::ZERO; T8]; T8];
+            for (i, t) in tile.iter_mut().enumerate() {
+                t.copy_from_slice(&src[(r0 + i) * cols + c0..][..T8]);
+            }
+            for j in 0..T8 {
+                let d: &mut [T; T8] = (&mut dst[(c0 + j) * rows + r0..][..T8])
+                    .try_into()
+                    .expect("an 8-element slice");
+                for i in 0..T8 {
+                    d[i] = tile[i][j];
                 }
             }
         }
+    }
+    let mut one = |r: usize, c: usize| dst[c * rows + r] = src[r * cols + c];
+    for r in 0..r_whole {
+        (c_whole..cols).for_each(|c| one(r, c));
+    }
+    for r in r_whole..rows {
+        (0..cols).for_each(|c| one(r, c));
     }
 }
 
@@ -1270,6 +1286,32 @@ pub(crate) mod tests {
             n[a] = rng.random_range(reach.max(2)..reach + 9);
         }
         (k, s, p, d, n)
+    }
+
+    #[test]
+    fn the_tiled_transpose_moves_every_element_once() {
+        for (rows, cols) in [
+            (1, 1),
+            (8, 8),
+            (7, 9),
+            (16, 24),
+            (17, 33),
+            (576, 40),
+            (3, 64),
+        ] {
+            let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+            let mut dst = vec![-1.0; rows * cols];
+            transpose(&src, rows, cols, &mut dst);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(
+                        dst[c * rows + r],
+                        src[r * cols + c],
+                        "{rows}×{cols} at ({r}, {c})"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
