@@ -25,6 +25,7 @@
 
 use rayon::prelude::*;
 
+use super::patch_gemm;
 use super::scalar::Scalar;
 use super::winograd;
 
@@ -590,14 +591,39 @@ fn gcd(a: usize, b: usize) -> usize {
 /// block instead of staying a fixed ~2 MiB per thread (issue 11's memory goal; CNN3D's 3-rank
 /// slabs of a 64³ cube have outputs of 2.7 MiB).
 fn grad_strip_rows(k_len: usize, row_len: usize, rows_total: usize, out_len: usize) -> usize {
+    (strip_cols_bound(k_len, out_len) / row_len.max(1)).clamp(1, rows_total.max(1))
+}
+
+/// Patch columns per strip: ~2 MiB of patches (f32), at most a quarter of the layer's output
+/// (`out_len` values per item), at least 512.
+fn strip_cols_bound(k_len: usize, out_len: usize) -> usize {
     const COL_TARGET: usize = 1 << 19; // elements (2 MiB in f32)
     const OUT_FRACTION: usize = 4;
     // 512, not 1024: on a 3-rank slab of a 64³ cube the floor, not the quarter, set the strip
     // (1024 patch columns of 216 against a 2.7 MiB output); the GEMM's weights are tiny there.
     const MIN_COLS: usize = 512;
     let target = COL_TARGET.min(out_len / OUT_FRACTION);
-    let cols = (target / k_len.max(1)).max(MIN_COLS);
-    (cols / row_len.max(1)).clamp(1, rows_total.max(1))
+    (target / k_len.max(1)).max(MIN_COLS)
+}
+
+/// Output positions per task of the forward convolution (of `positions` per item): the bounds of
+/// [`strip_cols_bound`], at least a few tasks per thread when the image allows, in whole vectors
+/// of [`GEMM_LANES`] (see [`whole_gemm_lanes`]). A strip may begin and end inside a row: a 1-D
+/// signal is one long row, which whole-row strips could not split (a 2¹⁸-sample signal through a
+/// 16-channel k = 9 layer made one 151 MB patch matrix, built on one thread). Strip boundaries
+/// change no output value: each output position is one GEMM column, summed over the kernel alone.
+fn strip_positions(k_len: usize, positions: usize, out_len: usize, batch: usize) -> usize {
+    let mut cols = strip_cols_bound(k_len, out_len).min(positions.max(1));
+    let want_tasks = 4 * rayon::current_num_threads();
+    let per_item = want_tasks.div_ceil(batch.max(1));
+    if positions.div_ceil(cols) < per_item {
+        cols = positions.div_ceil(per_item).max(1);
+    }
+    if cols >= GEMM_LANES {
+        cols - cols % GEMM_LANES
+    } else {
+        cols
+    }
 }
 
 /// `out = relu?(W · im2col(x) + bias (+ acc))` with output size `od` and low-side padding `pad_lo`.
@@ -635,33 +661,50 @@ fn conv_forward<T: Scalar>(
         return out;
     }
     let k_len = g.k_len();
-    let rows_total = od[0] * od[1];
-    let wo = od[2];
     let out_s = od.iter().product::<usize>();
     if out_s == 0 || x.batch == 0 {
         return out;
     }
-    let rows = strip_rows(k_len, wo, rows_total, g.c_out * out_s, x.batch);
-    let strips = rows_total.div_ceil(rows);
+    let per_strip = strip_positions(k_len, out_s, g.c_out * out_s, x.batch);
+    let strips = out_s.div_ceil(per_strip);
     let in_s = x.spatial_len();
     let out_ptr = SendPtr(out.data.as_mut_ptr());
     let tasks = x.batch * strips;
     let inner_par = gemm_parallelism(tasks);
+    let native = patch_gemm::available::<T>();
     (0..tasks)
         .into_par_iter()
         .for_each_init(Vec::new, |col, task| {
             let (b, s) = (task / strips, task % strips);
-            let r0 = s * rows;
-            let r1 = (r0 + rows).min(rows_total);
-            let n = (r1 - r0) * wo;
+            let p0 = s * per_strip;
+            let n = per_strip.min(out_s - p0);
             col.resize(k_len * n, T::ZERO);
             let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
-            im2col(g, pad_lo, xb, x.dims, od, r0, r1, col);
+            im2col_span(g, pad_lo, xb, x.dims, od, p0..p0 + n, col);
             let out_ptr = &out_ptr;
-            // SAFETY: task (b, s) writes only rows r0..r1 of every channel of item b; tasks are
-            // disjoint, and `out` outlives the parallel loop.
+            // SAFETY: task (b, s) writes only positions p0..p0 + n of every channel of item b;
+            // tasks are disjoint, and `out` outlives the parallel loop.
             unsafe {
-                let dst = out_ptr.0.add(b * g.c_out * out_s + r0 * wo);
+                let dst = out_ptr.0.add(b * g.c_out * out_s + p0);
+                if native {
+                    fn f32s<T: Scalar>(s: &[T]) -> &[f32] {
+                        patch_gemm::as_f32(s).expect("the native patch product runs on f32")
+                    }
+                    let (weight, col, bias) = (f32s(weight), f32s(col), bias.map(f32s));
+                    let p = patch_gemm::Product {
+                        weight,
+                        c_out: g.c_out,
+                        k_len,
+                        col,
+                        ld: n,
+                        n,
+                        bias,
+                        relu,
+                        accumulate,
+                    };
+                    patch_gemm::weights_times_patches(&p, dst.cast::<f32>(), out_s);
+                    return;
+                }
                 gemm::gemm(
                     g.c_out,
                     n,
@@ -1001,14 +1044,33 @@ fn im2col<T: Scalar>(
     r1: usize,
     col: &mut [T],
 ) {
+    let wo = out_dims[2];
+    im2col_span(g, pad_lo, x, in_dims, out_dims, r0 * wo..r1 * wo, col);
+}
+
+/// [`im2col`] for the flattened output positions `span` (`(oz · H_out + oy) · W_out + ox`), which
+/// may begin and end inside a row: `col[(ci, kz, ky, kx), j − span.start]`.
+fn im2col_span<T: Scalar>(
+    g: &Geom,
+    pad_lo: [usize; 3],
+    x: &[T],
+    in_dims: [usize; 3],
+    out_dims: [usize; 3],
+    span: std::ops::Range<usize>,
+    col: &mut [T],
+) {
     let [di, hi, wi] = in_dims;
     let [_, ho, wo] = out_dims;
     let [kd, kh, kw] = g.kernel;
     let [sd, sh, sw] = g.stride;
     let [dd, dh, dw] = g.dilation;
     let [pd, ph, pw] = pad_lo;
-    let n = (r1 - r0) * wo;
+    let n = span.len();
+    if n == 0 || wo == 0 {
+        return;
+    }
     let in_s = di * hi * wi;
+    let rows = span.start / wo..(span.end - 1) / wo + 1;
     let mut row_idx = 0;
     for ci in 0..g.c_in {
         let xc = &x[ci * in_s..(ci + 1) * in_s];
@@ -1018,9 +1080,13 @@ fn im2col<T: Scalar>(
                     let dst_row = &mut col[row_idx * n..(row_idx + 1) * n];
                     row_idx += 1;
                     let (lo, hi_x) = valid_outputs(kx, sw, dw, pw, wi, wo);
-                    for r in r0..r1 {
+                    for r in rows.clone() {
+                        // This row's part of the span: output columns xa..xb.
+                        let xa = span.start.saturating_sub(r * wo);
+                        let xb = (span.end - r * wo).min(wo);
+                        let at = r * wo + xa - span.start;
+                        let dst = &mut dst_row[at..at + (xb - xa)];
                         let (oz, oy) = (r / ho, r % ho);
-                        let dst = &mut dst_row[(r - r0) * wo..(r - r0 + 1) * wo];
                         let iz = (oz * sd + kz * dd) as isize - pd as isize;
                         let iy = (oy * sh + ky * dh) as isize - ph as isize;
                         if iz < 0 || iz >= di as isize || iy < 0 || iy >= hi as isize {
@@ -1028,14 +1094,21 @@ fn im2col<T: Scalar>(
                             continue;
                         }
                         let src = &xc[(iz as usize * hi + iy as usize) * wi..][..wi];
-                        dst[..lo].fill(T::ZERO);
-                        dst[hi_x..].fill(T::ZERO);
+                        // Columns a..b read the input; the rest of xa..xb is padding.
+                        let a = lo.clamp(xa, xb);
+                        let b = hi_x.clamp(a, xb);
+                        dst[..a - xa].fill(T::ZERO);
+                        dst[b - xa..].fill(T::ZERO);
+                        let valid = &mut dst[a - xa..b - xa];
+                        if b == a {
+                            continue;
+                        }
                         if sw == 1 {
-                            let start = lo + kx * dw - pw;
-                            dst[lo..hi_x].copy_from_slice(&src[start..start + (hi_x - lo)]);
-                        } else if hi_x > lo {
-                            let start = lo * sw + kx * dw - pw;
-                            dst[lo..hi_x]
+                            let start = a + kx * dw - pw;
+                            valid.copy_from_slice(&src[start..start + (b - a)]);
+                        } else {
+                            let start = a * sw + kx * dw - pw;
+                            valid
                                 .iter_mut()
                                 .zip(src[start..].iter().step_by(sw))
                                 .for_each(|(d, s)| *d = *s);
@@ -1421,25 +1494,99 @@ pub(crate) mod tests {
     /// quarter-of-the-output bound, and the strips still cover every row.
     #[test]
     fn forward_strips_hold_whole_simd_widths_of_patch_columns() {
-        for (k_len, row_len, rows_total, out_len) in [
-            (216, 22, 64 * 64, 8 * 64 * 64 * 22),
-            (216, 21, 64 * 64, 8 * 64 * 64 * 21),
-            (27, 22, 64 * 64, 8 * 64 * 64 * 22),
-            (216, 64, 64 * 64, 8 * 64 * 64 * 64),
-            (9, 342, 1024, 16 * 1024 * 342),
+        for (k_len, positions, out_len) in [
+            (216, 64 * 64 * 22, 8 * 64 * 64 * 22),
+            (216, 64 * 64 * 21, 8 * 64 * 64 * 21),
+            (27, 64 * 64 * 22, 8 * 64 * 64 * 22),
+            (216, 64 * 64 * 64, 8 * 64 * 64 * 64),
+            (9, 1024 * 342, 16 * 1024 * 342),
+            (144, 1 << 18, 16 << 18),
         ] {
-            let rows = strip_rows(k_len, row_len, rows_total, out_len, 1);
-            let bound = grad_strip_rows(k_len, row_len, rows_total, out_len);
+            let cols = strip_positions(k_len, positions, out_len, 1);
+            let bound = strip_cols_bound(k_len, out_len);
             assert!(
-                rows >= 1 && rows <= bound,
-                "{rows} rows against the bound {bound}"
+                cols >= GEMM_LANES && cols <= bound,
+                "{cols} columns against the bound {bound}"
             );
-            assert_eq!((rows * row_len) % GEMM_LANES, 0, "{rows} rows of {row_len}");
+            assert_eq!(cols % GEMM_LANES, 0, "{cols} columns");
         }
+        // A 1-D signal (one row) is split too.
+        assert!(strip_positions(144, 1 << 18, 16 << 18, 1) < 1 << 17);
+        // Fewer positions than a vector: one strip of them all.
+        assert_eq!(strip_positions(27, 5, 40, 1), 1.max(5usize.div_ceil(8)));
         // No multiple fits: the rows stay as they were.
         assert_eq!(whole_gemm_lanes(3, 1), 3);
         assert_eq!(whole_gemm_lanes(1, 22), 1);
         assert_eq!(whole_gemm_lanes(47, 22), 40);
+    }
+
+    #[test]
+    fn patch_spans_cutting_rows_equal_the_whole_patch_matrix() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+        for case in 0..60 {
+            let rank = 1 + case % 3;
+            let (k, st, p, d, n) = random_geometry(rank, &mut rng);
+            let c_in = rng.random_range(1..3);
+            let c = Conv::with_geometry(
+                c_in,
+                1,
+                k,
+                st,
+                p,
+                d,
+                vec![0.0; c_in * k.iter().product::<usize>()],
+                None,
+                false,
+            );
+            let Some(od) = c.out_dims(n) else { continue };
+            let x: Features = random_features(1, c_in, n, &mut rng);
+            let g = c.geom();
+            let (k_len, out_s) = (g.k_len(), od.iter().product::<usize>());
+            let rows_total = od[0] * od[1];
+            let mut whole = vec![0.0f32; k_len * out_s];
+            im2col(&g, p, &x.data, n, od, 0, rows_total, &mut whole);
+            for _ in 0..5 {
+                let p0 = rng.random_range(0..out_s);
+                let p1 = rng.random_range(p0 + 1..=out_s);
+                let m = p1 - p0;
+                let mut part = vec![f32::NAN; k_len * m];
+                im2col_span(&g, p, &x.data, n, od, p0..p1, &mut part);
+                for kk in 0..k_len {
+                    assert_eq!(
+                        part[kk * m..(kk + 1) * m],
+                        whole[kk * out_s + p0..kk * out_s + p1],
+                        "case {case}: k {k:?} s {st:?} p {p:?} d {d:?} in {n:?}, span {p0}..{p1}, row {kk}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_signal_split_inside_its_row_matches_the_definition() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let (c_in, c_out) = (3, 5);
+        for (k, stride, pad, dilation) in [(9, 1, 4, 1), (5, 2, 3, 2)] {
+            let conv = Conv::with_geometry(
+                c_in,
+                c_out,
+                [1, 1, k],
+                [1, 1, stride],
+                [0, 0, pad],
+                [1, 1, dilation],
+                random(c_out * c_in * k, &mut rng),
+                Some(random(c_out, &mut rng)),
+                true,
+            );
+            let x: Features = random_features(2, c_in, [1, 1, 7001], &mut rng);
+            let od = conv.out_dims(x.dims).unwrap();
+            assert!(strip_positions(c_in * k, od[2], c_out * od[2], 2) < od[2]);
+            let e = max_err(
+                &conv.forward(&x, None),
+                &naive_conv(&conv, &x, None, conv.pads()),
+            );
+            assert!(e < 1e-5, "k {k} stride {stride}: err {e}");
+        }
     }
 
     #[test]

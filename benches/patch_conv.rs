@@ -1,0 +1,207 @@
+//! `cargo bench --bench patch_conv`: the native forward convolutions that run as im2col + the
+//! patch product (`nn::patch_gemm`), i.e. every layer but the 2-D 3×3 stride-1 ones (Winograd):
+//! a 3-D 3×3×3 32→32 convolution on 1×32×48³ (3-D DRUNet, CNN3D), DRUNet's 2×2 stride-2
+//! down-sampling 64→128 on 1×64×256², a 5×5 32→32 on 1×32×256², and a 1-D k = 9 16→16 on
+//! 1×16×2¹⁸ (a single strip, split over the threads by columns). Prints median and minimum seconds
+//! and GFLOP/s, then PyTorch's CPU time on the same shapes (scripts/bench_torch_patch_conv.py, 2
+//! threads, run after the native timings) and native / PyTorch; and the same convolutions with the
+//! `gemm` crate in place of the patch product (this binary again, as a child process with
+//! `TESSERA_PATCH_GEMM=crate`): the two baselines of this run.
+//! Environment: TESSERA_BENCH_REPS (default 5), TESSERA_TORCH_PYTHON (the venv's python).
+
+use tessera::nn::conv::{Conv, Features};
+
+#[path = "support/timing.rs"]
+mod timing;
+
+#[path = "support/torch.rs"]
+mod torch;
+
+fn features(c: usize, dims: [usize; 3]) -> Features {
+    let n = c * dims.iter().product::<usize>();
+    Features {
+        batch: 1,
+        channels: c,
+        dims,
+        data: (0..n)
+            .map(|i| ((i.wrapping_mul(2654435761) >> 7) % 1000) as f32 / 1000.0 - 0.5)
+            .collect(),
+    }
+}
+
+struct Case {
+    name: &'static str,
+    label: &'static str,
+    rank: usize,
+    c_in: usize,
+    c_out: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    dims: [usize; 3],
+}
+
+const CASES: [Case; 4] = [
+    Case {
+        name: "conv3d_3x3x3",
+        label: "3×3×3 32→32 48³",
+        rank: 3,
+        c_in: 32,
+        c_out: 32,
+        k: 3,
+        stride: 1,
+        pad: 1,
+        dims: [48, 48, 48],
+    },
+    Case {
+        name: "down_2x2_s2",
+        label: "2×2 s2 64→128 256²",
+        rank: 2,
+        c_in: 64,
+        c_out: 128,
+        k: 2,
+        stride: 2,
+        pad: 0,
+        dims: [1, 256, 256],
+    },
+    Case {
+        name: "conv2d_5x5",
+        label: "5×5 32→32 256²",
+        rank: 2,
+        c_in: 32,
+        c_out: 32,
+        k: 5,
+        stride: 1,
+        pad: 2,
+        dims: [1, 256, 256],
+    },
+    Case {
+        name: "conv1d_9",
+        label: "1-D k9 16→16 2¹⁸",
+        rank: 1,
+        c_in: 16,
+        c_out: 16,
+        k: 9,
+        stride: 1,
+        pad: 4,
+        dims: [1, 1, 1 << 18],
+    },
+];
+
+fn main() {
+    let reps: usize = std::env::var("TESSERA_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let baseline_child = std::env::var("TESSERA_PATCH_GEMM").as_deref() == Ok("crate");
+    let mut native = Vec::new();
+    for c in &CASES {
+        let taps = c.k.pow(c.rank as u32);
+        let w: Vec<f32> = (0..c.c_out * c.c_in * taps)
+            .map(|i| (((i * 7919) % 2001) as f32 / 1000.0 - 1.0) * 0.05)
+            .collect();
+        let conv = Conv::new(
+            c.rank,
+            c.c_in,
+            c.c_out,
+            c.k,
+            c.stride,
+            c.pad,
+            w,
+            Some(vec![0.01; c.c_out]),
+            true,
+        );
+        let x = features(c.c_in, c.dims);
+        let od = conv.out_dims(c.dims).expect("bench shapes are valid");
+        let flops = 2.0 * (c.c_out * c.c_in * taps) as f64 * od.iter().product::<usize>() as f64;
+        let t = timing::time_calls(1, reps, || {
+            std::hint::black_box(conv.forward(&x, None));
+        });
+        if baseline_child {
+            println!("gemm {} {:.6} {:.6}", c.name, t.0, t.1);
+            continue;
+        }
+        println!(
+            "{:<24} median {:>8.4} s  min {:>8.4} s  {:>6.1} GFLOP/s",
+            c.label,
+            t.0,
+            t.1,
+            flops / t.0 / 1e9
+        );
+        native.push((c.label, c.name, t));
+    }
+    if baseline_child {
+        return;
+    }
+    compare_with_gemm_crate(&native);
+    let Some(python) = torch::torch_python() else {
+        println!(
+            "(no PyTorch comparison: ~/.cache/tessera/deepinv-venv/bin/python not found; set TESSERA_TORCH_PYTHON)"
+        );
+        return;
+    };
+    let args = vec![
+        "--threads".to_string(),
+        "2".into(),
+        "--reps".into(),
+        reps.to_string(),
+    ];
+    let torch = match torch::torch_times(&python, "bench_torch_patch_conv.py", &args) {
+        Ok(t) => t,
+        Err(e) => {
+            println!("PyTorch comparison failed: {}", e.trim());
+            return;
+        }
+    };
+    println!(
+        "\n{:<24} {:>10} {:>10} {:>14}",
+        "PyTorch CPU (2 threads)", "native s", "torch s", "native/torch"
+    );
+    for (label, name, t) in native {
+        match torch.iter().find(|(n, _, _)| n == name) {
+            Some((_, med, _)) => {
+                println!("{label:<24} {:>10.4} {med:>10.4} {:>14.2}", t.0, t.0 / med)
+            }
+            None => println!("{label:<24} {:>10.4} {:>10} (no line {name})", t.0, "—"),
+        }
+    }
+}
+
+/// This binary again with the `gemm` crate (`TESSERA_PATCH_GEMM=crate`), after the native timings.
+fn compare_with_gemm_crate(native: &[(&str, &str, (f64, f64))]) {
+    let out = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .env("TESSERA_PATCH_GEMM", "crate")
+            .output()
+    });
+    let text = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => {
+            println!(
+                "gemm-crate baseline failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            println!("gemm-crate baseline failed to start: {e}");
+            return;
+        }
+    };
+    println!(
+        "\n{:<24} {:>10} {:>10} {:>14}",
+        "gemm crate (same run)", "native s", "gemm s", "native/gemm"
+    );
+    for (label, name, t) in native {
+        let gemm = text.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some("gemm") && w.next() == Some(*name))
+                .then(|| w.next()?.parse::<f64>().ok())
+                .flatten()
+        });
+        match gemm {
+            Some(g) => println!("{label:<24} {:>10.4} {g:>10.4} {:>14.2}", t.0, t.0 / g),
+            None => println!("{label:<24} {:>10.4} {:>10} (no line {name})", t.0, "—"),
+        }
+    }
+}
