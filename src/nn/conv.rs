@@ -470,6 +470,7 @@ impl<T: Scalar> ConvTranspose<T> {
         let out_ptr = SendPtr(out.data.as_mut_ptr());
         let tasks = x.batch * strips;
         let inner_par = gemm_parallelism(tasks);
+        let native = patch_gemm::available::<T>();
         (0..tasks)
             .into_par_iter()
             .for_each_init(Vec::new, |tmp, task| {
@@ -478,30 +479,51 @@ impl<T: Scalar> ConvTranspose<T> {
                 let r1 = (r0 + rows).min(rows_total);
                 let n = (r1 - r0) * w;
                 tmp.resize(m * n, T::ZERO);
+                let xs = &x.data[b * self.c_in * in_s + r0 * w..];
                 // lhs[(co, t), ci] = weight[ci, co, t]: a column-major view of the stored weights.
-                // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
-                unsafe {
-                    gemm::gemm(
-                        m,
+                if native {
+                    let on_f32 = "the native patch product runs on f32";
+                    let tmp = patch_gemm::as_f32_mut(tmp).expect(on_f32);
+                    let p = patch_gemm::Product {
+                        weight: patch_gemm::as_f32(&self.weight).expect(on_f32),
+                        weight_strides: [1, m],
+                        c_out: m,
+                        k_len: self.c_in,
+                        col: patch_gemm::as_f32(xs).expect(on_f32),
+                        ld: in_s,
                         n,
-                        self.c_in,
-                        tmp.as_mut_ptr(),
-                        1,
-                        n as isize,
-                        false,
-                        self.weight.as_ptr(),
-                        m as isize,
-                        1,
-                        x.data.as_ptr().add(b * self.c_in * in_s + r0 * w),
-                        1,
-                        in_s as isize,
-                        T::ONE,
-                        T::ONE,
-                        false,
-                        false,
-                        false,
-                        inner_par,
-                    );
+                        bias: None,
+                        relu: false,
+                        accumulate: false,
+                    };
+                    // SAFETY: tmp holds m rows of n values, borrowed mutably here.
+                    unsafe { patch_gemm::weights_times_patches(&p, tmp.as_mut_ptr(), n) };
+                } else {
+                    // SAFETY: the pointers and strides describe in-bounds matrices of the sizes
+                    // given.
+                    unsafe {
+                        gemm::gemm(
+                            m,
+                            n,
+                            self.c_in,
+                            tmp.as_mut_ptr(),
+                            1,
+                            n as isize,
+                            false,
+                            self.weight.as_ptr(),
+                            m as isize,
+                            1,
+                            xs.as_ptr(),
+                            1,
+                            in_s as isize,
+                            T::ONE,
+                            T::ONE,
+                            false,
+                            false,
+                            false,
+                            inner_par,
+                        );
+                    }
                 }
                 let out_ptr = &out_ptr;
                 for co in 0..self.c_out {
@@ -693,6 +715,7 @@ fn conv_forward<T: Scalar>(
                     let (weight, col, bias) = (f32s(weight), f32s(col), bias.map(f32s));
                     let p = patch_gemm::Product {
                         weight,
+                        weight_strides: [k_len, 1],
                         c_out: g.c_out,
                         k_len,
                         col,

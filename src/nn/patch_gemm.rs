@@ -31,8 +31,10 @@ pub const TILE: usize = 16 * VECS;
 /// What the product's operands are, for [`weights_times_patches`].
 #[derive(Clone, Copy)]
 pub struct Product<'a> {
-    /// `C_out × k_len`, row-major (PyTorch's `(C_out, C_in, k…)` as stored).
+    /// `C_out × k_len`: element `(co, k)` at `co · weight_strides[0] + k · weight_strides[1]`
+    /// (`[k_len, 1]`, row-major, for PyTorch's `(C_out, C_in, k…)` as stored).
     pub weight: &'a [f32],
+    pub weight_strides: [usize; 2],
     pub c_out: usize,
     pub k_len: usize,
     /// The patch matrix: `k_len` rows of `ld` values; columns `0..n` are used.
@@ -72,6 +74,12 @@ pub fn as_f32<T: bytemuck::Pod>(s: &[T]) -> Option<&[f32]> {
     (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()).then(|| bytemuck::cast_slice(s))
 }
 
+/// `s` as `f32`s when `T` is `f32` (a view, no copy).
+pub fn as_f32_mut<T: bytemuck::Pod>(s: &mut [T]) -> Option<&mut [f32]> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        .then(|| bytemuck::cast_slice_mut(s))
+}
+
 /// `out[co, j] = relu?(acc?[co, j] + Σ_k weight[co, k] · col[k, j] + bias[co])` for `co < c_out`,
 /// `j < n`, where row `co` of the output starts at `dst + co · dst_stride`.
 ///
@@ -82,10 +90,14 @@ pub fn as_f32<T: bytemuck::Pod>(s: &[T]) -> Option<&[f32]> {
 /// and no other thread may access those elements during the call.
 pub unsafe fn weights_times_patches(p: &Product, dst: *mut f32, dst_stride: usize) {
     assert!(avx512f(), "the patch product needs AVX-512");
-    assert!(p.weight.len() >= p.c_out * p.k_len, "patch product weights");
     if p.n == 0 || p.c_out == 0 {
         return;
     }
+    let [w_row, w_k] = p.weight_strides;
+    assert!(
+        p.k_len == 0 || p.weight.len() > (p.c_out - 1) * w_row + (p.k_len - 1) * w_k,
+        "patch product weights"
+    );
     assert!(
         p.ld >= p.n && (p.k_len == 0 || p.col.len() >= (p.k_len - 1) * p.ld + p.n),
         "patch product patch matrix"
@@ -168,7 +180,8 @@ mod avx512 {
                     }
                 }
             }
-            let w = p.weight.as_ptr().add(co * p.k_len);
+            let [w_row, w_k] = p.weight_strides;
+            let w = p.weight.as_ptr().add(co * w_row);
             let mut c = p.col.as_ptr().add(j0);
             for k in 0..p.k_len {
                 let x: [__m512; VECS] = [
@@ -177,7 +190,7 @@ mod avx512 {
                     _mm512_maskz_loadu_ps(m[2], c.add(32)),
                 ];
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let wr = _mm512_set1_ps(*w.add(r * p.k_len + k));
+                    let wr = _mm512_set1_ps(*w.add(r * w_row + k * w_k));
                     for v in 0..VECS {
                         a[v] = _mm512_fmadd_ps(wr, x[v], a[v]);
                     }
@@ -214,7 +227,8 @@ mod tests {
                     0.0
                 };
                 for k in 0..p.k_len {
-                    s += p.weight[co * p.k_len + k] as f64 * p.col[k * p.ld + j] as f64;
+                    let [w_row, w_k] = p.weight_strides;
+                    s += p.weight[co * w_row + k * w_k] as f64 * p.col[k * p.ld + j] as f64;
                 }
                 s += p.bias.map_or(0.0, |b| b[co] as f64);
                 out[co * dst_stride + j] = if p.relu { s.max(0.0) } else { s };
@@ -258,8 +272,14 @@ mod tests {
                         let col = values(k_len * ld, seed + 1);
                         let bias = values(c_out, seed + 2);
                         let dst0 = values(c_out * dst_stride, seed + 3);
+                        // Odd modes read the weights transposed (column-major).
+                        let weight_strides = match mode % 2 {
+                            0 => [k_len, 1],
+                            _ => [1, c_out],
+                        };
                         let p = Product {
                             weight: &weight,
+                            weight_strides,
                             c_out,
                             k_len,
                             col: &col,

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
+use super::patch_gemm;
 use super::scalar::Scalar;
 
 /// Output tile side.
@@ -451,7 +452,33 @@ impl Strip<'_> {
     /// `M[ξ] = U[ξ] · V[ξ]` for the 36 points ξ.
     fn products<T: Scalar>(&self, u: &[T], v: &[T], m: &mut [T], serial: bool) {
         let (c_in, c_out, n) = (self.l.c_in, self.l.c_out, self.n);
+        let native = patch_gemm::available::<T>();
         let gemm_one = |xi: usize, m_xi: &mut [T]| {
+            let (u_xi, v_xi) = (
+                &u[xi * c_out * c_in..][..c_out * c_in],
+                &v[xi * c_in * n..][..c_in * n],
+            );
+            if native {
+                let on_f32 = "the native patch product runs on f32";
+                let (u_xi, v_xi) = (patch_gemm::as_f32(u_xi), patch_gemm::as_f32(v_xi));
+                let p = patch_gemm::Product {
+                    weight: u_xi.expect(on_f32),
+                    weight_strides: [c_in, 1],
+                    c_out,
+                    k_len: c_in,
+                    col: v_xi.expect(on_f32),
+                    ld: n,
+                    n,
+                    bias: None,
+                    relu: false,
+                    accumulate: false,
+                };
+                let m_xi = patch_gemm::as_f32_mut(m_xi).expect(on_f32);
+                assert!(m_xi.len() >= c_out * n, "Winograd product size");
+                // SAFETY: m_xi holds c_out rows of n values, borrowed mutably here.
+                unsafe { patch_gemm::weights_times_patches(&p, m_xi.as_mut_ptr(), n) };
+                return;
+            }
             // SAFETY: the pointers and strides describe in-bounds row-major matrices:
             // U[ξ] c_out × c_in, V[ξ] c_in × n, M[ξ] c_out × n.
             unsafe {
