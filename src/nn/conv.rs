@@ -25,6 +25,7 @@
 
 use rayon::prelude::*;
 
+use super::patch_dot;
 use super::scalar::Scalar;
 use super::winograd;
 
@@ -825,8 +826,34 @@ fn flip_kernels<T: Scalar>(g: &Geom, weight: &[T]) -> Vec<T> {
 
 /// `grad_w += Σ_{items, strips} dz[:, strip] · im2col(x)[:, strip]ᵀ`. Strips are summed in fixed
 /// groups (at most 8, in task order), then the groups in order: the result does not depend on the
-/// number of threads.
+/// number of threads. f32 on AVX-512 takes each strip's product as a block of dot products
+/// ([`patch_dot`]); elsewhere the patch matrix is transposed for `gemm`.
 fn conv_backward_weight<T: Scalar>(
+    g: &Geom,
+    x: &Features<T>,
+    dz: &Features<T>,
+    pad_lo: [usize; 3],
+    grad_w: &mut [T],
+) {
+    let kernel = match patch_dot::available::<T>() {
+        true => WeightKernel::PatchDot,
+        false => WeightKernel::Gemm,
+    };
+    conv_backward_weight_with(kernel, g, x, dz, pad_lo, grad_w)
+}
+
+/// How a strip's weight-gradient product `dz · colᵀ` is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WeightKernel {
+    /// [`patch_dot::add_products`] on both operands as they lie (f32, AVX-512 only).
+    PatchDot,
+    /// The patch matrix transposed, then `gemm` (any scalar, any CPU).
+    Gemm,
+}
+
+/// [`conv_backward_weight`] with the strip product chosen by the caller (tests compare the two).
+fn conv_backward_weight_with<T: Scalar>(
+    kernel: WeightKernel,
     g: &Geom,
     x: &Features<T>,
     dz: &Features<T>,
@@ -853,16 +880,30 @@ fn conv_backward_weight<T: Scalar>(
         .into_par_iter()
         .map(|gi| {
             let mut acc = vec![T::ZERO; g.c_out * k_len];
-            let (mut col, mut col_t) = (Vec::new(), Vec::new());
+            let (mut col, mut col_t, mut dz_packed) = (Vec::new(), Vec::new(), Vec::new());
             for task in gi * tasks / groups..(gi + 1) * tasks / groups {
                 let (b, s) = (task / strips, task % strips);
                 let r0 = s * rows;
                 let r1 = (r0 + rows).min(rows_total);
                 let n = (r1 - r0) * wo;
                 col.resize(k_len * n, T::ZERO);
-                col_t.resize(k_len * n, T::ZERO);
                 let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
                 im2col(g, pad_lo, xb, x.dims, od, r0, r1, &mut col);
+                let dz_strip = &dz.data[b * g.c_out * out_s + r0 * wo..(b + 1) * g.c_out * out_s];
+                if kernel == WeightKernel::PatchDot {
+                    // The strip's output-gradient rows lie a whole map apart (256 KiB on a 256²
+                    // map), so they all fall in the same cache sets and evict one another from L2
+                    // while the kernel rereads them for every block of patch rows; a contiguous
+                    // copy (C_out × n, read once) stays in L2.
+                    dz_packed.clear();
+                    for c in 0..g.c_out {
+                        dz_packed.extend_from_slice(&dz_strip[c * out_s..][..n]);
+                    }
+                    if patch_dot_strip(groups, &dz_packed, n, &col, k_len, n, &mut acc) {
+                        continue;
+                    }
+                }
+                col_t.resize(k_len * n, T::ZERO);
                 // GEMM packs its right operand a row of `n` at a time: pixel-major patches read
                 // contiguously there, where the k_len × n patch matrix would be read with stride n.
                 transpose(&col, k_len, n, &mut col_t);
@@ -877,7 +918,7 @@ fn conv_backward_weight<T: Scalar>(
                         1,
                         k_len as isize,
                         true,
-                        dz.data.as_ptr().add(b * g.c_out * out_s + r0 * wo),
+                        dz_strip.as_ptr(),
                         1,
                         out_s as isize,
                         col_t.as_ptr(),
@@ -898,6 +939,43 @@ fn conv_backward_weight<T: Scalar>(
     for p in &partials {
         grad_w.iter_mut().zip(p).for_each(|(g, v)| *g += *v);
     }
+}
+
+/// One strip's `acc (C_out × k_len) += dz_strip · colᵀ` by [`patch_dot`]; returns whether it ran.
+/// With a single group the output channels are split among the threads (each entry is still one
+/// sum in the kernel's fixed order, so the split changes no bit).
+fn patch_dot_strip<T: Scalar>(
+    groups: usize,
+    dz_strip: &[T],
+    dz_stride: usize,
+    col: &[T],
+    k_len: usize,
+    n: usize,
+    acc: &mut [T],
+) -> bool {
+    let threads = rayon::current_num_threads();
+    let c_out = acc.len() / k_len.max(1);
+    if groups > 1 || threads == 1 || c_out < 2 * patch_dot::BLOCK_CO {
+        return patch_dot::add_products(dz_strip, dz_stride, col, k_len, n, acc);
+    }
+    let per = c_out
+        .div_ceil(threads)
+        .next_multiple_of(patch_dot::BLOCK_CO);
+    acc.par_chunks_mut(per * k_len)
+        .enumerate()
+        .map(|(i, a)| {
+            patch_dot::add_products(
+                &dz_strip[i * per * dz_stride..],
+                dz_stride,
+                col,
+                k_len,
+                n,
+                a,
+            )
+        })
+        .collect::<Vec<bool>>()
+        .into_iter()
+        .all(|ran| ran)
 }
 
 /// `dst (cols × rows) = srcᵀ` for a row-major `src` of `rows × cols`, in square tiles so that both
@@ -1286,6 +1364,174 @@ pub(crate) mod tests {
             n[a] = rng.random_range(reach.max(2)..reach + 9);
         }
         (k, s, p, d, n)
+    }
+
+    /// The f32 weight gradient of `kernel` and its f64 reference with the bound every entry's
+    /// rounding error obeys: `(L + 16)·ε_f32·Σ|terms|`, L the entry's number of terms (batch × output
+    /// positions, each f32 product and addition one rounding; 16 covers the group sums), Σ|terms|
+    /// taken exactly as the f64 gradient of |x| and |dz| (the gradient is bilinear).
+    fn weight_gradient_and_bound(
+        kernel: WeightKernel,
+        g: &Geom,
+        x: &Features<f64>,
+        dz: &Features<f64>,
+        pad_lo: [usize; 3],
+    ) -> (Vec<f32>, Vec<f64>, Vec<f64>) {
+        let len = g.c_out * g.k_len();
+        let mut got = vec![0.0f32; len];
+        conv_backward_weight_with(kernel, g, &x.cast(), &dz.cast(), pad_lo, &mut got);
+        let (xr, dzr) = (
+            x.cast::<f32>().cast::<f64>(),
+            dz.cast::<f32>().cast::<f64>(),
+        );
+        let mut exact = vec![0.0f64; len];
+        conv_backward_weight_with(WeightKernel::Gemm, g, &xr, &dzr, pad_lo, &mut exact);
+        let abs = |f: &Features<f64>| Features {
+            data: f.data.iter().map(|v| v.abs()).collect(),
+            ..f.clone()
+        };
+        let mut magnitude = vec![0.0f64; len];
+        conv_backward_weight_with(
+            WeightKernel::Gemm,
+            g,
+            &abs(&xr),
+            &abs(&dzr),
+            pad_lo,
+            &mut magnitude,
+        );
+        let terms = (x.batch * dz.spatial_len()) as f64;
+        let bound = magnitude
+            .iter()
+            .map(|m| (terms + 16.0) * f32::EPSILON as f64 * m)
+            .collect();
+        (got, exact, bound)
+    }
+
+    fn assert_within(what: &str, got: &[f32], exact: &[f64], bound: &[f64]) {
+        for (i, ((g, e), b)) in got.iter().zip(exact).zip(bound).enumerate() {
+            let err = (*g as f64 - e).abs();
+            assert!(err <= *b, "{what}: entry {i} off by {err:e}, bound {b:e}");
+        }
+    }
+
+    #[test]
+    fn f32_weight_gradients_match_f64_on_both_kernels() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+        let mut cases = 0;
+        for rank in 1..=3 {
+            for _ in 0..12 {
+                let (k, s, p, d, n) = random_geometry(rank, &mut rng);
+                // c_out and k_len off the 4 × 6 register block, and one output channel past two
+                // blocks so that a single strip's channels are split among the threads.
+                let c_in = rng.random_range(1..5);
+                let c_out = [1, 3, 5, 9, 13][rng.random_range(0..5usize)];
+                let batch = rng.random_range(1..3);
+                let conv = Conv::<f64>::with_geometry(
+                    c_in,
+                    c_out,
+                    k,
+                    s,
+                    p,
+                    d,
+                    vec![0.0; c_out * c_in * k.iter().product::<usize>()],
+                    None,
+                    false,
+                );
+                let Some(od) = conv.out_dims(n) else { continue };
+                let x = random_features::<f64>(batch, c_in, n, &mut rng);
+                let dz = random_features::<f64>(batch, c_out, od, &mut rng);
+                let g = conv.geom();
+                for kernel in [WeightKernel::PatchDot, WeightKernel::Gemm] {
+                    let (got, exact, bound) = weight_gradient_and_bound(kernel, &g, &x, &dz, p);
+                    assert_within(
+                        &format!("{kernel:?} rank {rank} {g:?}"),
+                        &got,
+                        &exact,
+                        &bound,
+                    );
+                }
+                cases += 1;
+            }
+        }
+        assert!(cases > 20, "only {cases} geometries fitted");
+        // A layer large enough for several strips and groups: 3×3, 64 → 32 on 2 × 40² maps.
+        let conv = Conv::<f64>::with_geometry(
+            64,
+            32,
+            [1, 3, 3],
+            [1; 3],
+            [0, 1, 1],
+            [1; 3],
+            vec![0.0; 32 * 64 * 9],
+            None,
+            false,
+        );
+        let x = random_features::<f64>(2, 64, [1, 40, 40], &mut rng);
+        let dz = random_features::<f64>(2, 32, [1, 40, 40], &mut rng);
+        let (got, exact, bound) =
+            weight_gradient_and_bound(WeightKernel::PatchDot, &conv.geom(), &x, &dz, [0, 1, 1]);
+        assert_within("3×3 64 → 32", &got, &exact, &bound);
+    }
+
+    #[test]
+    fn transposed_f32_weight_gradients_match_f64() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+        // DRUNet's 2×2 stride-2 up-sampling, channels off the register block.
+        let t = ConvTranspose::<f64>::new_2x(2, 7, 5, vec![0.0; 7 * 5 * 4]);
+        let x = random_features::<f64>(2, 7, [1, 9, 11], &mut rng);
+        let od = t.out_dims(x.dims).unwrap();
+        let dy = random_features::<f64>(2, 5, od, &mut rng);
+        let mut exact = vec![0.0f64; 7 * 5 * 4];
+        t.backward_params(&x, &dy, [0; 3], &mut exact, None);
+        let t32 = ConvTranspose::<f32>::new_2x(2, 7, 5, vec![0.0; 7 * 5 * 4]);
+        let mut got = vec![0.0f32; 7 * 5 * 4];
+        t32.backward_params(&x.cast(), &dy.cast(), [0; 3], &mut got, None);
+        // Each entry sums batch × input positions products of values in [-1, 1].
+        let terms = (2 * 9 * 11) as f64;
+        let bound = vec![(terms + 16.0) * terms * f32::EPSILON as f64; got.len()];
+        assert_within("transposed 2×2", &got, &exact, &bound);
+    }
+
+    #[test]
+    fn f64_weight_gradients_fall_back_to_gemm_bitwise() {
+        // The dispatch leaves f64 (and CPUs without AVX-512) on transpose + gemm: asking for the
+        // patch-dot kernel gives the portable path's bits, so no caller can tell it was asked.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(37);
+        let conv = Conv::<f64>::with_geometry(
+            3,
+            6,
+            [1, 3, 3],
+            [1, 2, 1],
+            [0, 1, 0],
+            [1; 3],
+            vec![0.0; 6 * 3 * 9],
+            None,
+            false,
+        );
+        let x = random_features::<f64>(2, 3, [1, 13, 10], &mut rng);
+        let dz = random_features::<f64>(2, 6, conv.out_dims(x.dims).unwrap(), &mut rng);
+        let mut via_patch_dot = vec![0.0f64; 6 * 27];
+        let mut via_gemm = vec![0.0f64; 6 * 27];
+        conv_backward_weight_with(
+            WeightKernel::PatchDot,
+            &conv.geom(),
+            &x,
+            &dz,
+            [0, 1, 0],
+            &mut via_patch_dot,
+        );
+        conv_backward_weight_with(
+            WeightKernel::Gemm,
+            &conv.geom(),
+            &x,
+            &dz,
+            [0, 1, 0],
+            &mut via_gemm,
+        );
+        assert_eq!(via_patch_dot, via_gemm);
+        let mut dispatched = vec![0.0f64; 6 * 27];
+        conv.backward_params(&x, &dz, conv.pads(), &mut dispatched, None);
+        assert_eq!(dispatched, via_gemm);
     }
 
     #[test]
