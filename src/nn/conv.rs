@@ -886,9 +886,7 @@ fn conv_backward_weight_with<T: Scalar>(
                 let r0 = s * rows;
                 let r1 = (r0 + rows).min(rows_total);
                 let n = (r1 - r0) * wo;
-                col.resize(k_len * n, T::ZERO);
                 let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
-                im2col(g, pad_lo, xb, x.dims, od, r0, r1, &mut col);
                 let dz_strip = &dz.data[b * g.c_out * out_s + r0 * wo..(b + 1) * g.c_out * out_s];
                 if kernel == WeightKernel::PatchDot {
                     // The strip's output-gradient rows lie a whole map apart (256 KiB on a 256²
@@ -899,10 +897,20 @@ fn conv_backward_weight_with<T: Scalar>(
                     for c in 0..g.c_out {
                         dz_packed.extend_from_slice(&dz_strip[c * out_s..][..n]);
                     }
-                    if patch_dot_strip(groups, &dz_packed, n, &col, k_len, n, &mut acc) {
+                    if patch_dot_strip(
+                        groups,
+                        |ks, col| im2col_rows(g, pad_lo, xb, x.dims, od, r0, r1, ks, col),
+                        &dz_packed,
+                        k_len,
+                        n,
+                        &mut col,
+                        &mut acc,
+                    ) {
                         continue;
                     }
                 }
+                col.resize(k_len * n, T::ZERO);
+                im2col(g, pad_lo, xb, x.dims, od, r0, r1, &mut col);
                 col_t.resize(k_len * n, T::ZERO);
                 // GEMM packs its right operand a row of `n` at a time: pixel-major patches read
                 // contiguously there, where the k_len × n patch matrix would be read with stride n.
@@ -941,38 +949,56 @@ fn conv_backward_weight_with<T: Scalar>(
     }
 }
 
-/// One strip's `acc (C_out × k_len) += dz_strip · colᵀ` by [`patch_dot`]; returns whether it ran.
-/// With a single group the output channels are split among the threads (each entry is still one
-/// sum in the kernel's fixed order, so the split changes no bit).
+/// One strip's `acc (C_out × k_len) += dz · colᵀ` by [`patch_dot`] (`dz` contiguous, `C_out × n`),
+/// with `fill(ks, dst)` writing patch rows `ks` into `dst`; returns whether it ran. Several groups:
+/// the patch matrix is built one register block of rows at a time (18 KiB for a 768-column strip),
+/// used by every output channel while it is in L1 and overwritten by the next block, instead of
+/// a matrix of several MiB written to and read back from L3. A single group: the whole matrix, its
+/// output channels split among the threads. Each entry is one sum in the kernel's fixed order
+/// either way, so neither choice changes a bit.
 fn patch_dot_strip<T: Scalar>(
     groups: usize,
-    dz_strip: &[T],
-    dz_stride: usize,
-    col: &[T],
+    fill: impl Fn(std::ops::Range<usize>, &mut [T]) + Sync,
+    dz: &[T],
     k_len: usize,
     n: usize,
+    col: &mut Vec<T>,
     acc: &mut [T],
 ) -> bool {
+    if !patch_dot::available::<T>() {
+        return false;
+    }
     let threads = rayon::current_num_threads();
     let c_out = acc.len() / k_len.max(1);
     if groups > 1 || threads == 1 || c_out < 2 * patch_dot::BLOCK_CO {
-        return patch_dot::add_products(dz_strip, dz_stride, col, k_len, n, acc);
+        const KB: usize = patch_dot::BLOCK_K;
+        col.resize(KB * n, T::ZERO);
+        for k0 in (0..k_len).step_by(KB) {
+            let k1 = (k0 + KB).min(k_len);
+            fill(k0..k1, col);
+            let ran = patch_dot::add_products_strided(
+                c_out,
+                dz,
+                n,
+                col,
+                k1 - k0,
+                n,
+                &mut acc[k0..],
+                k_len,
+            );
+            debug_assert!(ran, "patch_dot available but did not run");
+        }
+        return true;
     }
+    col.resize(k_len * n, T::ZERO);
+    fill(0..k_len, col);
     let per = c_out
         .div_ceil(threads)
         .next_multiple_of(patch_dot::BLOCK_CO);
+    let col = &col[..];
     acc.par_chunks_mut(per * k_len)
         .enumerate()
-        .map(|(i, a)| {
-            patch_dot::add_products(
-                &dz_strip[i * per * dz_stride..],
-                dz_stride,
-                col,
-                k_len,
-                n,
-                a,
-            )
-        })
+        .map(|(i, a)| patch_dot::add_products(&dz[i * per * n..], n, col, k_len, n, a))
         .collect::<Vec<bool>>()
         .into_iter()
         .all(|ran| ran)
@@ -1079,6 +1105,23 @@ fn im2col<T: Scalar>(
     r1: usize,
     col: &mut [T],
 ) {
+    im2col_rows(g, pad_lo, x, in_dims, out_dims, r0, r1, 0..g.k_len(), col)
+}
+
+/// Rows `ks` of [`im2col`]'s patch matrix (patch row `ks.start` at `col[0..n]`), so that the weight
+/// gradient can build one register block's rows at a time in L1 instead of the whole matrix.
+#[allow(clippy::too_many_arguments)]
+fn im2col_rows<T: Scalar>(
+    g: &Geom,
+    pad_lo: [usize; 3],
+    x: &[T],
+    in_dims: [usize; 3],
+    out_dims: [usize; 3],
+    r0: usize,
+    r1: usize,
+    ks: std::ops::Range<usize>,
+    col: &mut [T],
+) {
     let [di, hi, wi] = in_dims;
     let [_, ho, wo] = out_dims;
     let [kd, kh, kw] = g.kernel;
@@ -1087,39 +1130,33 @@ fn im2col<T: Scalar>(
     let [pd, ph, pw] = pad_lo;
     let n = (r1 - r0) * wo;
     let in_s = di * hi * wi;
-    let mut row_idx = 0;
-    for ci in 0..g.c_in {
+    for (row_idx, dst_row) in ks.zip(col.chunks_exact_mut(n.max(1))) {
+        let dst_row = &mut dst_row[..n];
+        let (ci, tap) = (row_idx / (kd * kh * kw), row_idx % (kd * kh * kw));
+        let (kz, ky, kx) = (tap / (kh * kw), tap / kw % kh, tap % kw);
         let xc = &x[ci * in_s..(ci + 1) * in_s];
-        for kz in 0..kd {
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let dst_row = &mut col[row_idx * n..(row_idx + 1) * n];
-                    row_idx += 1;
-                    let (lo, hi_x) = valid_outputs(kx, sw, dw, pw, wi, wo);
-                    for r in r0..r1 {
-                        let (oz, oy) = (r / ho, r % ho);
-                        let dst = &mut dst_row[(r - r0) * wo..(r - r0 + 1) * wo];
-                        let iz = (oz * sd + kz * dd) as isize - pd as isize;
-                        let iy = (oy * sh + ky * dh) as isize - ph as isize;
-                        if iz < 0 || iz >= di as isize || iy < 0 || iy >= hi as isize {
-                            dst.fill(T::ZERO);
-                            continue;
-                        }
-                        let src = &xc[(iz as usize * hi + iy as usize) * wi..][..wi];
-                        dst[..lo].fill(T::ZERO);
-                        dst[hi_x..].fill(T::ZERO);
-                        if sw == 1 {
-                            let start = lo + kx * dw - pw;
-                            dst[lo..hi_x].copy_from_slice(&src[start..start + (hi_x - lo)]);
-                        } else if hi_x > lo {
-                            let start = lo * sw + kx * dw - pw;
-                            dst[lo..hi_x]
-                                .iter_mut()
-                                .zip(src[start..].iter().step_by(sw))
-                                .for_each(|(d, s)| *d = *s);
-                        }
-                    }
-                }
+        let (lo, hi_x) = valid_outputs(kx, sw, dw, pw, wi, wo);
+        for r in r0..r1 {
+            let (oz, oy) = (r / ho, r % ho);
+            let dst = &mut dst_row[(r - r0) * wo..(r - r0 + 1) * wo];
+            let iz = (oz * sd + kz * dd) as isize - pd as isize;
+            let iy = (oy * sh + ky * dh) as isize - ph as isize;
+            if iz < 0 || iz >= di as isize || iy < 0 || iy >= hi as isize {
+                dst.fill(T::ZERO);
+                continue;
+            }
+            let src = &xc[(iz as usize * hi + iy as usize) * wi..][..wi];
+            dst[..lo].fill(T::ZERO);
+            dst[hi_x..].fill(T::ZERO);
+            if sw == 1 {
+                let start = lo + kx * dw - pw;
+                dst[lo..hi_x].copy_from_slice(&src[start..start + (hi_x - lo)]);
+            } else if hi_x > lo {
+                let start = lo * sw + kx * dw - pw;
+                dst[lo..hi_x]
+                    .iter_mut()
+                    .zip(src[start..].iter().step_by(sw))
+                    .for_each(|(d, s)| *d = *s);
             }
         }
     }

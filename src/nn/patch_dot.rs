@@ -37,8 +37,8 @@ fn has_avx512() -> bool {
 }
 
 /// `acc (rows × k_len) += dz (rows × n, rows dz_stride apart) · colᵀ` with `col` the `k_len × n`
-/// patch matrix (rows `n` apart), where [`available`] says so; returns whether it ran (`false`:
-/// nothing was touched, the caller takes its portable path).
+/// patch matrix (rows `n` apart) and `rows = acc.len() / k_len`, where [`available`] says so; returns
+/// whether it ran (`false`: nothing was touched, the caller takes its portable path).
 ///
 /// Panics if the slices are shorter than the shapes say (a caller's bug, not user input).
 pub(crate) fn add_products<T: Scalar>(
@@ -48,6 +48,28 @@ pub(crate) fn add_products<T: Scalar>(
     k_len: usize,
     n: usize,
     acc: &mut [T],
+) -> bool {
+    let rows = acc.len().checked_div(k_len).unwrap_or(0);
+    assert_eq!(
+        rows * k_len,
+        acc.len(),
+        "patch_dot: acc is not rows × k_len"
+    );
+    add_products_strided(rows, dz, dz_stride, col, k_len, n, acc, k_len)
+}
+
+/// [`add_products`] into `k_len` columns of an accumulator whose `rows` rows lie `acc_stride`
+/// apart: the weight gradient's columns of one block of patch rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn add_products_strided<T: Scalar>(
+    rows: usize,
+    dz: &[T],
+    dz_stride: usize,
+    col: &[T],
+    k_len: usize,
+    n: usize,
+    acc: &mut [T],
+    acc_stride: usize,
 ) -> bool {
     if !available::<T>() {
         return false;
@@ -60,43 +82,34 @@ pub(crate) fn add_products<T: Scalar>(
     ) else {
         return false;
     };
-    check_shapes(dz.len(), dz_stride, col.len(), k_len, n, acc.len());
+    if rows == 0 || k_len == 0 {
+        return true;
+    }
+    assert!(
+        col.len() >= k_len * n,
+        "patch_dot: col shorter than k_len × n"
+    );
+    assert!(acc_stride >= k_len, "patch_dot: acc rows overlap");
+    assert!(
+        acc.len() >= (rows - 1) * acc_stride + k_len,
+        "patch_dot: acc shorter than its rows"
+    );
+    if n > 0 {
+        assert!(dz_stride >= n, "patch_dot: dz rows overlap");
+        assert!(
+            dz.len() >= (rows - 1) * dz_stride + n,
+            "patch_dot: dz shorter than its rows"
+        );
+    }
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: `available` found AVX-512F; `check_shapes` bounded every row the kernel reads.
-        unsafe { avx512::add_products(dz, dz_stride, col, k_len, n, acc) };
+        // SAFETY: `available` found AVX-512F; the asserts above bound every row the kernel touches.
+        unsafe { avx512::add_products(rows, dz, dz_stride, col, k_len, n, acc, acc_stride) };
         true
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         unreachable!("available() is false off x86_64")
-    }
-}
-
-fn check_shapes(
-    dz_len: usize,
-    dz_stride: usize,
-    col_len: usize,
-    k_len: usize,
-    n: usize,
-    acc_len: usize,
-) {
-    assert!(
-        k_len > 0 || acc_len == 0,
-        "patch_dot: k_len 0 with a non-empty acc"
-    );
-    let rows = acc_len.checked_div(k_len).unwrap_or(0);
-    assert_eq!(rows * k_len, acc_len, "patch_dot: acc is not rows × k_len");
-    assert!(
-        col_len >= k_len * n,
-        "patch_dot: col shorter than k_len × n"
-    );
-    if rows > 0 && n > 0 {
-        assert!(dz_stride >= n, "patch_dot: dz rows overlap");
-        assert!(
-            dz_len >= (rows - 1) * dz_stride + n,
-            "patch_dot: dz shorter than its rows"
-        );
     }
 }
 
@@ -108,20 +121,22 @@ mod avx512 {
 
     const LANES: usize = 16;
 
-    /// See [`super::add_products`]; shapes already checked.
+    /// See [`super::add_products_strided`]; shapes already checked.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn add_products(
+        rows: usize,
         dz: &[f32],
         dz_stride: usize,
         col: &[f32],
         k_len: usize,
         n: usize,
         acc: &mut [f32],
+        acc_stride: usize,
     ) {
         if n == 0 || k_len == 0 {
             return;
         }
-        let rows = acc.len() / k_len;
         let mut k0 = 0;
         while k0 < k_len {
             let mk = (k_len - k0).min(BLOCK_K);
@@ -138,8 +153,8 @@ mod avx512 {
                         dz_stride,
                         col.as_ptr().add(k0 * n),
                         n,
-                        acc.as_mut_ptr().add(c0 * k_len + k0),
-                        k_len,
+                        acc.as_mut_ptr().add(c0 * acc_stride + k0),
+                        acc_stride,
                     )
                 };
                 c0 += mc;
