@@ -888,26 +888,34 @@ fn conv_backward_weight_with<T: Scalar>(
                 let n = (r1 - r0) * wo;
                 let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
                 let dz_strip = &dz.data[b * g.c_out * out_s + r0 * wo..(b + 1) * g.c_out * out_s];
-                if kernel == WeightKernel::PatchDot {
-                    // The strip's output-gradient rows lie a whole map apart (256 KiB on a 256²
-                    // map), so they all fall in the same cache sets and evict one another from L2
-                    // while the kernel rereads them for every block of patch rows; a contiguous
-                    // copy (C_out × n, read once) stays in L2.
-                    dz_packed.clear();
-                    for c in 0..g.c_out {
-                        dz_packed.extend_from_slice(&dz_strip[c * out_s..][..n]);
+                if kernel == WeightKernel::PatchDot && patch_dot::available::<T>() {
+                    // Sub-strips of at most PATCH_DOT_COLS columns keep a register block's patch
+                    // rows in L1 (6 × 768 f32 = 18 KiB); a fixed function of the shape, so the
+                    // sums' order still does not depend on threads.
+                    let sub_rows = (PATCH_DOT_COLS / wo).max(1);
+                    for s0 in (r0..r1).step_by(sub_rows) {
+                        let s1 = (s0 + sub_rows).min(r1);
+                        let n = (s1 - s0) * wo;
+                        // The strip's output-gradient rows lie a whole map apart (256 KiB on a
+                        // 256² map), so they all fall in the same cache sets and evict one another
+                        // from L2 while the kernel rereads them for every block of patch rows; a
+                        // contiguous copy (C_out × n, read once) stays in L2.
+                        dz_packed.clear();
+                        let dz_sub = &dz_strip[(s0 - r0) * wo..];
+                        for c in 0..g.c_out {
+                            dz_packed.extend_from_slice(&dz_sub[c * out_s..][..n]);
+                        }
+                        patch_dot_strip(
+                            groups,
+                            |ks, col| im2col_rows(g, pad_lo, xb, x.dims, od, s0, s1, ks, col),
+                            &dz_packed,
+                            k_len,
+                            n,
+                            &mut col,
+                            &mut acc,
+                        );
                     }
-                    if patch_dot_strip(
-                        groups,
-                        |ks, col| im2col_rows(g, pad_lo, xb, x.dims, od, r0, r1, ks, col),
-                        &dz_packed,
-                        k_len,
-                        n,
-                        &mut col,
-                        &mut acc,
-                    ) {
-                        continue;
-                    }
+                    continue;
                 }
                 col.resize(k_len * n, T::ZERO);
                 im2col(g, pad_lo, xb, x.dims, od, r0, r1, &mut col);
@@ -948,6 +956,9 @@ fn conv_backward_weight_with<T: Scalar>(
         grad_w.iter_mut().zip(p).for_each(|(g, v)| *g += *v);
     }
 }
+
+/// Columns per call of [`patch_dot`] in the weight gradient (whole output rows, at least one).
+const PATCH_DOT_COLS: usize = 768;
 
 /// One strip's `acc (C_out × k_len) += dz · colᵀ` by [`patch_dot`] (`dz` contiguous, `C_out × n`),
 /// with `fill(ks, dst)` writing patch rows `ks` into `dst`; returns whether it ran. Several groups:

@@ -6,9 +6,11 @@
 //! nothing is transposed or packed: a register block of [`BLOCK_CO`] output channels × [`BLOCK_K`]
 //! patch rows holds 24 vectors of 16 partial sums over `j`, fed by loads straight from the rows
 //! (masked for the ragged tail of `j`), then summed horizontally and added into `acc`. Patch rows
-//! are the outer loop, so a block's six rows (18 KiB for a 3×3 64-channel layer's 768-column strip)
-//! stay in L1 while every output channel's row streams from L2. The order of every sum is fixed by
-//! the shapes alone, not by threads, so gradients stay reproducible.
+//! are the outer loop, so a block's six rows (18 KiB for a 768-column strip) stay in L1 while every
+//! output channel's row streams from L2; `conv` builds those six rows just before the call
+//! ([`add_products_strided`] into the block's columns of the gradient) and hands the output
+//! gradient as a contiguous copy. The order of every sum is fixed by the shapes alone, not by
+//! threads, so gradients stay reproducible.
 
 use std::any::TypeId;
 
