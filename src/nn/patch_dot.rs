@@ -223,6 +223,8 @@ mod avx512 {
     ///
     /// Never inlined: one function per shape lets the register allocator keep all `MC × MK`
     /// accumulators in registers (inlined into one body with the other shapes, they spilled).
+    // Index loops over the register block: each (c, k) names one accumulator register.
+    #[allow(clippy::needless_range_loop)]
     #[inline(never)]
     #[target_feature(enable = "avx512f")]
     unsafe fn block<const MC: usize, const MK: usize>(
