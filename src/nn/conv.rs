@@ -25,6 +25,7 @@
 
 use rayon::prelude::*;
 
+use super::patch_dot;
 use super::patch_gemm;
 use super::scalar::Scalar;
 use super::winograd;
@@ -589,9 +590,10 @@ fn strip_rows(
 /// change any output value: each output column is one GEMM column, summed over the kernel alone.
 fn whole_gemm_lanes(rows: usize, row_len: usize) -> usize {
     let step = GEMM_LANES / gcd(row_len.max(1), GEMM_LANES);
-    match rows >= step {
-        true => rows - rows % step,
-        false => rows,
+    if rows >= step {
+        rows - rows % step
+    } else {
+        rows
     }
 }
 
@@ -702,7 +704,7 @@ fn conv_forward<T: Scalar>(
             let n = per_strip.min(out_s - p0);
             col.resize(k_len * n, T::ZERO);
             let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
-            im2col_span(g, pad_lo, xb, x.dims, od, p0..p0 + n, col);
+            im2col_span(g, pad_lo, xb, x.dims, od, p0..p0 + n, 0..k_len, col);
             let out_ptr = &out_ptr;
             // SAFETY: task (b, s) writes only positions p0..p0 + n of every channel of item b;
             // tasks are disjoint, and `out` outlives the parallel loop.
@@ -891,8 +893,35 @@ fn flip_kernels<T: Scalar>(g: &Geom, weight: &[T]) -> Vec<T> {
 
 /// `grad_w += Σ_{items, strips} dz[:, strip] · im2col(x)[:, strip]ᵀ`. Strips are summed in fixed
 /// groups (at most 8, in task order), then the groups in order: the result does not depend on the
-/// number of threads.
+/// number of threads. f32 on AVX-512 takes each strip's product as a block of dot products
+/// ([`patch_dot`]); elsewhere the patch matrix is transposed for `gemm`.
 fn conv_backward_weight<T: Scalar>(
+    g: &Geom,
+    x: &Features<T>,
+    dz: &Features<T>,
+    pad_lo: [usize; 3],
+    grad_w: &mut [T],
+) {
+    let kernel = if patch_dot::available::<T>() {
+        WeightKernel::PatchDot
+    } else {
+        WeightKernel::Gemm
+    };
+    conv_backward_weight_with(kernel, g, x, dz, pad_lo, grad_w)
+}
+
+/// How a strip's weight-gradient product `dz · colᵀ` is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WeightKernel {
+    /// [`patch_dot::add_products`] on both operands as they lie (f32, AVX-512 only).
+    PatchDot,
+    /// The patch matrix transposed, then `gemm` (any scalar, any CPU).
+    Gemm,
+}
+
+/// [`conv_backward_weight`] with the strip product chosen by the caller (tests compare the two).
+fn conv_backward_weight_with<T: Scalar>(
+    kernel: WeightKernel,
     g: &Geom,
     x: &Features<T>,
     dz: &Features<T>,
@@ -919,16 +948,48 @@ fn conv_backward_weight<T: Scalar>(
         .into_par_iter()
         .map(|gi| {
             let mut acc = vec![T::ZERO; g.c_out * k_len];
-            let (mut col, mut col_t) = (Vec::new(), Vec::new());
+            let (mut col, mut col_t, mut dz_packed) = (Vec::new(), Vec::new(), Vec::new());
             for task in gi * tasks / groups..(gi + 1) * tasks / groups {
                 let (b, s) = (task / strips, task % strips);
                 let r0 = s * rows;
                 let r1 = (r0 + rows).min(rows_total);
                 let n = (r1 - r0) * wo;
-                col.resize(k_len * n, T::ZERO);
-                col_t.resize(k_len * n, T::ZERO);
                 let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
+                let dz_strip = &dz.data[b * g.c_out * out_s + r0 * wo..(b + 1) * g.c_out * out_s];
+                if kernel == WeightKernel::PatchDot && patch_dot::available::<T>() {
+                    // Sub-strips of at most PATCH_DOT_COLS columns keep a register block's patch
+                    // rows in L1 (6 × 768 f32 = 18 KiB); a fixed function of the shape, so the
+                    // sums' order still does not depend on threads.
+                    let sub_rows = (PATCH_DOT_COLS / wo).max(1);
+                    for s0 in (r0..r1).step_by(sub_rows) {
+                        let s1 = (s0 + sub_rows).min(r1);
+                        let n = (s1 - s0) * wo;
+                        // The strip's output-gradient rows lie a whole map apart (256 KiB on a
+                        // 256² map), so they all fall in the same cache sets and evict one another
+                        // from L2 while the kernel rereads them for every block of patch rows; a
+                        // contiguous copy (C_out × n, read once) stays in L2.
+                        dz_packed.clear();
+                        let dz_sub = &dz_strip[(s0 - r0) * wo..];
+                        for c in 0..g.c_out {
+                            dz_packed.extend_from_slice(&dz_sub[c * out_s..][..n]);
+                        }
+                        patch_dot_strip(
+                            groups,
+                            |ks, col| {
+                                im2col_span(g, pad_lo, xb, x.dims, od, s0 * wo..s1 * wo, ks, col)
+                            },
+                            &dz_packed,
+                            k_len,
+                            n,
+                            &mut col,
+                            &mut acc,
+                        );
+                    }
+                    continue;
+                }
+                col.resize(k_len * n, T::ZERO);
                 im2col(g, pad_lo, xb, x.dims, od, r0, r1, &mut col);
+                col_t.resize(k_len * n, T::ZERO);
                 // GEMM packs its right operand a row of `n` at a time: pixel-major patches read
                 // contiguously there, where the k_len × n patch matrix would be read with stride n.
                 transpose(&col, k_len, n, &mut col_t);
@@ -943,7 +1004,7 @@ fn conv_backward_weight<T: Scalar>(
                         1,
                         k_len as isize,
                         true,
-                        dz.data.as_ptr().add(b * g.c_out * out_s + r0 * wo),
+                        dz_strip.as_ptr(),
                         1,
                         out_s as isize,
                         col_t.as_ptr(),
@@ -964,6 +1025,64 @@ fn conv_backward_weight<T: Scalar>(
     for p in &partials {
         grad_w.iter_mut().zip(p).for_each(|(g, v)| *g += *v);
     }
+}
+
+/// Columns per call of [`patch_dot`] in the weight gradient (whole output rows, at least one).
+const PATCH_DOT_COLS: usize = 768;
+
+/// One strip's `acc (C_out × k_len) += dz · colᵀ` by [`patch_dot`] (`dz` contiguous, `C_out × n`),
+/// with `fill(ks, dst)` writing patch rows `ks` into `dst`; returns whether it ran. Several groups:
+/// the patch matrix is built one register block of rows at a time (18 KiB for a 768-column strip),
+/// used by every output channel while it is in L1 and overwritten by the next block, instead of
+/// a matrix of several MiB written to and read back from L3. A single group: the whole matrix, its
+/// output channels split among the threads. Each entry is one sum in the kernel's fixed order
+/// either way, so neither choice changes a bit.
+fn patch_dot_strip<T: Scalar>(
+    groups: usize,
+    fill: impl Fn(std::ops::Range<usize>, &mut [T]) + Sync,
+    dz: &[T],
+    k_len: usize,
+    n: usize,
+    col: &mut Vec<T>,
+    acc: &mut [T],
+) -> bool {
+    if !patch_dot::available::<T>() {
+        return false;
+    }
+    let threads = rayon::current_num_threads();
+    let c_out = acc.len() / k_len.max(1);
+    if groups > 1 || threads == 1 || c_out < 2 * patch_dot::BLOCK_CO {
+        const KB: usize = patch_dot::BLOCK_K;
+        col.resize(KB * n, T::ZERO);
+        for k0 in (0..k_len).step_by(KB) {
+            let k1 = (k0 + KB).min(k_len);
+            fill(k0..k1, col);
+            let ran = patch_dot::add_products_strided(
+                c_out,
+                dz,
+                n,
+                col,
+                k1 - k0,
+                n,
+                &mut acc[k0..],
+                k_len,
+            );
+            debug_assert!(ran, "patch_dot available but did not run");
+        }
+        return true;
+    }
+    col.resize(k_len * n, T::ZERO);
+    fill(0..k_len, col);
+    let per = c_out
+        .div_ceil(threads)
+        .next_multiple_of(patch_dot::BLOCK_CO);
+    let col = &col[..];
+    acc.par_chunks_mut(per * k_len)
+        .enumerate()
+        .map(|(i, a)| patch_dot::add_products(&dz[i * per * n..], n, col, k_len, n, a))
+        .collect::<Vec<bool>>()
+        .into_iter()
+        .all(|ran| ran)
 }
 
 /// `dst (cols × rows) = srcᵀ` for a row-major `src` of `rows × cols`, in square tiles so that both
@@ -1068,11 +1187,23 @@ fn im2col<T: Scalar>(
     col: &mut [T],
 ) {
     let wo = out_dims[2];
-    im2col_span(g, pad_lo, x, in_dims, out_dims, r0 * wo..r1 * wo, col);
+    im2col_span(
+        g,
+        pad_lo,
+        x,
+        in_dims,
+        out_dims,
+        r0 * wo..r1 * wo,
+        0..g.k_len(),
+        col,
+    );
 }
 
-/// [`im2col`] for the flattened output positions `span` (`(oz · H_out + oy) · W_out + ox`), which
-/// may begin and end inside a row: `col[(ci, kz, ky, kx), j − span.start]`.
+/// Patch rows `ks` of [`im2col`]'s matrix (row `ks.start` at `col[0..n]`) for the flattened output
+/// positions `span` (`(oz · H_out + oy) · W_out + ox`), which may begin and end inside a row:
+/// `col[(k − ks.start) · n + j − span.start]`. The forward cuts 1-D signals inside their one row;
+/// the weight gradient builds one register block's rows at a time, in L1.
+#[allow(clippy::too_many_arguments)]
 fn im2col_span<T: Scalar>(
     g: &Geom,
     pad_lo: [usize; 3],
@@ -1080,6 +1211,7 @@ fn im2col_span<T: Scalar>(
     in_dims: [usize; 3],
     out_dims: [usize; 3],
     span: std::ops::Range<usize>,
+    ks: std::ops::Range<usize>,
     col: &mut [T],
 ) {
     let [di, hi, wi] = in_dims;
@@ -1094,50 +1226,43 @@ fn im2col_span<T: Scalar>(
     }
     let in_s = di * hi * wi;
     let rows = span.start / wo..(span.end - 1) / wo + 1;
-    let mut row_idx = 0;
-    for ci in 0..g.c_in {
+    for (row_idx, dst_row) in ks.zip(col.chunks_exact_mut(n)) {
+        let (ci, tap) = (row_idx / (kd * kh * kw), row_idx % (kd * kh * kw));
+        let (kz, ky, kx) = (tap / (kh * kw), tap / kw % kh, tap % kw);
         let xc = &x[ci * in_s..(ci + 1) * in_s];
-        for kz in 0..kd {
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let dst_row = &mut col[row_idx * n..(row_idx + 1) * n];
-                    row_idx += 1;
-                    let (lo, hi_x) = valid_outputs(kx, sw, dw, pw, wi, wo);
-                    for r in rows.clone() {
-                        // This row's part of the span: output columns xa..xb.
-                        let xa = span.start.saturating_sub(r * wo);
-                        let xb = (span.end - r * wo).min(wo);
-                        let at = r * wo + xa - span.start;
-                        let dst = &mut dst_row[at..at + (xb - xa)];
-                        let (oz, oy) = (r / ho, r % ho);
-                        let iz = (oz * sd + kz * dd) as isize - pd as isize;
-                        let iy = (oy * sh + ky * dh) as isize - ph as isize;
-                        if iz < 0 || iz >= di as isize || iy < 0 || iy >= hi as isize {
-                            dst.fill(T::ZERO);
-                            continue;
-                        }
-                        let src = &xc[(iz as usize * hi + iy as usize) * wi..][..wi];
-                        // Columns a..b read the input; the rest of xa..xb is padding.
-                        let a = lo.clamp(xa, xb);
-                        let b = hi_x.clamp(a, xb);
-                        dst[..a - xa].fill(T::ZERO);
-                        dst[b - xa..].fill(T::ZERO);
-                        let valid = &mut dst[a - xa..b - xa];
-                        if b == a {
-                            continue;
-                        }
-                        if sw == 1 {
-                            let start = a + kx * dw - pw;
-                            valid.copy_from_slice(&src[start..start + (b - a)]);
-                        } else {
-                            let start = a * sw + kx * dw - pw;
-                            valid
-                                .iter_mut()
-                                .zip(src[start..].iter().step_by(sw))
-                                .for_each(|(d, s)| *d = *s);
-                        }
-                    }
-                }
+        let (lo, hi_x) = valid_outputs(kx, sw, dw, pw, wi, wo);
+        for r in rows.clone() {
+            // This row's part of the span: output columns xa..xb.
+            let xa = span.start.saturating_sub(r * wo);
+            let xb = (span.end - r * wo).min(wo);
+            let at = r * wo + xa - span.start;
+            let dst = &mut dst_row[at..at + (xb - xa)];
+            let (oz, oy) = (r / ho, r % ho);
+            let iz = (oz * sd + kz * dd) as isize - pd as isize;
+            let iy = (oy * sh + ky * dh) as isize - ph as isize;
+            if iz < 0 || iz >= di as isize || iy < 0 || iy >= hi as isize {
+                dst.fill(T::ZERO);
+                continue;
+            }
+            let src = &xc[(iz as usize * hi + iy as usize) * wi..][..wi];
+            // Columns a..b read the input; the rest of xa..xb is padding.
+            let a = lo.clamp(xa, xb);
+            let b = hi_x.clamp(a, xb);
+            dst[..a - xa].fill(T::ZERO);
+            dst[b - xa..].fill(T::ZERO);
+            if b == a {
+                continue;
+            }
+            let valid = &mut dst[a - xa..b - xa];
+            if sw == 1 {
+                let start = a + kx * dw - pw;
+                valid.copy_from_slice(&src[start..start + (b - a)]);
+            } else {
+                let start = a * sw + kx * dw - pw;
+                valid
+                    .iter_mut()
+                    .zip(src[start..].iter().step_by(sw))
+                    .for_each(|(d, s)| *d = *s);
             }
         }
     }
@@ -1384,6 +1509,174 @@ pub(crate) mod tests {
         (k, s, p, d, n)
     }
 
+    /// The f32 weight gradient of `kernel` and its f64 reference with the bound every entry's
+    /// rounding error obeys: `(L + 16)·ε_f32·Σ|terms|`, L the entry's number of terms (batch × output
+    /// positions, each f32 product and addition one rounding; 16 covers the group sums), Σ|terms|
+    /// taken exactly as the f64 gradient of |x| and |dz| (the gradient is bilinear).
+    fn weight_gradient_and_bound(
+        kernel: WeightKernel,
+        g: &Geom,
+        x: &Features<f64>,
+        dz: &Features<f64>,
+        pad_lo: [usize; 3],
+    ) -> (Vec<f32>, Vec<f64>, Vec<f64>) {
+        let len = g.c_out * g.k_len();
+        let mut got = vec![0.0f32; len];
+        conv_backward_weight_with(kernel, g, &x.cast(), &dz.cast(), pad_lo, &mut got);
+        let (xr, dzr) = (
+            x.cast::<f32>().cast::<f64>(),
+            dz.cast::<f32>().cast::<f64>(),
+        );
+        let mut exact = vec![0.0f64; len];
+        conv_backward_weight_with(WeightKernel::Gemm, g, &xr, &dzr, pad_lo, &mut exact);
+        let abs = |f: &Features<f64>| Features {
+            data: f.data.iter().map(|v| v.abs()).collect(),
+            ..f.clone()
+        };
+        let mut magnitude = vec![0.0f64; len];
+        conv_backward_weight_with(
+            WeightKernel::Gemm,
+            g,
+            &abs(&xr),
+            &abs(&dzr),
+            pad_lo,
+            &mut magnitude,
+        );
+        let terms = (x.batch * dz.spatial_len()) as f64;
+        let bound = magnitude
+            .iter()
+            .map(|m| (terms + 16.0) * f32::EPSILON as f64 * m)
+            .collect();
+        (got, exact, bound)
+    }
+
+    fn assert_within(what: &str, got: &[f32], exact: &[f64], bound: &[f64]) {
+        for (i, ((g, e), b)) in got.iter().zip(exact).zip(bound).enumerate() {
+            let err = (*g as f64 - e).abs();
+            assert!(err <= *b, "{what}: entry {i} off by {err:e}, bound {b:e}");
+        }
+    }
+
+    #[test]
+    fn f32_weight_gradients_match_f64_on_both_kernels() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+        let mut cases = 0;
+        for rank in 1..=3 {
+            for _ in 0..12 {
+                let (k, s, p, d, n) = random_geometry(rank, &mut rng);
+                // c_out and k_len off the 4 × 6 register block, and one output channel past two
+                // blocks so that a single strip's channels are split among the threads.
+                let c_in = rng.random_range(1..5);
+                let c_out = [1, 3, 5, 9, 13][rng.random_range(0..5usize)];
+                let batch = rng.random_range(1..3);
+                let conv = Conv::<f64>::with_geometry(
+                    c_in,
+                    c_out,
+                    k,
+                    s,
+                    p,
+                    d,
+                    vec![0.0; c_out * c_in * k.iter().product::<usize>()],
+                    None,
+                    false,
+                );
+                let Some(od) = conv.out_dims(n) else { continue };
+                let x = random_features::<f64>(batch, c_in, n, &mut rng);
+                let dz = random_features::<f64>(batch, c_out, od, &mut rng);
+                let g = conv.geom();
+                for kernel in [WeightKernel::PatchDot, WeightKernel::Gemm] {
+                    let (got, exact, bound) = weight_gradient_and_bound(kernel, &g, &x, &dz, p);
+                    assert_within(
+                        &format!("{kernel:?} rank {rank} {g:?}"),
+                        &got,
+                        &exact,
+                        &bound,
+                    );
+                }
+                cases += 1;
+            }
+        }
+        assert!(cases > 20, "only {cases} geometries fitted");
+        // A layer large enough for several strips and groups: 3×3, 64 → 32 on 2 × 40² maps.
+        let conv = Conv::<f64>::with_geometry(
+            64,
+            32,
+            [1, 3, 3],
+            [1; 3],
+            [0, 1, 1],
+            [1; 3],
+            vec![0.0; 32 * 64 * 9],
+            None,
+            false,
+        );
+        let x = random_features::<f64>(2, 64, [1, 40, 40], &mut rng);
+        let dz = random_features::<f64>(2, 32, [1, 40, 40], &mut rng);
+        let (got, exact, bound) =
+            weight_gradient_and_bound(WeightKernel::PatchDot, &conv.geom(), &x, &dz, [0, 1, 1]);
+        assert_within("3×3 64 → 32", &got, &exact, &bound);
+    }
+
+    #[test]
+    fn transposed_f32_weight_gradients_match_f64() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+        // DRUNet's 2×2 stride-2 up-sampling, channels off the register block.
+        let t = ConvTranspose::<f64>::new_2x(2, 7, 5, vec![0.0; 7 * 5 * 4]);
+        let x = random_features::<f64>(2, 7, [1, 9, 11], &mut rng);
+        let od = t.out_dims(x.dims).unwrap();
+        let dy = random_features::<f64>(2, 5, od, &mut rng);
+        let mut exact = vec![0.0f64; 7 * 5 * 4];
+        t.backward_params(&x, &dy, [0; 3], &mut exact, None);
+        let t32 = ConvTranspose::<f32>::new_2x(2, 7, 5, vec![0.0; 7 * 5 * 4]);
+        let mut got = vec![0.0f32; 7 * 5 * 4];
+        t32.backward_params(&x.cast(), &dy.cast(), [0; 3], &mut got, None);
+        // Each entry sums batch × input positions products of values in [-1, 1].
+        let terms = (2 * 9 * 11) as f64;
+        let bound = vec![(terms + 16.0) * terms * f32::EPSILON as f64; got.len()];
+        assert_within("transposed 2×2", &got, &exact, &bound);
+    }
+
+    #[test]
+    fn f64_weight_gradients_fall_back_to_gemm_bitwise() {
+        // The dispatch leaves f64 (and CPUs without AVX-512) on transpose + gemm: asking for the
+        // patch-dot kernel gives the portable path's bits, so no caller can tell it was asked.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(37);
+        let conv = Conv::<f64>::with_geometry(
+            3,
+            6,
+            [1, 3, 3],
+            [1, 2, 1],
+            [0, 1, 0],
+            [1; 3],
+            vec![0.0; 6 * 3 * 9],
+            None,
+            false,
+        );
+        let x = random_features::<f64>(2, 3, [1, 13, 10], &mut rng);
+        let dz = random_features::<f64>(2, 6, conv.out_dims(x.dims).unwrap(), &mut rng);
+        let mut via_patch_dot = vec![0.0f64; 6 * 27];
+        let mut via_gemm = vec![0.0f64; 6 * 27];
+        conv_backward_weight_with(
+            WeightKernel::PatchDot,
+            &conv.geom(),
+            &x,
+            &dz,
+            [0, 1, 0],
+            &mut via_patch_dot,
+        );
+        conv_backward_weight_with(
+            WeightKernel::Gemm,
+            &conv.geom(),
+            &x,
+            &dz,
+            [0, 1, 0],
+            &mut via_gemm,
+        );
+        assert_eq!(via_patch_dot, via_gemm);
+        let mut dispatched = vec![0.0f64; 6 * 27];
+        conv.backward_params(&x, &dz, conv.pads(), &mut dispatched, None);
+        assert_eq!(dispatched, via_gemm);
+    }
+
     #[test]
     fn the_tiled_transpose_moves_every_element_once() {
         for (rows, cols) in [
@@ -1573,7 +1866,7 @@ pub(crate) mod tests {
                 let p1 = rng.random_range(p0 + 1..=out_s);
                 let m = p1 - p0;
                 let mut part = vec![f32::NAN; k_len * m];
-                im2col_span(&g, p, &x.data, n, od, p0..p1, &mut part);
+                im2col_span(&g, p, &x.data, n, od, p0..p1, 0..k_len, &mut part);
                 for kk in 0..k_len {
                     assert_eq!(
                         part[kk * m..(kk + 1) * m],

@@ -17,6 +17,7 @@ pub mod drunet;
 pub mod graph;
 pub mod losses;
 pub mod models;
+pub(crate) mod patch_dot;
 pub mod patch_gemm;
 pub mod pool;
 pub mod pth;
