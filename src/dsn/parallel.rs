@@ -837,10 +837,13 @@ mod tests {
                     if n == "decoder.3.bias" {
                         continue;
                     }
+                    // 2e-6: about 16 ulps of the largest weights (~1.1) after the Adam steps;
+                    // measured 1.2e-6 with the patch product (nn::patch_gemm), 8.3e-7 with the
+                    // gemm crate (TESSERA_PATCH_GEMM=crate): rounding that differs in order only.
                     for (x, y) in a.iter().zip(b) {
                         max_err = max_err.max((x - y).abs());
                         assert!(
-                            (x - y).abs() <= 1e-6 * y.abs().max(1.0),
+                            (x - y).abs() <= 2e-6 * y.abs().max(1.0),
                             "{what}: {n}: {x} vs {y} on one process"
                         );
                     }
