@@ -50,41 +50,6 @@ fn report(what: &str, t: (f64, f64), base: (f64, f64)) {
     );
 }
 
-/// Each pass's native time beside PyTorch's (the script's line of the same name).
-fn compare_with_torch(reps: usize, native: &[(&str, &str, (f64, f64))]) {
-    let Some(python) = torch::torch_python() else {
-        println!(
-            "(no PyTorch comparison: ~/.cache/tessera/deepinv-venv/bin/python not found; set TESSERA_TORCH_PYTHON)"
-        );
-        return;
-    };
-    let args = vec![
-        "--threads".to_string(),
-        "2".into(),
-        "--reps".into(),
-        reps.to_string(),
-    ];
-    let torch = match torch::torch_times(&python, "bench_torch_backward.py", &args) {
-        Ok(t) => t,
-        Err(e) => {
-            println!("PyTorch comparison failed: {}", e.trim());
-            return;
-        }
-    };
-    println!(
-        "\n{:<44} {:>10} {:>10} {:>14}",
-        "same pass, PyTorch CPU (2 threads)", "native s", "torch s", "native/torch"
-    );
-    for (what, name, t) in native {
-        match torch.iter().find(|(n, _, _)| n == name) {
-            Some((_, med, _)) => {
-                println!("{what:<44} {:>10.4} {med:>10.4} {:>14.2}", t.0, t.0 / med)
-            }
-            None => println!("{what:<44} {:>10.4} {:>10} (no line {name})", t.0, "—"),
-        }
-    }
-}
-
 fn main() {
     let reps: usize = std::env::var("TESSERA_BENCH_REPS")
         .ok()
@@ -181,8 +146,10 @@ fn main() {
     });
     report("  training step (forward + backward)", step, inf);
 
-    compare_with_torch(
+    torch::print_comparison(
+        "bench_torch_backward.py",
         reps,
+        "same pass, PyTorch CPU (2 threads)",
         &[
             ("conv 3×3 64→64 256² forward", "conv_forward", fwd),
             ("  backward (input)", "conv_backward_input", bi),

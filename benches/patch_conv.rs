@@ -134,37 +134,12 @@ fn main() {
         return;
     }
     compare_with_gemm_crate(&native);
-    let Some(python) = torch::torch_python() else {
-        println!(
-            "(no PyTorch comparison: ~/.cache/tessera/deepinv-venv/bin/python not found; set TESSERA_TORCH_PYTHON)"
-        );
-        return;
-    };
-    let args = vec![
-        "--threads".to_string(),
-        "2".into(),
-        "--reps".into(),
-        reps.to_string(),
-    ];
-    let torch = match torch::torch_times(&python, "bench_torch_patch_conv.py", &args) {
-        Ok(t) => t,
-        Err(e) => {
-            println!("PyTorch comparison failed: {}", e.trim());
-            return;
-        }
-    };
-    println!(
-        "\n{:<24} {:>10} {:>10} {:>14}",
-        "PyTorch CPU (2 threads)", "native s", "torch s", "native/torch"
+    torch::print_comparison(
+        "bench_torch_patch_conv.py",
+        reps,
+        "PyTorch CPU (2 threads)",
+        &native,
     );
-    for (label, name, t) in native {
-        match torch.iter().find(|(n, _, _)| n == name) {
-            Some((_, med, _)) => {
-                println!("{label:<24} {:>10.4} {med:>10.4} {:>14.2}", t.0, t.0 / med)
-            }
-            None => println!("{label:<24} {:>10.4} {:>10} (no line {name})", t.0, "—"),
-        }
-    }
 }
 
 /// This binary again with the `gemm` crate (`TESSERA_PATCH_GEMM=crate`), after the native timings.

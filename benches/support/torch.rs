@@ -47,8 +47,57 @@ pub fn torch_times(
             }
         })
         .collect();
-    match lines.is_empty() {
-        true => Err(format!("no `torch NAME MEDIAN MIN` lines in: {text}")),
-        false => Ok(lines),
+    if lines.is_empty() {
+        Err(format!("no `torch NAME MEDIAN MIN` lines in: {text}"))
+    } else {
+        Ok(lines)
+    }
+}
+
+/// Runs `scripts/SCRIPT --threads 2 --reps REPS` and prints each pass's native median beside
+/// PyTorch's (the script's line of the same name) under `header`, or says why it cannot.
+/// `native`: (label, the script's name for the pass, (median, min) seconds).
+pub fn print_comparison(
+    script: &str,
+    reps: usize,
+    header: &str,
+    native: &[(&str, &str, (f64, f64))],
+) {
+    let Some(python) = torch_python() else {
+        println!(
+            "(no PyTorch comparison: ~/.cache/tessera/deepinv-venv/bin/python not found; set TESSERA_TORCH_PYTHON)"
+        );
+        return;
+    };
+    let args = vec![
+        "--threads".to_string(),
+        "2".into(),
+        "--reps".into(),
+        reps.to_string(),
+    ];
+    let torch = match torch_times(&python, script, &args) {
+        Ok(t) => t,
+        Err(e) => {
+            println!("PyTorch comparison failed: {}", e.trim());
+            return;
+        }
+    };
+    let w = native
+        .iter()
+        .map(|(label, _, _)| label.chars().count())
+        .chain([header.chars().count()])
+        .max()
+        .unwrap_or(0);
+    println!(
+        "\n{header:<w$} {:>10} {:>10} {:>14}",
+        "native s", "torch s", "native/torch"
+    );
+    for (label, name, t) in native {
+        match torch.iter().find(|(n, _, _)| n == name) {
+            Some((_, med, _)) => {
+                println!("{label:<w$} {:>10.4} {med:>10.4} {:>14.2}", t.0, t.0 / med)
+            }
+            None => println!("{label:<w$} {:>10.4} {:>10} (no line {name})", t.0, "—"),
+        }
     }
 }
