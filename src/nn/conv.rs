@@ -857,7 +857,14 @@ fn conv_backward_input_scatter_with<T: Scalar>(
             let n = (r1 - r0) * wo;
             let dz_strip = &dz.data[b * g.c_out * out_s + r0 * wo..];
             if native {
-                weights_transposed_times_strip(g, weight, dz_strip, out_s, n, &mut col[..k_len * n]);
+                weights_transposed_times_strip(
+                    g,
+                    weight,
+                    dz_strip,
+                    out_s,
+                    n,
+                    &mut col[..k_len * n],
+                );
             } else {
                 // col (k_len × n) = Wᵀ (k_len × C_out) · dz[b, :, strip] (C_out × n).
                 // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
@@ -2108,8 +2115,14 @@ pub(crate) mod tests {
     fn strided_f32_input_gradients_match_f64_on_both_products() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(41);
         let abs = |v: &[f64]| v.iter().map(|v| v.abs()).collect::<Vec<_>>();
-        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-        let three = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let three = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
         let mut cases = Vec::new();
         for case in 0..36 {
             let rank = 1 + case % 3;
@@ -2160,10 +2173,15 @@ pub(crate) mod tests {
             let (w32, dz32): (Vec<f32>, Features<f32>) =
                 (w.iter().map(|&v| v as f32).collect(), dz.cast());
             for kernel in [InputKernel::PatchGemm, InputKernel::Gemm] {
-                let got =
-                    conv_backward_input_scatter_with(kernel, &g, &w32, &dz32, dims, pad_lo);
+                let got = conv_backward_input_scatter_with(kernel, &g, &w32, &dz32, dims, pad_lo);
                 assert_eq!(got.dims, exact.dims);
-                for (j, ((a, e), m)) in got.data.iter().zip(&exact.data).zip(&magnitude.data).enumerate() {
+                for (j, ((a, e), m)) in got
+                    .data
+                    .iter()
+                    .zip(&exact.data)
+                    .zip(&magnitude.data)
+                    .enumerate()
+                {
                     let bound = terms * f32::EPSILON as f64 * m;
                     assert!(
                         (*a as f64 - e).abs() <= bound,
