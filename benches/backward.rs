@@ -1,8 +1,9 @@
 //! `cargo bench --bench backward`: the native engine's backward passes against its forward pass,
 //! measured in the same run (the baseline): a 64→64 3×3 convolution on 1×64×256×256 (input
-//! gradient, weight + bias gradient), a 2×2 stride-2 transposed convolution 64→32, and one training
-//! step (forward keeping activations + backward) of the train-dncnn network (depth 8, 32 features)
-//! on 8×64² crops against its inference forward pass. Prints median and minimum seconds and the
+//! gradient, weight + bias gradient), a 2×2 stride-2 transposed convolution 64→32, DRUNet's 2×2
+//! stride-2 down-sampling 64→128 (forward and its strided input gradient, native only), and one
+//! training step (forward keeping activations + backward) of the train-dncnn network (depth 8, 32
+//! features) on 8×64² crops against its inference forward pass. Prints median and minimum seconds and the
 //! ratios; then PyTorch's CPU time for each of the same passes on the same shapes
 //! (scripts/bench_torch_backward.py in ~/.cache/tessera/deepinv-venv, 2 threads, run after the
 //! native timings) and native / PyTorch. Environment: TESSERA_BENCH_REPS (default 5),
@@ -98,6 +99,19 @@ fn main() {
     let mut gw = vec![0.0; t.weight.len()];
     let tw = time(reps, || t.backward_params(&xt, &dy, [0; 3], &mut gw, None));
     report("  backward (weights)", tw, tf);
+
+    // DRUNet's first down-sampling: its input gradient is the strided scatter `col2im(Wᵀ · dz)`
+    // (native only; `TESSERA_PATCH_GEMM=crate` times its product on the gemm crate).
+    let down = Conv::new(2, 64, 128, 2, 2, 0, weights(128 * 64 * 4, 0.1), None, false);
+    let dz_down = features(1, 128, [1, 128, 128]);
+    let df = time(reps, || {
+        std::hint::black_box(down.forward(&x, None));
+    });
+    report("conv 2×2 s2 64→128 256²→128² forward", df, df);
+    let db = time(reps, || {
+        std::hint::black_box(down.backward_input(&dz_down, dims, down.pads()));
+    });
+    report("  backward (input)", db, df);
 
     // The bundled train-dncnn network.
     let mut net = Network::new(2, 1);

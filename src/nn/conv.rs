@@ -771,9 +771,9 @@ fn conv_forward<T: Scalar>(
 ///
 /// With stride 1 it is itself a convolution: `dx[ci] = Σ_co flip(W[co, ci]) ⋆ dz[co]`, padded low by
 /// `d·(k − 1) − pad_lo`, so it runs through [`conv_forward`] (one parallel GEMM per strip, no
-/// scatter). Otherwise `dx = col2im(Wᵀ · dz)`: strips run one after the other (GEMMs on all threads),
-/// the scatter of each strip in parallel over input channels, so no two threads add into the same
-/// voxel.
+/// scatter). Otherwise `dx = col2im(Wᵀ · dz)`: strips run one after the other (each strip's product
+/// on all threads), the scatter of each strip in parallel over input channels, so no two threads add
+/// into the same voxel.
 fn conv_backward_input<T: Scalar>(
     g: &Geom,
     weight: &[T],
@@ -806,15 +806,47 @@ fn conv_backward_input_scatter<T: Scalar>(
     in_dims: [usize; 3],
     pad_lo: [usize; 3],
 ) -> Features<T> {
+    let kernel = if patch_gemm::available::<T>() {
+        InputKernel::PatchGemm
+    } else {
+        InputKernel::Gemm
+    };
+    conv_backward_input_scatter_with(kernel, g, weight, dz, in_dims, pad_lo)
+}
+
+/// How a strip's product `col = Wᵀ · dz[b, :, strip]` of the strided input gradient is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputKernel {
+    /// [`patch_gemm::weights_times_patches`] reading `Wᵀ` and the strip of `dz` in place, the strip's
+    /// columns split among the threads (f32 on AVX-512; other cases take `Gemm`). Unlike the `gemm`
+    /// crate it keeps no thread-local packing slab: in a training rank that slab was 1 MiB per
+    /// thread whatever the rank's block (issue 11's memory study).
+    PatchGemm,
+    /// The `gemm` crate on all threads (any scalar, any CPU).
+    Gemm,
+}
+
+/// [`conv_backward_input_scatter`] with the strip product chosen by the caller (tests compare the
+/// two). Every `col` entry is `Σ_co W[co, k] · dz[co, j]` summed in `co` order from zero on either
+/// thread count: the column split moves no term between sums.
+fn conv_backward_input_scatter_with<T: Scalar>(
+    kernel: InputKernel,
+    g: &Geom,
+    weight: &[T],
+    dz: &Features<T>,
+    in_dims: [usize; 3],
+    pad_lo: [usize; 3],
+) -> Features<T> {
     let mut dx = Features::zeros(dz.batch, g.c_in, in_dims);
     let k_len = g.k_len();
     let od = dz.dims;
     let (rows_total, wo) = (od[0] * od[1], od[2]);
     let out_s = dz.spatial_len();
     let in_s = dx.spatial_len();
-    if out_s == 0 || in_s == 0 {
+    if out_s == 0 || in_s == 0 || g.c_out == 0 {
         return dx;
     }
+    let native = kernel == InputKernel::PatchGemm && patch_gemm::available::<T>();
     let rows = grad_strip_rows(k_len, wo, rows_total, g.c_out * out_s);
     let mut col = vec![T::ZERO; k_len * rows * wo];
     let par = gemm::Parallelism::Rayon(rayon::current_num_threads());
@@ -823,35 +855,93 @@ fn conv_backward_input_scatter<T: Scalar>(
         for r0 in (0..rows_total).step_by(rows) {
             let r1 = (r0 + rows).min(rows_total);
             let n = (r1 - r0) * wo;
-            // col (k_len × n) = Wᵀ (k_len × C_out) · dz[b, :, strip] (C_out × n).
-            // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
-            unsafe {
-                gemm::gemm(
-                    k_len,
+            let dz_strip = &dz.data[b * g.c_out * out_s + r0 * wo..];
+            if native {
+                weights_transposed_times_strip(
+                    g,
+                    weight,
+                    dz_strip,
+                    out_s,
                     n,
-                    g.c_out,
-                    col.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    weight.as_ptr(),
-                    k_len as isize,
-                    1,
-                    dz.data.as_ptr().add(b * g.c_out * out_s + r0 * wo),
-                    1,
-                    out_s as isize,
-                    T::ONE,
-                    T::ONE,
-                    false,
-                    false,
-                    false,
-                    par,
+                    &mut col[..k_len * n],
                 );
+            } else {
+                // col (k_len × n) = Wᵀ (k_len × C_out) · dz[b, :, strip] (C_out × n).
+                // SAFETY: the pointers and strides describe in-bounds matrices of the sizes given.
+                unsafe {
+                    gemm::gemm(
+                        k_len,
+                        n,
+                        g.c_out,
+                        col.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        weight.as_ptr(),
+                        k_len as isize,
+                        1,
+                        dz_strip.as_ptr(),
+                        1,
+                        out_s as isize,
+                        T::ONE,
+                        T::ONE,
+                        false,
+                        false,
+                        false,
+                        par,
+                    );
+                }
             }
             col2im_add(g, pad_lo, &col[..k_len * n], in_dims, od, r0, r1, dx_b);
         }
     }
     dx
+}
+
+/// `col (k_len × n) = Wᵀ · dz_strip` by the patch product, `dz_strip` holding `C_out` rows `ld`
+/// apart. The columns are split among the threads in whole 16-lane vectors (a part of every `col`
+/// row each), so both cores work on the strip and every column is the same sum as on one thread.
+fn weights_transposed_times_strip<T: Scalar>(
+    g: &Geom,
+    weight: &[T],
+    dz_strip: &[T],
+    ld: usize,
+    n: usize,
+    col: &mut [T],
+) {
+    const LANES: usize = 16;
+    let k_len = g.k_len();
+    let on_f32 = "the native patch product runs on f32";
+    let weight = patch_gemm::as_f32(weight).expect(on_f32);
+    let dz_strip = patch_gemm::as_f32(dz_strip).expect(on_f32);
+    let col = patch_gemm::as_f32_mut(col).expect(on_f32);
+    assert_eq!(col.len(), k_len * n, "input gradient patch matrix");
+    let part = n
+        .div_ceil(rayon::current_num_threads())
+        .next_multiple_of(LANES)
+        .max(LANES);
+    let col_ptr = SendPtr(col.as_mut_ptr());
+    (0..n.div_ceil(part)).into_par_iter().for_each(|t| {
+        let (j0, j1) = (t * part, ((t + 1) * part).min(n));
+        // Row i of the product is column i of W (C_out × k_len, row-major): Wᵀ in place. The sum
+        // runs over the C_out rows of dz.
+        let p = patch_gemm::Product {
+            weight,
+            weight_strides: [1, k_len],
+            c_out: k_len,
+            k_len: g.c_out,
+            col: &dz_strip[j0..],
+            ld,
+            n: j1 - j0,
+            bias: None,
+            relu: false,
+            accumulate: false,
+        };
+        let col_ptr = &col_ptr;
+        // SAFETY: `col` holds k_len rows of n values; this task alone writes columns j0..j1 of
+        // every row.
+        unsafe { patch_gemm::weights_times_patches(&p, col_ptr.0.add(j0), n) };
+    });
 }
 
 /// The convolution whose forward pass is the input gradient of the stride-1 convolution `g` padded
@@ -2015,6 +2105,106 @@ pub(crate) mod tests {
                 "transposed weights case {case}: {l} vs {r}"
             );
         }
+    }
+
+    /// The strided input gradient in f32 on both strip products against f64: every entry within
+    /// `(C_out + taps + 16)·ε_f32·Σ|terms|` (a `col` entry sums `C_out` products, col2im adds at most
+    /// `taps` of them; Σ|terms| exactly, as the f64 gradient of |W| and |dz|). The patch product is
+    /// also the same bit for bit on one thread and on three (its column split moves no term).
+    #[test]
+    fn strided_f32_input_gradients_match_f64_on_both_products() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+        let abs = |v: &[f64]| v.iter().map(|v| v.abs()).collect::<Vec<_>>();
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let three = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let mut cases = Vec::new();
+        for case in 0..36 {
+            let rank = 1 + case % 3;
+            let (kernel, mut stride, pad, dilation, dims) = random_geometry(rank, &mut rng);
+            stride[2] = stride[2].max(2);
+            // C_out off and across the 8-row register block; the product's rows are C_in·taps.
+            let g = Geom {
+                c_in: rng.random_range(1..6),
+                c_out: [1, 3, 8, 9, 13, 20][rng.random_range(0..6usize)],
+                kernel,
+                stride,
+                dilation,
+            };
+            cases.push((g, pad, dims, rng.random_range(1..3)));
+        }
+        // DRUNet's 2×2 stride-2 down-sampling, 64 → 128 on 2 × 40² maps: k_len 256, several
+        // column parts, columns off the 16-lane vector.
+        let down = Geom {
+            c_in: 64,
+            c_out: 128,
+            kernel: [1, 2, 2],
+            stride: [1, 2, 2],
+            dilation: [1; 3],
+        };
+        cases.push((down, [0; 3], [1, 42, 42], 2));
+        let mut fitted = 0;
+        for (i, &(g, pad_lo, dims, batch)) in cases.iter().enumerate() {
+            let Some(od) = g.out_dims(dims, pad_lo.map(|p| [p, p])) else {
+                continue;
+            };
+            let w: Vec<f64> = random(g.c_out * g.k_len(), &mut rng);
+            let dz: Features<f64> = random_features(batch, g.c_out, od, &mut rng);
+            let exact =
+                conv_backward_input_scatter_with(InputKernel::Gemm, &g, &w, &dz, dims, pad_lo);
+            let dz_abs = Features {
+                data: abs(&dz.data),
+                ..dz.clone()
+            };
+            let magnitude = conv_backward_input_scatter_with(
+                InputKernel::Gemm,
+                &g,
+                &abs(&w),
+                &dz_abs,
+                dims,
+                pad_lo,
+            );
+            let terms = (g.c_out + g.kernel.iter().product::<usize>() + 16) as f64;
+            let (w32, dz32): (Vec<f32>, Features<f32>) =
+                (w.iter().map(|&v| v as f32).collect(), dz.cast());
+            for kernel in [InputKernel::PatchGemm, InputKernel::Gemm] {
+                let got = conv_backward_input_scatter_with(kernel, &g, &w32, &dz32, dims, pad_lo);
+                assert_eq!(got.dims, exact.dims);
+                for (j, ((a, e), m)) in got
+                    .data
+                    .iter()
+                    .zip(&exact.data)
+                    .zip(&magnitude.data)
+                    .enumerate()
+                {
+                    let bound = terms * f32::EPSILON as f64 * m;
+                    assert!(
+                        (*a as f64 - e).abs() <= bound,
+                        "{kernel:?} case {i} {g:?}: entry {j} {a} vs {e}, bound {bound:e}"
+                    );
+                }
+            }
+            let on = |pool: &rayon::ThreadPool| {
+                pool.install(|| {
+                    conv_backward_input_scatter_with(
+                        InputKernel::PatchGemm,
+                        &g,
+                        &w32,
+                        &dz32,
+                        dims,
+                        pad_lo,
+                    )
+                })
+            };
+            assert_eq!(on(&one).data, on(&three).data, "case {i} {g:?}: threads");
+            fitted += 1;
+        }
+        assert!(fitted > 20, "only {fitted} geometries fitted");
     }
 
     /// The stride-1 input gradient computed as a forward convolution with turned kernels equals the
