@@ -3,11 +3,15 @@
 //! gradient, weight + bias gradient), a 2×2 stride-2 transposed convolution 64→32, DRUNet's 2×2
 //! stride-2 down-sampling 64→128 (forward and its strided input gradient, native only), and one
 //! training step (forward keeping activations + backward) of the train-dncnn network (depth 8, 32
-//! features) on 8×64² crops against its inference forward pass. Prints median and minimum seconds and the
-//! ratios; then PyTorch's CPU time for each of the same passes on the same shapes
+//! features) on 8×64² crops against its inference forward pass. Prints median and minimum seconds
+//! and the ratios; then the same passes with the `gemm` crate in place of the own AVX-512 kernels
+//! (this binary again, as a child process with `TESSERA_PATCH_GEMM=crate`: the forward's patch
+//! product, the strided input gradient's and the weight gradient's patch dot all off) and own /
+//! gemm; then PyTorch's CPU time for each of the same passes on the same shapes
 //! (scripts/bench_torch_backward.py in ~/.cache/tessera/deepinv-venv, 2 threads, run after the
 //! native timings) and native / PyTorch. Environment: TESSERA_BENCH_REPS (default 5),
-//! TESSERA_TORCH_PYTHON (the venv's python).
+//! TESSERA_TORCH_PYTHON (the venv's python), TESSERA_PATCH_GEMM=crate (time the `gemm` crate only,
+//! printing `gemm NAME MEDIAN MIN` lines).
 
 use tessera::nn::conv::{Conv, ConvTranspose, Features};
 use tessera::nn::domain::Whole;
@@ -37,12 +41,18 @@ mod timing;
 #[path = "support/torch.rs"]
 mod torch;
 
+#[path = "support/gemm_crate.rs"]
+mod gemm_crate;
+
 /// Median and minimum of `reps` timed calls after 1 warm-up call.
 fn time(reps: usize, f: impl FnMut()) -> (f64, f64) {
     timing::time_calls(1, reps, f)
 }
 
 fn report(what: &str, t: (f64, f64), base: (f64, f64)) {
+    if gemm_crate::is_child() {
+        return;
+    }
     println!(
         "{what:<44} median {:>8.4} s  min {:>8.4} s  ratio to forward {:>5.2}",
         t.0,
@@ -160,19 +170,33 @@ fn main() {
     });
     report("  training step (forward + backward)", step, inf);
 
+    let passes = [
+        ("conv 3×3 64→64 256² forward", "conv_forward", fwd),
+        ("  backward (input)", "conv_backward_input", bi),
+        ("  backward (weights, bias)", "conv_backward_params", bw),
+        ("transposed 2×2 s2 64→32 forward", "transposed_forward", tf),
+        ("  backward (input)", "transposed_backward_input", tb),
+        ("  backward (weights)", "transposed_backward_weights", tw),
+        ("dncnn 8×64² inference", "dncnn_inference", inf),
+        ("  training step", "dncnn_training_step", step),
+    ];
+    // Native only (bench_torch_backward.py has no such pass), so only against the gemm crate.
+    let native_only = [
+        ("conv 2×2 s2 64→128 forward", "down_forward", df),
+        ("  backward (input)", "down_backward_input", db),
+    ];
+    let with_gemm: Vec<_> = passes.iter().chain(&native_only).copied().collect();
+    if gemm_crate::is_child() {
+        for (_, name, t) in with_gemm {
+            gemm_crate::print_child_line(name, t);
+        }
+        return;
+    }
+    gemm_crate::compare("gemm crate (same run, child)", &with_gemm);
     torch::print_comparison(
         "bench_torch_backward.py",
         reps,
         "same pass, PyTorch CPU (2 threads)",
-        &[
-            ("conv 3×3 64→64 256² forward", "conv_forward", fwd),
-            ("  backward (input)", "conv_backward_input", bi),
-            ("  backward (weights, bias)", "conv_backward_params", bw),
-            ("transposed 2×2 s2 64→32 forward", "transposed_forward", tf),
-            ("  backward (input)", "transposed_backward_input", tb),
-            ("  backward (weights)", "transposed_backward_weights", tw),
-            ("dncnn 8×64² inference", "dncnn_inference", inf),
-            ("  training step", "dncnn_training_step", step),
-        ],
+        &passes,
     );
 }

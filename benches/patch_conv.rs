@@ -6,8 +6,10 @@
 //! and GFLOP/s, then PyTorch's CPU time on the same shapes (scripts/bench_torch_patch_conv.py, 2
 //! threads, run after the native timings) and native / PyTorch; and the same convolutions with the
 //! `gemm` crate in place of the patch product (this binary again, as a child process with
-//! `TESSERA_PATCH_GEMM=crate`): the two baselines of this run.
-//! Environment: TESSERA_BENCH_REPS (default 5), TESSERA_TORCH_PYTHON (the venv's python).
+//! `TESSERA_PATCH_GEMM=crate`, the switch that turns off both own AVX-512 kernels, `nn::patch_gemm`
+//! and the weight gradient's `nn::patch_dot`; benches/support/gemm_crate.rs): the two baselines of
+//! this run. Environment: TESSERA_BENCH_REPS (default 5), TESSERA_TORCH_PYTHON (the venv's python),
+//! TESSERA_PATCH_GEMM=crate (time the `gemm` crate only, printing `gemm NAME MEDIAN MIN` lines).
 
 use tessera::nn::conv::{Conv, Features};
 
@@ -16,6 +18,9 @@ mod timing;
 
 #[path = "support/torch.rs"]
 mod torch;
+
+#[path = "support/gemm_crate.rs"]
+mod gemm_crate;
 
 fn features(c: usize, dims: [usize; 3]) -> Features {
     let n = c * dims.iter().product::<usize>();
@@ -93,7 +98,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let baseline_child = std::env::var("TESSERA_PATCH_GEMM").as_deref() == Ok("crate");
+    let baseline_child = gemm_crate::is_child();
     let mut native = Vec::new();
     for c in &CASES {
         let taps = c.k.pow(c.rank as u32);
@@ -118,7 +123,7 @@ fn main() {
             std::hint::black_box(conv.forward(&x, None));
         });
         if baseline_child {
-            println!("gemm {} {:.6} {:.6}", c.name, t.0, t.1);
+            gemm_crate::print_child_line(c.name, t);
             continue;
         }
         println!(
@@ -133,50 +138,11 @@ fn main() {
     if baseline_child {
         return;
     }
-    compare_with_gemm_crate(&native);
+    gemm_crate::compare("gemm crate (same run)", &native);
     torch::print_comparison(
         "bench_torch_patch_conv.py",
         reps,
         "PyTorch CPU (2 threads)",
         &native,
     );
-}
-
-/// This binary again with the `gemm` crate (`TESSERA_PATCH_GEMM=crate`), after the native timings.
-fn compare_with_gemm_crate(native: &[(&str, &str, (f64, f64))]) {
-    let out = std::env::current_exe().and_then(|exe| {
-        std::process::Command::new(exe)
-            .env("TESSERA_PATCH_GEMM", "crate")
-            .output()
-    });
-    let text = match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
-        Ok(o) => {
-            println!(
-                "gemm-crate baseline failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-            return;
-        }
-        Err(e) => {
-            println!("gemm-crate baseline failed to start: {e}");
-            return;
-        }
-    };
-    println!(
-        "\n{:<24} {:>10} {:>10} {:>14}",
-        "gemm crate (same run)", "native s", "gemm s", "native/gemm"
-    );
-    for (label, name, t) in native {
-        let gemm = text.lines().find_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some("gemm") && w.next() == Some(*name))
-                .then(|| w.next()?.parse::<f64>().ok())
-                .flatten()
-        });
-        match gemm {
-            Some(g) => println!("{label:<24} {:>10.4} {g:>10.4} {:>14.2}", t.0, t.0 / g),
-            None => println!("{label:<24} {:>10.4} {:>10} (no line {name})", t.0, "—"),
-        }
-    }
 }

@@ -23,6 +23,7 @@ pub mod pool;
 pub mod pth;
 pub mod safetensors;
 pub mod scalar;
+pub mod simd;
 mod weight_files;
 pub mod weights;
 pub(crate) mod weights_source;

@@ -5,12 +5,15 @@
 //! Both operands already have the summed index `j` (the strip's output positions) contiguous, so
 //! nothing is transposed or packed: a register block of [`BLOCK_CO`] output channels × [`BLOCK_K`]
 //! patch rows holds 24 vectors of 16 partial sums over `j`, fed by loads straight from the rows
-//! (masked for the ragged tail of `j`), then summed horizontally and added into `acc`. Patch rows
+//! (masked for the ragged tail of `j`), then summed horizontally — the full block's 24 sums
+//! together, as one shuffle tree — and added into `acc`. Patch rows
 //! are the outer loop, so a block's six rows (18 KiB for a 768-column strip) stay in L1 while every
 //! output channel's row streams from L2; `conv` builds those six rows just before the call
 //! ([`add_products_strided`] into the block's columns of the gradient) and hands the output
 //! gradient as a contiguous copy. The order of every sum is fixed by the shapes alone, not by
-//! threads, so gradients stay reproducible.
+//! threads, so gradients stay reproducible; the tree adds in `_mm512_reduce_add_ps`'s order, so an
+//! entry's bits do not depend on whether it fell in a full block or an edge block either.
+//! `TESSERA_PATCH_GEMM=crate` turns the kernel off with the forward's ([`super::simd`]).
 
 use std::any::TypeId;
 
@@ -18,24 +21,14 @@ use super::scalar::Scalar;
 
 /// Output channels per register block.
 pub(crate) const BLOCK_CO: usize = 4;
-/// Patch rows per register block (4 × 6 = 24 accumulators, 6 patch vectors and an output one: 31 of
-/// the 32 vector registers).
+/// Patch rows per register block (4 × 6 = 24 accumulators, 4 output-gradient vectors and a patch
+/// one: 29 of the 32 vector registers).
 pub(crate) const BLOCK_K: usize = 6;
 
-/// Whether [`add_products`] runs for `T` on this machine: `f32` on a CPU with AVX-512F.
+/// Whether [`add_products`] runs for `T` in this process: `f32` on a CPU with AVX-512F, unless
+/// `TESSERA_PATCH_GEMM=crate` asks for the portable path ([`super::simd`]).
 pub(crate) fn available<T: Scalar>() -> bool {
-    TypeId::of::<T>() == TypeId::of::<f32>() && has_avx512()
-}
-
-fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    TypeId::of::<T>() == TypeId::of::<f32>() && super::simd::own_kernels()
 }
 
 /// `acc (rows × k_len) += dz (rows × n, rows dz_stride apart) · colᵀ` with `col` the `k_len × n`
@@ -223,6 +216,9 @@ mod avx512 {
     ///
     /// Never inlined: one function per shape lets the register allocator keep all `MC × MK`
     /// accumulators in registers (inlined into one body with the other shapes, they spilled).
+    /// The `MC` output-gradient vectors are loaded first and each patch vector as it is used
+    /// (`MC + 1` live operands): with all `MK` patch vectors loaded first (`MK + 1`, 31 registers
+    /// with the accumulators) the 4 × 6 block spilled six accumulators to the stack in its loop.
     // Index loops over the register block: each (c, k) names one accumulator register.
     #[allow(clippy::needless_range_loop)]
     #[inline(never)]
@@ -235,43 +231,148 @@ mod avx512 {
         acc: *mut f32,
         acc_stride: usize,
     ) {
-        // SAFETY: every load stays inside the rows described above (the tail masked).
+        // SAFETY: every load stays inside the rows described above (the tail masked), every store
+        // inside acc's block.
         unsafe {
             let mut s = [[_mm512_setzero_ps(); MK]; MC];
             let whole = n - n % LANES;
             let mut j = 0;
             while j < whole {
-                let mut p = [_mm512_setzero_ps(); MK];
-                for k in 0..MK {
-                    p[k] = _mm512_loadu_ps(col.add(k * n + j));
-                }
+                let mut d = [_mm512_setzero_ps(); MC];
                 for c in 0..MC {
-                    let d = _mm512_loadu_ps(dz.add(c * dz_stride + j));
-                    for k in 0..MK {
-                        s[c][k] = _mm512_fmadd_ps(d, p[k], s[c][k]);
+                    d[c] = _mm512_loadu_ps(dz.add(c * dz_stride + j));
+                }
+                for k in 0..MK {
+                    let p = _mm512_loadu_ps(col.add(k * n + j));
+                    for c in 0..MC {
+                        s[c][k] = _mm512_fmadd_ps(d[c], p, s[c][k]);
                     }
                 }
                 j += LANES;
             }
             if j < n {
                 let mask: __mmask16 = (1u16 << (n - j)) - 1;
-                let mut p = [_mm512_setzero_ps(); MK];
-                for k in 0..MK {
-                    p[k] = _mm512_maskz_loadu_ps(mask, col.add(k * n + j));
-                }
+                let mut d = [_mm512_setzero_ps(); MC];
                 for c in 0..MC {
-                    let d = _mm512_maskz_loadu_ps(mask, dz.add(c * dz_stride + j));
-                    for k in 0..MK {
-                        s[c][k] = _mm512_fmadd_ps(d, p[k], s[c][k]);
+                    d[c] = _mm512_maskz_loadu_ps(mask, dz.add(c * dz_stride + j));
+                }
+                for k in 0..MK {
+                    let p = _mm512_maskz_loadu_ps(mask, col.add(k * n + j));
+                    for c in 0..MC {
+                        s[c][k] = _mm512_fmadd_ps(d[c], p, s[c][k]);
                     }
                 }
             }
-            for c in 0..MC {
-                for k in 0..MK {
-                    *acc.add(c * acc_stride + k) += _mm512_reduce_add_ps(s[c][k]);
+            if MC == BLOCK_CO && MK == BLOCK_K {
+                // The whole block's 24 sums in two vectors, then each row's six into acc at once.
+                let v = |i: usize| s[i / MK][i % MK];
+                let first = sums16(std::array::from_fn(v));
+                let rest = sums8(std::array::from_fn(|i| v(16 + i)));
+                for c in 0..BLOCK_CO {
+                    let idx = _mm512_loadu_si512(ROW_LANES[c].as_ptr().cast());
+                    let row = _mm512_permutex2var_ps(first, idx, rest);
+                    let at = acc.add(c * acc_stride);
+                    let old = _mm512_maskz_loadu_ps(ROW_MASK, at);
+                    _mm512_mask_storeu_ps(at, ROW_MASK, _mm512_add_ps(old, row));
+                }
+            } else {
+                for c in 0..MC {
+                    for k in 0..MK {
+                        *acc.add(c * acc_stride + k) += _mm512_reduce_add_ps(s[c][k]);
+                    }
                 }
             }
         }
+    }
+
+    // The full block's horizontal sums. One `_mm512_reduce_add_ps` per accumulator (4 shuffles, 4
+    // adds and a scalar add each) took a quarter of the kernel's time on 768-column strips;
+    // reducing the 24 together costs 23 vector adds and 46 shuffles. Each sum is added in exactly
+    // `_mm512_reduce_add_ps`'s order (lane i + i+8, then i + i+4, i + i+2, i + i+1), so the full
+    // block and the edge blocks round alike: an entry's bits do not depend on its block.
+
+    const ROW_MASK: __mmask16 = (1 << BLOCK_K) - 1;
+
+    /// For row `c` of the 4 × 6 block, the lanes of [`sums16`] (0..16) and [`sums8`] (16..32)
+    /// that hold its six sums (accumulator `f = c · 6 + k` lands in lane `4 (f % 4) + f / 4` of
+    /// its vector, counting `f` from 16 in the second).
+    static ROW_LANES: [[i32; LANES]; BLOCK_CO] = {
+        let mut t = [[0i32; LANES]; BLOCK_CO];
+        let mut c = 0;
+        while c < BLOCK_CO {
+            let mut k = 0;
+            while k < BLOCK_K {
+                let f = c * BLOCK_K + k;
+                t[c][k] = if f < 16 {
+                    4 * (f % 4) + f / 4
+                } else {
+                    16 + 4 * ((f - 16) % 4) + (f - 16) / 4
+                } as i32;
+                k += 1;
+            }
+            c += 1;
+        }
+        t
+    };
+
+    /// Lane `i + 8` added to lane `i` of `a` (into lanes 0..8) and of `b` (8..16).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn halve(a: __m512, b: __m512) -> __m512 {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
+        )
+    }
+
+    /// Two [`halve`]s (four vectors' 8 partial sums) to four vectors' 4 partial sums, vector `q`
+    /// in 128-bit lane `q`: lane `i + 4` added to lane `i`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn quarter(p: __m512, q: __m512) -> __m512 {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(p, q),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(p, q),
+        )
+    }
+
+    /// Eight vectors to, in 128-bit lane `q`, `[x0 + x2, y0 + y2, x1 + x3, y1 + y3]` with `x` the 4
+    /// partial sums of `v[q]` and `y` those of `v[q + 4]`: lane `i + 2` added to lane `i`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn eighth(v: [__m512; 8]) -> __m512 {
+        let x = quarter(halve(v[0], v[1]), halve(v[2], v[3]));
+        let y = quarter(halve(v[4], v[5]), halve(v[6], v[7]));
+        _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y))
+    }
+
+    /// The last step for two [`eighth`]s, `(x0 + x2) + (x1 + x3)`: lane `4q + r` holds the sum of
+    /// `a`'s `v[q]`, `v[q + 4]` (r = 0, 1) and `b`'s (r = 2, 3).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn last(a: __m512, b: __m512) -> __m512 {
+        _mm512_add_ps(
+            _mm512_shuffle_ps::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_ps::<0b11_10_11_10>(a, b),
+        )
+    }
+
+    /// The 16 horizontal sums of `v`, `v[f]`'s in lane `4 (f % 4) + f / 4`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn sums16(v: [__m512; 16]) -> __m512 {
+        let a = eighth([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]);
+        let b = eighth([v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]]);
+        last(a, b)
+    }
+
+    /// The 8 horizontal sums of `v`, `v[f]`'s in lane `4 (f % 4) + f / 4` (lanes `4q + 2` and
+    /// `4q + 3` repeat them).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn sums8(v: [__m512; 8]) -> __m512 {
+        let a = eighth(v);
+        last(a, a)
     }
 }
 
@@ -377,6 +478,47 @@ mod tests {
             let mut one = vec![0.0f32; k_len];
             assert!(add_products(&dz[c * n..], n, &col, k_len, n, &mut one));
             assert_eq!(one, whole[c * k_len..(c + 1) * k_len]);
+        }
+    }
+
+    #[test]
+    fn a_full_block_rounds_each_entry_as_an_edge_block_and_leaves_the_gaps_alone() {
+        if !available::<f32>() {
+            return;
+        }
+        // The 4 × 6 block reduces its 24 sums together (a shuffle tree); edge blocks reduce each
+        // accumulator alone. Both must add in the same order: every entry of two full blocks in
+        // each direction against the same entry as a 1 × 1 block, bit for bit, from a nonzero
+        // accumulator, for n below, at and past the lanes and with a ragged tail.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let (rows, k_len, acc_stride) = (8, 12, 15);
+        for n in [1, 15, 16, 17, 48, 100, 768, 1031] {
+            let dz = random(rows * n, &mut rng);
+            let col = random(k_len * n, &mut rng);
+            let start = random(rows * acc_stride, &mut rng);
+            let mut acc = start.clone();
+            assert!(add_products_strided(
+                rows, &dz, n, &col, k_len, n, &mut acc, acc_stride
+            ));
+            for c in 0..rows {
+                let row = c * acc_stride;
+                for k in 0..k_len {
+                    let mut one = [start[row + k]];
+                    assert!(add_products(&dz[c * n..], n, &col[k * n..], 1, n, &mut one));
+                    assert_eq!(
+                        acc[row + k].to_bits(),
+                        one[0].to_bits(),
+                        "n {n}: entry ({c}, {k}) {} alone, {} in its block",
+                        one[0],
+                        acc[row + k]
+                    );
+                }
+                // The masked stores wrote six columns per row, nothing past the block's columns.
+                assert_eq!(
+                    acc[row + k_len..row + acc_stride],
+                    start[row + k_len..row + acc_stride]
+                );
+            }
         }
     }
 

@@ -19,7 +19,8 @@
 //! the strip or tile its position falls in: decomposed and undivided networks stay equal bit for bit.
 //!
 //! Other element types and CPUs without AVX-512 keep the `gemm` crate ([`available`] says which;
-//! `TESSERA_PATCH_GEMM=crate` asks for it, so a benchmark can time both in one run).
+//! `TESSERA_PATCH_GEMM=crate` asks for it, here and for [`patch_dot`](super::patch_dot) alike —
+//! [`simd`](super::simd) — so a benchmark can time both in one run).
 
 /// Output channels per register block.
 pub const ROWS: usize = 8;
@@ -49,24 +50,9 @@ pub struct Product<'a> {
 }
 
 /// Whether [`weights_times_patches`] runs on this CPU for element type `T` (`f32` and AVX-512;
-/// `TESSERA_PATCH_GEMM=crate` keeps the `gemm` crate, for benchmarks against it).
+/// `TESSERA_PATCH_GEMM=crate` keeps the `gemm` crate, for benchmarks against it: [`super::simd`]).
 pub fn available<T: 'static>() -> bool {
-    static AVX512: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-        && *AVX512.get_or_init(|| {
-            std::env::var("TESSERA_PATCH_GEMM").as_deref() != Ok("crate") && avx512f()
-        })
-}
-
-fn avx512f() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::simd::own_kernels()
 }
 
 /// `s` as `f32`s when `T` is `f32` (a view, no copy).
@@ -89,7 +75,7 @@ pub fn as_f32_mut<T: bytemuck::Pod>(s: &mut [T]) -> Option<&mut [f32]> {
 /// `dst + co · dst_stride + j` must be valid for reads and writes for every `co < c_out`, `j < n`,
 /// and no other thread may access those elements during the call.
 pub unsafe fn weights_times_patches(p: &Product, dst: *mut f32, dst_stride: usize) {
-    assert!(avx512f(), "the patch product needs AVX-512");
+    assert!(super::simd::avx512f(), "the patch product needs AVX-512");
     if p.n == 0 || p.c_out == 0 {
         return;
     }
@@ -254,7 +240,7 @@ mod tests {
 
     #[test]
     fn every_ragged_block_and_epilogue_matches_the_definition() {
-        if !avx512f() {
+        if !super::super::simd::avx512f() {
             eprintln!("skipped: no AVX-512 on this CPU");
             return;
         }
@@ -317,7 +303,6 @@ mod tests {
     #[test]
     fn only_f32_takes_the_kernel() {
         assert!(!available::<f64>());
-        let crate_asked = std::env::var("TESSERA_PATCH_GEMM").as_deref() == Ok("crate");
-        assert_eq!(available::<f32>(), avx512f() && !crate_asked);
+        assert_eq!(available::<f32>(), super::super::simd::own_kernels());
     }
 }
