@@ -41,26 +41,12 @@ pub fn compare(header: &str, native: &[(&str, &str, (f64, f64))]) {
             return;
         }
     };
-    let w = native
-        .iter()
-        .map(|(label, _, _)| label.chars().count())
-        .chain([header.chars().count()])
-        .max()
-        .unwrap_or(0);
-    println!(
-        "\n{header:<w$} {:>10} {:>10} {:>10}",
-        "own s", "gemm s", "own/gemm"
-    );
-    for (label, name, t) in native {
-        let gemm = text.lines().find_map(|l| {
+    crate::timing::print_ratio_table(header, ["own s", "gemm s", "own/gemm"], native, |name| {
+        text.lines().find_map(|l| {
             let mut f = l.split_whitespace();
-            (f.next() == Some("gemm") && f.next() == Some(*name))
+            (f.next() == Some("gemm") && f.next() == Some(name))
                 .then(|| f.next()?.parse::<f64>().ok())
                 .flatten()
-        });
-        match gemm {
-            Some(g) => println!("{label:<w$} {:>10.4} {g:>10.4} {:>10.2}", t.0, t.0 / g),
-            None => println!("{label:<w$} {:>10.4} {:>10} (no line {name})", t.0, "—"),
-        }
-    }
+        })
+    });
 }

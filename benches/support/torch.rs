@@ -82,22 +82,15 @@ pub fn print_comparison(
             return;
         }
     };
-    let w = native
-        .iter()
-        .map(|(label, _, _)| label.chars().count())
-        .chain([header.chars().count()])
-        .max()
-        .unwrap_or(0);
-    println!(
-        "\n{header:<w$} {:>10} {:>10} {:>14}",
-        "native s", "torch s", "native/torch"
+    crate::timing::print_ratio_table(
+        header,
+        ["native s", "torch s", "native/torch"],
+        native,
+        |name| {
+            torch
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .map(|(_, med, _)| *med)
+        },
     );
-    for (label, name, t) in native {
-        match torch.iter().find(|(n, _, _)| n == name) {
-            Some((_, med, _)) => {
-                println!("{label:<w$} {:>10.4} {med:>10.4} {:>14.2}", t.0, t.0 / med)
-            }
-            None => println!("{label:<w$} {:>10.4} {:>10} (no line {name})", t.0, "—"),
-        }
-    }
 }

@@ -806,31 +806,48 @@ fn conv_backward_input_scatter<T: Scalar>(
     in_dims: [usize; 3],
     pad_lo: [usize; 3],
 ) -> Features<T> {
-    let kernel = if patch_gemm::available::<T>() {
-        InputKernel::PatchGemm
-    } else {
-        InputKernel::Gemm
-    };
-    conv_backward_input_scatter_with(kernel, g, weight, dz, in_dims, pad_lo)
+    conv_backward_input_scatter_with(
+        StripProduct::for_scalar::<T>(),
+        g,
+        weight,
+        dz,
+        in_dims,
+        pad_lo,
+    )
 }
 
-/// How a strip's product `col = Wᵀ · dz[b, :, strip]` of the strided input gradient is computed.
+/// Which product a strip of a backward pass runs; tests compare the two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum InputKernel {
-    /// [`patch_gemm::weights_times_patches`] reading `Wᵀ` and the strip of `dz` in place, the strip's
-    /// columns split among the threads (f32 on AVX-512; other cases take `Gemm`). Unlike the `gemm`
-    /// crate it keeps no thread-local packing slab: in a training rank that slab was 1 MiB per
-    /// thread whatever the rank's block (issue 11's memory study).
-    PatchGemm,
-    /// The `gemm` crate on all threads (any scalar, any CPU).
+enum StripProduct {
+    /// An own AVX-512 kernel on the operands as they lie (f32 where [`patch_gemm::available`] says so;
+    /// other cases take `Gemm`), with no thread-local packing slab (in a training rank the `gemm`
+    /// crate's was 1 MiB per thread whatever the rank's block: issue 11's memory study). The
+    /// strided input gradient's `col = Wᵀ · dz` runs [`patch_gemm::weights_times_patches`], the
+    /// strip's columns split among the threads; the weight gradient's `dz · colᵀ` runs
+    /// [`patch_dot::add_products`].
+    Own,
+    /// The `gemm` crate on all threads (any scalar, any CPU); the weight gradient transposes the
+    /// patch matrix for it first.
     Gemm,
+}
+
+impl StripProduct {
+    /// `Own` where the own kernels run for `T` on this machine (`patch_gemm` and `patch_dot` share one
+    /// check), else `Gemm`.
+    fn for_scalar<T: 'static>() -> Self {
+        if patch_gemm::available::<T>() {
+            StripProduct::Own
+        } else {
+            StripProduct::Gemm
+        }
+    }
 }
 
 /// [`conv_backward_input_scatter`] with the strip product chosen by the caller (tests compare the
 /// two). Every `col` entry is `Σ_co W[co, k] · dz[co, j]` summed in `co` order from zero on either
 /// thread count: the column split moves no term between sums.
 fn conv_backward_input_scatter_with<T: Scalar>(
-    kernel: InputKernel,
+    kernel: StripProduct,
     g: &Geom,
     weight: &[T],
     dz: &Features<T>,
@@ -846,7 +863,7 @@ fn conv_backward_input_scatter_with<T: Scalar>(
     if out_s == 0 || in_s == 0 || g.c_out == 0 {
         return dx;
     }
-    let native = kernel == InputKernel::PatchGemm && patch_gemm::available::<T>();
+    let native = kernel == StripProduct::Own && patch_gemm::available::<T>();
     let rows = grad_strip_rows(k_len, wo, rows_total, g.c_out * out_s);
     let mut col = vec![T::ZERO; k_len * rows * wo];
     let par = gemm::Parallelism::Rayon(rayon::current_num_threads());
@@ -992,26 +1009,12 @@ fn conv_backward_weight<T: Scalar>(
     pad_lo: [usize; 3],
     grad_w: &mut [T],
 ) {
-    let kernel = if patch_dot::available::<T>() {
-        WeightKernel::PatchDot
-    } else {
-        WeightKernel::Gemm
-    };
-    conv_backward_weight_with(kernel, g, x, dz, pad_lo, grad_w)
-}
-
-/// How a strip's weight-gradient product `dz · colᵀ` is computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WeightKernel {
-    /// [`patch_dot::add_products`] on both operands as they lie (f32, AVX-512 only).
-    PatchDot,
-    /// The patch matrix transposed, then `gemm` (any scalar, any CPU).
-    Gemm,
+    conv_backward_weight_with(StripProduct::for_scalar::<T>(), g, x, dz, pad_lo, grad_w)
 }
 
 /// [`conv_backward_weight`] with the strip product chosen by the caller (tests compare the two).
 fn conv_backward_weight_with<T: Scalar>(
-    kernel: WeightKernel,
+    kernel: StripProduct,
     g: &Geom,
     x: &Features<T>,
     dz: &Features<T>,
@@ -1046,7 +1049,7 @@ fn conv_backward_weight_with<T: Scalar>(
                 let n = (r1 - r0) * wo;
                 let xb = &x.data[b * g.c_in * in_s..(b + 1) * g.c_in * in_s];
                 let dz_strip = &dz.data[b * g.c_out * out_s + r0 * wo..(b + 1) * g.c_out * out_s];
-                if kernel == WeightKernel::PatchDot && patch_dot::available::<T>() {
+                if kernel == StripProduct::Own && patch_dot::available::<T>() {
                     // Sub-strips of at most PATCH_DOT_COLS columns keep a register block's patch
                     // rows in L1 (6 × 768 f32 = 18 KiB); a fixed function of the shape, so the
                     // sums' order still does not depend on threads.
@@ -1604,7 +1607,7 @@ pub(crate) mod tests {
     /// positions, each f32 product and addition one rounding; 16 covers the group sums), Σ|terms|
     /// taken exactly as the f64 gradient of |x| and |dz| (the gradient is bilinear).
     fn weight_gradient_and_bound(
-        kernel: WeightKernel,
+        kernel: StripProduct,
         g: &Geom,
         x: &Features<f64>,
         dz: &Features<f64>,
@@ -1618,14 +1621,14 @@ pub(crate) mod tests {
             dz.cast::<f32>().cast::<f64>(),
         );
         let mut exact = vec![0.0f64; len];
-        conv_backward_weight_with(WeightKernel::Gemm, g, &xr, &dzr, pad_lo, &mut exact);
+        conv_backward_weight_with(StripProduct::Gemm, g, &xr, &dzr, pad_lo, &mut exact);
         let abs = |f: &Features<f64>| Features {
             data: f.data.iter().map(|v| v.abs()).collect(),
             ..f.clone()
         };
         let mut magnitude = vec![0.0f64; len];
         conv_backward_weight_with(
-            WeightKernel::Gemm,
+            StripProduct::Gemm,
             g,
             &abs(&xr),
             &abs(&dzr),
@@ -1674,7 +1677,7 @@ pub(crate) mod tests {
                 let x = random_features::<f64>(batch, c_in, n, &mut rng);
                 let dz = random_features::<f64>(batch, c_out, od, &mut rng);
                 let g = conv.geom();
-                for kernel in [WeightKernel::PatchDot, WeightKernel::Gemm] {
+                for kernel in [StripProduct::Own, StripProduct::Gemm] {
                     let (got, exact, bound) = weight_gradient_and_bound(kernel, &g, &x, &dz, p);
                     assert_within(
                         &format!("{kernel:?} rank {rank} {g:?}"),
@@ -1702,7 +1705,7 @@ pub(crate) mod tests {
         let x = random_features::<f64>(2, 64, [1, 40, 40], &mut rng);
         let dz = random_features::<f64>(2, 32, [1, 40, 40], &mut rng);
         let (got, exact, bound) =
-            weight_gradient_and_bound(WeightKernel::PatchDot, &conv.geom(), &x, &dz, [0, 1, 1]);
+            weight_gradient_and_bound(StripProduct::Own, &conv.geom(), &x, &dz, [0, 1, 1]);
         assert_within("3×3 64 → 32", &got, &exact, &bound);
     }
 
@@ -1746,7 +1749,7 @@ pub(crate) mod tests {
         let mut via_patch_dot = vec![0.0f64; 6 * 27];
         let mut via_gemm = vec![0.0f64; 6 * 27];
         conv_backward_weight_with(
-            WeightKernel::PatchDot,
+            StripProduct::Own,
             &conv.geom(),
             &x,
             &dz,
@@ -1754,7 +1757,7 @@ pub(crate) mod tests {
             &mut via_patch_dot,
         );
         conv_backward_weight_with(
-            WeightKernel::Gemm,
+            StripProduct::Gemm,
             &conv.geom(),
             &x,
             &dz,
@@ -2156,13 +2159,13 @@ pub(crate) mod tests {
             let w: Vec<f64> = random(g.c_out * g.k_len(), &mut rng);
             let dz: Features<f64> = random_features(batch, g.c_out, od, &mut rng);
             let exact =
-                conv_backward_input_scatter_with(InputKernel::Gemm, &g, &w, &dz, dims, pad_lo);
+                conv_backward_input_scatter_with(StripProduct::Gemm, &g, &w, &dz, dims, pad_lo);
             let dz_abs = Features {
                 data: abs(&dz.data),
                 ..dz.clone()
             };
             let magnitude = conv_backward_input_scatter_with(
-                InputKernel::Gemm,
+                StripProduct::Gemm,
                 &g,
                 &abs(&w),
                 &dz_abs,
@@ -2172,7 +2175,7 @@ pub(crate) mod tests {
             let terms = (g.c_out + g.kernel.iter().product::<usize>() + 16) as f64;
             let (w32, dz32): (Vec<f32>, Features<f32>) =
                 (w.iter().map(|&v| v as f32).collect(), dz.cast());
-            for kernel in [InputKernel::PatchGemm, InputKernel::Gemm] {
+            for kernel in [StripProduct::Own, StripProduct::Gemm] {
                 let got = conv_backward_input_scatter_with(kernel, &g, &w32, &dz32, dims, pad_lo);
                 assert_eq!(got.dims, exact.dims);
                 for (j, ((a, e), m)) in got
@@ -2192,7 +2195,7 @@ pub(crate) mod tests {
             let on = |pool: &rayon::ThreadPool| {
                 pool.install(|| {
                     conv_backward_input_scatter_with(
-                        InputKernel::PatchGemm,
+                        StripProduct::Own,
                         &g,
                         &w32,
                         &dz32,
