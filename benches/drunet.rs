@@ -60,9 +60,8 @@ fn both_ways(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
     (wino, im2col)
 }
 
-/// One 64→64 3×3 convolution (padding 1, bias, ReLU) at `size`², both ways.
-fn conv_baseline(size: usize, reps: usize) {
-    let c = 64;
+/// One `c`→`c` 3×3 convolution (padding 1, bias, ReLU) at `size`², both ways.
+fn conv_baseline(c: usize, size: usize, reps: usize) {
     let weight: Vec<f32> = (0..c * c * 9)
         .map(|i: usize| ((i.wrapping_mul(2654435761) >> 9) % 1000) as f32 / 1000.0 - 0.5)
         .collect();
@@ -77,7 +76,7 @@ fn conv_baseline(size: usize, reps: usize) {
     });
     let gflop = 2.0 * (c * c * 9 * size * size) as f64 / 1e9;
     println!(
-        "conv 64→64 3×3 {size:>4}²: winograd {wino:.4} s, im2col+GEMM {im2col:.4} s: im2col/winograd {:.2} ({:.0} vs {:.0} direct-GFLOP/s)",
+        "conv {c:>3}→{c:<3} 3×3 {size:>4}²: winograd {wino:.4} s, im2col+GEMM {im2col:.4} s: im2col/winograd {:.2} ({:.0} vs {:.0} direct-GFLOP/s)",
         im2col / wino,
         gflop / wino,
         gflop / im2col
@@ -121,7 +120,16 @@ fn main() {
         );
     }
     for size in [256, 512] {
-        conv_baseline(size, reps);
+        conv_baseline(64, size, reps);
+    }
+    // `--levels`: the 3×3 layers of DRUNet's four levels for each size asked for (64 channels at
+    // the full size down to 512 at an eighth), where Winograd's gain depends on the map's size.
+    if args.iter().any(|a| a == "--levels") {
+        for &size in &sizes {
+            for level in 0..4 {
+                conv_baseline(64 << level, size >> level, reps);
+            }
+        }
     }
     for &size in &sizes {
         let x = image(size);

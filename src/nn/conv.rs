@@ -483,14 +483,13 @@ impl<T: Scalar> ConvTranspose<T> {
                 let xs = &x.data[b * self.c_in * in_s + r0 * w..];
                 // lhs[(co, t), ci] = weight[ci, co, t]: a column-major view of the stored weights.
                 if native {
-                    let on_f32 = "the native patch product runs on f32";
-                    let tmp = patch_gemm::as_f32_mut(tmp).expect(on_f32);
+                    let tmp = patch_gemm::as_f32_mut(tmp);
                     let p = patch_gemm::Product {
-                        weight: patch_gemm::as_f32(&self.weight).expect(on_f32),
+                        weight: patch_gemm::as_f32(&self.weight),
                         weight_strides: [1, m],
                         c_out: m,
                         k_len: self.c_in,
-                        col: patch_gemm::as_f32(xs).expect(on_f32),
+                        col: patch_gemm::as_f32(xs),
                         ld: in_s,
                         n,
                         bias: None,
@@ -711,9 +710,7 @@ fn conv_forward<T: Scalar>(
             unsafe {
                 let dst = out_ptr.0.add(b * g.c_out * out_s + p0);
                 if native {
-                    fn f32s<T: Scalar>(s: &[T]) -> &[f32] {
-                        patch_gemm::as_f32(s).expect("the native patch product runs on f32")
-                    }
+                    let f32s = patch_gemm::as_f32::<T>;
                     let (weight, col, bias) = (f32s(weight), f32s(col), bias.map(f32s));
                     let p = patch_gemm::Product {
                         weight,
@@ -928,10 +925,9 @@ fn weights_transposed_times_strip<T: Scalar>(
 ) {
     const LANES: usize = 16;
     let k_len = g.k_len();
-    let on_f32 = "the native patch product runs on f32";
-    let weight = patch_gemm::as_f32(weight).expect(on_f32);
-    let dz_strip = patch_gemm::as_f32(dz_strip).expect(on_f32);
-    let col = patch_gemm::as_f32_mut(col).expect(on_f32);
+    let weight = patch_gemm::as_f32(weight);
+    let dz_strip = patch_gemm::as_f32(dz_strip);
+    let col = patch_gemm::as_f32_mut(col);
     assert_eq!(col.len(), k_len * n, "input gradient patch matrix");
     let part = n
         .div_ceil(rayon::current_num_threads())

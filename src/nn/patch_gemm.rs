@@ -55,15 +55,24 @@ pub fn available<T: 'static>() -> bool {
     std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::simd::own_kernels()
 }
 
-/// `s` as `f32`s when `T` is `f32` (a view, no copy).
-pub fn as_f32<T: bytemuck::Pod>(s: &[T]) -> Option<&[f32]> {
-    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()).then(|| bytemuck::cast_slice(s))
+/// `s` as `f32`s (a view, no copy), for callers of the product, which runs on `f32` only: they
+/// have checked [`available`], so another `T` is a bug and panics.
+pub fn as_f32<T: bytemuck::Pod>(s: &[T]) -> &[f32] {
+    assert_f32::<T>();
+    bytemuck::cast_slice(s)
 }
 
-/// `s` as `f32`s when `T` is `f32` (a view, no copy).
-pub fn as_f32_mut<T: bytemuck::Pod>(s: &mut [T]) -> Option<&mut [f32]> {
-    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
-        .then(|| bytemuck::cast_slice_mut(s))
+/// `s` as `f32`s (a view, no copy); panics unless `T` is `f32`, as [`as_f32`].
+pub fn as_f32_mut<T: bytemuck::Pod>(s: &mut [T]) -> &mut [f32] {
+    assert_f32::<T>();
+    bytemuck::cast_slice_mut(s)
+}
+
+fn assert_f32<T: 'static>() {
+    assert!(
+        std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>(),
+        "the native patch product runs on f32"
+    );
 }
 
 /// `out[co, j] = relu?(acc?[co, j] + Σ_k weight[co, k] · col[k, j] + bias[co])` for `co < c_out`,
