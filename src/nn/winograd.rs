@@ -909,35 +909,22 @@ mod tests {
         assert!(rows * 11usize.div_ceil(M) >= MIN_STRIP_TILES.min(8 * 3));
     }
 
-    fn geometry_of<T: Scalar>(
+    /// The signature of [`layer`] and [`geometry`].
+    type Qualify =
+        fn([usize; 2], [[usize; 3]; 3], [usize; 3], [usize; 3], [usize; 3]) -> Option<Layer>;
+
+    /// `qualify` applied to a convolution's geometry.
+    fn with_geom(
+        qualify: Qualify,
         g: &Geom,
         in_dims: [usize; 3],
         pad_lo: [usize; 3],
         od: [usize; 3],
     ) -> Option<Layer> {
-        geometry::<T>(
-            [g.c_in, g.c_out],
-            [g.kernel, g.stride, g.dilation],
-            in_dims,
-            pad_lo,
-            od,
-        )
+        let window = [g.kernel, g.stride, g.dilation];
+        qualify([g.c_in, g.c_out], window, in_dims, pad_lo, od)
     }
 
-    fn layer_of<T: Scalar>(
-        g: &Geom,
-        in_dims: [usize; 3],
-        pad_lo: [usize; 3],
-        od: [usize; 3],
-    ) -> Option<Layer> {
-        layer::<T>(
-            [g.c_in, g.c_out],
-            [g.kernel, g.stride, g.dilation],
-            in_dims,
-            pad_lo,
-            od,
-        )
-    }
     use rand::{RngExt, SeedableRng};
 
     /// `(batch, c_in, c_out, h, w, [[top, bottom], [left, right]])`.
@@ -1029,8 +1016,14 @@ mod tests {
                     .cast::<f32>()
                     .cast();
                 let od = c64.out_dims_padded(x64.dims, pads).unwrap();
-                let l = geometry_of::<f32>(&c32.geom(), x64.dims, pads.map(|p| p[0]), od)
-                    .expect("a Winograd geometry");
+                let l = with_geom(
+                    geometry::<f32>,
+                    &c32.geom(),
+                    x64.dims,
+                    pads.map(|p| p[0]),
+                    od,
+                )
+                .expect("a Winograd geometry");
                 let acc64: Option<Features<f64>> = with_acc.then(|| {
                     random_features::<f64>(batch, c_out, od, &mut rng)
                         .cast::<f32>()
@@ -1264,10 +1257,10 @@ mod tests {
             let od = c.out_dims_padded(x.dims, pads).unwrap();
             let lo = pads.map(|p| p[0]);
             assert_eq!(
-                layer_of::<f32>(&c.geom(), x.dims, lo, od).is_some(),
+                with_geom(layer::<f32>, &c.geom(), x.dims, lo, od).is_some(),
                 winograd
             );
-            let l = geometry_of::<f32>(&c.geom(), x.dims, lo, od).unwrap();
+            let l = with_geom(geometry::<f32>, &c.geom(), x.dims, lo, od).unwrap();
             let got = c.forward_padded(&x, None, pads);
             let mut direct = Features::zeros(2, 6, od);
             let bias = c.bias.as_deref();
@@ -1302,7 +1295,7 @@ mod tests {
                 stride: [1; 3],
                 dilation: [1; 3],
             };
-            layer_of::<f32>(&g, [1, hw, hw], [0, 1, 1], [1, hw, hw]).is_some()
+            with_geom(layer::<f32>, &g, [1, hw, hw], [0, 1, 1], [1, hw, hw]).is_some()
         };
         assert!(!square(512, 16) && !square(256, 32) && !square(2, 44));
         assert!(square(2, 45) && square(128, 64) && square(64, 512));
@@ -1315,24 +1308,58 @@ mod tests {
         };
         let dims = [1, 8, 8];
         assert!(
-            geometry_of::<f32>(&g([1, 3, 3], [1; 3], [1; 3]), dims, [0, 1, 1], [1, 8, 8]).is_some()
+            with_geom(
+                geometry::<f32>,
+                &g([1, 3, 3], [1; 3], [1; 3]),
+                dims,
+                [0, 1, 1],
+                [1, 8, 8]
+            )
+            .is_some()
         );
         assert!(
-            geometry_of::<f64>(&g([1, 3, 3], [1; 3], [1; 3]), dims, [0, 1, 1], [1, 8, 8]).is_none()
+            with_geom(
+                geometry::<f64>,
+                &g([1, 3, 3], [1; 3], [1; 3]),
+                dims,
+                [0, 1, 1],
+                [1, 8, 8]
+            )
+            .is_none()
         );
         assert!(
-            geometry_of::<f32>(&g([1, 3, 3], [1, 2, 2], [1; 3]), dims, [0, 1, 1], [1, 4, 4])
-                .is_none()
+            with_geom(
+                geometry::<f32>,
+                &g([1, 3, 3], [1, 2, 2], [1; 3]),
+                dims,
+                [0, 1, 1],
+                [1, 4, 4]
+            )
+            .is_none()
         );
         assert!(
-            geometry_of::<f32>(&g([1, 3, 3], [1; 3], [1, 2, 2]), dims, [0, 2, 2], [1, 8, 8])
-                .is_none()
+            with_geom(
+                geometry::<f32>,
+                &g([1, 3, 3], [1; 3], [1, 2, 2]),
+                dims,
+                [0, 2, 2],
+                [1, 8, 8]
+            )
+            .is_none()
         );
         assert!(
-            geometry_of::<f32>(&g([1, 5, 5], [1; 3], [1; 3]), dims, [0, 2, 2], [1, 8, 8]).is_none()
+            with_geom(
+                geometry::<f32>,
+                &g([1, 5, 5], [1; 3], [1; 3]),
+                dims,
+                [0, 2, 2],
+                [1, 8, 8]
+            )
+            .is_none()
         );
         assert!(
-            geometry_of::<f32>(
+            with_geom(
+                geometry::<f32>,
                 &g([3, 3, 3], [1; 3], [1; 3]),
                 [3, 8, 8],
                 [1, 1, 1],
@@ -1341,7 +1368,8 @@ mod tests {
             .is_none()
         );
         assert!(
-            geometry_of::<f32>(
+            with_geom(
+                geometry::<f32>,
                 &g([1, 3, 3], [1; 3], [1; 3]),
                 [3, 8, 8],
                 [0, 1, 1],
