@@ -434,6 +434,7 @@ pub fn main() -> ExitCode {
 
 /// `tessera` alone: the workbench with the quick sample and a local backend of 2 ranks (outputs in
 /// out/workbench/).
+#[cfg(feature = "gui")]
 fn workbench() -> Result<()> {
     let out_dir = std::env::current_dir()
         .context("finding the working directory")?
@@ -451,6 +452,15 @@ fn workbench() -> Result<()> {
         output_root: Some(out_dir),
     };
     tessera::gui::run_workbench(options).context("workbench")
+}
+
+/// `tessera` alone in a headless build: says why no window opens and what to type instead.
+#[cfg(not(feature = "gui"))]
+fn workbench() -> Result<()> {
+    bail!(
+        "this tessera was built without the workbench (cargo's `gui` feature is off); give a \
+         subcommand such as `tessera run quick` or `tessera serve` (`tessera --help` lists them)"
+    )
 }
 
 fn dispatch(command: Command) -> Result<()> {

@@ -35,6 +35,7 @@ pub mod dsn;
 pub mod error;
 pub mod fidelity;
 pub mod fwi;
+#[cfg(feature = "gui")]
 pub mod gui;
 pub mod heap;
 pub mod io;

@@ -302,6 +302,19 @@ fn fails_cleanly(o: &Output) -> String {
     e
 }
 
+/// A headless build (`--no-default-features`) has no workbench: `tessera` alone says so and what to
+/// type instead.
+#[cfg(not(feature = "gui"))]
+#[test]
+fn a_headless_build_without_a_subcommand_says_it_has_no_workbench() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = fails_cleanly(&tessera(&[], dir.path()));
+    assert!(
+        e.contains("without the workbench") && e.contains("tessera run quick"),
+        "{e}"
+    );
+}
+
 #[test]
 fn counts_and_durations_out_of_range_are_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! The workbench driven through egui_kittest: widgets found by their labels, clicked, and the app's
 //! state and text checked. A channel backend stands in for `tessera serve` where the test plays the
-//! server itself.
+//! server itself. Only the `gui` build (the default) has a workbench.
+#![cfg(feature = "gui")]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
