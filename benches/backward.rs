@@ -13,9 +13,7 @@
 //! TESSERA_TORCH_PYTHON (the venv's python), TESSERA_PATCH_GEMM=crate (time the `gemm` crate only,
 //! printing `gemm NAME MEDIAN MIN` lines).
 
-use tessera::nn::conv::{Conv, ConvTranspose, Features};
-use tessera::nn::domain::Whole;
-use tessera::nn::graph::Network;
+use tessera::nn::{Conv, ConvTranspose, Features, Network, Whole};
 
 fn features(batch: usize, c: usize, dims: [usize; 3]) -> Features {
     let n = batch * c * dims.iter().product::<usize>();

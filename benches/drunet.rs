@@ -4,7 +4,7 @@
 //! (scripts/bench_torch_drunet.py in ~/.cache/tessera/deepinv-venv, 2 threads) and the ratio
 //! native / torch. Then tiled (256² patches, 32 px overlap) against untiled at 1024².
 //! `--2048` runs one untiled 2048² forward only (for `/usr/bin/time -v` peak memory).
-//! First, the baseline of the Winograd path (src/nn/winograd.rs) in the same run: one 64→64 3×3
+//! First, the baseline of the Winograd path (src/nn/kernels/winograd.rs) in the same run: one 64→64 3×3
 //! convolution at 256² and 512² and the DRUNet forward at each size, with Winograd and with it
 //! turned off (im2col + GEMM), and their ratio.
 //! Environment: TESSERA_BENCH_REPS (default 3), TESSERA_TORCH_PYTHON (the venv's python).
@@ -13,9 +13,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use tessera::denoise::Denoiser;
-use tessera::nn::conv::{Conv, Features};
-use tessera::nn::winograd;
-use tessera::nn::{Drunet, DrunetArch};
+use tessera::nn::kernels::winograd;
+use tessera::nn::{Conv, Drunet, DrunetArch, Features};
 use tessera::tensor::Tensor;
 use tessera::tiling::{OverlapTiling, TiledDenoiser};
 

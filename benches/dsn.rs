@@ -11,7 +11,7 @@ use tessera::dist::SingleProcess;
 use tessera::dsn::data::generate;
 use tessera::dsn::parallel::{StepTimes, Trainer};
 use tessera::dsn::{DomainBatch, Dsn, DsnArch, LossWeights, Similarity};
-use tessera::nn::conv::Features;
+use tessera::nn::Features;
 use tessera::optim::adam::Adam;
 
 const BATCH: usize = 16;

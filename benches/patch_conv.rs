@@ -1,17 +1,17 @@
 //! `cargo bench --bench patch_conv`: the native forward convolutions that run as im2col + the
-//! patch product (`nn::patch_gemm`), i.e. every layer but the 2-D 3×3 stride-1 ones (Winograd):
+//! patch product (`nn::kernels::patch_gemm`), i.e. every layer but the 2-D 3×3 stride-1 ones (Winograd):
 //! a 3-D 3×3×3 32→32 convolution on 1×32×48³ (3-D DRUNet, CNN3D), DRUNet's 2×2 stride-2
 //! down-sampling 64→128 on 1×64×256², a 5×5 32→32 on 1×32×256², and a 1-D k = 9 16→16 on
 //! 1×16×2¹⁸ (a single strip, split over the threads by columns). Prints median and minimum seconds
 //! and GFLOP/s, then PyTorch's CPU time on the same shapes (scripts/bench_torch_patch_conv.py, 2
 //! threads, run after the native timings) and native / PyTorch; and the same convolutions with the
 //! `gemm` crate in place of the patch product (this binary again, as a child process with
-//! `TESSERA_PATCH_GEMM=crate`, the switch that turns off both own AVX-512 kernels, `nn::patch_gemm`
-//! and the weight gradient's `nn::patch_dot`; benches/support/gemm_crate.rs): the two baselines of
+//! `TESSERA_PATCH_GEMM=crate`, the switch that turns off both own AVX-512 kernels, `nn::kernels::patch_gemm`
+//! and the weight gradient's `nn::kernels::patch_dot`; benches/support/gemm_crate.rs): the two baselines of
 //! this run. Environment: TESSERA_BENCH_REPS (default 5), TESSERA_TORCH_PYTHON (the venv's python),
 //! TESSERA_PATCH_GEMM=crate (time the `gemm` crate only, printing `gemm NAME MEDIAN MIN` lines).
 
-use tessera::nn::conv::{Conv, Features};
+use tessera::nn::{Conv, Features};
 
 #[path = "support/timing.rs"]
 mod timing;

@@ -27,9 +27,8 @@ use crate::dist::Collective;
 use crate::dist::collective::agree_to_stop;
 use crate::dist::spatial::SpatialDomain;
 use crate::error::{Error, Result};
-use crate::nn::conv::Features;
-use crate::nn::domain::{Grid, Region, copy_region};
-use crate::nn::graph::Network;
+use crate::nn::layers::domain::{Grid, Region, copy_region};
+use crate::nn::{Features, Network};
 use crate::optim::adam::Adam;
 use crate::preset::ImageSource;
 
@@ -441,7 +440,7 @@ pub fn train(
     }
     let dims: Vec<[usize; 3]> = images
         .iter()
-        .map(|im| crate::nn::drunet::dims3(im.image.spatial()))
+        .map(|im| crate::nn::models::drunet::dims3(im.image.spatial()))
         .collect();
     let crop = match cfg.crop {
         Some(c) => {
@@ -632,7 +631,7 @@ pub fn train(
     if me == 0 {
         std::fs::create_dir_all(out_dir).map_err(|e| Error::io("creating", out_dir, e))?;
         let sd = net.state_dict(&format!("tessera train {}", preset.name))?;
-        crate::nn::safetensors::write(&sd, &weights)?;
+        crate::nn::weights::safetensors::write(&sd, &weights)?;
         let mut trained = preset.denoiser.clone();
         set_weights(&mut trained, PathBuf::from(&cfg.weights));
         let toml = toml::to_string(&trained)
@@ -683,7 +682,7 @@ fn score_held_out(
     };
     let mut scores = Vec::new();
     for (i, im) in held_out.iter().enumerate() {
-        let dims = crate::nn::drunet::dims3(im.image.spatial());
+        let dims = crate::nn::models::drunet::dims3(im.image.spatial());
         let axes = im.image.ndim() - 2;
         let grid = Grid::for_axes(None, axes, comm.world_size(), dims, "held_out")?;
         let domain = SpatialDomain::new(comm, grid)?;
@@ -778,7 +777,7 @@ fn he_initialise(net: &mut Network, seed: u64) {
             p.fill(0.0);
         } else {
             let scale = if Some(i) == last_weight { 0.1 } else { 1.0 };
-            let he = crate::nn::models::he(&mut rng, p.len(), fan_in);
+            let he = crate::nn::models::test_models::he(&mut rng, p.len(), fan_in);
             p.iter_mut().zip(he).for_each(|(w, v)| *w = v * scale);
         }
     }

@@ -1,16 +1,16 @@
 //! The benchmarks' second baseline: this binary again as a child process with
 //! `TESSERA_PATCH_GEMM=crate`, which turns off the own AVX-512 kernels (the patch product of the
 //! forward and of the strided input gradient, and the weight gradient's patch dot:
-//! `tessera::nn::simd`) so that the `gemm` crate runs in their place. The child prints `gemm NAME MEDIAN MIN` lines; the parent prints own / gemm per pass.
+//! `tessera::nn::kernels::simd`) so that the `gemm` crate runs in their place. The child prints `gemm NAME MEDIAN MIN` lines; the parent prints own / gemm per pass.
 
 #![allow(dead_code)]
 
-/// The switch, as `tessera::nn::simd::SWITCH` names it.
-const SWITCH: (&str, &str) = tessera::nn::simd::SWITCH;
+/// The switch, as `tessera::nn::kernels::simd::SWITCH` names it.
+const SWITCH: (&str, &str) = tessera::nn::kernels::simd::SWITCH;
 
 /// Whether this process is the child that times the `gemm` crate.
 pub fn is_child() -> bool {
-    tessera::nn::simd::switched_off()
+    tessera::nn::kernels::simd::switched_off()
 }
 
 /// The child's line for one pass.

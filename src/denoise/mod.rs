@@ -35,7 +35,7 @@ pub trait Denoiser: Send + Sync {
 
     /// The same denoiser on blocks of a spatially decomposed image (native DnCNN and DRUNet), for
     /// the exact "spatial" tiling; `None` for denoisers that cannot run on blocks.
-    fn as_block_denoiser(&self) -> Option<&dyn crate::nn::domain::BlockDenoiser> {
+    fn as_block_denoiser(&self) -> Option<&dyn crate::nn::BlockDenoiser> {
         None
     }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::denoise::{TileAssignment, TileTime, assign_tiles};
 use crate::error::{Error, Result};
-use crate::nn::domain::Grid;
+use crate::nn::Grid;
 use crate::tiling::{TilingConfig, TilingKind};
 
 /// Which tile each rank denoises, in image coordinates.
@@ -128,7 +128,7 @@ impl PatchMap {
                 format!("\"spatial\" needs an image with 1 to 3 spatial axes, got {spatial:?}"),
             ));
         }
-        let dims = crate::nn::drunet::dims3(spatial);
+        let dims = crate::nn::models::drunet::dims3(spatial);
         let axes = spatial.len();
         let grid = Grid::for_axes(tiling.grid.as_deref(), axes, world, dims, "tiling.grid")?;
         grid.check_fits(dims, "the image")?;

@@ -20,12 +20,11 @@ use std::time::{Duration, Instant};
 use crate::denoise::Denoiser;
 use crate::dist::Collective;
 use crate::error::{Error, Result};
-use crate::nn::conv::Features;
-use crate::nn::domain::{
+use crate::nn::layers::domain::{
     Domain, Grid, Region, Widened, add_region, copy_between, copy_region, copy_region_of,
     widen_in_place,
 };
-use crate::nn::scalar::Scalar;
+use crate::nn::{Features, Scalar};
 use crate::tensor::Tensor;
 use crate::tiling::TilingConfig;
 
@@ -50,7 +49,7 @@ pub struct HaloTraffic {
     /// Bytes this rank sent, one entry per exchange in call order.
     pub sent: Vec<u64>,
     /// For each exchange, its layer and the bytes all ranks together send by the predicted halo
-    /// volume ([`Network::halo_volumes`](crate::nn::graph::Network::halo_volumes) × batch × 4); `None` when the denoiser gathers or crops
+    /// volume ([`Network::halo_volumes`](crate::nn::Network::halo_volumes) × batch × 4); `None` when the denoiser gathers or crops
     /// around its network (DRUNet on sizes it pads or splits).
     pub predicted: Option<Vec<(String, u64)>>,
 }
@@ -370,7 +369,7 @@ impl Denoiser for SpatialDenoiser {
         x.expect_rank("spatial denoiser", &[3, 4, 5])?;
         let block_net = self.inner.as_block_denoiser().expect("checked in new");
         let axes = x.ndim() - 2;
-        let dims = crate::nn::drunet::dims3(x.spatial());
+        let dims = crate::nn::models::drunet::dims3(x.spatial());
         let grid = self.grid_for(dims, axes)?;
         let domain = SpatialDomain::new(&*self.comm, grid)?;
         let me = self.comm.rank();
@@ -424,11 +423,9 @@ impl Denoiser for SpatialDenoiser {
 mod tests {
     use super::*;
     use crate::dist::testutil::on_group;
-    use crate::nn::conv::tests::{dot, random_features};
-    use crate::nn::domain::Whole;
-    use crate::nn::graph::Network;
-    use crate::nn::models::TestModel;
+    use crate::nn::kernels::conv::tests::{dot, random_features};
     use crate::nn::{DncnnArch, DrunetArch};
+    use crate::nn::{Network, TestModel, Whole};
     use rand::{RngExt, SeedableRng};
 
     /// Every rank's block of `x` (a whole map), run through `f` on `world` ranks over real sockets,
@@ -469,9 +466,9 @@ mod tests {
             nb: 1,
             dim,
         };
-        crate::nn::drunet::build_unet(
+        crate::nn::models::drunet::build_unet(
             &arch,
-            &mut crate::nn::weights_source::WeightSource::random(7),
+            &mut crate::nn::weights::source::WeightSource::random(7),
         )
         .unwrap()
     }

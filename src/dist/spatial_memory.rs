@@ -19,12 +19,7 @@ use super::Collective;
 use super::profile::{peak_rss_bytes, reset_peak_rss};
 use super::spatial::SpatialDomain;
 use crate::error::{Error, Result};
-use crate::nn::Drunet;
-use crate::nn::conv::Features;
-use crate::nn::domain::{Domain, Grid, Whole};
-use crate::nn::drunet::DrunetArch;
-use crate::nn::graph::Network;
-use crate::nn::models::TestModel;
+use crate::nn::{Domain, Drunet, DrunetArch, Features, Grid, Network, TestModel, Whole};
 
 /// The networks of the study: the reference paper's test models and DRUNet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

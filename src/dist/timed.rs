@@ -238,7 +238,7 @@ impl Denoiser for PhasedDenoiser {
         self.timed.set_phase(before);
         out
     }
-    fn as_block_denoiser(&self) -> Option<&dyn crate::nn::domain::BlockDenoiser> {
+    fn as_block_denoiser(&self) -> Option<&dyn crate::nn::BlockDenoiser> {
         self.inner.as_block_denoiser()
     }
 }

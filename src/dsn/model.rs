@@ -25,14 +25,14 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::nn::conv::{Conv, ConvTranspose, Features, per_axis};
-use crate::nn::dense::{Linear, Mlp, MlpTape, relu, relu_backward, reverse_gradient};
-use crate::nn::domain::{Domain, Region, Whole, copy_region};
-use crate::nn::graph::{Gradients, Network, Tape};
-use crate::nn::losses::{difference_loss, scale_invariant_mse};
-use crate::nn::models::{he, torch_default_bias};
-use crate::nn::pool::{Pool, PoolKind};
-use crate::nn::scalar::Scalar;
+use crate::nn::Scalar;
+use crate::nn::kernels::conv::{Conv, ConvTranspose, Features, per_axis};
+use crate::nn::layers::dense::{Linear, Mlp, MlpTape, relu, relu_backward, reverse_gradient};
+use crate::nn::layers::domain::{Domain, Region, Whole, copy_region};
+use crate::nn::layers::losses::{difference_loss, scale_invariant_mse};
+use crate::nn::layers::pool::{Pool, PoolKind};
+use crate::nn::models::test_models::{he, torch_default_bias};
+use crate::nn::{Gradients, Network, Tape};
 
 /// The network's sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -766,7 +766,7 @@ impl<T: Scalar> Dsn<T> {
     pub fn classify_on(&self, images: &Features<T>, space: &dyn Domain<T>) -> Result<Vec<usize>> {
         let code = self.shared.code(images, space)?;
         let logits = self.classifier.forward(&code, images.batch);
-        Ok(crate::nn::dense::argmax(&logits, self.arch.classes))
+        Ok(crate::nn::layers::dense::argmax(&logits, self.arch.classes))
     }
 
     /// What the decoder makes of images of domain `domain` (held here) from parts of their codes:
@@ -861,8 +861,11 @@ impl<T: Scalar> Dsn<T> {
         let n = b.images.batch;
         let (mut tape, code) = self.shared.forward(&b.images, space)?;
         let classifier = self.classifier.forward_train(code, n);
-        let (ce, mut g) =
-            crate::nn::dense::softmax_cross_entropy(&classifier.output, labels, self.arch.classes)?;
+        let (ce, mut g) = crate::nn::layers::dense::softmax_cross_entropy(
+            &classifier.output,
+            labels,
+            self.arch.classes,
+        )?;
         let w = T::from_f64(task_weight);
         g.iter_mut().for_each(|v| *v = *v * w);
         let mut grads = vec![T::ZERO; self.shared_param_count()];
@@ -939,7 +942,7 @@ impl<T: Scalar> Dsn<T> {
 
         // Task loss on labelled (source) batches.
         if let Some(labels) = &b.labels {
-            let (ce, mut g) = crate::nn::dense::softmax_cross_entropy(
+            let (ce, mut g) = crate::nn::layers::dense::softmax_cross_entropy(
                 &f.classifier.output,
                 labels,
                 self.arch.classes,
@@ -957,7 +960,7 @@ impl<T: Scalar> Dsn<T> {
                 clip_at_chance,
             } => {
                 let labels = vec![b.domain; n];
-                let (ce, mut g) = crate::nn::dense::softmax_cross_entropy(
+                let (ce, mut g) = crate::nn::layers::dense::softmax_cross_entropy(
                     &f.domain_head.output,
                     &labels,
                     self.domains,
@@ -1028,11 +1031,11 @@ pub fn mmd_terms<T: Scalar>(
         if !(wants_source || wanted.contains(&t)) {
             continue;
         }
-        let (m, gx, gy) = crate::nn::losses::mmd(
+        let (m, gx, gy) = crate::nn::layers::losses::mmd(
             &codes[0],
             &codes[t],
             dim,
-            &crate::nn::losses::MMD_BANDWIDTHS,
+            &crate::nn::layers::losses::MMD_BANDWIDTHS,
         )?;
         losses[t] = weight * m;
         let w = T::from_f64(weight);
@@ -1053,7 +1056,7 @@ pub fn mmd_terms<T: Scalar>(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::nn::conv::tests::random;
+    use crate::nn::kernels::conv::tests::random;
 
     pub(crate) fn small_arch() -> DsnArch {
         DsnArch {
@@ -1308,7 +1311,7 @@ pub(crate) mod tests {
     fn trunks_on_image_blocks_give_the_whole_image_gradients_in_f64() {
         use crate::dist::spatial::SpatialDomain;
         use crate::dist::testutil::on_group;
-        use crate::nn::domain::Grid;
+        use crate::nn::Grid;
         use rand::RngExt;
         let arch = DsnArch {
             image_size: 16,

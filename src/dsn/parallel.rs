@@ -25,8 +25,7 @@ use crate::dist::Collective;
 use crate::dist::spatial::SpatialDomain;
 use crate::dist::subgroup::SubGroup;
 use crate::error::{Error, Result};
-use crate::nn::conv::Features;
-use crate::nn::domain::{Domain, Grid, Whole};
+use crate::nn::{Domain, Features, Grid, Whole};
 use crate::optim::adam::Adam;
 
 use super::model::{
@@ -659,7 +658,7 @@ mod tests {
     use crate::dist::testutil::on_group;
     use crate::dsn::data::generate;
     use crate::dsn::model::tests::small_arch;
-    use crate::nn::conv::Features;
+    use crate::nn::Features;
 
     fn batch(domain: usize, step: usize, n: usize) -> DomainBatch<f32> {
         let d = generate(3, 8, n, 100 + step as u64, domain);
@@ -838,7 +837,7 @@ mod tests {
                         continue;
                     }
                     // 2e-6: about 16 ulps of the largest weights (~1.1) after the Adam steps;
-                    // measured 1.2e-6 with the patch product (nn::patch_gemm), 8.3e-7 with the
+                    // measured 1.2e-6 with the patch product (nn::kernels::patch_gemm), 8.3e-7 with the
                     // gemm crate (TESSERA_PATCH_GEMM=crate): rounding that differs in order only.
                     for (x, y) in a.iter().zip(b) {
                         max_err = max_err.max((x - y).abs());

@@ -13,7 +13,7 @@ use super::model::{DannSchedule, DomainBatch, DomainLosses, DsnArch, LossWeights
 use super::parallel::{Placement, Trainer, spatial_grid};
 use crate::dist::Collective;
 use crate::error::{Error, Result};
-use crate::nn::conv::Features;
+use crate::nn::Features;
 use crate::tensor::Tensor;
 
 /// The Multi-DSN preset format version.
@@ -572,7 +572,7 @@ pub fn train(
     if comm.rank() == 0 {
         std::fs::create_dir_all(out_dir)
             .map_err(|e| Error::io("creating the output folder", out_dir, e))?;
-        crate::nn::safetensors::write(
+        crate::nn::weights::safetensors::write(
             &state.expect("rank 0 assembles the weights"),
             &weights_path,
         )?;

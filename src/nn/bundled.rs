@@ -59,7 +59,7 @@ impl BundledWeights {
 
     /// The weights, by deepinv's names.
     pub fn state_dict(&self) -> Result<StateDict> {
-        super::safetensors::parse(Path::new(&self.path()), self.bytes)
+        super::weights::safetensors::parse(Path::new(&self.path()), self.bytes)
     }
 
     /// What the log says about them.

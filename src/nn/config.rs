@@ -26,9 +26,9 @@ use serde::{Deserialize, Serialize};
 
 use super::StateDict;
 pub use super::device::TorchDevice;
-use super::dncnn::{Dncnn, DncnnArch};
-use super::drunet::{Drunet, DrunetArch};
-use super::graph::Network;
+use super::layers::graph::Network;
+use super::models::dncnn::{Dncnn, DncnnArch};
+use super::models::drunet::{Drunet, DrunetArch};
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
 
@@ -294,9 +294,9 @@ impl DrunetConfig {
             Some(d) => Drunet::from_state_dict(arch.clone(), d, self.inflate_3d)?
                 .network()
                 .clone(),
-            None => super::drunet::build_unet(
+            None => super::models::drunet::build_unet(
                 &arch,
-                &mut super::weights_source::WeightSource::random(self.seed),
+                &mut super::weights::source::WeightSource::random(self.seed),
             )?,
         };
         Ok((arch, net, loaded))
@@ -344,7 +344,7 @@ impl DrunetConfig {
                 "tessera bundles no DRUNet weights (it bundles DnCNNs: kind = \"dncnn\", depth 8, nf 32); give a weights file, or \"random\"",
             ));
         }
-        super::drunet::check_arch(&self.arch(self.dim.unwrap_or(2)))
+        super::models::drunet::check_arch(&self.arch(self.dim.unwrap_or(2)))
     }
 
     fn arch(&self, dim: usize) -> DrunetArch {
@@ -425,7 +425,7 @@ impl DncnnConfig {
             ));
         }
         self.bundled_weights()?;
-        super::dncnn::check_arch(&self.arch(self.dim.unwrap_or(2)))
+        super::models::dncnn::check_arch(&self.arch(self.dim.unwrap_or(2)))
     }
 
     /// Validates, loads the weights (relative paths against `base_dir`) and builds the network.

@@ -2,37 +2,40 @@
 //!
 //! A network is described by plain data (its architecture config) plus a [`StateDict`] of named
 //! weights, as PyTorch stores them. The native engine (default build) runs the networks with
-//! tessera's own convolution kernels ([`conv`]); the `torch` feature runs the same networks, or any
-//! TorchScript denoiser, on libtorch. Both appear to the rest of tessera as a
+//! tessera's own convolution kernels ([`kernels::conv`]); the `torch` feature runs the same
+//! networks, or any TorchScript denoiser, on libtorch. Both appear to the rest of tessera as a
 //! [`crate::denoise::Denoiser`], so tiling and distribution work unchanged.
+//!
+//! The folders are layers; each imports only those below it, and `weights` depends on none:
+//!
+//! ```text
+//! config, bundled, device, torch   preset configs → live denoisers on an engine; shipped weights
+//!   models                         DRUNet, DnCNN, the spatial study's test networks
+//!   layers                         graph (forward, backward), domain (blocks, halos), pool, dense, losses
+//!   kernels                        conv (im2col strips), patch_gemm, patch_dot, winograd, simd, scalar
+//! weights (beside them all)        StateDict, .pth, .safetensors, random and inflated weight sources
+//! ```
+//!
+//! The rest of tessera names the types through the re-exports below (`crate::nn::Network`,
+//! `crate::nn::Features`, …) and functions by their folder (`nn::models::drunet::dims3`).
 
 pub mod bundled;
 pub mod config;
-pub mod conv;
-pub mod dense;
 pub mod device;
-pub mod dncnn;
-pub mod domain;
-pub mod drunet;
-pub mod graph;
-pub mod losses;
+pub mod kernels;
+pub mod layers;
 pub mod models;
-pub(crate) mod patch_dot;
-pub mod patch_gemm;
-pub mod pool;
-pub mod pth;
-pub mod safetensors;
-pub mod scalar;
-pub mod simd;
-mod weight_files;
 pub mod weights;
-pub(crate) mod weights_source;
-pub mod winograd;
-
-pub use config::{DncnnConfig, DrunetConfig, Engine, TorchDevice, TorchScriptConfig};
-pub use dncnn::{Dncnn, DncnnArch};
-pub use drunet::{Drunet, DrunetArch};
-pub use weights::StateDict;
 
 #[cfg(feature = "torch")]
 pub mod torch;
+
+pub use config::{DncnnConfig, DrunetConfig, Engine, TorchDevice, TorchScriptConfig};
+pub use kernels::conv::{Conv, ConvTranspose, Features};
+pub use kernels::scalar::Scalar;
+pub use layers::domain::{BlockDenoiser, Domain, Grid, Region, Whole};
+pub use layers::graph::{Gradients, Network, Tape};
+pub use models::dncnn::{Dncnn, DncnnArch};
+pub use models::drunet::{Drunet, DrunetArch};
+pub use models::test_models::TestModel;
+pub use weights::StateDict;

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use tch::{Device, IValue, Kind, TchError};
 
-use super::drunet::check_arch;
-use super::weights_source::LayerKind::{self, Conv, Transposed};
-use super::weights_source::WeightSource;
+use super::models::drunet::check_arch;
+use super::weights::source::LayerKind::{self, Conv, Transposed};
+use super::weights::source::WeightSource;
 use super::{DrunetArch, StateDict};
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};

@@ -9,8 +9,7 @@ use std::path::Path;
 use crate::denoise::{Denoiser, DenoiserConfig, TvConfig, WaveletConfig};
 use crate::error::{Error, Result};
 use crate::metrics::psnr;
-use crate::nn::DncnnConfig;
-use crate::nn::weights::StateDict;
+use crate::nn::{DncnnConfig, StateDict};
 use crate::tensor::Tensor;
 
 use super::data::NamedImage;

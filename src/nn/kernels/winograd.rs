@@ -866,8 +866,8 @@ fn geometry<T: Scalar>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::conv::tests::{random, random_features};
-    use crate::nn::conv::{Conv, Features, Geom, Pads};
+    use crate::nn::kernels::conv::tests::{random, random_features};
+    use crate::nn::kernels::conv::{Conv, Features, Geom, Pads};
 
     /// A strip's `V + M` (values) for `rows` tile rows of `l`.
     fn strip_values(l: &Layer, rows: usize) -> usize {

@@ -9,9 +9,9 @@ use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 
-use super::conv::{Conv, ConvTranspose, per_axis};
-use super::graph::Network;
 use crate::error::{Error, Result};
+use crate::nn::kernels::conv::{Conv, ConvTranspose, per_axis};
+use crate::nn::layers::graph::Network;
 
 /// Which test network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,12 +12,12 @@
 
 use std::borrow::Cow;
 
-use super::conv::{Conv, ConvTranspose, Features};
 use super::domain::{Domain, Grid, Region, conv_input_region, transposed_input_region};
 use super::pool::Pool;
-use super::scalar::Scalar;
-use super::weights::StateDict;
 use crate::error::{Error, Result};
+use crate::nn::kernels::conv::{Conv, ConvTranspose, Features};
+use crate::nn::kernels::scalar::Scalar;
+use crate::nn::weights::state_dict::StateDict;
 use crate::tensor::Tensor;
 
 /// One layer and the nodes it reads.
@@ -847,9 +847,9 @@ fn split_spans<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::conv::tests::{dot, random_features};
-    use crate::nn::domain::Whole;
-    use crate::nn::models::TestModel;
+    use crate::nn::kernels::conv::tests::{dot, random_features};
+    use crate::nn::layers::domain::Whole;
+    use crate::nn::models::test_models::TestModel;
     use crate::nn::{DncnnArch, DrunetArch};
     use rand::{RngExt, SeedableRng};
 
@@ -934,9 +934,9 @@ mod tests {
                 nb: 1,
                 dim,
             };
-            let net = crate::nn::drunet::build_unet(
+            let net = crate::nn::models::drunet::build_unet(
                 &arch,
-                &mut crate::nn::weights_source::WeightSource::random(4),
+                &mut crate::nn::weights::source::WeightSource::random(4),
             )
             .unwrap();
             let dims = if dim == 2 { [1, 16, 8] } else { [8, 8, 8] };

@@ -9,8 +9,8 @@
 
 use rayon::prelude::*;
 
-use super::scalar::Scalar;
 use crate::error::{Error, Result};
+use crate::nn::kernels::scalar::Scalar;
 
 /// `y = x·Wᵀ + b` with `W` stored `(out_features, in_features)` row-major, as PyTorch stores it.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,10 +44,11 @@ impl<T: Scalar> Linear<T> {
         gain: f64,
         rng: &mut rand::rngs::StdRng,
     ) -> Self {
-        let weight = super::models::he(rng, in_features * out_features, in_features)
-            .into_iter()
-            .map(|w| T::from_f64(w as f64 * gain))
-            .collect();
+        let weight =
+            crate::nn::models::test_models::he(rng, in_features * out_features, in_features)
+                .into_iter()
+                .map(|w| T::from_f64(w as f64 * gain))
+                .collect();
         Linear::new(
             in_features,
             out_features,
@@ -324,7 +325,7 @@ impl<T: Scalar> Mlp<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::conv::tests::{dot, random};
+    use crate::nn::kernels::conv::tests::{dot, random};
     use rand::{RngExt, SeedableRng};
 
     fn close(fd: f64, an: f64, what: &str) {

@@ -25,7 +25,7 @@ use std::io::Read;
 use std::path::Path;
 use std::rc::Rc;
 
-use super::weights::{FloatDtype, StateDict};
+use super::state_dict::{FloatDtype, StateDict};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 

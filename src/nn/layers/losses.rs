@@ -9,8 +9,8 @@
 //! centres and L2-normalises the codes and averages the squared correlations; the MMD uses a sum of
 //! Gaussian kernels `k(a, b) = Σ_σ exp(−‖a − b‖² / (2σ))` over a wide range of bandwidths.
 
-use super::scalar::Scalar;
 use crate::error::{Error, Result};
+use crate::nn::kernels::scalar::Scalar;
 
 /// The bandwidths of the released implementation's `mmd_loss`.
 pub const MMD_BANDWIDTHS: [f64; 19] = [
@@ -228,7 +228,7 @@ pub fn mmd<T: Scalar>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::conv::tests::random;
+    use crate::nn::kernels::conv::tests::random;
     use rand::SeedableRng;
 
     /// Central differences of `loss` at `v` against `grad`, every entry.

@@ -16,13 +16,13 @@
 
 use std::sync::OnceLock;
 
-use super::StateDict;
-use super::conv::{Conv, ConvTranspose, Features};
-use super::domain::{BlockDenoiser, Domain, Grid, Region, Whole, add_region};
-use super::graph::Network;
-use super::weights_source::{LayerKind, WeightSource, inflate_2d_to_3d};
 use crate::denoise::{Denoiser, check_sigma};
 use crate::error::{Error, Result};
+use crate::nn::StateDict;
+use crate::nn::kernels::conv::{Conv, ConvTranspose, Features};
+use crate::nn::layers::domain::{BlockDenoiser, Domain, Grid, Region, Whole, add_region};
+use crate::nn::layers::graph::Network;
+use crate::nn::weights::source::{LayerKind, WeightSource, inflate_2d_to_3d};
 use crate::tensor::Tensor;
 
 /// The architecture: what deepinv's `DRUNet(in_channels, out_channels, nc, nb, dim)` is built from.

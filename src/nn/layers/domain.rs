@@ -10,9 +10,9 @@
 
 use std::borrow::Cow;
 
-use super::conv::{ConvTranspose, Features, Pads};
-use super::scalar::Scalar;
 use crate::error::{Error, Result};
+use crate::nn::kernels::conv::{ConvTranspose, Features, Pads};
+use crate::nn::kernels::scalar::Scalar;
 
 /// A box of voxels `lo .. hi` per axis `[D, H, W]` in the coordinates of a whole (global) feature
 /// map; it may reach outside the map (into the padding).
@@ -306,7 +306,7 @@ pub trait BlockDenoiser: Send + Sync {
 
     fn out_channels(&self) -> usize;
 
-    /// What [`Network::halo_volumes`](crate::nn::graph::Network::halo_volumes) predicts for each
+    /// What [`Network::halo_volumes`](crate::nn::layers::graph::Network::halo_volumes) predicts for each
     /// exchange of one `denoise_block` call on `grid`, per batch item, when the call is one pass of
     /// the network over `dims`; `None` when it also gathers or crops around the network (sizes a
     /// network pads or splits first).

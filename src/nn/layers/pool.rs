@@ -12,8 +12,8 @@
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::conv::{Features, Pads, per_axis};
-use super::scalar::Scalar;
+use crate::nn::kernels::conv::{Features, Pads, per_axis};
+use crate::nn::kernels::scalar::Scalar;
 
 /// Which reduction a pooling window applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,7 +179,7 @@ fn first_max<T: Scalar>(plane: &[T], cells: &[usize]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::conv::tests::{dot, random_features};
+    use crate::nn::kernels::conv::tests::{dot, random_features};
     use rand::SeedableRng;
 
     /// Central differences of `⟨r, pool(x)⟩` against the backward pass, every input entry, f64.

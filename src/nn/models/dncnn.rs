@@ -3,13 +3,13 @@
 //! the input added to the last convolution's output (residual learning). σ is not used.
 //! Weight names are deepinv's: `in_conv.weight`, `conv_list.{i}.weight`, `out_conv.weight` (+ `.bias`).
 
-use super::StateDict;
-use super::conv::{Conv, Features};
-use super::domain::{BlockDenoiser, Domain, Grid, Whole};
-use super::graph::Network;
-use super::weights_source::{LayerKind, WeightSource};
 use crate::denoise::{Denoiser, check_sigma};
 use crate::error::{Error, Result};
+use crate::nn::StateDict;
+use crate::nn::kernels::conv::{Conv, Features};
+use crate::nn::layers::domain::{BlockDenoiser, Domain, Grid, Whole};
+use crate::nn::layers::graph::Network;
+use crate::nn::weights::source::{LayerKind, WeightSource};
 use crate::tensor::Tensor;
 
 /// The architecture of deepinv's `DnCNN(in_channels, out_channels, depth, bias, nf, dim)`.

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::weights::{FloatDtype, StateDict};
+use super::state_dict::{FloatDtype, StateDict};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 

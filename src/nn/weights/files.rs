@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::weights::StateDict;
+use super::state_dict::StateDict;
 use crate::error::{Error, Result};
 
 impl StateDict {
