@@ -777,7 +777,7 @@ fn he_initialise(net: &mut Network, seed: u64) {
             p.fill(0.0);
         } else {
             let scale = if Some(i) == last_weight { 0.1 } else { 1.0 };
-            let he = crate::nn::models::test_models::he(&mut rng, p.len(), fan_in);
+            let he = crate::nn::weights::source::he(&mut rng, p.len(), fan_in);
             p.iter_mut().zip(he).for_each(|(w, v)| *w = v * scale);
         }
     }

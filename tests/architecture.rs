@@ -221,3 +221,32 @@ fn the_top_level_modules_depend_one_way() {
     }
     assert!(cycles.is_empty(), "module cycles: {cycles:#?}");
 }
+
+/// `nn`'s folders are layers (src/nn/mod.rs, docs/ARCHITECTURE.md): `kernels` ← `layers` ← `models`
+/// ← the files at `nn`'s top, and `weights` beside them all, importing none. A folder's code names
+/// other folders as `crate::nn::FOLDER::…`; the re-exported types (`crate::nn::Network`) are for the
+/// rest of tessera, since inside `nn` they would hide which folder a file leans on.
+#[test]
+fn the_nn_folders_import_only_the_layers_below() {
+    let nn = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/nn");
+    let may_import: [(&str, &[&str]); 4] = [
+        ("kernels", &[]),
+        ("layers", &["kernels", "weights"]),
+        ("models", &["kernels", "layers", "weights"]),
+        ("weights", &[]),
+    ];
+    let mut found = Vec::new();
+    for (folder, allowed) in may_import {
+        let mut files = Vec::new();
+        sources(&nn.join(folder), &mut files);
+        assert!(!files.is_empty(), "no files in src/nn/{folder}");
+        for f in files {
+            for used in names_after(&code(&f), "crate::nn::") {
+                if used != folder && !allowed.contains(&used.as_str()) {
+                    found.push(format!("{} uses crate::nn::{used}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}

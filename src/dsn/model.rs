@@ -31,7 +31,7 @@ use crate::nn::layers::dense::{Linear, Mlp, MlpTape, relu, relu_backward, revers
 use crate::nn::layers::domain::{Domain, Region, Whole, copy_region};
 use crate::nn::layers::losses::{difference_loss, scale_invariant_mse};
 use crate::nn::layers::pool::{Pool, PoolKind};
-use crate::nn::models::test_models::{he, torch_default_bias};
+use crate::nn::weights::source::{he, torch_default_bias};
 use crate::nn::{Gradients, Network, Tape};
 
 /// The network's sizes.

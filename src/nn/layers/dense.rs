@@ -44,11 +44,10 @@ impl<T: Scalar> Linear<T> {
         gain: f64,
         rng: &mut rand::rngs::StdRng,
     ) -> Self {
-        let weight =
-            crate::nn::models::test_models::he(rng, in_features * out_features, in_features)
-                .into_iter()
-                .map(|w| T::from_f64(w as f64 * gain))
-                .collect();
+        let weight = crate::nn::weights::source::he(rng, in_features * out_features, in_features)
+            .into_iter()
+            .map(|w| T::from_f64(w as f64 * gain))
+            .collect();
         Linear::new(
             in_features,
             out_features,

@@ -5,10 +5,10 @@
 
 use crate::denoise::{Denoiser, check_sigma};
 use crate::error::{Error, Result};
-use crate::nn::StateDict;
 use crate::nn::kernels::conv::{Conv, Features};
 use crate::nn::layers::domain::{BlockDenoiser, Domain, Grid, Whole};
 use crate::nn::layers::graph::Network;
+use crate::nn::weights::StateDict;
 use crate::nn::weights::source::{LayerKind, WeightSource};
 use crate::tensor::Tensor;
 

@@ -18,10 +18,10 @@ use std::sync::OnceLock;
 
 use crate::denoise::{Denoiser, check_sigma};
 use crate::error::{Error, Result};
-use crate::nn::StateDict;
 use crate::nn::kernels::conv::{Conv, ConvTranspose, Features};
 use crate::nn::layers::domain::{BlockDenoiser, Domain, Grid, Region, Whole, add_region};
 use crate::nn::layers::graph::Network;
+use crate::nn::weights::StateDict;
 use crate::nn::weights::source::{LayerKind, WeightSource, inflate_2d_to_3d};
 use crate::tensor::Tensor;
 

@@ -5,13 +5,13 @@
 //! transposed-convolution decoder with a skip addition, a 1×1 classifier). Weights are seeded He
 //! initialisations; the networks are for timing, memory and exactness tests, not for use on data.
 
-use rand::{RngExt, SeedableRng};
-use rand_distr::{Distribution, Normal};
+use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::nn::kernels::conv::{Conv, ConvTranspose, per_axis};
 use crate::nn::layers::graph::Network;
+use crate::nn::weights::source::{he, torch_default_bias};
 
 /// Which test network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,20 +136,4 @@ impl TestModel {
         }
         Ok(net)
     }
-}
-
-/// PyTorch's default bias initialisation, U(−1/√fan_in, 1/√fan_in).
-pub(crate) fn torch_default_bias(
-    rng: &mut rand::rngs::StdRng,
-    n: usize,
-    fan_in: usize,
-) -> Vec<f32> {
-    let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
-    (0..n).map(|_| rng.random_range(-bound..bound)).collect()
-}
-
-/// `n` weights drawn from N(0, 2/fan_in) (He et al. 2015, for ReLU networks).
-pub(crate) fn he(rng: &mut rand::rngs::StdRng, n: usize, fan_in: usize) -> Vec<f32> {
-    let normal = Normal::new(0.0, (2.0 / fan_in.max(1) as f64).sqrt()).expect("finite std");
-    (0..n).map(|_| normal.sample(rng) as f32).collect()
 }

@@ -1,7 +1,9 @@
 //! Where a network's layers get their weights: a [`StateDict`] (as stored, or 2-D weights inflated
-//! into a 3-D network), or seeded random numbers for timing runs.
+//! into a 3-D network), or seeded random numbers for timing runs; the He and PyTorch-default
+//! initialisations that networks trained from scratch start from.
 
 use rand::{RngExt, SeedableRng};
+use rand_distr::{Distribution, Normal};
 
 use super::StateDict;
 use crate::error::Result;
@@ -112,4 +114,20 @@ pub(crate) fn inflate_2d_to_3d(w2: &[f32], kind: LayerKind, pairs: usize, k: usi
         }
     }
     w3
+}
+
+/// PyTorch's default bias initialisation, U(−1/√fan_in, 1/√fan_in).
+pub(crate) fn torch_default_bias(
+    rng: &mut rand::rngs::StdRng,
+    n: usize,
+    fan_in: usize,
+) -> Vec<f32> {
+    let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+    (0..n).map(|_| rng.random_range(-bound..bound)).collect()
+}
+
+/// `n` weights drawn from N(0, 2/fan_in) (He et al. 2015, for ReLU networks).
+pub(crate) fn he(rng: &mut rand::rngs::StdRng, n: usize, fan_in: usize) -> Vec<f32> {
+    let normal = Normal::new(0.0, (2.0 / fan_in.max(1) as f64).sqrt()).expect("finite std");
+    (0..n).map(|_| normal.sample(rng) as f32).collect()
 }
