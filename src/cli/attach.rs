@@ -159,7 +159,7 @@ pub fn run(
         BackendAddr::Tcp(_) => {
             let path = match token_file {
                 Some(f) => f.to_path_buf(),
-                None => super::default_token_file()?,
+                None => super::serve::default_token_file()?,
             };
             Some(Token::from_file(&path).context("the server's token")?)
         }
@@ -261,9 +261,9 @@ pub fn run(
                 progress.finish();
                 let printed = match kind {
                     Kind::Imaging => serde_json::from_str::<JobSummary>(&summary_json)
-                        .map(|s| super::print_summary(&s)),
+                        .map(|s| super::run::print_summary(&s)),
                     Kind::Fwi => serde_json::from_str::<FwiSummary>(&summary_json)
-                        .map(|s| super::print_fwi_summary(&s)),
+                        .map(|s| super::run::print_fwi_summary(&s)),
                     Kind::Train => print_training(&summary_json),
                 };
                 if let Err(e) = printed {

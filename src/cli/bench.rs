@@ -1,0 +1,507 @@
+//! `tessera bench`: each benchmark or study run and printed; the studies that run configurations
+//! as child process groups of this binary (`scaling`, `spatial-memory`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use tessera::dist;
+use tessera::io;
+use tessera::preset::Preset;
+
+use super::args::BenchWhat;
+use super::group::{join_group, launch_local_group};
+use super::output::say;
+
+/// `tessera bench denoisers`: the PSNR table of the bundled denoisers.
+fn bench_denoisers(
+    photos: Vec<PathBuf>,
+    sigmas: &[f32],
+    out: Option<PathBuf>,
+    dncnn: &[PathBuf],
+) -> Result<()> {
+    use tessera::train::{TrainImage, data, eval};
+    if let Some(bad) = sigmas.iter().find(|s| !(**s > 0.0 && **s <= 1.0)) {
+        bail!("--sigma: noise levels must be in (0, 1], got {bad}");
+    }
+    let extra = dncnn
+        .iter()
+        .map(|p| eval::ExtraDncnn::load(p))
+        .collect::<tessera::Result<Vec<_>>>()?;
+    let photos = if photos.is_empty() {
+        vec![
+            PathBuf::from("tests/fixtures/photos/camera_128.png"),
+            PathBuf::from("tests/fixtures/photos/astronaut_128.png"),
+        ]
+    } else {
+        photos
+    };
+    // The held-out images of presets/train-dncnn-{grey,colour}.toml.
+    let held_out = |grayscale| TrainImage {
+        sample: Some(tessera::samples::Sample::Natural),
+        size: Some(vec![256, 256]),
+        seed: Some(1000),
+        grayscale,
+        ..TrainImage::default()
+    };
+    let mut images = data::load_images(
+        &[held_out(true), held_out(false)],
+        "held_out",
+        Path::new(""),
+        0,
+        false,
+        &[],
+    )?;
+    for p in &photos {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut file = TrainImage {
+            path: Some(p.clone()),
+            ..TrainImage::default()
+        };
+        let mut photo = data::load_images(&[file.clone()], "photos", Path::new(""), 0, false, &[])?;
+        photo[0].name = name.clone();
+        let colour = photo[0].image.shape()[1] == 3;
+        images.append(&mut photo);
+        // A colour photograph is also a grey one, for the grey network.
+        if colour {
+            file.grayscale = true;
+            let mut grey = data::load_images(&[file], "photos", Path::new(""), 0, false, &[])?;
+            grey[0].name = format!("{name} (grey)");
+            images.append(&mut grey);
+        }
+    }
+    let rows = eval::psnr_table(&images, sigmas, 0, &extra)?;
+    let table = eval::markdown(&rows);
+    say!("{table}");
+    if let Some(path) = out {
+        io::write_atomic(&path, table.as_bytes())?;
+    }
+    Ok(())
+}
+
+pub(super) fn bench(what: BenchWhat) -> Result<()> {
+    let threads = rayon::current_num_threads();
+    match what {
+        BenchWhat::Blur {
+            width,
+            height,
+            repeats,
+        } => {
+            let r = tessera::physics::blur_bench::bench_blur_stack(width, height, repeats)?;
+            say!("{r}\n(rayon threads: {threads})");
+        }
+        BenchWhat::Tomography {
+            size,
+            angles,
+            repeats,
+        } => {
+            let r = tessera::physics::tomography::bench_tomography(size, angles, repeats)?;
+            say!(
+                "tomography 2-D parallel beam, {size}×{size}, {angles} angles, {} detector cells ({} threads):",
+                r.n_det,
+                r.threads
+            );
+            say!("  A    {:8.1} ms", r.forward_secs * 1e3);
+            say!("  Aᵀ   {:8.1} ms", r.adjoint_secs * 1e3);
+            say!("  FBP  {:8.1} ms", r.fbp_secs * 1e3);
+            say!("  (single-threaded reference and ratios: cargo bench --bench tomography)");
+        }
+        BenchWhat::Scaling {
+            preset,
+            ranks,
+            sizes,
+            threads_per_rank,
+            set,
+            out,
+            link,
+        } => {
+            let link = match link[..] {
+                [] => None,
+                [us, gbps] if us >= 0.0 && gbps > 0.0 && us.is_finite() && gbps.is_finite() => {
+                    Some(tessera::scaling::model::Link {
+                        latency_secs: us * 1e-6,
+                        bytes_per_sec: gbps * 1e9,
+                    })
+                }
+                _ => bail!(
+                    "--link: give LATENCY_US,GB_PER_S with latency ≥ 0 and bandwidth > 0, got {link:?}"
+                ),
+            };
+            bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out, link)?
+        }
+        BenchWhat::Denoisers {
+            photos,
+            sigma,
+            out,
+            dncnn,
+        } => bench_denoisers(photos, &sigma, out, &dncnn)?,
+        BenchWhat::Wave {
+            nz,
+            nx,
+            shots,
+            nt,
+            accuracy,
+            repeats,
+            no_gradient,
+            json,
+        } => {
+            use tessera::physics::wave::bench::{WaveBenchSpec, bench_wave};
+            let spec = WaveBenchSpec {
+                nz,
+                nx,
+                shots,
+                nt,
+                accuracy,
+                repeats,
+                gradient: !no_gradient,
+                ..WaveBenchSpec::default()
+            };
+            let r = bench_wave(&spec)?;
+            if json {
+                let mut v = serde_json::to_value(&r)?;
+                v["forward_bandwidth_fraction"] = r.forward_bandwidth_fraction().into();
+                say!("{v}");
+            } else {
+                say!("{r}");
+            }
+        }
+        BenchWhat::SpatialMemory {
+            models,
+            sizes,
+            ranks,
+            forward_only,
+            train_only,
+            budget_mib,
+            csv,
+        } => bench_spatial_memory(
+            &models,
+            &sizes,
+            &ranks,
+            [!train_only, !forward_only],
+            budget_mib,
+            csv.as_deref(),
+        )?,
+        BenchWhat::SpatialMemoryRank {
+            model,
+            size,
+            train,
+            group,
+        } => {
+            use tessera::dist::spatial_memory::{MemorySpec, measure};
+            if launch_local_group(&group)? {
+                return Ok(());
+            }
+            let spec = MemorySpec {
+                model: model.parse()?,
+                size,
+                train,
+            };
+            let comm = join_group(&group)?;
+            if let Some(point) = measure(comm.as_ref(), spec)? {
+                say!("{}", serde_json::to_string(&point)?);
+            }
+        }
+        BenchWhat::Collectives {
+            mib,
+            ranks,
+            repeats,
+        } => {
+            say!(
+                "{}",
+                dist::bench::bench_all_reduce(mib << 20, ranks, repeats)?
+            );
+        }
+        BenchWhat::AllReduce {
+            kib,
+            repeats,
+            json,
+            group,
+        } => {
+            if launch_local_group(&group)? {
+                return Ok(());
+            }
+            let comm = join_group(&group)?;
+            let bytes: Vec<usize> = kib.iter().map(|k| k << 10).collect();
+            let times = dist::bench::time_all_reduce(comm.as_ref(), &bytes, repeats)?;
+            if comm.rank() == 0 {
+                let ranks = comm.world_size();
+                if json {
+                    say!(
+                        "{}",
+                        serde_json::json!({ "ranks": ranks, "all_reduce": times })
+                    );
+                } else {
+                    say!("all-reduce (sum) over {ranks} ranks, best of {repeats}:");
+                    for t in &times {
+                        say!("  {:>10} B  {:10.3} ms", t.bytes, t.secs * 1e3);
+                    }
+                }
+                // The link a ring all-reduce of these times implies, for `bench scaling --link`.
+                let samples: Vec<(f64, f64)> =
+                    times.iter().map(|t| (t.bytes as f64, t.secs)).collect();
+                match tessera::scaling::model::Link::fit_all_reduce(ranks, &samples) {
+                    Ok(l) => say!(
+                        "fitted link: --link {:.1},{:.4}  (latency µs, GB/s)",
+                        l.latency_secs * 1e6,
+                        l.bytes_per_sec / 1e9
+                    ),
+                    Err(e) => say!("no link fitted: {e}"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `tessera bench spatial-memory`: each configuration runs as `bench spatial-memory-rank --ranks N`
+/// (a real process group, so each rank's memory is its own process's), one after the other.
+fn bench_spatial_memory(
+    models: &[String],
+    sizes: &[usize],
+    ranks: &[usize],
+    [forward, train]: [bool; 2],
+    budget_mib: usize,
+    csv: Option<&Path>,
+) -> Result<()> {
+    use tessera::dist::spatial_memory::{self as study, MemoryPoint, StudyModel};
+    let models = models
+        .iter()
+        .map(|m| m.parse::<StudyModel>())
+        .collect::<tessera::Result<Vec<_>>>()?;
+    let modes: Vec<bool> = [(false, forward), (true, train)]
+        .into_iter()
+        .filter_map(|(t, on)| on.then_some(t))
+        .collect();
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let mut points: Vec<MemoryPoint> = Vec::new();
+    for &model in &models {
+        let sizes = match sizes {
+            [] => model.default_sizes(),
+            given => given,
+        };
+        for &train in &modes {
+            for &size in sizes {
+                for &n in ranks {
+                    let mode = if train { "train" } else { "forward" };
+                    eprintln!("{} {mode} {size} on {n} rank(s)", model.name());
+                    let mut cmd = std::process::Command::new(&exe);
+                    cmd.args(["bench", "spatial-memory-rank", "--model", model.name()])
+                        .args(["--size", &size.to_string(), "--ranks", &n.to_string()]);
+                    if train {
+                        cmd.arg("--train");
+                    }
+                    let o = cmd
+                        .stderr(std::process::Stdio::inherit())
+                        .output()
+                        .with_context(|| format!("starting {}", exe.display()))?;
+                    if !o.status.success() {
+                        bail!(
+                            "{} {mode} {size} on {n} rank(s) failed ({})",
+                            model.name(),
+                            o.status
+                        );
+                    }
+                    let text = String::from_utf8_lossy(&o.stdout);
+                    let line = text
+                        .lines()
+                        .rev()
+                        // Rank 0's line, behind the launcher's `[rank 0] ` prefix on N ranks.
+                        .find_map(|l| l.find('{').map(|at| &l[at..]))
+                        .ok_or_else(|| {
+                            anyhow::anyhow!(
+                                "no result from {} {mode} {size} on {n} rank(s)",
+                                model.name()
+                            )
+                        })?;
+                    points.push(serde_json::from_str(line).context("reading a rank's result")?);
+                }
+            }
+        }
+    }
+    let rows = study::rows(&points);
+    say!(
+        "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10} {:>10} {:>9} {:>6} {:>5} {:>7} {:>9} {:>6} {:>9} {:>5}",
+        "model",
+        "mode",
+        "size",
+        "ranks",
+        "grid",
+        "MiB/rank",
+        "1rank/N",
+        "halo MiB",
+        "ratio",
+        "goal",
+        "s",
+        "live MiB",
+        "ratio",
+        "halo held",
+        "goal"
+    );
+    for r in &rows {
+        let opt =
+            |v: Option<f64>, p: usize| v.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
+        say!(
+            "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10.1} {:>10} {:>9.2} {:>6} {:>5} {:>7.2} {:>9} {:>6} {:>9.2} {:>5}",
+            r.model,
+            r.mode,
+            r.size,
+            r.ranks,
+            format!("{}x{}x{}", r.grid[0], r.grid[1], r.grid[2]),
+            r.max_working_mib,
+            opt(r.ideal_mib, 1),
+            r.largest_halo_mib,
+            opt(r.ratio, 2),
+            r.meets_goal
+                .map(|b| if b { "yes" } else { "NO" })
+                .unwrap_or("-"),
+            r.secs,
+            opt(r.max_live_mib, 1),
+            opt(r.live_ratio, 2),
+            r.halo_held_mib,
+            r.live_meets_goal
+                .map(|b| if b { "yes" } else { "NO" })
+                .unwrap_or("-")
+        );
+    }
+    say!(
+        "MiB/rank: peak resident above the baseline; live MiB: peak live heap bytes (no allocator holes), ratio against one rank's the same way\ngoal: MiB/rank <= 1.15 x 1rank/N + halo (the largest exchange sent); 1rank/N = (one rank's - R) / N + R, R = a training step's two gradient buffers (2 x weights), held by every rank\nlive goal: every rank's live MiB <= 1.15 x (one rank's live, divided the same way) + the halo it holds at once for one layer (halo held: the largest rank's)"
+    );
+    say!(
+        "largest side whose working memory fits {budget_mib} MiB per rank (line fitted over the sizes):"
+    );
+    for (spec, n, side) in study::largest_fitting(&points, budget_mib as f64 * 1024.0 * 1024.0) {
+        let mode = if spec.train { "train" } else { "forward" };
+        match side {
+            Some(side) => say!("  {:<7} {:<7} {n} rank(s): {side}", spec.model.name(), mode),
+            None => say!(
+                "  {:<7} {:<7} {n} rank(s): no increasing fit",
+                spec.model.name(),
+                mode
+            ),
+        }
+    }
+    if let Some(path) = csv {
+        tessera::io::write_atomic(path, study::csv(&rows).as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `tessera bench scaling`: every configuration is a `tessera run … --ranks N` of this binary (a
+/// real process group), run one after the other so they do not compete for the cores.
+fn bench_scaling(
+    name: &str,
+    ranks: &[usize],
+    sizes: &[usize],
+    threads: &[usize],
+    set: &[String],
+    out: Option<PathBuf>,
+    link: Option<tessera::scaling::model::Link>,
+) -> Result<()> {
+    use tessera::scaling::{Configuration, Run, RunMetrics, model::Workload};
+    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let preset = &loaded.preset;
+    if ranks.is_empty() || ranks.contains(&0) {
+        bail!("--ranks: give rank counts of at least 1, e.g. --ranks 1,2");
+    }
+    for &t in threads {
+        tessera::dist::placement::check_threads("--threads-per-rank", t)?;
+    }
+    let sizes: Vec<Option<usize>> = if sizes.is_empty() {
+        vec![None]
+    } else {
+        sizes.iter().copied().map(Some).collect()
+    };
+    let threads: Vec<Option<usize>> = if threads.is_empty() {
+        vec![None]
+    } else {
+        threads.iter().copied().map(Some).collect()
+    };
+    let mut configs = Vec::new();
+    for &size in &sizes {
+        // Resize once per size: a bad size fails before any run starts.
+        let resize = match size {
+            Some(s) => tessera::scaling::size_overrides(preset, s)?,
+            None => Vec::new(),
+        };
+        for &t in &threads {
+            for &n in ranks {
+                let config = Configuration {
+                    size,
+                    ranks: n,
+                    threads: t,
+                };
+                configs.push((config, resize.clone()));
+            }
+        }
+    }
+    let out = out.unwrap_or_else(|| PathBuf::from("out").join(format!("scaling-{}", preset.name)));
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let total = configs.len();
+    let mut runs = Vec::with_capacity(total);
+    for (k, (config, resize)) in configs.into_iter().enumerate() {
+        let dir = out.join("runs").join(config.slug());
+        eprintln!(
+            "[{}/{}] {} → {}",
+            k + 1,
+            total,
+            config.slug(),
+            dir.display()
+        );
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["run", name, "--quiet", "--ranks"])
+            .arg(config.ranks.to_string())
+            .arg("--out")
+            .arg(&dir);
+        for o in set.iter().chain(&resize) {
+            cmd.args(["--set", o]);
+        }
+        if let Some(t) = config.threads {
+            cmd.args(["--threads-per-rank", &t.to_string()]);
+        }
+        let status = cmd
+            .status()
+            .with_context(|| format!("starting run {}", config.slug()))?;
+        if !status.success() {
+            bail!(
+                "run {} failed ({status}); its output is above, its folder {}",
+                config.slug(),
+                dir.display()
+            );
+        }
+        let metrics = RunMetrics::load(&dir).with_context(|| format!("run {}", config.slug()))?;
+        eprintln!(
+            "    {:.2} s (slowest rank; gradient {:.2} s, denoiser {:.2} s)",
+            metrics.total_secs(),
+            metrics.gradient_secs(),
+            metrics.denoiser_secs()
+        );
+        let overrides: Vec<String> = set.iter().chain(&resize).cloned().collect();
+        let workload =
+            match Preset::load(name, &overrides).and_then(|p| Workload::of_preset(&p.preset)) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    eprintln!("    no model for {}: {e}", config.slug());
+                    None
+                }
+            };
+        runs.push(Run {
+            config,
+            metrics,
+            workload,
+        });
+    }
+    let report = tessera::scaling::write_report(
+        &runs,
+        &format!("Scaling study: {}", preset.name),
+        &out,
+        link,
+    )
+    .context("writing the scaling report")?;
+    println!("{}", tessera::scaling::summary_csv(&runs));
+    println!("report: {}", report.display());
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! `tessera run` here (imaging and full-waveform inversion presets): the run folder, a progress bar,
+//! and the summary a finished run prints (also for `--attach`).
+
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+
+use tessera::dist::{self, RankInfo};
+use tessera::io::RunDir;
+use tessera::job::{self, JobEvent};
+use tessera::preset::Preset;
+
+use super::args::GroupArgs;
+use super::group::{join_group, launch_local_group, place_threads, rank_flags, strip_option};
+use super::output::say;
+
+pub(super) fn run(
+    name: &str,
+    set: &[String],
+    out: Option<PathBuf>,
+    replace: bool,
+    quiet: bool,
+    group: &GroupArgs,
+) -> Result<()> {
+    if let Some(fwi) = tessera::fwi::FwiPreset::load(name, set)
+        .with_context(|| format!("loading preset `{name}`"))?
+    {
+        return run_fwi(name, fwi, out, replace, quiet, group);
+    }
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let preset = &loaded.preset;
+    let placement = place_threads(group, preset.distributed.threads_per_rank)?;
+    let out_dir = run_dir(
+        out.or_else(|| preset.output.dir.clone()),
+        replace,
+        &preset.name,
+    )?;
+    // Checked before any rank starts computing (rank 0 checks again when it stages the run): the
+    // output folder, and the inputs against the real image, memory included.
+    out_dir.check()?;
+    if !launched {
+        let (world, here) = match group.ranks {
+            Some(n) => (n, n),
+            None => {
+                let info = RankInfo::discover(&rank_flags(group))?;
+                (info.world_size, info.local_world_size)
+            }
+        };
+        job::check_inputs(preset, &[], world, here)
+            .with_context(|| format!("checking preset {}", loaded.origin))?;
+    }
+    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        dist::launch::launch(n, &args).context("local process group")?;
+        return Ok(());
+    }
+    let comm = join_group(group)?;
+    let rank = comm.rank();
+    if rank == 0 && !quiet {
+        eprintln!("threads: {placement}");
+    }
+    let quiet = quiet || rank != 0;
+    let progress = super::attach::Progress::new(&preset.name, preset.algorithm.iterations(), quiet);
+    let mut on_event = |event: JobEvent<'_>| {
+        match event {
+            JobEvent::Started {
+                image_shape,
+                operators,
+                world_size,
+                ..
+            } => progress.started(operators, image_shape, world_size),
+            JobEvent::Iteration { report, .. } => progress.iteration(report),
+        }
+        ControlFlow::Continue(())
+    };
+    let summary = job::run_in_group(preset, out_dir, comm, &mut on_event)
+        .with_context(|| format!("running preset {}", loaded.origin))?;
+    progress.finish();
+    if rank != 0 {
+        return Ok(());
+    }
+    print_summary(&summary);
+    if let Some(dir) = &summary.run_dir {
+        say!("  outputs in {}", dir.display());
+    }
+    Ok(())
+}
+
+/// Where `tessera run` writes: the folder named (`--out` or the preset's), replaced only with
+/// `--replace`, or a new folder under `out/NAME`.
+fn run_dir(out: Option<PathBuf>, replace: bool, name: &str) -> Result<RunDir> {
+    Ok(match out {
+        Some(path) => RunDir::Exact { path, replace },
+        None if replace => bail!("--replace needs --out (or the preset's output.dir)"),
+        None => RunDir::Unique {
+            root: PathBuf::from("out").join(name),
+        },
+    })
+}
+
+/// What a finished run prints (locally or attached).
+pub(super) fn print_summary(summary: &job::JobSummary) {
+    say!(
+        "{}: {} in {:.2} s ({} iterations{}; gradient {:.2} s, denoiser {:.2} s)",
+        summary.name,
+        summary.algorithm,
+        summary.solve_secs,
+        summary.iterations,
+        if summary.stopped_early {
+            ", stopped early"
+        } else {
+            ""
+        },
+        summary.gradient_secs,
+        summary.denoiser_secs
+    );
+    let ssim = |s: Option<f64>| s.map_or(String::new(), |s| format!(", SSIM {s:.4}"));
+    match (&summary.reconstruction, &summary.back_projection) {
+        (Some(r), Some(b)) => say!(
+            "  reconstruction PSNR {:.2} dB{}   (back-projection {}: PSNR {:.2} dB)",
+            r.psnr_db,
+            ssim(r.ssim),
+            match b.method {
+                job::BackProjectionMethod::AdjointMean => "Σ Aᵢᵀyᵢ / n",
+                job::BackProjectionMethod::Fbp => "FBP",
+            },
+            b.quality.psnr_db
+        ),
+        _ => say!("  no ground truth (measured data): PSNR and SSIM not computed"),
+    }
+    if summary.world_size > 1 {
+        say!("  {} ranks over {}:", summary.world_size, summary.backend);
+        for r in &summary.ranks {
+            say!(
+                "    rank {}: operators {:?}, gradient {:.2} s, denoiser {:.2} s, communication {:.2} s",
+                r.rank,
+                r.operators,
+                r.gradient_secs,
+                r.denoiser_secs,
+                r.communication_secs
+            );
+        }
+    }
+    if let Some(h) = &summary.halo_exchange
+        && summary.world_size > 1
+    {
+        say!(
+            "  spatial halos on grid {:?}: {} exchanges, {:.2} MB per denoiser call over all ranks, {}",
+            h.grid,
+            h.layers.len(),
+            h.sent_bytes() as f64 / 1e6,
+            match h.matches_prediction() {
+                Some(true) => "each equal to its predicted halo volume",
+                Some(false) => "NOT equal to the predicted halo volumes (see metrics.json)",
+                None => "no prediction for this size (the network is padded or split first)",
+            }
+        );
+    }
+}
+
+/// `tessera run` of a full-waveform inversion preset (the `[fwi]` kind): the same launcher and
+/// process group as imaging runs, a progress bar of epochs.
+fn run_fwi(
+    name: &str,
+    (preset, base_dir, origin): (tessera::fwi::FwiPreset, PathBuf, String),
+    out: Option<PathBuf>,
+    replace: bool,
+    quiet: bool,
+    group: &GroupArgs,
+) -> Result<()> {
+    use tessera::fwi::FwiEvent;
+    let out_dir = run_dir(
+        out.or_else(|| preset.output.dir.clone()),
+        replace,
+        &preset.name,
+    )?;
+    out_dir.check()?;
+    if launch_local_group(group)? {
+        return Ok(());
+    }
+    // Before anything computes: N local ranks share the cores instead of each starting a thread
+    // per core (the shots of one rank are modelled on its threads).
+    place_threads(group, None)?;
+    let comm = join_group(group)?;
+    let rank = comm.rank();
+    let quiet = quiet || rank != 0;
+    let progress =
+        super::attach::Progress::counting(&preset.name, preset.fwi.epochs, "epochs", quiet);
+    let mut on_event = |event: FwiEvent<'_>| {
+        match event {
+            FwiEvent::Started {
+                nz,
+                nx,
+                shots,
+                world_size,
+                step_ratio,
+                ..
+            } => progress.set_message(format!(
+                "{nz}×{nx} model, {shots} shots, {world_size} rank(s), {step_ratio} steps/sample"
+            )),
+            FwiEvent::Epoch { report, .. } => progress.epoch(report),
+        }
+        ControlFlow::Continue(())
+    };
+    let summary = tessera::fwi::run_in_group(&preset, &base_dir, out_dir, comm, &mut on_event)
+        .with_context(|| format!("running preset {origin} ({name})"))?;
+    progress.finish();
+    if rank != 0 {
+        return Ok(());
+    }
+    print_fwi_summary(&summary);
+    if let Some(dir) = &summary.run_dir {
+        say!("  outputs in {}", dir.display());
+    }
+    Ok(())
+}
+
+/// What a finished FWI run prints (locally or attached), less where its outputs are.
+pub(super) fn print_fwi_summary(summary: &tessera::fwi::FwiSummary) {
+    let last = summary.history.last();
+    say!(
+        "{}: {} epochs in {:.1} s on {} rank(s) × {} thread(s) over {}; final loss {:.4e}",
+        summary.name,
+        summary.epochs,
+        summary.solve_secs,
+        summary.world_size,
+        summary.threads_per_rank,
+        summary.backend,
+        last.map_or(f64::NAN, |r| r.loss)
+    );
+    if let (Some(a), Some(b)) = (summary.initial_model_error, summary.final_model_error) {
+        say!("  model error {:.2} % → {:.2} %", 100.0 * a, 100.0 * b);
+    }
+    say!(
+        "  {} internal steps per sample, gradient by {:?}: {:.1} MiB per shot",
+        summary.step_ratio,
+        summary.gradient_strategy,
+        summary.peak_bytes_per_shot as f64 / (1 << 20) as f64
+    );
+}

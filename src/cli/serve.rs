@@ -1,0 +1,90 @@
+//! `tessera serve`: the control address, its token file and the persistent group behind it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use tessera::dist::{self, RankInfo};
+
+use super::args::GroupArgs;
+use super::group::{join_group, place_threads, rank_flags, strip_option};
+
+/// Default control address of `tessera serve` (loopback: reach it from elsewhere by SSH tunnel).
+const DEFAULT_LISTEN: &str = "127.0.0.1:7341";
+
+pub(super) fn serve(
+    socket: Option<PathBuf>,
+    listen: Option<String>,
+    token_file: Option<&Path>,
+    out: PathBuf,
+    group: &GroupArgs,
+) -> Result<()> {
+    use tessera::serve::{Endpoint, ServeOptions};
+    let endpoint = match (socket, listen) {
+        (Some(p), _) => Endpoint::Unix(p),
+        (None, Some(l)) if l.parse::<u16>().is_ok() => Endpoint::Tcp(format!("127.0.0.1:{l}")),
+        (None, Some(l)) => Endpoint::Tcp(l),
+        (None, None) => Endpoint::Tcp(DEFAULT_LISTEN.into()),
+    };
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    // TCP clients need the token; only rank 0 listens, but every rank checks the file so that a
+    // bad one fails before the group forms.
+    let token = match &endpoint {
+        Endpoint::Unix(_) => None,
+        Endpoint::Tcp(_) => {
+            let path = match token_file {
+                Some(f) => f.to_path_buf(),
+                None => default_token_file()?,
+            };
+            let (token, created) = tessera::protocol::auth::Token::load_or_create(&path)
+                .context("the token for TCP clients")?;
+            if created && !launched {
+                super::output::complain(format_args!(
+                    "tessera serve: wrote a new random token to {} (clients need it)",
+                    path.display()
+                ));
+            }
+            Some(token)
+        }
+    };
+    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        dist::launch::launch(n, &args).context("local process group")?;
+        return Ok(());
+    }
+    place_threads(group, None)?;
+    let comm = join_group(group)?;
+    let info = RankInfo::discover(&rank_flags(group))?;
+    let opts = ServeOptions {
+        endpoint,
+        token,
+        out_dir: out,
+        ranks_here: info.local_world_size,
+        op_timeout: Some(Duration::from_secs(group.op_timeout as u64)),
+    };
+    tessera::serve::serve(comm, &opts).context("tessera serve")
+}
+
+/// `$XDG_CONFIG_HOME/tessera/serve-token`, else `~/.config/tessera/serve-token` (the folder is
+/// created private).
+pub(super) fn default_token_file() -> Result<PathBuf> {
+    let config = match (
+        std::env::var_os("XDG_CONFIG_HOME"),
+        std::env::var_os("HOME"),
+    ) {
+        (Some(x), _) if !x.is_empty() => PathBuf::from(x),
+        (_, Some(h)) if !h.is_empty() => PathBuf::from(h).join(".config"),
+        _ => bail!("no HOME to keep the token in; give --token-file FILE"),
+    };
+    let dir = config.join("tessera");
+    if !dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    Ok(dir.join("serve-token"))
+}
