@@ -78,6 +78,10 @@ pub enum Error {
     /// A request that is valid in principle but not supported by this operator or build.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A process tessera started for one part of a study (a configuration's process group) failed
+    /// or gave no readable result; its own error went to the stderr it shares.
+    #[error("{what} failed: {reason}")]
+    ChildFailed { what: String, reason: String },
 }
 
 impl Error {

@@ -1,15 +1,17 @@
 //! Scaling studies: the runs of one preset at several rank counts (and image sizes, threads per
 //! rank), read back from their `metrics.json`, tabulated as CSV and drawn as a report.
 //!
-//! `tessera bench scaling` (in `cli`) starts each configuration as real rank processes and hands
-//! the run folders here. Times come from the per-rank, per-iteration profiles the job writes
-//! (`dist::profile`): a run's time for a component is the slowest rank's sum over the iterations
-//! (the ranks meet at collectives every iteration, so the slowest one sets the pace). Speedup is
-//! `t_base / t_N` against the configuration with the fewest ranks of the same size and threads,
-//! efficiency `speedup / (N / N_base)`, as in deepinv's scaling study. [`model`] extends a study past
-//! this machine; the report shows its figures beside the measured ones and labels which is which.
+//! [`study`] runs each configuration as real rank processes of the tessera binary (`tessera bench
+//! scaling`) and reads the run folders back. Times come from the per-rank, per-iteration profiles
+//! the job writes (`dist::profile`): a run's time for a component is the slowest rank's sum over
+//! the iterations (the ranks meet at collectives every iteration, so the slowest one sets the
+//! pace). Speedup is `t_base / t_N` against the configuration with the fewest ranks of the same
+//! size and threads, efficiency `speedup / (N / N_base)`, as in deepinv's scaling study. [`model`]
+//! extends a study past this machine; the report shows its figures beside the measured ones and
+//! labels which is which.
 
 pub mod model;
+pub mod study;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,6 @@ use anyhow::{Context, Result, bail};
 
 use tessera::dist;
 use tessera::io;
-use tessera::preset::Preset;
 
 use super::args::BenchWhat;
 use super::group::{join_group, launch_local_group};
@@ -130,7 +129,15 @@ pub(super) fn bench(what: BenchWhat) -> Result<()> {
                     "--link: give LATENCY_US,GB_PER_S with latency ≥ 0 and bandwidth > 0, got {link:?}"
                 ),
             };
-            bench_scaling(&preset, &ranks, &sizes, &threads_per_rank, &set, out, link)?
+            let spec = tessera::scaling::study::StudySpec {
+                preset,
+                overrides: set,
+                ranks,
+                sizes,
+                threads_per_rank,
+                out,
+            };
+            bench_scaling(&spec, link)?
         }
         BenchWhat::Denoisers {
             photos,
@@ -266,7 +273,7 @@ fn bench_spatial_memory(
     budget_mib: usize,
     csv: Option<&Path>,
 ) -> Result<()> {
-    use tessera::dist::spatial_memory::{self as study, MemoryPoint, StudyModel};
+    use tessera::dist::spatial_memory::{self as study, StudyModel};
     let models = models
         .iter()
         .map(|m| m.parse::<StudyModel>())
@@ -276,51 +283,10 @@ fn bench_spatial_memory(
         .filter_map(|(t, on)| on.then_some(t))
         .collect();
     let exe = std::env::current_exe().context("finding this executable")?;
-    let mut points: Vec<MemoryPoint> = Vec::new();
-    for &model in &models {
-        let sizes = match sizes {
-            [] => model.default_sizes(),
-            given => given,
-        };
-        for &train in &modes {
-            for &size in sizes {
-                for &n in ranks {
-                    let mode = if train { "train" } else { "forward" };
-                    eprintln!("{} {mode} {size} on {n} rank(s)", model.name());
-                    let mut cmd = std::process::Command::new(&exe);
-                    cmd.args(["bench", "spatial-memory-rank", "--model", model.name()])
-                        .args(["--size", &size.to_string(), "--ranks", &n.to_string()]);
-                    if train {
-                        cmd.arg("--train");
-                    }
-                    let o = cmd
-                        .stderr(std::process::Stdio::inherit())
-                        .output()
-                        .with_context(|| format!("starting {}", exe.display()))?;
-                    if !o.status.success() {
-                        bail!(
-                            "{} {mode} {size} on {n} rank(s) failed ({})",
-                            model.name(),
-                            o.status
-                        );
-                    }
-                    let text = String::from_utf8_lossy(&o.stdout);
-                    let line = text
-                        .lines()
-                        .rev()
-                        // Rank 0's line, behind the launcher's `[rank 0] ` prefix on N ranks.
-                        .find_map(|l| l.find('{').map(|at| &l[at..]))
-                        .ok_or_else(|| {
-                            anyhow::anyhow!(
-                                "no result from {} {mode} {size} on {n} rank(s)",
-                                model.name()
-                            )
-                        })?;
-                    points.push(serde_json::from_str(line).context("reading a rank's result")?);
-                }
-            }
-        }
-    }
+    let points = study::run_study(&exe, &models, sizes, ranks, &modes, |spec, n| {
+        let mode = if spec.train { "train" } else { "forward" };
+        eprintln!("{} {mode} {} on {n} rank(s)", spec.model.name(), spec.size);
+    })?;
     let rows = study::rows(&points);
     say!(
         "{:<7} {:<7} {:>5} {:>5} {:>7} {:>10} {:>10} {:>9} {:>6} {:>5} {:>7} {:>9} {:>6} {:>9} {:>5}",
@@ -390,118 +356,45 @@ fn bench_spatial_memory(
     Ok(())
 }
 
-/// `tessera bench scaling`: every configuration is a `tessera run … --ranks N` of this binary (a
-/// real process group), run one after the other so they do not compete for the cores.
+/// `tessera bench scaling`: the study (`tessera::scaling::study`, each configuration a process
+/// group of this binary), then its report and summary.
 fn bench_scaling(
-    name: &str,
-    ranks: &[usize],
-    sizes: &[usize],
-    threads: &[usize],
-    set: &[String],
-    out: Option<PathBuf>,
+    spec: &tessera::scaling::study::StudySpec,
     link: Option<tessera::scaling::model::Link>,
 ) -> Result<()> {
-    use tessera::scaling::{Configuration, Run, RunMetrics, model::Workload};
-    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
-    let preset = &loaded.preset;
-    if ranks.is_empty() || ranks.contains(&0) {
-        bail!("--ranks: give rank counts of at least 1, e.g. --ranks 1,2");
-    }
-    for &t in threads {
-        tessera::dist::placement::check_threads("--threads-per-rank", t)?;
-    }
-    let sizes: Vec<Option<usize>> = if sizes.is_empty() {
-        vec![None]
-    } else {
-        sizes.iter().copied().map(Some).collect()
-    };
-    let threads: Vec<Option<usize>> = if threads.is_empty() {
-        vec![None]
-    } else {
-        threads.iter().copied().map(Some).collect()
-    };
-    let mut configs = Vec::new();
-    for &size in &sizes {
-        // Resize once per size: a bad size fails before any run starts.
-        let resize = match size {
-            Some(s) => tessera::scaling::size_overrides(preset, s)?,
-            None => Vec::new(),
-        };
-        for &t in &threads {
-            for &n in ranks {
-                let config = Configuration {
-                    size,
-                    ranks: n,
-                    threads: t,
-                };
-                configs.push((config, resize.clone()));
-            }
-        }
-    }
-    let out = out.unwrap_or_else(|| PathBuf::from("out").join(format!("scaling-{}", preset.name)));
+    use tessera::scaling::study::{self, StudyProgress};
     let exe = std::env::current_exe().context("finding this executable")?;
-    let total = configs.len();
-    let mut runs = Vec::with_capacity(total);
-    for (k, (config, resize)) in configs.into_iter().enumerate() {
-        let dir = out.join("runs").join(config.slug());
-        eprintln!(
-            "[{}/{}] {} → {}",
-            k + 1,
+    let done = study::run(&exe, spec, |p| match p {
+        StudyProgress::Starting {
+            index,
             total,
+            config,
+            dir,
+        } => eprintln!(
+            "[{}/{total}] {} → {}",
+            index + 1,
             config.slug(),
             dir.display()
-        );
-        let mut cmd = std::process::Command::new(&exe);
-        cmd.args(["run", name, "--quiet", "--ranks"])
-            .arg(config.ranks.to_string())
-            .arg("--out")
-            .arg(&dir);
-        for o in set.iter().chain(&resize) {
-            cmd.args(["--set", o]);
-        }
-        if let Some(t) = config.threads {
-            cmd.args(["--threads-per-rank", &t.to_string()]);
-        }
-        let status = cmd
-            .status()
-            .with_context(|| format!("starting run {}", config.slug()))?;
-        if !status.success() {
-            bail!(
-                "run {} failed ({status}); its output is above, its folder {}",
-                config.slug(),
-                dir.display()
-            );
-        }
-        let metrics = RunMetrics::load(&dir).with_context(|| format!("run {}", config.slug()))?;
-        eprintln!(
+        ),
+        StudyProgress::Finished { metrics, .. } => eprintln!(
             "    {:.2} s (slowest rank; gradient {:.2} s, denoiser {:.2} s)",
             metrics.total_secs(),
             metrics.gradient_secs(),
             metrics.denoiser_secs()
-        );
-        let overrides: Vec<String> = set.iter().chain(&resize).cloned().collect();
-        let workload =
-            match Preset::load(name, &overrides).and_then(|p| Workload::of_preset(&p.preset)) {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    eprintln!("    no model for {}: {e}", config.slug());
-                    None
-                }
-            };
-        runs.push(Run {
-            config,
-            metrics,
-            workload,
-        });
-    }
+        ),
+        StudyProgress::NoModel { config, error } => {
+            eprintln!("    no model for {}: {error}", config.slug())
+        }
+    })
+    .with_context(|| format!("scaling study of `{}`", spec.preset))?;
     let report = tessera::scaling::write_report(
-        &runs,
-        &format!("Scaling study: {}", preset.name),
-        &out,
+        &done.runs,
+        &format!("Scaling study: {}", done.name),
+        &done.out,
         link,
     )
     .context("writing the scaling report")?;
-    println!("{}", tessera::scaling::summary_csv(&runs));
+    println!("{}", tessera::scaling::summary_csv(&done.runs));
     println!("report: {}", report.display());
     Ok(())
 }

@@ -10,7 +10,10 @@
 //! halo one exchange sends; live heap bytes with the halo each rank holds at once for one layer
 //! ([`Network::largest_halo`]), beside the plain ratio. From a straight-line fit of working memory
 //! against pixels per configuration it also gives the largest image that fits a per-rank budget.
+//! [`run_study`] runs the configurations, each as its own process group of the tessera binary.
 
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -428,10 +431,126 @@ pub fn csv(rows: &[StudyRow]) -> String {
     s
 }
 
+/// Measures every configuration — each model, mode (`forward` and/or `train` in `modes`), size
+/// (`sizes`, or the model's [`StudyModel::default_sizes`]) and rank count — as its own process
+/// group of `exe` (the tessera binary's `bench spatial-memory-rank --ranks N`, so each rank's
+/// memory is its own process's), one after the other. `starting` sees each configuration and its
+/// rank count before it runs; a configuration that fails stops the study.
+pub fn run_study(
+    exe: &Path,
+    models: &[StudyModel],
+    sizes: &[usize],
+    ranks: &[usize],
+    modes: &[bool],
+    mut starting: impl FnMut(&MemorySpec, usize),
+) -> Result<Vec<MemoryPoint>> {
+    let mut points = Vec::new();
+    for &model in models {
+        let sizes = match sizes {
+            [] => model.default_sizes(),
+            given => given,
+        };
+        for &train in modes {
+            for &size in sizes {
+                for &n in ranks {
+                    let spec = MemorySpec { model, size, train };
+                    starting(&spec, n);
+                    points.push(measure_in_child(exe, spec, n)?);
+                }
+            }
+        }
+    }
+    Ok(points)
+}
+
+/// One configuration as a process group of `exe` on `ranks` ranks: rank 0's result line.
+fn measure_in_child(exe: &Path, spec: MemorySpec, ranks: usize) -> Result<MemoryPoint> {
+    let what = format!(
+        "{} {} {} on {ranks} rank(s)",
+        spec.model.name(),
+        if spec.train { "train" } else { "forward" },
+        spec.size
+    );
+    let mut cmd = Command::new(exe);
+    cmd.args(["bench", "spatial-memory-rank", "--model", spec.model.name()])
+        .args([
+            "--size",
+            &spec.size.to_string(),
+            "--ranks",
+            &ranks.to_string(),
+        ]);
+    if spec.train {
+        cmd.arg("--train");
+    }
+    let o = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| Error::io("starting a memory study configuration", exe, e))?;
+    let failed = |reason: String| Error::ChildFailed {
+        what: what.clone(),
+        reason,
+    };
+    if !o.status.success() {
+        return Err(failed(o.status.to_string()));
+    }
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text
+        .lines()
+        .rev()
+        // Rank 0's line, behind the launcher's `[rank 0] ` prefix on N ranks.
+        .find_map(|l| l.find('{').map(|at| &l[at..]))
+        .ok_or_else(|| failed("it printed no result".into()))?;
+    serde_json::from_str(line).map_err(|e| failed(format!("its result is unreadable: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dist::testutil::on_group;
+
+    #[test]
+    fn a_configuration_that_fails_or_prints_nothing_names_itself() {
+        let mut seen = Vec::new();
+        let e = run_study(
+            Path::new("/bin/false"),
+            &[StudyModel::Cnn2d],
+            &[32, 64],
+            &[1, 2],
+            &[false],
+            |spec, n| seen.push((spec.size, n)),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::ChildFailed { what, .. } if what == "cnn2d forward 32 on 1 rank(s)"),
+            "{e}"
+        );
+        assert_eq!(seen, [(32, 1)]);
+        // `true` succeeds and prints nothing: no result is an error, not a panic or an empty study.
+        let e = run_study(
+            Path::new("/bin/true"),
+            &[StudyModel::Fcn2d],
+            &[16],
+            &[1],
+            &[true],
+            |_, _| {},
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("fcn2d train 16 on 1 rank(s) failed: it printed no result"),
+            "{e}"
+        );
+        let e = run_study(
+            Path::new("/nonexistent/tessera"),
+            &[StudyModel::Fcn2d],
+            &[16],
+            &[1],
+            &[true],
+            |_, _| {},
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+    }
 
     fn point(model: StudyModel, size: usize, ranks: usize, working: u64) -> MemoryPoint {
         MemoryPoint {
