@@ -3,11 +3,13 @@
 //! protocol versions are checked, and a killed backend leaves the client able to start a new one.
 
 use std::process::Command;
-use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
+#[path = "support/serve_local.rs"]
+mod serve_local;
 #[path = "support/serve_tcp.rs"]
 mod serve_tcp;
+use serve_local::{EXE, is_end, local, quick, submit, until};
 use serve_tcp::serve_tcp;
 
 use tessera::preset::Preset;
@@ -15,72 +17,6 @@ use tessera::protocol::{
     BackendAddr, Client, ClientEvent, Event, InlineArray, LocalBackend, LocalOptions,
     PROTOCOL_VERSION, PreviewKind, Request, TrainPlan,
 };
-
-const EXE: &str = env!("CARGO_BIN_EXE_tessera");
-const WAIT: Duration = Duration::from_secs(120);
-
-fn local(ranks: usize) -> (LocalBackend, Client, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = LocalOptions::new(ranks, dir.path().join("out"));
-    opts.exe = Some(EXE.into());
-    let (backend, client) = LocalBackend::spawn_with(opts).unwrap();
-    (backend, client, dir)
-}
-
-/// The quick preset on a small image with `iterations`.
-fn quick(iterations: usize) -> String {
-    Preset::load(
-        "quick",
-        &[
-            format!("algorithm.iterations={iterations}"),
-            "image.size=[48, 40]".into(),
-        ],
-    )
-    .unwrap()
-    .preset
-    .to_toml()
-    .unwrap()
-}
-
-fn submit(client: &Client, preset_toml: String) {
-    client
-        .send(Request::Submit {
-            preset_toml,
-            inline: Vec::new(),
-            files: Vec::new(),
-            preview_max_side: 32,
-        })
-        .unwrap();
-}
-
-/// Collects events until `stop` matches one (included); panics on disconnection or timeout.
-fn until(client: &Client, mut stop: impl FnMut(&Event) -> bool) -> Vec<Event> {
-    let deadline = Instant::now() + WAIT;
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match client.events().recv_timeout(left) {
-            Ok(ClientEvent::Event(e)) => {
-                let done = stop(&e);
-                seen.push(e);
-                if done {
-                    return seen;
-                }
-            }
-            Ok(ClientEvent::Disconnected(why)) => panic!("disconnected: {why}; saw {seen:#?}"),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                panic!("no matching event in {WAIT:?}; saw {} events", seen.len())
-            }
-        }
-    }
-}
-
-fn is_end(e: &Event) -> bool {
-    matches!(
-        e,
-        Event::Finished { .. } | Event::Cancelled { .. } | Event::Failed { .. }
-    )
-}
 
 fn iterations(events: &[Event]) -> Vec<usize> {
     events
@@ -609,113 +545,6 @@ fn killing_the_backend_mid_run_disconnects_the_client_and_a_new_backend_starts()
     submit(&client, quick(2));
     let events = until(&client, is_end);
     assert!(matches!(events.last(), Some(Event::Finished { .. })));
-}
-
-/// Not a check: prints the numbers quoted in docs/WORKBENCH.md (`cargo test --release --test serve
-/// measure -- --nocapture`).
-/// The bare cost of the per-iteration exchange (25 bytes per rank, all_gather) next to a one-float
-/// all_reduce, between two ranks (threads) over Unix sockets, with no work in between.
-fn exchange_micro_bench() {
-    use tessera::dist::{Collective, RankInfo, RankSource, ReduceOp, SocketGroup};
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let times: Vec<(f64, f64)> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
-            .map(|rank| {
-                s.spawn(move || {
-                    let info = RankInfo {
-                        rank,
-                        world_size: 2,
-                        local_rank: rank,
-                        local_world_size: 2,
-                        master_addr: "127.0.0.1".into(),
-                        master_port: port,
-                        source: RankSource::Flags,
-                    };
-                    let g = SocketGroup::connect(&info, Duration::from_secs(30)).unwrap();
-                    let n = 2000;
-                    let t = Instant::now();
-                    for _ in 0..n {
-                        g.all_gather(&[0u8; 25]).unwrap();
-                    }
-                    let gather = t.elapsed().as_secs_f64() / n as f64;
-                    let t = Instant::now();
-                    for _ in 0..n {
-                        g.all_reduce(&mut [0f32], ReduceOp::Max).unwrap();
-                    }
-                    (gather, t.elapsed().as_secs_f64() / n as f64)
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    eprintln!(
-        "bare exchange between 2 ranks: all_gather of 25 B {:.1} µs, all_reduce max of 1 f32 {:.1} µs",
-        times[0].0 * 1e6,
-        times[0].1 * 1e6
-    );
-}
-
-#[test]
-fn measure_round_trip_and_control_overhead() {
-    exchange_micro_bench();
-    let (_backend, client, _dir) = local(2);
-    let mut rtt = Vec::new();
-    for _ in 0..200 {
-        let t = Instant::now();
-        client.send(Request::Status).unwrap();
-        until(&client, |e| matches!(e, Event::Status { .. }));
-        rtt.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    rtt.sort_by(f64::total_cmp);
-    eprintln!(
-        "status round trip over the Unix socket: median {:.0} µs, p90 {:.0} µs",
-        rtt[100], rtt[180]
-    );
-    submit(&client, quick(200));
-    let events = until(&client, is_end);
-    for e in &events {
-        if let Event::Log { message, .. } = e
-            && message.contains("overhead")
-        {
-            eprintln!("{message}");
-        }
-    }
-    let iter_secs: Vec<f64> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Iteration { report, .. } => Some(
-                report.times.gradient_secs + report.times.denoiser_secs + report.times.other_secs,
-            ),
-            _ => None,
-        })
-        .collect();
-    let mean = iter_secs.iter().sum::<f64>() / iter_secs.len() as f64;
-    eprintln!("mean iteration (quick preset, 48×40) {:.0} µs", mean * 1e6);
-    // What a preview costs on a large image: the hand-off on rank 0 is a copy; the downsampling
-    // runs on the preview thread.
-    let big = tessera::Tensor::from_fn(&[1, 3, 2048, 2048], |i| (i % 255) as f32);
-    let t = Instant::now();
-    let mut copy = big.clone();
-    let clone_secs = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    copy.data_mut().copy_from_slice(big.data()); // the recycled-buffer hand-off
-    let copy_secs = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let p = tessera::protocol::PreviewImage::of_tensor(&copy, Default::default(), 512).unwrap();
-    let down_secs = t.elapsed().as_secs_f64();
-    eprintln!(
-        "2048×2048×3 preview: hand-off {:.1} ms (first, fresh allocation {:.1} ms), downsampling \
-         to {}×{} {:.1} ms (preview thread)",
-        copy_secs * 1e3,
-        clone_secs * 1e3,
-        p.width,
-        p.height,
-        down_secs * 1e3
-    );
 }
 
 #[test]
