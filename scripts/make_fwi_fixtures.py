@@ -3,9 +3,9 @@
 
     ~/.cache/tessera/deepinv-venv/bin/python scripts/make_fwi_fixtures.py
 
-- adam_*.npy: torch.optim.Adam([p], lr=5.0, eps=1e-22) (the seed's settings) on a float32 vector of
+- adam_*.npy: torch.optim.Adam([p], lr=5.0, eps=1e-22) (the reference loop's settings) on a float32 vector of
   1037 velocities for 6 steps of given gradients: the parameters after each step.
-- tensor_split.json: torch.tensor_split(arange(n), k) for several (n, k) (the seed's shot split).
+- tensor_split.json: torch.tensor_split(arange(n), k) for several (n, k) (the reference loop's shot split).
 - segyio_*.sgy: files written by segyio (IBM and IEEE float) with the arrays they hold (.npy) and
   their trace headers (FFID, trace number) in segy_manifest.json.
 """

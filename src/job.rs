@@ -24,7 +24,7 @@ use crate::dist::spatial::HaloTraffic;
 use crate::dist::timed::{PhasedDenoiser, TimedCollective};
 use crate::dist::{Collective, SingleProcess};
 use crate::error::{Error, Result};
-use crate::io::{self, RunDir, Staging};
+use crate::io::{self, METRICS_FILE, RunDir, Staging};
 use crate::metrics;
 use crate::optim::{self, AlgorithmConfig, IterationReport, Monitor, Reconstruction};
 use crate::physics::{PhysicsConfig, StackedLinearPhysics};
@@ -802,9 +802,6 @@ pub fn run_in_group_with(
     summary.run_dir = Some(staging.commit(&preset.name)?);
     Ok(summary)
 }
-
-/// The file a complete run folder holds, written last.
-pub const METRICS_FILE: &str = "metrics.json";
 
 /// The filtered back-projection `A†y` of a stack of one whole tomography operator
 /// ([`Preset::fbp_operator`]).

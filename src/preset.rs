@@ -46,7 +46,7 @@ pub struct Preset {
     #[serde(default)]
     pub noise: Option<NoiseConfig>,
     /// Clamp the simulated measurements into `[lo, hi]` after the noise, as a sensor saturates (the
-    /// seeds' colour workload keeps its blurred, noisy images in `[0, 1]`).
+    /// reference scaling study's colour workload keeps its blurred, noisy images in `[0, 1]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measurement_clamp: Option<[f32; 2]>,
     /// Measured data to reconstruct from, one array per operator, instead of simulating

@@ -65,8 +65,8 @@ impl Configuration {
 }
 
 /// `--set` overrides that resize the preset's sample so its longest side is `longest` pixels,
-/// keeping its aspect; Gaussian blur widths scale with it (the seeds' workloads give them as
-/// fractions of the image side).
+/// keeping its aspect; Gaussian blur widths scale with it (the reference study's workloads give
+/// them as fractions of the image side).
 pub fn size_overrides(preset: &Preset, longest: usize) -> Result<Vec<String>> {
     let size = match (&preset.image.sample, &preset.image.size) {
         (Some(_), Some(size)) if !size.is_empty() => size,
@@ -137,7 +137,7 @@ pub struct RunMetrics {
 impl RunMetrics {
     /// Reads `dir/metrics.json`; a run without per-iteration profiles for every rank is an error.
     pub fn load(dir: &Path) -> Result<RunMetrics> {
-        let path = dir.join(crate::job::METRICS_FILE);
+        let path = dir.join(crate::io::METRICS_FILE);
         if !dir.is_dir() {
             return Err(Error::format(dir, "no such run folder"));
         }

@@ -1,4 +1,4 @@
-//! The seeds' three scaling workloads as bundled presets, each run through `tessera bench scaling`
+//! The reference scaling study's three workloads as bundled presets, each run through `tessera bench scaling`
 //! on 1 and 2 real rank processes at a tiny size: it loads, runs, and both rank counts compute the
 //! same reconstruction (the tomography ones with their sinograms split by angle over the ranks).
 
@@ -7,7 +7,7 @@ mod support;
 
 use support::{read_json, run_ok};
 
-/// A tiny DRUNet of the seeds' architecture (4 scales), so a test run takes seconds.
+/// A tiny DRUNet of the reference study's architecture (4 scales), so a test run takes seconds.
 const TINY_DRUNET: [&str; 4] = ["--set", "denoiser.nc=[4,6,8,10]", "--set", "denoiser.nb=1"];
 
 fn study(preset: &str, size: &str, extra: &[&str]) -> tempfile::TempDir {

@@ -1,7 +1,8 @@
 //! Denoisers: one trait for every denoiser, applied to a batch of patches at a noise level.
 //!
-//! Classical denoisers live here (TV, wavelet thresholding, median, Gaussian); neural ones (DRUNet,
-//! DnCNN) come later behind the same trait. Tiling wraps any denoiser ([`crate::tiling::TiledDenoiser`]).
+//! Classical denoisers live here (TV, wavelet thresholding, median, Gaussian); the neural ones
+//! (DRUNet, DnCNN, TorchScript) live in [`crate::nn`] behind the same trait, and [`DenoiserConfig`]
+//! builds either kind. Tiling wraps any denoiser ([`crate::tiling::TiledDenoiser`]).
 //! Presets describe a denoiser with a [`DenoiserConfig`], whose `build` gives the live object.
 //!
 //! Every classical denoiser works plane by plane: the `B·C` spatial planes of a batch are independent

@@ -108,7 +108,7 @@ pub struct Stage {
     pub smooth_gradient_cells: Option<f64>,
 }
 
-/// `[fwi]`: the optimisation (the seed's loop).
+/// `[fwi]`: the optimisation (the reference PyTorch loop's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct InversionConfig {
@@ -132,7 +132,7 @@ pub struct InversionConfig {
     pub freeze_rows: usize,
     /// Frequency continuation, in order; epochs after the last stage use the full band.
     pub stages: Vec<Stage>,
-    /// `exact` (the same model on any number of ranks) or `all_reduce` (the seed's float32 sum).
+    /// `exact` (the same model on any number of ranks) or `all_reduce` (the reference loop's float32 sum).
     pub sum_order: SumOrder,
 }
 

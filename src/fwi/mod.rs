@@ -1,4 +1,4 @@
-//! Full-waveform inversion, data-parallel over the ranks of a process group: the seed's
+//! Full-waveform inversion, data-parallel over the ranks of a process group: the reference
 //! torch.distributed loop (velocity model replicated on every rank, shots split across ranks,
 //! gradients summed, the same Adam step everywhere) on tessera's collectives and wave physics
 //! ([`crate::physics::wave`]).

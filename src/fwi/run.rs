@@ -1,8 +1,8 @@
-//! The seed's data-parallel inversion loop on a process group: rank 0 makes (or loads) the observed
+//! The reference data-parallel inversion loop on a process group: rank 0 makes (or loads) the observed
 //! data once and broadcasts it; each epoch rank 0 draws the shot batch and broadcasts it, every rank
 //! models its `tensor_split` part with the loss normalised by the batch size, the velocity gradients
-//! are summed (in batch order: the same bits on any number of ranks, or by the seed's float32
-//! all-reduce), and every rank applies the same Adam step. A hash of the model is exchanged every
+//! are summed (in batch order: the same bits on any number of ranks, or by the reference loop's
+//! float32 all-reduce), and every rank applies the same Adam step. A hash of the model is exchanged every
 //! epoch; ranks that ever disagree stop the run with an error naming them.
 
 use std::ops::ControlFlow;
@@ -908,10 +908,10 @@ fn run_typed<T: Real>(
         (&observed, acq, dx),
     )?);
     summary.outputs.append(&mut panels);
-    summary.outputs.push(PathBuf::from("metrics.json"));
+    summary.outputs.push(PathBuf::from(io::METRICS_FILE));
     let json = serde_json::to_vec_pretty(&summary)
-        .map_err(|e| Error::config("metrics.json", e.to_string()))?;
-    io::write_atomic(&out_dir.join("metrics.json"), &json)?;
+        .map_err(|e| Error::config(io::METRICS_FILE, e.to_string()))?;
+    io::write_atomic(&out_dir.join(io::METRICS_FILE), &json)?;
     summary.run_dir = Some(staging.commit(&preset.name)?);
     Ok(summary)
 }

@@ -21,6 +21,10 @@ pub use npy::{read_npy, read_npy_f64, write_npy};
 pub use run_dir::{RunDir, Staging};
 pub use segy::{Segy, read_raw_f32, read_segy, write_segy};
 
+/// The file a complete run folder holds, written last (by `job` and `fwi`; read back by `scaling`
+/// and the workbench's history): a folder with it under its final name holds a whole run.
+pub const METRICS_FILE: &str = "metrics.json";
+
 /// File kinds known to [`read_array`] and [`write_array`], chosen by extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {

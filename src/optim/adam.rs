@@ -4,7 +4,7 @@
 //!   are handed over as a sequence of slices (a network's tensors in order) matched element for
 //!   element by one flat gradient, so one state serves any set of layers.
 //! - [`TorchAdam`] (any β, ε) as `torch.optim.Adam` computes it in the parameter's own float type:
-//!   full-waveform inversion (`crate::fwi`) replays the seed's torch loop bit for bit.
+//!   full-waveform inversion (`crate::fwi`) replays the reference PyTorch loop bit for bit.
 
 use crate::physics::wave::Real;
 
@@ -69,7 +69,7 @@ impl Adam {
 /// Adam exactly as `torch.optim.Adam` computes it (single-tensor CPU path, no weight decay, no
 /// AMSGrad), operation for operation in the parameter's float type `T`, so a parameter follows
 /// torch's trajectory bit for bit (`tests/fwi.rs` replays torch's steps): the FWI optimiser, where
-/// the seed's velocity model must be reproduced exactly.
+/// the reference PyTorch loop's velocity model must be reproduced exactly.
 #[derive(Debug, Clone)]
 pub struct TorchAdam<T> {
     pub lr: f64,

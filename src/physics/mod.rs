@@ -3,8 +3,10 @@
 //! Vocabulary follows deepinv's `physics/forward.py`: [`Physics`] is a (possibly noisy) forward model,
 //! [`LinearPhysics`] adds the adjoint with defaults for `AᵀA`, the squared operator norm (power method)
 //! and the pseudo-inverse (conjugate gradient) that an operator overrides where it has a closed form.
-//! Concrete operators: [`blur`] (2-D/3-D convolution with every padding), [`tomography`] (parallel
-//! beam, 2-D and 3-D), [`noise`] and [`stack`]. Operators are built from serde configs ([`config`]).
+//! Concrete operators: [`blur`] (2-D/3-D convolution with every padding), [`tomography`] and
+//! [`tomography3d`] (parallel beam), [`wave`] (2-D acoustic waves as deepwave's `scalar`, with the
+//! exact adjoint gradient), [`channels`] (an operator on a run of the input's channels), [`noise`]
+//! and [`stack`]. Operators are built from serde configs ([`config`]).
 
 pub mod blur;
 pub mod blur_bench;

@@ -1,8 +1,9 @@
 //! The element type of the native engine: `f32` for inference and training, `f64` for the
 //! finite-difference and adjoint tests that need more digits than single precision holds.
 //!
-//! Every kernel is generic over [`Scalar`]; the `gemm` crate dispatches on the type at run time, so
-//! the `f32` path compiles to the same code it had before the engine was made generic.
+//! Every kernel is generic over [`Scalar`]; the `gemm` crate dispatches on the type at run time, and
+//! the own AVX-512 kernels (`patch_gemm`, `patch_dot`) and Winograd take `f32` only, so `f64` runs
+//! the portable paths.
 
 use std::fmt::Debug;
 use std::iter::Sum;
