@@ -525,30 +525,26 @@ mod tests {
             "{e}"
         );
         assert_eq!(seen, [(32, 1)]);
+        // One FCN2D training step of 16 px on one rank, with `exe` in place of tessera.
+        let fcn2d_with = |exe: &str| {
+            run_study(
+                Path::new(exe),
+                &[StudyModel::Fcn2d],
+                &[16],
+                &[1],
+                &[true],
+                |_, _| {},
+            )
+            .unwrap_err()
+        };
         // `true` succeeds and prints nothing: no result is an error, not a panic or an empty study.
-        let e = run_study(
-            Path::new("/bin/true"),
-            &[StudyModel::Fcn2d],
-            &[16],
-            &[1],
-            &[true],
-            |_, _| {},
-        )
-        .unwrap_err();
+        let e = fcn2d_with("/bin/true");
         assert!(
             e.to_string()
                 .contains("fcn2d train 16 on 1 rank(s) failed: it printed no result"),
             "{e}"
         );
-        let e = run_study(
-            Path::new("/nonexistent/tessera"),
-            &[StudyModel::Fcn2d],
-            &[16],
-            &[1],
-            &[true],
-            |_, _| {},
-        )
-        .unwrap_err();
+        let e = fcn2d_with("/nonexistent/tessera");
         assert!(matches!(e, Error::Io { .. }), "{e}");
     }
 
