@@ -16,6 +16,7 @@ mod output;
 mod presets;
 mod run;
 mod serve;
+mod summary;
 mod train;
 
 use std::process::ExitCode;

@@ -261,9 +261,9 @@ pub fn run(
                 progress.finish();
                 let printed = match kind {
                     Kind::Imaging => serde_json::from_str::<JobSummary>(&summary_json)
-                        .map(|s| super::run::print_summary(&s)),
+                        .map(|s| super::summary::print_summary(&s)),
                     Kind::Fwi => serde_json::from_str::<FwiSummary>(&summary_json)
-                        .map(|s| super::run::print_fwi_summary(&s)),
+                        .map(|s| super::summary::print_fwi_summary(&s)),
                     Kind::Train => print_training(&summary_json),
                 };
                 if let Err(e) = printed {
