@@ -439,10 +439,13 @@ mod tests {
                 let timed = Arc::new(TimedCollective::new(Box::new(comm)));
                 let mut profiler = Profiler::start(timed.clone()).unwrap();
                 for k in 0..2 {
-                    // Rank r arrives r steps late at the gradient's all-reduce.
+                    // Rank r arrives r steps late at the gradient's all-reduce. Every rank works
+                    // a step first: the start of an iteration's work is estimated from its
+                    // measured times, to within scheduling noise, so a collective made in its
+                    // first microseconds could count as setup on a loaded machine.
                     let t = std::time::Instant::now();
                     std::thread::sleep(std::time::Duration::from_secs_f64(
-                        STEP_SECS * timed.rank() as f64,
+                        STEP_SECS * (timed.rank() + 1) as f64,
                     ));
                     let mut buf = vec![1.0f32; 1000];
                     timed.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
