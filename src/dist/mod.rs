@@ -13,7 +13,7 @@ pub mod launch;
 pub mod liveness;
 #[cfg(feature = "mpi")]
 pub mod mpi;
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub mod nccl;
 pub(crate) mod net;
 pub mod patch_map;
@@ -93,9 +93,9 @@ pub fn init_backend(
              (needs libopenmpi-dev and libclang-dev)"
                 .into(),
         )),
-        #[cfg(feature = "nccl")]
+        #[cfg(feature = "cuda")]
         Backend::Nccl => Ok(Box::new(nccl::NcclGroup::connect(info, timeout, liveness)?)),
-        #[cfg(not(feature = "nccl"))]
+        #[cfg(not(feature = "cuda"))]
         Backend::Nccl => Err(crate::Error::Unsupported(
             "this tessera was built without NCCL; rebuild with `cargo build --release --features nccl` \
              (needs NVIDIA GPUs with the CUDA driver and libnccl at run time)"
