@@ -72,7 +72,7 @@ pub enum ConvMethod {
 /// Largest kernel side accepted (from a file or a Gaussian), a guard against absurd configs.
 pub const MAX_KERNEL_SIDE: usize = 4097;
 /// For each position of a padded axis, the index of the sample it copies (`None`: a zero).
-type AxisMap = Vec<Option<usize>>;
+pub(crate) type AxisMap = Vec<Option<usize>>;
 
 /// Where sample `r` (relative to the image start, possibly outside `[0, n)`) of the extension of an
 /// axis of length `n` comes from. Extensions are defined for any `r`, so kernels larger than the
@@ -359,6 +359,11 @@ impl Conv {
         }
     }
 
+    /// The kernels (one, or one per channel), each `kd·kh·kw` values in C order.
+    pub(crate) fn kernels(&self) -> &[Vec<f32>] {
+        &self.kernels
+    }
+
     pub fn kdims(&self) -> [usize; 3] {
         self.kdims
     }
@@ -475,7 +480,29 @@ impl Conv {
         }
         // Computed outside the lock: two threads may both compute it, harmlessly.
         let fft = RealFft3::get(grid);
-        let mut placed = vec![0.0f32; fft.real_len()];
+        let mut placed = self.placed_kernel(channel, grid, centred);
+        let scale = 1.0 / fft.real_len() as f32;
+        let mut spec = fft.forward(&mut placed);
+        for v in &mut spec {
+            *v *= scale;
+        }
+        let spec = Arc::new(spec);
+        self.spectra
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, spec.clone());
+        spec
+    }
+
+    /// Kernel `channel` on an FFT grid: at the origin on linear axes, centred (wrapped) on circular
+    /// ones; the real array whose transform, over `N`, is the kernel spectrum the FFT path uses.
+    pub(crate) fn placed_kernel(
+        &self,
+        channel: usize,
+        grid: [usize; 3],
+        centred: [bool; 3],
+    ) -> Vec<f32> {
+        let mut placed = vec![0.0f32; grid.iter().product()];
         let [kd, kh, kw] = self.kdims;
         let centre = self.kdims.map(|k| k / 2);
         let k = &self.kernels[channel];
@@ -497,17 +524,32 @@ impl Conv {
                 }
             }
         }
-        let scale = 1.0 / fft.real_len() as f32;
-        let mut spec = fft.forward(&mut placed);
-        for v in &mut spec {
-            *v *= scale;
+        placed
+    }
+
+    /// The FFT path's geometry for inputs of `dims` with the given circular axes (only meaningful
+    /// for circular padding; other paddings pass `[false; 3]`): what a device implementation of the
+    /// same operator needs to reproduce it (`device::ops::conv`).
+    pub(crate) fn fft_layout(&self, dims: [usize; 3], circular_axes: [bool; 3]) -> FftLayout {
+        let plan = Plan::Fft(circular_axes);
+        let out_dims = self.out_dims(dims).expect("shape checked by the operator");
+        let grid = self.fft_grid(plan, dims);
+        let crop = self.fft_crop(plan);
+        FftLayout {
+            grid,
+            input_maps: self.fft_maps(plan, dims),
+            output_maps: [0, 1, 2].map(|i| {
+                axis_map(
+                    Padding::Constant,
+                    out_dims[i],
+                    crop[i],
+                    crop[i] + out_dims[i],
+                    grid[i],
+                )
+            }),
+            crop,
+            out_dims,
         }
-        let spec = Arc::new(spec);
-        self.spectra
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, spec.clone());
-        spec
     }
 
     /// Kernel index for plane `p` of an input with `channels` channels.
@@ -792,6 +834,20 @@ impl Conv {
         multiply(&mut spec, &k, true);
         self.adjoint_from_spectrum(plan, spec, dims, x);
     }
+}
+
+/// The FFT path of a [`Conv`] for one input size, as plain data ([`Conv::fft_layout`]).
+pub(crate) struct FftLayout {
+    /// The FFT grid.
+    pub grid: [usize; 3],
+    /// Per grid axis, the input sample each grid position copies (`None`: zero): the padding.
+    pub input_maps: [AxisMap; 3],
+    /// Per grid axis, the output sample each grid position holds (`None`: zero): where the
+    /// adjoint places its input.
+    pub output_maps: [AxisMap; 3],
+    /// Offset of the output inside the grid.
+    pub crop: [usize; 3],
+    pub out_dims: [usize; 3],
 }
 
 /// An input spectrum handed to the forward product: owned (consumed) or shared between operators.

@@ -192,6 +192,9 @@ struct Ray {
     row0: f32,
     col0: f32,
     count: u32,
+    /// The ray step (`0..N`) of the first kept sample: the device adjoint finds a pixel's samples
+    /// from its position along the ray.
+    first: u32,
 }
 
 /// A ray with no samples (the partner of the odd ray out).
@@ -199,6 +202,7 @@ const EMPTY_RAY: Ray = Ray {
     row0: 0.0,
     col0: 0.0,
     count: 0,
+    first: 0,
 };
 
 /// The sampling geometry shared by the forward and the adjoint, computed once.
@@ -215,6 +219,10 @@ struct Geometry {
     rays: Vec<Ray>,
     /// Per pixel: 1 inside the inscribed disc, 0 outside (only with `circle`).
     mask: Option<Vec<f32>>,
+    /// `(N−1)/2`, the rotation centre in padded-grid coordinates.
+    center: f32,
+    /// Padded-grid coordinates → buffer coordinates.
+    shift: f32,
 }
 
 /// The open interval of `t` with `lo < p0 + d·t < hi`.
@@ -270,6 +278,7 @@ impl Geometry {
                     row0: (row_at0 + cos * first) as f32,
                     col0: (col_at0 + sin * first) as f32,
                     count,
+                    first: first as u32,
                 });
             }
         }
@@ -294,6 +303,8 @@ impl Geometry {
             steps,
             rays,
             mask,
+            center: center as f32,
+            shift: shift as f32,
         }
     }
 
@@ -680,6 +691,33 @@ fn ramp_filter_planes(data: &mut [f32], nd: usize, na: usize) {
     });
 }
 
+/// [`Tomography`]'s rays as plain arrays ([`Tomography::device_geometry`]); rays are angle-major
+/// (`a·n_det + j`), coordinates are in the bordered buffer (`stride × stride`, image at `border`).
+pub(crate) struct TomographyGeometry {
+    pub width: usize,
+    pub border: usize,
+    pub stride: usize,
+    pub n_det: usize,
+    pub n_angles: usize,
+    /// Per angle, the ray step `(Δrow, Δcol) = (cos θ, sin θ)`.
+    pub step_row: Vec<f32>,
+    pub step_col: Vec<f32>,
+    /// Per ray, the first kept sample's position, the number of kept samples and the step it is.
+    pub ray_row0: Vec<f32>,
+    pub ray_col0: Vec<f32>,
+    pub ray_count: Vec<u32>,
+    pub ray_first: Vec<u32>,
+    /// The disc mask with `circle`.
+    pub mask: Option<Vec<f32>>,
+    /// `(N−1)/2` and the padded-grid → buffer shift: sample `i` of ray `j` is at
+    /// `row = center + shift − sin θ·(j − center) + cos θ·(i − center)`,
+    /// `col = center + shift + cos θ·(j − center) + sin θ·(i − center)`.
+    pub center: f32,
+    pub shift: f32,
+    /// `1/‖A‖` with `normalize`, else 1.
+    pub scale: f32,
+}
+
 /// 2-D parallel-beam tomography of square images `(B, C, W, W)` → sinograms `(B, C, N_det, N_angles)`.
 #[derive(Debug, Clone)]
 pub struct Tomography {
@@ -783,6 +821,29 @@ impl Tomography {
             return Err(Error::shape(op, &expected, y_shape));
         }
         Ok(y_shape[..lead].iter().product())
+    }
+
+    /// The sampling geometry as plain arrays, for a device implementation of the same operator
+    /// (`device::ops::tomography`): it samples where this operator samples.
+    pub(crate) fn device_geometry(&self) -> TomographyGeometry {
+        let g = &self.geometry;
+        TomographyGeometry {
+            width: g.width,
+            border: BORDER,
+            stride: g.stride,
+            n_det: g.n_det,
+            n_angles: g.n_angles,
+            step_row: g.steps.iter().map(|s| s.0).collect(),
+            step_col: g.steps.iter().map(|s| s.1).collect(),
+            ray_row0: g.rays.iter().map(|r| r.row0).collect(),
+            ray_col0: g.rays.iter().map(|r| r.col0).collect(),
+            ray_count: g.rays.iter().map(|r| r.count).collect(),
+            ray_first: g.rays.iter().map(|r| r.first).collect(),
+            mask: g.mask.clone(),
+            center: g.center,
+            shift: g.shift,
+            scale: self.scale(),
+        }
     }
 
     /// `A` on contiguous `W×W` planes → contiguous `N_det×N_angles` sinograms.
