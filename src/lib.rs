@@ -30,6 +30,7 @@
 //! ```
 
 pub mod denoise;
+pub mod device;
 pub mod dist;
 pub mod dsn;
 pub mod error;

@@ -1,0 +1,348 @@
+//! The blur's FFT path on the device: [`DeviceConv`] computes `physics::conv::Conv` (deepinv's
+//! convolution, every padding: valid, circular, replicate, reflect, constant) as pad → FFT →
+//! product with the kernel's spectrum → inverse FFT → crop, and its adjoint as zero-pad → FFT →
+//! product with the conjugate spectrum → inverse FFT → fold (the padding's adjoint). The padding
+//! maps and the kernel placement come from the CPU engine itself (`Conv::fft_layout`,
+//! `Conv::placed_kernel`); only the FFTs and the element loops run on the device.
+//!
+//! Grids: circular padding transforms an axis on the image's own length when that length has no
+//! prime factor above 7 (cuFFT's fast radices), else — and for every other padding — the padded
+//! extent `N + K − 1` rounded up to such a length, as the CPU's linear path does.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::{expect_len, int_arg, len_arg};
+use crate::device::backend::{Arg, Backend, DeviceVec, LaunchConfig};
+use crate::device::kernels;
+use crate::error::{Error, Result};
+use crate::physics::conv::{AxisMap, Conv, ConvMethod, Padding};
+
+/// Whether `n`'s prime factors are all at most 7.
+fn smooth(mut n: usize) -> bool {
+    for p in [2, 3, 5, 7] {
+        while n > 1 && n.is_multiple_of(p) {
+            n /= p;
+        }
+    }
+    n == 1
+}
+
+/// A map as the kernels read it: the source index, or −1 for a zero.
+fn map_arg(map: &AxisMap) -> Result<Vec<i32>> {
+    map.iter()
+        .map(|s| s.map_or(Ok(-1), |s| int_arg("convolution axis", s)))
+        .collect()
+}
+
+/// The inverse of a map on `n` samples, as CSR: the grid positions copying sample `s` are
+/// `idx[start[s]..start[s+1]]`, ascending.
+fn inverse_map(map: &AxisMap, n: usize) -> Result<(Vec<i32>, Vec<i32>)> {
+    let mut lists = vec![Vec::new(); n];
+    for (r, s) in map.iter().enumerate() {
+        if let Some(s) = s {
+            lists[*s].push(int_arg("convolution grid", r)?);
+        }
+    }
+    let mut start = Vec::with_capacity(n + 1);
+    let mut idx = Vec::new();
+    start.push(0);
+    for list in lists {
+        idx.extend(list);
+        start.push(int_arg("convolution fold", idx.len())?);
+    }
+    if idx.is_empty() {
+        // A buffer is never empty; this value is never read.
+        idx.push(0);
+    }
+    Ok((start, idx))
+}
+
+/// Everything that depends on the input size: grid, maps, kernel spectra and FFT plans.
+struct Layout<B: Backend> {
+    dims: [usize; 3],
+    out_dims: [usize; 3],
+    grid: [usize; 3],
+    crop: [usize; 3],
+    /// Complex values per plane's spectrum.
+    spectrum_len: usize,
+    input_maps: [DeviceVec<B, i32>; 3],
+    output_maps: [DeviceVec<B, i32>; 3],
+    /// Per axis, the inverse of the input map (start, idx).
+    fold: [(DeviceVec<B, i32>, DeviceVec<B, i32>); 3],
+    /// One spectrum per kernel, over the grid's size `N` (so a forward–inverse pair is exact).
+    kernel_spectra: DeviceVec<B, f32>,
+    /// Plans by batch size.
+    plans: Mutex<HashMap<usize, Arc<B::Fft>>>,
+}
+
+impl<B: Backend> Layout<B> {
+    fn plan(&self, backend: &B, batch: usize) -> Result<Arc<B::Fft>> {
+        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(plan) = plans.get(&batch) {
+            return Ok(plan.clone());
+        }
+        let plan = Arc::new(backend.fft_plan(self.grid, batch)?);
+        plans.insert(batch, plan.clone());
+        Ok(plan)
+    }
+
+    fn grid_len(&self) -> usize {
+        self.grid.iter().product()
+    }
+}
+
+/// A convolution (one kernel, or one per channel) on the device; see the module docs.
+pub struct DeviceConv<B: Backend> {
+    conv: Conv,
+    layouts: Mutex<HashMap<[usize; 3], Arc<Layout<B>>>>,
+}
+
+impl<B: Backend> DeviceConv<B> {
+    /// The device twin of `conv` (its kernels, dims and padding; the method is always FFT here).
+    pub(crate) fn new(conv: &Conv) -> DeviceConv<B> {
+        DeviceConv {
+            conv: Conv::new(
+                conv.kernels().to_vec(),
+                conv.kdims(),
+                conv.padding(),
+                ConvMethod::Fft,
+            ),
+            layouts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The device twin of a 2-D blur.
+    pub fn from_blur(blur: &crate::physics::blur::Blur) -> DeviceConv<B> {
+        DeviceConv::new(blur.conv())
+    }
+
+    /// Output dims for input `dims` (as the CPU operator's).
+    pub fn out_dims(&self, dims: [usize; 3]) -> Result<[usize; 3]> {
+        self.conv.out_dims(dims).ok_or_else(|| {
+            Error::config(
+                "blur",
+                format!(
+                    "a valid convolution with a {:?} kernel needs an input at least that large, got {dims:?}",
+                    self.conv.kdims()
+                ),
+            )
+        })
+    }
+
+    fn layout(&self, backend: &B, dims: [usize; 3]) -> Result<Arc<Layout<B>>> {
+        let mut layouts = self.layouts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = layouts.get(&dims) {
+            return Ok(l.clone());
+        }
+        self.out_dims(dims)?;
+        let circular = self.conv.padding() == Padding::Circular;
+        let circ = dims.map(|n| circular && smooth(n));
+        let plain = self.conv.fft_layout(dims, circ);
+        let grid = plain.grid;
+        for n in grid {
+            int_arg("FFT grid side", n)?;
+        }
+        let spectrum_len = grid[0] * grid[1] * (grid[2] / 2 + 1);
+        let upload_map = |m: &AxisMap| DeviceVec::from_host(backend, &map_arg(m)?);
+        let [i0, i1, i2] = &plain.input_maps;
+        let [o0, o1, o2] = &plain.output_maps;
+        let fold_axis = |i: usize| -> Result<(DeviceVec<B, i32>, DeviceVec<B, i32>)> {
+            let (start, idx) = inverse_map(&plain.input_maps[i], dims[i])?;
+            Ok((
+                DeviceVec::from_host(backend, &start)?,
+                DeviceVec::from_host(backend, &idx)?,
+            ))
+        };
+        // Kernel spectra: the placed kernels, transformed on the device, over N.
+        let kernels = self.conv.channels();
+        let mut placed = Vec::with_capacity(kernels * grid.iter().product::<usize>());
+        for ch in 0..kernels {
+            placed.extend(self.conv.placed_kernel(ch, grid, circ));
+        }
+        let placed = DeviceVec::from_host(backend, &placed)?;
+        let mut kernel_spectra = DeviceVec::zeros(backend, kernels * spectrum_len * 2)?;
+        let plan = Arc::new(backend.fft_plan(grid, kernels)?);
+        backend.fft_forward(&plan, placed.buffer(), kernel_spectra.buffer())?;
+        let n = grid.iter().product::<usize>() as f32;
+        super::vector::scale(backend, &mut kernel_spectra, 1.0 / n)?;
+        let layout = Arc::new(Layout {
+            dims,
+            out_dims: plain.out_dims,
+            grid,
+            crop: plain.crop,
+            spectrum_len,
+            input_maps: [upload_map(i0)?, upload_map(i1)?, upload_map(i2)?],
+            output_maps: [upload_map(o0)?, upload_map(o1)?, upload_map(o2)?],
+            fold: [fold_axis(0)?, fold_axis(1)?, fold_axis(2)?],
+            kernel_spectra,
+            plans: Mutex::new(HashMap::from([(kernels, plan)])),
+        });
+        layouts.insert(dims, layout.clone());
+        Ok(layout)
+    }
+
+    /// `xg ← pad(x)` onto the grid through `maps` (`src_dims` the source's dims).
+    fn pad(
+        &self,
+        backend: &B,
+        l: &Layout<B>,
+        x: &DeviceVec<B, f32>,
+        maps: &[DeviceVec<B, i32>; 3],
+        src_dims: [usize; 3],
+        planes: usize,
+    ) -> Result<DeviceVec<B, f32>> {
+        let xg = DeviceVec::zeros(backend, planes * l.grid_len())?;
+        let [d, h, w] = src_dims.map(|n| Arg::I32(n as i32));
+        let [gd, gh, gw] = l.grid.map(|n| Arg::I32(n as i32));
+        backend.launch(
+            &kernels::CONV_PAD,
+            LaunchConfig::elementwise(planes * l.grid_len()),
+            &[
+                x.arg(),
+                xg.arg(),
+                maps[0].arg(),
+                maps[1].arg(),
+                maps[2].arg(),
+                d,
+                h,
+                w,
+                gd,
+                gh,
+                gw,
+                Arg::I64(len_arg(planes)),
+            ],
+        )?;
+        Ok(xg)
+    }
+
+    /// `grid ← IFFT(FFT(grid) · K̂)` (or `· conj(K̂)`), in place.
+    fn filter(
+        &self,
+        backend: &B,
+        l: &Layout<B>,
+        grid: &DeviceVec<B, f32>,
+        planes: usize,
+        channels: usize,
+        conjugate: bool,
+    ) -> Result<()> {
+        let plan = l.plan(backend, planes)?;
+        let spec = DeviceVec::<B, f32>::zeros(backend, planes * l.spectrum_len * 2)?;
+        backend.fft_forward(&plan, grid.buffer(), spec.buffer())?;
+        backend.launch(
+            &kernels::SPECTRUM_MULTIPLY,
+            LaunchConfig::elementwise(planes * l.spectrum_len),
+            &[
+                spec.arg(),
+                l.kernel_spectra.arg(),
+                Arg::I64(len_arg(l.spectrum_len)),
+                Arg::I32(int_arg("kernels", self.conv.channels())?),
+                Arg::I32(int_arg("channels", channels.max(1))?),
+                Arg::I32(conjugate.into()),
+                Arg::I64(len_arg(planes)),
+            ],
+        )?;
+        backend.fft_inverse(&plan, spec.buffer(), grid.buffer())
+    }
+
+    /// `A x` for `planes` planes of `dims`; plane `p` has channel `p % channels`.
+    pub fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        let l = self.layout(backend, dims)?;
+        expect_len("device blur", x, planes * dims.iter().product::<usize>())?;
+        let full = self.pad(backend, &l, x, &l.input_maps, dims, planes)?;
+        self.filter(backend, &l, &full, planes, channels, false)?;
+        let out_len = l.out_dims.iter().product::<usize>();
+        let y = DeviceVec::zeros(backend, planes * out_len)?;
+        let [od, oh, ow] = l.out_dims.map(|n| Arg::I32(n as i32));
+        let [gd, gh, gw] = l.grid.map(|n| Arg::I32(n as i32));
+        let [cd, ch, cw] = l.crop.map(|n| Arg::I32(n as i32));
+        backend.launch(
+            &kernels::CONV_CROP,
+            LaunchConfig::elementwise(planes * out_len),
+            &[
+                full.arg(),
+                y.arg(),
+                od,
+                oh,
+                ow,
+                gd,
+                gh,
+                gw,
+                cd,
+                ch,
+                cw,
+                Arg::I64(len_arg(planes)),
+            ],
+        )?;
+        Ok(y)
+    }
+
+    /// `Aᵀ y` for `planes` planes of the output of inputs of `dims`.
+    pub fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        let l = self.layout(backend, dims)?;
+        let out_len = l.out_dims.iter().product::<usize>();
+        expect_len("device blur adjoint", y, planes * out_len)?;
+        let g = self.pad(backend, &l, y, &l.output_maps, l.out_dims, planes)?;
+        self.filter(backend, &l, &g, planes, channels, true)?;
+        let in_len = l.dims.iter().product::<usize>();
+        let x = DeviceVec::zeros(backend, planes * in_len)?;
+        let [d, h, w] = l.dims.map(|n| Arg::I32(n as i32));
+        let [gd, gh, gw] = l.grid.map(|n| Arg::I32(n as i32));
+        backend.launch(
+            &kernels::CONV_FOLD,
+            LaunchConfig::elementwise(planes * in_len),
+            &[
+                g.arg(),
+                x.arg(),
+                l.fold[0].0.arg(),
+                l.fold[0].1.arg(),
+                l.fold[1].0.arg(),
+                l.fold[1].1.arg(),
+                l.fold[2].0.arg(),
+                l.fold[2].1.arg(),
+                d,
+                h,
+                w,
+                gd,
+                gh,
+                gw,
+                Arg::I64(len_arg(planes)),
+            ],
+        )?;
+        Ok(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inverse_maps_list_every_copy_in_order() {
+        // A reflect-like map of 3 samples on 6 positions, with one zero.
+        let map: AxisMap = vec![Some(1), Some(0), Some(1), Some(2), None, Some(1)];
+        let (start, idx) = inverse_map(&map, 3).unwrap();
+        assert_eq!(start, vec![0, 1, 4, 5]);
+        assert_eq!(idx, vec![1, 0, 2, 5, 3]);
+    }
+
+    #[test]
+    fn smooth_lengths_are_seven_smooth() {
+        assert!(smooth(1) && smooth(2 * 3 * 5 * 7 * 8) && smooth(49));
+        assert!(!smooth(11) && !smooth(683) && !smooth(2 * 13));
+    }
+}

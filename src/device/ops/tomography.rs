@@ -1,0 +1,183 @@
+//! 2-D parallel-beam tomography on the device: [`DeviceTomography`] samples the rays that
+//! `physics::tomography::Tomography` computed (the same positions, the same bilinear weights), so
+//! its forward is the CPU forward to float rounding and its adjoint is the exact transpose of its
+//! forward (the device dot test). The adjoint gathers per pixel instead of scattering per ray: no
+//! atomics, and the same bits on every run.
+
+use super::vector::transpose;
+use super::{expect_len, int_arg, len_arg};
+use crate::device::backend::{Arg, Backend, DeviceVec, LaunchConfig};
+use crate::device::kernels;
+use crate::error::{Error, Result};
+use crate::physics::tomography::Tomography;
+
+/// Detector cells per block of the forward projection.
+const RAYS_PER_BLOCK: u32 = 128;
+
+/// The largest number of planes (`B·C`) one launch takes (CUDA's limit on `gridDim.z`).
+const MAX_PLANES: usize = 65_535;
+
+/// A [`Tomography`] with its rays in device memory.
+pub struct DeviceTomography<B: Backend> {
+    width: usize,
+    border: usize,
+    stride: usize,
+    n_det: usize,
+    n_angles: usize,
+    center: f32,
+    shift: f32,
+    scale: f32,
+    ray_row0: DeviceVec<B, f32>,
+    ray_col0: DeviceVec<B, f32>,
+    ray_count: DeviceVec<B, u32>,
+    ray_first: DeviceVec<B, u32>,
+    step_row: DeviceVec<B, f32>,
+    step_col: DeviceVec<B, f32>,
+    /// The disc mask, or one unused value.
+    mask: DeviceVec<B, f32>,
+    use_mask: bool,
+}
+
+impl<B: Backend> DeviceTomography<B> {
+    /// Uploads `op`'s geometry.
+    pub fn new(backend: &B, op: &Tomography) -> Result<Self> {
+        let g = op.device_geometry();
+        // Coordinates and counts are i32 in the kernels.
+        int_arg("tomography stride²", g.stride * g.stride)?;
+        int_arg("tomography rays", g.n_det * g.n_angles)?;
+        Ok(DeviceTomography {
+            width: g.width,
+            border: g.border,
+            stride: g.stride,
+            n_det: g.n_det,
+            n_angles: g.n_angles,
+            center: g.center,
+            shift: g.shift,
+            scale: g.scale,
+            ray_row0: DeviceVec::from_host(backend, &g.ray_row0)?,
+            ray_col0: DeviceVec::from_host(backend, &g.ray_col0)?,
+            ray_count: DeviceVec::from_host(backend, &g.ray_count)?,
+            ray_first: DeviceVec::from_host(backend, &g.ray_first)?,
+            step_row: DeviceVec::from_host(backend, &g.step_row)?,
+            step_col: DeviceVec::from_host(backend, &g.step_col)?,
+            use_mask: g.mask.is_some(),
+            mask: DeviceVec::from_host(backend, g.mask.as_deref().unwrap_or(&[1.0]))?,
+        })
+    }
+
+    fn check_planes(&self, planes: usize) -> Result<()> {
+        if planes > MAX_PLANES {
+            return Err(Error::Unsupported(format!(
+                "device tomography takes at most {MAX_PLANES} planes (B·C) at once, got {planes}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sinograms `[plane][det][angle]` of `planes` images `W×W`.
+    pub fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        planes: usize,
+    ) -> Result<DeviceVec<B, f32>> {
+        self.check_planes(planes)?;
+        let (w, s) = (self.width, self.stride);
+        expect_len("device tomography", x, planes * w * w)?;
+        let img = DeviceVec::<B, f32>::zeros(backend, planes * s * s)?;
+        backend.launch(
+            &kernels::TOMO_BORDER,
+            LaunchConfig::elementwise(planes * w * w),
+            &[
+                x.arg(),
+                self.mask.arg(),
+                Arg::I32(self.use_mask.into()),
+                img.arg(),
+                Arg::I32(w as i32),
+                Arg::I32(s as i32),
+                Arg::I32(self.border as i32),
+                Arg::I64(len_arg(planes)),
+            ],
+        )?;
+        let y = DeviceVec::zeros(backend, planes * self.n_det * self.n_angles)?;
+        backend.launch(
+            &kernels::TOMO_FORWARD,
+            LaunchConfig {
+                grid: [
+                    (self.n_det as u32).div_ceil(RAYS_PER_BLOCK),
+                    self.n_angles as u32,
+                    planes as u32,
+                ],
+                block: [RAYS_PER_BLOCK, 1, 1],
+            },
+            &[
+                img.arg(),
+                self.ray_row0.arg(),
+                self.ray_col0.arg(),
+                self.ray_count.arg(),
+                self.step_row.arg(),
+                self.step_col.arg(),
+                y.arg(),
+                Arg::I32(self.n_det as i32),
+                Arg::I32(self.n_angles as i32),
+                Arg::I32(s as i32),
+                Arg::F32(self.scale),
+            ],
+        )?;
+        Ok(y)
+    }
+
+    /// Images `W×W` of `planes` sinograms `[plane][det][angle]`: the exact adjoint of
+    /// [`Self::forward`].
+    pub fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        planes: usize,
+    ) -> Result<DeviceVec<B, f32>> {
+        self.check_planes(planes)?;
+        let (nd, na, w) = (self.n_det, self.n_angles, self.width);
+        expect_len("device tomography adjoint", y, planes * nd * na)?;
+        let by_angle = transpose(backend, y, nd, na, planes)?;
+        let x = DeviceVec::zeros(backend, planes * w * w)?;
+        backend.launch(
+            &kernels::TOMO_ADJOINT,
+            LaunchConfig::elementwise(planes * w * w),
+            &[
+                by_angle.arg(),
+                self.ray_row0.arg(),
+                self.ray_col0.arg(),
+                self.ray_count.arg(),
+                self.ray_first.arg(),
+                self.step_row.arg(),
+                self.step_col.arg(),
+                self.mask.arg(),
+                Arg::I32(self.use_mask.into()),
+                x.arg(),
+                Arg::I32(w as i32),
+                Arg::I32(self.border as i32),
+                Arg::I32(self.stride as i32),
+                Arg::I32(nd as i32),
+                Arg::I32(na as i32),
+                Arg::F32(self.center),
+                Arg::F32(self.shift),
+                Arg::F32(self.scale),
+                Arg::I64(len_arg(planes)),
+            ],
+        )?;
+        Ok(x)
+    }
+
+    /// Number of detector cells.
+    pub fn n_det(&self) -> usize {
+        self.n_det
+    }
+
+    pub fn n_angles(&self) -> usize {
+        self.n_angles
+    }
+
+    pub fn width(&self) -> usize {
+        self.width
+    }
+}

@@ -1,0 +1,378 @@
+//! `tessera selftest --device cuda`: every device operation against its CPU twin on seeded inputs
+//! of awkward sizes (odd, prime, a few pixels, kernels larger than the image), forward and adjoint,
+//! plus dot tests of each adjoint computed on the device; a table of relative errors, failed above
+//! [`TOLERANCE`].
+//!
+//! Written against [`Backend`], so the unit tests run the same checks on the CPU emulator.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use super::backend::{Backend, DeviceVec};
+use super::ops::conv::DeviceConv;
+use super::ops::tomography::DeviceTomography;
+use super::ops::vector;
+use crate::error::Result;
+use crate::linalg::deterministic_start;
+use crate::physics::blur::{Blur, gaussian_kernel};
+use crate::physics::conv::Padding;
+use crate::physics::tomography::{Angles, Tomography};
+use crate::physics::{LinearPhysics, Physics};
+use crate::tensor::Tensor;
+
+/// The largest relative error a check may show (f32 arithmetic, as issue 28 asks).
+pub const TOLERANCE: f64 = 1e-4;
+
+/// How many cases to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// The awkward small cases only (the CPU emulator's unit test).
+    Quick,
+    /// Those plus sizes that fill a GPU: grid-stride loops that wrap, grids of thousands of blocks
+    /// (`tessera selftest`).
+    Full,
+}
+
+/// One comparison: an operation on one case, its relative error.
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// `tomography adjoint`, `blur forward`, `dot`, …
+    pub operation: String,
+    /// The case: shape, sizes, options.
+    pub case: String,
+    /// `‖device − cpu‖ / ‖cpu‖` (or the dot test's `|⟨Ax,y⟩ − ⟨x,Aᵀy⟩| / (‖Ax‖‖y‖)`).
+    pub rel_error: f64,
+    /// Wall time of the device side of the check, seconds (compilation included the first time).
+    pub device_secs: f64,
+}
+
+impl Check {
+    /// Within tolerance (NaN never passes).
+    pub fn passed(&self) -> bool {
+        self.rel_error <= TOLERANCE
+    }
+}
+
+/// The result of a self-test run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The device, as the backend describes it.
+    pub device: String,
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn failures(&self) -> usize {
+        self.checks.iter().filter(|c| !c.passed()).count()
+    }
+
+    /// The table printed by `tessera selftest`.
+    pub fn table(&self) -> String {
+        let op_w = self.checks.iter().map(|c| c.operation.len()).max().unwrap_or(9).max(9);
+        let case_w = self.checks.iter().map(|c| c.case.chars().count()).max().unwrap_or(4).max(4);
+        let mut out = format!("device: {}\n", self.device);
+        let _ = writeln!(
+            out,
+            "{:op_w$}  {:case_w$}  {:>10}  {:>9}  result",
+            "operation", "case", "rel. error", "device ms"
+        );
+        for c in &self.checks {
+            let pad = case_w - c.case.chars().count();
+            let _ = writeln!(
+                out,
+                "{:op_w$}  {}{}  {:>10.2e}  {:>9.2}  {}",
+                c.operation,
+                c.case,
+                " ".repeat(pad),
+                c.rel_error,
+                c.device_secs * 1e3,
+                if c.passed() { "ok" } else { "FAILED" }
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{} checks, {} failed (tolerance {TOLERANCE:.0e})",
+            self.checks.len(),
+            self.failures()
+        );
+        out
+    }
+}
+
+/// `‖a − b‖ / ‖b‖` in f64 (‖a‖ when `b` is zero); NaN anywhere gives NaN.
+pub fn rel_error(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() {
+        return f64::NAN;
+    }
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (*x as f64, *y as f64);
+        diff += (x - y) * (x - y);
+        norm += y * y;
+    }
+    if norm == 0.0 {
+        diff.sqrt()
+    } else {
+        (diff / norm).sqrt()
+    }
+}
+
+struct Run<'a, B: Backend> {
+    backend: &'a B,
+    level: Level,
+    checks: Vec<Check>,
+}
+
+impl<B: Backend> Run<'_, B> {
+    /// Times `device`, then records its result against `cpu`.
+    fn compare(
+        &mut self,
+        operation: &str,
+        case: &str,
+        cpu: &[f32],
+        device: impl FnOnce() -> Result<Vec<f32>>,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let got = device()?;
+        self.record(operation, case, rel_error(&got, cpu), start);
+        Ok(())
+    }
+
+    fn record(&mut self, operation: &str, case: &str, rel_error: f64, start: Instant) {
+        self.checks.push(Check {
+            operation: operation.into(),
+            case: case.into(),
+            rel_error,
+            device_secs: start.elapsed().as_secs_f64(),
+        });
+    }
+
+    fn upload(&self, t: &Tensor) -> Result<DeviceVec<B, f32>> {
+        DeviceVec::from_host(self.backend, t.data())
+    }
+
+    fn vectors(&mut self) -> Result<()> {
+        let b = self.backend;
+        let mut sizes = vec![1usize, 255, 257, 4099];
+        if self.level == Level::Full {
+            // 2²⁴ + 43 values: more than 65 535 blocks of 256, so the grid-stride loops wrap.
+            sizes.extend([65_537, 1_000_003, 16_777_259]);
+        }
+        for (k, n) in sizes.into_iter().enumerate() {
+            let case = format!("n = {n}");
+            let x = deterministic_start(&[n], 10 + k as u64);
+            let y = deterministic_start(&[n], 20 + k as u64).scaled(3.0);
+            let (dx, dy) = (self.upload(&x)?, self.upload(&y)?);
+
+            let mut cpu = y.clone();
+            cpu.axpy(-0.7, &x);
+            self.compare("axpy", &case, cpu.data(), || {
+                let mut d = dy.duplicate(b)?;
+                vector::axpy(b, &mut d, -0.7, &dx)?;
+                d.to_host(b)
+            })?;
+
+            self.compare("scale", &case, y.scaled(0.3).data(), || {
+                let mut d = dy.duplicate(b)?;
+                vector::scale(b, &mut d, 0.3)?;
+                d.to_host(b)
+            })?;
+
+            self.compare("sub", &case, y.sub(&x).data(), || {
+                vector::sub(b, &dy, &dx)?.to_host(b)
+            })?;
+
+            let mut cpu = y.clone();
+            cpu.clamp(-1.0, 2.0);
+            self.compare("clamp", &case, cpu.data(), || {
+                let mut d = dy.duplicate(b)?;
+                vector::clamp(b, &mut d, -1.0, 2.0)?;
+                d.to_host(b)
+            })?;
+
+            let start = Instant::now();
+            let dot = vector::dot(b, &dx, &dy)?;
+            let err = (dot - x.dot(&y)).abs() / (x.norm() * y.norm()).max(f64::MIN_POSITIVE);
+            self.record("dot", &case, err, start);
+
+            let start = Instant::now();
+            let norm = vector::norm(b, &dy)?;
+            self.record("norm", &case, (norm - y.norm()).abs() / y.norm(), start);
+        }
+        Ok(())
+    }
+
+    /// Forward, adjoint and the device dot test of one linear operator and its device twin.
+    fn linear(
+        &mut self,
+        name: &str,
+        case: &str,
+        op: &dyn LinearPhysics,
+        x: &Tensor,
+        forward: &dyn Fn(&DeviceVec<B, f32>) -> Result<DeviceVec<B, f32>>,
+        adjoint: &dyn Fn(&DeviceVec<B, f32>) -> Result<DeviceVec<B, f32>>,
+    ) -> Result<()> {
+        let b = self.backend;
+        let y_cpu = op.forward(x)?;
+        let y = deterministic_start(y_cpu.shape(), 7);
+        let (dx, dy) = (self.upload(x)?, self.upload(&y)?);
+        self.compare(&format!("{name} forward"), case, y_cpu.data(), || {
+            forward(&dx)?.to_host(b)
+        })?;
+        let x_cpu = op.adjoint(&y)?;
+        self.compare(&format!("{name} adjoint"), case, x_cpu.data(), || {
+            adjoint(&dy)?.to_host(b)
+        })?;
+        let start = Instant::now();
+        let (ax, aty) = (forward(&dx)?, adjoint(&dy)?);
+        let lhs = vector::dot(b, &ax, &dy)?;
+        let rhs = vector::dot(b, &dx, &aty)?;
+        let scale = vector::norm(b, &ax)? * vector::norm(b, &dy)?;
+        self.record(
+            &format!("{name} dot test"),
+            case,
+            (lhs - rhs).abs() / scale.max(f64::MIN_POSITIVE),
+            start,
+        );
+        Ok(())
+    }
+
+    fn tomography(&mut self) -> Result<()> {
+        let mut cases: Vec<(usize, Angles, bool, bool, [usize; 2])> = vec![
+            (2, Angles::Count(3), false, false, [1, 1]),
+            (17, Angles::Count(7), false, false, [2, 1]),
+            (31, Angles::Count(13), true, false, [1, 3]),
+            (64, Angles::List(vec![0.0, 1.5, 44.9, 90.0, 133.7, 179.9]), false, true, [1, 1]),
+            (97, Angles::Count(41), false, false, [1, 2]),
+        ];
+        if self.level == Level::Full {
+            cases.push((509, Angles::Count(100), false, false, [1, 1]));
+            cases.push((256, Angles::Count(180), true, false, [2, 3]));
+        }
+        for (width, angles, circle, normalize, [batch, channels]) in cases {
+            let op = Tomography::new(width, &angles, circle, normalize)?;
+            let dev = DeviceTomography::new(self.backend, &op)?;
+            let planes = batch * channels;
+            let case = format!(
+                "{batch}×{channels}×{width}², {} angles{}{}",
+                op.angles_deg().len(),
+                if circle { ", circle" } else { "" },
+                if normalize { ", normalized" } else { "" }
+            );
+            let x = deterministic_start(&[batch, channels, width, width], width as u64);
+            let b = self.backend;
+            self.linear(
+                "tomography",
+                &case,
+                &op,
+                &x,
+                &|x| dev.forward(b, x, planes),
+                &|y| dev.adjoint(b, y, planes),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn blur(&mut self) -> Result<()> {
+        let paddings = [
+            Padding::Valid,
+            Padding::Circular,
+            Padding::Replicate,
+            Padding::Reflect,
+            Padding::Constant,
+        ];
+        // Kernels: an anisotropic Gaussian, an even-sized random kernel, one kernel per channel,
+        // and a kernel larger than the image (the paddings repeat).
+        let gaussian = gaussian_kernel([2.0, 1.0], 30.0);
+        let even = deterministic_start(&[1, 1, 4, 6], 3);
+        let per_channel = deterministic_start(&[1, 3, 5, 3], 4);
+        let large = deterministic_start(&[1, 1, 9, 11], 5);
+        let wide = gaussian_kernel([6.0, 2.5], 60.0);
+        let mut cases: Vec<(&str, &Tensor, [usize; 4])> = vec![
+            ("gaussian", &gaussian, [1, 3, 37, 29]),
+            ("4×6", &even, [2, 1, 16, 15]),
+            ("5×3 per channel", &per_channel, [1, 3, 23, 31]),
+            ("9×11", &large, [1, 1, 5, 7]),
+            ("4×6", &even, [1, 2, 64, 48]),
+        ];
+        if self.level == Level::Full {
+            cases.push(("wide gaussian", &wide, [1, 3, 513, 511]));
+            cases.push(("wide gaussian", &wide, [2, 1, 1024, 683]));
+        }
+        for (kernel_name, kernel, shape) in cases {
+            for padding in paddings {
+                let Ok(blur) = Blur::new(kernel.clone(), padding) else {
+                    continue;
+                };
+                if blur.output_shape(&shape).is_err() {
+                    // A valid convolution of an image smaller than its kernel.
+                    continue;
+                }
+                let dev = DeviceConv::<B>::from_blur(&blur);
+                let [batch, channels, h, w] = shape;
+                let case = format!(
+                    "{kernel_name} on {batch}×{channels}×{h}×{w}, {}",
+                    padding.as_str()
+                );
+                let x = deterministic_start(&shape, (h * w) as u64);
+                let b = self.backend;
+                let planes = batch * channels;
+                self.linear(
+                    "blur",
+                    &case,
+                    &blur,
+                    &x,
+                    &|x| dev.forward(b, x, planes, channels, [1, h, w]),
+                    &|y| dev.adjoint(b, y, planes, channels, [1, h, w]),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs every check of `level` on `backend`.
+pub fn run<B: Backend>(backend: &B, level: Level) -> Result<Report> {
+    let mut run = Run {
+        backend,
+        level,
+        checks: Vec::new(),
+    };
+    run.vectors()?;
+    run.tomography()?;
+    run.blur()?;
+    backend.synchronize()?;
+    Ok(Report {
+        device: backend.describe(),
+        checks: run.checks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::emulator::Emulator;
+
+    /// The whole self-test, on the kernels compiled for the CPU: every check within tolerance.
+    #[test]
+    fn selftest_passes_on_the_emulator() {
+        let report = run(&Emulator, Level::Quick).unwrap();
+        println!("{}", report.table());
+        assert!(report.checks.len() > 50);
+        assert_eq!(report.failures(), 0, "{}", report.table());
+    }
+
+    #[test]
+    fn rel_error_catches_nan_and_differences() {
+        assert_eq!(rel_error(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        assert!(rel_error(&[f32::NAN], &[1.0]).is_nan());
+        assert!(!Check {
+            operation: "x".into(),
+            case: String::new(),
+            rel_error: f64::NAN,
+            device_secs: 0.0
+        }
+        .passed());
+        assert!((rel_error(&[1.0, 1.0], &[1.0, 0.0]) - 1.0).abs() < 1e-12);
+    }
+}
