@@ -29,6 +29,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod denoise;
 pub mod device;
 pub mod dist;
