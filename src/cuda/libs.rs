@@ -41,7 +41,8 @@ impl Library {
     pub fn missing(&self) -> String {
         if self.file.starts_with("libcuda.") {
             return format!(
-                "no NVIDIA driver: {} ({}) is not on this machine, so it has no usable NVIDIA GPU",
+                "no NVIDIA driver: {} ({}) cannot be loaded, so this machine has no usable \
+                 NVIDIA GPU",
                 self.what, self.file
             );
         }

@@ -103,6 +103,14 @@ impl Gpu {
         }
     }
 
+    /// Makes this GPU's context current on the calling thread, for the calls that do not go
+    /// through cudarc's safe API (which does it itself).
+    fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| self.error("making the GPU's context current", e))
+    }
+
     /// The kernel's function, compiling and loading its module on first use.
     fn function(&self, kernel: &Kernel) -> Result<CudaFunction> {
         if let Some(f) = self
@@ -190,6 +198,7 @@ impl Backend for Gpu {
         if bytes > src.len() || bytes > dst.len() {
             return Err(Error::Internal("copy past the end of a buffer".into()));
         }
+        self.bind()?;
         let (s, _s) = src.device_ptr(&self.stream);
         let (d, _d) = dst.device_ptr(&self.stream);
         // SAFETY: both ranges are in bounds (checked) on this context; the stream orders the copy
@@ -231,6 +240,7 @@ impl Backend for Gpu {
     }
 
     fn fft_plan(&self, grid: [usize; 3], batch: usize) -> Result<fft::FftPlans> {
+        self.bind()?;
         fft::FftPlans::new(&self.label, &self.stream, grid, batch)
     }
 
@@ -240,6 +250,7 @@ impl Backend for Gpu {
         real: &CudaSlice<u8>,
         spectrum: &CudaSlice<u8>,
     ) -> Result<()> {
+        self.bind()?;
         let (r, _r) = real.device_ptr(&self.stream);
         let (s, _s) = spectrum.device_ptr(&self.stream);
         // SAFETY: the plan's sizes match the buffers (device::ops::conv allocates them from the
@@ -254,6 +265,7 @@ impl Backend for Gpu {
         spectrum: &CudaSlice<u8>,
         real: &CudaSlice<u8>,
     ) -> Result<()> {
+        self.bind()?;
         let (s, _s) = spectrum.device_ptr(&self.stream);
         let (r, _r) = real.device_ptr(&self.stream);
         // SAFETY: as in `fft_forward`.

@@ -93,7 +93,16 @@ fn build(source: &'static KernelSource, dir: &Path) -> Result<usize> {
         std::fs::write(&path, text).map_err(|e| io("writing an emulator source", &path, e))
     };
     write("emulator.h", include_str!("emulator.h"))?;
-    write(source.file, source.source)?;
+    // TESSERA_EMULATOR_KERNELS=DIR reads the sources from DIR instead of the embedded copies: a
+    // kernel can be changed (or broken on purpose, to see a test fail) without rebuilding.
+    let text = match std::env::var_os("TESSERA_EMULATOR_KERNELS") {
+        Some(dir) => {
+            let path = Path::new(&dir).join(source.file);
+            std::fs::read_to_string(&path).map_err(|e| io("reading a kernel source", &path, e))?
+        }
+        None => source.source.to_string(),
+    };
+    write(source.file, &text)?;
     let mut wrapper = format!(
         "#include \"emulator.h\"\n#include \"{}\"\n",
         source.file

@@ -7,6 +7,7 @@
 
 pub mod backend;
 mod choice;
+pub mod coverage;
 pub mod kernels;
 pub mod ops;
 pub mod selftest;

@@ -8,11 +8,14 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use serde::Serialize;
+
 use super::backend::{Backend, DeviceVec};
 use super::ops::conv::DeviceConv;
 use super::ops::tomography::DeviceTomography;
+use super::Device;
 use super::ops::vector;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::linalg::deterministic_start;
 use crate::physics::blur::{Blur, gaussian_kernel};
 use crate::physics::conv::Padding;
@@ -34,7 +37,7 @@ pub enum Level {
 }
 
 /// One comparison: an operation on one case, its relative error.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Check {
     /// `tomography adjoint`, `blur forward`, `dot`, …
     pub operation: String,
@@ -53,12 +56,27 @@ impl Check {
     }
 }
 
+/// The time of one operation at a size that fills a GPU (the full level only).
+#[derive(Debug, Clone, Serialize)]
+pub struct Timing {
+    pub operation: String,
+    pub case: String,
+    /// Median over the repeats, after one warm-up call; the device is synchronised around each.
+    pub median_ms: f64,
+    /// Bytes of the operation's input and output, once each, over the median time: the least
+    /// memory traffic it can have, as a rate to hold against the device's bandwidth.
+    pub min_traffic_gb_per_s: f64,
+}
+
 /// The result of a self-test run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// The device, as the backend describes it.
     pub device: String,
+    /// The tolerance every check was held to.
+    pub tolerance: f64,
     pub checks: Vec<Check>,
+    pub timings: Vec<Timing>,
 }
 
 impl Report {
@@ -88,6 +106,24 @@ impl Report {
                 c.device_secs * 1e3,
                 if c.passed() { "ok" } else { "FAILED" }
             );
+        }
+        if !self.timings.is_empty() {
+            let op_w = self.timings.iter().map(|t| t.operation.len()).max().unwrap_or(9).max(9);
+            let case_w = self.timings.iter().map(|t| t.case.chars().count()).max().unwrap_or(4);
+            let _ = writeln!(out, "\n{:op_w$}  {:case_w$}  {:>9}  {:>13}", "timing", "case", "median ms", "min. GB/s");
+            for t in &self.timings {
+                let pad = case_w - t.case.chars().count();
+                let _ = writeln!(
+                    out,
+                    "{:op_w$}  {}{}  {:>9.3}  {:>13.1}",
+                    t.operation,
+                    t.case,
+                    " ".repeat(pad),
+                    t.median_ms,
+                    t.min_traffic_gb_per_s
+                );
+            }
+            out.push('\n');
         }
         let _ = writeln!(
             out,
@@ -121,7 +157,11 @@ struct Run<'a, B: Backend> {
     backend: &'a B,
     level: Level,
     checks: Vec<Check>,
+    timings: Vec<Timing>,
 }
+
+/// Timed calls per operation (after one warm-up).
+const TIMED_REPEATS: usize = 10;
 
 impl<B: Backend> Run<'_, B> {
     /// Times `device`, then records its result against `cpu`.
@@ -145,6 +185,78 @@ impl<B: Backend> Run<'_, B> {
             rel_error,
             device_secs: start.elapsed().as_secs_f64(),
         });
+    }
+
+    /// Times `op`, synchronising around every call; `bytes` is its input plus output.
+    fn time(
+        &mut self,
+        operation: &str,
+        case: &str,
+        bytes: usize,
+        op: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        op()?;
+        self.backend.synchronize()?;
+        let mut ms = Vec::with_capacity(TIMED_REPEATS);
+        for _ in 0..TIMED_REPEATS {
+            let start = Instant::now();
+            op()?;
+            self.backend.synchronize()?;
+            ms.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(f64::total_cmp);
+        let median_ms = ms[ms.len() / 2];
+        self.timings.push(Timing {
+            operation: operation.into(),
+            case: case.into(),
+            median_ms,
+            min_traffic_gb_per_s: bytes as f64 / (median_ms * 1e-3) / 1e9,
+        });
+        Ok(())
+    }
+
+    /// The workloads issue 28 measures: tomography 2048² with 100 angles and a colour 4096² blur
+    /// (one anisotropic Gaussian; a stack of 8 is 8 of these), forward and adjoint; the vector
+    /// operations on a colour 4096² image.
+    fn timings(&mut self) -> Result<()> {
+        let b = self.backend;
+        let op = Tomography::new(2048, &Angles::Count(100), false, false)?;
+        let dev = DeviceTomography::new(b, &op)?;
+        let x = DeviceVec::from_host(b, deterministic_start(&[1, 1, 2048, 2048], 1).data())?;
+        let y = dev.forward(b, &x, 1)?;
+        let case = format!("1×1×2048², 100 angles, {} detector cells", dev.n_det());
+        let bytes = 4 * (x.len() + y.len());
+        self.time("tomography forward", &case, bytes, &mut || {
+            dev.forward(b, &x, 1).map(drop)
+        })?;
+        self.time("tomography adjoint", &case, bytes, &mut || {
+            dev.adjoint(b, &y, 1).map(drop)
+        })?;
+        let dims = [1, 4096, 4096];
+        let x = DeviceVec::from_host(b, deterministic_start(&[1, 3, 4096, 4096], 2).data())?;
+        for padding in [Padding::Circular, Padding::Reflect] {
+            let kernel = gaussian_kernel([3.0, 1.0], 30.0);
+            let side = kernel.shape()[2];
+            let blur = Blur::new(kernel, padding)?;
+            let dev = DeviceConv::<B>::from_blur(&blur);
+            let case = format!("1×3×4096², {side}×{side} gaussian, {}", padding.as_str());
+            let bytes = 4 * 2 * x.len();
+            self.time("blur forward", &case, bytes, &mut || {
+                dev.forward(b, &x, 3, 3, dims).map(drop)
+            })?;
+            self.time("blur adjoint", &case, bytes, &mut || {
+                dev.adjoint(b, &x, 3, 3, dims).map(drop)
+            })?;
+        }
+        let mut y = x.duplicate(b)?;
+        let case = "3·4096² values";
+        self.time("axpy", case, 12 * x.len(), &mut || {
+            vector::axpy(b, &mut y, 1e-3, &x)
+        })?;
+        self.time("dot", case, 8 * x.len(), &mut || {
+            vector::dot(b, &x, &y).map(drop)
+        })?;
+        Ok(())
     }
 
     fn upload(&self, t: &Tensor) -> Result<DeviceVec<B, f32>> {
@@ -337,15 +449,48 @@ pub fn run<B: Backend>(backend: &B, level: Level) -> Result<Report> {
         backend,
         level,
         checks: Vec::new(),
+        timings: Vec::new(),
     };
     run.vectors()?;
     run.tomography()?;
     run.blur()?;
+    if level == Level::Full {
+        run.timings()?;
+    }
     backend.synchronize()?;
     Ok(Report {
         device: backend.describe(),
+        tolerance: TOLERANCE,
         checks: run.checks,
+        timings: run.timings,
     })
+}
+
+/// Runs the self-test on the GPU that `device` names (local rank 0's choice), or says why it
+/// cannot: the CPU is not a device to test against itself, a build without the `cuda` feature has
+/// no GPU code, and a machine without a GPU or a library fails with the error naming it.
+pub fn on_device(device: Device, level: Level) -> Result<Report> {
+    if !device.is_cuda() {
+        return Err(Error::config(
+            "device",
+            "the self-test compares a GPU with the CPU: give --device cuda or cuda:N",
+        ));
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let gpu = crate::cuda::Gpu::open(device, 0)?;
+        run(&gpu, level)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = level;
+        Err(Error::Device {
+            device: device.to_string(),
+            reason: "this tessera was built without GPU support; rebuild with \
+                     `cargo build --release --features cuda` (docs/GPU.md)"
+                .into(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -360,6 +505,19 @@ mod tests {
         println!("{}", report.table());
         assert!(report.checks.len() > 50);
         assert_eq!(report.failures(), 0, "{}", report.table());
+    }
+
+    /// Without the cuda feature (or without a GPU) the error says what is missing; the CPU is
+    /// refused as a device to test.
+    #[test]
+    fn on_device_names_what_is_missing() {
+        let e = on_device(Device::Cpu, Level::Quick).unwrap_err().to_string();
+        assert!(e.contains("--device cuda"), "{e}");
+        #[cfg(not(feature = "cuda"))]
+        {
+            let e = on_device(Device::Cuda(None), Level::Quick).unwrap_err().to_string();
+            assert!(e.contains("without GPU support") && e.contains("--features cuda"), "{e}");
+        }
     }
 
     #[test]

@@ -8,6 +8,22 @@
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);               \
          i += (long long)gridDim.x * blockDim.x)
 
+// Flat index i of planes of (d, h, w) → plane p and (z, y, x).
+struct TsrIndex {
+    long long p;
+    int z, y, x;
+};
+__device__ __forceinline__ TsrIndex tsr_unravel(long long i, int d, int h, int w) {
+    long long per = (long long)d * h * w;
+    TsrIndex r;
+    r.p = i / per;
+    long long rest = i - r.p * per;
+    r.x = (int)(rest % w);
+    r.y = (int)((rest / w) % h);
+    r.z = (int)(rest / ((long long)w * h));
+    return r;
+}
+
 // xg[p][z][y][x] ← x[p][map_d[z]][map_h[y]][map_w[x]], or 0 where a map says −1 (every grid value
 // is written).
 extern "C" __global__ void tsr_conv_pad(const float* __restrict__ x, float* __restrict__ xg,
@@ -15,16 +31,11 @@ extern "C" __global__ void tsr_conv_pad(const float* __restrict__ x, float* __re
                                         const int* __restrict__ map_h,
                                         const int* __restrict__ map_w, int d, int h, int w,
                                         int gd, int gh, int gw, long long planes) {
-    long long per = (long long)gd * gh * gw;
-    TSR_GRID_STRIDE(i, planes * per) {
-        long long p = i / per;
-        long long r = i - p * per;
-        int gx = (int)(r % gw);
-        int gy = (int)((r / gw) % gh);
-        int gz = (int)(r / ((long long)gw * gh));
-        int sz = map_d[gz], sy = map_h[gy], sx = map_w[gx];
+    TSR_GRID_STRIDE(i, planes * gd * gh * gw) {
+        TsrIndex g = tsr_unravel(i, gd, gh, gw);
+        int sz = map_d[g.z], sy = map_h[g.y], sx = map_w[g.x];
         xg[i] = (sz >= 0 && sy >= 0 && sx >= 0)
-                    ? x[((p * d + sz) * h + sy) * (long long)w + sx]
+                    ? x[((g.p * d + sz) * h + sy) * (long long)w + sx]
                     : 0.0f;
     }
 }
@@ -33,14 +44,9 @@ extern "C" __global__ void tsr_conv_pad(const float* __restrict__ x, float* __re
 extern "C" __global__ void tsr_conv_crop(const float* __restrict__ full, float* __restrict__ y,
                                          int od, int oh, int ow, int gd, int gh, int gw,
                                          int off_d, int off_h, int off_w, long long planes) {
-    long long per = (long long)od * oh * ow;
-    TSR_GRID_STRIDE(i, planes * per) {
-        long long p = i / per;
-        long long r = i - p * per;
-        int ox = (int)(r % ow);
-        int oy = (int)((r / ow) % oh);
-        int oz = (int)(r / ((long long)ow * oh));
-        y[i] = full[((p * gd + oz + off_d) * gh + oy + off_h) * (long long)gw + ox + off_w];
+    TSR_GRID_STRIDE(i, planes * od * oh * ow) {
+        TsrIndex o = tsr_unravel(i, od, oh, ow);
+        y[i] = full[((o.p * gd + o.z + off_d) * gh + o.y + off_h) * (long long)gw + o.x + off_w];
     }
 }
 
@@ -55,19 +61,14 @@ extern "C" __global__ void tsr_conv_fold(const float* __restrict__ g, float* __r
                                          const int* __restrict__ start_w,
                                          const int* __restrict__ idx_w, int d, int h, int w,
                                          int gd, int gh, int gw, long long planes) {
-    long long per = (long long)d * h * w;
-    TSR_GRID_STRIDE(i, planes * per) {
-        long long p = i / per;
-        long long r = i - p * per;
-        int sx = (int)(r % w);
-        int sy = (int)((r / w) % h);
-        int sz = (int)(r / ((long long)w * h));
-        const float* gp = g + p * (long long)gd * gh * gw;
+    TSR_GRID_STRIDE(i, planes * d * h * w) {
+        TsrIndex s = tsr_unravel(i, d, h, w);
+        const float* gp = g + s.p * (long long)gd * gh * gw;
         float acc = 0.0f;
-        for (int a = start_d[sz]; a < start_d[sz + 1]; ++a) {
-            for (int b = start_h[sy]; b < start_h[sy + 1]; ++b) {
+        for (int a = start_d[s.z]; a < start_d[s.z + 1]; ++a) {
+            for (int b = start_h[s.y]; b < start_h[s.y + 1]; ++b) {
                 const float* row = gp + ((long long)idx_d[a] * gh + idx_h[b]) * gw;
-                for (int c = start_w[sx]; c < start_w[sx + 1]; ++c) acc += row[idx_w[c]];
+                for (int c = start_w[s.x]; c < start_w[s.x + 1]; ++c) acc += row[idx_w[c]];
             }
         }
         x[i] = acc;
