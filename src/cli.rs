@@ -1,4 +1,5 @@
-//! Command-line interface: `run`, `serve`, `presets`, `apply`, `denoise`, `train`, `bench`, `report`;
+//! Command-line interface: `run`, `serve`, `presets`, `apply`, `denoise`, `train`, `bench`, `report`,
+//! `selftest`;
 //! no subcommand opens the workbench (`tessera::gui`).
 //!
 //! A thin layer over the library: `args` holds what clap parses, this file dispatches each
@@ -15,6 +16,7 @@ mod group;
 mod output;
 mod presets;
 mod run;
+mod selftest;
 mod serve;
 mod summary;
 mod train;
@@ -146,6 +148,11 @@ fn dispatch(command: Command) -> Result<()> {
             say!("{}", page.display());
             Ok(())
         }
+        Command::Selftest {
+            device,
+            quick,
+            json,
+        } => selftest::run(&device, quick, json.as_deref()),
         Command::Denoise {
             denoiser,
             sigma,

@@ -164,6 +164,19 @@ pub(super) enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Check every GPU operation against its CPU twin (seeded, awkward sizes; forward, adjoint and
+    /// dot tests): a table of relative errors, a non-zero exit above 1e-4 (docs/GPU.md).
+    Selftest {
+        /// The GPU: cuda (GPU 0 for this single process) or cuda:N.
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        /// Only the small cases (seconds instead of a minute).
+        #[arg(long)]
+        quick: bool,
+        /// Also write the report as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
     /// Denoise an .npy array (or image) with a configured denoiser.
     Denoise {
         /// TOML file describing the denoiser (`kind = "wavelet"`, …), optionally with a [tiling] table.
