@@ -278,6 +278,13 @@ impl BlurFusion {
         )?))
     }
 
+    /// The convolution by `Σ wᵢgᵢ` (one weight per operator of the stack), as [`Self::gram_apply`]
+    /// applies it; `None` when the kernels are too large or the weights do not match.
+    pub(crate) fn weighted_gram(&self, weights: &[f32]) -> Option<Arc<Conv>> {
+        let grams = self.grams.as_ref()?;
+        (weights.len() == grams.len()).then(|| self.gram_conv(grams, weights))
+    }
+
     fn gram_conv(&self, grams: &[Tensor], weights: &[f32]) -> Arc<Conv> {
         let bits: Vec<u32> = weights.iter().map(|w| w.to_bits()).collect();
         let mut cache = self.gram_conv.lock().unwrap_or_else(|e| e.into_inner());
