@@ -71,8 +71,12 @@ pub trait Backend: Send + Sync + 'static {
     fn copy(&self, src: &Self::Buffer, dst: &Self::Buffer, bytes: usize) -> Result<()>;
 
     /// Queues `kernel` over `config` with `args`.
-    fn launch(&self, kernel: &Kernel, config: LaunchConfig, args: &[Arg<'_, Self::Buffer>])
-    -> Result<()>;
+    fn launch(
+        &self,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &[Arg<'_, Self::Buffer>],
+    ) -> Result<()>;
 
     /// A plan for `batch` real FFTs of `grid` (C order, every entry ≥ 1): spectra of
     /// `grid[0]·grid[1]·(grid[2]/2+1)` complex values as (re, im) f32 pairs, unnormalised, in a
@@ -81,12 +85,20 @@ pub trait Backend: Send + Sync + 'static {
     fn fft_plan(&self, grid: [usize; 3], batch: usize) -> Result<Self::Fft>;
 
     /// `spectrum ← FFT(real)` for the plan's batch; `real` is left unchanged.
-    fn fft_forward(&self, plan: &Self::Fft, real: &Self::Buffer, spectrum: &Self::Buffer)
-    -> Result<()>;
+    fn fft_forward(
+        &self,
+        plan: &Self::Fft,
+        real: &Self::Buffer,
+        spectrum: &Self::Buffer,
+    ) -> Result<()>;
 
     /// `real ← IFFT(spectrum)` (unnormalised) for the plan's batch; `spectrum` may be overwritten.
-    fn fft_inverse(&self, plan: &Self::Fft, spectrum: &Self::Buffer, real: &Self::Buffer)
-    -> Result<()>;
+    fn fft_inverse(
+        &self,
+        plan: &Self::Fft,
+        spectrum: &Self::Buffer,
+        real: &Self::Buffer,
+    ) -> Result<()>;
 
     /// Waits until everything queued has finished, reporting the first failure.
     fn synchronize(&self) -> Result<()>;

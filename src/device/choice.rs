@@ -105,8 +105,13 @@ mod tests {
         assert_eq!(Device::parse("d", " cuda ").unwrap(), Device::Cuda(None));
         assert_eq!(Device::parse("d", "cuda:3").unwrap(), Device::Cuda(Some(3)));
         for bad in ["", "cuda:", "cuda:x", "tpu", "cuda:-1"] {
-            let e = Device::parse("distributed.device", bad).unwrap_err().to_string();
-            assert!(e.contains("distributed.device") && e.contains("cuda:N"), "{e}");
+            let e = Device::parse("distributed.device", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("distributed.device") && e.contains("cuda:N"),
+                "{e}"
+            );
         }
         for d in [Device::Cpu, Device::Cuda(None), Device::Cuda(Some(2))] {
             assert_eq!(Device::parse("d", &d.to_string()).unwrap(), d);
@@ -121,7 +126,10 @@ mod tests {
         assert_eq!(Device::Cuda(Some(1)).ordinal(3, 2).unwrap(), Some(1));
         assert_eq!(Device::Cpu.ordinal(3, 0).unwrap(), None);
         let e = Device::Cuda(Some(2)).ordinal(0, 2).unwrap_err().to_string();
-        assert!(e.contains("GPU 2 does not exist") && e.contains("cuda:1"), "{e}");
+        assert!(
+            e.contains("GPU 2 does not exist") && e.contains("cuda:1"),
+            "{e}"
+        );
         let e = cuda.ordinal(0, 0).unwrap_err().to_string();
         assert!(e.contains("no GPU"), "{e}");
     }

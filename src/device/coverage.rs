@@ -99,6 +99,9 @@ mod tests {
         assert!(!e.contains("physics #0"), "{e}");
         assert!(e.contains("algorithm"), "{e}");
         let missing = not_on_gpu(&bundled("tomography3d"));
-        assert!(missing.contains(&"physics #0 (tomography3d)".to_string()), "{missing:?}");
+        assert!(
+            missing.contains(&"physics #0 (tomography3d)".to_string()),
+            "{missing:?}"
+        );
     }
 }

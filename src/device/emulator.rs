@@ -36,8 +36,8 @@ const ALIGN: usize = 16;
 
 impl EmulatedBuffer {
     fn new(bytes: usize) -> EmulatedBuffer {
-        let layout = std::alloc::Layout::from_size_align(bytes.max(ALIGN), ALIGN)
-            .expect("a buffer layout");
+        let layout =
+            std::alloc::Layout::from_size_align(bytes.max(ALIGN), ALIGN).expect("a buffer layout");
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         assert!(!ptr.is_null(), "out of memory for an emulated buffer");
@@ -103,17 +103,21 @@ fn build(source: &'static KernelSource, dir: &Path) -> Result<usize> {
         None => source.source.to_string(),
     };
     write(source.file, &text)?;
-    let mut wrapper = format!(
-        "#include \"emulator.h\"\n#include \"{}\"\n",
-        source.file
-    );
+    let mut wrapper = format!("#include \"emulator.h\"\n#include \"{}\"\n", source.file);
     for k in KERNELS.iter().filter(|k| k.source.file == source.file) {
         wrapper.push_str(&format!("EMU_EXPORT({})\n", k.name));
     }
     write("wrapper.cpp", &wrapper)?;
     let lib = dir.join("kernels.so");
     let output = Command::new("g++")
-        .args(["-std=c++17", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-pthread"])
+        .args([
+            "-std=c++17",
+            "-O2",
+            "-ffp-contract=off",
+            "-fPIC",
+            "-shared",
+            "-pthread",
+        ])
         .arg("-o")
         .arg(&lib)
         .arg(dir.join("wrapper.cpp"))
@@ -142,8 +146,12 @@ fn build(source: &'static KernelSource, dir: &Path) -> Result<usize> {
     Ok(handle as usize)
 }
 
-type EmulatedKernel =
-    unsafe extern "C" fn(grid: *const u32, block: *const u32, threaded: i32, args: *mut *mut c_void);
+type EmulatedKernel = unsafe extern "C" fn(
+    grid: *const u32,
+    block: *const u32,
+    threaded: i32,
+    args: *mut *mut c_void,
+);
 
 impl Backend for Emulator {
     type Buffer = EmulatedBuffer;
@@ -194,7 +202,10 @@ impl Backend for Emulator {
         // SAFETY: a symbol lookup in a library we built.
         let f = unsafe { libc::dlsym(lib as *mut c_void, symbol.as_ptr()) };
         if f.is_null() {
-            return Err(Error::Internal(format!("no emulated kernel {}", kernel.name)));
+            return Err(Error::Internal(format!(
+                "no emulated kernel {}",
+                kernel.name
+            )));
         }
         // SAFETY: EMU_EXPORT defines every `emu_` symbol with this signature.
         let f: EmulatedKernel = unsafe { std::mem::transmute(f) };
@@ -243,7 +254,10 @@ impl Backend for Emulator {
         let (input, output) = (real.floats(), spectrum.floats());
         for b in 0..batch {
             let spec = fft.forward(&mut input[b * n..(b + 1) * n].to_vec());
-            for (o, s) in output[2 * b * m..2 * (b + 1) * m].chunks_exact_mut(2).zip(spec) {
+            for (o, s) in output[2 * b * m..2 * (b + 1) * m]
+                .chunks_exact_mut(2)
+                .zip(spec)
+            {
                 o[0] = s.re;
                 o[1] = s.im;
             }

@@ -10,17 +10,17 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::backend::{Backend, DeviceVec};
-use super::ops::conv::DeviceConv;
-use super::ops::tomography::DeviceTomography;
 use super::Device;
+use super::backend::{Backend, DeviceVec};
+use super::ops::conv::{DeviceBlurStack, DeviceConv};
+use super::ops::tomography::DeviceTomography;
 use super::ops::vector;
 use crate::error::{Error, Result};
 use crate::linalg::deterministic_start;
 use crate::physics::blur::{Blur, gaussian_kernel};
 use crate::physics::conv::Padding;
 use crate::physics::tomography::{Angles, Tomography};
-use crate::physics::{LinearPhysics, Physics};
+use crate::physics::{LinearPhysics, Physics, Stack, StackedLinearPhysics};
 use crate::tensor::Tensor;
 
 /// The largest relative error a check may show (f32 arithmetic, as issue 28 asks).
@@ -86,8 +86,20 @@ impl Report {
 
     /// The table printed by `tessera selftest`.
     pub fn table(&self) -> String {
-        let op_w = self.checks.iter().map(|c| c.operation.len()).max().unwrap_or(9).max(9);
-        let case_w = self.checks.iter().map(|c| c.case.chars().count()).max().unwrap_or(4).max(4);
+        let op_w = self
+            .checks
+            .iter()
+            .map(|c| c.operation.len())
+            .max()
+            .unwrap_or(9)
+            .max(9);
+        let case_w = self
+            .checks
+            .iter()
+            .map(|c| c.case.chars().count())
+            .max()
+            .unwrap_or(4)
+            .max(4);
         let mut out = format!("device: {}\n", self.device);
         let _ = writeln!(
             out,
@@ -108,9 +120,24 @@ impl Report {
             );
         }
         if !self.timings.is_empty() {
-            let op_w = self.timings.iter().map(|t| t.operation.len()).max().unwrap_or(9).max(9);
-            let case_w = self.timings.iter().map(|t| t.case.chars().count()).max().unwrap_or(4);
-            let _ = writeln!(out, "\n{:op_w$}  {:case_w$}  {:>9}  {:>13}", "timing", "case", "median ms", "min. GB/s");
+            let op_w = self
+                .timings
+                .iter()
+                .map(|t| t.operation.len())
+                .max()
+                .unwrap_or(9)
+                .max(9);
+            let case_w = self
+                .timings
+                .iter()
+                .map(|t| t.case.chars().count())
+                .max()
+                .unwrap_or(4);
+            let _ = writeln!(
+                out,
+                "\n{:op_w$}  {:case_w$}  {:>9}  {:>13}",
+                "timing", "case", "median ms", "min. GB/s"
+            );
             for t in &self.timings {
                 let pad = case_w - t.case.chars().count();
                 let _ = writeln!(
@@ -354,7 +381,13 @@ impl<B: Backend> Run<'_, B> {
             (2, Angles::Count(3), false, false, [1, 1]),
             (17, Angles::Count(7), false, false, [2, 1]),
             (31, Angles::Count(13), true, false, [1, 3]),
-            (64, Angles::List(vec![0.0, 1.5, 44.9, 90.0, 133.7, 179.9]), false, true, [1, 1]),
+            (
+                64,
+                Angles::List(vec![0.0, 1.5, 44.9, 90.0, 133.7, 179.9]),
+                false,
+                true,
+                [1, 1],
+            ),
             (97, Angles::Count(41), false, false, [1, 2]),
         ];
         if self.level == Level::Full {
@@ -443,6 +476,141 @@ impl<B: Backend> Run<'_, B> {
     }
 }
 
+impl<B: Backend> Run<'_, B> {
+    /// A fused stack of circular blurs (one kernel size): forward, `Σ wᵢAᵢᵀyᵢ`, the Gram product
+    /// `Σ AᵢᵀAᵢx`, the data-fidelity gradient, and the stack's dot test, against `physics::Stack`.
+    fn blur_stack(&mut self) -> Result<()> {
+        let b = self.backend;
+        // Four anisotropic Gaussians of one size (the side follows the largest σ), and weights.
+        let kernels: Vec<Tensor> = [0.0f32, 45.0, 90.0, 135.0]
+            .iter()
+            .zip([1.0f32, 0.7, 1.3, 0.5])
+            .map(|(&angle, minor)| gaussian_kernel([2.0, minor], angle))
+            .collect();
+        let weights = [1.0f32, 0.5, 2.0, 0.25];
+        for shape in [[1, 3, 37, 29], [2, 1, 32, 48]] {
+            let [batch, channels, h, w] = shape;
+            let (planes, dims) = (batch * channels, [1, h, w]);
+            let case = format!("4 gaussians on {batch}×{channels}×{h}×{w}, circular");
+            let cpu = Stack::new(
+                kernels
+                    .iter()
+                    .map(|k| {
+                        Blur::new(k.clone(), Padding::Circular)
+                            .map(|b| Box::new(b) as Box<dyn LinearPhysics>)
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            )?;
+            let blurs = kernels
+                .iter()
+                .map(|k| Blur::new(k.clone(), Padding::Circular))
+                .collect::<Result<Vec<_>>>()?;
+            let dev = DeviceBlurStack::<B>::new(&blurs.iter().collect::<Vec<_>>())?;
+            let x = deterministic_start(&shape, 11);
+            let ys: Vec<Tensor> = (0..kernels.len())
+                .map(|i| deterministic_start(&shape, 12 + i as u64))
+                .collect();
+            let dx = self.upload(&x)?;
+            let dys = ys
+                .iter()
+                .map(|y| self.upload(y))
+                .collect::<Result<Vec<_>>>()?;
+            let flat = |ts: &[Tensor]| {
+                ts.iter()
+                    .flat_map(|t| t.data().to_vec())
+                    .collect::<Vec<_>>()
+            };
+            let download_all = |vs: Vec<DeviceVec<B, f32>>| -> Result<Vec<f32>> {
+                let mut out = Vec::new();
+                for v in vs {
+                    out.extend(v.to_host(b)?);
+                }
+                Ok(out)
+            };
+            self.compare(
+                "blur stack forward",
+                &case,
+                &flat(&cpu.forward(&x)?),
+                || download_all(dev.forward(b, &dx, planes, channels, dims)?),
+            )?;
+            let ones = vec![1.0; kernels.len()];
+            self.compare(
+                "blur stack adjoint",
+                &case,
+                cpu.adjoint(&ys)?.data(),
+                || {
+                    dev.adjoint(b, &dys, &ones, planes, channels, dims)?
+                        .to_host(b)
+                },
+            )?;
+            self.compare(
+                "blur stack AᵀA",
+                &case,
+                cpu.adjoint_forward(&x)?.data(),
+                || {
+                    dev.gram_apply(b, &dx, &ones, planes, channels, dims)?
+                        .to_host(b)
+                },
+            )?;
+            let gradient = cpu.residual_adjoint(&x, &ys, &weights)?;
+            self.compare("blur stack gradient", &case, gradient.data(), || {
+                dev.gradient(b, &dx, &dys, &weights, planes, channels, dims)?
+                    .to_host(b)
+            })?;
+            let start = Instant::now();
+            let ax = dev.forward(b, &dx, planes, channels, dims)?;
+            let aty = dev.adjoint(b, &dys, &ones, planes, channels, dims)?;
+            let (mut lhs, mut norms) = (0.0, (0.0, 0.0));
+            for (a, y) in ax.iter().zip(&dys) {
+                lhs += vector::dot(b, a, y)?;
+                norms.0 += vector::dot(b, a, a)?;
+                norms.1 += vector::dot(b, y, y)?;
+            }
+            let rhs = vector::dot(b, &dx, &aty)?;
+            let scale = (norms.0 * norms.1).sqrt().max(f64::MIN_POSITIVE);
+            self.record(
+                "blur stack dot test",
+                &case,
+                (lhs - rhs).abs() / scale,
+                start,
+            );
+        }
+        Ok(())
+    }
+
+    /// Issue 28's blur-stack workload: 8 anisotropic Gaussians on a colour 4096² image.
+    fn stack_timings(&mut self) -> Result<()> {
+        let b = self.backend;
+        let kernels: Vec<Tensor> = (0..8)
+            .map(|i| gaussian_kernel([3.0, 1.0 + 0.2 * i as f32], 22.5 * i as f32))
+            .collect();
+        let blurs = kernels
+            .iter()
+            .map(|k| Blur::new(k.clone(), Padding::Circular))
+            .collect::<Result<Vec<_>>>()?;
+        let dev = DeviceBlurStack::<B>::new(&blurs.iter().collect::<Vec<_>>())?;
+        let (planes, channels, dims) = (3, 3, [1, 4096, 4096]);
+        let x = DeviceVec::from_host(b, deterministic_start(&[1, 3, 4096, 4096], 4).data())?;
+        let ys = dev.forward(b, &x, planes, channels, dims)?;
+        let weights = vec![1.0; 8];
+        let side = kernels[0].shape()[2];
+        let case = format!("8 gaussians {side}×{side} on 1×3×4096², circular");
+        let image = 4 * x.len();
+        self.time("blur stack forward", &case, 9 * image, &mut || {
+            dev.forward(b, &x, planes, channels, dims).map(drop)
+        })?;
+        self.time("blur stack adjoint", &case, 9 * image, &mut || {
+            dev.adjoint(b, &ys, &weights, planes, channels, dims)
+                .map(drop)
+        })?;
+        self.time("blur stack gradient", &case, 10 * image, &mut || {
+            dev.gradient(b, &x, &ys, &weights, planes, channels, dims)
+                .map(drop)
+        })?;
+        Ok(())
+    }
+}
+
 /// Runs every check of `level` on `backend`.
 pub fn run<B: Backend>(backend: &B, level: Level) -> Result<Report> {
     let mut run = Run {
@@ -454,8 +622,10 @@ pub fn run<B: Backend>(backend: &B, level: Level) -> Result<Report> {
     run.vectors()?;
     run.tomography()?;
     run.blur()?;
+    run.blur_stack()?;
     if level == Level::Full {
         run.timings()?;
+        run.stack_timings()?;
     }
     backend.synchronize()?;
     Ok(Report {
@@ -511,12 +681,19 @@ mod tests {
     /// refused as a device to test.
     #[test]
     fn on_device_names_what_is_missing() {
-        let e = on_device(Device::Cpu, Level::Quick).unwrap_err().to_string();
+        let e = on_device(Device::Cpu, Level::Quick)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--device cuda"), "{e}");
         #[cfg(not(feature = "cuda"))]
         {
-            let e = on_device(Device::Cuda(None), Level::Quick).unwrap_err().to_string();
-            assert!(e.contains("without GPU support") && e.contains("--features cuda"), "{e}");
+            let e = on_device(Device::Cuda(None), Level::Quick)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("without GPU support") && e.contains("--features cuda"),
+                "{e}"
+            );
         }
     }
 
@@ -524,13 +701,15 @@ mod tests {
     fn rel_error_catches_nan_and_differences() {
         assert_eq!(rel_error(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
         assert!(rel_error(&[f32::NAN], &[1.0]).is_nan());
-        assert!(!Check {
-            operation: "x".into(),
-            case: String::new(),
-            rel_error: f64::NAN,
-            device_secs: 0.0
-        }
-        .passed());
+        assert!(
+            !Check {
+                operation: "x".into(),
+                case: String::new(),
+                rel_error: f64::NAN,
+                device_secs: 0.0
+            }
+            .passed()
+        );
         assert!((rel_error(&[1.0, 1.0], &[1.0, 0.0]) - 1.0).abs() < 1e-12);
     }
 }

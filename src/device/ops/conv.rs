@@ -16,7 +16,10 @@ use super::{expect_len, int_arg, len_arg};
 use crate::device::backend::{Arg, Backend, DeviceVec, LaunchConfig};
 use crate::device::kernels;
 use crate::error::{Error, Result};
+use crate::physics::LinearPhysics;
+use crate::physics::blur::Blur;
 use crate::physics::conv::{AxisMap, Conv, ConvMethod, Padding};
+use crate::physics::stack::BlurFusion;
 
 /// Whether `n`'s prime factors are all at most 7.
 fn smooth(mut n: usize) -> bool {
@@ -113,7 +116,7 @@ impl<B: Backend> DeviceConv<B> {
     }
 
     /// The device twin of a 2-D blur.
-    pub fn from_blur(blur: &crate::physics::blur::Blur) -> DeviceConv<B> {
+    pub fn from_blur(blur: &Blur) -> DeviceConv<B> {
         DeviceConv::new(blur.conv())
     }
 
@@ -216,19 +219,31 @@ impl<B: Backend> DeviceConv<B> {
         Ok(xg)
     }
 
-    /// `grid ← IFFT(FFT(grid) · K̂)` (or `· conj(K̂)`), in place.
-    fn filter(
+    /// `FFT(grid)` for `planes` planes.
+    fn transform(
         &self,
         backend: &B,
         l: &Layout<B>,
         grid: &DeviceVec<B, f32>,
         planes: usize,
+    ) -> Result<DeviceVec<B, f32>> {
+        let spec = DeviceVec::<B, f32>::zeros(backend, planes * l.spectrum_len * 2)?;
+        let plan = l.plan(backend, planes)?;
+        backend.fft_forward(&plan, grid.buffer(), spec.buffer())?;
+        Ok(spec)
+    }
+
+    /// `spec ← spec · K̂` (or `· conj(K̂)`), plane `p` with its channel's kernel.
+    fn multiply(
+        &self,
+        backend: &B,
+        l: &Layout<B>,
+        spec: &mut DeviceVec<B, f32>,
+        planes: usize,
         channels: usize,
         conjugate: bool,
     ) -> Result<()> {
-        let plan = l.plan(backend, planes)?;
-        let spec = DeviceVec::<B, f32>::zeros(backend, planes * l.spectrum_len * 2)?;
-        backend.fft_forward(&plan, grid.buffer(), spec.buffer())?;
+        expect_len("device spectrum", spec, planes * l.spectrum_len * 2)?;
         backend.launch(
             &kernels::SPECTRUM_MULTIPLY,
             LaunchConfig::elementwise(planes * l.spectrum_len),
@@ -241,23 +256,31 @@ impl<B: Backend> DeviceConv<B> {
                 Arg::I32(conjugate.into()),
                 Arg::I64(len_arg(planes)),
             ],
-        )?;
-        backend.fft_inverse(&plan, spec.buffer(), grid.buffer())
+        )
     }
 
-    /// `A x` for `planes` planes of `dims`; plane `p` has channel `p % channels`.
-    pub fn forward(
+    /// `IFFT(spec)` on the grid (`spec` is consumed: cuFFT may overwrite it).
+    fn inverse(
         &self,
         backend: &B,
-        x: &DeviceVec<B, f32>,
+        l: &Layout<B>,
+        spec: DeviceVec<B, f32>,
         planes: usize,
-        channels: usize,
-        dims: [usize; 3],
     ) -> Result<DeviceVec<B, f32>> {
-        let l = self.layout(backend, dims)?;
-        expect_len("device blur", x, planes * dims.iter().product::<usize>())?;
-        let full = self.pad(backend, &l, x, &l.input_maps, dims, planes)?;
-        self.filter(backend, &l, &full, planes, channels, false)?;
+        let grid = DeviceVec::zeros(backend, planes * l.grid_len())?;
+        let plan = l.plan(backend, planes)?;
+        backend.fft_inverse(&plan, spec.buffer(), grid.buffer())?;
+        Ok(grid)
+    }
+
+    /// The output of `A` from the grid after the inverse transform.
+    fn crop(
+        &self,
+        backend: &B,
+        l: &Layout<B>,
+        full: &DeviceVec<B, f32>,
+        planes: usize,
+    ) -> Result<DeviceVec<B, f32>> {
         let out_len = l.out_dims.iter().product::<usize>();
         let y = DeviceVec::zeros(backend, planes * out_len)?;
         let [od, oh, ow] = l.out_dims.map(|n| Arg::I32(n as i32));
@@ -284,20 +307,14 @@ impl<B: Backend> DeviceConv<B> {
         Ok(y)
     }
 
-    /// `Aᵀ y` for `planes` planes of the output of inputs of `dims`.
-    pub fn adjoint(
+    /// The input-side image of the adjoint from the grid after the inverse transform: the fold.
+    fn fold(
         &self,
         backend: &B,
-        y: &DeviceVec<B, f32>,
+        l: &Layout<B>,
+        g: &DeviceVec<B, f32>,
         planes: usize,
-        channels: usize,
-        dims: [usize; 3],
     ) -> Result<DeviceVec<B, f32>> {
-        let l = self.layout(backend, dims)?;
-        let out_len = l.out_dims.iter().product::<usize>();
-        expect_len("device blur adjoint", y, planes * out_len)?;
-        let g = self.pad(backend, &l, y, &l.output_maps, l.out_dims, planes)?;
-        self.filter(backend, &l, &g, planes, channels, true)?;
         let in_len = l.dims.iter().product::<usize>();
         let x = DeviceVec::zeros(backend, planes * in_len)?;
         let [d, h, w] = l.dims.map(|n| Arg::I32(n as i32));
@@ -324,6 +341,254 @@ impl<B: Backend> DeviceConv<B> {
             ],
         )?;
         Ok(x)
+    }
+
+    /// Spectra of the `planes` planes of `x` (dims `dims`) on this convolution's grid; every
+    /// convolution of a [`DeviceBlurStack`] accepts them.
+    pub fn input_spectra(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        planes: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        let l = self.layout(backend, dims)?;
+        expect_len("device blur", x, planes * dims.iter().product::<usize>())?;
+        let xg = self.pad(backend, &l, x, &l.input_maps, dims, planes)?;
+        self.transform(backend, &l, &xg, planes)
+    }
+
+    /// `A x` from [`Self::input_spectra`] of `x`.
+    pub fn forward_from_spectra(
+        &self,
+        backend: &B,
+        spectra: &DeviceVec<B, f32>,
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        let l = self.layout(backend, dims)?;
+        let mut spec = spectra.duplicate(backend)?;
+        self.multiply(backend, &l, &mut spec, planes, channels, false)?;
+        let full = self.inverse(backend, &l, spec, planes)?;
+        self.crop(backend, &l, &full, planes)
+    }
+
+    /// `A x` for `planes` planes of `dims`; plane `p` has channel `p % channels`.
+    pub fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        let l = self.layout(backend, dims)?;
+        let mut spec = self.input_spectra(backend, x, planes, dims)?;
+        self.multiply(backend, &l, &mut spec, planes, channels, false)?;
+        let full = self.inverse(backend, &l, spec, planes)?;
+        self.crop(backend, &l, &full, planes)
+    }
+
+    /// `conj(K̂)·Ŷ` of `y` (the output side of inputs of `dims`): the adjoint before its inverse
+    /// transform.
+    fn adjoint_spectra(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        let l = self.layout(backend, dims)?;
+        let out_len = l.out_dims.iter().product::<usize>();
+        expect_len("device blur adjoint", y, planes * out_len)?;
+        let g = self.pad(backend, &l, y, &l.output_maps, l.out_dims, planes)?;
+        let mut spec = self.transform(backend, &l, &g, planes)?;
+        self.multiply(backend, &l, &mut spec, planes, channels, true)?;
+        Ok(spec)
+    }
+
+    /// The adjoint's image from (sums of) [`Self::adjoint_spectra`]: inverse transform and fold.
+    fn adjoint_finish(
+        &self,
+        backend: &B,
+        spec: DeviceVec<B, f32>,
+        planes: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        let l = self.layout(backend, dims)?;
+        let g = self.inverse(backend, &l, spec, planes)?;
+        self.fold(backend, &l, &g, planes)
+    }
+
+    /// `Aᵀ y` for `planes` planes of the output of inputs of `dims`.
+    pub fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        let spec = self.adjoint_spectra(backend, y, planes, channels, dims)?;
+        self.adjoint_finish(backend, spec, planes, dims)
+    }
+}
+
+/// A stack of circular 2-D blurs of one kernel size on the device, with the CPU stack's shared
+/// transforms (`physics::stack`, [`BlurFusion`]): `[Aᵢx]` from one transform of `x`; `Σ wᵢAᵢᵀyᵢ`
+/// as spectra summed in operator order, then one inverse transform; `Σ wᵢAᵢᵀAᵢ x` as one
+/// convolution with the weighted Gram kernel `Σ wᵢgᵢ` (the CPU's own kernel); the data-fidelity
+/// gradient `Σ wᵢAᵢᵀ(Aᵢx − yᵢ)` as the difference of the two.
+pub struct DeviceBlurStack<B: Backend> {
+    ops: Vec<DeviceConv<B>>,
+    fusion: BlurFusion,
+    /// The weighted Gram convolution for the last weights asked for (their bits).
+    gram: Mutex<Option<(Vec<u32>, Arc<DeviceConv<B>>)>>,
+}
+
+impl<B: Backend> DeviceBlurStack<B> {
+    /// The device twin of a fused stack of `blurs`; an error unless they share a fusion key
+    /// (circular padding, one kernel size and channel count).
+    pub fn new(blurs: &[&Blur]) -> Result<Self> {
+        let ops: Vec<&dyn LinearPhysics> = blurs.iter().map(|b| *b as &dyn LinearPhysics).collect();
+        let fusion = BlurFusion::for_ops(&ops).ok_or_else(|| {
+            Error::config(
+                "physics",
+                "a fused blur stack needs circular blurs of one kernel size",
+            )
+        })?;
+        Ok(DeviceBlurStack {
+            ops: blurs.iter().map(|b| DeviceConv::from_blur(b)).collect(),
+            fusion,
+            gram: Mutex::new(None),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    fn first(&self) -> Result<&DeviceConv<B>> {
+        self.ops
+            .first()
+            .ok_or_else(|| Error::config("physics", "an empty blur stack"))
+    }
+
+    fn check_weights(&self, weights: &[f32]) -> Result<()> {
+        if weights.len() != self.ops.len() {
+            return Err(Error::config(
+                "data fidelity",
+                format!(
+                    "{} weights for a stack of {} operators",
+                    weights.len(),
+                    self.ops.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[Aᵢx]` from one transform of `x`.
+    pub fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<Vec<DeviceVec<B, f32>>> {
+        let spectra = self.first()?.input_spectra(backend, x, planes, dims)?;
+        self.ops
+            .iter()
+            .map(|op| op.forward_from_spectra(backend, &spectra, planes, channels, dims))
+            .collect()
+    }
+
+    /// `Σ wᵢAᵢᵀyᵢ`: the terms accumulated as spectra in operator order (as the CPU accumulates
+    /// them: the first term scaled, the others added times their weight), one inverse transform.
+    pub fn adjoint(
+        &self,
+        backend: &B,
+        ys: &[DeviceVec<B, f32>],
+        weights: &[f32],
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        self.check_weights(weights)?;
+        if ys.len() != self.ops.len() {
+            return Err(Error::config(
+                "physics",
+                format!("{} measurements for {} operators", ys.len(), self.ops.len()),
+            ));
+        }
+        let mut acc: Option<DeviceVec<B, f32>> = None;
+        for ((op, y), &w) in self.ops.iter().zip(ys).zip(weights) {
+            let mut term = op.adjoint_spectra(backend, y, planes, channels, dims)?;
+            match acc.as_mut() {
+                None => {
+                    super::vector::scale(backend, &mut term, w)?;
+                    acc = Some(term);
+                }
+                Some(sum) => super::vector::axpy(backend, sum, w, &term)?,
+            }
+        }
+        let acc = acc.ok_or_else(|| Error::config("physics", "an empty blur stack"))?;
+        self.first()?.adjoint_finish(backend, acc, planes, dims)
+    }
+
+    /// `Σ wᵢAᵢᵀAᵢ x` by the weighted Gram kernel; an error when the kernels are too large for
+    /// one (the CPU then goes operator by operator).
+    pub fn gram_apply(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        weights: &[f32],
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        self.check_weights(weights)?;
+        let bits: Vec<u32> = weights.iter().map(|w| w.to_bits()).collect();
+        let conv = {
+            let mut cached = self.gram.lock().unwrap_or_else(|p| p.into_inner());
+            match cached.as_ref() {
+                Some((b, conv)) if *b == bits => conv.clone(),
+                _ => {
+                    let gram = self.fusion.weighted_gram(weights).ok_or_else(|| {
+                        Error::Unsupported(
+                            "the blur kernels are too large for a Gram kernel on the device".into(),
+                        )
+                    })?;
+                    let conv = Arc::new(DeviceConv::new(&gram));
+                    *cached = Some((bits, conv.clone()));
+                    conv
+                }
+            }
+        };
+        conv.forward(backend, x, planes, channels, dims)
+    }
+
+    /// The gradient of `Σ wᵢ/2‖Aᵢx − yᵢ‖²`: `(Σ wᵢgᵢ) ∗ x − Σ wᵢAᵢᵀyᵢ`.
+    pub fn gradient(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        ys: &[DeviceVec<B, f32>],
+        weights: &[f32],
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+    ) -> Result<DeviceVec<B, f32>> {
+        let gram = self.gram_apply(backend, x, weights, planes, channels, dims)?;
+        let aty = self.adjoint(backend, ys, weights, planes, channels, dims)?;
+        super::vector::sub(backend, &gram, &aty)
     }
 }
 

@@ -3,7 +3,7 @@
 //! alone (the same result on every run and every GPU; equal to the CPU's to f64 rounding).
 
 use super::{expect_len, len_arg};
-use crate::device::backend::{Arg, Backend, BLOCK_THREADS, DeviceVec, LaunchConfig};
+use crate::device::backend::{Arg, BLOCK_THREADS, Backend, DeviceVec, LaunchConfig};
 use crate::device::kernels;
 use crate::error::Result;
 
@@ -56,7 +56,12 @@ pub fn clamp<B: Backend>(backend: &B, x: &mut DeviceVec<B, f32>, lo: f32, hi: f3
     backend.launch(
         &kernels::CLAMP,
         LaunchConfig::elementwise(x.len()),
-        &[x.arg(), Arg::F32(lo), Arg::F32(hi), Arg::I64(len_arg(x.len()))],
+        &[
+            x.arg(),
+            Arg::F32(lo),
+            Arg::F32(hi),
+            Arg::I64(len_arg(x.len())),
+        ],
     )
 }
 
@@ -76,12 +81,7 @@ pub fn dot<B: Backend>(backend: &B, a: &DeviceVec<B, f32>, b: &DeviceVec<B, f32>
             grid: [blocks as u32, 1, 1],
             block,
         },
-        &[
-            a.arg(),
-            b.arg(),
-            partials.arg(),
-            Arg::I64(len_arg(a.len())),
-        ],
+        &[a.arg(), b.arg(), partials.arg(), Arg::I64(len_arg(a.len()))],
     )?;
     backend.launch(
         &kernels::SUM_PARTIALS,
