@@ -107,12 +107,18 @@ mod tests {
         };
         let e = absent.require("cuda:0").unwrap_err().to_string();
         assert!(e.starts_with("cuda:0: NVRTC"), "{e}");
-        assert!(e.contains("libnvrtc.so.13") && e.contains("scripts/cuda-env.sh"), "{e}");
+        assert!(
+            e.contains("libnvrtc.so.13") && e.contains("scripts/cuda-env.sh"),
+            "{e}"
+        );
         let no_driver = Library {
             present: || false,
             ..DRIVER
         };
         let e = no_driver.require("cuda").unwrap_err().to_string();
-        assert!(e.contains("no NVIDIA driver") && e.contains("libcuda.so.1"), "{e}");
+        assert!(
+            e.contains("no NVIDIA driver") && e.contains("libcuda.so.1"),
+            "{e}"
+        );
     }
 }

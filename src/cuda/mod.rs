@@ -93,7 +93,9 @@ impl Gpu {
 
     /// Free and total device memory, bytes.
     pub fn memory(&self) -> Result<(usize, usize)> {
-        self.ctx.mem_get_info().map_err(|e| self.error("reading free memory", e))
+        self.ctx
+            .mem_get_info()
+            .map_err(|e| self.error("reading free memory", e))
     }
 
     fn error(&self, what: &str, e: DriverError) -> Error {
@@ -163,7 +165,10 @@ impl Backend for Gpu {
     type Fft = fft::FftPlans;
 
     fn describe(&self) -> String {
-        format!("{} ({}, sm_{}{})", self.name, self.label, self.arch.0, self.arch.1)
+        format!(
+            "{} ({}, sm_{}{})",
+            self.name, self.label, self.arch.0, self.arch.1
+        )
     }
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<CudaSlice<u8>> {
@@ -203,10 +208,8 @@ impl Backend for Gpu {
         let (d, _d) = dst.device_ptr(&self.stream);
         // SAFETY: both ranges are in bounds (checked) on this context; the stream orders the copy
         // after every queued write and before every later read.
-        unsafe {
-            cudarc::driver::result::memcpy_dtod_async(d, s, bytes, self.stream.cu_stream())
-        }
-        .map_err(|e| self.error("copying on the GPU", e))
+        unsafe { cudarc::driver::result::memcpy_dtod_async(d, s, bytes, self.stream.cu_stream()) }
+            .map_err(|e| self.error("copying on the GPU", e))
     }
 
     fn launch(
