@@ -63,6 +63,10 @@ for dir in "${dirs[@]}"; do
 done
 
 path=$(IFS=:; echo "${dirs[*]}"):$links
+# The driver's libcuda.so.1 where containers mount it, in case the loader's cache does not list it.
+for dir in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+  if [ -e "$dir/libcuda.so.1" ]; then path=$path:$dir; fi
+done
 for name in libnvrtc.so.13 libcufft.so.12 libcublas.so.13 libcudnn.so.9 libnccl.so.2; do
   found=""
   for dir in "${dirs[@]}"; do

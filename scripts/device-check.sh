@@ -54,6 +54,13 @@ step() {
   return "$rc"
 }
 
+# A step whose failure is worth reporting but fails nothing (facts about the machine).
+info() {
+  local kept=$status
+  step "$@"
+  status=$kept
+}
+
 {
   echo "# tessera device check"
   echo
@@ -61,8 +68,8 @@ step() {
 } >"$report"
 
 section "Machine"
-step "gpu" nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem,temperature.gpu --format=csv
-step "cpu" bash -c 'nproc; uptime'
+info "gpu" nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem,temperature.gpu --format=csv
+info "cpu" bash -c 'nproc; uptime'
 
 section "CUDA libraries"
 if env_line=$(bash "$here/cuda-env.sh" 2>"$out/env.txt"); then
@@ -70,7 +77,7 @@ if env_line=$(bash "$here/cuda-env.sh" 2>"$out/env.txt"); then
   { echo '```'; cat "$out/env.txt"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; echo '```'; } >>"$report"
 else
   { echo '```'; cat "$out/env.txt"; echo '```'; } >>"$report"
-  status=3
+  if [ "$status" -eq 0 ]; then status=3; fi
 fi
 rm -f "$out/env.txt"
 

@@ -5,14 +5,27 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use tessera::device::Device;
-use tessera::device::selftest::{self, Level};
+use tessera::device::selftest::{Level, Report};
 
 use super::output::say;
+
+/// The report of the GPU `device` names.
+#[cfg(feature = "cuda")]
+fn report(device: Device, level: Level) -> tessera::Result<Report> {
+    tessera::cuda::selftest(device, level)
+}
+
+/// A build without GPU support says how to get it.
+#[cfg(not(feature = "cuda"))]
+fn report(device: Device, _level: Level) -> tessera::Result<Report> {
+    tessera::device::selftest::requires_gpu(device)?;
+    Err(tessera::device::selftest::no_gpu_support(device))
+}
 
 pub fn run(device: &str, quick: bool, json: Option<&Path>) -> Result<()> {
     let device = Device::parse("--device", device)?;
     let level = if quick { Level::Quick } else { Level::Full };
-    let report = selftest::on_device(device, level).context("device self-test")?;
+    let report = report(device, level).context("device self-test")?;
     say!("{}", report.table().trim_end());
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report).context("encoding the report")?;

@@ -18,6 +18,7 @@ use cudarc::driver::{
 use crate::device::Device;
 use crate::device::backend::{Arg, Backend, LaunchConfig};
 use crate::device::kernels::Kernel;
+use crate::device::selftest::{self, Level, Report};
 use crate::error::{Error, Result};
 
 /// One GPU with its context, its stream and its compiled kernels.
@@ -153,6 +154,14 @@ impl Gpu {
             .insert(kernel.name, f.clone());
         Ok(f)
     }
+}
+
+/// The device self-test (`device::selftest`) on the GPU that `device` names, as local rank 0
+/// would choose it.
+pub fn selftest(device: Device, level: Level) -> Result<Report> {
+    selftest::requires_gpu(device)?;
+    let gpu = Gpu::open(device, 0)?;
+    selftest::run(&gpu, level)
 }
 
 /// Device allocations are never empty (a zero-byte `cuMemAlloc` fails).

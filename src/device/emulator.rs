@@ -44,10 +44,26 @@ impl EmulatedBuffer {
         EmulatedBuffer { ptr, bytes }
     }
 
-    fn floats(&self) -> &mut [f32] {
-        // SAFETY: the allocation holds `bytes` bytes, 16-byte aligned; the emulator only forms
-        // these views inside one FFT call, on one thread.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<f32>(), self.bytes / 4) }
+    fn floats(&self) -> &[f32] {
+        // SAFETY: the allocation holds `bytes` bytes, 16-byte aligned and initialised (zeroed at
+        // allocation); nothing writes it while this view lives (one FFT call on one thread).
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<f32>(), self.bytes / 4) }
+    }
+
+    /// Writes `values` from float `offset` on.
+    fn write(&self, offset: usize, values: &[f32]) {
+        assert!(
+            (offset + values.len()) * 4 <= self.bytes,
+            "write past the end of a buffer"
+        );
+        // SAFETY: in bounds (asserted); `values` is host memory of another allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                values.as_ptr(),
+                self.ptr.cast::<f32>().add(offset),
+                values.len(),
+            )
+        }
     }
 }
 
@@ -251,16 +267,11 @@ impl Backend for Emulator {
         let (grid, batch) = *plan;
         let fft = RealFft3::get(grid);
         let (n, m) = (fft.real_len(), fft.spectrum_len());
-        let (input, output) = (real.floats(), spectrum.floats());
+        let input = real.floats();
         for b in 0..batch {
             let spec = fft.forward(&mut input[b * n..(b + 1) * n].to_vec());
-            for (o, s) in output[2 * b * m..2 * (b + 1) * m]
-                .chunks_exact_mut(2)
-                .zip(spec)
-            {
-                o[0] = s.re;
-                o[1] = s.im;
-            }
+            let pairs: Vec<f32> = spec.iter().flat_map(|c| [c.re, c.im]).collect();
+            spectrum.write(2 * b * m, &pairs);
         }
         Ok(())
     }
@@ -274,13 +285,13 @@ impl Backend for Emulator {
         let (grid, batch) = *plan;
         let fft = RealFft3::get(grid);
         let (n, m) = (fft.real_len(), fft.spectrum_len());
-        let (input, output) = (spectrum.floats(), real.floats());
+        let input = spectrum.floats();
         for b in 0..batch {
             let spec = input[2 * b * m..2 * (b + 1) * m]
                 .chunks_exact(2)
                 .map(|c| Complex32::new(c[0], c[1]))
                 .collect();
-            output[b * n..(b + 1) * n].copy_from_slice(&fft.inverse(spec));
+            real.write(b * n, &fft.inverse(spec));
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::Device;
 use super::backend::{Backend, DeviceVec};
-use super::ops::conv::{DeviceBlurStack, DeviceConv};
+use super::ops::conv::{DeviceBlurStack, DeviceConv, Planes};
 use super::ops::tomography::DeviceTomography;
 use super::ops::vector;
 use crate::error::{Error, Result};
@@ -179,6 +179,9 @@ pub fn rel_error(a: &[f32], b: &[f32]) -> f64 {
         (diff / norm).sqrt()
     }
 }
+
+/// A device operation from one array to another (a forward or an adjoint).
+type DeviceMap<'a, B> = &'a dyn Fn(&DeviceVec<B, f32>) -> Result<DeviceVec<B, f32>>;
 
 struct Run<'a, B: Backend> {
     backend: &'a B,
@@ -348,8 +351,8 @@ impl<B: Backend> Run<'_, B> {
         case: &str,
         op: &dyn LinearPhysics,
         x: &Tensor,
-        forward: &dyn Fn(&DeviceVec<B, f32>) -> Result<DeviceVec<B, f32>>,
-        adjoint: &dyn Fn(&DeviceVec<B, f32>) -> Result<DeviceVec<B, f32>>,
+        forward: DeviceMap<'_, B>,
+        adjoint: DeviceMap<'_, B>,
     ) -> Result<()> {
         let b = self.backend;
         let y_cpu = op.forward(x)?;
@@ -490,7 +493,7 @@ impl<B: Backend> Run<'_, B> {
         let weights = [1.0f32, 0.5, 2.0, 0.25];
         for shape in [[1, 3, 37, 29], [2, 1, 32, 48]] {
             let [batch, channels, h, w] = shape;
-            let (planes, dims) = (batch * channels, [1, h, w]);
+            let image = Planes::of_image(shape);
             let case = format!("4 gaussians on {batch}×{channels}×{h}×{w}, circular");
             let cpu = Stack::new(
                 kernels
@@ -531,35 +534,28 @@ impl<B: Backend> Run<'_, B> {
                 "blur stack forward",
                 &case,
                 &flat(&cpu.forward(&x)?),
-                || download_all(dev.forward(b, &dx, planes, channels, dims)?),
+                || download_all(dev.forward(b, &dx, image)?),
             )?;
             let ones = vec![1.0; kernels.len()];
             self.compare(
                 "blur stack adjoint",
                 &case,
                 cpu.adjoint(&ys)?.data(),
-                || {
-                    dev.adjoint(b, &dys, &ones, planes, channels, dims)?
-                        .to_host(b)
-                },
+                || dev.adjoint(b, &dys, &ones, image)?.to_host(b),
             )?;
             self.compare(
                 "blur stack AᵀA",
                 &case,
                 cpu.adjoint_forward(&x)?.data(),
-                || {
-                    dev.gram_apply(b, &dx, &ones, planes, channels, dims)?
-                        .to_host(b)
-                },
+                || dev.gram_apply(b, &dx, &ones, image)?.to_host(b),
             )?;
             let gradient = cpu.residual_adjoint(&x, &ys, &weights)?;
             self.compare("blur stack gradient", &case, gradient.data(), || {
-                dev.gradient(b, &dx, &dys, &weights, planes, channels, dims)?
-                    .to_host(b)
+                dev.gradient(b, &dx, &dys, &weights, image)?.to_host(b)
             })?;
             let start = Instant::now();
-            let ax = dev.forward(b, &dx, planes, channels, dims)?;
-            let aty = dev.adjoint(b, &dys, &ones, planes, channels, dims)?;
+            let ax = dev.forward(b, &dx, image)?;
+            let aty = dev.adjoint(b, &dys, &ones, image)?;
             let (mut lhs, mut norms) = (0.0, (0.0, 0.0));
             for (a, y) in ax.iter().zip(&dys) {
                 lhs += vector::dot(b, a, y)?;
@@ -589,23 +585,21 @@ impl<B: Backend> Run<'_, B> {
             .map(|k| Blur::new(k.clone(), Padding::Circular))
             .collect::<Result<Vec<_>>>()?;
         let dev = DeviceBlurStack::<B>::new(&blurs.iter().collect::<Vec<_>>())?;
-        let (planes, channels, dims) = (3, 3, [1, 4096, 4096]);
+        let image = Planes::of_image([1, 3, 4096, 4096]);
         let x = DeviceVec::from_host(b, deterministic_start(&[1, 3, 4096, 4096], 4).data())?;
-        let ys = dev.forward(b, &x, planes, channels, dims)?;
+        let ys = dev.forward(b, &x, image)?;
         let weights = vec![1.0; 8];
         let side = kernels[0].shape()[2];
         let case = format!("8 gaussians {side}×{side} on 1×3×4096², circular");
-        let image = 4 * x.len();
-        self.time("blur stack forward", &case, 9 * image, &mut || {
-            dev.forward(b, &x, planes, channels, dims).map(drop)
+        let image_bytes = 4 * x.len();
+        self.time("blur stack forward", &case, 9 * image_bytes, &mut || {
+            dev.forward(b, &x, image).map(drop)
         })?;
-        self.time("blur stack adjoint", &case, 9 * image, &mut || {
-            dev.adjoint(b, &ys, &weights, planes, channels, dims)
-                .map(drop)
+        self.time("blur stack adjoint", &case, 9 * image_bytes, &mut || {
+            dev.adjoint(b, &ys, &weights, image).map(drop)
         })?;
-        self.time("blur stack gradient", &case, 10 * image, &mut || {
-            dev.gradient(b, &x, &ys, &weights, planes, channels, dims)
-                .map(drop)
+        self.time("blur stack gradient", &case, 10 * image_bytes, &mut || {
+            dev.gradient(b, &x, &ys, &weights, image).map(drop)
         })?;
         Ok(())
     }
@@ -636,30 +630,24 @@ pub fn run<B: Backend>(backend: &B, level: Level) -> Result<Report> {
     })
 }
 
-/// Runs the self-test on the GPU that `device` names (local rank 0's choice), or says why it
-/// cannot: the CPU is not a device to test against itself, a build without the `cuda` feature has
-/// no GPU code, and a machine without a GPU or a library fails with the error naming it.
-pub fn on_device(device: Device, level: Level) -> Result<Report> {
-    if !device.is_cuda() {
-        return Err(Error::config(
-            "device",
-            "the self-test compares a GPU with the CPU: give --device cuda or cuda:N",
-        ));
+/// `Ok` for a GPU; the CPU is not a device to test against itself.
+pub fn requires_gpu(device: Device) -> Result<()> {
+    if device.is_cuda() {
+        return Ok(());
     }
-    #[cfg(feature = "cuda")]
-    {
-        let gpu = crate::cuda::Gpu::open(device, 0)?;
-        run(&gpu, level)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = level;
-        Err(Error::Device {
-            device: device.to_string(),
-            reason: "this tessera was built without GPU support; rebuild with \
-                     `cargo build --release --features cuda` (docs/GPU.md)"
-                .into(),
-        })
+    Err(Error::config(
+        "device",
+        "the self-test compares a GPU with the CPU: give --device cuda or cuda:N",
+    ))
+}
+
+/// What a build without the `cuda` feature answers when asked for a GPU.
+pub fn no_gpu_support(device: Device) -> Error {
+    Error::Device {
+        device: device.to_string(),
+        reason: "this tessera was built without GPU support; rebuild with \
+                 `cargo build --release --features cuda` (docs/GPU.md)"
+            .into(),
     }
 }
 
@@ -677,24 +665,17 @@ mod tests {
         assert_eq!(report.failures(), 0, "{}", report.table());
     }
 
-    /// Without the cuda feature (or without a GPU) the error says what is missing; the CPU is
-    /// refused as a device to test.
+    /// The CPU is refused as a device to test; a build without GPU support says how to get it.
     #[test]
-    fn on_device_names_what_is_missing() {
-        let e = on_device(Device::Cpu, Level::Quick)
-            .unwrap_err()
-            .to_string();
+    fn the_cpu_is_refused_and_a_missing_feature_named() {
+        let e = requires_gpu(Device::Cpu).unwrap_err().to_string();
         assert!(e.contains("--device cuda"), "{e}");
-        #[cfg(not(feature = "cuda"))]
-        {
-            let e = on_device(Device::Cuda(None), Level::Quick)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains("without GPU support") && e.contains("--features cuda"),
-                "{e}"
-            );
-        }
+        assert!(requires_gpu(Device::Cuda(Some(1))).is_ok());
+        let e = no_gpu_support(Device::Cuda(None)).to_string();
+        assert!(
+            e.starts_with("cuda: ") && e.contains("--features cuda"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -436,6 +436,29 @@ impl<B: Backend> DeviceConv<B> {
     }
 }
 
+/// Images as the convolutions see them: `count` planes (`B·C`) of `dims`, plane `p` of channel
+/// `p % channels`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planes {
+    pub count: usize,
+    pub channels: usize,
+    pub dims: [usize; 3],
+}
+
+impl Planes {
+    /// The planes of an image batch `(B, C, H, W)`.
+    pub fn of_image([batch, channels, h, w]: [usize; 4]) -> Planes {
+        Planes {
+            count: batch * channels,
+            channels,
+            dims: [1, h, w],
+        }
+    }
+}
+
+/// The weighted Gram convolution for the last weights asked for (their bits).
+type GramCache<B> = Mutex<Option<(Vec<u32>, Arc<DeviceConv<B>>)>>;
+
 /// A stack of circular 2-D blurs of one kernel size on the device, with the CPU stack's shared
 /// transforms (`physics::stack`, [`BlurFusion`]): `[Aᵢx]` from one transform of `x`; `Σ wᵢAᵢᵀyᵢ`
 /// as spectra summed in operator order, then one inverse transform; `Σ wᵢAᵢᵀAᵢ x` as one
@@ -445,7 +468,7 @@ pub struct DeviceBlurStack<B: Backend> {
     ops: Vec<DeviceConv<B>>,
     fusion: BlurFusion,
     /// The weighted Gram convolution for the last weights asked for (their bits).
-    gram: Mutex<Option<(Vec<u32>, Arc<DeviceConv<B>>)>>,
+    gram: GramCache<B>,
 }
 
 impl<B: Backend> DeviceBlurStack<B> {
@@ -499,14 +522,17 @@ impl<B: Backend> DeviceBlurStack<B> {
         &self,
         backend: &B,
         x: &DeviceVec<B, f32>,
-        planes: usize,
-        channels: usize,
-        dims: [usize; 3],
+        image: Planes,
     ) -> Result<Vec<DeviceVec<B, f32>>> {
-        let spectra = self.first()?.input_spectra(backend, x, planes, dims)?;
+        let Planes {
+            count,
+            channels,
+            dims,
+        } = image;
+        let spectra = self.first()?.input_spectra(backend, x, count, dims)?;
         self.ops
             .iter()
-            .map(|op| op.forward_from_spectra(backend, &spectra, planes, channels, dims))
+            .map(|op| op.forward_from_spectra(backend, &spectra, count, channels, dims))
             .collect()
     }
 
@@ -517,9 +543,7 @@ impl<B: Backend> DeviceBlurStack<B> {
         backend: &B,
         ys: &[DeviceVec<B, f32>],
         weights: &[f32],
-        planes: usize,
-        channels: usize,
-        dims: [usize; 3],
+        image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
         self.check_weights(weights)?;
         if ys.len() != self.ops.len() {
@@ -530,7 +554,8 @@ impl<B: Backend> DeviceBlurStack<B> {
         }
         let mut acc: Option<DeviceVec<B, f32>> = None;
         for ((op, y), &w) in self.ops.iter().zip(ys).zip(weights) {
-            let mut term = op.adjoint_spectra(backend, y, planes, channels, dims)?;
+            let mut term =
+                op.adjoint_spectra(backend, y, image.count, image.channels, image.dims)?;
             match acc.as_mut() {
                 None => {
                     super::vector::scale(backend, &mut term, w)?;
@@ -540,7 +565,8 @@ impl<B: Backend> DeviceBlurStack<B> {
             }
         }
         let acc = acc.ok_or_else(|| Error::config("physics", "an empty blur stack"))?;
-        self.first()?.adjoint_finish(backend, acc, planes, dims)
+        self.first()?
+            .adjoint_finish(backend, acc, image.count, image.dims)
     }
 
     /// `Σ wᵢAᵢᵀAᵢ x` by the weighted Gram kernel; an error when the kernels are too large for
@@ -550,9 +576,7 @@ impl<B: Backend> DeviceBlurStack<B> {
         backend: &B,
         x: &DeviceVec<B, f32>,
         weights: &[f32],
-        planes: usize,
-        channels: usize,
-        dims: [usize; 3],
+        image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
         self.check_weights(weights)?;
         let bits: Vec<u32> = weights.iter().map(|w| w.to_bits()).collect();
@@ -572,7 +596,7 @@ impl<B: Backend> DeviceBlurStack<B> {
                 }
             }
         };
-        conv.forward(backend, x, planes, channels, dims)
+        conv.forward(backend, x, image.count, image.channels, image.dims)
     }
 
     /// The gradient of `Σ wᵢ/2‖Aᵢx − yᵢ‖²`: `(Σ wᵢgᵢ) ∗ x − Σ wᵢAᵢᵀyᵢ`.
@@ -582,12 +606,10 @@ impl<B: Backend> DeviceBlurStack<B> {
         x: &DeviceVec<B, f32>,
         ys: &[DeviceVec<B, f32>],
         weights: &[f32],
-        planes: usize,
-        channels: usize,
-        dims: [usize; 3],
+        image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
-        let gram = self.gram_apply(backend, x, weights, planes, channels, dims)?;
-        let aty = self.adjoint(backend, ys, weights, planes, channels, dims)?;
+        let gram = self.gram_apply(backend, x, weights, image)?;
+        let aty = self.adjoint(backend, ys, weights, image)?;
         super::vector::sub(backend, &gram, &aty)
     }
 }
