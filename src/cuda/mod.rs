@@ -174,8 +174,16 @@ impl Backend for Gpu {
     type Fft = fft::FftPlans;
 
     fn describe(&self) -> String {
+        let memory = match self.memory() {
+            Ok((free, total)) => format!(
+                ", {} free of {}",
+                crate::error::human_bytes(free as u64),
+                crate::error::human_bytes(total as u64)
+            ),
+            Err(_) => String::new(),
+        };
         format!(
-            "{} ({}, sm_{}{})",
+            "{} ({}, sm_{}{}{memory})",
             self.name, self.label, self.arch.0, self.arch.1
         )
     }
