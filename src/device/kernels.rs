@@ -1,7 +1,7 @@
 //! Tessera's own GPU kernels: CUDA C sources kept in `src/device/kernels/` and embedded in the
 //! binary, compiled at run time by NVRTC for the GPU at hand (`cuda::Gpu` caches the modules), so
 //! no CUDA compiler is needed to build or ship tessera. CI compiles every source with NVRTC
-//! (`cuda::nvrtc` tests), and the unit tests run every kernel on the CPU (`device::emulator`).
+//! (`tests/kernels.rs`), and the unit tests run every kernel on the CPU (`device::emulator`).
 
 /// One CUDA C source file: a module of kernels.
 #[derive(Debug)]
