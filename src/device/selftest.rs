@@ -262,6 +262,9 @@ impl<B: Backend> Run<'_, B> {
         self.time("tomography adjoint", &case, bytes, &mut || {
             dev.adjoint(b, &y, 1).map(drop)
         })?;
+        self.time("tomography fbp", &case, bytes, &mut || {
+            dev.fbp(b, &y, 1).map(drop)
+        })?;
         let dims = [1, 4096, 4096];
         let x = DeviceVec::from_host(b, deterministic_start(&[1, 3, 4096, 4096], 2).data())?;
         for padding in [Padding::Circular, Padding::Reflect] {
@@ -417,6 +420,11 @@ impl<B: Backend> Run<'_, B> {
                 &|x| dev.forward(b, x, planes),
                 &|y| dev.adjoint(b, y, planes),
             )?;
+            let y = op.forward(&x)?;
+            let dy = self.upload(&y)?;
+            self.compare("tomography fbp", &case, op.fbp(&y)?.data(), || {
+                dev.fbp(b, &dy, planes)?.to_host(b)
+            })?;
         }
         Ok(())
     }

@@ -615,7 +615,7 @@ fn transpose(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
 /// deepinv's ramp filter in the Fourier domain for a padded length `len` (`len/2 + 1` real values):
 /// twice the DFT of the spatial ramp `f[0] = 1/4`, `f[k] = −1/(π·k)²` for odd `k` (circularly
 /// symmetric), 0 for even `k` (scikit-image's `_get_fourier_filter`, ramp).
-fn ramp_fourier_filter(len: usize) -> Vec<f32> {
+pub(crate) fn ramp_fourier_filter(len: usize) -> Vec<f32> {
     let mut f = vec![0.0f64; len];
     f[0] = 0.25;
     for (k, v) in f.iter_mut().enumerate().skip(1).step_by(2) {
@@ -632,7 +632,7 @@ fn ramp_fourier_filter(len: usize) -> Vec<f32> {
 }
 
 /// Padded length of the ramp filter for `n_det` detector cells (deepinv: `max(64, 2^⌈log₂ 2N⌉)`).
-fn ramp_len(n_det: usize) -> usize {
+pub(crate) fn ramp_len(n_det: usize) -> usize {
     (2 * n_det).next_power_of_two().max(64)
 }
 

@@ -2,14 +2,18 @@
 //! `physics::tomography::Tomography` computed (the same positions, the same bilinear weights), so
 //! its forward is the CPU forward to float rounding and its adjoint is the exact transpose of its
 //! forward (the device dot test). The adjoint gathers per pixel instead of scattering per ray: no
-//! atomics, and the same bits on every run.
+//! atomics, and the same bits on every run. FBP filters the sinogram along the detector with the
+//! CPU's ramp filter (zero-padded, cuFFT), then back-projects.
 
-use super::vector::transpose;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::vector::{scale, transpose};
 use super::{expect_len, int_arg, len_arg};
 use crate::device::backend::{Arg, Backend, DeviceVec, LaunchConfig};
 use crate::device::kernels;
 use crate::error::{Error, Result};
-use crate::physics::tomography::Tomography;
+use crate::physics::tomography::{Tomography, ramp_fourier_filter, ramp_len};
 
 /// Detector cells per block of the forward projection.
 const RAYS_PER_BLOCK: u32 = 128;
@@ -36,6 +40,20 @@ pub struct DeviceTomography<B: Backend> {
     /// The disc mask, or one unused value.
     mask: DeviceVec<B, f32>,
     use_mask: bool,
+    fbp: RampFilter<B>,
+}
+
+/// FBP's ramp filter along the detector: the CPU's filter over its padded length, as complex
+/// values over that length (so the transform pair needs no other scaling), with the maps that
+/// zero-pad each detector column onto it, and FFT plans by batch size.
+struct RampFilter<B: Backend> {
+    len: usize,
+    spectrum: DeviceVec<B, f32>,
+    /// Pad maps of `tsr_conv_pad` for (1, angles, detector) → (1, angles, len).
+    maps: [DeviceVec<B, i32>; 3],
+    /// `π/(2·N_angles)·‖A‖²`: FBP's factor (deepinv's, as `Tomography::fbp`).
+    factor: f32,
+    plans: Mutex<HashMap<usize, Arc<B::Fft>>>,
 }
 
 impl<B: Backend> DeviceTomography<B> {
@@ -45,6 +63,27 @@ impl<B: Backend> DeviceTomography<B> {
         // Coordinates and counts are i32 in the kernels.
         int_arg("tomography stride²", g.stride * g.stride)?;
         int_arg("tomography rays", g.n_det * g.n_angles)?;
+        let len = ramp_len(g.n_det);
+        let spectrum: Vec<f32> = ramp_fourier_filter(len)
+            .iter()
+            .flat_map(|&h| [h / len as f32, 0.0])
+            .collect();
+        let columns: Vec<i32> = (0..len)
+            .map(|j| if j < g.n_det { j as i32 } else { -1 })
+            .collect();
+        let angles: Vec<i32> = (0..g.n_angles as i32).collect();
+        let norm = op.operator_norm();
+        let fbp = RampFilter {
+            len,
+            spectrum: DeviceVec::from_host(backend, &spectrum)?,
+            maps: [
+                DeviceVec::from_host(backend, &[0])?,
+                DeviceVec::from_host(backend, &angles)?,
+                DeviceVec::from_host(backend, &columns)?,
+            ],
+            factor: (std::f64::consts::PI / (2.0 * g.n_angles as f64) * norm * norm) as f32,
+            plans: Mutex::new(HashMap::new()),
+        };
         Ok(DeviceTomography {
             width: g.width,
             border: g.border,
@@ -62,6 +101,7 @@ impl<B: Backend> DeviceTomography<B> {
             step_col: DeviceVec::from_host(backend, &g.step_col)?,
             use_mask: g.mask.is_some(),
             mask: DeviceVec::from_host(backend, g.mask.as_deref().unwrap_or(&[1.0]))?,
+            fbp,
         })
     }
 
@@ -165,6 +205,99 @@ impl<B: Backend> DeviceTomography<B> {
                 Arg::I64(len_arg(planes)),
             ],
         )?;
+        Ok(x)
+    }
+
+    /// Filtered back-projection of `planes` sinograms `[plane][det][angle]` (deepinv's
+    /// `A_dagger(y, fbp=True)`, as `Tomography::fbp`).
+    pub fn fbp(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        planes: usize,
+    ) -> Result<DeviceVec<B, f32>> {
+        self.check_planes(planes)?;
+        let (nd, na, len) = (self.n_det, self.n_angles, self.fbp.len);
+        expect_len("device fbp", y, planes * nd * na)?;
+        let columns = transpose(backend, y, nd, na, planes)?;
+        // Each (plane, angle) column zero-padded to the filter's length: a (1, na, len) grid.
+        let padded = DeviceVec::<B, f32>::zeros(backend, planes * na * len)?;
+        let [md, mh, mw] = &self.fbp.maps;
+        let ints = |v: [usize; 3]| v.map(|n| Arg::I32(n as i32));
+        let [d, h, w] = ints([1, na, nd]);
+        let [gd, gh, gw] = ints([1, na, len]);
+        backend.launch(
+            &kernels::CONV_PAD,
+            LaunchConfig::elementwise(planes * na * len),
+            &[
+                columns.arg(),
+                padded.arg(),
+                md.arg(),
+                mh.arg(),
+                mw.arg(),
+                d,
+                h,
+                w,
+                gd,
+                gh,
+                gw,
+                Arg::I64(len_arg(planes)),
+            ],
+        )?;
+        let rows = planes * na;
+        let plan = {
+            let mut plans = self.fbp.plans.lock().unwrap_or_else(|p| p.into_inner());
+            match plans.get(&rows) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = Arc::new(backend.fft_plan([1, 1, len], rows)?);
+                    plans.insert(rows, p.clone());
+                    p
+                }
+            }
+        };
+        let half = len / 2 + 1;
+        let spec = DeviceVec::<B, f32>::zeros(backend, rows * half * 2)?;
+        backend.fft_forward(&plan, padded.buffer(), spec.buffer())?;
+        backend.launch(
+            &kernels::SPECTRUM_MULTIPLY,
+            LaunchConfig::elementwise(rows * half),
+            &[
+                spec.arg(),
+                self.fbp.spectrum.arg(),
+                Arg::I64(len_arg(half)),
+                Arg::I32(1),
+                Arg::I32(1),
+                Arg::I32(0),
+                Arg::I64(len_arg(rows)),
+            ],
+        )?;
+        backend.fft_inverse(&plan, spec.buffer(), padded.buffer())?;
+        let filtered = DeviceVec::<B, f32>::zeros(backend, planes * na * nd)?;
+        let [od, oh, ow] = ints([1, na, nd]);
+        let [cd, ch, cw] = ints([0, 0, 0]);
+        let [gd, gh, gw] = ints([1, na, len]);
+        backend.launch(
+            &kernels::CONV_CROP,
+            LaunchConfig::elementwise(planes * na * nd),
+            &[
+                padded.arg(),
+                filtered.arg(),
+                od,
+                oh,
+                ow,
+                gd,
+                gh,
+                gw,
+                cd,
+                ch,
+                cw,
+                Arg::I64(len_arg(planes)),
+            ],
+        )?;
+        let sinogram = transpose(backend, &filtered, na, nd, planes)?;
+        let mut x = self.adjoint(backend, &sinogram, planes)?;
+        scale(backend, &mut x, self.fbp.factor)?;
         Ok(x)
     }
 
