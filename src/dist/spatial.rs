@@ -423,7 +423,7 @@ impl Denoiser for SpatialDenoiser {
 mod tests {
     use super::*;
     use crate::dist::testutil::on_group;
-    use crate::nn::kernels::conv::tests::{dot, random_features};
+    use crate::nn::kernels::conv::testing::{dot, random_features};
     use crate::nn::{DncnnArch, DrunetArch};
     use crate::nn::{Network, TestModel, Whole};
     use rand::{RngExt, SeedableRng};

@@ -1056,7 +1056,7 @@ pub fn mmd_terms<T: Scalar>(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::nn::kernels::conv::tests::random;
+    use crate::nn::kernels::conv::testing::random;
 
     pub(crate) fn small_arch() -> DsnArch {
         DsnArch {

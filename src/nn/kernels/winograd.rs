@@ -828,7 +828,8 @@ pub(crate) fn layer<T: Scalar>(
 /// weight transform (`36·C_in·C_out` values, per call) and products of few tiles cost more than
 /// Winograd saves: DRUNet's 512-channel level at 16² (16 tiles) ran 3× slower than im2col, its
 /// 256-channel level at 32² (64 tiles) 1.1×, and 64² maps (256 tiles) and larger ran 1.2–2.5×
-/// faster (`cargo bench --bench drunet -- --levels 128 512`, docs/BENCHMARKS.md).
+/// faster (`cargo bench --bench drunet -- --levels 128 512`; those rounds are in the history of
+/// docs/BENCHMARKS.md, the final per-level figures in docs/PERFORMANCE.md).
 const MIN_TILES: usize = 128;
 
 impl Layer {
@@ -866,7 +867,7 @@ fn geometry<T: Scalar>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::kernels::conv::tests::{random, random_features};
+    use crate::nn::kernels::conv::testing::{random, random_features};
     use crate::nn::kernels::conv::{Conv, Features, Geom, Pads};
 
     /// A strip's `V + M` (values) for `rows` tile rows of `l`.

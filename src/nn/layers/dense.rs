@@ -324,7 +324,7 @@ impl<T: Scalar> Mlp<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::kernels::conv::tests::{dot, random};
+    use crate::nn::kernels::conv::testing::{dot, random};
     use rand::{RngExt, SeedableRng};
 
     fn close(fd: f64, an: f64, what: &str) {

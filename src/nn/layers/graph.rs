@@ -847,7 +847,7 @@ fn split_spans<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::kernels::conv::tests::{dot, random_features};
+    use crate::nn::kernels::conv::testing::{dot, random_features};
     use crate::nn::layers::domain::Whole;
     use crate::nn::models::test_models::TestModel;
     use crate::nn::{DncnnArch, DrunetArch};

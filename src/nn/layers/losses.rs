@@ -228,7 +228,7 @@ pub fn mmd<T: Scalar>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::kernels::conv::tests::random;
+    use crate::nn::kernels::conv::testing::random;
     use rand::SeedableRng;
 
     /// Central differences of `loss` at `v` against `grad`, every entry.

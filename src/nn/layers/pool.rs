@@ -179,7 +179,7 @@ fn first_max<T: Scalar>(plane: &[T], cells: &[usize]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::kernels::conv::tests::{dot, random_features};
+    use crate::nn::kernels::conv::testing::{dot, random_features};
     use rand::SeedableRng;
 
     /// Central differences of `⟨r, pool(x)⟩` against the backward pass, every input entry, f64.
