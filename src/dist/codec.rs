@@ -1,4 +1,4 @@
-//! Encoding of indexed tensors for collectives: `(global index, tensor)` records in one buffer — a
+//! Encoding of bulk floats between ranks (indexed tensors, or one vector of values): `(global index, tensor)` records in one buffer — a
 //! postcard header (indices and shapes, the metadata encoding of `super::wire`) followed by every
 //! record's values as raw little-endian `f32`, in record order. Leading and trailing values whose
 //! bits are all zero (`+0.0`) are not sent but restored, so a term that fills only some channels of
@@ -43,13 +43,22 @@ fn kept_span(data: &[f32]) -> std::ops::Range<usize> {
 
 /// Encodes `(index, tensor)` records.
 pub fn encode(records: &[(usize, &Tensor)]) -> Result<Vec<u8>> {
-    let spans: Vec<_> = records.iter().map(|(_, t)| kept_span(t.data())).collect();
+    let slices: Vec<(usize, &[usize], &[f32])> = records
+        .iter()
+        .map(|(i, t)| (*i, t.shape(), t.data()))
+        .collect();
+    encode_slices(&slices)
+}
+
+/// Encodes `(index, shape, values)` records: [`encode`] without building tensors.
+pub fn encode_slices(records: &[(usize, &[usize], &[f32])]) -> Result<Vec<u8>> {
+    let spans: Vec<_> = records.iter().map(|(_, _, v)| kept_span(v)).collect();
     let header: Vec<RecordHeader> = records
         .iter()
         .zip(&spans)
-        .map(|((i, t), span)| RecordHeader {
+        .map(|((i, shape, _), span)| RecordHeader {
             index: *i as u64,
-            shape: t.shape().iter().map(|&d| d as u64).collect(),
+            shape: shape.iter().map(|&d| d as u64).collect(),
             skip: span.start as u64,
             sent: span.len() as u64,
         })
@@ -57,10 +66,27 @@ pub fn encode(records: &[(usize, &Tensor)]) -> Result<Vec<u8>> {
     let mut out = wire::encode(&header)?;
     let values: usize = spans.iter().map(|s| s.len()).sum();
     out.reserve(4 * values);
-    for ((_, t), span) in records.iter().zip(spans) {
-        out.extend_from_slice(bytemuck::cast_slice(&t.data()[span]));
+    for ((_, _, v), span) in records.iter().zip(spans) {
+        out.extend_from_slice(bytemuck::cast_slice(&v[span]));
     }
     Ok(out)
+}
+
+/// Encodes one vector of values (one record of one dimension).
+pub fn encode_values(values: &[f32]) -> Result<Vec<u8>> {
+    encode_slices(&[(0, &[values.len()], values)])
+}
+
+/// Decodes a vector written by [`encode_values`] on rank `from`; `what` names it in errors.
+pub fn decode_values(from: usize, what: &str, bytes: &[u8]) -> Result<Vec<f32>> {
+    let mut records = decode(from, bytes)?;
+    match (records.pop(), records.is_empty()) {
+        (Some((0, t)), true) if t.shape().len() == 1 => Ok(t.into_data()),
+        _ => Err(Error::bad_peer_data(
+            from,
+            format!("{what}: expected one vector of values"),
+        )),
+    }
 }
 
 /// Decodes records written by [`encode`] on rank `from`.
@@ -175,6 +201,40 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("trailing")
+        );
+    }
+
+    /// Every prefix of a valid message and seeded random bytes decode to a named error, never a
+    /// panic or a huge allocation.
+    #[test]
+    fn truncated_and_random_bytes_are_named_errors() {
+        use rand::{RngExt, SeedableRng};
+        let a = Tensor::from_fn(&[2, 3], |i| i as f32 + 0.5);
+        let records = encode(&[(1, &a), (4, &a)]).unwrap();
+        let values = encode_values(&[1.0, 0.0, -2.0]).unwrap();
+        for cut in 0..records.len() {
+            let e = decode(3, &records[..cut]).unwrap_err();
+            assert!(matches!(e, Error::BadPeerData { rank: 3, .. }), "{e}");
+        }
+        for cut in 0..values.len() {
+            let e = decode_values(3, "codes", &values[..cut]).unwrap_err();
+            assert!(matches!(e, Error::BadPeerData { rank: 3, .. }), "{e}");
+        }
+        assert!(decode_values(0, "codes", &records).is_err(), "two records");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+        for _ in 0..2000 {
+            let len = rng.random_range(0..64);
+            let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            if let Err(e) = decode(5, &bytes) {
+                assert!(matches!(e, Error::BadPeerData { rank: 5, .. }), "{e}");
+            }
+            if let Err(e) = decode_values(5, "codes", &bytes) {
+                assert!(matches!(e, Error::BadPeerData { rank: 5, .. }), "{e}");
+            }
+        }
+        assert_eq!(
+            decode_values(0, "codes", &values).unwrap(),
+            vec![1.0, 0.0, -2.0]
         );
     }
 

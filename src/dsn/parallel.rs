@@ -21,9 +21,9 @@
 
 use std::time::Instant;
 
-use crate::dist::Collective;
 use crate::dist::spatial::SpatialDomain;
 use crate::dist::subgroup::SubGroup;
+use crate::dist::{Collective, codec, wire};
 use crate::error::{Error, Result};
 use crate::nn::{Domain, Features, Grid, Whole};
 use crate::optim::adam::Adam;
@@ -101,22 +101,6 @@ impl Placement {
     fn reporter(&self, d: usize) -> usize {
         d % self.groups() * self.ranks_per_domain
     }
-}
-
-fn to_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn from_bytes(b: &[u8], rank: usize, what: &str) -> Result<Vec<f32>> {
-    if !b.len().is_multiple_of(4) {
-        return Err(Error::bad_peer_data(
-            rank,
-            format!("{what}: {} bytes is not a whole number of f32", b.len()),
-        ));
-    }
-    Ok(b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
 }
 
 /// Splits a peer's concatenation of one equal-length vector per held domain.
@@ -310,9 +294,9 @@ impl<'a> Trainer<'a> {
         let me = self.comm.rank();
         // The other ranks of a group hold the leader's gradients: only the leader sends them.
         let mine = if self.placement.is_leader(me) {
-            to_bytes(&shared_grads)
+            codec::encode_values(&shared_grads)?
         } else {
-            Vec::new()
+            codec::encode_values(&[])?
         };
         drop(shared_grads);
         let per_rank = self.comm.all_gather(&mine)?;
@@ -321,7 +305,7 @@ impl<'a> Trainer<'a> {
         let mut by_rank = Vec::with_capacity(per_rank.len());
         for (r, bytes) in per_rank.iter().enumerate() {
             let held = self.placement.reported(r).len();
-            let v = from_bytes(bytes, r, "shared gradients")?;
+            let v = codec::decode_values(r, "shared gradients", bytes)?;
             let v = split_per_domain(v, held, r, "shared gradients")?;
             if v.iter().any(|g| g.len() != self.model.shared_param_count()) {
                 return Err(Error::bad_peer_data(r, "shared gradients of another model"));
@@ -484,7 +468,7 @@ impl<'a> Trainer<'a> {
         let elsewhere: Vec<usize> = (0..domains).filter(|&d| place.reporter(d) != 0).collect();
         let mut received = 0;
         if me == 0 {
-            let source = to_bytes(&codes[0]);
+            let source = codec::encode_values(&codes[0])?;
             for r in 1..world {
                 if place.group_of(r) == 0 {
                     continue;
@@ -496,7 +480,7 @@ impl<'a> Trainer<'a> {
                 let held = place.held(r);
                 let bytes = self.comm.recv(r)?;
                 received += bytes.len() as u64;
-                let theirs = from_bytes(&bytes, r, "shared codes")?;
+                let theirs = codec::decode_values(r, "shared codes", &bytes)?;
                 let n = held.len();
                 for (d, c) in held
                     .into_iter()
@@ -508,13 +492,13 @@ impl<'a> Trainer<'a> {
             if place.ranks_per_domain > 1 {
                 let others: Vec<f32> = elsewhere.iter().flat_map(|&d| codes[d].clone()).collect();
                 for r in 1..place.ranks_per_domain {
-                    self.comm.send(r, &to_bytes(&others))?;
+                    self.comm.send(r, &codec::encode_values(&others)?)?;
                 }
             }
         } else if place.group_of(me) == 0 {
             let bytes = self.comm.recv(0)?;
             received += bytes.len() as u64;
-            let theirs = from_bytes(&bytes, 0, "shared codes")?;
+            let theirs = codec::decode_values(0, "shared codes", &bytes)?;
             let n = elsewhere.len();
             for (&d, c) in elsewhere
                 .iter()
@@ -525,10 +509,10 @@ impl<'a> Trainer<'a> {
         } else {
             let bytes = self.comm.recv(0)?;
             received += bytes.len() as u64;
-            codes[0] = from_bytes(&bytes, 0, "source shared codes")?;
+            codes[0] = codec::decode_values(0, "source shared codes", &bytes)?;
             if place.is_leader(me) {
                 let mine: Vec<f32> = local.concat();
-                self.comm.send(0, &to_bytes(&mine))?;
+                self.comm.send(0, &codec::encode_values(&mine)?)?;
             }
         }
         let wanted: Vec<usize> = if place.group_of(me) == 0 {
@@ -549,30 +533,35 @@ impl<'a> Trainer<'a> {
 
     /// Every domain's losses, from every rank, and the bytes received.
     fn gather_losses(&self, mine: &[DomainLosses]) -> Result<(Vec<DomainLosses>, u64)> {
-        let flat: Vec<f64> = mine
-            .iter()
-            .flat_map(|l| [l.task, l.reconstruction, l.difference, l.similarity])
-            .collect();
-        let bytes: Vec<u8> = if self.placement.is_leader(self.comm.rank()) {
-            flat.iter().flat_map(|v| v.to_le_bytes()).collect()
+        let sent: Vec<[f64; 4]> = if self.placement.is_leader(self.comm.rank()) {
+            mine.iter()
+                .map(|l| [l.task, l.reconstruction, l.difference, l.similarity])
+                .collect()
         } else {
             Vec::new()
         };
-        let per_rank = self.comm.all_gather(&bytes)?;
+        let per_rank = self.comm.all_gather(&wire::encode(&sent)?)?;
         let mut out = vec![DomainLosses::default(); self.model.domains];
         for (r, b) in per_rank.iter().enumerate() {
             let held = self.placement.reported(r);
-            if b.len() != held.len() * 32 {
-                return Err(Error::bad_peer_data(r, "per-domain losses"));
+            let theirs: Vec<[f64; 4]> = wire::decode_from(r, "per-domain losses", b)?;
+            if theirs.len() != held.len() {
+                return Err(Error::bad_peer_data(
+                    r,
+                    format!(
+                        "losses of {} domains, it reports {}",
+                        theirs.len(),
+                        held.len()
+                    ),
+                ));
             }
-            for (d, c) in held.into_iter().zip(b.chunks_exact(32)) {
-                let v =
-                    |i: usize| f64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            for (d, [task, reconstruction, difference, similarity]) in held.into_iter().zip(theirs)
+            {
                 out[d] = DomainLosses {
-                    task: v(0),
-                    reconstruction: v(1),
-                    difference: v(2),
-                    similarity: v(3),
+                    task,
+                    reconstruction,
+                    difference,
+                    similarity,
                 };
             }
         }
@@ -582,27 +571,31 @@ impl<'a> Trainer<'a> {
     /// Gathers `counts` (per held domain: correct, total; the group leader's count) from every
     /// group into per-domain counts.
     pub fn gather_counts(&self, counts: &[(usize, usize)]) -> Result<Vec<(usize, usize)>> {
-        let bytes: Vec<u8> = if self.placement.is_leader(self.comm.rank()) {
-            counts
-                .iter()
-                .flat_map(|&(a, b)| [(a as u64).to_le_bytes(), (b as u64).to_le_bytes()])
-                .flatten()
-                .collect()
+        let sent: Vec<(u64, u64)> = if self.placement.is_leader(self.comm.rank()) {
+            counts.iter().map(|&(a, b)| (a as u64, b as u64)).collect()
         } else {
             Vec::new()
         };
-        let per_rank = self.comm.all_gather(&bytes)?;
+        let per_rank = wire::all_gather_as(self.comm, "per-domain counts", &sent)?;
         let mut out = vec![(0, 0); self.model.domains];
-        for (r, b) in per_rank.iter().enumerate() {
+        for (r, theirs) in per_rank.into_iter().enumerate() {
             let held = self.placement.reported(r);
-            if b.len() != held.len() * 16 {
-                return Err(Error::bad_peer_data(r, "per-domain counts"));
+            if theirs.len() != held.len() {
+                return Err(Error::bad_peer_data(
+                    r,
+                    format!(
+                        "counts of {} domains, it reports {}",
+                        theirs.len(),
+                        held.len()
+                    ),
+                ));
             }
-            for (d, c) in held.into_iter().zip(b.chunks_exact(16)) {
-                let v = |i: usize| {
-                    u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
+            for (d, (correct, total)) in held.into_iter().zip(theirs) {
+                let count = |n: u64| {
+                    usize::try_from(n)
+                        .map_err(|_| Error::bad_peer_data(r, "a per-domain count overflows"))
                 };
-                out[d] = (v(0), v(1));
+                out[d] = (count(correct)?, count(total)?);
             }
         }
         Ok(out)

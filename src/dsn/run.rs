@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::data::{DomainConfig, DomainData, load_domain};
 use super::model::{DannSchedule, DomainBatch, DomainLosses, DsnArch, LossWeights, Similarity};
 use super::parallel::{Placement, Trainer, spatial_grid};
-use crate::dist::Collective;
+use crate::dist::{Collective, codec, wire};
 use crate::error::{Error, Result};
 use crate::nn::Features;
 use crate::tensor::Tensor;
@@ -609,7 +609,8 @@ fn write_reconstructions(
 ) -> Result<Vec<PathBuf>> {
     let s = p.model.image_size;
     let k = s * s;
-    let mut mine = Vec::new();
+    let rows = RECONSTRUCTION_ROWS.len();
+    let mut mine: Vec<(usize, [usize; 4], Vec<f32>)> = Vec::new();
     for (&d, split) in trainer.held().iter().zip(data) {
         let n = RECONSTRUCTION_IMAGES.min(split.test.len());
         let input = split.test.images[..n * k].to_vec();
@@ -617,37 +618,45 @@ fn write_reconstructions(
         if !trainer.placement().is_leader(comm.rank()) {
             continue;
         }
-        mine.extend((n as u64).to_le_bytes());
-        for row in std::iter::once(&input).chain(&parts) {
-            mine.extend(row.iter().flat_map(|v| v.to_le_bytes()));
-        }
+        let values = std::iter::once(&input).chain(&parts).flatten().copied();
+        mine.push((d, [rows, n, s, s], values.collect()));
     }
-    let per_rank = comm.all_gather(&mine)?;
+    let records: Vec<(usize, &[usize], &[f32])> = mine
+        .iter()
+        .map(|(d, shape, v)| (*d, &shape[..], &v[..]))
+        .collect();
+    let per_rank = comm.all_gather(&codec::encode_slices(&records)?)?;
+    drop(mine);
     if comm.rank() != 0 {
         return Ok(Vec::new());
     }
     let mut grids: Vec<Option<(usize, Vec<f32>)>> = vec![None; p.domains.len()];
     for (r, bytes) in per_rank.iter().enumerate() {
-        let mut at = 0;
-        for d in trainer.placement().reported(r) {
-            let n = bytes
-                .get(at..at + 8)
-                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
-                .filter(|&n| n <= RECONSTRUCTION_IMAGES)
-                .ok_or_else(|| Error::bad_peer_data(r, "reconstructions"))?;
-            at += 8;
-            let len = RECONSTRUCTION_ROWS.len() * n * k * 4;
-            let values = bytes
-                .get(at..at + len)
-                .ok_or_else(|| Error::bad_peer_data(r, "reconstructions"))?
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            at += len;
-            grids[d] = Some((n, values));
+        let held = trainer.placement().reported(r);
+        let theirs = codec::decode(r, bytes)?;
+        if theirs.len() != held.len() {
+            return Err(Error::bad_peer_data(
+                r,
+                format!(
+                    "reconstructions of {} domains, it reports {}",
+                    theirs.len(),
+                    held.len()
+                ),
+            ));
         }
-        if at != bytes.len() {
-            return Err(Error::bad_peer_data(r, "reconstructions"));
+        for (d, (index, t)) in held.into_iter().zip(theirs) {
+            let n = t.shape().get(1).copied().unwrap_or(0);
+            if index != d || t.shape() != [rows, n, s, s] || n > RECONSTRUCTION_IMAGES {
+                return Err(Error::bad_peer_data(
+                    r,
+                    format!(
+                        "reconstructions of domain {index} of shape {:?}, expected domain {d} of \
+                         shape [{rows}, n ≤ {RECONSTRUCTION_IMAGES}, {s}, {s}]",
+                        t.shape()
+                    ),
+                ));
+            }
+            grids[d] = Some((n, t.into_data()));
         }
     }
     let dir = out_dir.join("reconstructions");
@@ -716,31 +725,32 @@ fn gather_rank_reports(
     exchange_secs: f64,
     received_bytes: u64,
 ) -> Result<Vec<RankReport>> {
-    let peak = crate::dist::profile::peak_rss_bytes();
-    let mut bytes = Vec::with_capacity(32);
-    bytes.extend(compute_secs.to_le_bytes());
-    bytes.extend(exchange_secs.to_le_bytes());
-    bytes.extend(peak.unwrap_or(u64::MAX).to_le_bytes());
-    bytes.extend(received_bytes.to_le_bytes());
-    comm.all_gather(&bytes)?
+    /// What each rank says of itself.
+    #[derive(Serialize, Deserialize)]
+    struct Times {
+        compute_secs: f64,
+        exchange_secs: f64,
+        peak_rss_bytes: Option<u64>,
+        received_bytes: u64,
+    }
+    let mine = Times {
+        compute_secs,
+        exchange_secs,
+        peak_rss_bytes: crate::dist::profile::peak_rss_bytes(),
+        received_bytes,
+    };
+    Ok(wire::all_gather_as(comm, "rank report", &mine)?
         .into_iter()
         .enumerate()
-        .map(|(r, b)| {
-            if b.len() != 32 {
-                return Err(Error::bad_peer_data(r, "rank report"));
-            }
-            let w = |i: usize| -> [u8; 8] { b[i * 8..i * 8 + 8].try_into().expect("8 bytes") };
-            let peak = u64::from_le_bytes(w(2));
-            Ok(RankReport {
-                rank: r,
-                domains: placement.held(r),
-                compute_secs: f64::from_le_bytes(w(0)),
-                exchange_secs: f64::from_le_bytes(w(1)),
-                peak_rss_bytes: (peak != u64::MAX).then_some(peak),
-                received_bytes: u64::from_le_bytes(w(3)),
-            })
+        .map(|(r, t)| RankReport {
+            rank: r,
+            domains: placement.held(r),
+            compute_secs: t.compute_secs,
+            exchange_secs: t.exchange_secs,
+            peak_rss_bytes: t.peak_rss_bytes,
+            received_bytes: t.received_bytes,
         })
-        .collect()
+        .collect())
 }
 
 /// Every parameter as a state dict on rank 0 (private encoders gathered from their ranks); `None`
@@ -749,12 +759,14 @@ fn gather_state(trainer: &Trainer, comm: &dyn Collective) -> Result<Option<crate
     let named = trainer.model.named_params();
     let placement = trainer.placement();
     // The other ranks of a group hold copies of the leader's private encoders.
-    let private: Vec<u8> = named
+    let private: Vec<(usize, &[usize], &[f32])> = named
         .iter()
         .filter(|(n, _, _)| placement.is_leader(comm.rank()) && n.starts_with("private_encoder."))
-        .flat_map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()))
+        .enumerate()
+        .map(|(k, (_, shape, v))| (k, &shape[..], &v[..]))
         .collect();
-    let per_rank = comm.all_gather(&private)?;
+    let per_rank = comm.all_gather(&codec::encode_slices(&private)?)?;
+    drop(private);
     if comm.rank() != 0 {
         return Ok(None);
     }
@@ -765,32 +777,42 @@ fn gather_state(trainer: &Trainer, comm: &dyn Collective) -> Result<Option<crate
         }
     }
     // Every rank's private encoders have the names and shapes of domain 0's (held on rank 0).
-    let template: Vec<(String, Vec<usize>, usize)> = named
+    let template: Vec<(String, Vec<usize>)> = named
         .iter()
-        .filter_map(|(n, s, v)| {
+        .filter_map(|(n, s, _)| {
             n.strip_prefix("private_encoder.0.")
-                .map(|n| (n.to_string(), s.clone(), v.len()))
+                .map(|n| (n.to_string(), s.clone()))
         })
         .collect();
-    let per_domain: usize = template.iter().map(|t| t.2).sum();
     for (r, bytes) in per_rank.iter().enumerate() {
         let held = placement.reported(r);
-        if bytes.len() != held.len() * per_domain * 4 {
-            return Err(Error::bad_peer_data(r, "private encoder weights"));
+        let theirs = codec::decode(r, bytes)?;
+        if theirs.len() != held.len() * template.len() {
+            return Err(Error::bad_peer_data(
+                r,
+                format!(
+                    "{} private encoder tensors for {} domains of {} each",
+                    theirs.len(),
+                    held.len(),
+                    template.len()
+                ),
+            ));
         }
-        let vals: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let mut at = 0;
-        for d in held {
-            for (n, s, len) in &template {
-                sd.insert(
-                    format!("private_encoder.{d}.{n}"),
-                    Tensor::from_vec(s, vals[at..at + len].to_vec())?,
-                );
-                at += len;
+        let slots = held
+            .iter()
+            .flat_map(|d| template.iter().map(move |t| (d, t)));
+        for (k, ((d, (n, shape)), (index, t))) in slots.zip(theirs).enumerate() {
+            if index != k || t.shape() != shape.as_slice() {
+                return Err(Error::bad_peer_data(
+                    r,
+                    format!(
+                        "private encoder tensor {index} of shape {:?}, expected {k}: \
+                         `private_encoder.{d}.{n}` of shape {shape:?}",
+                        t.shape()
+                    ),
+                ));
             }
+            sd.insert(format!("private_encoder.{d}.{n}"), t);
         }
     }
     Ok(Some(sd))
