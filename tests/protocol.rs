@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
-use tessera::optim::{ComponentTimes, IterationReport};
 use tessera::protocol::frame::{read_frame, read_message, write_message};
 use tessera::protocol::{
-    Event, InlineArray, InlineFile, LogLevel, MAX_FRAME_BYTES, OperatorInfo, PatchMap, PatchTile,
-    PreviewImage, PreviewKind, RankIteration, Request,
+    ComponentTimes, Event, InlineArray, InlineFile, IterationReport, LogLevel, MAX_FRAME_BYTES,
+    OperatorInfo, PatchMap, PatchTile, PreviewImage, PreviewKind, RankIteration, Request,
 };
 
 /// Records the largest single allocation, so a test can check that a lying length prefix does not
@@ -345,13 +344,11 @@ fn several_frames_on_one_stream_come_back_in_order_then_a_clean_end() {
 mod golden {
     use std::path::PathBuf;
 
-    use tessera::dist::{SocketKind, Transport};
-    use tessera::dsn::model::DomainLosses;
-    use tessera::optim::{ComponentTimes, IterationReport};
     use tessera::protocol::{
-        DsnEpochReport, EpochReport, Event, InlineArray, InlineFile, LogLevel, LossPoint,
-        OperatorInfo, PROTOCOL_VERSION, PatchMap, PatchTile, PreviewImage, PreviewKind, RankDevice,
-        RankEpoch, RankIteration, Request, Shot, TrainPlan,
+        ComponentTimes, DomainLosses, DsnEpochReport, EpochReport, Event, InlineArray, InlineFile,
+        IterationReport, LogLevel, LossPoint, OperatorInfo, PROTOCOL_VERSION, PatchMap, PatchTile,
+        PreviewImage, PreviewKind, RankDevice, RankEpoch, RankIteration, Request, Shot, SocketKind,
+        TrainPlan, Transport,
     };
 
     /// The protocol version the hex strings below were recorded for.
