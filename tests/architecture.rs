@@ -250,3 +250,43 @@ fn the_nn_folders_import_only_the_layers_below() {
     }
     assert!(found.is_empty(), "{found:#?}");
 }
+
+/// The protocol owns its types (docs/ARCHITECTURE.md, `protocol` row): outside its boundary files
+/// — `convert.rs` (compute reports → the protocol's twins) and `preview.rs` (a `Tensor` → a
+/// `PreviewImage`) — `src/protocol` names no module of tessera but the error type and the plumbing
+/// it runs on, so no compute type reaches the wire or the workbench through it.
+#[test]
+fn the_protocol_names_compute_types_only_in_its_boundary_files() {
+    let protocol = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/protocol");
+    let boundary = ["convert.rs", "preview.rs"];
+    let plumbing = [
+        "crate::error::",
+        "crate::protocol::",
+        "crate::dist::wire",
+        "crate::dist::launch::",
+        "crate::io::run_dir::",
+    ];
+    let mut files = Vec::new();
+    sources(&protocol, &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        if boundary.contains(&name.as_str()) {
+            continue;
+        }
+        let code = code(&f);
+        for (i, _) in code.match_indices("crate::") {
+            let path: String = code[i..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            if !plumbing.iter().any(|p| path.starts_with(p)) {
+                found.push(format!("src/protocol/{name} uses {path}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the protocol's own types only; convert compute types in convert.rs: {found:#?}"
+    );
+}

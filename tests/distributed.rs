@@ -177,7 +177,13 @@ fn every_tile_is_timed_once_on_the_rank_the_patch_map_names() {
         assert_eq!(t.calls, 3, "tile {i}: one denoiser call per iteration");
         assert!(t.secs > 0.0, "tile {i}: {t:?}");
     }
-    assert_eq!(map.tiles_per_rank().len(), 2, "both ranks denoise");
+    assert_eq!(
+        tessera::protocol::PatchMap::from(&map)
+            .tiles_per_rank()
+            .len(),
+        2,
+        "both ranks denoise"
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ use tessera::gui::session::JobState;
 use tessera::gui::{
     AppState, ChannelBackend, Incoming, Link, Starter, TestEnd, Workbench, WorkbenchOptions,
 };
-use tessera::optim::{ComponentTimes, IterationReport};
+use tessera::protocol::{ComponentTimes, IterationReport};
 use tessera::protocol::{
     Event, LocalOptions, OperatorInfo, PreviewImage, PreviewKind, RankIteration, Request,
 };
@@ -1801,6 +1801,8 @@ fn a_denoiser_training_run_stops_and_reopens_from_runs() {
         panic!("a denoiser's train.json: {:?}", run.result);
     };
     assert!(s.stopped_early);
+    // train.json's curve, as the protocol's steps.
+    let loss: Vec<tessera::protocol::LossPoint> = s.loss.iter().map(Into::into).collect();
     assert_eq!(s.compute_secs.len(), 2);
     let folder = run.run_dir.clone().unwrap();
     assert!(folder.join("dncnn_grey.safetensors").is_file());
@@ -1814,7 +1816,7 @@ fn a_denoiser_training_run_stops_and_reopens_from_runs() {
             .is_some_and(|t| t.steps.last().is_some_and(|p| p.step > s.steps + 1))
     });
     let resumed = h.state().session.training.clone().unwrap();
-    assert_eq!(resumed.steps[..s.loss.len()], s.loss[..]);
+    assert_eq!(resumed.steps[..loss.len()], loss[..]);
     assert_eq!(resumed.steps[s.loss.len()].step, s.steps);
     h.get_by_role_and_label(Role::Button, "Stop").click();
     step_until(&mut h, "the resumed run stopped", |wb| {
@@ -1860,7 +1862,7 @@ fn a_denoiser_training_run_stops_and_reopens_from_runs() {
         .click();
     h.run_steps(2);
     let reopened = h.state().session.training.clone().expect("reopened");
-    assert_eq!(reopened.steps, s.loss);
+    assert_eq!(reopened.steps, loss);
     assert!(
         h.query_by_label(&format!("steps: {} on 2 rank(s), stopped", s.steps))
             .is_some()

@@ -11,7 +11,7 @@ use egui_kittest::kittest::Queryable;
 
 use tessera::gui::session::JobState;
 use tessera::gui::{AppState, ChannelBackend, Incoming, Workbench, WorkbenchOptions};
-use tessera::optim::{ComponentTimes, IterationReport};
+use tessera::protocol::{ComponentTimes, IterationReport};
 use tessera::protocol::{Event, OperatorInfo, PreviewImage, PreviewKind, RankIteration, Request};
 
 fn step_until(h: &mut Harness<'_, Workbench>, what: &str, done: impl Fn(&Workbench) -> bool) {
@@ -157,8 +157,7 @@ fn workbench_after_a_run() {
 /// tab's per-rank times (events played by the test, so the picture is the same on every run).
 #[test]
 fn workbench_training_a_multi_dsn() {
-    use tessera::dsn::model::DomainLosses;
-    use tessera::protocol::{DsnEpochReport, TrainPlan};
+    use tessera::protocol::{DomainLosses, DsnEpochReport, TrainPlan};
     let (mut h, end) = on_a_test_backend();
     step_until(&mut h, "the backend", |wb| wb.has_backend());
     h.get_by_role_and_label(Role::Button, "dsn_shapes").click();

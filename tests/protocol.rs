@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
-use tessera::optim::{ComponentTimes, IterationReport};
 use tessera::protocol::frame::{read_frame, read_message, write_message};
 use tessera::protocol::{
-    Event, InlineArray, InlineFile, LogLevel, MAX_FRAME_BYTES, OperatorInfo, PatchMap, PatchTile,
-    PreviewImage, PreviewKind, RankIteration, Request,
+    ComponentTimes, Event, InlineArray, InlineFile, IterationReport, LogLevel, MAX_FRAME_BYTES,
+    OperatorInfo, PatchMap, PatchTile, PreviewImage, PreviewKind, RankIteration, Request,
 };
 
 /// Records the largest single allocation, so a test can check that a lying length prefix does not
@@ -335,4 +334,484 @@ fn several_frames_on_one_stream_come_back_in_order_then_a_clean_end() {
         read_message::<Request>(&mut r, MAX_FRAME_BYTES).unwrap(),
         None
     );
+}
+
+/// Golden bytes: every [`Request`] and [`Event`] variant, built from a fixed example, encoded as
+/// postcard and compared with the bytes recorded for [`GOLDEN_VERSION`]. postcard is not
+/// self-describing, so a renamed type is harmless but a new, removed or reordered field or variant
+/// changes the bytes, and a client of the old version would misread them mid-stream instead of
+/// being refused at the handshake.
+mod golden {
+    use std::path::PathBuf;
+
+    use tessera::protocol::{
+        ComponentTimes, DomainLosses, DsnEpochReport, EpochReport, Event, InlineArray, InlineFile,
+        IterationReport, LogLevel, LossPoint, OperatorInfo, PROTOCOL_VERSION, PatchMap, PatchTile,
+        PreviewImage, PreviewKind, RankDevice, RankEpoch, RankIteration, Request, Shot, SocketKind,
+        TrainPlan, Transport,
+    };
+
+    /// The protocol version the hex strings below were recorded for.
+    const GOLDEN_VERSION: u32 = 6;
+
+    const BUMP: &str = "bump PROTOCOL_VERSION and update the golden bytes";
+
+    /// The name of a request's variant; exhaustive, so a new variant does not compile until it is
+    /// named here (and then [`requests`] must hold an example of it: see
+    /// `the_examples_cover_every_variant`).
+    fn request_name(r: &Request) -> &'static str {
+        match r {
+            Request::Hello { .. } => "Hello",
+            Request::Submit { .. } => "Submit",
+            Request::Resume { .. } => "Resume",
+            Request::Cancel { .. } => "Cancel",
+            Request::Status => "Status",
+            Request::Attach { .. } => "Attach",
+            Request::Fetch { .. } => "Fetch",
+        }
+    }
+
+    fn event_name(e: &Event) -> &'static str {
+        match e {
+            Event::Welcome { .. } => "Welcome",
+            Event::Refused { .. } => "Refused",
+            Event::Accepted { .. } => "Accepted",
+            Event::Started { .. } => "Started",
+            Event::FwiStarted { .. } => "FwiStarted",
+            Event::FwiEpoch { .. } => "FwiEpoch",
+            Event::TrainStarted { .. } => "TrainStarted",
+            Event::TrainStep { .. } => "TrainStep",
+            Event::DsnEpoch { .. } => "DsnEpoch",
+            Event::Iteration { .. } => "Iteration",
+            Event::Preview { .. } => "Preview",
+            Event::Log { .. } => "Log",
+            Event::Finished { .. } => "Finished",
+            Event::Cancelled { .. } => "Cancelled",
+            Event::Failed { .. } => "Failed",
+            Event::File { .. } => "File",
+            Event::FetchFailed { .. } => "FetchFailed",
+            Event::Status { .. } => "Status",
+        }
+    }
+
+    /// One example of each request, in declaration order; every optional field set and every
+    /// list non-empty, so each field shows in the bytes.
+    fn requests() -> Vec<Request> {
+        vec![
+            Request::Hello {
+                protocol: 6,
+                client: "tessera-gui 0.1.0".into(),
+                token: Some("s3cret".into()),
+            },
+            Request::Submit {
+                preset_toml: "version = 1\n".into(),
+                inline: vec![InlineArray {
+                    name: "image".into(),
+                    shape: vec![1, 1, 2, 2],
+                    data: vec![0.25, -1.5, 3.0, 1e-3],
+                }],
+                files: vec![InlineFile {
+                    name: "vp.npy".into(),
+                    bytes: vec![0x93, b'N', 0],
+                }],
+                preview_max_side: 512,
+            },
+            Request::Resume {
+                preset_toml: "[train]\n".into(),
+                run_dir: PathBuf::from("/out/20250101-000000-train-1"),
+                preview_max_side: 300,
+            },
+            Request::Cancel { job: 300 },
+            Request::Status,
+            Request::Attach { job: Some(7) },
+            Request::Fetch {
+                job: 2,
+                file: "metrics.json".into(),
+                offset: 1 << 22,
+            },
+        ]
+    }
+
+    fn devices() -> Vec<RankDevice> {
+        vec![
+            RankDevice {
+                rank: 0,
+                host: "node1".into(),
+                cpu_threads: 4,
+            },
+            RankDevice {
+                rank: 1,
+                host: "node2".into(),
+                cpu_threads: 130,
+            },
+        ]
+    }
+
+    /// One example of each event, in declaration order (as [`requests`]).
+    fn events() -> Vec<Event> {
+        vec![
+            Event::Welcome {
+                protocol: 6,
+                server: "tessera 0.1.0".into(),
+                world_size: 2,
+                devices: devices(),
+                backend: Transport::Sockets(SocketKind::Tcp),
+            },
+            Event::Refused {
+                reason: "wrong token".into(),
+            },
+            Event::Accepted { job: 1 },
+            Event::Started {
+                job: 1,
+                name: "quick".into(),
+                world_size: 2,
+                devices: devices(),
+                image_shape: vec![1, 3, 64, 48],
+                operators: vec![OperatorInfo {
+                    name: "blur".into(),
+                    rank: 1,
+                }],
+                iterations: 30,
+                patch_map: Some(PatchMap {
+                    spatial: vec![64, 48],
+                    tiles: vec![PatchTile {
+                        window: vec![(-4, 40), (0, 24)],
+                        region: vec![(0, 32), (0, 24)],
+                        rank: 1,
+                    }],
+                }),
+            },
+            Event::FwiStarted {
+                job: 3,
+                name: "fwi_marmousi".into(),
+                world_size: 2,
+                devices: devices(),
+                model_shape: [94, 288],
+                spacing_m: [10.0, 12.5],
+                shots: vec![Shot {
+                    sources: vec![[1, 2]],
+                    receivers: vec![[1, 0], [1, 287]],
+                }],
+                epochs: 20,
+                step_ratio: 3,
+            },
+            Event::FwiEpoch {
+                job: 3,
+                report: EpochReport {
+                    epoch: 2,
+                    epochs: 20,
+                    loss: 0.125,
+                    model_error: Some(0.0625),
+                    cutoff_hz: Some(5.0),
+                    batch: vec![4, 1],
+                    ranks: vec![RankEpoch {
+                        rank: 1,
+                        shots: vec![1],
+                        forward_secs: 0.5,
+                        adjoint_secs: 0.75,
+                        communication_secs: 0.03125,
+                    }],
+                    secs: 1.5,
+                },
+            },
+            Event::TrainStarted {
+                job: 4,
+                name: "train-dncnn".into(),
+                world_size: 2,
+                devices: devices(),
+                plan: TrainPlan::Dsn {
+                    domains: vec!["source".into(), "blurred".into()],
+                    epochs: 5,
+                    steps_per_epoch: 40,
+                    similarity: "mmd".into(),
+                },
+            },
+            Event::TrainStep {
+                job: 4,
+                point: LossPoint {
+                    step: 99,
+                    loss: 0.00390625,
+                },
+            },
+            Event::DsnEpoch {
+                job: 4,
+                report: DsnEpochReport {
+                    epoch: 1,
+                    losses: vec![DomainLosses {
+                        task: 1.0,
+                        reconstruction: 0.5,
+                        difference: 0.25,
+                        similarity: 0.125,
+                    }],
+                    accuracy: vec![0.75, 0.5],
+                    target_accuracy: 0.5,
+                },
+            },
+            Event::Iteration {
+                job: 1,
+                report: IterationReport {
+                    iteration: 3,
+                    iterations: 30,
+                    psnr_db: Some(27.5),
+                    ssim: Some(0.875),
+                    objective: Some(12.0),
+                    relative_change: 0.01,
+                    times: ComponentTimes {
+                        gradient_secs: 0.25,
+                        denoiser_secs: 0.5,
+                        other_secs: 0.0625,
+                        communication_secs: 0.125,
+                    },
+                },
+                ranks: vec![RankIteration {
+                    rank: 1,
+                    gradient_secs: 0.25,
+                    denoiser_secs: 0.5,
+                    communication_secs: 0.125,
+                }],
+            },
+            Event::Preview {
+                job: 1,
+                iteration: 3,
+                what: PreviewKind::Measurement(2),
+                image: PreviewImage {
+                    width: 2,
+                    height: 1,
+                    channels: 1,
+                    slice: Some(5),
+                    pixels: vec![0.5, -0.5],
+                },
+            },
+            Event::Log {
+                level: LogLevel::Warn,
+                rank: Some(1),
+                message: "slow rank".into(),
+            },
+            Event::Finished {
+                job: 1,
+                run_dir: PathBuf::from("/out/20250101-000000-quick-1"),
+                outputs: vec![
+                    PathBuf::from("reconstruction.npy"),
+                    PathBuf::from("metrics.json"),
+                ],
+                summary_json: "{}".into(),
+            },
+            Event::Cancelled {
+                job: 2,
+                iterations: 4,
+                run_dir: Some(PathBuf::from("/out/x")),
+                outputs: vec![PathBuf::from("metrics.json")],
+                summary_json: Some("{\"a\":1}".into()),
+            },
+            Event::Failed {
+                job: Some(2),
+                error: "rank 1 lost".into(),
+            },
+            Event::File {
+                job: 1,
+                file: "metrics.json".into(),
+                offset: 4,
+                total: 6,
+                data: vec![b'{', b'}'],
+            },
+            Event::FetchFailed {
+                job: 1,
+                file: "nope.npy".into(),
+                error: "no such output".into(),
+            },
+            Event::Status {
+                world_size: 2,
+                running: Some(5),
+                done: vec![1, 2, 3],
+            },
+        ]
+    }
+
+    const GOLDEN_REQUESTS: &[(&str, &str)] = &[
+        (
+            "Hello",
+            "000611746573736572612d67756920302e312e300106733363726574",
+        ),
+        (
+            "Submit",
+            concat!(
+                "010c76657273696f6e203d20310a0105696d6167650401010202040000803e0000c0bf000040406f",
+                "12833a010676702e6e707903934e008004",
+            ),
+        ),
+        (
+            "Resume",
+            concat!(
+                "02085b747261696e5d0a1c2f6f75742f32303235303130312d3030303030302d747261696e2d31ac",
+                "02",
+            ),
+        ),
+        ("Cancel", "03ac02"),
+        ("Status", "04"),
+        ("Attach", "050107"),
+        ("Fetch", "06020c6d6574726963732e6a736f6e80808002"),
+    ];
+
+    const GOLDEN_EVENTS: &[(&str, &str)] = &[
+        (
+            "Welcome",
+            "00060d7465737365726120302e312e30020200056e6f6465310401056e6f64653282010101",
+        ),
+        ("Refused", "010b77726f6e6720746f6b656e"),
+        ("Accepted", "0201"),
+        (
+            "Started",
+            concat!(
+                "030105717569636b020200056e6f6465310401056e6f646532820104010340300104626c7572011e",
+                "01024030010207280018020020001801",
+            ),
+        ),
+        (
+            "FwiStarted",
+            concat!(
+                "04030c6677695f6d61726d6f757369020200056e6f6465310401056e6f64653282015ea002000000",
+                "0000002440000000000000294001010102020100019f021403",
+            ),
+        ),
+        (
+            "FwiEpoch",
+            concat!(
+                "05030214000000000000c03f01000000000000b03f01000000000000144002040101010101000000",
+                "000000e03f000000000000e83f000000000000a03f000000000000f83f",
+            ),
+        ),
+        (
+            "TrainStarted",
+            concat!(
+                "06040b747261696e2d646e636e6e020200056e6f6465310401056e6f6465328201010206736f7572",
+                "636507626c75727265640528036d6d64",
+            ),
+        ),
+        ("TrainStep", "070463000000000000703f"),
+        (
+            "DsnEpoch",
+            concat!(
+                "08040101000000000000f03f000000000000e03f000000000000d03f000000000000c03f02000000",
+                "000000e83f000000000000e03f000000000000e03f",
+            ),
+        ),
+        (
+            "Iteration",
+            concat!(
+                "0901031e010000000000803b4001000000000000ec3f0100000000000028407b14ae47e17a843f00",
+                "0000000000d03f000000000000e03f000000000000b03f000000000000c03f0101000000000000d0",
+                "3f000000000000e03f000000000000c03f",
+            ),
+        ),
+        ("Preview", "0a010302020201010105020000003f000000bf"),
+        ("Log", "0b01010109736c6f772072616e6b"),
+        (
+            "Finished",
+            concat!(
+                "0c011c2f6f75742f32303235303130312d3030303030302d717569636b2d3102127265636f6e7374",
+                "72756374696f6e2e6e70790c6d6574726963732e6a736f6e027b7d",
+            ),
+        ),
+        (
+            "Cancelled",
+            "0d020401062f6f75742f78010c6d6574726963732e6a736f6e01077b2261223a317d",
+        ),
+        ("Failed", "0e01020b72616e6b2031206c6f7374"),
+        ("File", "0f010c6d6574726963732e6a736f6e0406027b7d"),
+        (
+            "FetchFailed",
+            "1001086e6f70652e6e70790e6e6f2073756368206f7574707574",
+        ),
+        ("Status", "1102010503010203"),
+    ];
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Compares each example's bytes with its golden hex; one message lists every difference.
+    fn check<T: serde::Serialize>(
+        kind: &str,
+        examples: &[T],
+        name: fn(&T) -> &'static str,
+        golden: &[(&str, &str)],
+    ) {
+        assert_eq!(
+            PROTOCOL_VERSION, GOLDEN_VERSION,
+            "PROTOCOL_VERSION is {PROTOCOL_VERSION} but the golden bytes are those of version \
+             {GOLDEN_VERSION}: update the golden bytes and GOLDEN_VERSION"
+        );
+        let mut wrong = Vec::new();
+        for example in examples {
+            let variant = name(example);
+            let got = hex(&postcard::to_allocvec(example).unwrap());
+            match golden.iter().find(|(n, _)| *n == variant) {
+                Some((_, want)) if *want == got => {}
+                Some((_, want)) => wrong.push(format!(
+                    "{kind}::{variant} changed:\n    want {want}\n    got  {got}"
+                )),
+                None => wrong.push(format!(
+                    "{kind}::{variant} has no golden bytes:\n    (\"{variant}\", \"{got}\"),"
+                )),
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "the postcard bytes of protocol version {PROTOCOL_VERSION} changed ({BUMP}):\n{}",
+            wrong.join("\n")
+        );
+        assert_eq!(
+            golden.len(),
+            examples.len(),
+            "golden {kind} bytes of a variant that no longer exists ({BUMP})"
+        );
+    }
+
+    #[test]
+    fn every_request_keeps_its_bytes() {
+        check("Request", &requests(), request_name, GOLDEN_REQUESTS);
+    }
+
+    #[test]
+    fn every_event_keeps_its_bytes() {
+        check("Event", &events(), event_name, GOLDEN_EVENTS);
+    }
+
+    /// postcard writes a variant as its index (a varint), then its fields. The examples must be
+    /// the variants 0, 1, … in order, and the index after the last must not decode: then an added
+    /// variant, wherever it is declared, leaves one uncovered and fails here.
+    fn covers_every_variant<T: serde::Serialize + serde::de::DeserializeOwned>(
+        kind: &str,
+        examples: &[T],
+    ) {
+        for (i, example) in examples.iter().enumerate() {
+            let bytes = postcard::to_allocvec(example).unwrap();
+            assert_eq!(
+                bytes[0] as usize, i,
+                "{kind} example {i} is variant {}: keep one example per variant, in order",
+                bytes[0]
+            );
+        }
+        // Zeros decode as empty strings and lists, `None`, 0 and the first variant of any enum, so
+        // a real variant at this index would decode.
+        let mut next = vec![examples.len() as u8];
+        next.extend([0u8; 64]);
+        assert!(
+            postcard::from_bytes::<T>(&next).is_err(),
+            "{kind} has a variant {} without an example and golden bytes ({BUMP})",
+            examples.len()
+        );
+        let mut last = vec![examples.len() as u8 - 1];
+        last.extend([0u8; 64]);
+        assert!(
+            postcard::from_bytes::<T>(&last).is_ok(),
+            "zeros after a variant index should decode (the check above relies on it)"
+        );
+    }
+
+    #[test]
+    fn the_examples_cover_every_variant() {
+        covers_every_variant("Request", &requests());
+        covers_every_variant("Event", &events());
+    }
 }

@@ -301,18 +301,24 @@ fn tokens_and_protocol_versions_are_checked_at_the_handshake() {
     assert!(err.to_string().contains("wrong token"), "{err}");
     let err = Client::connect(&addr, None).err().unwrap();
     assert!(err.to_string().contains("missing token"), "{err}");
-    let hello = Request::Hello {
-        protocol: PROTOCOL_VERSION + 1,
-        client: "from the future".into(),
-        token: Some(token.clone()),
-    };
-    let err = Client::connect_with(&addr, hello).err().unwrap();
-    let msg = err.to_string();
-    assert!(
-        msg.contains(&format!("version {}", PROTOCOL_VERSION + 1))
-            && msg.contains(&format!("version {PROTOCOL_VERSION}")),
-        "{msg}"
-    );
+    // An older client and a newer one are told both versions before any message of theirs is read.
+    for (other, client) in [
+        (PROTOCOL_VERSION - 1, "from the past"),
+        (PROTOCOL_VERSION + 1, "from the future"),
+    ] {
+        let hello = Request::Hello {
+            protocol: other,
+            client: client.into(),
+            token: Some(token.clone()),
+        };
+        let err = Client::connect_with(&addr, hello).err().unwrap();
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("version {other}"))
+                && msg.contains(&format!("version {PROTOCOL_VERSION}")),
+            "{msg}"
+        );
+    }
     // Garbage instead of a hello is refused; the server keeps serving.
     {
         use std::io::{Read, Write};

@@ -10,15 +10,14 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 
-use tessera::fwi::{EpochReport, FwiPreset, FwiSummary};
+use tessera::fwi::{FwiPreset, FwiSummary};
 use tessera::io::{RunDir, Staging};
 use tessera::job::JobSummary;
-use tessera::optim::IterationReport;
 use tessera::preset::Preset;
 use tessera::protocol::auth::Token;
 use tessera::protocol::{
-    BackendAddr, Client, ClientEvent, DsnEpochReport, Event, InlineArray, InlineFile, LogLevel,
-    LossPoint, MAX_FILES_BYTES, Request, TrainPlan,
+    BackendAddr, Client, ClientEvent, DsnEpochReport, EpochReport, Event, InlineArray, InlineFile,
+    IterationReport, LogLevel, LossPoint, MAX_FILES_BYTES, Request, TrainPlan,
 };
 
 use super::output::{complain, say};

@@ -71,7 +71,7 @@ pub(super) fn run(
                 world_size,
                 ..
             } => progress.started(operators, image_shape, world_size),
-            JobEvent::Iteration { report, .. } => progress.iteration(report),
+            JobEvent::Iteration { report, .. } => progress.iteration(&report.into()),
         }
         ControlFlow::Continue(())
     };
@@ -140,7 +140,7 @@ fn run_fwi(
             } => progress.set_message(format!(
                 "{nz}×{nx} model, {shots} shots, {world_size} rank(s), {step_ratio} steps/sample"
             )),
-            FwiEvent::Epoch { report, .. } => progress.epoch(report),
+            FwiEvent::Epoch { report, .. } => progress.epoch(&report.into()),
         }
         ControlFlow::Continue(())
     };

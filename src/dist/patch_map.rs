@@ -1,8 +1,8 @@
 //! The patch map: which rank denoises which tile of an image, as plain data for display.
 //!
 //! Planned with the ranks' own code ([`TilingConfig::build`] and [`assign_tiles`]), so a map drawn
-//! before a run is the map the run uses. `tessera serve` sends it in `Event::Started`; the workbench
-//! plans it while the preset is edited. Both go through [`PatchMap::plan`], which refuses a plan of
+//! before a run is the map the run uses. `tessera serve` sends it in `Event::Started` and the
+//! workbench plans it while the preset is edited, both as its protocol twin `protocol::PatchMap`. Both go through [`PatchMap::plan`], which refuses a plan of
 //! more than [`crate::tiling::MAX_TILES`] tiles (the tiling planner's own limit) with the count.
 //! The exact spatial decomposition (`kind = "spatial"`) has one block per rank, on the grid
 //! [`crate::dist::spatial`] uses; its halos depend on the network and are not drawn.
@@ -151,22 +151,17 @@ impl PatchMap {
             tiles,
         })
     }
-
-    /// Tiles per rank (index = rank), for a legend.
-    pub fn tiles_per_rank(&self) -> Vec<usize> {
-        let ranks = self.tiles.iter().map(|t| t.rank + 1).max().unwrap_or(0);
-        let mut counts = vec![0; ranks];
-        for t in &self.tiles {
-            counts[t.rank] += 1;
-        }
-        counts
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tiling::Extent;
+
+    /// Tiles per rank, as the workbench's legend counts them.
+    fn per_rank(map: &PatchMap) -> Vec<usize> {
+        crate::protocol::PatchMap::from(map).tiles_per_rank()
+    }
 
     #[test]
     fn planned_map_covers_the_image_and_shares_tiles() {
@@ -177,7 +172,7 @@ mod tests {
         };
         let map = PatchMap::plan(&tiling, &[128, 192], 2, TileAssignment::RoundRobin).unwrap();
         assert_eq!(map.tiles.len(), 6);
-        assert_eq!(map.tiles_per_rank(), vec![3, 3]);
+        assert_eq!(per_rank(&map), vec![3, 3]);
         let owned: usize = map
             .tiles
             .iter()
@@ -207,7 +202,7 @@ mod tests {
                 ..Default::default()
             };
             let map = PatchMap::plan(&tiling, &spatial, world, TileAssignment::RoundRobin).unwrap();
-            assert_eq!(map.tiles_per_rank(), vec![1; world], "{spatial:?}");
+            assert_eq!(per_rank(&map), vec![1; world], "{spatial:?}");
             let volume: usize = map
                 .tiles
                 .iter()

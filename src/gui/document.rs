@@ -461,8 +461,8 @@ impl Document {
             self.world,
         );
         if self.planned.as_ref().map(|p| &p.key) != Some(&key) {
-            let map = PatchMap::plan(tiling, spatial, self.world, key.1)
-                .map(Arc::new)
+            let map = crate::dist::patch_map::PatchMap::plan(tiling, spatial, self.world, key.1)
+                .map(|m| Arc::new(PatchMap::from(&m)))
                 .map_err(|e| e.to_string());
             self.planned = Some(PlannedMap { key, map });
         }

@@ -60,7 +60,7 @@ pub struct BackendInfo {
     pub server: String,
     pub world_size: usize,
     pub devices: Vec<crate::protocol::RankDevice>,
-    pub transport: crate::dist::Transport,
+    pub transport: crate::protocol::Transport,
 }
 
 /// Per-rank totals over a run, for the summary table.
@@ -132,8 +132,14 @@ impl TrainRun {
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let result = TrainResult::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let (name, world_size, steps, epochs) = match &result {
-            TrainResult::Denoiser(s) => (s.name.clone(), s.ranks, s.loss.clone(), Vec::new()),
-            TrainResult::Dsn(s) => (s.name.clone(), s.ranks, Vec::new(), s.epochs.clone()),
+            TrainResult::Denoiser(s) => {
+                let steps = s.loss.iter().map(Into::into).collect();
+                (s.name.clone(), s.ranks, steps, Vec::new())
+            }
+            TrainResult::Dsn(s) => {
+                let epochs = s.epochs.iter().map(Into::into).collect();
+                (s.name.clone(), s.ranks, Vec::new(), epochs)
+            }
         };
         Ok(TrainRun {
             name,
@@ -607,7 +613,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::optim::{ComponentTimes, IterationReport};
+    use crate::protocol::{ComponentTimes, IterationReport};
 
     fn iteration(job: JobId, k: usize, psnr: f64) -> Event {
         Event::Iteration {

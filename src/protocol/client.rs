@@ -29,7 +29,7 @@ pub struct Welcome {
     pub server: String,
     pub world_size: usize,
     pub devices: Vec<super::messages::RankDevice>,
-    pub backend: crate::dist::Transport,
+    pub backend: super::reports::Transport,
 }
 
 /// What the client's event channel yields.

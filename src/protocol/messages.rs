@@ -1,18 +1,17 @@
 //! Protocol messages (version [`PROTOCOL_VERSION`]). Adding a variant or a field is a version bump:
-//! old peers are told the versions differ at the handshake instead of failing mid-stream.
+//! old peers are told the versions differ at the handshake instead of failing mid-stream. The data
+//! the events carry are the protocol's own types ([`super::reports`]), not the compute modules'.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::dist::patch_map::{PatchMap, PatchTile};
-pub use crate::dsn::run::EpochReport as DsnEpochReport;
-pub use crate::fwi::{EpochReport, RankEpoch};
-use crate::optim::IterationReport;
-pub use crate::physics::wave::Shot;
-pub use crate::train::LossPoint;
+use super::reports::{
+    DsnEpochReport, EpochReport, IterationReport, LossPoint, PatchMap, Shot, Transport,
+};
 
-/// Bumped on every incompatible change of [`Request`] or [`Event`].
+/// Bumped on every incompatible change of [`Request`] or [`Event`], i.e. whenever the golden bytes
+/// of `tests/protocol.rs` change.
 pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest frame either side accepts (inline data included); a larger length prefix is an error
@@ -108,7 +107,7 @@ pub enum Event {
         /// One entry per rank (shown as `rank 1: cpu (2 threads) on host node12`).
         devices: Vec<RankDevice>,
         /// Transport between ranks: `sockets`, `mpi`, `nccl`.
-        backend: crate::dist::Transport,
+        backend: Transport,
     },
     /// Handshake refused (version mismatch, bad token); the server closes the connection.
     Refused {

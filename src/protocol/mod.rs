@@ -11,15 +11,23 @@
 //! rate-limited and downsampled off the ranks' critical path) → GUI draws them. The GUI side is
 //! [`client::Client`] (and [`client::LocalBackend`] to start a backend on this machine); the server
 //! side is `crate::serve`.
+//!
+//! The protocol owns every type on the wire: the reports, survey and patch map that events carry
+//! are plain data in [`reports`], filled from the compute modules' types in one file (`convert`),
+//! so a field added to a compute type or to `metrics.json` does not silently change the bytes.
+//! `tests/protocol.rs` pins the bytes of every message for [`PROTOCOL_VERSION`].
 
 pub mod auth;
 pub mod client;
+mod convert;
 pub mod frame;
 pub mod messages;
 pub mod preview;
+pub mod reports;
 pub mod transport;
 
 pub use client::{Client, ClientEvent, LocalBackend, LocalOptions, Welcome};
 pub use messages::*;
 pub use preview::Section;
+pub use reports::*;
 pub use transport::BackendAddr;

@@ -388,7 +388,7 @@ fn coordinate(
             server: format!("tessera {}", env!("CARGO_PKG_VERSION")),
             world_size: world,
             devices: devices.clone(),
-            backend: comm.transport(),
+            backend: comm.transport().into(),
         },
     };
     {
@@ -609,7 +609,14 @@ impl IterationRecord {
 fn patch_map(preset: &Preset, image_shape: &[usize], world: usize) -> Option<PatchMap> {
     let tiling = preset.tiling.as_ref()?;
     let spatial = image_shape.get(2..)?;
-    PatchMap::plan(tiling, spatial, world, preset.distributed.tile_assignment).ok()
+    crate::dist::patch_map::PatchMap::plan(
+        tiling,
+        spatial,
+        world,
+        preset.distributed.tile_assignment,
+    )
+    .ok()
+    .map(|m| PatchMap::from(&m))
 }
 
 /// Runs one job on this rank with the collective stop/timing exchange after every iteration.
@@ -707,7 +714,7 @@ fn run_job(
                         job,
                         &Event::Iteration {
                             job,
-                            report: report.clone(),
+                            report: report.into(),
                             ranks: records
                                 .iter()
                                 .enumerate()
@@ -808,7 +815,7 @@ fn run_fwi_job(
                         devices: ctx.devices.to_vec(),
                         model_shape: shape,
                         spacing_m,
-                        shots: acquisition.shots.clone(),
+                        shots: acquisition.shots.iter().map(Into::into).collect(),
                         epochs,
                         step_ratio,
                     },
@@ -828,7 +835,7 @@ fn run_fwi_job(
                     job,
                     &Event::FwiEpoch {
                         job,
-                        report: report.clone(),
+                        report: report.into(),
                     },
                 );
                 preview(PreviewKind::Reconstruction, report.epoch, model, shape);

@@ -115,7 +115,8 @@ impl TrainJob {
             .map_or_else(|| PathBuf::from("."), |s| s.path().to_path_buf());
         if let (Some(from), Some(c)) = (resume_from, &ctx.coordinator) {
             checkpoint::copy(from, &out_dir)?;
-            for point in checkpoint::loss_curve(&out_dir)? {
+            for point in &checkpoint::loss_curve(&out_dir)? {
+                let point = point.into();
                 c.hub.record(job, &Event::TrainStep { job, point });
             }
         }
@@ -134,7 +135,7 @@ impl TrainJob {
             TrainJob::Denoiser(p) => {
                 let mut on_report = |point: &crate::train::LossPoint| {
                     if let Some(c) = &ctx.coordinator {
-                        let point = point.clone();
+                        let point = point.into();
                         c.hub.record(job, &Event::TrainStep { job, point });
                     }
                     stop_if(cancelled())
@@ -145,7 +146,7 @@ impl TrainJob {
             TrainJob::Dsn(p) => {
                 let mut on_epoch = |report: &crate::dsn::run::EpochReport| {
                     if let Some(c) = &ctx.coordinator {
-                        let report = report.clone();
+                        let report = report.into();
                         c.hub.record(job, &Event::DsnEpoch { job, report });
                     }
                     stop_if(cancelled())

@@ -45,7 +45,7 @@ impl Survey {
             shape: [nz, nx],
             spacing: [p.model.dz_m, p.model.dx_m],
             rank_of_shot: vec![None; acquisition.shots.len()],
-            shots: acquisition.shots,
+            shots: acquisition.shots.iter().map(Into::into).collect(),
         })
     }
 
