@@ -595,24 +595,18 @@ fn frame_time_while_previews_stream() {
     assert!(shown.is_some_and(|(k, size)| k > 1 && size == [1024, 1024]));
 }
 
-#[test]
-fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let (token_file, token) = serve_tcp::token_file(dir.path());
-    let out = dir.path().join("out");
-    let (mut child, addr) = serve_tcp(&[
-        "--token-file",
-        token_file.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let address = addr.to_string();
-    // Someone else (a CLI client) starts a long job; the workbench attaches while it runs.
-    let other = tessera::protocol::Client::connect(&addr, Some(token.clone())).unwrap();
+/// Another client of the server at `addr` submits the quick preset on a 48×40 image for
+/// `iterations` iterations; returns its connection (the job's events arrive there).
+fn submit_from_another_client(
+    addr: &tessera::protocol::BackendAddr,
+    token: &str,
+    iterations: usize,
+) -> tessera::protocol::Client {
+    let other = tessera::protocol::Client::connect(addr, Some(token.to_string())).unwrap();
     let preset = tessera::preset::Preset::load(
         "quick",
         &[
-            "algorithm.iterations=100000".into(),
+            format!("algorithm.iterations={iterations}"),
             "image.size=[48, 40]".into(),
         ],
     )
@@ -628,6 +622,23 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
             preview_max_side: 32,
         })
         .unwrap();
+    other
+}
+
+#[test]
+fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
+    let out = dir.path().join("out");
+    let (mut child, addr) = serve_tcp(&[
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let address = addr.to_string();
+    // Someone else (a CLI client) starts a long job; the workbench attaches while it runs.
+    let other = submit_from_another_client(&addr, &token, 100_000);
 
     let wb = Workbench::new(WorkbenchOptions {
         starter: starter(Vec::new()),
@@ -2064,15 +2075,7 @@ fn orthogonal_views_do_not_stick_to_a_2d_document() {
 
     submit(&mut h, &end, 1);
     send(&end, preview(1, 4, PreviewKind::Reconstruction, 64));
-    send(
-        &end,
-        Event::Finished {
-            job: 1,
-            run_dir: "/nonexistent/run".into(),
-            outputs: vec![],
-            summary_json: "{}".into(),
-        },
-    );
+    finish(&end, 1);
     step_until(&mut h, "the reconstruction", |wb| {
         wb.shown_reconstruction().is_some() && !wb.session.is_busy()
     });
@@ -2198,6 +2201,59 @@ fn ramp_preview(job: u64, what: PreviewKind, side: u32, lo: f32, hi: f32) -> Eve
     }
 }
 
+/// A workbench on a channel backend after job 1 ran and finished with these previews, each a
+/// 32² ramp `(kind, low, high)`, all on screen.
+fn after_a_run(previews: &[(PreviewKind, f32, f32)]) -> (Harness<'static, Workbench>, TestEnd) {
+    use tessera::gui::preview::Slot;
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    for (what, lo, hi) in previews {
+        send(&end, ramp_preview(1, what.clone(), 32, *lo, *hi));
+    }
+    finish(&end, 1);
+    let slots: Vec<Slot> = previews
+        .iter()
+        .map(|(what, ..)| match what {
+            PreviewKind::Reconstruction => Slot::Reconstruction,
+            PreviewKind::GroundTruth => Slot::GroundTruth,
+            PreviewKind::Measurement(i) => Slot::Measurement(*i),
+            PreviewKind::Gradient => Slot::Gradient,
+        })
+        .collect();
+    step_until(&mut h, "the run's previews", |wb| {
+        !wb.session.is_busy() && slots.iter().all(|s| wb.shown(*s).is_some())
+    });
+    (h, end)
+}
+
+/// Ends job `job` as finished (in a folder that does not exist here, so nothing is read back).
+fn finish(end: &TestEnd, job: u64) {
+    send(
+        end,
+        Event::Finished {
+            job,
+            run_dir: "/nonexistent/run".into(),
+            outputs: vec![],
+            summary_json: "{}".into(),
+        },
+    );
+}
+
+/// An FWI job's start: a `side`² model of 10 m cells, no shots.
+fn fwi_started(job: u64, side: usize) -> Event {
+    Event::FwiStarted {
+        job,
+        name: "fwi_marmousi".into(),
+        world_size: 2,
+        devices: vec![],
+        model_shape: [side, side],
+        spacing_m: [10.0, 10.0],
+        shots: vec![],
+        epochs: 10,
+        step_ratio: 1,
+    }
+}
+
 /// Whether every pixel of `slot`'s texture is a colour of `map`.
 fn drawn_with(
     wb: &Workbench,
@@ -2219,30 +2275,10 @@ fn drawn_with(
 fn the_display_menu_works_and_a_pane_follows_the_window_where_it_sets_nothing() {
     use tessera::gui::preview::{Contrast, Slot};
     use tessera::plot::Colormap;
-    let (mut h, end) = ready_workbench();
-    submit(&mut h, &end, 1);
-    send(
-        &end,
-        ramp_preview(1, PreviewKind::Reconstruction, 32, 0.0, 1.0),
-    );
-    send(
-        &end,
-        ramp_preview(1, PreviewKind::Measurement(0), 32, 0.0, 1.0),
-    );
-    send(
-        &end,
-        Event::Finished {
-            job: 1,
-            run_dir: "/nonexistent/run".into(),
-            outputs: vec![],
-            summary_json: "{}".into(),
-        },
-    );
-    step_until(&mut h, "the reconstruction", |wb| {
-        wb.shown_reconstruction().is_some()
-            && wb.shown_measurement(0).is_some()
-            && !wb.session.is_busy()
-    });
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::Measurement(0), 0.0, 1.0),
+    ]);
     let display = |wb: &Workbench, slot| wb.viewer().display_of(slot, wb.app_state.display);
 
     // The reconstruction's window, typed.
@@ -2333,24 +2369,7 @@ fn the_display_menu_works_and_a_pane_follows_the_window_where_it_sets_nothing() 
 #[test]
 fn a_panes_display_does_not_leak_into_another_document() {
     use tessera::gui::preview::{Contrast, Slot};
-    let (mut h, end) = ready_workbench();
-    submit(&mut h, &end, 1);
-    send(
-        &end,
-        ramp_preview(1, PreviewKind::Reconstruction, 32, 0.0, 1.0),
-    );
-    send(
-        &end,
-        Event::Finished {
-            job: 1,
-            run_dir: "/nonexistent/run".into(),
-            outputs: vec![],
-            summary_json: "{}".into(),
-        },
-    );
-    step_until(&mut h, "the reconstruction", |wb| {
-        wb.shown_reconstruction().is_some() && !wb.session.is_busy()
-    });
+    let (mut h, end) = after_a_run(&[(PreviewKind::Reconstruction, 0.0, 1.0)]);
     // A manual window on the reconstruction.
     h.get_all_by_role_and_label(Role::Button, "display")
         .next()
@@ -2373,20 +2392,7 @@ fn a_panes_display_does_not_leak_into_another_document() {
         .click();
     h.run_steps(2);
     submit(&mut h, &end, 2);
-    send(
-        &end,
-        Event::FwiStarted {
-            job: 2,
-            name: "fwi_marmousi".into(),
-            world_size: 2,
-            devices: vec![],
-            model_shape: [32, 32],
-            spacing_m: [10.0, 10.0],
-            shots: vec![],
-            epochs: 10,
-            step_ratio: 1,
-        },
-    );
+    send(&end, fwi_started(2, 32));
     send(
         &end,
         ramp_preview(2, PreviewKind::Reconstruction, 32, 1500.0, 4500.0),
@@ -2421,32 +2427,11 @@ fn a_panes_display_does_not_leak_into_another_document() {
 /// measurement's too, and the ground truth once (not again as the image it was loaded from).
 #[test]
 fn the_line_profile_starts_at_the_press_and_has_a_curve_per_pane() {
-    let (mut h, end) = ready_workbench();
-    submit(&mut h, &end, 1);
-    send(
-        &end,
-        ramp_preview(1, PreviewKind::Reconstruction, 32, 0.0, 1.0),
-    );
-    send(
-        &end,
-        ramp_preview(1, PreviewKind::GroundTruth, 32, 0.0, 0.5),
-    );
-    send(
-        &end,
-        ramp_preview(1, PreviewKind::Measurement(0), 32, 0.0, 10.0),
-    );
-    send(
-        &end,
-        Event::Finished {
-            job: 1,
-            run_dir: "/nonexistent/run".into(),
-            outputs: vec![],
-            summary_json: "{}".into(),
-        },
-    );
-    step_until(&mut h, "the run's panes", |wb| {
-        wb.shown_reconstruction().is_some() && wb.shown_measurement(0).is_some()
-    });
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::GroundTruth, 0.0, 0.5),
+        (PreviewKind::Measurement(0), 0.0, 10.0),
+    ]);
     let pane = h
         .get_by_role_and_label(Role::Image, "Reconstruction")
         .rect();
@@ -2617,28 +2602,10 @@ fn reopening_a_run_restores_its_preset_and_document() {
 #[test]
 fn an_opened_image_replaces_the_last_runs_panes() {
     use tessera::gui::preview::Slot;
-    let (mut h, end) = ready_workbench();
-    submit(&mut h, &end, 1);
-    send(
-        &end,
-        ramp_preview(1, PreviewKind::Reconstruction, 32, 0.0, 1.0),
-    );
-    send(
-        &end,
-        ramp_preview(1, PreviewKind::GroundTruth, 32, 0.0, 1.0),
-    );
-    send(
-        &end,
-        Event::Finished {
-            job: 1,
-            run_dir: "/nonexistent/run".into(),
-            outputs: vec![],
-            summary_json: "{}".into(),
-        },
-    );
-    step_until(&mut h, "the run's panes", |wb| {
-        wb.shown(Slot::GroundTruth).is_some() && !wb.session.is_busy()
-    });
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::GroundTruth, 0.0, 1.0),
+    ]);
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("photo.png");
     image::RgbImage::from_fn(40, 24, |x, y| image::Rgb([x as u8 * 6, y as u8 * 10, 128]))
@@ -2669,26 +2636,7 @@ fn attaching_to_an_idle_server_does_not_replay_its_finished_job() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    let other = tessera::protocol::Client::connect(&addr, Some(token.clone())).unwrap();
-    let preset = tessera::preset::Preset::load(
-        "quick",
-        &[
-            "algorithm.iterations=3".into(),
-            "image.size=[48, 40]".into(),
-        ],
-    )
-    .unwrap()
-    .preset
-    .to_toml()
-    .unwrap();
-    other
-        .send(Request::Submit {
-            preset_toml: preset,
-            inline: Vec::new(),
-            files: Vec::new(),
-            preview_max_side: 32,
-        })
-        .unwrap();
+    let other = submit_from_another_client(&addr, &token, 3);
     let start = Instant::now();
     loop {
         match other.try_recv() {
@@ -2878,15 +2826,7 @@ fn panes_have_colour_bars_with_units_and_fwi_models_a_scale_bar() {
     // sample's bar (its channels, no colormap).
     assert!(h.query_by_label("1.000 intensity").is_some());
     assert!(h.query_all_by_label_contains("R, G, B ").next().is_some());
-    send(
-        &end,
-        Event::Finished {
-            job: 1,
-            run_dir: "/nonexistent/run".into(),
-            outputs: vec![],
-            summary_json: "{}".into(),
-        },
-    );
+    finish(&end, 1);
     step_until(&mut h, "the end", |wb| !wb.session.is_busy());
     h.get_by_role_and_label(Role::Button, "fwi_marmousi")
         .click();
@@ -2897,20 +2837,7 @@ fn panes_have_colour_bars_with_units_and_fwi_models_a_scale_bar() {
             .is_some()
     );
     submit(&mut h, &end, 2);
-    send(
-        &end,
-        Event::FwiStarted {
-            job: 2,
-            name: "fwi_marmousi".into(),
-            world_size: 2,
-            devices: vec![],
-            model_shape: [32, 32],
-            spacing_m: [10.0, 10.0],
-            shots: vec![],
-            epochs: 10,
-            step_ratio: 1,
-        },
-    );
+    send(&end, fwi_started(2, 32));
     send(
         &end,
         ramp_preview(2, PreviewKind::Reconstruction, 32, 1500.0, 4500.0),
@@ -3131,4 +3058,50 @@ fn opening_another_preset_over_unsaved_edits_asks_first() {
     h.run_steps(3);
     assert_eq!(h.state().doc.preset.name, "tomography2d");
     assert!(h.query_by_label("● modified").is_none());
+}
+
+/// Orthogonal views of the reconstruction come back by themselves when the next run's volume is
+/// read back (they are not left empty until the slice moves).
+#[test]
+fn orthogonal_views_return_with_the_next_runs_volume() {
+    use tessera::gui::preview::Slot;
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("20250101-120000-tomography3d-1");
+    std::fs::create_dir_all(&run).unwrap();
+    let volume = tessera::Tensor::from_fn(&[1, 1, 8, 6, 5], |i| (i / 30) as f32);
+    tessera::io::write_npy(&run.join("reconstruction.npy"), &volume).unwrap();
+    std::fs::write(
+        run.join("metrics.json"),
+        r#"{"name": "tomography3d", "iterations": 1}"#,
+    )
+    .unwrap();
+    let (mut h, end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "tomography3d")
+        .click();
+    h.run_steps(2);
+    step_until(&mut h, "the volume", |wb| !wb.data_loading());
+    for job in [1, 2] {
+        submit(&mut h, &end, job);
+        send(
+            &end,
+            Event::Finished {
+                job,
+                run_dir: run.clone(),
+                outputs: vec!["reconstruction.npy".into(), "metrics.json".into()],
+                summary_json: "{}".into(),
+            },
+        );
+        step_until(&mut h, "the run's volume", |wb| {
+            wb.viewer()
+                .arrays
+                .get(&Slot::Reconstruction)
+                .is_some_and(|t| t.shape().len() == 5)
+        });
+        if job == 1 {
+            h.state_mut().set_orthogonal(Some(Slot::Reconstruction));
+        }
+        step_until(&mut h, "the cuts of the reconstruction", |wb| {
+            (0..3).all(|a| wb.viewer().shown.contains_key(&Slot::Ortho(a)))
+        });
+    }
 }

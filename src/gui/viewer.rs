@@ -159,6 +159,10 @@ impl Viewer {
             tensor,
             display: self.display_of(slot, default),
         });
+        // A run's volume read back after a run: its orthogonal cuts, if they are shown.
+        if self.ortho == Some(slot) {
+            self.show_ortho(pump, default);
+        }
     }
 
     /// Cuts the orthogonal views' volume along each axis through the cursor.
