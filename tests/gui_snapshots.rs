@@ -339,3 +339,79 @@ fn workbench_five_panes_and_an_fwi_model() {
     h.run_steps(4);
     h.snapshot("workbench_fwi");
 }
+
+/// Frame time with rendering (wgpu; on a headless machine mesa's lavapipe, a software renderer)
+/// while 512² colour previews stream at 10 Hz: each frame is `Harness::step` plus `render`. A
+/// measurement, printed, not asserted:
+/// `cargo test --release --features snapshots --test gui_snapshots -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement; run it in release with --ignored --nocapture"]
+fn rendered_frame_time_while_previews_stream() {
+    const SIDE: u32 = 512;
+    let (mut h, end) = on_a_test_backend();
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    while end.requests.recv_timeout(Duration::from_secs(5)).unwrap() == Request::Status {}
+    end.events
+        .send(Incoming::Event(Event::Accepted { job: 1 }))
+        .unwrap();
+    let mut times = Vec::new();
+    let mut hover = Vec::new();
+    let start = Instant::now();
+    let mut k = 0u32;
+    while start.elapsed() < Duration::from_secs(6) {
+        if start.elapsed() >= Duration::from_millis(100 * k as u64) {
+            k += 1;
+            let pixels = (0..SIDE * SIDE * 3)
+                .map(|i| ((i / 3 + k * 7) % SIDE) as f32 / SIDE as f32)
+                .collect();
+            let image = PreviewImage {
+                width: SIDE,
+                height: SIDE,
+                channels: 3,
+                slice: None,
+                pixels,
+            };
+            end.events
+                .send(Incoming::Event(Event::Preview {
+                    job: 1,
+                    iteration: k as usize,
+                    what: PreviewKind::Reconstruction,
+                    image,
+                }))
+                .unwrap();
+        }
+        // Every tenth frame the mouse moves: the time from the move to the frame on screen that
+        // shows its readout is that frame's.
+        let moved = times.len() % 10 == 0;
+        if moved {
+            h.hover_at(egui::pos2(500.0 + (times.len() % 50) as f32, 300.0));
+        }
+        let t = Instant::now();
+        h.step();
+        h.render().unwrap();
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        times.push(ms);
+        if moved {
+            hover.push(ms);
+        }
+    }
+    let q = |v: &mut Vec<f64>, p: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * p).round() as usize]
+    };
+    println!(
+        "rendered frames (step + wgpu render, 1400x1000) while {k} previews of {SIDE}x{SIDE}x3 \
+         streamed at 10 Hz: {} frames, p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms; mouse move to \
+         readout on screen: p50 {:.1} ms, p95 {:.1} ms",
+        times.len(),
+        q(&mut times.clone(), 0.5),
+        q(&mut times.clone(), 0.95),
+        q(&mut times, 1.0),
+        q(&mut hover.clone(), 0.5),
+        q(&mut hover, 0.95),
+    );
+}

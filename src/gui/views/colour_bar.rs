@@ -31,8 +31,9 @@ pub fn colour_bar(ui: &mut Ui, shown: &Shown, display: Display, unit: &str, widt
             return;
         }
         ui.label(small(value(lo)));
-        let text_w = 90.0;
-        let bar_w = (width - text_w - 16.0).clamp(24.0, 240.0);
+        // Room for the high value and the unit after the bar.
+        let hi_text_w = 12.0 + 7.0 * (value(hi).len() + unit.chars().count()) as f32;
+        let bar_w = (ui.available_width() - hi_text_w).clamp(24.0, 240.0);
         let (rect, _) = ui.allocate_exact_size(Vec2::new(bar_w, height(ui) - 6.0), Sense::hover());
         let colours = lut(display.colormap);
         let steps = 64;

@@ -125,7 +125,7 @@ impl View for FwiModelView {
                     let shown = wb.viewer.shown.get(&slot);
                     let survey = survey.as_ref().filter(|_| marks);
                     let size = Vec2::new(width, height);
-                    if let Some(h) = model_pane(ui, shown, size, survey, width_m) {
+                    if let Some(h) = model_pane(ui, shown, size, survey, width_m, marks) {
                         hover = Some((title, h));
                     }
                     match shown {
@@ -196,14 +196,15 @@ fn header(ui: &mut Ui, wb: &Workbench) {
     });
 }
 
-/// Draws one model pane with the survey over it; returns the texture coordinates under the mouse
-/// and the value there.
+/// Draws one model pane (`model`: a velocity model, else the gradient) with the survey over it;
+/// returns the texture coordinates under the mouse and the value there.
 fn model_pane(
     ui: &mut Ui,
     shown: Option<&Shown>,
     size: Vec2,
     survey: Option<&Survey>,
     width_m: Option<f64>,
+    model: bool,
 ) -> Option<(Pos2, Option<f32>)> {
     let (rect, response) = ui.allocate_exact_size(size, Sense::hover());
     let painter = ui.painter_at(rect);
@@ -242,12 +243,14 @@ fn model_pane(
                     egui::StrokeKind::Inside,
                 );
             }
+            let note = if model {
+                "the model shows here once the run starts (Run, Ctrl+R)"
+            } else {
+                "the gradient shows here after the first epoch"
+            };
             ui.put(
                 image.shrink(8.0),
-                egui::Label::new(
-                    RichText::new("the model shows here once the run starts (Run, Ctrl+R)")
-                        .color(Color32::GRAY),
-                ),
+                egui::Label::new(RichText::new(note).color(Color32::GRAY)),
             );
         }
     }
