@@ -3105,3 +3105,60 @@ fn orthogonal_views_return_with_the_next_runs_volume() {
         });
     }
 }
+
+/// A reopened Multi-DSN run's Reconstructions tab draws each domain's grid whole, scaled to the
+/// tab: a wide grid is not cut off at the window's edge nor under the log, and the domains sit
+/// side by side.
+#[test]
+fn dsn_reconstructions_fit_the_tab() {
+    use tessera::gui::history::Purpose;
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("20250101-120000-dsn_shapes-1");
+    std::fs::create_dir_all(run.join("reconstructions")).unwrap();
+    // 4 rows of 32 held-out 16² images (a wide grid), and 4 rows of 2 (a small one).
+    for (domain, images) in [("source", 32u32), ("tomography", 2)] {
+        image::RgbImage::from_fn(16 * images, 64, |x, y| {
+            image::Rgb([(x % 16 * 16) as u8, (y * 4) as u8, 99])
+        })
+        .save(run.join(format!("reconstructions/{domain}.png")))
+        .unwrap();
+    }
+    let summary = serde_json::json!({
+        "name": "dsn_shapes",
+        "ranks": 2,
+        "domains": ["source", "tomography"],
+        "similarity": "dann",
+        "source_only": false,
+        "shared_parameters": 100,
+        "private_parameters_per_domain": 50,
+        "epochs": [],
+        "per_rank": [],
+        "weights": "dsn.safetensors",
+        "reconstructions": ["reconstructions/source.png", "reconstructions/tomography.png"],
+    });
+    std::fs::write(run.join("train.json"), summary.to_string()).unwrap();
+
+    let (mut h, _end) = ready_workbench();
+    h.state_mut().open_run(&run, Purpose::Reopen);
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Button, "Reconstructions")
+        .click();
+    h.run_steps(3);
+    let log_top = h.get_by_label("Log").rect().top();
+    let wide = h.get_by_label("reconstructions of source").rect();
+    let small = h.get_by_label("reconstructions of tomography").rect();
+    for (name, r, aspect) in [("source", wide, 8.0), ("tomography", small, 0.5)] {
+        assert!(
+            r.right() <= 1400.0 && r.bottom() <= log_top,
+            "{name}'s grid {r:?} is cut off (window 1400 wide, log at {log_top})"
+        );
+        assert!(
+            (r.width() / r.height() - aspect).abs() < 0.05,
+            "{name}'s grid keeps its shape: {r:?}"
+        );
+    }
+    assert!(
+        small.left() > wide.right(),
+        "side by side: {wide:?}, {small:?}"
+    );
+}
