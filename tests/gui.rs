@@ -2846,9 +2846,16 @@ fn panes_have_colour_bars_with_units_and_fwi_models_a_scale_bar() {
         wb.shown_reconstruction().is_some()
     });
     h.run_steps(2);
-    assert!(h.query_all_by_label_contains(" m/s").next().is_some());
-    // 32 cells of 10 m: a 50 m bar (the round length nearest a fifth of 320 m).
-    assert!(h.query_by_label("50 m").is_some());
+    // 32 cells of 10 m: a 50 m bar (the round length nearest a fifth of 320 m), on the model.
+    let pane = h.get_by_role_and_label(Role::Image, "inverted model").rect();
+    let scale = h.get_by_label("50 m").rect();
+    assert!(pane.contains_rect(scale), "{scale:?} on {pane:?}");
+    // The colour bar under the model, not pulled up over it by the scale bar's label.
+    let high = h.get_by_label_contains(" m/s").rect();
+    assert!(
+        high.top() >= pane.bottom(),
+        "the colour bar's {high:?} is under the model {pane:?}"
+    );
 }
 
 /// A training job counts steps (a Multi-DSN and FWI, epochs) in the top bar and the log, not

@@ -4,7 +4,7 @@
 
 use std::ops::RangeInclusive;
 
-use egui::{Color32, ComboBox, DragValue, Response, Ui};
+use egui::{Color32, ComboBox, DragValue, Rect, Response, Ui};
 
 /// The colour of errors and refusals, everywhere in the window.
 pub const ERROR_COLOR: Color32 = Color32::from_rgb(230, 70, 70);
@@ -182,4 +182,16 @@ pub fn committed_text(ui: &mut Ui, label: &str, current: &str) -> Option<String>
 /// A problem shown under the field it concerns.
 pub fn field_error(ui: &mut Ui, text: &str) {
     ui.colored_label(ERROR_COLOR, text);
+}
+
+/// Adds `widget` centred over `rect`, over something already drawn (a label over an image).
+/// Unlike `Ui::put` the layout's cursor stays where it was: `put` moves it to below `rect`, which
+/// pulled what came next (a colour bar) up over the image.
+pub fn overlay(ui: &mut Ui, rect: Rect, widget: impl egui::Widget) -> Response {
+    ui.new_child(
+        egui::UiBuilder::new()
+            .max_rect(rect)
+            .layout(egui::Layout::centered_and_justified(egui::Direction::TopDown)),
+    )
+    .add(widget)
 }

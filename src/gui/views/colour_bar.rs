@@ -101,7 +101,8 @@ pub fn scale_bar(ui: &mut Ui, image: Rect, width_m: f64) {
         Pos2::new(x0, y - 22.0),
         Vec2::new(length_px.max(60.0), 16.0),
     );
-    ui.put(
+    crate::gui::widgets::overlay(
+        ui,
         label_rect,
         egui::Label::new(
             egui::RichText::new(text)

@@ -125,7 +125,7 @@ impl View for FwiModelView {
                     let shown = wb.viewer.shown.get(&slot);
                     let survey = survey.as_ref().filter(|_| marks);
                     let size = Vec2::new(width, height);
-                    if let Some(h) = model_pane(ui, shown, size, survey, width_m, marks) {
+                    if let Some(h) = model_pane(ui, title, shown, size, survey, width_m, marks) {
                         hover = Some((title, h));
                     }
                     match shown {
@@ -196,10 +196,11 @@ fn header(ui: &mut Ui, wb: &Workbench) {
     });
 }
 
-/// Draws one model pane (`model`: a velocity model, else the gradient) with the survey over it;
-/// returns the texture coordinates under the mouse and the value there.
+/// Draws one model pane (`model`: a velocity model, else the gradient), named `title` for screen
+/// readers, with the survey over it; returns the texture coordinates under the mouse and the value there.
 fn model_pane(
     ui: &mut Ui,
+    title: &str,
     shown: Option<&Shown>,
     size: Vec2,
     survey: Option<&Survey>,
@@ -207,6 +208,7 @@ fn model_pane(
     model: bool,
 ) -> Option<(Pos2, Option<f32>)> {
     let (rect, response) = ui.allocate_exact_size(size, Sense::hover());
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::accesskit::Role::Image, true, title));
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 2.0, Color32::from_gray(24));
     let aspect = survey.map_or_else(
@@ -248,7 +250,8 @@ fn model_pane(
             } else {
                 "the gradient shows here after the first epoch"
             };
-            ui.put(
+            crate::gui::widgets::overlay(
+                ui,
                 image.shrink(8.0),
                 egui::Label::new(RichText::new(note).color(Color32::GRAY)),
             );
