@@ -3169,3 +3169,25 @@ fn dsn_reconstructions_fit_the_tab() {
         "side by side: {wide:?}, {small:?}"
     );
 }
+
+/// The quality plots name their curves in a legend (a converged run's PSNR is a flat line that
+/// said nothing of what it was).
+#[test]
+fn the_quality_plots_name_their_curves() {
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    for k in 1..=3 {
+        send(&end, iteration(1, k, 30.0));
+    }
+    step_until(&mut h, "the iterations", |wb| wb.session.history.len() == 3);
+    h.run_steps(2);
+    for name in [
+        "PSNR of the reconstruction against the ground truth",
+        "data fidelity (the objective reported)",
+    ] {
+        assert!(
+            h.query_by_role_and_label(Role::CheckBox, name).is_some(),
+            "{name} in a legend"
+        );
+    }
+}
