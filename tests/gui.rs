@@ -1773,6 +1773,13 @@ fn a_multi_dsn_trains_from_the_window_with_curves_ranks_and_reconstructions() {
         ))
         .is_some()
     );
+    // The backend's log counts epochs from 1, as the window does.
+    let logged: Vec<String> = log_of(h.state())
+        .into_iter()
+        .filter(|l| l.contains("dsn epoch"))
+        .collect();
+    let says = |field: &str| logged.iter().any(|l| l.split_whitespace().any(|w| w == field));
+    assert!(says("epoch=2") && !says("epoch=0"), "{logged:#?}");
 }
 
 /// Denoiser training from the window: Stop ends it at a reported step with its weights kept, and
