@@ -1778,7 +1778,11 @@ fn a_multi_dsn_trains_from_the_window_with_curves_ranks_and_reconstructions() {
         .into_iter()
         .filter(|l| l.contains("dsn epoch"))
         .collect();
-    let says = |field: &str| logged.iter().any(|l| l.split_whitespace().any(|w| w == field));
+    let says = |field: &str| {
+        logged
+            .iter()
+            .any(|l| l.split_whitespace().any(|w| w == field))
+    };
     assert!(says("epoch=2") && !says("epoch=0"), "{logged:#?}");
 }
 
@@ -2854,7 +2858,9 @@ fn panes_have_colour_bars_with_units_and_fwi_models_a_scale_bar() {
     });
     h.run_steps(2);
     // 32 cells of 10 m: a 50 m bar (the round length nearest a fifth of 320 m), on the model.
-    let pane = h.get_by_role_and_label(Role::Image, "inverted model").rect();
+    let pane = h
+        .get_by_role_and_label(Role::Image, "inverted model")
+        .rect();
     let scale = h.get_by_label("50 m").rect();
     assert!(pane.contains_rect(scale), "{scale:?} on {pane:?}");
     // The colour bar under the model, not pulled up over it by the scale bar's label.

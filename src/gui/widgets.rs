@@ -188,10 +188,8 @@ pub fn field_error(ui: &mut Ui, text: &str) {
 /// Unlike `Ui::put` the layout's cursor stays where it was: `put` moves it to below `rect`, which
 /// pulled what came next (a colour bar) up over the image.
 pub fn overlay(ui: &mut Ui, rect: Rect, widget: impl egui::Widget) -> Response {
-    ui.new_child(
-        egui::UiBuilder::new()
-            .max_rect(rect)
-            .layout(egui::Layout::centered_and_justified(egui::Direction::TopDown)),
-    )
+    ui.new_child(egui::UiBuilder::new().max_rect(rect).layout(
+        egui::Layout::centered_and_justified(egui::Direction::TopDown),
+    ))
     .add(widget)
 }

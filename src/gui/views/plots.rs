@@ -77,7 +77,9 @@ impl View for QualityView {
             // Named in a legend: a converged run's PSNR is a flat line that said nothing of what
             // it was.
             plot.legend(Legend::default().position(Corner::RightBottom))
-                .show(ui, |p| p.line(Line::new(PSNR_CURVE, PlotPoints::from(psnr))));
+                .show(ui, |p| {
+                    p.line(Line::new(PSNR_CURVE, PlotPoints::from(psnr)))
+                });
             if !objective.is_empty() {
                 Plot::new("objective")
                     .height(height)
