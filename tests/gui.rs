@@ -317,7 +317,7 @@ fn stop_cancels_the_running_job() {
     step_until(&mut h, "the job to stop", |wb| {
         wb.session.state() == &JobState::Cancelled { job: 4 }
     });
-    assert!(h.query_by_label("job 4 stopped 1").is_some());
+    assert!(h.query_by_label("job 4 stopped: iteration 1").is_some());
 }
 
 /// Stop pressed near the end of a job that still ran to its last iteration: the window shows the
@@ -347,10 +347,14 @@ fn stop_near_the_end_shows_the_one_final_state() {
     h.run_steps(2);
     assert_eq!(next_request(&end), Request::Cancel { job: 1 });
     assert!(
-        h.query_by_label_contains("stopped 38/40").is_none(),
+        h.query_by_label_contains("stopped: iteration 38/40")
+            .is_none(),
         "not stopped until the backend says so"
     );
-    assert!(h.query_by_label_contains("job 1 stopping 38/40").is_some());
+    assert!(
+        h.query_by_label_contains("job 1 stopping: iteration 38/40")
+            .is_some()
+    );
     // The cancel came too late: the job ran to its end.
     for k in 39..=40 {
         send(&end, iteration(1, k, 20.0));
@@ -366,7 +370,10 @@ fn stop_near_the_end_shows_the_one_final_state() {
     );
     step_until(&mut h, "the final state", |wb| !wb.session.is_busy());
     assert_eq!(h.state().session.state(), &JobState::Finished { job: 1 });
-    assert!(h.query_by_label("job 1 finished 40/40").is_some());
+    assert!(
+        h.query_by_label("job 1 finished: iteration 40/40")
+            .is_some()
+    );
     let log = log_of(h.state());
     assert!(
         !log.iter().any(|l| l.contains("stopped")),
@@ -588,24 +595,18 @@ fn frame_time_while_previews_stream() {
     assert!(shown.is_some_and(|(k, size)| k > 1 && size == [1024, 1024]));
 }
 
-#[test]
-fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let (token_file, token) = serve_tcp::token_file(dir.path());
-    let out = dir.path().join("out");
-    let (mut child, addr) = serve_tcp(&[
-        "--token-file",
-        token_file.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let address = addr.to_string();
-    // Someone else (a CLI client) starts a long job; the workbench attaches while it runs.
-    let other = tessera::protocol::Client::connect(&addr, Some(token.clone())).unwrap();
+/// Another client of the server at `addr` submits the quick preset on a 48×40 image for
+/// `iterations` iterations; returns its connection (the job's events arrive there).
+fn submit_from_another_client(
+    addr: &tessera::protocol::BackendAddr,
+    token: &str,
+    iterations: usize,
+) -> tessera::protocol::Client {
+    let other = tessera::protocol::Client::connect(addr, Some(token.to_string())).unwrap();
     let preset = tessera::preset::Preset::load(
         "quick",
         &[
-            "algorithm.iterations=100000".into(),
+            format!("algorithm.iterations={iterations}"),
             "image.size=[48, 40]".into(),
         ],
     )
@@ -621,6 +622,23 @@ fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
             preview_max_side: 32,
         })
         .unwrap();
+    other
+}
+
+#[test]
+fn attach_dialog_joins_a_running_remote_job_and_refuses_a_wrong_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
+    let out = dir.path().join("out");
+    let (mut child, addr) = serve_tcp(&[
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let address = addr.to_string();
+    // Someone else (a CLI client) starts a long job; the workbench attaches while it runs.
+    let other = submit_from_another_client(&addr, &token, 100_000);
 
     let wb = Workbench::new(WorkbenchOptions {
         starter: starter(Vec::new()),
@@ -1391,7 +1409,8 @@ fn runs_are_listed_reopened_compared_and_exported() {
         value(wb, Slot::Compare) == Some(0.25) && value(wb, Slot::Difference) == Some(0.5)
     });
     assert!(
-        h.query_by_label_contains("Compared: 20250101-120500-quick-2")
+        h.query_all_by_label_contains("Compared: 20250101-120500-quick-2")
+            .next()
             .is_some()
     );
     // The values under the mouse read from the panes' float images.
@@ -1744,7 +1763,7 @@ fn a_multi_dsn_trains_from_the_window_with_curves_ranks_and_reconstructions() {
 
     h.get_by_role_and_label(Role::Button, "Runs").click();
     step_until(&mut h, "the run in the history", |wb| {
-        wb.runs.runs.iter().any(|r| r.training.is_some())
+        wb.runs.runs.iter().any(|r| r.training)
     });
     h.run_steps(2);
     assert!(
@@ -1754,6 +1773,17 @@ fn a_multi_dsn_trains_from_the_window_with_curves_ranks_and_reconstructions() {
         ))
         .is_some()
     );
+    // The backend's log counts epochs from 1, as the window does.
+    let logged: Vec<String> = log_of(h.state())
+        .into_iter()
+        .filter(|l| l.contains("dsn epoch"))
+        .collect();
+    let says = |field: &str| {
+        logged
+            .iter()
+            .any(|l| l.split_whitespace().any(|w| w == field))
+    };
+    assert!(says("epoch=2") && !says("epoch=0"), "{logged:#?}");
 }
 
 /// Denoiser training from the window: Stop ends it at a reported step with its weights kept, and
@@ -1845,7 +1875,7 @@ fn a_denoiser_training_run_stops_and_reopens_from_runs() {
     });
     h.run_steps(2);
     assert!(
-        h.query_by_label(&format!("{} (stopped)", s.steps))
+        h.query_by_label(&format!("{} steps (stopped)", s.steps))
             .is_some()
     );
     // Two stopped runs are listed (the resumed one too): reopen the first.
@@ -2024,4 +2054,1155 @@ fn the_distribution_panel_splits_operators_and_a_dsn_sets_its_ranks_per_domain()
             >= 1,
         "the problem is shown in the editor"
     );
+}
+
+/// The view follows the document's dimensionality: orthogonal views chosen on a volume give way to
+/// the ordinary panes when a 2-D preset is opened, and that preset's run is drawn there.
+#[test]
+fn orthogonal_views_do_not_stick_to_a_2d_document() {
+    use tessera::gui::preview::Slot;
+    let (mut h, end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "tomography3d")
+        .click();
+    h.run_steps(2);
+    step_until(&mut h, "the volume", |wb| {
+        !wb.data_loading() && wb.viewer().volume_dims().is_some()
+    });
+    h.get_by_role_and_label(Role::CheckBox, "orthogonal views")
+        .click();
+    step_until(&mut h, "the orthogonal views", |wb| {
+        wb.viewer().shown.contains_key(&Slot::Ortho(0))
+    });
+    assert!(h.query_all_by_label_contains("depth cut").next().is_some());
+
+    h.get_by_role_and_label(Role::Button, "quick").click();
+    step_until(&mut h, "the 2-D sample", |wb| {
+        wb.shown_data_size() == Some([128, 128])
+    });
+    assert_eq!(h.state().viewer().ortho, None);
+    assert!(
+        h.query_all_by_label_contains(" cut").next().is_none(),
+        "no orthogonal cut on a 2-D document"
+    );
+    assert!(h.query_all_by_label("Reconstruction").next().is_some());
+
+    submit(&mut h, &end, 1);
+    send(&end, preview(1, 4, PreviewKind::Reconstruction, 64));
+    finish(&end, 1);
+    step_until(&mut h, "the reconstruction", |wb| {
+        wb.shown_reconstruction().is_some() && !wb.session.is_busy()
+    });
+    assert!(h.query_by_label("Reconstruction (iteration 4)").is_some());
+
+    // Back on a volume, the cuts are offered again, starting from the ordinary panes.
+    h.get_by_role_and_label(Role::Button, "tomography3d")
+        .click();
+    step_until(&mut h, "the volume", |wb| {
+        !wb.data_loading() && wb.viewer().volume_dims().is_some()
+    });
+    assert!(h.query_all_by_label_contains(" cut").next().is_none());
+    assert!(
+        h.query_by_role_and_label(Role::CheckBox, "orthogonal views")
+            .is_some()
+    );
+}
+
+/// Restarting the backend during a run ends that run in the window: the job is failed (its backend
+/// is gone), Stop no longer asks the new backend about it, and Run is possible again.
+#[test]
+fn restarting_the_backend_during_a_run_ends_the_run_in_the_window() {
+    let (first, first_end) = ChannelBackend::pair("first backend");
+    let (second, second_end) = ChannelBackend::pair("second backend");
+    let mut h = harness(workbench(vec![first, second], AppState::default()));
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    submit(&mut h, &first_end, 3);
+    send(&first_end, iteration(3, 1, 20.0));
+    step_until(&mut h, "the job to run", |wb| wb.current_job() == Some(3));
+    assert!(h.state().run_blocker().is_some());
+
+    h.get_by_role_and_label(Role::Button, "Restart backend")
+        .click();
+    step_until(&mut h, "the new backend", |wb| {
+        wb.has_backend() && wb.backend_label() == "second backend"
+    });
+    let wb = h.state();
+    assert!(
+        matches!(wb.session.state(), JobState::Failed { error } if error.contains("job 3")),
+        "{:?}",
+        wb.session.state()
+    );
+    assert!(!wb.session.is_busy());
+    assert_eq!(wb.run_blocker(), None);
+    assert!(
+        h.query_all_by_label_contains("job 3 ended: the backend it ran on was replaced")
+            .next()
+            .is_some()
+    );
+    // Escape has nothing to stop: the new backend is asked for its status only.
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    assert_eq!(
+        second_end
+            .requests
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap(),
+        Request::Status
+    );
+    assert!(second_end.requests.try_recv().is_err(), "no Cancel");
+    // And the preset runs on the new backend.
+    submit(&mut h, &second_end, 1);
+    step_until(&mut h, "the new job", |wb| wb.current_job() == Some(1));
+}
+
+/// A local backend restarted while it writes a run leaves no staging folder behind in the output
+/// root (its ranks were killed mid-run; nobody could ever complete the folder).
+#[test]
+fn a_restarted_local_backend_leaves_no_unfinished_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut h = quick_on_local_backend(&out, 2);
+    if let tessera::optim::AlgorithmConfig::Pnp(c) = &mut h.state_mut().doc.preset.algorithm {
+        c.iterations = 100_000;
+    }
+    h.state_mut().edited();
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    let staging = |out: &Path| -> Vec<String> {
+        std::fs::read_dir(out)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(".tessera-partial-"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    step_until(&mut h, "iterations", |wb| wb.session.history.len() > 2);
+    assert_eq!(staging(&out).len(), 1, "the run is being staged");
+    h.get_by_role_and_label(Role::Button, "Restart backend")
+        .click();
+    step_until(&mut h, "the job to end", |wb| !wb.session.is_busy());
+    step_until(&mut h, "the new backend", |wb| wb.session.backend.is_some());
+    let start = Instant::now();
+    while !staging(&out).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "left behind: {:?}",
+            staging(&out)
+        );
+        h.step();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The image of a one-channel preview of `side`² pixels with values `lo..hi` (a ramp).
+fn ramp_preview(job: u64, what: PreviewKind, side: u32, lo: f32, hi: f32) -> Event {
+    Event::Preview {
+        job,
+        iteration: 1,
+        what,
+        image: PreviewImage {
+            width: side,
+            height: side,
+            channels: 1,
+            slice: None,
+            pixels: (0..side * side)
+                .map(|i| lo + (hi - lo) * (i % side) as f32 / (side - 1) as f32)
+                .collect(),
+        },
+    }
+}
+
+/// A workbench on a channel backend after job 1 ran and finished with these previews, each a
+/// 32² ramp `(kind, low, high)`, all on screen.
+fn after_a_run(previews: &[(PreviewKind, f32, f32)]) -> (Harness<'static, Workbench>, TestEnd) {
+    use tessera::gui::preview::Slot;
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    for (what, lo, hi) in previews {
+        send(&end, ramp_preview(1, what.clone(), 32, *lo, *hi));
+    }
+    finish(&end, 1);
+    let slots: Vec<Slot> = previews
+        .iter()
+        .map(|(what, ..)| match what {
+            PreviewKind::Reconstruction => Slot::Reconstruction,
+            PreviewKind::GroundTruth => Slot::GroundTruth,
+            PreviewKind::Measurement(i) => Slot::Measurement(*i),
+            PreviewKind::Gradient => Slot::Gradient,
+        })
+        .collect();
+    step_until(&mut h, "the run's previews", |wb| {
+        !wb.session.is_busy() && slots.iter().all(|s| wb.shown(*s).is_some())
+    });
+    (h, end)
+}
+
+/// Ends job `job` as finished (in a folder that does not exist here, so nothing is read back).
+fn finish(end: &TestEnd, job: u64) {
+    send(
+        end,
+        Event::Finished {
+            job,
+            run_dir: "/nonexistent/run".into(),
+            outputs: vec![],
+            summary_json: "{}".into(),
+        },
+    );
+}
+
+/// An FWI job's start: a `side`² model of 10 m cells, no shots.
+fn fwi_started(job: u64, side: usize) -> Event {
+    Event::FwiStarted {
+        job,
+        name: "fwi_marmousi".into(),
+        world_size: 2,
+        devices: vec![],
+        model_shape: [side, side],
+        spacing_m: [10.0, 10.0],
+        shots: vec![],
+        epochs: 10,
+        step_ratio: 1,
+    }
+}
+
+/// Whether every pixel of `slot`'s texture is a colour of `map`.
+fn drawn_with(
+    wb: &Workbench,
+    slot: tessera::gui::preview::Slot,
+    map: tessera::plot::Colormap,
+) -> bool {
+    let lut = tessera::gui::preview::lut(map);
+    wb.viewer().shown[&slot]
+        .color
+        .pixels
+        .iter()
+        .all(|p| lut.contains(p))
+}
+
+/// A pane's display menu stays open while it is used — colormap and channel are chosen, window
+/// bounds typed — and what a pane does not set follows the window: a pane whose contrast was set
+/// still takes the colormap chosen above the panes afterwards.
+#[test]
+fn the_display_menu_works_and_a_pane_follows_the_window_where_it_sets_nothing() {
+    use tessera::gui::preview::{Contrast, Slot};
+    use tessera::plot::Colormap;
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::Measurement(0), 0.0, 1.0),
+    ]);
+    let display = |wb: &Workbench, slot| wb.viewer().display_of(slot, wb.app_state.display);
+
+    // The reconstruction's window, typed.
+    h.get_all_by_role_and_label(Role::Button, "display")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::CheckBox, "auto contrast (1–99 %)")
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::SpinButton, "low").focus();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::SpinButton, "low")
+        .type_text("0.25");
+    h.key_press(egui::Key::Enter);
+    h.run_steps(2);
+    assert!(
+        matches!(display(h.state(), Slot::Reconstruction).contrast, Contrast::Range { lo, .. } if lo == 0.25),
+        "{:?}",
+        display(h.state(), Slot::Reconstruction)
+    );
+    assert!(
+        h.query_by_label("auto contrast (1–99 %)").is_some(),
+        "the menu stays open"
+    );
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+
+    // The window's colormap reaches that pane.
+    h.get_by_role_and_label(Role::ComboBox, "colormap").click();
+    h.run_steps(2);
+    h.get_by_label("magma").click();
+    step_until(&mut h, "the reconstruction in magma", |wb| {
+        drawn_with(wb, Slot::Reconstruction, Colormap::Magma)
+    });
+    assert!(matches!(
+        display(h.state(), Slot::Reconstruction).contrast,
+        Contrast::Range { .. }
+    ));
+
+    // A colormap of its own, picked in the menu (a row of choices, not a combo box that the menu
+    // would close on), stays when the window's changes.
+    h.get_all_by_role_and_label(Role::Button, "display")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    h.get_by_label("viridis").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("auto contrast (1–99 %)").is_some());
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::ComboBox, "colormap").click();
+    h.run_steps(2);
+    h.get_by_label("gray").click();
+    step_until(&mut h, "the measurement pane in gray", |wb| {
+        drawn_with(wb, Slot::Measurement(0), Colormap::Gray)
+    });
+    assert!(drawn_with(
+        h.state(),
+        Slot::Reconstruction,
+        Colormap::Viridis
+    ));
+
+    // One channel of the colour sample (the third pane), with a colormap.
+    h.get_all_by_role_and_label(Role::Button, "display")
+        .nth(2)
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    assert!(
+        h.query_by_label("colormaps apply to one channel: choose one below")
+            .is_some()
+    );
+    h.get_by_label("red").click();
+    h.run_steps(2);
+    h.get_by_label("magma").click();
+    step_until(&mut h, "the red channel in magma", |wb| {
+        drawn_with(wb, Slot::Data, Colormap::Magma)
+    });
+    assert_eq!(display(h.state(), Slot::Data).channel, Some(0));
+}
+
+/// A pane's display belongs to its document: the reconstruction's manual window does not follow
+/// it into an FWI document, whose model (in m/s) is drawn with auto contrast, and the FWI panes
+/// have a display menu of their own.
+#[test]
+fn a_panes_display_does_not_leak_into_another_document() {
+    use tessera::gui::preview::{Contrast, Slot};
+    let (mut h, end) = after_a_run(&[(PreviewKind::Reconstruction, 0.0, 1.0)]);
+    // A manual window on the reconstruction.
+    h.get_all_by_role_and_label(Role::Button, "display")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::CheckBox, "auto contrast (1–99 %)")
+        .click();
+    h.run_steps(2);
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    let wb = h.state();
+    assert!(matches!(
+        wb.viewer()
+            .display_of(Slot::Reconstruction, wb.app_state.display)
+            .contrast,
+        Contrast::Range { .. }
+    ));
+    h.get_by_role_and_label(Role::Button, "fwi_marmousi")
+        .click();
+    h.run_steps(2);
+    submit(&mut h, &end, 2);
+    send(&end, fwi_started(2, 32));
+    send(
+        &end,
+        ramp_preview(2, PreviewKind::Reconstruction, 32, 1500.0, 4500.0),
+    );
+    step_until(&mut h, "the inverted model", |wb| {
+        wb.shown_reconstruction().is_some()
+    });
+    let wb = h.state();
+    assert_eq!(
+        wb.viewer()
+            .display_of(Slot::Reconstruction, wb.app_state.display)
+            .contrast,
+        Contrast::Auto
+    );
+    let colours: std::collections::HashSet<_> = wb.viewer().shown[&Slot::Reconstruction]
+        .color
+        .pixels
+        .iter()
+        .copied()
+        .collect();
+    assert!(colours.len() > 10, "not a solid pane: {colours:?}");
+    assert!(
+        h.query_all_by_role_and_label(Role::Button, "display")
+            .next()
+            .is_some(),
+        "the FWI panes have a display menu"
+    );
+}
+
+/// Shift+drag draws the line profile from the point pressed (not from where the drag was
+/// recognised), and the Profile tab has one curve per pane on screen, named as the pane: the
+/// measurement's too, and the ground truth once (not again as the image it was loaded from).
+#[test]
+fn the_line_profile_starts_at_the_press_and_has_a_curve_per_pane() {
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::GroundTruth, 0.0, 0.5),
+        (PreviewKind::Measurement(0), 0.0, 10.0),
+    ]);
+    let pane = h
+        .get_by_role_and_label(Role::Image, "Reconstruction")
+        .rect();
+    let side = pane.width().min(pane.height());
+    let image = egui::Rect::from_center_size(pane.center(), egui::Vec2::splat(side));
+    let at = |u: f32, v: f32| image.min + egui::vec2(u * side, v * side);
+    let shift = egui::Modifiers::SHIFT;
+    h.event(egui::Event::ModifiersChanged(shift));
+    h.event(egui::Event::PointerMoved(at(0.25, 0.5)));
+    h.run_steps(1);
+    h.event(egui::Event::PointerButton {
+        pos: at(0.25, 0.5),
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: shift,
+    });
+    h.run_steps(1);
+    for k in 1..=10 {
+        h.event(egui::Event::PointerMoved(at(0.25 + 0.05 * k as f32, 0.5)));
+        h.run_steps(1);
+    }
+    h.event(egui::Event::PointerButton {
+        pos: at(0.75, 0.5),
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: shift,
+    });
+    h.event(egui::Event::ModifiersChanged(egui::Modifiers::NONE));
+    h.run_steps(2);
+    let (a, b) = h.state().viewer().profile.expect("a profile");
+    assert!(
+        (a - egui::pos2(0.25, 0.5)).length() < 0.01,
+        "starts at the press: {a:?}"
+    );
+    assert!((b - egui::pos2(0.75, 0.5)).length() < 0.01, "{b:?}");
+
+    let curves = h.state().profile_curves();
+    let names: Vec<&str> = curves.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["Reconstruction", "Measurement", "Ground truth"]);
+    // The reconstruction's ramp 0..1 sampled from x = 0.25 to 0.75: values from ~0.25 to ~0.75.
+    let recon = &curves[0].1;
+    assert!((recon[0][1] - 0.25).abs() < 0.05, "{recon:?}");
+    assert!((recon.last().unwrap()[1] - 0.75).abs() < 0.05, "{recon:?}");
+    let truth = &curves[2].1;
+    assert!(
+        (truth[0][1] - 0.125).abs() < 0.03,
+        "the ground truth's own values: {truth:?}"
+    );
+    let measurement = &curves[1].1;
+    assert!((measurement[0][1] - 2.5).abs() < 0.5, "{measurement:?}");
+}
+
+/// Writes a complete FWI run folder: `epochs` epochs of falling loss and model error, the bundled
+/// FWI preset as the one that ran, and 2-D true and inverted models in m/s.
+fn fwi_run_folder(root: &Path, name: &str, epochs: usize) -> std::path::PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = |v: f32| tessera::Tensor::from_fn(&[20, 30], move |i| v + (i % 30) as f32 * 10.0);
+    tessera::io::write_npy(&dir.join("inverted_model.npy"), &model(2000.0)).unwrap();
+    tessera::io::write_npy(&dir.join("true_model.npy"), &model(1500.0)).unwrap();
+    let preset = tessera::fwi::FwiPreset::from_toml(tessera::fwi::BUNDLED_FWI[0].1, "test", &[])
+        .unwrap()
+        .to_toml()
+        .unwrap();
+    let history: Vec<_> = (1..=epochs)
+        .map(|e| {
+            serde_json::json!({"epoch": e, "epochs": epochs, "loss": 1.0 / e as f64,
+                "model_error": 0.5 / e as f64, "batch": [], "ranks": [], "secs": 1.0})
+        })
+        .collect();
+    let metrics = serde_json::json!({
+        "name": "fwi_marmousi", "model_shape": [20, 30], "epochs": epochs,
+        "stopped_early": false, "final_model_error": 0.125, "history": history,
+        "preset": preset,
+    });
+    std::fs::write(dir.join("metrics.json"), metrics.to_string()).unwrap();
+    dir
+}
+
+/// The Runs tab shows an FWI run's epochs and final model error, and reopening a run restores the
+/// preset it ran — its kind of document included — so the panes show that run alone and Run runs
+/// it again; the log says so.
+#[test]
+fn reopening_a_run_restores_its_preset_and_document() {
+    use tessera::gui::preview::Slot;
+    let root = tempfile::tempdir().unwrap();
+    let fwi = fwi_run_folder(root.path(), "20250101-110000-fwi_marmousi-1", 3);
+    std::thread::sleep(Duration::from_millis(20));
+    let imaging = run_folder(root.path(), "20250101-120000-tomography2d-1", 0.75, 0.5);
+    let seven = tessera::preset::Preset::load("tomography2d", &["algorithm.iterations=7".into()])
+        .unwrap()
+        .preset;
+    let mut metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(imaging.join("metrics.json")).unwrap())
+            .unwrap();
+    metrics["preset"] = seven.to_toml().unwrap().into();
+    std::fs::write(imaging.join("metrics.json"), metrics.to_string()).unwrap();
+
+    let (link, _end) = ChannelBackend::pair("test backend");
+    let mut h = harness(Workbench::new(WorkbenchOptions {
+        starter: starter(vec![link]),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+        output_root: Some(root.path().to_path_buf()),
+    }));
+    step_until(&mut h, "the runs", |wb| wb.runs.runs.len() == 2);
+    h.get_by_role_and_label(Role::Button, "tomography3d")
+        .click();
+    step_until(&mut h, "the volume", |wb| {
+        !wb.data_loading() && wb.viewer().volume_dims().is_some()
+    });
+    h.get_by_role_and_label(Role::Button, "Runs").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("3 epochs").is_some());
+    assert!(h.query_by_label("model error 12.50 %").is_some());
+    assert!(h.query_by_label("5 iterations").is_some());
+
+    // The FWI run (listed second: older).
+    h.get_all_by_role_and_label(Role::Button, "reopen")
+        .nth(1)
+        .unwrap()
+        .click();
+    step_until(&mut h, "the FWI run's models", |wb| {
+        wb.doc.fwi.is_some()
+            && wb
+                .viewer()
+                .shown
+                .get(&Slot::Reconstruction)
+                .map(|s| s.raw.pixels[0])
+                == Some(2000.0)
+    });
+    let wb = h.state();
+    assert_eq!(wb.doc.name(), "fwi_marmousi");
+    assert!(
+        wb.viewer().volume_dims().is_none() && !wb.viewer().shown.contains_key(&Slot::Data),
+        "nothing of the tomography3d document stays"
+    );
+    assert!(
+        log_of(wb)
+            .iter()
+            .any(|l| l.contains("its preset \"fwi_marmousi\" is in the editor")),
+        "{:#?}",
+        log_of(wb)
+    );
+    assert_eq!(wb.runs.shown.as_deref(), Some(fwi.as_path()));
+
+    // The imaging run: its preset, as it ran (7 iterations), is the one Run would send.
+    h.get_all_by_role_and_label(Role::Button, "reopen")
+        .next()
+        .unwrap()
+        .click();
+    step_until(&mut h, "the imaging run", |wb| {
+        wb.doc.is_imaging()
+            && wb
+                .viewer()
+                .shown
+                .get(&Slot::Reconstruction)
+                .map(|s| s.raw.pixels[0])
+                == Some(0.75)
+    });
+    assert_eq!(h.state().doc.preset, seven);
+}
+
+/// A dropped (or opened) image replaces what the last run showed: the panes do not keep a
+/// reconstruction and ground truth of another image beside it.
+#[test]
+fn an_opened_image_replaces_the_last_runs_panes() {
+    use tessera::gui::preview::Slot;
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::GroundTruth, 0.0, 1.0),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("photo.png");
+    image::RgbImage::from_fn(40, 24, |x, y| image::Rgb([x as u8 * 6, y as u8 * 10, 128]))
+        .save(&png)
+        .unwrap();
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(png.clone())));
+    step_until(&mut h, "the dropped image", |wb| {
+        wb.shown_data_size() == Some([40, 24])
+    });
+    let wb = h.state();
+    assert_eq!(wb.shown_reconstruction(), None);
+    assert_eq!(wb.shown(Slot::GroundTruth), None);
+    assert!(h.query_by_label("Ground truth 40×24").is_some());
+}
+
+/// Attaching to a server whose last job has ended does not bring that job back (it would be copied
+/// here again and drawn into the document on screen); the window says the server is idle.
+#[test]
+fn attaching_to_an_idle_server_does_not_replay_its_finished_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
+    let out = dir.path().join("out");
+    let (mut child, addr) = serve_tcp(&[
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let other = submit_from_another_client(&addr, &token, 3);
+    let start = Instant::now();
+    loop {
+        match other.try_recv() {
+            Some(tessera::protocol::ClientEvent::Event(Event::Finished { .. })) => break,
+            Some(_) => {}
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the job to finish"
+        );
+    }
+
+    let here = dir.path().join("here");
+    let mut h = harness(Workbench::new(WorkbenchOptions {
+        starter: starter(Vec::new()),
+        start_backend: false,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+        output_root: Some(here.clone()),
+    }));
+    h.state_mut()
+        .attach_remote(&addr.to_string(), Some(token.clone()));
+    step_until(&mut h, "the attach", |wb| {
+        wb.has_backend() && log_of(wb).iter().any(|l| l.contains("runs no job now"))
+    });
+    for _ in 0..50 {
+        h.step();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let wb = h.state();
+    assert_eq!(wb.current_job(), None, "{:#?}", log_of(wb));
+    assert!(wb.session.history.is_empty());
+    assert!(!here.exists(), "nothing copied here");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Page Up / Page Down presses that arrive in one frame (a slow frame under load) each move the
+/// slice: five presses, five slices.
+#[test]
+fn every_page_down_press_moves_a_slice() {
+    let (mut h, _end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "tomography3d")
+        .click();
+    step_until(&mut h, "the volume", |wb| {
+        !wb.data_loading() && wb.viewer().volume_dims().is_some()
+    });
+    let before = h.state().viewer().cursor;
+    for _ in 0..5 {
+        h.key_press(egui::Key::PageDown);
+    }
+    h.run_steps(1);
+    let after = h.state().viewer().cursor;
+    assert_eq!(after.axis, before.axis);
+    assert_eq!(after.index[after.axis] + 5, before.index[before.axis]);
+}
+
+/// A difference of two images of different sizes says why it is empty.
+#[test]
+fn a_difference_of_mismatched_sizes_says_why() {
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    send(
+        &end,
+        ramp_preview(1, PreviewKind::Reconstruction, 32, 0.0, 1.0),
+    );
+    send(
+        &end,
+        ramp_preview(1, PreviewKind::GroundTruth, 16, 0.0, 1.0),
+    );
+    step_until(&mut h, "both sides", |wb| {
+        wb.shown(tessera::gui::preview::Slot::GroundTruth).is_some()
+            && wb.shown_reconstruction().is_some()
+    });
+    h.get_by_role_and_label(Role::CheckBox, "difference")
+        .click();
+    h.run_steps(3);
+    assert!(
+        h.query_by_label("no difference: the reconstruction is 32×32 and the ground truth 16×16")
+            .is_some()
+    );
+}
+
+/// Trying another denoiser and coming back keeps the parameters the first one had (quick's TV
+/// runs 20 iterations, not TV's default 300).
+#[test]
+fn switching_denoiser_kind_keeps_each_kinds_values() {
+    use tessera::denoise::DenoiserConfig;
+    let (mut h, _end) = ready_workbench();
+    let tv_iterations = |wb: &Workbench| match &wb.doc.preset.denoiser {
+        Some(DenoiserConfig::Tv(c)) => Some(c.n_it_max),
+        _ => None,
+    };
+    assert_eq!(tv_iterations(h.state()), Some(20));
+    for kind in ["drunet", "tv"] {
+        h.get_by_role_and_label(Role::ComboBox, "denoiser").click();
+        h.run_steps(2);
+        h.get_by_label(kind).click();
+        h.run_steps(2);
+    }
+    assert_eq!(tv_iterations(h.state()), Some(20));
+}
+
+/// A training document opens on its own tab (not on the imaging views' Profile tab, which it has
+/// no use for), and an FWI document on its Inversion tab.
+#[test]
+fn a_document_opens_on_its_own_tab() {
+    let (mut h, _end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "train-dncnn").click();
+    h.run_steps(3);
+    assert!(h.query_by_role_and_label(Role::Button, "Profile").is_none());
+    assert!(
+        h.query_by_label("per-rank compute and exchange times arrive when the run ends")
+            .is_some(),
+        "the Training tab is shown"
+    );
+    h.get_by_role_and_label(Role::Button, "fwi_marmousi")
+        .click();
+    h.run_steps(3);
+    assert!(h.query_by_label("Loss and model error").is_some());
+}
+
+/// Ctrl+Z undoes an edit and Ctrl+Shift+Z applies it again; the Presets panel marks the preset
+/// modified until it is saved, and a preset saved under another file name takes that name (its
+/// runs' folders are named after it).
+#[test]
+fn edits_undo_redo_and_mark_the_preset_modified_until_saved() {
+    use tessera::physics::NoiseConfig;
+    let (mut h, _end) = ready_workbench();
+    let sigma = |wb: &Workbench| match wb.doc.preset.noise {
+        Some(NoiseConfig::Gaussian { sigma }) => sigma,
+        ref other => panic!("{other:?}"),
+    };
+    assert_eq!(sigma(h.state()), 0.03);
+    assert!(h.query_by_label("● modified").is_none());
+    h.get_by_role_and_label(Role::SpinButton, "noise sigma")
+        .focus();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::SpinButton, "noise sigma")
+        .type_text("0.1");
+    h.key_press(egui::Key::Enter);
+    h.run_steps(2);
+    assert_eq!(sigma(h.state()), 0.1);
+    assert!(h.query_by_label("● modified").is_some());
+    // Off the field, Ctrl+Z is the workbench's.
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Z);
+    h.run_steps(2);
+    assert_eq!(sigma(h.state()), 0.03);
+    assert!(h.query_by_label("● modified").is_none());
+    h.key_press_modifiers(
+        egui::Modifiers::COMMAND | egui::Modifiers::SHIFT,
+        egui::Key::Z,
+    );
+    h.run_steps(2);
+    assert_eq!(sigma(h.state()), 0.1);
+    assert!(h.query_by_label("● modified").is_some());
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("my_spatial.toml");
+    h.state_mut().save_preset_path(&file);
+    h.run_steps(2);
+    assert!(h.query_by_label("● modified").is_none());
+    assert_eq!(h.state().doc.preset.name, "my_spatial");
+    let saved = tessera::preset::Preset::load(file.to_str().unwrap(), &[]).unwrap();
+    assert_eq!(saved.preset.name, "my_spatial");
+}
+
+/// Every pane with an image has a colour bar with its unit (intensity; m/s for an FWI model), and
+/// an FWI model a scale bar in metres.
+#[test]
+fn panes_have_colour_bars_with_units_and_fwi_models_a_scale_bar() {
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    send(
+        &end,
+        ramp_preview(1, PreviewKind::Reconstruction, 32, 0.0, 1.0),
+    );
+    step_until(&mut h, "the reconstruction", |wb| {
+        wb.shown_reconstruction().is_some()
+    });
+    h.run_steps(2);
+    // The reconstruction's auto window on a 0..1 ramp (1st to 99th percentile), and the colour
+    // sample's bar (its channels, no colormap).
+    assert!(h.query_by_label("1.000 intensity").is_some());
+    assert!(h.query_all_by_label_contains("R, G, B ").next().is_some());
+    finish(&end, 1);
+    step_until(&mut h, "the end", |wb| !wb.session.is_busy());
+    h.get_by_role_and_label(Role::Button, "fwi_marmousi")
+        .click();
+    h.run_steps(2);
+    assert!(
+        h.query_all_by_label("the model shows here once the run starts (Run, Ctrl+R)")
+            .next()
+            .is_some()
+    );
+    submit(&mut h, &end, 2);
+    send(&end, fwi_started(2, 32));
+    send(
+        &end,
+        ramp_preview(2, PreviewKind::Reconstruction, 32, 1500.0, 4500.0),
+    );
+    step_until(&mut h, "the inverted model", |wb| {
+        wb.shown_reconstruction().is_some()
+    });
+    h.run_steps(2);
+    // 32 cells of 10 m: a 50 m bar (the round length nearest a fifth of 320 m), on the model.
+    let pane = h
+        .get_by_role_and_label(Role::Image, "inverted model")
+        .rect();
+    let scale = h.get_by_label("50 m").rect();
+    assert!(pane.contains_rect(scale), "{scale:?} on {pane:?}");
+    // The colour bar under the model, not pulled up over it by the scale bar's label.
+    let high = h.get_by_label_contains(" m/s").rect();
+    assert!(
+        high.top() >= pane.bottom(),
+        "the colour bar's {high:?} is under the model {pane:?}"
+    );
+}
+
+/// A training job counts steps (a Multi-DSN and FWI, epochs) in the top bar and the log, not
+/// iterations.
+#[test]
+fn training_progress_is_counted_in_steps() {
+    use tessera::protocol::{LossPoint, TrainPlan};
+    let (mut h, end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "train-dncnn").click();
+    h.run_steps(2);
+    submit(&mut h, &end, 1);
+    send(
+        &end,
+        Event::TrainStarted {
+            job: 1,
+            name: "train-dncnn".into(),
+            world_size: 2,
+            devices: vec![],
+            plan: TrainPlan::Denoiser {
+                network: "dncnn".into(),
+                steps: 40,
+                sigmas: vec![0.1],
+            },
+        },
+    );
+    for step in [9, 19] {
+        send(
+            &end,
+            Event::TrainStep {
+                job: 1,
+                point: LossPoint { step, loss: 0.01 },
+            },
+        );
+    }
+    step_until(&mut h, "two steps", |wb| {
+        wb.session
+            .training
+            .as_ref()
+            .is_some_and(|t| t.steps.len() == 2)
+    });
+    assert!(h.query_by_label("job 1 running: step 20/40").is_some());
+    send(
+        &end,
+        Event::Cancelled {
+            job: 1,
+            iterations: 20,
+            run_dir: None,
+            outputs: vec![],
+            summary_json: None,
+        },
+    );
+    step_until(&mut h, "the end", |wb| !wb.session.is_busy());
+    assert!(
+        log_of(h.state())
+            .iter()
+            .any(|l| l == "job 1 cancelled after 20 step(s)"),
+        "{:#?}",
+        log_of(h.state())
+    );
+}
+
+/// Latencies on a real 2-rank backend (a measurement, printed, not asserted: run with
+/// `cargo test --release --test gui -- --ignored --nocapture latencies`): from Run to the first
+/// preview on screen, the frame time (`Harness::step`, CPU) while the run's previews stream, and
+/// from a mouse move over a pane to the readout naming the new pixel.
+#[test]
+#[ignore = "a measurement; run it in release with --ignored --nocapture"]
+fn latencies_on_a_real_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = quick_on_local_backend(&dir.path().join("out"), 2);
+    if let tessera::optim::AlgorithmConfig::Pnp(c) = &mut h.state_mut().doc.preset.algorithm {
+        c.iterations = 400;
+    }
+    h.state_mut().doc.preset.image.size = Some(vec![512, 512]);
+    h.state_mut().edited();
+    step_until(&mut h, "the 512² sample", |wb| {
+        !wb.data_loading() && wb.shown_data_size() == Some([512, 512])
+    });
+    let q = |times: &mut Vec<f64>, p: f64| {
+        times.sort_by(f64::total_cmp);
+        times[((times.len() - 1) as f64 * p).round() as usize]
+    };
+    let click = Instant::now();
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    let mut frames = Vec::new();
+    while h.state().shown_reconstruction().is_none_or(|(k, _)| k == 0) {
+        assert!(click.elapsed() < Duration::from_secs(120), "a preview");
+        let t = Instant::now();
+        h.step();
+        frames.push(t.elapsed().as_secs_f64() * 1e3);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let first_preview = click.elapsed();
+    // Previews stream until the run ends.
+    let frame = Duration::from_micros(16_667);
+    let mut streaming = Vec::new();
+    let mut shown = std::collections::HashSet::new();
+    while h.state().session.is_busy() && streaming.len() < 2000 {
+        let t = Instant::now();
+        h.step();
+        let dt = t.elapsed();
+        streaming.push(dt.as_secs_f64() * 1e3);
+        if let Some((k, _)) = h.state().shown_reconstruction() {
+            shown.insert(k);
+        }
+        if let Some(rest) = frame.checked_sub(dt) {
+            std::thread::sleep(rest);
+        }
+    }
+    // Hover: move over the reconstruction pane, then step until the readout names the pixel.
+    let pane = h
+        .get_by_role_and_label(Role::Image, "Reconstruction")
+        .rect();
+    let mut hover = Vec::new();
+    for k in 0..20 {
+        let at = pane.center() + egui::vec2(k as f32 * 3.0 - 30.0, 0.0);
+        let before = h.state().viewer().hover;
+        let t = Instant::now();
+        h.event(egui::Event::PointerMoved(at));
+        for _ in 0..10 {
+            h.step();
+            if h.state().viewer().hover != before {
+                break;
+            }
+        }
+        hover.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    println!(
+        "Run → first preview on screen: {:.0} ms ({} frames, frame p95 {:.1} ms)",
+        first_preview.as_secs_f64() * 1e3,
+        frames.len(),
+        q(&mut frames, 0.95)
+    );
+    println!(
+        "frame CPU time while {} previews of 512x512x3 streamed: {} frames, p50 {:.2} ms, p95 \
+         {:.2} ms, max {:.2} ms",
+        shown.len(),
+        streaming.len(),
+        q(&mut streaming, 0.5),
+        q(&mut streaming, 0.95),
+        q(&mut streaming, 1.0)
+    );
+    println!(
+        "mouse move → readout updated: p50 {:.2} ms, p95 {:.2} ms (one frame each)",
+        q(&mut hover, 0.5),
+        q(&mut hover, 0.95)
+    );
+}
+
+/// The menu bar's Help lists the shortcuts, and its Edit menu undoes like Ctrl+Z.
+#[test]
+fn the_menu_bar_lists_the_shortcuts_and_undoes() {
+    let (mut h, _end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "tomography2d")
+        .click();
+    h.run_steps(2);
+    h.state_mut().doc.preset.seed = 7;
+    h.state_mut().edited();
+    h.get_by_role_and_label(Role::Button, "Edit").click();
+    h.run_steps(2);
+    h.get_by_label_contains("Undo").click();
+    h.run_steps(2);
+    assert_eq!(h.state().doc.preset.seed, 0);
+
+    h.get_by_role_and_label(Role::Button, "Help").click();
+    h.run_steps(2);
+    h.get_by_label("Keyboard shortcuts…").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("Page Up / Page Down").is_some());
+    assert!(
+        h.query_by_label("undo the last edit of the experiment")
+            .is_some()
+    );
+}
+
+/// Opening another preset over unsaved edits asks first: Cancel keeps the edited experiment,
+/// Discard changes opens the other one.
+#[test]
+fn opening_another_preset_over_unsaved_edits_asks_first() {
+    let (mut h, _end) = ready_workbench();
+    h.state_mut().doc.preset.seed = 7;
+    h.state_mut().edited();
+    assert!(h.state().doc.is_modified());
+    h.get_by_role_and_label(Role::Button, "tomography2d")
+        .click();
+    // The click is taken in one frame, the question asked in the next.
+    h.run_steps(3);
+    assert!(h.query_by_label("Discard the unsaved changes?").is_some());
+    assert_eq!(h.state().doc.preset.name, "quick");
+    h.get_by_role_and_label(Role::Button, "Cancel").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("Discard the unsaved changes?").is_none());
+    assert_eq!(
+        (
+            h.state().doc.preset.name.as_str(),
+            h.state().doc.preset.seed
+        ),
+        ("quick", 7)
+    );
+    h.get_by_role_and_label(Role::Button, "tomography2d")
+        .click();
+    // The click is taken in one frame, the question asked in the next.
+    h.run_steps(3);
+    h.get_by_role_and_label(Role::Button, "Discard changes")
+        .click();
+    // The click is taken in one frame, the question asked in the next.
+    h.run_steps(3);
+    assert_eq!(h.state().doc.preset.name, "tomography2d");
+    assert!(h.query_by_label("● modified").is_none());
+}
+
+/// Orthogonal views of the reconstruction come back by themselves when the next run's volume is
+/// read back (they are not left empty until the slice moves).
+#[test]
+fn orthogonal_views_return_with_the_next_runs_volume() {
+    use tessera::gui::preview::Slot;
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("20250101-120000-tomography3d-1");
+    std::fs::create_dir_all(&run).unwrap();
+    let volume = tessera::Tensor::from_fn(&[1, 1, 8, 6, 5], |i| (i / 30) as f32);
+    tessera::io::write_npy(&run.join("reconstruction.npy"), &volume).unwrap();
+    std::fs::write(
+        run.join("metrics.json"),
+        r#"{"name": "tomography3d", "iterations": 1}"#,
+    )
+    .unwrap();
+    let (mut h, end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "tomography3d")
+        .click();
+    h.run_steps(2);
+    step_until(&mut h, "the volume", |wb| !wb.data_loading());
+    for job in [1, 2] {
+        submit(&mut h, &end, job);
+        send(
+            &end,
+            Event::Finished {
+                job,
+                run_dir: run.clone(),
+                outputs: vec!["reconstruction.npy".into(), "metrics.json".into()],
+                summary_json: "{}".into(),
+            },
+        );
+        step_until(&mut h, "the run's volume", |wb| {
+            wb.viewer()
+                .arrays
+                .get(&Slot::Reconstruction)
+                .is_some_and(|t| t.shape().len() == 5)
+        });
+        if job == 1 {
+            h.state_mut().set_orthogonal(Some(Slot::Reconstruction));
+        }
+        step_until(&mut h, "the cuts of the reconstruction", |wb| {
+            (0..3).all(|a| wb.viewer().shown.contains_key(&Slot::Ortho(a)))
+        });
+    }
+}
+
+/// A reopened Multi-DSN run's Reconstructions tab draws each domain's grid whole, scaled to the
+/// tab: a wide grid is not cut off at the window's edge nor under the log, and the domains sit
+/// side by side.
+#[test]
+fn dsn_reconstructions_fit_the_tab() {
+    use tessera::gui::history::Purpose;
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("20250101-120000-dsn_shapes-1");
+    std::fs::create_dir_all(run.join("reconstructions")).unwrap();
+    // 4 rows of 32 held-out 16² images (a wide grid), and 4 rows of 2 (a small one).
+    for (domain, images) in [("source", 32u32), ("tomography", 2)] {
+        image::RgbImage::from_fn(16 * images, 64, |x, y| {
+            image::Rgb([(x % 16 * 16) as u8, (y * 4) as u8, 99])
+        })
+        .save(run.join(format!("reconstructions/{domain}.png")))
+        .unwrap();
+    }
+    let summary = serde_json::json!({
+        "name": "dsn_shapes",
+        "ranks": 2,
+        "domains": ["source", "tomography"],
+        "similarity": "dann",
+        "source_only": false,
+        "shared_parameters": 100,
+        "private_parameters_per_domain": 50,
+        "epochs": [],
+        "per_rank": [],
+        "weights": "dsn.safetensors",
+        "reconstructions": ["reconstructions/source.png", "reconstructions/tomography.png"],
+    });
+    std::fs::write(run.join("train.json"), summary.to_string()).unwrap();
+
+    let (mut h, _end) = ready_workbench();
+    h.state_mut().open_run(&run, Purpose::Reopen);
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Button, "Reconstructions")
+        .click();
+    h.run_steps(3);
+    let log_top = h.get_by_label("Log").rect().top();
+    let wide = h.get_by_label("reconstructions of source").rect();
+    let small = h.get_by_label("reconstructions of tomography").rect();
+    for (name, r, aspect) in [("source", wide, 8.0), ("tomography", small, 0.5)] {
+        assert!(
+            r.right() <= 1400.0 && r.bottom() <= log_top,
+            "{name}'s grid {r:?} is cut off (window 1400 wide, log at {log_top})"
+        );
+        assert!(
+            (r.width() / r.height() - aspect).abs() < 0.05,
+            "{name}'s grid keeps its shape: {r:?}"
+        );
+    }
+    assert!(
+        small.left() > wide.right(),
+        "side by side: {wide:?}, {small:?}"
+    );
+}
+
+/// The quality plots name their curves in a legend (a converged run's PSNR is a flat line that
+/// said nothing of what it was).
+#[test]
+fn the_quality_plots_name_their_curves() {
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    for k in 1..=3 {
+        send(&end, iteration(1, k, 30.0));
+    }
+    step_until(&mut h, "the iterations", |wb| wb.session.history.len() == 3);
+    h.run_steps(2);
+    for name in [
+        "PSNR of the reconstruction against the ground truth",
+        "data fidelity (the objective reported)",
+    ] {
+        assert!(
+            h.query_by_role_and_label(Role::CheckBox, name).is_some(),
+            "{name} in a legend"
+        );
+    }
 }

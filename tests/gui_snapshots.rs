@@ -236,3 +236,181 @@ fn workbench_training_a_multi_dsn() {
     h.run_steps(4);
     h.snapshot("workbench_training");
 }
+
+/// A one-channel `side`² preview with values `lo..hi` along x and a checker on top.
+fn preview(job: u64, what: PreviewKind, side: u32, lo: f32, hi: f32) -> Event {
+    Event::Preview {
+        job,
+        iteration: 10,
+        what,
+        image: PreviewImage {
+            width: side,
+            height: side,
+            channels: 1,
+            slice: None,
+            pixels: (0..side * side)
+                .map(|i| {
+                    let (x, y) = (i % side, i / side);
+                    let t = x as f32 / (side - 1) as f32;
+                    let checker = ((x / 16 + y / 16) % 2) as f32 * 0.1;
+                    lo + (hi - lo) * (0.9 * t + checker)
+                })
+                .collect(),
+        },
+    }
+}
+
+/// Five panes (reconstruction, measurement, ground truth, difference, a compared run) fit the
+/// window with their colour bars, and the readout stays in it; then an FWI document: its models
+/// with colour bars in m/s and a scale bar, the gradient pane without a box in a box.
+#[test]
+fn workbench_five_panes_and_an_fwi_model() {
+    use tessera::gui::history::Purpose;
+    let (mut h, end) = on_a_test_backend();
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("20261123-110000-quick-1");
+    std::fs::create_dir_all(&other).unwrap();
+    let recon = tessera::Tensor::from_fn(&[1, 1, 128, 128], |i| ((i % 128) as f32 / 127.0) * 0.8);
+    tessera::io::write_npy(&other.join("reconstruction.npy"), &recon).unwrap();
+    std::fs::write(
+        other.join("metrics.json"),
+        r#"{"name": "quick", "iterations": 10}"#,
+    )
+    .unwrap();
+
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    while end.requests.recv_timeout(Duration::from_secs(5)).unwrap() == Request::Status {}
+    let send = |e| end.events.send(Incoming::Event(e)).unwrap();
+    send(Event::Accepted { job: 1 });
+    for (what, lo, hi) in [
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::GroundTruth, 0.0, 0.9),
+        (PreviewKind::Measurement(0), 0.1, 0.7),
+    ] {
+        send(preview(1, what, 128, lo, hi));
+    }
+    send(Event::Finished {
+        job: 1,
+        run_dir: "/runs/20261123-120000-quick-1".into(),
+        outputs: vec![],
+        summary_json: "{}".into(),
+    });
+    step_until(&mut h, "the run", |wb| {
+        !wb.session.is_busy() && wb.shown_measurement(0).is_some()
+    });
+    h.state_mut().open_run(&other, Purpose::Compare);
+    step_until(&mut h, "the comparison", |wb| {
+        wb.shown(tessera::gui::preview::Slot::Difference).is_some()
+    });
+    h.hover_at(egui::pos2(560.0, 300.0));
+    h.run_steps(4);
+    h.snapshot("workbench_five_panes");
+
+    h.get_by_role_and_label(Role::Button, "fwi_marmousi")
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    while end.requests.recv_timeout(Duration::from_secs(5)).unwrap() == Request::Status {}
+    send(Event::Accepted { job: 2 });
+    send(Event::FwiStarted {
+        job: 2,
+        name: "fwi_marmousi".into(),
+        world_size: 2,
+        devices: vec![],
+        model_shape: [128, 128],
+        spacing_m: [10.0, 10.0],
+        shots: vec![],
+        epochs: 10,
+        step_ratio: 1,
+    });
+    send(preview(2, PreviewKind::GroundTruth, 128, 1500.0, 4500.0));
+    send(preview(2, PreviewKind::Reconstruction, 128, 1600.0, 4200.0));
+    step_until(&mut h, "the models", |wb| {
+        wb.shown(tessera::gui::preview::Slot::GroundTruth).is_some()
+            && wb.shown_reconstruction().is_some()
+    });
+    h.remove_cursor();
+    h.run_steps(4);
+    h.snapshot("workbench_fwi");
+}
+
+/// Frame time with rendering (wgpu; on a headless machine mesa's lavapipe, a software renderer)
+/// while 512² colour previews stream at 10 Hz: each frame is `Harness::step` plus `render`. A
+/// measurement, printed, not asserted:
+/// `cargo test --release --features snapshots --test gui_snapshots -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement; run it in release with --ignored --nocapture"]
+fn rendered_frame_time_while_previews_stream() {
+    const SIDE: u32 = 512;
+    let (mut h, end) = on_a_test_backend();
+    step_until(&mut h, "the backend and the image", |wb| {
+        wb.has_backend() && !wb.data_loading()
+    });
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    while end.requests.recv_timeout(Duration::from_secs(5)).unwrap() == Request::Status {}
+    end.events
+        .send(Incoming::Event(Event::Accepted { job: 1 }))
+        .unwrap();
+    let mut times = Vec::new();
+    let mut hover = Vec::new();
+    let start = Instant::now();
+    let mut k = 0u32;
+    while start.elapsed() < Duration::from_secs(6) {
+        if start.elapsed() >= Duration::from_millis(100 * k as u64) {
+            k += 1;
+            let pixels = (0..SIDE * SIDE * 3)
+                .map(|i| ((i / 3 + k * 7) % SIDE) as f32 / SIDE as f32)
+                .collect();
+            let image = PreviewImage {
+                width: SIDE,
+                height: SIDE,
+                channels: 3,
+                slice: None,
+                pixels,
+            };
+            end.events
+                .send(Incoming::Event(Event::Preview {
+                    job: 1,
+                    iteration: k as usize,
+                    what: PreviewKind::Reconstruction,
+                    image,
+                }))
+                .unwrap();
+        }
+        // Every tenth frame the mouse moves: the time from the move to the frame on screen that
+        // shows its readout is that frame's.
+        let moved = times.len() % 10 == 0;
+        if moved {
+            h.hover_at(egui::pos2(500.0 + (times.len() % 50) as f32, 300.0));
+        }
+        let t = Instant::now();
+        h.step();
+        h.render().unwrap();
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        times.push(ms);
+        if moved {
+            hover.push(ms);
+        }
+    }
+    let q = |v: &mut Vec<f64>, p: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * p).round() as usize]
+    };
+    println!(
+        "rendered frames (step + wgpu render, 1400x1000) while {k} previews of {SIDE}x{SIDE}x3 \
+         streamed at 10 Hz: {} frames, p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms; mouse move to \
+         readout on screen: p50 {:.1} ms, p95 {:.1} ms",
+        times.len(),
+        q(&mut times.clone(), 0.5),
+        q(&mut times.clone(), 0.95),
+        q(&mut times, 1.0),
+        q(&mut hover.clone(), 0.5),
+        q(&mut hover, 0.95),
+    );
+}

@@ -527,8 +527,9 @@ pub fn train(
             accuracy,
             target_accuracy,
         };
+        // Counted from 1, as `tessera train` and the workbench show epochs.
         tracing::info!(
-            epoch,
+            epoch = epoch + 1,
             target_accuracy,
             source_accuracy = report.accuracy[0],
             "dsn epoch"

@@ -17,9 +17,9 @@ use super::connection::{Change, Connecting, Connection};
 use super::dialogs::{DialogKind, Dialogs, dropped_kind};
 use super::document::{Document, Loaded};
 use super::fetch::{RemoteFetch, Step};
-use super::history::{Purpose, RunArrays, RunHistory};
+use super::history::{Purpose, RunArrays, RunHistory, RunPreset};
 use super::panels::{EditorPanel, editor_panels};
-use super::preview::{Display, Pump, PumpMsg, PumpOut, Slot};
+use super::preview::{Display, PaneDisplay, Pump, PumpMsg, PumpOut, Slot};
 use super::session::{JobState, Session};
 use super::settings::AppState;
 use super::viewer::Viewer;
@@ -40,6 +40,13 @@ fn repaint_waker(ctx: &Arc<OnceLock<egui::Context>>) -> impl Fn() + Clone + Send
 const RUN: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::R);
 const STOP: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Period);
 const EXPORT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::E);
+const UNDO: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Z);
+const REDO: KeyboardShortcut =
+    KeyboardShortcut::new(Modifiers::COMMAND.plus(Modifiers::SHIFT), Key::Z);
+const REDO_Y: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Y);
+
+/// An action that replaces the document, waiting for "discard changes?": what it opens, and how.
+type PendingReplace = (String, Box<dyn FnOnce(&mut Workbench)>);
 
 /// How the workbench starts.
 pub struct WorkbenchOptions {
@@ -74,9 +81,15 @@ pub struct Workbench {
     dialogs: Dialogs,
     /// The Attach… window: open, and the token typed into it (kept only while it is open).
     pub(crate) attach_open: bool,
+    /// The Keyboard shortcuts window (Help menu).
+    pub(crate) shortcuts_open: bool,
+    /// A document to open once the user agrees to discard unsaved edits (what, and how).
+    pending_replace: Option<PendingReplace>,
     pub(crate) attach_token: String,
     /// After a remote attach, ask the server to replay and stream its running job.
     resume_on_attach: bool,
+    /// The next `Status` answers an attach: follow the job it says is running.
+    follow_after_status: bool,
     start_pending: bool,
     /// The tab of the strip below the images.
     tab: &'static str,
@@ -105,8 +118,11 @@ impl Workbench {
             pump,
             dialogs: Dialogs::default(),
             attach_open: false,
+            shortcuts_open: false,
+            pending_replace: None,
             attach_token: String::new(),
             resume_on_attach: false,
+            follow_after_status: false,
             start_pending: options.start_backend,
             tab: "Plots",
             ctx,
@@ -136,8 +152,13 @@ impl Workbench {
             self.app_state.window_size = [r.width(), r.height()];
         }
 
-        egui::Panel::top("top").show(ui, |ui| super::top_bar::top_bar(ui, self));
+        egui::Panel::top("top").show(ui, |ui| {
+            super::menu_bar::menu_bar(ui, self);
+            super::top_bar::top_bar(ui, self);
+        });
         super::top_bar::attach_window(&ctx, self);
+        super::menu_bar::shortcuts_window(&ctx, &mut self.shortcuts_open);
+        self.discard_window(&ctx);
         if let Some((kind, path)) = self.dialogs.ui(&ctx, self.waker()) {
             self.chosen(kind, &path);
         }
@@ -145,11 +166,16 @@ impl Workbench {
             .resizable(true)
             .default_size(110.0)
             .show(ui, |ui| super::top_bar::log_panel(ui, self));
+        // Wide enough for a weights path and "ranks per axis" on one line, and the same width
+        // whatever the preset (the panel would otherwise take its content's width).
         egui::Panel::left("editors")
             .resizable(true)
-            .default_size(330.0)
+            .default_size(400.0)
+            .min_size(360.0)
             .show(ui, |ui| {
-                egui::ScrollArea::vertical().show(ui, |ui| self.editor_column(ui));
+                egui::ScrollArea::vertical()
+                    .auto_shrink([false, false])
+                    .show(ui, |ui| self.editor_column(ui));
             });
         egui::CentralPanel::default().show(ui, |ui| self.central(ui));
     }
@@ -261,14 +287,38 @@ impl Workbench {
         if (ctx.input_mut(|i| i.consume_shortcut(&STOP)) || escape) && self.session.is_busy() {
             self.stop();
         }
+        // Text fields undo their own typing; elsewhere Ctrl+Z undoes the last edit.
+        if !text_focus {
+            if ctx.input_mut(|i| i.consume_shortcut(&REDO) || i.consume_shortcut(&REDO_Y)) {
+                self.redo();
+            } else if ctx.input_mut(|i| i.consume_shortcut(&UNDO)) {
+                self.undo();
+            }
+        }
         if ctx.input_mut(|i| i.consume_shortcut(&EXPORT))
             && self.viewer.shown.contains_key(&Slot::Reconstruction)
         {
             self.open_dialog(DialogKind::ExportPng(Slot::Reconstruction));
         }
         if !text_focus {
-            let step = ctx.input(|i| {
-                i.key_pressed(Key::PageUp) as isize - i.key_pressed(Key::PageDown) as isize
+            // Every press counts, several in one frame (a slow frame, key repeat) too.
+            let step: isize = ctx.input(|i| {
+                i.events
+                    .iter()
+                    .map(|e| match e {
+                        egui::Event::Key {
+                            key: Key::PageUp,
+                            pressed: true,
+                            ..
+                        } => 1,
+                        egui::Event::Key {
+                            key: Key::PageDown,
+                            pressed: true,
+                            ..
+                        } => -1,
+                        _ => 0,
+                    })
+                    .sum()
             });
             if step != 0 && self.viewer.step_slice(step) {
                 self.reslice();
@@ -352,6 +402,7 @@ impl Workbench {
     fn connected(&mut self, remote: bool) {
         // Copies from the previous backend cannot complete (their staging folders go with them).
         self.fetching.clear();
+        self.session.backend_replaced();
         self.session.connected = true;
         self.session.backend = None;
         self.session
@@ -360,10 +411,28 @@ impl Workbench {
             self.doc.remote = remote;
             self.edited();
         }
+        // After a remote attach, its answer says whether a job runs there to follow.
+        self.follow_after_status = std::mem::take(&mut self.resume_on_attach);
         self.send(Request::Status);
-        if std::mem::take(&mut self.resume_on_attach) {
-            self.session.adopt_next_job = true;
-            self.send(Request::Attach { job: None });
+    }
+
+    /// The server's status after a remote attach: a running job is replayed and followed in the
+    /// panes (cleared for it); a finished one is not brought back — it was seen and copied when
+    /// it ended, and a replay would copy it again and draw it into whatever document is open.
+    fn follow_running_job(&mut self, running: Option<JobId>) {
+        match running {
+            Some(job) if !self.session.is_busy() => {
+                self.forget_run();
+                self.session.adopt_next_job = true;
+                self.session
+                    .log(LogLevel::Info, format!("following the server's job {job}"));
+                self.send(Request::Attach { job: Some(job) });
+            }
+            Some(_) => {}
+            None => self.session.log(
+                LogLevel::Info,
+                "the server runs no job now; its earlier runs stay in its output folder",
+            ),
         }
     }
 
@@ -500,15 +569,76 @@ impl Workbench {
         self.opened();
     }
 
+    /// Opens another document from the window (a preset button, a file, a run to reopen): at
+    /// once, or — when the experiment on screen has unsaved edits — once the user agrees to
+    /// discard them (the window asks; `what` names what would be opened).
+    pub fn replace_document(&mut self, what: &str, open: impl FnOnce(&mut Workbench) + 'static) {
+        if self.doc.is_modified() {
+            self.pending_replace = Some((what.to_string(), Box::new(open)));
+        } else {
+            open(self);
+        }
+    }
+
+    /// The "discard changes?" window, while a replacement waits for an answer.
+    fn discard_window(&mut self, ctx: &egui::Context) {
+        let Some((what, _)) = &self.pending_replace else {
+            return;
+        };
+        let mut answer = None;
+        egui::Modal::new(egui::Id::unique("discard changes?")).show(ctx, |ui| {
+            ui.heading("Discard the unsaved changes?");
+            ui.label(format!(
+                "\"{}\" has edits that are not saved; opening {what} replaces it. Save preset… \
+                 (File menu) keeps them; Ctrl+Z cannot bring them back once it is replaced.",
+                self.doc.name()
+            ));
+            ui.horizontal(|ui| {
+                if ui.button("Discard changes").clicked() {
+                    answer = Some(true);
+                }
+                if ui.button("Cancel").clicked() {
+                    answer = Some(false);
+                }
+            });
+        });
+        match answer {
+            Some(true) => {
+                if let Some((_, open)) = self.pending_replace.take() {
+                    open(self);
+                }
+            }
+            Some(false) => self.pending_replace = None,
+            None => {}
+        }
+    }
+
     /// Another experiment was opened: forget what the last run showed (unless one is running).
     fn opened(&mut self) {
+        self.viewer.new_document();
         if !self.session.is_busy() {
-            self.session.clear_run();
-            self.viewer.clear_run();
+            self.forget_run();
             self.viewer.clear_measurements();
-            self.runs.shown = None;
         }
+        if self.doc.is_imaging() {
+            // The image of this document, when it is the one loaded (else it is loading).
+            if self.doc.data_is_current() {
+                self.show_data_as_truth();
+            }
+        } else {
+            // An FWI or training document has no image: nothing of the last one may stay.
+            self.viewer.shown.remove(&Slot::Data);
+            self.viewer.arrays.remove(&Slot::Data);
+        }
+        self.set_default_display(self.app_state.display);
         self.edited();
+    }
+
+    /// Forgets what the last run showed (its curves, panes and folder).
+    fn forget_run(&mut self) {
+        self.session.clear_run();
+        self.viewer.clear_run();
+        self.runs.shown = None;
     }
 
     /// After any edit: check again, and keep the views in step with the preset.
@@ -521,6 +651,7 @@ impl Workbench {
             .unwrap_or(self.app_state.ranks)
             .max(1);
         self.doc.edited();
+        self.doc.record();
     }
 
     /// The patch map to draw now: the backend's during and after a run, else planned here.
@@ -566,7 +697,16 @@ impl Workbench {
     }
 
     /// Writes the preset as TOML (atomically), the file `tessera run` takes.
+    /// The preset takes the file's name (its runs' folders are named after it), so a copy of
+    /// `quick` saved as `my_spatial.toml` runs as `my_spatial`.
     pub fn save_preset_path(&mut self, path: &Path) {
+        let old_name = self.doc.name().to_string();
+        let new_name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| old_name.clone());
+        self.doc.rename(&new_name);
         let result = self
             .doc
             .checked_toml()
@@ -575,20 +715,53 @@ impl Workbench {
             Ok(()) => {
                 self.app_state.remember(path);
                 self.remember_folder(path);
-                self.doc.origin = path.display().to_string();
-                self.session
-                    .log(LogLevel::Info, format!("saved preset {}", path.display()));
+                self.doc.mark_saved(path);
+                let renamed = if new_name != old_name {
+                    format!(" (the preset is now named \"{new_name}\", as its runs will be)")
+                } else {
+                    String::new()
+                };
+                self.session.log(
+                    LogLevel::Info,
+                    format!("saved preset {}{renamed}", path.display()),
+                );
             }
-            Err(e) => self
-                .session
-                .log(LogLevel::Error, format!("could not save the preset: {e}")),
+            Err(e) => {
+                self.doc.rename(&old_name);
+                self.session
+                    .log(LogLevel::Error, format!("could not save the preset: {e}"));
+            }
         }
+    }
+
+    /// Undoes the last edit of the experiment (Ctrl+Z).
+    pub fn undo(&mut self) {
+        if self.doc.undo() {
+            self.after_undo();
+        }
+    }
+
+    /// Applies the last undone edit again (Ctrl+Shift+Z or Ctrl+Y).
+    pub fn redo(&mut self) {
+        if self.doc.redo() {
+            self.after_undo();
+        }
+    }
+
+    fn after_undo(&mut self) {
+        self.doc.request_measurements(false, self.waker());
+        self.edited();
     }
 
     /// Uses an image or volume file as the ground truth.
     pub fn open_data_path(&mut self, path: &Path) {
         self.remember_folder(path);
         self.doc.open_data_path(path);
+        // The last run reconstructed another image: its panes would stand beside this one.
+        if !self.session.is_busy() {
+            self.forget_run();
+        }
+        self.edited();
     }
 
     /// Uses `path` as the measurement of operator `i` (switching to loaded measurements).
@@ -598,6 +771,7 @@ impl Workbench {
         self.viewer.arrays.remove(&Slot::Measurement(i));
         let wake = self.waker();
         self.doc.open_measurement_path(i, path, wake);
+        self.edited();
     }
 
     /// Simulated (`false`) or loaded (`true`) measurements.
@@ -606,6 +780,7 @@ impl Workbench {
         if !loaded {
             self.viewer.clear_measurements();
         }
+        self.edited();
     }
 
     /// Whether measurement files are still being read.
@@ -656,7 +831,11 @@ impl Workbench {
         match kind {
             DialogKind::OpenData => self.open_data_path(path),
             DialogKind::OpenMeasurement(i) => self.open_measurement_path(i, path),
-            DialogKind::OpenPreset => self.open_preset_path(path),
+            DialogKind::OpenPreset => {
+                let path = path.to_path_buf();
+                let what = path.display().to_string();
+                self.replace_document(&what, move |wb| wb.open_preset_path(&path));
+            }
             DialogKind::SavePreset => self.save_preset_path(path),
             DialogKind::ExportPng(slot) => self.export_png(slot, path),
         }
@@ -724,32 +903,43 @@ impl Workbench {
     /// The default display (colormap, contrast) of panes without their own.
     pub fn set_default_display(&mut self, display: Display) {
         self.app_state.display = display;
-        for slot in [
+        self.sync_displays(None);
+    }
+
+    /// One pane's own display settings (the default ones remove them).
+    pub fn set_pane_display(&mut self, slot: Slot, pane: PaneDisplay) {
+        if pane == PaneDisplay::default() {
+            self.viewer.displays.remove(&slot);
+        } else {
+            self.viewer.displays.insert(slot, pane);
+        }
+        self.sync_displays(Some(slot));
+    }
+
+    /// Tells the pump how each pane (or `only` one) maps the previews to come, and maps what is on
+    /// screen again.
+    fn sync_displays(&mut self, only: Option<Slot>) {
+        let default = self.app_state.display;
+        let mut slots = vec![
             Slot::Reconstruction,
             Slot::GroundTruth,
             Slot::Data,
             Slot::Compare,
-        ] {
-            let d = self.viewer.display_of(slot, display);
+            Slot::Gradient,
+            Slot::Difference,
+        ];
+        slots.extend((0..self.doc.preset.physics.len().max(1)).map(Slot::Measurement));
+        for s in self.viewer.shown.keys() {
+            if !slots.contains(s) {
+                slots.push(*s);
+            }
+        }
+        for slot in slots.into_iter().filter(|s| only.is_none_or(|o| o == *s)) {
+            let d = self.viewer.display_of(slot, default);
             self.pump.send(PumpMsg::SetDisplay(slot, d));
         }
-        // A gradient has a sign: white is zero.
-        let d = self
-            .viewer
-            .display_of(Slot::Gradient, super::viewer::diverging(display));
-        self.pump.send(PumpMsg::SetDisplay(Slot::Gradient, d));
-        self.viewer.remap(&self.pump, display, None);
-    }
-
-    /// One pane's display.
-    pub fn set_pane_display(&mut self, slot: Slot, display: Display) {
-        self.viewer.displays.insert(slot, display);
-        if let Slot::Measurement(_) = slot {
-            self.pump.send(PumpMsg::SetDisplay(slot, display));
-        }
-        self.viewer
-            .remap(&self.pump, self.app_state.display, Some(slot));
-        if slot == Slot::Difference {
+        self.viewer.remap(&self.pump, default, only);
+        if only.is_none_or(|o| o == Slot::Difference) {
             self.request_difference();
         }
     }
@@ -790,6 +980,15 @@ impl Workbench {
         self.viewer.cursor.axis = axis.min(2);
         self.viewer.cursor.index[axis.min(2)] = index;
         self.reslice();
+    }
+
+    /// The line profile of every pane on screen that shows an image, named as the pane is:
+    /// `(title, [(distance px, value)])`.
+    pub fn profile_curves(&self) -> Vec<(String, Vec<[f64; 2]>)> {
+        super::views::panes(self)
+            .into_iter()
+            .filter_map(|(title, slot)| Some((title, self.viewer.profile_of(slot)?)))
+            .collect()
     }
 
     /// The iteration and size of the reconstruction on screen.
@@ -842,6 +1041,13 @@ impl Workbench {
             self.open_training_run(folder, purpose);
             return;
         }
+        if purpose == Purpose::Reopen && self.session.is_busy() {
+            self.session.log(
+                LogLevel::Warn,
+                "a run is in progress: reopen the run when it has ended",
+            );
+            return;
+        }
         let wake = self.waker();
         self.runs.open(folder, purpose, wake);
     }
@@ -889,7 +1095,7 @@ impl Workbench {
         self.request_difference();
     }
 
-    fn show_run(&mut self, purpose: Purpose, arrays: RunArrays) {
+    fn show_run(&mut self, purpose: Purpose, mut arrays: RunArrays) {
         let display = self.app_state.display;
         if let Some(e) = &arrays.error {
             self.session.log(
@@ -898,9 +1104,12 @@ impl Workbench {
             );
         }
         match purpose {
-            Purpose::Show => {
+            Purpose::Show | Purpose::Reopen => {
                 if self.runs.shown.as_ref() != Some(&arrays.folder) {
                     return;
+                }
+                if purpose == Purpose::Reopen {
+                    self.restore_preset(&arrays.folder, arrays.preset.take());
                 }
                 for (slot, t) in [
                     (Slot::Reconstruction, arrays.reconstruction),
@@ -926,6 +1135,44 @@ impl Workbench {
                 }
             }
         }
+    }
+
+    /// A reopened run's preset goes back into the editor (its document replaces the one on
+    /// screen, so Run runs what the panes show), and the log says so.
+    fn restore_preset(&mut self, folder: &Path, preset: Option<Result<RunPreset, String>>) {
+        let origin = format!("run {}", folder.display());
+        let name = match preset {
+            Some(Ok(RunPreset::Imaging(preset))) => {
+                let name = preset.name.clone();
+                self.set_preset(LoadedPreset { preset, origin });
+                name
+            }
+            Some(Ok(RunPreset::Fwi(preset))) => {
+                let name = preset.name.clone();
+                self.set_fwi_preset(preset, Path::new(""), origin);
+                name
+            }
+            Some(Err(e)) => {
+                self.session.log(
+                    LogLevel::Warn,
+                    format!(
+                        "the run's preset cannot be restored ({e}); the editor keeps \"{}\"",
+                        self.doc.name()
+                    ),
+                );
+                return;
+            }
+            None => return,
+        };
+        // Opening the preset cleared the panes for it; they show this run.
+        self.runs.shown = Some(folder.to_path_buf());
+        self.session.log(
+            LogLevel::Info,
+            format!(
+                "reopened {}: its preset \"{name}\" is in the editor",
+                folder.display()
+            ),
+        );
     }
 
     // ---- incoming -----------------------------------------------------------------------------
@@ -1011,6 +1258,11 @@ impl Workbench {
     fn apply(&mut self, e: crate::protocol::Event) {
         if self.fetch_step(&e) {
             return;
+        }
+        if let crate::protocol::Event::Status { running, .. } = &e
+            && std::mem::take(&mut self.follow_after_status)
+        {
+            self.follow_running_job(*running);
         }
         let was_busy = self.session.is_busy();
         let welcome = matches!(e, crate::protocol::Event::Welcome { .. });

@@ -193,6 +193,17 @@ impl Training {
     }
 }
 
+/// The experiment as the editors hold it: what an edit changes, undo restores and Save writes.
+#[derive(Debug, Clone, PartialEq)]
+struct Edit {
+    preset: Preset,
+    fwi: Option<FwiPreset>,
+    training: Option<Training>,
+}
+
+/// Edits kept for undo.
+const MAX_UNDO: usize = 200;
+
 /// The experiment being edited.
 pub struct Document {
     /// The experiment (what Run sends and Save writes).
@@ -218,6 +229,12 @@ pub struct Document {
     pub world: usize,
     /// The backend is remote: files named by the preset are read there, not here.
     pub remote: bool,
+    /// The experiment after each edit since it was opened, the current one last.
+    undo: Vec<Edit>,
+    /// Edits undone, the most recent last.
+    redo: Vec<Edit>,
+    /// As it was opened or last saved.
+    saved: Option<Edit>,
 }
 
 impl Document {
@@ -235,6 +252,9 @@ impl Document {
             planned: None,
             world: world.max(1),
             remote: false,
+            undo: Vec::new(),
+            redo: Vec::new(),
+            saved: None,
         };
         doc.set_preset(loaded, || {});
         doc
@@ -251,6 +271,7 @@ impl Document {
         self.origin = loaded.origin;
         self.request_measurements(false, wake);
         self.edited();
+        self.start_history();
     }
 
     /// Opens an FWI preset (its files made absolute against `base`, the preset's folder).
@@ -261,6 +282,7 @@ impl Document {
         self.origin = origin;
         self.planned = None;
         self.edited();
+        self.start_history();
     }
 
     /// Opens a training preset (its files made absolute against `base`, the preset's folder).
@@ -274,6 +296,98 @@ impl Document {
         self.origin = origin;
         self.planned = None;
         self.edited();
+        self.start_history();
+    }
+
+    fn edit(&self) -> Edit {
+        Edit {
+            preset: self.preset.clone(),
+            fwi: self.fwi.clone(),
+            training: self.training.clone(),
+        }
+    }
+
+    /// A document was opened: its history starts here, and it is as saved.
+    fn start_history(&mut self) {
+        let now = self.edit();
+        self.undo = vec![now.clone()];
+        self.redo.clear();
+        self.saved = Some(now);
+    }
+
+    /// Keeps the experiment as it is now for undo, when an edit changed it.
+    pub fn record(&mut self) {
+        let now = self.edit();
+        if self.undo.last() == Some(&now) {
+            return;
+        }
+        self.undo.push(now);
+        if self.undo.len() > MAX_UNDO {
+            self.undo.remove(0);
+        }
+        self.redo.clear();
+    }
+
+    /// Goes back to the experiment before the last edit; false when there is none.
+    pub fn undo(&mut self) -> bool {
+        if self.undo.len() < 2 {
+            return false;
+        }
+        if let Some(now) = self.undo.pop() {
+            self.redo.push(now);
+        }
+        self.restore();
+        true
+    }
+
+    /// Applies the last undone edit again; false when there is none.
+    pub fn redo(&mut self) -> bool {
+        let Some(next) = self.redo.pop() else {
+            return false;
+        };
+        self.undo.push(next);
+        self.restore();
+        true
+    }
+
+    pub fn can_undo(&self) -> bool {
+        self.undo.len() > 1
+    }
+
+    pub fn can_redo(&self) -> bool {
+        !self.redo.is_empty()
+    }
+
+    /// Sets the editors to the newest kept state.
+    fn restore(&mut self) {
+        if let Some(e) = self.undo.last().cloned() {
+            self.preset = e.preset;
+            self.fwi = e.fwi;
+            self.training = e.training;
+        }
+        self.edited();
+    }
+
+    /// Whether the experiment differs from what was opened or last saved.
+    pub fn is_modified(&self) -> bool {
+        self.saved.as_ref() != Some(&self.edit())
+    }
+
+    /// The experiment was written to `path`: it now comes from there and counts as saved.
+    pub fn mark_saved(&mut self, path: &Path) {
+        self.origin = path.display().to_string();
+        self.record();
+        self.saved = Some(self.edit());
+    }
+
+    /// Names the experiment (what `tessera run` and the run folders call it).
+    pub fn rename(&mut self, name: &str) {
+        match (&mut self.training, &mut self.fwi) {
+            (Some(Training::Denoiser(p)), _) => p.name = name.to_string(),
+            (Some(Training::Dsn(p)), _) => p.name = name.to_string(),
+            (None, Some(f)) => f.name = name.to_string(),
+            (None, None) => self.preset.name = name.to_string(),
+        }
     }
 
     /// Whether an imaging preset (not an FWI or a training experiment) is being edited.
@@ -469,6 +583,22 @@ impl Document {
         self.planned.as_ref().map(|p| p.map.clone())
     }
 
+    /// Whether the Data panel's loaded image is the one the preset names now (not an earlier
+    /// document's, with this one's still to load).
+    pub fn data_is_current(&self) -> bool {
+        let want = (
+            &self.preset.image,
+            self.preset.seed,
+            self.preset.is_volumetric(),
+        );
+        !self.data.is_loading()
+            && self
+                .data
+                .source
+                .as_ref()
+                .is_some_and(|(image, seed, volumetric)| (image, *seed, *volumetric) == want)
+    }
+
     /// Uses an image or volume file as the ground truth.
     pub fn open_data_path(&mut self, path: &Path) {
         self.preset.image = ImageSource {
@@ -522,7 +652,7 @@ impl Document {
     }
 
     /// Starts reading the preset's measurement files that are not read yet (all again if `reread`).
-    fn request_measurements(&mut self, reread: bool, wake: impl Fn() + Clone + Send + 'static) {
+    pub fn request_measurements(&mut self, reread: bool, wake: impl Fn() + Clone + Send + 'static) {
         let paths: Vec<PathBuf> = self
             .preset
             .measurements

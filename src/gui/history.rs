@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver};
 use std::time::SystemTime;
 
+use crate::fwi::FwiPreset;
+use crate::preset::Preset;
 use crate::tensor::Tensor;
 
 /// One complete run, from its `metrics.json`.
@@ -20,12 +22,19 @@ pub struct RunEntry {
     pub folder: PathBuf,
     /// The preset's name.
     pub name: String,
+    /// How far it ran, in `unit`s.
     pub iterations: usize,
+    /// `iterations` of an imaging run, `epochs` of an FWI or Multi-DSN run, `steps` of a
+    /// denoiser's training.
+    pub unit: &'static str,
     pub stopped_early: bool,
     /// PSNR of the final reconstruction (None without a ground truth).
     pub psnr_db: Option<f64>,
-    /// A training run (`train.json`): its result in words (final loss, target accuracy).
-    pub training: Option<String>,
+    /// The result in words where it is not a PSNR: an FWI run's final model error (or loss), a
+    /// training run's final loss or target accuracy.
+    pub result: Option<String>,
+    /// A training run (`train.json`), which has no image to compare.
+    pub training: bool,
     pub modified: SystemTime,
 }
 
@@ -42,13 +51,46 @@ impl RunEntry {
         let modified = std::fs::metadata(&path)
             .and_then(|m| m.modified())
             .unwrap_or(SystemTime::UNIX_EPOCH);
+        let stopped_early = v["stopped_early"].as_bool().unwrap_or(false);
+        let name = v["name"].as_str().unwrap_or("?").to_string();
+        if let Some(history) = v["history"]
+            .as_array()
+            .filter(|_| v.get("model_shape").is_some())
+        {
+            // An FWI run: its epochs, and the model error it reached (else the last loss).
+            let last = history.last();
+            let result = last
+                .and_then(|e| {
+                    v["final_model_error"]
+                        .as_f64()
+                        .or(e["model_error"].as_f64())
+                })
+                .map(|m| format!("model error {:.2} %", 100.0 * m))
+                .or_else(|| {
+                    last.and_then(|e| e["loss"].as_f64())
+                        .map(|l| format!("loss {l:.3e}"))
+                });
+            return Some(RunEntry {
+                folder: folder.to_path_buf(),
+                name,
+                iterations: history.len(),
+                unit: "epochs",
+                stopped_early,
+                psnr_db: None,
+                result,
+                training: false,
+                modified,
+            });
+        }
         Some(RunEntry {
             folder: folder.to_path_buf(),
-            name: v["name"].as_str().unwrap_or("?").to_string(),
+            name,
             iterations: v["iterations"].as_u64().unwrap_or(0) as usize,
-            stopped_early: v["stopped_early"].as_bool().unwrap_or(false),
+            unit: "iterations",
+            stopped_early,
             psnr_db: v["reconstruction"]["psnr_db"].as_f64(),
-            training: None,
+            result: None,
+            training: false,
             modified,
         })
     }
@@ -60,27 +102,29 @@ impl RunEntry {
         let modified = std::fs::metadata(&path)
             .and_then(|m| m.modified())
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        let (name, iterations, stopped_early, words) = match result {
+        let (name, iterations, unit, stopped_early, words) = match result {
             super::session::TrainResult::Denoiser(s) => {
                 let words = s.loss.last().map_or("trained".into(), |p| {
                     format!("loss {:.2e} ({:.1} dB)", p.loss, -10.0 * p.loss.log10())
                 });
-                (s.name, s.steps, s.stopped_early, words)
+                (s.name, s.steps, "steps", s.stopped_early, words)
             }
             super::session::TrainResult::Dsn(s) => {
                 let words = s.epochs.last().map_or("trained".into(), |e| {
                     format!("target accuracy {:.1} %", 100.0 * e.target_accuracy)
                 });
-                (s.name, s.epochs.len(), s.stopped_early, words)
+                (s.name, s.epochs.len(), "epochs", s.stopped_early, words)
             }
         };
         Some(RunEntry {
             folder: folder.to_path_buf(),
             name,
             iterations,
+            unit,
             stopped_early,
             psnr_db: None,
-            training: Some(words),
+            result: Some(words),
+            training: true,
             modified,
         })
     }
@@ -118,6 +162,34 @@ pub struct RunArrays {
     pub measurements: Vec<(usize, Arc<Tensor>)>,
     /// Why the reconstruction could not be read, if it could not.
     pub error: Option<String>,
+    /// The preset the run ran (read for a reopen only), or why it cannot be had.
+    pub preset: Option<Result<RunPreset, String>>,
+}
+
+/// The preset a run's `metrics.json` records (`"preset"`: the TOML that ran).
+// One per reopen: the size difference costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+pub enum RunPreset {
+    Imaging(Preset),
+    Fwi(FwiPreset),
+}
+
+/// Reads the preset recorded in `folder/metrics.json`.
+pub fn read_preset(folder: &Path) -> Result<RunPreset, String> {
+    let path = folder.join("metrics.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{e}: {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{e}: {}", path.display()))?;
+    let toml = v["preset"]
+        .as_str()
+        .ok_or_else(|| format!("it records no preset: {}", path.display()))?;
+    let origin = format!("run {}", folder.display());
+    let preset = if FwiPreset::is_fwi(toml) {
+        FwiPreset::from_toml(toml, &origin, &[]).map(RunPreset::Fwi)
+    } else {
+        Preset::from_toml(toml, &origin, &[]).map(RunPreset::Imaging)
+    };
+    preset.map_err(|e| e.to_string())
 }
 
 /// Reads `reconstruction.npy` (or `.nii.gz`), `ground_truth.*` and `measurement_i.npy` from a run
@@ -159,14 +231,19 @@ pub fn read_arrays(folder: &Path) -> RunArrays {
         ground_truth,
         measurements,
         error,
+        preset: None,
     }
 }
 
 /// What a reopened run is for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Purpose {
-    /// Shown in the panes as if it had just run (after a run on a local backend, or Reopen).
+    /// Shown in the panes of the document that ran it (the run just made on a local backend, or
+    /// fetched from a remote one).
     Show,
+    /// Reopened from the Runs tab: its preset goes back into the editor, then its arrays into the
+    /// panes.
+    Reopen,
     /// Shown beside the current reconstruction (and in the difference pane).
     Compare,
 }
@@ -222,18 +299,24 @@ impl RunHistory {
     pub fn open(&mut self, folder: &Path, purpose: Purpose, wake: impl Fn() + Send + 'static) {
         let folder = folder.to_path_buf();
         match purpose {
-            Purpose::Show => self.shown = Some(folder.clone()),
+            Purpose::Show | Purpose::Reopen => self.shown = Some(folder.clone()),
             Purpose::Compare => self.compared = Some(folder.clone()),
         }
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("gui-reopen".into())
             .spawn(move || {
-                let _ = tx.send(read_arrays(&folder));
+                let mut arrays = read_arrays(&folder);
+                if purpose == Purpose::Reopen {
+                    arrays.preset = Some(read_preset(&folder));
+                }
+                let _ = tx.send(arrays);
                 wake();
             })
             .expect("spawning a thread");
-        self.reading.retain(|(p, _)| *p != purpose);
+        let shows = |p: Purpose| p != Purpose::Compare;
+        self.reading
+            .retain(|(p, _)| *p != purpose && !(shows(*p) && shows(purpose)));
         self.reading.push((purpose, rx));
     }
 

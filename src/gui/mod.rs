@@ -15,7 +15,8 @@
 //! (state built from events), [`viewer`] (what the panes show), [`preview`] (float images →
 //! textures on a worker thread), [`history`] (runs on disk), [`fetch`] (a remote run's files copied here), [`dialogs`] (typed paths, the system
 //! file dialog, dropped files), [`patch_map`] (drawing tiles per rank), [`measured`] (loaded
-//! measurement files), [`widgets`], [`fonts`], [`top_bar`] (top bar, Attach…, log).
+//! measurement files), [`widgets`], [`fonts`], [`menu_bar`] (File, Edit, Job, Help and the
+//! shortcut list), [`top_bar`] (top bar, Attach…, log).
 
 pub mod app;
 pub mod backend;
@@ -27,6 +28,7 @@ pub mod fonts;
 pub mod history;
 pub mod local;
 pub mod measured;
+pub mod menu_bar;
 pub mod panels;
 pub mod patch_map;
 pub mod preview;

@@ -41,9 +41,18 @@ pub struct Drawn {
 
 /// Draws the map over `image_rect`, the screen rectangle of the whole image (rows and columns are
 /// the last two spatial axes; a volume's tiles are drawn once per (row, column) footprint), clipped
-/// to `clip`. Regions are filled with their rank's colour; windows are outlined, so overlaps show
-/// as bands where outlines of neighbouring tiles cross into each other's regions.
-pub fn paint(painter: &Painter, image_rect: Rect, clip: Rect, map: &PatchMap) -> Drawn {
+/// to `clip`, the image's part on screen (a border tile's window reaches past the image, but
+/// nothing is drawn outside it). Regions are filled with their rank's colour at `opacity` (0..1);
+/// windows are outlined, so overlaps show as bands where outlines of neighbouring tiles cross into
+/// each other's regions.
+pub fn paint(
+    painter: &Painter,
+    image_rect: Rect,
+    clip: Rect,
+    map: &PatchMap,
+    opacity: f32,
+) -> Drawn {
+    let painter = painter.with_clip_rect(painter.clip_rect().intersect(clip));
     let none = Drawn {
         visible: 0,
         drawn: 0,
@@ -85,14 +94,17 @@ pub fn paint(painter: &Painter, image_rect: Rect, clip: Rect, map: &PatchMap) ->
             drawn: 0,
         };
     }
+    let opacity = opacity.clamp(0.0, 1.0);
     for (region, _, rank) in &visible {
-        painter.rect_filled(*region, 0.0, rank_color(*rank).gamma_multiply(0.45));
+        painter.rect_filled(*region, 0.0, rank_color(*rank).gamma_multiply(opacity));
     }
+    // Outlines stay legible at low fill opacity.
+    let outline = (2.0 * opacity).min(1.0);
     for (_, window, rank) in &visible {
         painter.rect_stroke(
             *window,
             0.0,
-            Stroke::new(1.5, rank_color(*rank)),
+            Stroke::new(1.5, rank_color(*rank).gamma_multiply(outline)),
             StrokeKind::Inside,
         );
     }

@@ -42,6 +42,42 @@ impl Default for Display {
     }
 }
 
+/// A pane's own display settings. What a pane leaves unset follows the window's default (so a
+/// colormap chosen for the whole window later still reaches a pane whose contrast was set), and a
+/// pane's settings belong to the document it shows: another document starts from the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PaneDisplay {
+    pub contrast: Option<Contrast>,
+    pub colormap: Option<Colormap>,
+    pub channel: Option<Option<u8>>,
+}
+
+impl PaneDisplay {
+    /// The settings this pane shows with, over `default`.
+    pub fn over(self, default: Display) -> Display {
+        Display {
+            contrast: self.contrast.unwrap_or(default.contrast),
+            colormap: self.colormap.unwrap_or(default.colormap),
+            channel: self.channel.unwrap_or(default.channel),
+        }
+    }
+
+    /// Sets what differs between `before` and `after` (an edit of the pane's menu) as the pane's
+    /// own, leaving the rest to follow the default.
+    pub fn edited(mut self, before: Display, after: Display) -> PaneDisplay {
+        if after.contrast != before.contrast {
+            self.contrast = Some(after.contrast);
+        }
+        if after.colormap != before.colormap {
+            self.colormap = Some(after.colormap);
+        }
+        if after.channel != before.channel {
+            self.channel = Some(after.channel);
+        }
+        self
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Contrast {
     /// The 1st to 99th percentile of the image.
@@ -81,6 +117,20 @@ pub enum Slot {
 }
 
 impl Slot {
+    /// The pane's name as the window shows it.
+    pub fn title(self) -> String {
+        match self {
+            Slot::Reconstruction => "reconstruction".into(),
+            Slot::GroundTruth => "ground truth".into(),
+            Slot::Measurement(i) => format!("measurement #{i}"),
+            Slot::Gradient => "gradient".into(),
+            Slot::Data => "image".into(),
+            Slot::Difference => "difference".into(),
+            Slot::Compare => "compared run".into(),
+            Slot::Ortho(a) => format!("{} cut", crate::gui::viewer::AXIS_NAMES[a as usize]),
+        }
+    }
+
     fn of(kind: &PreviewKind) -> Slot {
         match kind {
             PreviewKind::Reconstruction => Slot::Reconstruction,

@@ -279,6 +279,22 @@ impl Session {
         self.log(LogLevel::Error, format!("backend disconnected: {reason}"));
     }
 
+    /// A new backend replaced the one the current job ran on (Restart, Attach…): the old one and
+    /// its job are gone, so the job ends here — no event of it will ever come, and a Stop would
+    /// ask the new backend about a job it never had.
+    pub fn backend_replaced(&mut self) {
+        let job = match self.state.0 {
+            JobState::Running { job } | JobState::Stopping { job } => format!("job {job}"),
+            JobState::Submitted => "the submitted job".to_string(),
+            _ => return,
+        };
+        let error = format!("{job} ended: the backend it ran on was replaced");
+        self.state = JobStateCell(JobState::Failed {
+            error: error.clone(),
+        });
+        self.log(LogLevel::Error, error);
+    }
+
     /// Whether an event belongs to the current job (or the job just submitted).
     fn is_current(&self, job: JobId) -> bool {
         match self.state.0 {
@@ -521,7 +537,7 @@ impl Session {
                 self.state = JobStateCell(JobState::Cancelled { job });
                 self.log(
                     LogLevel::Info,
-                    format!("job {job} cancelled after {iterations} iteration(s)"),
+                    format!("job {job} cancelled after {iterations} {}", self.unit()),
                 );
                 if let Some(dir) = &run_dir {
                     self.outputs = outputs.iter().map(|o| dir.join(o)).collect();
@@ -582,6 +598,27 @@ impl Session {
         self.patch_map = None;
         self.operators.clear();
         self.image_shape.clear();
+    }
+
+    /// What the current job counts: an imaging job's iterations, an FWI or Multi-DSN job's
+    /// epochs, a denoiser training's steps.
+    pub fn unit(&self) -> &'static str {
+        match (&self.training, &self.fwi) {
+            (Some(t), _) if !t.is_dsn() => "step(s)",
+            (Some(_), _) | (None, Some(_)) => "epoch(s)",
+            (None, None) => "iteration(s)",
+        }
+    }
+
+    /// How far the current job is, in its own unit: (done, planned; 0 when not known).
+    pub fn progress(&self) -> Option<(usize, usize)> {
+        let done = match (&self.training, &self.fwi) {
+            (Some(t), _) if t.is_dsn() => Some(t.epochs.len()),
+            (Some(t), _) => t.steps.last().map(|p| p.step + 1),
+            (None, Some(f)) => f.history.last().map(|e| e.epoch),
+            (None, None) => self.history.last().map(|p| p.iteration),
+        }?;
+        Some((done, self.iterations_planned))
     }
 
     /// PSNR of the newest iteration that has one.

@@ -81,12 +81,12 @@ pub fn top_bar(ui: &mut Ui, wb: &mut Workbench) {
 
 fn job_status(wb: &Workbench) -> String {
     let s = &wb.session;
+    let unit = s.unit().trim_end_matches("(s)");
     let progress = s
-        .history
-        .last()
-        .map(|p| match s.iterations_planned {
-            0 => format!(" {}", p.iteration),
-            n => format!(" {}/{n}", p.iteration),
+        .progress()
+        .map(|(done, planned)| match planned {
+            0 => format!(": {unit} {done}"),
+            n => format!(": {unit} {done}/{n}"),
         })
         .unwrap_or_default();
     match s.state() {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use egui::{ColorImage, Rect, TextureHandle, TextureOptions, Vec2};
 
-use super::preview::{Display, Histogram, Mapped, Pump, PumpMsg, Slot};
+use super::preview::{Display, Histogram, Mapped, PaneDisplay, Pump, PumpMsg, Slot};
 use crate::protocol::{PreviewImage, Section};
 use crate::tensor::Tensor;
 
@@ -75,9 +75,12 @@ pub struct Viewer {
     pub arrays: HashMap<Slot, Arc<Tensor>>,
     pub view: SharedView,
     pub show_patch_map: bool,
+    /// The patch map's fill opacity (0..1).
+    pub patch_map_opacity: f32,
     pub cursor: VolumeCursor,
-    /// Per-pane display settings (the app's default applies where none is set).
-    pub displays: HashMap<Slot, Display>,
+    /// Per-pane display settings of the document on screen (the window's default applies to
+    /// what a pane does not set).
+    pub displays: HashMap<Slot, PaneDisplay>,
     /// Which measurement the Measurement pane shows.
     pub measurement: usize,
     /// Show reconstruction − ground truth as a fourth pane.
@@ -94,13 +97,21 @@ impl Viewer {
     pub fn new() -> Viewer {
         Viewer {
             show_patch_map: true,
+            patch_map_opacity: 0.25,
             ..Viewer::default()
         }
     }
 
-    /// The display settings of `slot`.
+    /// The display settings of `slot` over the window's `default`. Signed quantities (a
+    /// difference, a gradient) default to the diverging map, white at zero.
     pub fn display_of(&self, slot: Slot, default: Display) -> Display {
-        self.displays.get(&slot).copied().unwrap_or(default)
+        let base = match slot {
+            Slot::Difference | Slot::Gradient => diverging(default),
+            _ => default,
+        };
+        self.displays
+            .get(&slot)
+            .map_or(base, |pane| pane.over(base))
     }
 
     /// The section of `tensor` the panes show now (the cursor, within the array's extent).
@@ -113,9 +124,16 @@ impl Viewer {
         }
     }
 
+    /// The volume shown as orthogonal cuts, while its slot holds a volume: a 2-D document (or a
+    /// 2-D image opened in a volume's place) shows the ordinary panes whatever was chosen before.
+    pub fn ortho_source(&self) -> Option<Slot> {
+        self.ortho
+            .filter(|s| self.arrays.get(s).is_some_and(|t| t.shape().len() == 5))
+    }
+
     /// The spatial extent of the first volume held (for the slice slider), if any.
     pub fn volume_dims(&self) -> Option<[usize; 3]> {
-        self.ortho
+        self.ortho_source()
             .iter()
             .chain(&[Slot::Reconstruction, Slot::GroundTruth, Slot::Data])
             .chain(self.arrays.keys())
@@ -141,11 +159,17 @@ impl Viewer {
             tensor,
             display: self.display_of(slot, default),
         });
+        // A run's volume read back after a run: its orthogonal cuts, if they are shown.
+        if self.ortho == Some(slot) {
+            self.show_ortho(pump, default);
+        }
     }
 
     /// Cuts the orthogonal views' volume along each axis through the cursor.
     pub fn show_ortho(&self, pump: &Pump, default: Display) {
-        let Some((source, tensor)) = self.ortho.and_then(|s| Some((s, self.arrays.get(&s)?)))
+        let Some((source, tensor)) = self
+            .ortho_source()
+            .and_then(|s| Some((s, self.arrays.get(&s)?)))
         else {
             return;
         };
@@ -180,20 +204,29 @@ impl Viewer {
         })
     }
 
+    /// The point of the volume at texture coordinates `uv` of orthogonal view `axis` (depth, row,
+    /// column): the cut's own axis stays at the cursor.
+    pub fn ortho_point(&self, axis: u8, uv: egui::Pos2) -> Option<[usize; 3]> {
+        let dims = self.volume_dims()?;
+        let at = |t: f32, a: usize| ((t * dims[a] as f32) as usize).min(dims[a] - 1);
+        let mut p = self.cursor.index;
+        match axis {
+            0 => (p[1], p[2]) = (at(uv.y, 1), at(uv.x, 2)),
+            1 => (p[0], p[2]) = (at(uv.y, 0), at(uv.x, 2)),
+            _ => (p[0], p[1]) = (at(uv.y, 0), at(uv.x, 1)),
+        }
+        Some(p)
+    }
+
     /// A click at texture coordinates `uv` of orthogonal view `axis` moves the other two cuts
     /// there (as in napari's and Fiji's orthogonal views).
     pub fn ortho_click(&mut self, axis: u8, uv: egui::Pos2) -> bool {
-        let Some(dims) = self.volume_dims() else {
+        let Some(p) = self.ortho_point(axis, uv) else {
             return false;
         };
-        let at = |t: f32, a: usize| ((t * dims[a] as f32) as usize).min(dims[a] - 1);
         let before = self.cursor.index;
-        match axis {
-            0 => (self.cursor.index[1], self.cursor.index[2]) = (at(uv.y, 1), at(uv.x, 2)),
-            1 => (self.cursor.index[0], self.cursor.index[2]) = (at(uv.y, 0), at(uv.x, 2)),
-            _ => (self.cursor.index[0], self.cursor.index[1]) = (at(uv.y, 0), at(uv.x, 1)),
-        }
-        before != self.cursor.index
+        self.cursor.index = p;
+        before != p
     }
 
     /// Cuts every held volume again at the cursor (after the slider moved).
@@ -272,6 +305,21 @@ impl Viewer {
         self.profile = None;
     }
 
+    /// Another document was opened: besides its run (when none is running, `clear_run`), the
+    /// panes forget how the previous document was viewed — orthogonal cuts, the slice, zoom and
+    /// each pane's display — since its dimensionality and quantities may differ.
+    pub fn new_document(&mut self) {
+        self.ortho = None;
+        for a in 0..3 {
+            self.shown.remove(&Slot::Ortho(a));
+        }
+        self.cursor = VolumeCursor::default();
+        self.view = SharedView::default();
+        self.displays.clear();
+        self.profile = None;
+        self.hover = None;
+    }
+
     /// Forgets the measurement panes (when measurements are simulated again).
     pub fn clear_measurements(&mut self) {
         self.shown.retain(|s, _| !matches!(s, Slot::Measurement(_)));
@@ -322,25 +370,60 @@ impl Viewer {
         )
     }
 
-    /// Asks for the difference image when both of its sides are on screen: reconstruction minus
-    /// the compared run when one is open, else minus the ground truth.
-    pub fn request_difference(&self, pump: &Pump, default: Display) {
-        if !self.show_difference {
-            return;
-        }
+    /// The two sides of the difference: the reconstruction, and the compared run when one is
+    /// open, else the ground truth.
+    fn difference_sides(&self) -> (Slot, Slot) {
         let other = if self.shown.contains_key(&Slot::Compare) {
             Slot::Compare
         } else {
             Slot::GroundTruth
         };
-        if let (Some(a), Some(b)) = (
-            self.shown.get(&Slot::Reconstruction),
-            self.shown.get(&other),
-        ) {
+        (Slot::Reconstruction, other)
+    }
+
+    /// Why the difference cannot be formed although both sides are on screen (their sizes or
+    /// channels differ), in words for the empty pane.
+    pub fn difference_problem(&self) -> Option<String> {
+        let (a, b) = self.difference_sides();
+        let (sa, sb) = (self.shown.get(&a)?, self.shown.get(&b)?);
+        let shape = |s: &Shown| {
+            let c = s.raw.channels.max(1);
+            let channels = if c == 1 {
+                String::new()
+            } else {
+                format!("×{c}")
+            };
+            format!("{}×{}{channels}", s.full_size.0, s.full_size.1)
+        };
+        let same = (sa.raw.width, sa.raw.height, sa.raw.channels)
+            == (sb.raw.width, sb.raw.height, sb.raw.channels);
+        (!same).then(|| {
+            format!(
+                "no difference: the {} is {} and the {} {}",
+                a.title(),
+                shape(sa),
+                b.title(),
+                shape(sb)
+            )
+        })
+    }
+
+    /// Asks for the difference image when both of its sides are on screen (a stale one is taken
+    /// down when they no longer match).
+    pub fn request_difference(&mut self, pump: &Pump, default: Display) {
+        if !self.show_difference {
+            return;
+        }
+        if self.difference_problem().is_some() {
+            self.shown.remove(&Slot::Difference);
+            return;
+        }
+        let (a, b) = self.difference_sides();
+        if let (Some(a), Some(b)) = (self.shown.get(&a), self.shown.get(&b)) {
             pump.send(PumpMsg::Difference {
                 a: a.raw.clone(),
                 b: b.raw.clone(),
-                display: self.display_of(Slot::Difference, diverging(default)),
+                display: self.display_of(Slot::Difference, default),
             });
         }
     }

@@ -4,7 +4,7 @@
 
 use std::ops::RangeInclusive;
 
-use egui::{Color32, ComboBox, DragValue, Response, Ui};
+use egui::{Color32, ComboBox, DragValue, Rect, Response, Ui};
 
 /// The colour of errors and refusals, everywhere in the window.
 pub const ERROR_COLOR: Color32 = Color32::from_rgb(230, 70, 70);
@@ -36,9 +36,10 @@ pub fn combo<T: PartialEq + Clone>(
 pub type Kind<'a, T> = (&'a str, fn() -> T);
 
 /// Which variant of a config enum is used (`kinds`: a name and the default value of each variant).
-/// Choosing another kind replaces the value by that kind's default; editing its fields is left to
-/// the caller. `same_kind` tells whether two values are the same variant.
-pub fn kind_combo<T>(
+/// Choosing another kind sets the values that kind last had here (its default the first time), so
+/// trying another denoiser and coming back keeps what was set; editing its fields is left to the
+/// caller. `same_kind` tells whether two values are the same variant.
+pub fn kind_combo<T: Clone + Send + Sync + 'static>(
     ui: &mut Ui,
     label: &str,
     value: &mut T,
@@ -46,6 +47,7 @@ pub fn kind_combo<T>(
     same_kind: fn(&T, &T) -> bool,
 ) -> bool {
     let current = kinds.iter().position(|(_, make)| same_kind(&make(), value));
+    let memory = ui.make_persistent_id(("kind values", label));
     let mut chosen = None;
     ComboBox::from_label(label)
         .selected_text(current.map(|i| kinds[i].0).unwrap_or("?"))
@@ -58,7 +60,13 @@ pub fn kind_combo<T>(
         });
     match chosen {
         Some(i) if Some(i) != current => {
-            *value = (kinds[i].1)();
+            let last = ui.data_mut(|d| {
+                if let Some(c) = current {
+                    d.insert_temp(memory.with(c), value.clone());
+                }
+                d.get_temp::<T>(memory.with(i))
+            });
+            *value = last.unwrap_or_else(kinds[i].1);
             true
         }
         _ => false,
@@ -174,4 +182,14 @@ pub fn committed_text(ui: &mut Ui, label: &str, current: &str) -> Option<String>
 /// A problem shown under the field it concerns.
 pub fn field_error(ui: &mut Ui, text: &str) {
     ui.colored_label(ERROR_COLOR, text);
+}
+
+/// Adds `widget` centred over `rect`, over something already drawn (a label over an image).
+/// Unlike `Ui::put` the layout's cursor stays where it was: `put` moves it to below `rect`, which
+/// pulled what came next (a colour bar) up over the image.
+pub fn overlay(ui: &mut Ui, rect: Rect, widget: impl egui::Widget) -> Response {
+    ui.new_child(egui::UiBuilder::new().max_rect(rect).layout(
+        egui::Layout::centered_and_justified(egui::Direction::TopDown),
+    ))
+    .add(widget)
 }

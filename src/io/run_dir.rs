@@ -85,6 +85,39 @@ impl RunDir {
     }
 }
 
+/// Staging folders are named `<STAGING_PREFIX><pid of the writing process>-<n>`.
+pub const STAGING_PREFIX: &str = ".tessera-partial-";
+
+/// Removes the staging folders directly under `root` whose writing process no longer exists: a
+/// process killed mid-run (a backend restarted from the workbench) cannot drop its [`Staging`],
+/// and no one else will ever commit the folder. Folders of live processes (another server writing
+/// into the same root) are left alone. Returns the folders removed.
+pub fn remove_abandoned_staging(root: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STAGING_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks whether the process exists; nothing is sent.
+        let gone = unsafe { libc::kill(pid, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed
+}
+
 /// A run's folder while it is being written: hidden, removed if dropped before [`Staging::commit`].
 #[derive(Debug)]
 pub struct Staging {
@@ -106,7 +139,7 @@ impl Staging {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         loop {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = parent.join(format!(".tessera-partial-{}-{n}", std::process::id()));
+            let path = parent.join(format!("{STAGING_PREFIX}{}-{n}", std::process::id()));
             match std::fs::create_dir(&path) {
                 Ok(()) => {
                     return Ok(Staging {
@@ -291,6 +324,29 @@ mod tests {
 
     fn write(dir: &Path, name: &str, text: &str) {
         std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    #[test]
+    fn staging_folders_of_dead_processes_are_removed_and_live_ones_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let dest = RunDir::Unique {
+            root: root.path().to_path_buf(),
+        };
+        let live = Staging::create(&dest).unwrap();
+        // A process that has exited (and been reaped): its pid names no process now.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = child.id();
+        child.wait().unwrap();
+        let dead = root.path().join(format!("{STAGING_PREFIX}{dead_pid}-0"));
+        std::fs::create_dir(&dead).unwrap();
+        write(&dead, "reconstruction.npy", "half a run");
+        let run = root.path().join("20250101-120000-quick-1");
+        std::fs::create_dir(&run).unwrap();
+
+        assert_eq!(remove_abandoned_staging(root.path()), vec![dead.clone()]);
+        assert!(!dead.exists());
+        assert!(live.path().is_dir() && run.is_dir());
+        assert!(remove_abandoned_staging(&root.path().join("missing")).is_empty());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use egui::Ui;
+use egui::{RichText, Ui};
 
 use super::EditorPanel;
 use crate::fwi::{BUNDLED_FWI, FwiPreset};
@@ -20,12 +20,32 @@ impl EditorPanel for PresetsPanel {
     }
 
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) -> bool {
-        ui.label(format!("{} ({})", wb.doc.name(), wb.doc.origin));
+        ui.horizontal_wrapped(|ui| {
+            ui.label(format!("{} ({})", wb.doc.name(), wb.doc.origin));
+            if wb.doc.is_modified() {
+                ui.label(RichText::new("● modified").color(ui.visuals().warn_fg_color))
+                    .on_hover_text("edited since it was opened or saved: Save preset… keeps it");
+            }
+            if ui
+                .add_enabled(wb.doc.can_undo(), egui::Button::new("undo").small())
+                .on_hover_text("Ctrl+Z")
+                .clicked()
+            {
+                wb.undo();
+            }
+            if ui
+                .add_enabled(wb.doc.can_redo(), egui::Button::new("redo").small())
+                .on_hover_text("Ctrl+Shift+Z or Ctrl+Y")
+                .clicked()
+            {
+                wb.redo();
+            }
+        });
         ui.horizontal_wrapped(|ui| {
             for (name, _) in BUNDLED {
                 if ui.button(*name).clicked() {
                     match Preset::load(name, &[]) {
-                        Ok(p) => wb.set_preset(p),
+                        Ok(p) => wb.replace_document(name, move |wb| wb.set_preset(p)),
                         Err(e) => wb.session.log(LogLevel::Error, e.to_string()),
                     }
                 }
@@ -37,7 +57,9 @@ impl EditorPanel for PresetsPanel {
                     .clicked()
                 {
                     match FwiPreset::from_toml(text, &format!("bundled:{name}"), &[]) {
-                        Ok(p) => wb.set_fwi_preset(p, Path::new(""), format!("bundled:{name}")),
+                        Ok(p) => wb.replace_document(name, move |wb| {
+                            wb.set_fwi_preset(p, Path::new(""), format!("bundled:{name}"))
+                        }),
                         Err(e) => wb.session.log(LogLevel::Error, e.to_string()),
                     }
                 }
@@ -53,7 +75,9 @@ impl EditorPanel for PresetsPanel {
             for (name, what) in training {
                 if ui.button(name).on_hover_text(what).clicked() {
                     match Training::bundled(name) {
-                        Ok(t) => wb.set_training(t, Path::new(""), format!("bundled:{name}")),
+                        Ok(t) => wb.replace_document(name, move |wb| {
+                            wb.set_training(t, Path::new(""), format!("bundled:{name}"))
+                        }),
                         Err(e) => wb.session.log(LogLevel::Error, e.to_string()),
                     }
                 }
@@ -84,7 +108,8 @@ impl EditorPanel for PresetsPanel {
                 }
             }
             if let Some(p) = open {
-                wb.open_preset_path(&p);
+                let what = p.display().to_string();
+                wb.replace_document(&what, move |wb| wb.open_preset_path(&p));
             }
         }
         false

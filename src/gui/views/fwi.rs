@@ -10,6 +10,8 @@ use std::collections::HashSet;
 use egui::{Color32, Pos2, Rect, RichText, Sense, Stroke, Ui, Vec2};
 use egui_plot::{Line, LineStyle, Plot, PlotPoints};
 
+use super::colour_bar;
+use super::display_menu::display_menu;
 use super::{Place, View};
 use crate::fwi::config::ModelSource;
 use crate::gui::Workbench;
@@ -102,23 +104,40 @@ impl View for FwiModelView {
         let gap = 8.0;
         let width = ((ui.available_width() - 2.0 * gap) / 3.0).max(64.0);
         let aspect = survey.as_ref().map_or(0.5, Survey::aspect);
-        let height = (width * aspect).clamp(32.0, (ui.available_height() - 64.0).max(32.0));
+        let bar_h = colour_bar::height(ui);
+        let height = (width * aspect).clamp(32.0, (ui.available_height() - 64.0 - bar_h).max(32.0));
+        let width_m = survey.as_ref().map(|s| s.shape[1] as f64 * s.spacing[1]);
         let mut hover = None;
         ui.horizontal_top(|ui| {
             for (title, slot, marks) in panes {
                 ui.vertical(|ui| {
                     ui.set_width(width);
-                    let shown = wb.viewer.shown.get(&slot);
-                    let caption = match shown {
+                    let caption = match wb.viewer.shown.get(&slot) {
                         Some(s) if slot != Slot::GroundTruth => {
                             format!("{title} (epoch {})", s.iteration)
                         }
                         _ => title.to_string(),
                     };
-                    ui.label(caption);
+                    ui.horizontal(|ui| {
+                        ui.label(caption);
+                        display_menu(ui, wb, slot);
+                    });
+                    let shown = wb.viewer.shown.get(&slot);
                     let survey = survey.as_ref().filter(|_| marks);
-                    if let Some(h) = model_pane(ui, shown, Vec2::new(width, height), survey) {
+                    let size = Vec2::new(width, height);
+                    if let Some(h) = model_pane(ui, title, shown, size, survey, width_m, marks) {
                         hover = Some((title, h));
+                    }
+                    match shown {
+                        Some(s) => {
+                            let display = wb.viewer.display_of(slot, wb.app_state.display);
+                            // The gradient is of the loss with respect to the velocity.
+                            let unit = if marks { "m/s" } else { "∂loss/∂v" };
+                            colour_bar::colour_bar(ui, s, display, unit, width);
+                        }
+                        None => {
+                            ui.add_space(bar_h);
+                        }
                     }
                 });
             }
@@ -177,15 +196,19 @@ fn header(ui: &mut Ui, wb: &Workbench) {
     });
 }
 
-/// Draws one model pane with the survey over it; returns the texture coordinates under the mouse
-/// and the value there.
+/// Draws one model pane (`model`: a velocity model, else the gradient), named `title` for screen
+/// readers, with the survey over it; returns the texture coordinates under the mouse and the value there.
 fn model_pane(
     ui: &mut Ui,
+    title: &str,
     shown: Option<&Shown>,
     size: Vec2,
     survey: Option<&Survey>,
+    width_m: Option<f64>,
+    model: bool,
 ) -> Option<(Pos2, Option<f32>)> {
     let (rect, response) = ui.allocate_exact_size(size, Sense::hover());
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::accesskit::Role::Image, true, title));
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 2.0, Color32::from_gray(24));
     let aspect = survey.map_or_else(
@@ -207,13 +230,30 @@ fn model_pane(
     match shown {
         Some(s) => {
             painter.image(s.texture.id(), image, full, Color32::WHITE);
+            if let Some(w) = width_m {
+                colour_bar::scale_bar(ui, image, w);
+            }
         }
         None => {
-            painter.rect_stroke(
-                image,
-                0.0,
-                Stroke::new(1.0, Color32::from_gray(70)),
-                egui::StrokeKind::Inside,
+            // The model's outline only where the acquisition is drawn over it (a frame with
+            // nothing in it inside the pane's own would be a box in a box).
+            if survey.is_some() {
+                painter.rect_stroke(
+                    image,
+                    0.0,
+                    Stroke::new(1.0, Color32::from_gray(70)),
+                    egui::StrokeKind::Inside,
+                );
+            }
+            let note = if model {
+                "the model shows here once the run starts (Run, Ctrl+R)"
+            } else {
+                "the gradient shows here after the first epoch"
+            };
+            crate::gui::widgets::overlay(
+                ui,
+                image.shrink(8.0),
+                egui::Label::new(RichText::new(note).color(Color32::GRAY)),
             );
         }
     }

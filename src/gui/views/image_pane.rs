@@ -22,14 +22,19 @@ pub struct PaneResponse {
 /// What is drawn over a pane's image.
 #[derive(Default)]
 pub struct Overlays<'a> {
-    pub map: Option<&'a PatchMap>,
+    /// The patch map and the opacity of its fill.
+    pub map: Option<(&'a PatchMap, f32)>,
     /// Where the other orthogonal cuts cross this one (texture coordinates).
     pub cross: Option<Pos2>,
+    /// What an empty pane says (default "—").
+    pub empty: Option<&'a str>,
 }
 
-/// Draws a pane of `size`; `view` and `profile` are shared with the other panes.
+/// Draws a pane of `size` (named `title` for screen readers and tests); `view` and `profile` are
+/// shared with the other panes.
 pub fn image_pane(
     ui: &mut Ui,
+    title: &str,
     shown: Option<&Shown>,
     size: Vec2,
     view: &mut SharedView,
@@ -37,16 +42,18 @@ pub fn image_pane(
     overlays: Overlays<'_>,
 ) -> PaneResponse {
     let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::accesskit::Role::Image, true, title));
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 2.0, Color32::from_gray(24));
     let mut out = PaneResponse::default();
     let Some(s) = shown else {
-        painter.text(
-            rect.center(),
-            egui::Align2::CENTER_CENTER,
-            "—",
-            egui::FontId::proportional(16.0),
-            Color32::GRAY,
+        // A label (not painted text), so screen readers and tests read it too.
+        let note = egui::RichText::new(overlays.empty.unwrap_or("—")).color(Color32::GRAY);
+        ui.scope_builder(
+            egui::UiBuilder::new().max_rect(rect.shrink(8.0)).layout(
+                egui::Layout::centered_and_justified(egui::Direction::TopDown),
+            ),
+            |ui| ui.label(note),
         );
         return out;
     };
@@ -79,9 +86,12 @@ pub fn image_pane(
             view.zoom = (view.zoom * (scroll * 0.003).exp()).clamp(1.0, 64.0);
         }
     }
+    // A drag starts once the pointer has moved a few points; the line starts where it was pressed.
     if response.drag_started()
         && shift
-        && let Some(p) = response.interact_pointer_pos()
+        && let Some(p) = ui
+            .input(|i| i.pointer.press_origin())
+            .or(response.interact_pointer_pos())
     {
         let start = to_uv(p);
         *profile = Some((start, start));
@@ -115,9 +125,9 @@ pub fn image_pane(
         painter.hline(image.x_range(), p.y, stroke);
         painter.vline(p.x, image.y_range(), stroke);
     }
-    if let Some(map) = overlays.map {
+    if let Some((map, opacity)) = overlays.map {
         let whole = Rect::from_min_max(to_screen(0.0, 0.0), to_screen(1.0, 1.0));
-        out.overlay = Some(patch_map::paint(&painter, whole, image, map));
+        out.overlay = Some(patch_map::paint(&painter, whole, image, map, opacity));
     }
     if let Some((a, b)) = *profile {
         painter.line_segment(

@@ -2,15 +2,15 @@
 //! difference and a compared run), with a shared zoom, pan and volume slice; per-pane contrast with
 //! a histogram, colormap and channel; the value under the mouse; the patch map over the images.
 
-use egui::{Color32, RichText, Ui, Vec2};
-use egui_plot::{Bar, BarChart, Plot, VLine};
+use egui::{RichText, Ui, Vec2};
 
+use super::colour_bar;
+use super::display_menu::display_menu;
 use super::image_pane::{Overlays, image_pane};
 use super::{Place, View};
 use crate::gui::Workbench;
-use crate::gui::dialogs::DialogKind;
-use crate::gui::preview::{Colormap, Contrast, Slot};
-use crate::gui::viewer::{AXIS_NAMES, diverging};
+use crate::gui::preview::{Colormap, Slot};
+use crate::gui::viewer::AXIS_NAMES;
 use crate::gui::widgets::combo;
 
 pub struct LiveView;
@@ -41,7 +41,8 @@ impl View for LiveView {
         let n = panes.len() as f32;
         let width = ((ui.available_width() - gap * (n - 1.0)) / n).max(64.0);
         let readout_h = ui.text_style_height(&egui::TextStyle::Body) * 2.5;
-        let height = (ui.available_height() - readout_h - 48.0).clamp(64.0, 2000.0);
+        let bar_h = colour_bar::height(ui);
+        let height = (ui.available_height() - readout_h - bar_h - 48.0).clamp(64.0, 2000.0);
         let mut view = wb.viewer.view;
         let mut profile = wb.viewer.profile;
         let mut hover = None;
@@ -52,18 +53,21 @@ impl View for LiveView {
                 ui.vertical(|ui| {
                     ui.set_width(width);
                     ui.horizontal(|ui| {
-                        ui.label(caption(wb, title, *slot));
-                        pane_menu(ui, wb, *slot);
+                        // A long caption is cut, not allowed to push the panes off the window.
+                        display_menu(ui, wb, *slot);
+                        ui.add(egui::Label::new(caption(wb, title, *slot)).truncate());
                     });
                     let overlay = overlay_map
                         .as_deref()
-                        .filter(|_| !matches!(slot, Slot::Measurement(_) | Slot::Difference));
+                        .filter(|_| !matches!(slot, Slot::Measurement(_) | Slot::Difference))
+                        .map(|m| (m, wb.viewer.patch_map_opacity));
                     let cross = match slot {
                         Slot::Ortho(a) => wb.viewer.ortho_cross(*a),
                         _ => None,
                     };
                     let r = image_pane(
                         ui,
+                        title,
                         wb.viewer.shown.get(slot),
                         Vec2::new(width, height),
                         &mut view,
@@ -71,6 +75,7 @@ impl View for LiveView {
                         Overlays {
                             map: overlay,
                             cross,
+                            empty: empty_note(wb, *slot).as_deref(),
                         },
                     );
                     if let Some(uv) = r.hover_uv {
@@ -81,6 +86,20 @@ impl View for LiveView {
                     }
                     if let Some(d) = r.overlay.filter(|d| d.drawn < d.visible) {
                         hidden_tiles = Some(d.visible);
+                    }
+                    match wb.viewer.shown.get(slot) {
+                        Some(s) => {
+                            let display = wb.viewer.display_of(*slot, wb.app_state.display);
+                            let unit = if *slot == Slot::Difference {
+                                "Δ intensity"
+                            } else {
+                                "intensity"
+                            };
+                            colour_bar::colour_bar(ui, s, display, unit, width);
+                        }
+                        None => {
+                            ui.add_space(bar_h);
+                        }
                     }
                 });
             }
@@ -100,10 +119,22 @@ impl View for LiveView {
     }
 }
 
+/// What an empty pane says, where "—" would leave the user guessing.
+fn empty_note(wb: &Workbench, slot: Slot) -> Option<String> {
+    match slot {
+        Slot::Difference => wb.viewer.difference_problem(),
+        Slot::Reconstruction if !wb.session.is_busy() => {
+            Some("the reconstruction shows here once you Run (Ctrl+R)".into())
+        }
+        Slot::Ortho(_) => Some("cutting the volume…".into()),
+        _ => None,
+    }
+}
+
 /// The panes, left to right: (title, slot).
-fn panes(wb: &Workbench) -> Vec<(String, Slot)> {
-    if let Some(source) = wb.viewer.ortho {
-        let name = format!("{source:?}");
+pub(crate) fn panes(wb: &Workbench) -> Vec<(String, Slot)> {
+    if let Some(source) = wb.viewer.ortho_source() {
+        let name = source.title();
         return (0..3u8)
             .map(|a| {
                 (
@@ -176,6 +207,14 @@ fn header(ui: &mut Ui, wb: &mut Workbench) {
         }
         if wb.doc.preset.tiling.is_some() || wb.session.patch_map.is_some() {
             ui.checkbox(&mut wb.viewer.show_patch_map, "patch map");
+            if wb.viewer.show_patch_map {
+                ui.add(
+                    egui::Slider::new(&mut wb.viewer.patch_map_opacity, 0.0..=1.0)
+                        .text("opacity")
+                        .fixed_decimals(2),
+                )
+                .on_hover_text("how strongly the ranks' colours tint the image");
+            }
         }
         if ui
             .checkbox(&mut wb.viewer.show_difference, "difference")
@@ -186,11 +225,18 @@ fn header(ui: &mut Ui, wb: &mut Workbench) {
         }
         let mut d = wb.app_state.display;
         let before = d;
-        combo(
-            ui,
-            "colormap",
-            &mut d.colormap,
-            &Colormap::ALL.map(|c| (c, c.name())),
+        ui.scope(|ui| {
+            combo(
+                ui,
+                "colormap",
+                &mut d.colormap,
+                &Colormap::ALL.map(|c| (c, c.name())),
+            );
+        })
+        .response
+        .on_hover_text(
+            "for one-channel images; a colour image shows its colours until one channel is \
+             chosen in its display menu",
         );
         if d != before {
             wb.set_default_display(d);
@@ -213,7 +259,7 @@ fn slice_controls(ui: &mut Ui, wb: &mut Workbench) {
         return;
     };
     let mut cursor = wb.viewer.cursor;
-    let mut ortho = wb.viewer.ortho;
+    let mut ortho = wb.viewer.ortho_source();
     let sources: Vec<Slot> = [
         Slot::Reconstruction,
         Slot::GroundTruth,
@@ -239,10 +285,10 @@ fn slice_controls(ui: &mut Ui, wb: &mut Workbench) {
         }
         if let Some(src) = &mut ortho {
             egui::ComboBox::from_label("of")
-                .selected_text(format!("{src:?}"))
+                .selected_text(src.title())
                 .show_ui(ui, |ui| {
                     for s in &sources {
-                        ui.selectable_value(src, *s, format!("{s:?}"));
+                        ui.selectable_value(src, *s, s.title());
                     }
                 });
         }
@@ -259,7 +305,7 @@ fn slice_controls(ui: &mut Ui, wb: &mut Workbench) {
         ui.add(egui::Slider::new(&mut cursor.index[a], 0..=max).text("slice"))
             .on_hover_text("Page Up / Page Down: next / previous slice");
     });
-    if ortho != wb.viewer.ortho {
+    if ortho != wb.viewer.ortho_source() {
         wb.set_orthogonal(ortho);
     }
     if cursor != wb.viewer.cursor {
@@ -279,6 +325,10 @@ fn readout(ui: &mut Ui, wb: &Workbench, panes: &[(String, Slot)]) {
         );
         return;
     };
+    if let Some((Slot::Ortho(axis), uv)) = wb.viewer.hover {
+        ortho_readout(ui, wb, axis, uv);
+        return;
+    }
     let mut parts = Vec::new();
     let mut at = None;
     for (title, slot) in panes {
@@ -300,110 +350,27 @@ fn readout(ui: &mut Ui, wb: &Workbench, panes: &[(String, Slot)]) {
             format!(" ({} {})", AXIS_NAMES[c.axis], c.index[c.axis])
         })
         .unwrap_or_default();
-    ui.monospace(format!("x {x} y {y}{slice}: {}", parts.join(" | ")));
+    let text = format!("x {x} y {y}{slice}: {}", parts.join(" | "));
+    ui.add(egui::Label::new(RichText::new(text).monospace()).wrap());
 }
 
-/// A pane's menu: contrast with its histogram, colormap, channel, export.
-fn pane_menu(ui: &mut Ui, wb: &mut Workbench, slot: Slot) {
-    let Some(s) = wb.viewer.shown.get(&slot) else {
+/// In orthogonal views the point under the mouse is a point of the volume: its three coordinates
+/// and the volume's value there (the cuts are of one volume, so one value).
+fn ortho_readout(ui: &mut Ui, wb: &Workbench, axis: u8, uv: egui::Pos2) {
+    let (Some(source), Some(point)) = (wb.viewer.ortho_source(), wb.viewer.ortho_point(axis, uv))
+    else {
         return;
     };
-    let default = if slot == Slot::Difference {
-        diverging(wb.app_state.display)
-    } else {
-        wb.app_state.display
+    let Some((_, values)) = wb.viewer.value_at(Slot::Ortho(axis), uv) else {
+        return;
     };
-    let mut d = wb.viewer.display_of(slot, default);
-    let before = d;
-    let channels = s.raw.channels;
-    let histogram = s.histogram.clone();
-    let range = s.range;
-    let mut export = false;
-    ui.menu_button("display", |ui| {
-        let mut auto = d.contrast == Contrast::Auto;
-        if ui.checkbox(&mut auto, "auto contrast (1–99 %)").changed() {
-            d.contrast = if auto {
-                Contrast::Auto
-            } else {
-                Contrast::Range {
-                    lo: range.0,
-                    hi: range.1,
-                }
-            };
-        }
-        let (mut lo_v, mut hi_v) = match d.contrast {
-            Contrast::Range { lo, hi } => (lo, hi),
-            Contrast::Auto => range,
-        };
-        Plot::new(("histogram", slot_id(slot)))
-            .height(90.0)
-            .width(260.0)
-            .show_axes([true, false])
-            .allow_scroll(false)
-            .allow_zoom(false)
-            .allow_drag(false)
-            .show(ui, |p| {
-                let n = histogram.counts.len().max(1);
-                let bin = (histogram.hi - histogram.lo).max(f32::MIN_POSITIVE) as f64 / n as f64;
-                let bars = histogram
-                    .counts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        Bar::new(
-                            histogram.lo as f64 + (i as f64 + 0.5) * bin,
-                            (*c as f64 + 1.0).ln(),
-                        )
-                        .width(bin)
-                    })
-                    .collect();
-                p.bar_chart(BarChart::new("samples (log)", bars).color(Color32::GRAY));
-                p.vline(VLine::new("low", lo_v as f64).color(Color32::LIGHT_BLUE));
-                p.vline(VLine::new("high", hi_v as f64).color(Color32::LIGHT_RED));
-            });
-        if !auto {
-            let speed = ((hi_v - lo_v).abs() / 200.0).max(1e-6) as f64;
-            ui.horizontal(|ui| {
-                let l = ui.label("window");
-                ui.add(egui::DragValue::new(&mut lo_v).speed(speed))
-                    .labelled_by(l.id);
-                ui.add(egui::DragValue::new(&mut hi_v).speed(speed))
-                    .labelled_by(l.id);
-            });
-            d.contrast = Contrast::Range { lo: lo_v, hi: hi_v };
-        }
-        combo(
-            ui,
-            "colormap",
-            &mut d.colormap,
-            &Colormap::ALL.map(|c| (c, c.name())),
-        );
-        if channels >= 3 {
-            combo(
-                ui,
-                "channel",
-                &mut d.channel,
-                &[
-                    (None, "colour"),
-                    (Some(0), "red"),
-                    (Some(1), "green"),
-                    (Some(2), "blue"),
-                ],
-            );
-        }
-        if ui.button("Export as PNG…").clicked() {
-            export = true;
-            ui.close();
-        }
-    });
-    if d != before {
-        wb.set_pane_display(slot, d);
-    }
-    if export {
-        wb.open_dialog(DialogKind::ExportPng(slot));
-    }
-}
-
-fn slot_id(slot: Slot) -> String {
-    format!("{slot:?}")
+    let values: Vec<String> = values.iter().map(|v| format!("{v:.4}")).collect();
+    ui.monospace(format!(
+        "{} at depth {} row {} column {}: {}",
+        source.title(),
+        point[0],
+        point[1],
+        point[2],
+        values.join(", ")
+    ));
 }

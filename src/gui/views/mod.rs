@@ -6,6 +6,8 @@
 //! goes in (views of one tab are laid out side by side), and `applies` hides it where it means
 //! nothing.
 
+mod colour_bar;
+mod display_menu;
 mod fwi;
 mod image_pane;
 mod live;
@@ -16,6 +18,8 @@ mod runs;
 mod training;
 
 use egui::Ui;
+
+pub(crate) use live::panes;
 
 use super::Workbench;
 
@@ -47,12 +51,13 @@ pub fn views() -> Vec<Box<dyn View>> {
         Box::new(plots::TimingView),
         Box::new(profile::ProfileView),
         Box::new(report::ReportView::default()),
-        Box::new(runs::RunsView),
         Box::new(fwi::FwiModelView),
         Box::new(fwi::FwiCurvesView),
         Box::new(fwi::FwiRanksView),
         Box::new(training::TrainCurvesView),
         Box::new(training::TrainRanksView),
         Box::new(training::DsnReconstructionsView::default()),
+        // Last: a document opens on its own kind's first tab, not on the history.
+        Box::new(runs::RunsView),
     ]
 }

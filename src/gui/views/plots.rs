@@ -3,12 +3,16 @@
 //! their axes never shrink to a span that hides the data's scale.
 
 use egui::{Sense, Stroke, Ui, Vec2};
-use egui_plot::{Line, LineStyle, Plot, PlotPoints};
+use egui_plot::{Corner, Legend, Line, LineStyle, Plot, PlotPoints};
 
 use super::{Place, View};
 use crate::gui::Workbench;
 use crate::gui::patch_map::rank_color;
 use crate::protocol::RankIteration;
+
+/// The quality curves' names in their legends.
+const PSNR_CURVE: &str = "PSNR of the reconstruction against the ground truth";
+const OBJECTIVE_CURVE: &str = "data fidelity (the objective reported)";
 
 /// The PSNR axis spans at least this many dB, so a converged run is not drawn as a cliff.
 const MIN_PSNR_SPAN_DB: f64 = 1.0;
@@ -70,7 +74,12 @@ impl View for QualityView {
             if lo.is_finite() {
                 plot = plot.include_y(lo - pad).include_y(hi + pad);
             }
-            plot.show(ui, |p| p.line(Line::new("PSNR", PlotPoints::from(psnr))));
+            // Named in a legend: a converged run's PSNR is a flat line that said nothing of what
+            // it was.
+            plot.legend(Legend::default().position(Corner::RightBottom))
+                .show(ui, |p| {
+                    p.line(Line::new(PSNR_CURVE, PlotPoints::from(psnr)))
+                });
             if !objective.is_empty() {
                 Plot::new("objective")
                     .height(height)
@@ -78,8 +87,9 @@ impl View for QualityView {
                     .allow_scroll(false)
                     .x_axis_label("iteration")
                     .y_axis_label("objective")
+                    .legend(Legend::default())
                     .show(ui, |p| {
-                        p.line(Line::new("objective", PlotPoints::from(objective)))
+                        p.line(Line::new(OBJECTIVE_CURVE, PlotPoints::from(objective)))
                     });
             }
         });

@@ -1,11 +1,10 @@
-//! The line profile: the values of every pane along the line drawn with Shift+drag.
+//! The line profile: the values of every pane on screen along the line drawn with Shift+drag.
 
 use egui::Ui;
 use egui_plot::{Legend, Line, Plot, PlotPoints};
 
 use super::{Place, View};
 use crate::gui::Workbench;
-use crate::gui::preview::Slot;
 
 pub struct ProfileView;
 
@@ -18,6 +17,11 @@ impl View for ProfileView {
         Place::Tab("Profile")
     }
 
+    /// The line is drawn on the live view's panes only.
+    fn applies(&self, wb: &Workbench) -> bool {
+        wb.doc.is_imaging() && wb.session.training.is_none()
+    }
+
     fn ui(&mut self, ui: &mut Ui, wb: &mut Workbench) {
         if wb.viewer.profile.is_none() {
             ui.label(
@@ -25,13 +29,7 @@ impl View for ProfileView {
             );
             return;
         }
-        let slots = [
-            ("reconstruction", Slot::Reconstruction),
-            ("ground truth", Slot::GroundTruth),
-            ("image", Slot::Data),
-            ("compared run", Slot::Compare),
-            ("difference", Slot::Difference),
-        ];
+        let curves = wb.profile_curves();
         Plot::new("profile")
             .height(ui.available_height().max(80.0))
             .allow_scroll(false)
@@ -39,10 +37,8 @@ impl View for ProfileView {
             .x_axis_label("distance (px)")
             .y_axis_label("value")
             .show(ui, |p| {
-                for (name, slot) in slots {
-                    if let Some(points) = wb.viewer.profile_of(slot) {
-                        p.line(Line::new(name, PlotPoints::from(points)));
-                    }
+                for (title, points) in curves {
+                    p.line(Line::new(title, PlotPoints::from(points)));
                 }
             });
     }

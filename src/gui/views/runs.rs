@@ -42,7 +42,7 @@ impl View for RunsView {
         let mut action = None;
         egui::ScrollArea::vertical().show(ui, |ui| {
             egui::Grid::new("runs").striped(true).show(ui, |ui| {
-                for head in ["run", "preset", "iterations", "PSNR / result", ""] {
+                for head in ["run", "preset", "ran", "PSNR / result", ""] {
                     ui.strong(head);
                 }
                 ui.end_row();
@@ -58,20 +58,21 @@ impl View for RunsView {
                         .on_hover_text(r.folder.display().to_string());
                     ui.label(&r.name);
                     ui.label(format!(
-                        "{}{}",
+                        "{} {}{}",
                         r.iterations,
+                        r.unit,
                         if r.stopped_early { " (stopped)" } else { "" }
                     ));
-                    ui.label(match (&r.training, r.psnr_db) {
+                    ui.label(match (&r.result, r.psnr_db) {
                         (Some(words), _) => words.clone(),
                         (None, Some(p)) => format!("{p:.2} dB"),
                         (None, None) => "—".into(),
                     });
                     ui.horizontal(|ui| {
                         if ui.small_button("reopen").clicked() {
-                            action = Some((Some(Purpose::Show), r.folder.clone()));
+                            action = Some((Some(Purpose::Reopen), r.folder.clone()));
                         }
-                        if r.training.is_none() && ui.small_button("compare").clicked() {
+                        if !r.training && ui.small_button("compare").clicked() {
                             action = Some((Some(Purpose::Compare), r.folder.clone()));
                         }
                         if ui.small_button("folder").clicked() {
@@ -83,6 +84,11 @@ impl View for RunsView {
             });
         });
         match action {
+            // Reopening puts the run's preset in the editor, in place of the one there.
+            Some((Some(Purpose::Reopen), folder)) => {
+                let what = format!("run {}", folder.display());
+                wb.replace_document(&what, move |wb| wb.open_run(&folder, Purpose::Reopen));
+            }
             Some((Some(purpose), folder)) => wb.open_run(&folder, purpose),
             Some((None, folder)) => {
                 if let Err(e) = open_folder(&folder) {

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use egui::{ColorImage, TextureHandle, TextureOptions, Ui};
+use egui::{ColorImage, TextureHandle, TextureOptions, Ui, Vec2};
 use egui_plot::{Bar, BarChart, Corner, Legend, Line, LineStyle, Plot, PlotPoints};
 
 use super::{Place, View};
@@ -432,6 +432,15 @@ impl View for DsnReconstructionsView {
             "held-out images per domain, rows: {}",
             crate::dsn::run::RECONSTRUCTION_ROWS.join(" · ")
         ));
+        // The domains' grids side by side, each scaled to its share of the tab as it is now (a
+        // fixed size cut wide grids off at the tab's edge): whole, under its name.
+        let spacing = ui.spacing().item_spacing;
+        let name_h = ui.text_style_height(&egui::TextStyle::Body) + spacing.y;
+        let domains = textures.len().max(1) as f32;
+        let room = Vec2::new(
+            ui.available_width() / domains - spacing.x,
+            ui.available_height() - name_h - 2.0 * spacing.y,
+        );
         egui::ScrollArea::vertical().show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
                 for (name, texture) in textures {
@@ -440,9 +449,8 @@ impl View for DsnReconstructionsView {
                         match texture {
                             Ok(t) => {
                                 let size = t.size_vec2();
-                                let scale = (200.0 / size.y).clamp(1.0, 4.0);
                                 ui.add(
-                                    egui::Image::new((t.id(), size * scale))
+                                    egui::Image::new((t.id(), fit(size, room)))
                                         .alt_text(format!("reconstructions of {name}")),
                                 );
                             }
@@ -456,3 +464,16 @@ impl View for DsnReconstructionsView {
         });
     }
 }
+
+/// The size `image` is drawn at to fit whole in `room`: shrunk as needed, enlarged at most
+/// [`MAX_ZOOM`] times (whole pixels of a small grid stay recognisable), never below a few pixels.
+fn fit(image: Vec2, room: Vec2) -> Vec2 {
+    let scale = (room.x / image.x).min(room.y / image.y).min(MAX_ZOOM);
+    image * scale.max(MIN_SIDE_PX / image.min_elem())
+}
+
+/// The largest enlargement of a domain's reconstructions.
+const MAX_ZOOM: f32 = 8.0;
+
+/// The shortest side a domain's reconstructions are drawn with, however small the tab.
+const MIN_SIDE_PX: f32 = 16.0;
