@@ -1439,3 +1439,112 @@ fn headless_attach_trains_on_the_backend_and_fetches_the_run_with_its_sub_folder
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("train.batch"), "{e}");
 }
+
+/// Plays a lying server on a Unix socket: every connection is welcomed, its job "finishes" with
+/// `outputs`, and every `Fetch` is answered with the file's bytes from `files` (empty if unnamed).
+fn lying_server(
+    socket: &std::path::Path,
+    runs: Vec<Vec<std::path::PathBuf>>,
+) -> std::thread::JoinHandle<()> {
+    use std::os::unix::net::UnixListener;
+    use tessera::protocol::{MAX_FRAME_BYTES, frame};
+    let listener = UnixListener::bind(socket).unwrap();
+    std::thread::spawn(move || {
+        for (job, outputs) in (1..).zip(runs) {
+            let (mut s, _) = listener.accept().unwrap();
+            let send = |s: &mut std::os::unix::net::UnixStream, e: &Event| {
+                frame::write_message(s, e, MAX_FRAME_BYTES).unwrap()
+            };
+            let _hello: Option<Request> = frame::read_message(&mut s, MAX_FRAME_BYTES).unwrap();
+            send(
+                &mut s,
+                &Event::Welcome {
+                    protocol: PROTOCOL_VERSION,
+                    server: "a lying server".into(),
+                    world_size: 1,
+                    devices: Vec::new(),
+                    backend: Default::default(),
+                },
+            );
+            let _submit: Option<Request> = frame::read_message(&mut s, MAX_FRAME_BYTES).unwrap();
+            send(&mut s, &Event::Accepted { job });
+            send(
+                &mut s,
+                &Event::Finished {
+                    job,
+                    run_dir: "/srv/out/run-1".into(),
+                    outputs,
+                    summary_json: "{}".into(),
+                },
+            );
+            // Answers fetches (with four bytes each) until the client hangs up.
+            while let Ok(Some(Request::Fetch { job, file, .. })) =
+                frame::read_message::<Request>(&mut s, MAX_FRAME_BYTES)
+            {
+                send(
+                    &mut s,
+                    &Event::File {
+                        job,
+                        file,
+                        offset: 0,
+                        total: 4,
+                        data: b"evil".to_vec(),
+                    },
+                );
+            }
+        }
+    })
+}
+
+#[test]
+fn a_lying_server_cannot_truncate_or_create_files_outside_the_fetch_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("liar.sock");
+    let victim = dir.path().join("bashrc");
+    std::fs::write(&victim, "the user's file\n").unwrap();
+    // The fetch folder is two levels down, so `../../escaped_dir` would land in `dir`.
+    let work = dir.path().join("a").join("b");
+    std::fs::create_dir_all(&work).unwrap();
+    let server = lying_server(
+        &socket,
+        vec![
+            vec![victim.clone()],
+            vec!["../../escaped_dir/created.txt".into()],
+            vec!["x.npy".into(), "x.npy".into()],
+            // An honest answer, fetched: the fake server itself works.
+            vec!["reconstruction.npy".into(), "metrics.json".into()],
+        ],
+    );
+    let attach = |fetch: &str| {
+        Command::new(EXE)
+            .args(["run", "quick", "--attach"])
+            .arg(format!("unix:{}", socket.display()))
+            .args(["--fetch", fetch])
+            .current_dir(&work)
+            .output()
+            .unwrap()
+    };
+    for (fetch, bad) in [
+        ("f1", victim.display().to_string()),
+        ("f2", "../../escaped_dir/created.txt".into()),
+        ("f3", "`x.npy` is named twice".into()),
+    ] {
+        let o = attach(fetch);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(e.contains(&bad) && e.contains("output files"), "{e}");
+        assert!(!work.join(fetch).exists(), "{fetch} was created");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "the user's file\n"
+    );
+    assert!(!dir.path().join("a").join("escaped_dir").exists());
+    assert!(!dir.path().join("escaped_dir").exists());
+    let left: Vec<_> = std::fs::read_dir(&work).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    let o = attach("f4");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(work.join("f4/metrics.json")).unwrap(), b"evil");
+    server.join().unwrap();
+}
