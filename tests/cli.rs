@@ -502,6 +502,43 @@ fn runs_never_mix_or_silently_replace_each_other() {
     assert!(names.is_empty(), "{names:?}");
 }
 
+/// `--replace` replaces a previous run, never a folder of the user's own files.
+#[test]
+fn replace_leaves_a_folder_that_holds_no_run_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let mine = dir.path().join("mydir");
+    std::fs::create_dir_all(mine.join("sub")).unwrap();
+    std::fs::write(mine.join("notes.txt"), "notes").unwrap();
+    std::fs::write(mine.join("sub/thesis.tex"), "thesis").unwrap();
+    let o = tessera(
+        &[
+            "run",
+            "quick",
+            "-q",
+            "--set",
+            "algorithm.iterations=1",
+            "--out",
+            "mydir",
+            "--replace",
+        ],
+        dir.path(),
+    );
+    let e = fails_cleanly(&o);
+    assert!(
+        e.contains("not a tessera run") && e.contains("notes.txt") && e.contains("sub/"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mine.join("notes.txt")).unwrap(),
+        "notes"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mine.join("sub/thesis.tex")).unwrap(),
+        "thesis"
+    );
+    assert!(!mine.join("metrics.json").exists());
+}
+
 /// `tessera report RUN_DIR` writes one run's report: the page with its figures embedded and the
 /// figures as PNG files, the patch map among them when the denoiser was tiled. Folders that are
 /// not finished runs, and runs by a tessera that did not profile its ranks, are errors naming the
