@@ -267,6 +267,21 @@ pub fn apply(data: &mut DomainData, transforms: &[Transform], seed: u64) -> Resu
 
 /// Reads a folder with one sub-folder per class (sorted by name: labels 0, 1, …), every image
 /// converted to gray and resampled (bilinear) to `size × size`. Errors name the folder or file.
+/// Files in the class sub-folders of `dir` (what [`read_folder`] would read), counted without
+/// reading them; a folder that cannot be listed counts nothing here and fails when it is read.
+pub fn count_images(dir: &Path) -> u64 {
+    let listed = |d: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(d)
+            .map(|e| e.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    };
+    listed(dir)
+        .iter()
+        .filter(|p| p.is_dir())
+        .map(|c| listed(c).iter().filter(|p| p.is_file()).count() as u64)
+        .sum()
+}
+
 pub fn read_folder(dir: &Path, classes: usize, size: usize) -> Result<DomainData> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("reading the folder", dir, e))?;
     let mut class_dirs: Vec<PathBuf> = entries
