@@ -688,6 +688,7 @@ pub fn train(
     if me == 0 {
         std::fs::create_dir_all(out_dir).map_err(|e| Error::io("creating", out_dir, e))?;
         let sd = net.state_dict(&format!("tessera train {}", preset.name))?;
+        check_finite_weights(&sd)?;
         crate::nn::weights::safetensors::write(&sd, &weights)?;
         let mut trained = preset.denoiser.clone();
         set_weights(&mut trained, PathBuf::from(&cfg.weights));
@@ -817,6 +818,15 @@ fn network(cfg: &DenoiserConfig, base_dir: &Path, seed: u64) -> Result<(Network,
         he_initialise(&mut net, seed);
     }
     Ok((net, with_sigma, what))
+}
+
+/// Refuses to save weights that are not all finite (a diverged run): a NaN network must not be
+/// written where `tessera denoise` or a preset would load it.
+pub fn check_finite_weights(sd: &crate::nn::StateDict) -> Result<()> {
+    for (key, t) in sd.iter() {
+        t.check_finite(&format!("weight `{key}`"))?;
+    }
+    Ok(())
 }
 
 /// He-normal weights (std √(2/fan_in), fan_in as PyTorch counts it: `shape[1]·Πkernel`), zero

@@ -175,6 +175,40 @@ fn a_tiny_run_writes_its_figures() {
     }
 }
 
+/// A step that takes the model out of the floats stops the run with an error naming the epoch and
+/// the learning rate; no non-finite model is written.
+#[test]
+fn a_diverging_step_stops_the_run_instead_of_writing_a_nan_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let sets: Vec<String> = [
+        "fwi.epochs=2",
+        "model.truth.nz=20",
+        "model.truth.nx=40",
+        "acquisition.shots=3",
+        "acquisition.receivers_per_shot=20",
+        "wave.nt=150",
+        "fwi.batch_size=3",
+        "fwi.stages=[]",
+        "fwi.learning_rate=1e308",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (preset, base, _) = tessera::fwi::FwiPreset::load("fwi_marmousi", &sets)
+        .unwrap()
+        .unwrap();
+    let err = tessera::fwi::run(&preset, &base, out.as_path(), &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("non-finite") && err.contains("epoch 1") && err.contains("1e308"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
 /// The shipped preset's schedule converges steadily: on a smaller survey of the same kind of model,
 /// cells, wavelet, step and batch, the model error never rises by more than a hair from one epoch
 /// to the next, and ends clearly below the starting model's.

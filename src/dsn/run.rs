@@ -610,10 +610,9 @@ pub fn train(
     if comm.rank() == 0 {
         std::fs::create_dir_all(out_dir)
             .map_err(|e| Error::io("creating the output folder", out_dir, e))?;
-        crate::nn::weights::safetensors::write(
-            &state.expect("rank 0 assembles the weights"),
-            &weights_path,
-        )?;
+        let state = state.expect("rank 0 assembles the weights");
+        crate::train::check_finite_weights(&state)?;
+        crate::nn::weights::safetensors::write(&state, &weights_path)?;
         let json = serde_json::to_string_pretty(&summary)
             .map_err(|e| Error::Internal(format!("train.json: {e}")))?;
         let path = out_dir.join("train.json");

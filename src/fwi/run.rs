@@ -881,6 +881,18 @@ fn run_typed<T: Real>(
         }
         adam.lr = learning_rate;
         adam.step(&mut model, &g);
+        // Every rank holds the same model, so every rank stops here alike; no non-finite model is
+        // ever written or sent on.
+        let bad = model.iter().filter(|v| !v.to_f64().is_finite()).count();
+        if bad > 0 {
+            return Err(Error::NonFinite {
+                what: format!(
+                    "the model after the step of epoch {} (learning rate {learning_rate:?}: too large?)",
+                    epoch + 1
+                ),
+                count: bad,
+            });
+        }
         for v in model.iter_mut() {
             if *v < lo {
                 *v = lo;
