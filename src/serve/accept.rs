@@ -580,7 +580,7 @@ fn serve_client(mut stream: Stream, hub: &Hub, client: &str) {
                 );
             }
             Ok(Some(Request::Cancel { job })) => {
-                if let Err(m) = hub.cancel(job) {
+                if let Err(m) = hub.cancel(id, job) {
                     warn(format!("cancel: {m}"));
                 }
             }
