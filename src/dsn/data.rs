@@ -66,6 +66,15 @@ impl Transform {
             Transform::Blur { sigma_px } if !(sigma_px.is_finite() && sigma_px > 0.0) => {
                 bad("sigma_px", sigma_px)
             }
+            Transform::Blur { sigma_px } if sigma_px > crate::physics::blur::MAX_SIGMA_PX => {
+                Err(Error::config(
+                    field,
+                    format!(
+                        "sigma_px = {sigma_px} is over the {} px a blur accepts",
+                        crate::physics::blur::MAX_SIGMA_PX
+                    ),
+                ))
+            }
             Transform::Noise { sigma } if !(sigma.is_finite() && sigma >= 0.0) => {
                 bad("sigma", sigma)
             }
@@ -417,6 +426,11 @@ mod tests {
         };
         let mut blurred = clean.clone();
         apply(&mut blurred, &[Transform::Blur { sigma_px: 1.5 }], 0).unwrap();
+        let e = Transform::Blur { sigma_px: 1e9 }
+            .validate("domains[1].transforms[0]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("transforms[0]") && e.contains("500"), "{e}");
         assert!(energy(&blurred) < 0.8 * energy(&clean));
         let mut noisy = clean.clone();
         apply(&mut noisy, &[Transform::Noise { sigma: 0.2 }], 0).unwrap();
