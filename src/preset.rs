@@ -252,6 +252,24 @@ pub struct LoadedPreset {
 impl Preset {
     /// Parses and validates TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<Preset> {
+        // A training preset given to `run` would fail on its first field of another kind
+        // (`domains`, `train`): say what it is and which command runs it.
+        if let Ok(table) = toml::from_str::<toml::Table>(text) {
+            let kind = match table.get("kind").and_then(|k| k.as_str()) {
+                Some("dsn") => Some("a Multi-DSN training preset"),
+                _ if table.get("train").is_some_and(toml::Value::is_table) => {
+                    Some("a denoiser training preset")
+                }
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                let name = origin.strip_prefix("bundled:").unwrap_or(origin);
+                return Err(Error::config(
+                    "preset",
+                    format!("`{name}` is {kind}: run it with `tessera train {name}`"),
+                ));
+            }
+        }
         let preset: Preset = parse_versioned(text, origin, overrides, "preset", PRESET_VERSION)?;
         preset.validate()?;
         Ok(preset)
@@ -684,6 +702,12 @@ pub fn apply_override(root: &mut toml::Value, assignment: &str) -> Result<()> {
         node = match node {
             toml::Value::Table(t) => {
                 if last {
+                    // Another `kind` makes the section another thing: the old kind's fields
+                    // (TV's `n_it_max` under a DnCNN) would be refused as unknown, so they go, and
+                    // the new kind starts from its defaults (later `--set`s give its fields).
+                    if *seg == "kind" && t.get("kind").is_some_and(|old| *old != value) {
+                        t.clear();
+                    }
                     t.insert(seg.to_string(), value);
                     return Ok(());
                 }
@@ -721,6 +745,45 @@ pub fn apply_override(root: &mut toml::Value, assignment: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn switching_a_kind_drops_the_old_kinds_fields() {
+        let p = Preset::load(
+            "quick",
+            &[
+                "denoiser.kind=\"dncnn\"".into(),
+                "denoiser.depth=5".into(),
+                "denoiser.weights=\"random\"".into(),
+            ],
+        )
+        .unwrap()
+        .preset;
+        match p.denoiser {
+            Some(crate::denoise::DenoiserConfig::Dncnn(c)) => assert_eq!(c.depth, 5),
+            other => panic!("{other:?}"),
+        }
+        // The same kind keeps its fields.
+        let p = Preset::load("quick", &["denoiser.kind=\"tv\"".into()])
+            .unwrap()
+            .preset;
+        assert_eq!(p.to_toml().unwrap().matches("n_it_max").count(), 1);
+    }
+
+    #[test]
+    fn a_training_preset_given_to_run_says_which_command_runs_it() {
+        for (text, kind) in [
+            (crate::dsn::run::BUNDLED[0].1, "Multi-DSN"),
+            (crate::train::BUNDLED[0].1, "denoiser training"),
+        ] {
+            let e = Preset::from_toml(text, "presets/x.toml", &[])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(kind) && e.contains("tessera train presets/x.toml"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn bundled_presets_parse_and_validate() {
