@@ -48,15 +48,32 @@ impl MemoryEstimate {
 
     /// Fails with both numbers when the job needs more than `available_bytes`.
     pub fn check_fits(&self, available_bytes: u64) -> Result<()> {
-        if self.total_bytes() <= available_bytes {
-            return Ok(());
-        }
-        Err(Error::InsufficientMemory {
-            needed_bytes: self.total_bytes(),
-            available_bytes,
-            detail: self.to_string(),
-        })
+        fits(self.total_bytes(), available_bytes, self)
     }
+}
+
+/// `Ok` when `needed_bytes` fit in `available_bytes`; else the refusal with the estimate.
+fn fits(needed_bytes: u64, available_bytes: u64, estimate: &dyn std::fmt::Display) -> Result<()> {
+    if needed_bytes <= available_bytes {
+        return Ok(());
+    }
+    Err(Error::InsufficientMemory {
+        needed_bytes,
+        available_bytes,
+        detail: estimate.to_string(),
+    })
+}
+
+/// The estimate's tail when several ranks share this machine.
+fn write_ranks(f: &mut std::fmt::Formatter<'_>, ranks_here: u64, total: u64) -> std::fmt::Result {
+    if ranks_here > 1 {
+        write!(
+            f,
+            "; × {ranks_here} ranks on this machine = {}",
+            human(total)
+        )?;
+    }
+    Ok(())
 }
 
 impl std::fmt::Display for MemoryEstimate {
@@ -71,15 +88,7 @@ impl std::fmt::Display for MemoryEstimate {
             self.batch,
             human(self.image_bytes),
         )?;
-        if self.ranks_here > 1 {
-            write!(
-                f,
-                "; × {} ranks on this machine = {}",
-                self.ranks_here,
-                human(self.total_bytes())
-            )?;
-        }
-        Ok(())
+        write_ranks(f, self.ranks_here, self.total_bytes())
     }
 }
 
@@ -253,14 +262,7 @@ impl Parts {
 
     /// Fails with the estimate and `available_bytes` when the job needs more.
     pub fn check_fits(&self, available_bytes: u64) -> Result<()> {
-        if self.total_bytes() <= available_bytes {
-            return Ok(());
-        }
-        Err(Error::InsufficientMemory {
-            needed_bytes: self.total_bytes(),
-            available_bytes,
-            detail: self.to_string(),
-        })
+        fits(self.total_bytes(), available_bytes, self)
     }
 
     /// [`Parts::check_fits`] against what this machine (or cgroup) has available now; passes where
@@ -287,15 +289,7 @@ impl std::fmt::Display for Parts {
             human(self.per_rank_bytes()),
             parts.join(", ")
         )?;
-        if self.ranks_here > 1 {
-            write!(
-                f,
-                "; × {} ranks on this machine = {}",
-                self.ranks_here,
-                human(self.total_bytes())
-            )?;
-        }
-        Ok(())
+        write_ranks(f, self.ranks_here, self.total_bytes())
     }
 }
 

@@ -113,13 +113,10 @@ fn one_two_and_three_ranks_give_the_same_model() {
 /// A tiny inversion writes every figure: the wavelet, the shot gathers, the loss curve and one panel
 /// per saved epoch, as PNGs that decode to the expected sizes (three 560-pixel panels per row for
 /// the gathers and the epoch panels with truth and illumination), listed in the summary.
-#[test]
-fn a_tiny_run_writes_its_figures() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
+/// The bundled inversion made tiny (2 epochs of 3 shots on a 20×40 model), with `extra` overrides.
+fn tiny(extra: &[&str]) -> (tessera::fwi::FwiPreset, PathBuf) {
     let sets: Vec<String> = [
         "fwi.epochs=2",
-        "output.figures_every=1",
         "model.truth.nz=20",
         "model.truth.nx=40",
         "acquisition.shots=3",
@@ -128,11 +125,21 @@ fn a_tiny_run_writes_its_figures() {
         "fwi.batch_size=3",
         "fwi.stages=[]",
     ]
-    .map(String::from)
-    .to_vec();
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
     let (preset, base, _) = tessera::fwi::FwiPreset::load("fwi_marmousi", &sets)
         .unwrap()
         .unwrap();
+    (preset, base)
+}
+
+#[test]
+fn a_tiny_run_writes_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let (preset, base) = tiny(&["output.figures_every=1"]);
     let summary = tessera::fwi::run(&preset, &base, out.as_path(), &mut |_| {
         std::ops::ControlFlow::Continue(())
     })
@@ -181,22 +188,7 @@ fn a_tiny_run_writes_its_figures() {
 fn a_diverging_step_stops_the_run_instead_of_writing_a_nan_model() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let sets: Vec<String> = [
-        "fwi.epochs=2",
-        "model.truth.nz=20",
-        "model.truth.nx=40",
-        "acquisition.shots=3",
-        "acquisition.receivers_per_shot=20",
-        "wave.nt=150",
-        "fwi.batch_size=3",
-        "fwi.stages=[]",
-        "fwi.learning_rate=1e308",
-    ]
-    .map(String::from)
-    .to_vec();
-    let (preset, base, _) = tessera::fwi::FwiPreset::load("fwi_marmousi", &sets)
-        .unwrap()
-        .unwrap();
+    let (preset, base) = tiny(&["fwi.learning_rate=1e308"]);
     let err = tessera::fwi::run(&preset, &base, out.as_path(), &mut |_| {
         std::ops::ControlFlow::Continue(())
     })

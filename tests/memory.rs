@@ -91,21 +91,21 @@ fn a_job_that_cannot_fit_is_refused_before_its_ranks_start() {
     assert!(!dir.path().join("o").exists());
 }
 
-#[test]
-fn serve_refuses_a_job_that_cannot_fit_and_takes_the_next() {
-    use tessera::protocol::{ClientEvent, Event, LocalBackend, LocalOptions, Request};
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = LocalOptions::new(2, dir.path().join("out"));
+/// A backend of two local ranks writing under `dir`, and its client.
+fn backend(dir: &Path) -> (tessera::protocol::LocalBackend, tessera::protocol::Client) {
+    let mut opts = tessera::protocol::LocalOptions::new(2, dir.join("out"));
     opts.exe = Some(env!("CARGO_BIN_EXE_tessera").into());
-    let (_backend, client) = LocalBackend::spawn_with(opts).unwrap();
-    let absurd = std::fs::read_to_string(absurd_preset(dir.path())).unwrap();
-    let quick = tessera::preset::Preset::load("quick", &["algorithm.iterations=2".into()])
-        .unwrap()
-        .preset
-        .to_toml()
-        .unwrap();
+    tessera::protocol::LocalBackend::spawn_with(opts).unwrap()
+}
+
+/// Submits each preset in turn and returns how each ended (`Finished` or `Failed`).
+fn run_each(
+    client: &tessera::protocol::Client,
+    presets: Vec<String>,
+) -> Vec<tessera::protocol::Event> {
+    use tessera::protocol::{ClientEvent, Event, Request};
     let mut ends = Vec::new();
-    for preset_toml in [absurd, quick] {
+    for preset_toml in presets {
         client
             .send(Request::Submit {
                 preset_toml,
@@ -129,6 +129,21 @@ fn serve_refuses_a_job_that_cannot_fit_and_takes_the_next() {
             }
         }
     }
+    ends
+}
+
+#[test]
+fn serve_refuses_a_job_that_cannot_fit_and_takes_the_next() {
+    use tessera::protocol::Event;
+    let dir = tempfile::tempdir().unwrap();
+    let (_backend, client) = backend(dir.path());
+    let absurd = std::fs::read_to_string(absurd_preset(dir.path())).unwrap();
+    let quick = tessera::preset::Preset::load("quick", &["algorithm.iterations=2".into()])
+        .unwrap()
+        .preset
+        .to_toml()
+        .unwrap();
+    let ends = run_each(&client, vec![absurd, quick]);
     match &ends[0] {
         Event::Failed { error, .. } => {
             assert!(
@@ -276,11 +291,9 @@ fn every_kind_of_job_that_cannot_fit_is_refused_with_its_estimate() {
 /// read their models: each is refused with its estimate, and the backend runs the next job.
 #[test]
 fn serve_refuses_training_and_inversions_that_cannot_fit_and_stays_up() {
-    use tessera::protocol::{ClientEvent, Event, LocalBackend, LocalOptions, Request};
+    use tessera::protocol::Event;
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = LocalOptions::new(2, dir.path().join("out"));
-    opts.exe = Some(env!("CARGO_BIN_EXE_tessera").into());
-    let (_backend, client) = LocalBackend::spawn_with(opts).unwrap();
+    let (_backend, client) = backend(dir.path());
     let set = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let train = tessera::train::TrainPreset::load(
         "train-dncnn",
@@ -301,31 +314,7 @@ fn serve_refuses_training_and_inversions_that_cannot_fit_and_stays_up() {
         .preset
         .to_toml()
         .unwrap();
-    let mut ends = Vec::new();
-    for preset_toml in [train, fwi, quick] {
-        client
-            .send(Request::Submit {
-                preset_toml,
-                inline: Vec::new(),
-                files: Vec::new(),
-                preview_max_side: 32,
-            })
-            .unwrap();
-        loop {
-            match client
-                .events()
-                .recv_timeout(std::time::Duration::from_secs(120))
-                .unwrap()
-            {
-                ClientEvent::Event(e @ (Event::Finished { .. } | Event::Failed { .. })) => {
-                    ends.push(e);
-                    break;
-                }
-                ClientEvent::Event(_) => {}
-                ClientEvent::Disconnected(why) => panic!("{why}"),
-            }
-        }
-    }
+    let ends = run_each(&client, vec![train, fwi, quick]);
     for (end, part) in ends.iter().zip(["activations kept", "observed data"]) {
         match end {
             Event::Failed { error, .. } => assert!(
