@@ -364,8 +364,26 @@ fn a_full_or_closed_output_is_an_error_not_a_panic() {
         .output()
         .unwrap();
     let e = fails_cleanly(&o);
-    assert!(e.contains("writing to standard output"), "{e}");
+    assert!(
+        e.contains("writing to standard output") && e.contains("kept"),
+        "{e}"
+    );
     assert!(dir.path().join("o/metrics.json").exists());
+    // `--help` on a full device fails the same way (it exited 0 with nothing printed).
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("--help")
+        .stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        fails_cleanly(&o).contains("writing to standard output"),
+        "{o:?}"
+    );
     // stderr closed before the error is printed (as in `tessera run nosuch 2>&1 | true`).
     let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
         .args(["run", "nosuch"])
@@ -630,4 +648,40 @@ fn report_draws_one_runs_figures_and_names_what_is_wrong() {
         "{err}"
     );
     assert!(!old.join("report.html").exists());
+}
+
+/// Mistakes a study would find only after its first configuration ran are found before any runs;
+/// `--link` takes the form its help shows.
+#[test]
+fn bench_scaling_checks_every_configuration_before_the_first_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, names) in [
+        (&["--ranks", "1,1,1"][..], "given twice"),
+        (&["--ranks", "1,100000"][..], "100000"),
+        (&["--sizes", "100000000"][..], "invalid value"),
+        (&["--link", "5,1.2", "--ranks", "2,2"][..], "given twice"),
+    ] {
+        let mut all = vec!["bench", "scaling", "quick", "--out", "study"];
+        all.extend_from_slice(args);
+        let e = fails_cleanly(&tessera(&all, dir.path()));
+        assert!(e.contains(names), "{args:?}: {e}");
+        assert!(!dir.path().join("study/runs").exists(), "{args:?} ran");
+    }
+}
+
+/// Training presets are listed with the others, and one given to `run` names the command.
+#[test]
+fn training_presets_are_listed_and_run_points_to_train() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = tessera(&["presets"], dir.path());
+    let out = String::from_utf8_lossy(&o.stdout);
+    for name in ["train-dncnn", "dsn_shapes"] {
+        assert!(out.contains(name), "{name} missing from:\n{out}");
+    }
+    let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/dsn_shapes.toml");
+    let e = fails_cleanly(&tessera(&["run", preset.to_str().unwrap()], dir.path()));
+    assert!(
+        e.contains("Multi-DSN") && e.contains("tessera train"),
+        "{e}"
+    );
 }
