@@ -670,7 +670,21 @@ pub fn parse_versioned<T: serde::de::DeserializeOwned>(
         }
     }
     value.try_into().map_err(|e: toml::de::Error| {
-        Error::format(origin, format!("invalid {what}: {}", e.message()))
+        // `--set denoiser.kind="dncnn"` keeps TV's `n_it_max` beside it: say how to switch kinds.
+        let hint = overrides
+            .iter()
+            .filter_map(|o| o.split_once('=')?.0.trim().strip_suffix(".kind"))
+            .next_back()
+            .filter(|_| e.message().contains("unknown field"))
+            .map(|section| {
+                format!(
+                    " (`--set {section}.kind=…` keeps the section's other fields, which belong to \
+                     its old kind: replace the whole section instead, e.g. \
+                     --set '{section}={{kind = \"…\"}}')"
+                )
+            })
+            .unwrap_or_default();
+        Error::format(origin, format!("invalid {what}: {}{hint}", e.message()))
     })
 }
 
@@ -702,12 +716,6 @@ pub fn apply_override(root: &mut toml::Value, assignment: &str) -> Result<()> {
         node = match node {
             toml::Value::Table(t) => {
                 if last {
-                    // Another `kind` makes the section another thing: the old kind's fields
-                    // (TV's `n_it_max` under a DnCNN) would be refused as unknown, so they go, and
-                    // the new kind starts from its defaults (later `--set`s give its fields).
-                    if *seg == "kind" && t.get("kind").is_some_and(|old| *old != value) {
-                        t.clear();
-                    }
                     t.insert(seg.to_string(), value);
                     return Ok(());
                 }
@@ -747,14 +755,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn switching_a_kind_drops_the_old_kinds_fields() {
+    fn switching_a_kind_says_how_to_drop_the_old_kinds_fields() {
+        let e = Preset::load("quick", &["denoiser.kind=\"dncnn\"".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("n_it_max") && e.contains("--set 'denoiser={kind = \"…\"}'"),
+            "{e}"
+        );
+        // The way it shows works.
         let p = Preset::load(
             "quick",
-            &[
-                "denoiser.kind=\"dncnn\"".into(),
-                "denoiser.depth=5".into(),
-                "denoiser.weights=\"random\"".into(),
-            ],
+            &["denoiser={kind = \"dncnn\", weights = \"random\", depth = 5}".into()],
         )
         .unwrap()
         .preset;
@@ -762,11 +774,6 @@ mod tests {
             Some(crate::denoise::DenoiserConfig::Dncnn(c)) => assert_eq!(c.depth, 5),
             other => panic!("{other:?}"),
         }
-        // The same kind keeps its fields.
-        let p = Preset::load("quick", &["denoiser.kind=\"tv\"".into()])
-            .unwrap()
-            .preset;
-        assert_eq!(p.to_toml().unwrap().matches("n_it_max").count(), 1);
     }
 
     #[test]
