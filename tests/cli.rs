@@ -685,3 +685,64 @@ fn training_presets_are_listed_and_run_points_to_train() {
         "{e}"
     );
 }
+
+/// `tessera report` on an inversion and on a training run: their loss and per-rank times (it
+/// said "missing field `iteration`").
+#[test]
+fn report_covers_inversions_and_training_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let fwi = tessera(
+        &[
+            "run",
+            "fwi_marmousi",
+            "-q",
+            "--out",
+            "f",
+            "--set",
+            "fwi.epochs=2",
+            "--set",
+            "model.truth.nz=20",
+            "--set",
+            "model.truth.nx=40",
+            "--set",
+            "acquisition.shots=3",
+            "--set",
+            "acquisition.receivers_per_shot=20",
+            "--set",
+            "wave.nt=150",
+            "--set",
+            "fwi.batch_size=3",
+            "--set",
+            "fwi.stages=[]",
+        ],
+        dir.path(),
+    );
+    assert!(fwi.status.success(), "{}", stderr(&fwi));
+    let train = tessera(
+        &[
+            "train",
+            "train-dncnn",
+            "-q",
+            "--out",
+            "t",
+            "--set",
+            "image.size=[96,80]",
+            "--set",
+            "train.steps=3",
+            "--set",
+            "train.crop=40",
+            "--set",
+            "train.batch=2",
+        ],
+        dir.path(),
+    );
+    assert!(train.status.success(), "{}", stderr(&train));
+    for (run, kind) in [("f", "FWI report"), ("t", "Training report")] {
+        let o = tessera(&["report", run], dir.path());
+        assert!(o.status.success(), "{run}: {}", stderr(&o));
+        let page = std::fs::read_to_string(dir.path().join(run).join("report.html")).unwrap();
+        assert!(page.contains(kind) && page.contains("<table>"), "{run}");
+        assert!(dir.path().join(run).join("loss.png").exists());
+        assert!(dir.path().join(run).join("ranks.csv").exists());
+    }
+}
