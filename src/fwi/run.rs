@@ -1090,6 +1090,11 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("internal steps"), "{err}");
+        // Named as given, not as 300 digits, and the steps it would take, not a saturated count.
+        assert!(
+            err.contains("1e-300 m") && err.contains("1.667e301 internal steps") && err.len() < 400,
+            "{err}"
+        );
         for (set, field) in [
             ("fwi.smooth_gradient_cells=1e9", "fwi.smooth_gradient_cells"),
             ("model.start.sigma_cells=1e9", "model.start.sigma_cells"),

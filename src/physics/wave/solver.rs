@@ -250,13 +250,38 @@ pub const MAX_INTERNAL_STEPS: usize = 1 << 32;
 /// The internal-step ratio deepwave's `cfl_condition_n` chooses (saturating: a ratio beyond
 /// `usize` is `usize::MAX`).
 pub fn cfl_step_ratio(dt_s: f64, max_vel: f64, dz_m: f64, dx_m: f64) -> usize {
+    (cfl_ratio(dt_s, max_vel, dz_m, dx_m).ceil() as usize).max(1)
+}
+
+/// The CFL ratio before rounding up (0 where the time step or the velocity is 0).
+fn cfl_ratio(dt_s: f64, max_vel: f64, dz_m: f64, dx_m: f64) -> f64 {
     if dt_s == 0.0 || max_vel == 0.0 {
-        return 1;
+        return 0.0;
     }
     let s = dz_m.min(dx_m);
     let norm = (s / dz_m).hypot(s / dx_m);
-    let ratio = dt_s.abs() * max_vel * norm / s / COURANT;
-    (ratio.ceil() as usize).max(1)
+    dt_s.abs() * max_vel * norm / s / COURANT
+}
+
+/// Internal steps per sample for a message: from the unrounded ratio (the rounded one saturates
+/// past `usize`), to 4 digits when it is huge.
+fn per_sample_steps(dt_s: f64, max_vel: f64, dz_m: f64, dx_m: f64) -> String {
+    let steps = cfl_ratio(dt_s, max_vel, dz_m, dx_m).ceil();
+    if steps < 1e9 {
+        format!("{steps}")
+    } else {
+        format!("{steps:.3e}")
+    }
+}
+
+/// `x` as a message reads it: plain digits in a human range, otherwise `1e-300` rather than 300
+/// zeros.
+fn readable(x: f64) -> String {
+    if x != 0.0 && !(1e-3..1e9).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
 }
 
 /// Whether each step's rows are spread over the rayon pool: only when there are fewer shots than
@@ -329,10 +354,15 @@ impl<T: Real> Solver<T> {
             return Err(Error::config(
                 "dt_s",
                 format!(
-                    "{} samples of {} s on cells of {} × {} m at {max_vel} m/s need {step_ratio} \
-                     internal steps per sample, more than {MAX_INTERNAL_STEPS} in all: the cells \
-                     are too small or the sampling too coarse",
-                    s.nt, s.dt_s, model.dz_m, model.dx_m
+                    "{} samples of {} s on cells of {} × {} m at {} m/s need {} internal steps \
+                     per sample, more than {MAX_INTERNAL_STEPS} in all: the cells are too small \
+                     or the sampling too coarse",
+                    s.nt,
+                    readable(s.dt_s),
+                    readable(model.dz_m),
+                    readable(model.dx_m),
+                    readable(max_vel),
+                    per_sample_steps(s.dt_s, max_vel, model.dz_m, model.dx_m)
                 ),
             ));
         }
