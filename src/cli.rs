@@ -31,7 +31,18 @@ use output::say;
 
 /// Entry point: runs the command and turns errors into a message and exit code 1.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // `--help`/`--version` go to stdout: a failed write fails them like any command's
+            // output (exit 1), rather than exiting 0 with nothing printed.
+            if let Err(w) = e.print() {
+                output::complain(format_args!("error: writing to standard output: {w}"));
+                return ExitCode::FAILURE;
+            }
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
     use tracing_subscriber::prelude::*;

@@ -289,6 +289,47 @@ pub fn load_image_with(
     Ok(x)
 }
 
+/// The shape `(B, C, …)` of the image [`load_truth`] gives, without loading or generating it: a
+/// sample's from its size, a file's from its header, an inline array's as sent. A job is sized with
+/// it before any pixel is allocated.
+pub fn truth_shape(
+    source: &ImageSource,
+    volumetric: bool,
+    inline: &InlineArrays,
+) -> Result<Vec<usize>> {
+    let mut shape = if let Some(shape) = &source.shape {
+        return Ok([&[1], &shape[..]].concat());
+    } else if let Some(name) = &source.inline {
+        match inline.iter().find(|(n, _)| n == name) {
+            Some((_, x)) => x.shape().to_vec(),
+            None => {
+                return Err(Error::config(
+                    "image.inline",
+                    format!("no array named `{name}` was sent with the job"),
+                ));
+            }
+        }
+    } else if let Some(sample) = source.sample {
+        let size = source
+            .size
+            .clone()
+            .unwrap_or_else(|| vec![DEFAULT_SAMPLE_SIZE; if volumetric { 3 } else { 2 }]);
+        samples::shape(sample, &size)?
+    } else if let Some(path) = &source.path {
+        io::peek_shape(path)?
+    } else {
+        return Err(Error::config("image", "give `sample` or `path`"));
+    };
+    let want = if volumetric { 5 } else { 4 };
+    while shape.len() < want {
+        shape.insert(0, 1);
+    }
+    if source.grayscale && shape.len() > 1 {
+        shape[1] = 1;
+    }
+    Ok(shape)
+}
+
 /// The ground truth, when the preset has one, and the shape `(B, C, …)` of the image to reconstruct.
 pub fn load_truth(
     source: &ImageSource,
@@ -385,7 +426,8 @@ pub fn check_inputs(
     world: usize,
     ranks_here: usize,
 ) -> Result<()> {
-    let (_, x_shape) = load_truth(&preset.image, preset.is_volumetric(), preset.seed, inline)?;
+    // The image's shape from its header (or size), so the estimate below comes before the pixels.
+    let x_shape = truth_shape(&preset.image, preset.is_volumetric(), inline)?;
     let ops = preset
         .operators()?
         .iter()
@@ -403,6 +445,12 @@ pub fn check_inputs(
     if let Some(available) = crate::memory::available_bytes() {
         crate::memory::estimate(preset, &x_shape, measurement_elems, world, ranks_here)?
             .check_fits(available)?;
+    }
+    let (_, loaded_shape) = load_truth(&preset.image, preset.is_volumetric(), preset.seed, inline)?;
+    if loaded_shape != x_shape {
+        return Err(Error::Internal(format!(
+            "the image's header declares {x_shape:?} but it loads as {loaded_shape:?}"
+        )));
     }
     if let Some(source) = &preset.measurements {
         let names: Vec<String> = ops.iter().map(|op| op.name()).collect();

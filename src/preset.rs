@@ -252,6 +252,24 @@ pub struct LoadedPreset {
 impl Preset {
     /// Parses and validates TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<Preset> {
+        // A training preset given to `run` would fail on its first field of another kind
+        // (`domains`, `train`): say what it is and which command runs it.
+        if let Ok(table) = toml::from_str::<toml::Table>(text) {
+            let kind = match table.get("kind").and_then(|k| k.as_str()) {
+                Some("dsn") => Some("a Multi-DSN training preset"),
+                _ if table.get("train").is_some_and(toml::Value::is_table) => {
+                    Some("a denoiser training preset")
+                }
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                let name = origin.strip_prefix("bundled:").unwrap_or(origin);
+                return Err(Error::config(
+                    "preset",
+                    format!("`{name}` is {kind}: run it with `tessera train {name}`"),
+                ));
+            }
+        }
         let preset: Preset = parse_versioned(text, origin, overrides, "preset", PRESET_VERSION)?;
         preset.validate()?;
         Ok(preset)
@@ -652,7 +670,21 @@ pub fn parse_versioned<T: serde::de::DeserializeOwned>(
         }
     }
     value.try_into().map_err(|e: toml::de::Error| {
-        Error::format(origin, format!("invalid {what}: {}", e.message()))
+        // `--set denoiser.kind="dncnn"` keeps TV's `n_it_max` beside it: say how to switch kinds.
+        let hint = overrides
+            .iter()
+            .filter_map(|o| o.split_once('=')?.0.trim().strip_suffix(".kind"))
+            .next_back()
+            .filter(|_| e.message().contains("unknown field"))
+            .map(|section| {
+                format!(
+                    " (`--set {section}.kind=…` keeps the section's other fields, which belong to \
+                     its old kind: replace the whole section instead, e.g. \
+                     --set '{section}={{kind = \"…\"}}')"
+                )
+            })
+            .unwrap_or_default();
+        Error::format(origin, format!("invalid {what}: {}{hint}", e.message()))
     })
 }
 
@@ -721,6 +753,44 @@ pub fn apply_override(root: &mut toml::Value, assignment: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn switching_a_kind_says_how_to_drop_the_old_kinds_fields() {
+        let e = Preset::load("quick", &["denoiser.kind=\"dncnn\"".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("n_it_max") && e.contains("--set 'denoiser={kind = \"…\"}'"),
+            "{e}"
+        );
+        // The way it shows works.
+        let p = Preset::load(
+            "quick",
+            &["denoiser={kind = \"dncnn\", weights = \"random\", depth = 5}".into()],
+        )
+        .unwrap()
+        .preset;
+        match p.denoiser {
+            Some(crate::denoise::DenoiserConfig::Dncnn(c)) => assert_eq!(c.depth, 5),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_training_preset_given_to_run_says_which_command_runs_it() {
+        for (text, kind) in [
+            (crate::dsn::run::BUNDLED[0].1, "Multi-DSN"),
+            (crate::train::BUNDLED[0].1, "denoiser training"),
+        ] {
+            let e = Preset::from_toml(text, "presets/x.toml", &[])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(kind) && e.contains("tessera train presets/x.toml"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn bundled_presets_parse_and_validate() {

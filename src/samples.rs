@@ -45,6 +45,23 @@ pub const MAX_ELEMENTS: usize = 1 << 31;
 /// are square/cubic), and `[N]` (square) or `[H, W]` for the natural image. Each axis must be in
 /// [`MIN_SIZE`]`..=`[`MAX_SIZE`]. `seed` only affects the natural image.
 pub fn generate(sample: Sample, size: &[usize], seed: u64) -> Result<Tensor> {
+    let dims = checked_dims(sample, size)?;
+    Ok(match sample {
+        Sample::SheppLogan => shepp_logan(dims[0]),
+        Sample::SheppLogan3d => shepp_logan_3d(dims[0]),
+        Sample::Natural => natural_image(dims[0], dims[1], seed),
+    })
+}
+
+/// The shape `(1, C, …)` [`generate`] returns for `sample` at `size` (checked as it checks it),
+/// without generating it: what a job's memory estimate needs first.
+pub fn shape(sample: Sample, size: &[usize]) -> Result<Vec<usize>> {
+    let channels = if sample == Sample::Natural { 3 } else { 1 };
+    Ok([vec![1, channels], checked_dims(sample, size)?].concat())
+}
+
+/// The spatial dimensions of `sample` at `size`, or the error naming what does not fit.
+fn checked_dims(sample: Sample, size: &[usize]) -> Result<Vec<usize>> {
     const FIELD: &str = "image.size";
     if let Some(&bad) = size.iter().find(|&&s| !(MIN_SIZE..=MAX_SIZE).contains(&s)) {
         return Err(Error::config(
@@ -80,11 +97,7 @@ pub fn generate(sample: Sample, size: &[usize], seed: u64) -> Result<Tensor> {
             format!("{size:?} needs more than {MAX_ELEMENTS} values"),
         ));
     }
-    Ok(match sample {
-        Sample::SheppLogan => shepp_logan(dims[0]),
-        Sample::SheppLogan3d => shepp_logan_3d(dims[0]),
-        Sample::Natural => natural_image(dims[0], dims[1], seed),
-    })
+    Ok(dims)
 }
 
 // ---------------------------------------------------------------------------------------------------

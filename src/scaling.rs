@@ -654,6 +654,9 @@ pub fn write_report(
 /// returns the report's path. A folder that is not a finished run, or a run by a tessera that did
 /// not profile its ranks, is an error naming the file.
 pub fn write_run_report(run_dir: &Path, out: &Path) -> Result<PathBuf> {
+    if let Some(page) = write_fwi_or_training_report(run_dir, out)? {
+        return Ok(page);
+    }
     let metrics = RunMetrics::load(run_dir)?;
     let run = Run {
         config: Configuration {
@@ -704,6 +707,154 @@ pub fn write_run_report(run_dir: &Path, out: &Path) -> Result<PathBuf> {
         name => format!("Run report: {name}"),
     };
     write_page(out, &title, &html, run_figures(runs)?)
+}
+
+/// The report of a full-waveform inversion (its `metrics.json` lists epochs, not iterations) or of
+/// a training run (`train.json`, no `metrics.json`): the loss per epoch or step, and each rank's
+/// time. `None` for an imaging run.
+fn write_fwi_or_training_report(run_dir: &Path, out: &Path) -> Result<Option<PathBuf>> {
+    let read = |name: &str| -> Result<Option<Vec<u8>>> {
+        let path = run_dir.join(name);
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("reading", path, e)),
+        }
+    };
+    let bad = |name: &str, e: serde_json::Error| Error::format(run_dir.join(name), e.to_string());
+    let (title, about, loss, ranks) = if let Some(bytes) = read(io::METRICS_FILE)? {
+        let is_fwi = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .is_ok_and(|v| v.get("step_ratio").is_some() && v.get("history").is_some());
+        if !is_fwi {
+            return Ok(None);
+        }
+        let m: crate::fwi::FwiSummary =
+            serde_json::from_slice(&bytes).map_err(|e| bad(io::METRICS_FILE, e))?;
+        let mut ranks = String::from("rank,shots,forward_s,adjoint_s,communication_s\n");
+        for r in 0..m.world_size {
+            let of = |f: &dyn Fn(&crate::fwi::RankEpoch) -> f64| -> f64 {
+                m.history
+                    .iter()
+                    .flat_map(|e| &e.ranks)
+                    .filter(|x| x.rank == r)
+                    .map(f)
+                    .sum()
+            };
+            let _ = writeln!(
+                ranks,
+                "{r},{},{:.3},{:.3},{:.3}",
+                of(&|x| x.shots.len() as f64),
+                of(&|x| x.forward_secs),
+                of(&|x| x.adjoint_secs),
+                of(&|x| x.communication_secs)
+            );
+        }
+        let about = format!(
+            "A full-waveform inversion of a {}×{} model, {} shots, {} epoch(s) on {} rank(s), \
+             solve {:.1} s; model error {}.",
+            m.model_shape[0],
+            m.model_shape[1],
+            m.shots,
+            m.history.len(),
+            m.world_size,
+            m.solve_secs,
+            m.final_model_error
+                .map_or("not known (no true model)".into(), |e| format!(
+                    "{:.2} %",
+                    100.0 * e
+                ))
+        );
+        let loss: Vec<(f64, f64)> = m.history.iter().map(|e| (e.epoch as f64, e.loss)).collect();
+        (
+            format!("FWI report: {}", m.name),
+            about,
+            ("epoch", loss),
+            ranks,
+        )
+    } else if let Some(bytes) = read("train.json")? {
+        if let Ok(t) = serde_json::from_slice::<crate::train::TrainSummary>(&bytes) {
+            let mut ranks = String::from("rank,compute_s,exchange_s\n");
+            for (r, (c, x)) in t.compute_secs.iter().zip(&t.exchange_secs).enumerate() {
+                let _ = writeln!(ranks, "{r},{c:.3},{x:.3}");
+            }
+            let about = format!(
+                "Training {} ({} parameters) for {} step(s) on {} rank(s).",
+                t.denoiser, t.parameters, t.steps, t.ranks
+            );
+            let loss = t.loss.iter().map(|p| (p.step as f64, p.loss)).collect();
+            (
+                format!("Training report: {}", t.name),
+                about,
+                ("step", loss),
+                ranks,
+            )
+        } else {
+            let d: crate::dsn::run::DsnSummary =
+                serde_json::from_slice(&bytes).map_err(|e| bad("train.json", e))?;
+            let mut ranks = String::from("rank,domains,compute_s,exchange_s\n");
+            for r in &d.per_rank {
+                let domains: Vec<String> = r.domains.iter().map(|x| x.to_string()).collect();
+                let _ = writeln!(
+                    ranks,
+                    "{},{},{:.3},{:.3}",
+                    r.rank,
+                    domains.join(" "),
+                    r.compute_secs,
+                    r.exchange_secs
+                );
+            }
+            let about = format!(
+                "A Multi-DSN of {} domains for {} epoch(s) on {} rank(s); last target accuracy {}.",
+                d.domains.len(),
+                d.epochs.len(),
+                d.ranks,
+                d.epochs.last().map_or("none".into(), |e| format!(
+                    "{:.1} %",
+                    100.0 * e.target_accuracy
+                ))
+            );
+            let loss = d
+                .epochs
+                .iter()
+                .map(|e| {
+                    let n = e.losses.len().max(1) as f64;
+                    (
+                        e.epoch as f64 + 1.0,
+                        e.losses.iter().map(|l| l.total()).sum::<f64>() / n,
+                    )
+                })
+                .collect();
+            (
+                format!("Training report: {}", d.name),
+                about,
+                ("epoch", loss),
+                ranks,
+            )
+        }
+    } else {
+        return Ok(None);
+    };
+    std::fs::create_dir_all(out).map_err(|e| Error::io("creating report folder", out, e))?;
+    io::write_atomic(&out.join("ranks.csv"), ranks.as_bytes())?;
+    let (x, points) = loss;
+    let figure = crate::plot::LineChart::new("loss")
+        .labels(x, "loss")
+        .log_y()
+        .series(crate::plot::Series::new("loss", points).markers())
+        .render()?;
+    let html = format!(
+        "<p>Run folder: {}. {}</p>\n<h2>Ranks</h2>\n{}",
+        escape(&run_dir.display().to_string()),
+        escape(&about),
+        csv_table(&ranks)
+    );
+    write_page(
+        out,
+        &title,
+        &html,
+        vec![("loss".into(), format!("loss per {x}"), figure)],
+    )
+    .map(Some)
 }
 
 /// A CSV text as an HTML table, the first line as its header.

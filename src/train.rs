@@ -303,6 +303,48 @@ impl TrainPreset {
 }
 
 impl TrainPreset {
+    /// What a run of this preset holds per rank on `world` ranks, `ranks_here` of them on this
+    /// machine (see [`crate::memory::train_denoiser`]), from the images' headers and sizes — no
+    /// image is loaded. `tessera serve` checks it on rank 0 before the ranks see the job, and every
+    /// rank before it loads anything.
+    pub fn memory(
+        &self,
+        base_dir: &Path,
+        world: usize,
+        ranks_here: usize,
+    ) -> Result<crate::memory::Parts> {
+        let entries = self.training_images();
+        let volumetric = entries.iter().any(TrainImage::volumetric);
+        let excluded = data::held_out_files(&self.held_out, base_dir)?;
+        let mut shapes = data::shapes(&entries, "images", base_dir, volumetric, &excluded)?;
+        let first = shapes.first().cloned().unwrap_or_default();
+        shapes.extend(data::shapes(
+            &self.held_out,
+            "held_out",
+            base_dir,
+            volumetric,
+            &[],
+        )?);
+        let whole = match first.get(2..).unwrap_or(&[]) {
+            s @ [_] | s @ [_, _] | s @ [_, _, _] => crate::nn::models::drunet::dims3(s),
+            // Not an image: loading it says so.
+            _ => [1; 3],
+        };
+        // A crop larger than the image is refused by the run itself, with its own message.
+        let crop = match self.train.crop {
+            Some(c) => whole.map(|n| if n > 1 { c.min(n) } else { n }),
+            None => whole,
+        };
+        crate::memory::train_denoiser(
+            &self.denoiser,
+            &shapes,
+            self.train.batch,
+            crop,
+            world,
+            ranks_here,
+        )
+    }
+
     /// The training images as a list (the single `[image]` is a list of one).
     pub fn training_images(&self) -> Vec<TrainImage> {
         match &self.image {
@@ -389,6 +431,11 @@ pub fn train(
     let entries = preset.training_images();
     let volumetric = entries.iter().any(TrainImage::volumetric);
     let excluded = data::held_out_files(&preset.held_out, base_dir)?;
+    // Before any image is loaded or a batch allocated: a run that cannot fit is refused here.
+    let world = comm.world_size();
+    preset
+        .memory(base_dir, world, crate::memory::ranks_here(world))?
+        .check()?;
     let images = data::load_images(
         &entries,
         "images",
@@ -470,7 +517,6 @@ pub fn train(
             ));
         }
     };
-    let world = comm.world_size();
     let grid = Grid::for_axes(cfg.grid.as_deref(), axes, world, crop, "train.grid")?;
     net.shapes(crop)?;
     let domain = SpatialDomain::new(comm, grid)?;
@@ -535,7 +581,18 @@ pub fn train(
     for step in first_step..last_step {
         let mut rng = rand::rngs::StdRng::seed_from_u64(mix(preset.seed, step as u64));
         // The same crops and levels on every rank; each rank copies its block of each crop.
-        let mut clean = Features::zeros(cfg.batch, channels, block.dims());
+        let mut clean = Features {
+            batch: cfg.batch,
+            channels,
+            dims: block.dims(),
+            data: crate::heap::try_vec(
+                cfg.batch
+                    .saturating_mul(channels)
+                    .saturating_mul(block.volume()),
+                0.0,
+                "a batch of training crops",
+            )?,
+        };
         let mut sigmas = Vec::with_capacity(cfg.batch);
         let plane = block.volume() * channels;
         for b in 0..cfg.batch {
@@ -631,6 +688,7 @@ pub fn train(
     if me == 0 {
         std::fs::create_dir_all(out_dir).map_err(|e| Error::io("creating", out_dir, e))?;
         let sd = net.state_dict(&format!("tessera train {}", preset.name))?;
+        check_finite_weights(&sd)?;
         crate::nn::weights::safetensors::write(&sd, &weights)?;
         let mut trained = preset.denoiser.clone();
         set_weights(&mut trained, PathBuf::from(&cfg.weights));
@@ -760,6 +818,15 @@ fn network(cfg: &DenoiserConfig, base_dir: &Path, seed: u64) -> Result<(Network,
         he_initialise(&mut net, seed);
     }
     Ok((net, with_sigma, what))
+}
+
+/// Refuses to save weights that are not all finite (a diverged run): a NaN network must not be
+/// written where `tessera denoise` or a preset would load it.
+pub fn check_finite_weights(sd: &crate::nn::StateDict) -> Result<()> {
+    for (key, t) in sd.iter() {
+        t.check_finite(&format!("weight `{key}`"))?;
+    }
+    Ok(())
 }
 
 /// He-normal weights (std √(2/fan_in), fan_in as PyTorch counts it: `shape[1]·Πkernel`), zero

@@ -364,8 +364,26 @@ fn a_full_or_closed_output_is_an_error_not_a_panic() {
         .output()
         .unwrap();
     let e = fails_cleanly(&o);
-    assert!(e.contains("writing to standard output"), "{e}");
+    assert!(
+        e.contains("writing to standard output") && e.contains("kept"),
+        "{e}"
+    );
     assert!(dir.path().join("o/metrics.json").exists());
+    // `--help` on a full device fails the same way (it exited 0 with nothing printed).
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("--help")
+        .stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        fails_cleanly(&o).contains("writing to standard output"),
+        "{o:?}"
+    );
     // stderr closed before the error is printed (as in `tessera run nosuch 2>&1 | true`).
     let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
         .args(["run", "nosuch"])
@@ -502,6 +520,43 @@ fn runs_never_mix_or_silently_replace_each_other() {
     assert!(names.is_empty(), "{names:?}");
 }
 
+/// `--replace` replaces a previous run, never a folder of the user's own files.
+#[test]
+fn replace_leaves_a_folder_that_holds_no_run_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let mine = dir.path().join("mydir");
+    std::fs::create_dir_all(mine.join("sub")).unwrap();
+    std::fs::write(mine.join("notes.txt"), "notes").unwrap();
+    std::fs::write(mine.join("sub/thesis.tex"), "thesis").unwrap();
+    let o = tessera(
+        &[
+            "run",
+            "quick",
+            "-q",
+            "--set",
+            "algorithm.iterations=1",
+            "--out",
+            "mydir",
+            "--replace",
+        ],
+        dir.path(),
+    );
+    let e = fails_cleanly(&o);
+    assert!(
+        e.contains("not a tessera run") && e.contains("notes.txt") && e.contains("sub/"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mine.join("notes.txt")).unwrap(),
+        "notes"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mine.join("sub/thesis.tex")).unwrap(),
+        "thesis"
+    );
+    assert!(!mine.join("metrics.json").exists());
+}
+
 /// `tessera report RUN_DIR` writes one run's report: the page with its figures embedded and the
 /// figures as PNG files, the patch map among them when the denoiser was tiled. Folders that are
 /// not finished runs, and runs by a tessera that did not profile its ranks, are errors naming the
@@ -593,4 +648,101 @@ fn report_draws_one_runs_figures_and_names_what_is_wrong() {
         "{err}"
     );
     assert!(!old.join("report.html").exists());
+}
+
+/// Mistakes a study would find only after its first configuration ran are found before any runs;
+/// `--link` takes the form its help shows.
+#[test]
+fn bench_scaling_checks_every_configuration_before_the_first_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, names) in [
+        (&["--ranks", "1,1,1"][..], "given twice"),
+        (&["--ranks", "1,100000"][..], "100000"),
+        (&["--sizes", "100000000"][..], "invalid value"),
+        (&["--link", "5,1.2", "--ranks", "2,2"][..], "given twice"),
+    ] {
+        let mut all = vec!["bench", "scaling", "quick", "--out", "study"];
+        all.extend_from_slice(args);
+        let e = fails_cleanly(&tessera(&all, dir.path()));
+        assert!(e.contains(names), "{args:?}: {e}");
+        assert!(!dir.path().join("study/runs").exists(), "{args:?} ran");
+    }
+}
+
+/// Training presets are listed with the others, and one given to `run` names the command.
+#[test]
+fn training_presets_are_listed_and_run_points_to_train() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = tessera(&["presets"], dir.path());
+    let out = String::from_utf8_lossy(&o.stdout);
+    for name in ["train-dncnn", "dsn_shapes"] {
+        assert!(out.contains(name), "{name} missing from:\n{out}");
+    }
+    let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/dsn_shapes.toml");
+    let e = fails_cleanly(&tessera(&["run", preset.to_str().unwrap()], dir.path()));
+    assert!(
+        e.contains("Multi-DSN") && e.contains("tessera train"),
+        "{e}"
+    );
+}
+
+/// `tessera report` on an inversion and on a training run: their loss and per-rank times (it
+/// said "missing field `iteration`").
+#[test]
+fn report_covers_inversions_and_training_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let fwi = tessera(
+        &[
+            "run",
+            "fwi_marmousi",
+            "-q",
+            "--out",
+            "f",
+            "--set",
+            "fwi.epochs=2",
+            "--set",
+            "model.truth.nz=20",
+            "--set",
+            "model.truth.nx=40",
+            "--set",
+            "acquisition.shots=3",
+            "--set",
+            "acquisition.receivers_per_shot=20",
+            "--set",
+            "wave.nt=150",
+            "--set",
+            "fwi.batch_size=3",
+            "--set",
+            "fwi.stages=[]",
+        ],
+        dir.path(),
+    );
+    assert!(fwi.status.success(), "{}", stderr(&fwi));
+    let train = tessera(
+        &[
+            "train",
+            "train-dncnn",
+            "-q",
+            "--out",
+            "t",
+            "--set",
+            "image.size=[96,80]",
+            "--set",
+            "train.steps=3",
+            "--set",
+            "train.crop=40",
+            "--set",
+            "train.batch=2",
+        ],
+        dir.path(),
+    );
+    assert!(train.status.success(), "{}", stderr(&train));
+    for (run, kind) in [("f", "FWI report"), ("t", "Training report")] {
+        let o = tessera(&["report", run], dir.path());
+        assert!(o.status.success(), "{run}: {}", stderr(&o));
+        let page = std::fs::read_to_string(dir.path().join(run).join("report.html")).unwrap();
+        assert!(page.contains(kind) && page.contains("<table>"), "{run}");
+        assert!(dir.path().join(run).join("loss.png").exists());
+        assert!(dir.path().join(run).join("ranks.csv").exists());
+    }
 }

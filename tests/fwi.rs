@@ -113,13 +113,10 @@ fn one_two_and_three_ranks_give_the_same_model() {
 /// A tiny inversion writes every figure: the wavelet, the shot gathers, the loss curve and one panel
 /// per saved epoch, as PNGs that decode to the expected sizes (three 560-pixel panels per row for
 /// the gathers and the epoch panels with truth and illumination), listed in the summary.
-#[test]
-fn a_tiny_run_writes_its_figures() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
+/// The bundled inversion made tiny (2 epochs of 3 shots on a 20×40 model), with `extra` overrides.
+fn tiny(extra: &[&str]) -> (tessera::fwi::FwiPreset, PathBuf) {
     let sets: Vec<String> = [
         "fwi.epochs=2",
-        "output.figures_every=1",
         "model.truth.nz=20",
         "model.truth.nx=40",
         "acquisition.shots=3",
@@ -128,11 +125,21 @@ fn a_tiny_run_writes_its_figures() {
         "fwi.batch_size=3",
         "fwi.stages=[]",
     ]
-    .map(String::from)
-    .to_vec();
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
     let (preset, base, _) = tessera::fwi::FwiPreset::load("fwi_marmousi", &sets)
         .unwrap()
         .unwrap();
+    (preset, base)
+}
+
+#[test]
+fn a_tiny_run_writes_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let (preset, base) = tiny(&["output.figures_every=1"]);
     let summary = tessera::fwi::run(&preset, &base, out.as_path(), &mut |_| {
         std::ops::ControlFlow::Continue(())
     })
@@ -173,6 +180,25 @@ fn a_tiny_run_writes_its_figures() {
             summary.outputs
         );
     }
+}
+
+/// A step that takes the model out of the floats stops the run with an error naming the epoch and
+/// the learning rate; no non-finite model is written.
+#[test]
+fn a_diverging_step_stops_the_run_instead_of_writing_a_nan_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let (preset, base) = tiny(&["fwi.learning_rate=1e308"]);
+    let err = tessera::fwi::run(&preset, &base, out.as_path(), &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("non-finite") && err.contains("epoch 1") && err.contains("1e308"),
+        "{err}"
+    );
+    assert!(!out.exists());
 }
 
 /// The shipped preset's schedule converges steadily: on a smaller survey of the same kind of model,

@@ -174,6 +174,40 @@ fn a_checkpoint_is_only_resumed_by_the_preset_that_made_it() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("checkpoint.json"));
 }
 
+/// A damaged checkpoint is refused, naming its file, instead of resuming into NaN weights.
+#[test]
+fn a_corrupted_checkpoint_is_refused_not_resumed_into_nan_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["train", "train-dncnn", "--out", "r", "--stop-after", "2"];
+    args.extend_from_slice(SMALL);
+    run_ok(&args, dir.path(), "first part");
+    let state = dir.path().join("r/checkpoint/state.bin");
+    let good = std::fs::read(&state).unwrap();
+    let mut every_997th = good.clone();
+    for b in every_997th.iter_mut().step_by(997) {
+        *b ^= 0xff;
+    }
+    let mut first_16 = good.clone();
+    first_16[..16].fill(0xff);
+    for damaged in [every_997th, first_16] {
+        std::fs::write(&state, &damaged).unwrap();
+        let mut args = vec!["train", "train-dncnn", "--resume", "r"];
+        args.extend_from_slice(SMALL);
+        let o = run(&args, dir.path());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("damaged") && err.contains("state.bin"),
+            "{err}"
+        );
+    }
+    // The intact checkpoint still resumes.
+    std::fs::write(&state, &good).unwrap();
+    let mut args = vec!["train", "train-dncnn", "--resume", "r"];
+    args.extend_from_slice(SMALL);
+    run_ok(&args, dir.path(), "resumed");
+}
+
 #[test]
 fn crops_come_from_several_images_and_held_out_images_are_scored_not_trained_on() {
     let dir = tempfile::tempdir().unwrap();

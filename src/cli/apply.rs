@@ -93,6 +93,12 @@ pub(super) fn denoise(denoiser_file: &Path, sigma: f32, input: &Path, output: &P
         bail!("--sigma must be a finite number ≥ 0, got {sigma}");
     }
     let mut file: DenoiserFile = read_toml(denoiser_file)?;
+    // Sized from the input's header before it is read.
+    let x_shape = io::peek_shape(input)?;
+    if let Some(available) = tessera::memory::available_bytes() {
+        tessera::memory::denoise(&file.denoiser, file.tiling.as_ref(), &x_shape)?
+            .check_fits(available)?;
+    }
     let x = read_input(input)?;
     // A weights path in the file is relative to the file's folder, as in presets.
     let base = denoiser_file.parent().unwrap_or(Path::new(""));

@@ -216,8 +216,8 @@ pub(super) enum BenchWhat {
     Scaling {
         /// Bundled preset name or TOML file.
         preset: String,
-        /// Rank counts to run, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        /// Rank counts to run, comma-separated, each once (1 ..= 256).
+        #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = number_in::<1, 256>)]
         ranks: Vec<usize>,
         /// Longest image sides to run, comma-separated (default: the preset's size); the sample
         /// and the blur widths are scaled.
@@ -235,12 +235,7 @@ pub(super) enum BenchWhat {
         /// The link the model assumes past this machine, `LATENCY_US,GBYTES_PER_S` (e.g. from
         /// `tessera bench all-reduce` across scripts/netns-hosts.sh); default: the link fitted
         /// from this study's own multi-rank runs.
-        #[arg(
-            long,
-            value_name = "LATENCY_US,GB_PER_S",
-            value_delimiter = ',',
-            num_args = 2
-        )]
+        #[arg(long, value_name = "LATENCY_US,GB_PER_S", value_delimiter = ',')]
         link: Vec<f64>,
     },
     /// PSNR of the bundled denoisers against TV and wavelets (best of a few strengths) on held-out

@@ -295,8 +295,11 @@ pub fn run(
         }
     };
     if let (Some(dest), Some(job)) = (fetch_into, job) {
+        // Every name is checked before the disk is touched: a server that names a file outside
+        // the fetch folder (`/home/user/.bashrc`, `../x`) gets nothing created or truncated.
+        let names = tessera::protocol::client::output_names(&outputs)?;
         let staging = Staging::create(&dest)?;
-        for name in &outputs {
+        for name in &names {
             let path = staging.path().join(name);
             // A training run's reconstructions are in a sub-folder.
             if let Some(dir) = path.parent() {
@@ -305,9 +308,9 @@ pub fn run(
             }
             let mut file = std::fs::File::create(&path)
                 .with_context(|| format!("creating {}", path.display()))?;
-            client.fetch_file(job, name, &mut file).with_context(|| {
-                format!("fetching {} from {}", name.display(), run_dir.display())
-            })?;
+            client
+                .fetch_file(job, Path::new(name), &mut file)
+                .with_context(|| format!("fetching {name} from {}", run_dir.display()))?;
         }
         let dir = staging.commit(&run_name)?;
         say!("  fetched {} file(s) into {}", outputs.len(), dir.display());

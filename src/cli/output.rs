@@ -41,7 +41,10 @@ pub fn stdout_result() -> anyhow::Result<()> {
         .unwrap_or_else(|p| p.into_inner())
         .take()
     {
-        Some(e) => Err(anyhow::anyhow!("writing to standard output: {e}")),
+        Some(e) => Err(anyhow::anyhow!(
+            "writing to standard output: {e} (what the command computed and wrote to files is \
+             complete and kept)"
+        )),
         None => Ok(()),
     }
 }

@@ -13,14 +13,26 @@ pub(super) fn presets(files: &[PathBuf]) -> Result<()> {
     for (name, _) in BUNDLED {
         report_preset(name, &mut failures);
     }
-    for (name, text) in tessera::fwi::BUNDLED_FWI {
-        match tessera::fwi::FwiPreset::from_toml(text, name, &[]) {
-            Ok(p) => say!("ok       {:<14} {}", p.name, p.description),
-            Err(e) => {
-                failures += 1;
-                say!("INVALID  {name:<14} {e}");
-            }
+    let mut listed = |name: &str, loaded: tessera::Result<(String, String)>, how: &str| match loaded
+    {
+        Ok((p, description)) => say!("ok       {p:<14} {description}{how}"),
+        Err(e) => {
+            failures += 1;
+            say!("INVALID  {name:<14} {e}");
         }
+    };
+    for (name, text) in tessera::fwi::BUNDLED_FWI {
+        let p = tessera::fwi::FwiPreset::from_toml(text, name, &[]);
+        listed(name, p.map(|p| (p.name, p.description)), "");
+    }
+    // Training presets (denoisers, then Multi-DSNs), which `tessera train NAME` runs.
+    for (name, text) in tessera::train::BUNDLED {
+        let p = tessera::train::TrainPreset::from_toml(text, name, &[]);
+        listed(name, p.map(|p| (p.name, p.description)), " (tessera train)");
+    }
+    for (name, text) in tessera::dsn::run::BUNDLED {
+        let p = tessera::dsn::run::DsnPreset::from_toml(text, name, &[]);
+        listed(name, p.map(|p| (p.name, p.description)), " (tessera train)");
     }
     for f in files {
         report_preset(&f.to_string_lossy(), &mut failures);

@@ -66,6 +66,15 @@ impl Transform {
             Transform::Blur { sigma_px } if !(sigma_px.is_finite() && sigma_px > 0.0) => {
                 bad("sigma_px", sigma_px)
             }
+            Transform::Blur { sigma_px } if sigma_px > crate::physics::blur::MAX_SIGMA_PX => {
+                Err(Error::config(
+                    field,
+                    format!(
+                        "sigma_px = {sigma_px} is over the {} px a blur accepts",
+                        crate::physics::blur::MAX_SIGMA_PX
+                    ),
+                ))
+            }
             Transform::Noise { sigma } if !(sigma.is_finite() && sigma >= 0.0) => {
                 bad("sigma", sigma)
             }
@@ -267,6 +276,21 @@ pub fn apply(data: &mut DomainData, transforms: &[Transform], seed: u64) -> Resu
 
 /// Reads a folder with one sub-folder per class (sorted by name: labels 0, 1, …), every image
 /// converted to gray and resampled (bilinear) to `size × size`. Errors name the folder or file.
+/// Files in the class sub-folders of `dir` (what [`read_folder`] would read), counted without
+/// reading them; a folder that cannot be listed counts nothing here and fails when it is read.
+pub fn count_images(dir: &Path) -> u64 {
+    let listed = |d: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(d)
+            .map(|e| e.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    };
+    listed(dir)
+        .iter()
+        .filter(|p| p.is_dir())
+        .map(|c| listed(c).iter().filter(|p| p.is_file()).count() as u64)
+        .sum()
+}
+
 pub fn read_folder(dir: &Path, classes: usize, size: usize) -> Result<DomainData> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("reading the folder", dir, e))?;
     let mut class_dirs: Vec<PathBuf> = entries
@@ -402,6 +426,11 @@ mod tests {
         };
         let mut blurred = clean.clone();
         apply(&mut blurred, &[Transform::Blur { sigma_px: 1.5 }], 0).unwrap();
+        let e = Transform::Blur { sigma_px: 1e9 }
+            .validate("domains[1].transforms[0]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("transforms[0]") && e.contains("500"), "{e}");
         assert!(energy(&blurred) < 0.8 * energy(&clean));
         let mut noisy = clean.clone();
         apply(&mut noisy, &[Transform::Noise { sigma: 0.2 }], 0).unwrap();

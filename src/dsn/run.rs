@@ -195,6 +195,40 @@ impl DsnPreset {
         }
     }
 
+    /// What a run holds per rank on `world` ranks, `ranks_here` of them on this machine (see
+    /// [`crate::memory::dsn`]); a folder domain's images are counted, not read.
+    pub fn memory(
+        &self,
+        base_dir: &Path,
+        world: usize,
+        ranks_here: usize,
+    ) -> Result<crate::memory::Parts> {
+        let t = &self.train;
+        let r = self.distributed.ranks_per_domain.max(1);
+        let groups = (world / r).max(1);
+        let held = self.domains.len().div_ceil(groups);
+        // The domains with the most images stand for the ones this rank holds.
+        let mut counts: Vec<u64> = self
+            .domains
+            .iter()
+            .map(|d| match &d.folder {
+                Some(f) => super::data::count_images(&crate::io::resolve(base_dir, f)),
+                None => (t.train_images + t.test_images) as u64,
+            })
+            .collect();
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let images = counts.iter().take(held).sum();
+        Ok(crate::memory::dsn(
+            &self.model,
+            self.domains.len(),
+            held,
+            images,
+            t.batch,
+            r,
+            ranks_here,
+        ))
+    }
+
     pub fn validate(&self) -> Result<()> {
         if self.name.trim().is_empty() {
             return Err(Error::config("name", "must not be empty"));
@@ -409,6 +443,10 @@ pub fn train(
     on_epoch: &mut dyn FnMut(&EpochReport) -> std::ops::ControlFlow<()>,
 ) -> Result<DsnSummary> {
     p.validate()?;
+    // Before any weight or image is allocated.
+    let world = comm.world_size();
+    p.memory(base_dir, world, crate::memory::ranks_here(world))?
+        .check()?;
     let t = &p.train;
     let n_domains = p.domains.len();
     let weights = if t.source_only {
@@ -573,10 +611,9 @@ pub fn train(
     if comm.rank() == 0 {
         std::fs::create_dir_all(out_dir)
             .map_err(|e| Error::io("creating the output folder", out_dir, e))?;
-        crate::nn::weights::safetensors::write(
-            &state.expect("rank 0 assembles the weights"),
-            &weights_path,
-        )?;
+        let state = state.expect("rank 0 assembles the weights");
+        crate::train::check_finite_weights(&state)?;
+        crate::nn::weights::safetensors::write(&state, &weights_path)?;
         let json = serde_json::to_string_pretty(&summary)
             .map_err(|e| Error::Internal(format!("train.json: {e}")))?;
         let path = out_dir.join("train.json");

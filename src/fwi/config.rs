@@ -403,6 +403,12 @@ impl FwiPreset {
                     ),
                 ));
             }
+            if s.epochs == 0 {
+                return Err(Error::config(
+                    format!("fwi.stages[{i}].epochs"),
+                    "a stage needs at least one epoch (leave the stage out instead)",
+                ));
+            }
             staged += s.epochs;
         }
         if staged > f.epochs {

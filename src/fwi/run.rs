@@ -157,6 +157,56 @@ pub fn run_in_group(
     }
 }
 
+/// The reason of a config error about `field`, to report it under the preset's own name.
+fn without_field(e: &Error, field: &str) -> String {
+    match e {
+        Error::InvalidConfig { field: f, reason } if f == field => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Every size in cells that the preset gives fits the `nz × nx` model, checked before the first
+/// epoch: rows kept or frozen (all of them would leave nothing to invert), and every epoch's
+/// gradient smoothing (a stage's too-wide one would otherwise fail only when its epoch comes).
+fn check_cells(preset: &FwiPreset, nz: usize, nx: usize) -> Result<()> {
+    let kept = match &preset.model.start {
+        StartModel::Smooth { keep_rows, .. } => Some(("model.start.keep_rows", *keep_rows)),
+        StartModel::File(_) => None,
+    };
+    for (field, rows) in kept
+        .into_iter()
+        .chain([("fwi.freeze_rows", preset.fwi.freeze_rows)])
+    {
+        if rows >= nz {
+            return Err(Error::config(
+                field,
+                format!("{rows} rows of a model of {nz} rows leave none to invert: give fewer"),
+            ));
+        }
+    }
+    let stages = preset.fwi.stages.iter().enumerate();
+    let all = std::iter::once((
+        "fwi.smooth_gradient_cells".to_string(),
+        preset.fwi.smooth_gradient_cells,
+    ))
+    .chain(stages.filter_map(|(i, s)| {
+        s.smooth_gradient_cells
+            .map(|v| (format!("fwi.stages[{i}].smooth_gradient_cells"), v))
+    }));
+    for (field, sigma) in all {
+        if sigma > nz.max(nx) as f64 {
+            return Err(Error::config(
+                field,
+                format!(
+                    "{sigma} cells is wider than the {nz}×{nx} model: give at most {}",
+                    nz.max(nx)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Byte encoding of what rank 0 broadcasts.
 struct Bytes(Vec<u8>);
 
@@ -259,7 +309,9 @@ fn load_setup(preset: &FwiPreset, base_dir: &Path) -> Result<Setup> {
             },
             Some((nz, nx, t)),
         ) => {
-            let s = marmousi::gaussian_smooth(t, *nz, *nx, *sigma_cells);
+            let s = marmousi::gaussian_smooth(t, *nz, *nx, *sigma_cells).map_err(|e| {
+                Error::config("model.start.sigma_cells", without_field(&e, "sigma_cells"))
+            })?;
             let s = s
                 .iter()
                 .enumerate()
@@ -457,6 +509,49 @@ fn step_ratio_warning(dt_s: f64, step_ratio: usize, nt: usize) -> Option<String>
     })
 }
 
+/// The numbers [`crate::memory::fwi`] sizes a run by, for this preset and its loaded `setup`.
+fn memory_size<T: Real>(
+    preset: &FwiPreset,
+    setup: &Setup,
+    solver: &Solver<T>,
+    world: usize,
+) -> crate::memory::FwiSize {
+    let acq = &setup.acquisition;
+    let most = |f: fn(&Shot) -> usize| acq.shots.iter().map(f).max().unwrap_or(0);
+    let (receivers, sources) = (most(|s| s.receivers.len()), most(|s| s.sources.len()));
+    let threads = rayon::current_num_threads() as u64;
+    let batch = preset.fwi.batch_size.min(acq.len()) as u64;
+    let shots_per_rank = batch.div_ceil(world.max(1) as u64);
+    let opts = GradientOptions {
+        strategy: preset.wave.gradient,
+        checkpoint_every: preset.wave.checkpoint_every,
+        illumination: true,
+    };
+    let samples = acq
+        .shots
+        .iter()
+        .map(|s| (s.receivers.len() as u64).saturating_mul(preset.wave.nt as u64))
+        .fold(0u64, u64::saturating_add);
+    let (pz, px) = solver.padded_shape();
+    crate::memory::FwiSize {
+        cells: (setup.nz as u64).saturating_mul(setup.nx as u64),
+        padded_cells: (pz as u64).saturating_mul(px as u64),
+        samples,
+        real_bytes: T::BYTES as u64,
+        shots_per_rank,
+        shots_at_once: shots_per_rank.min(threads),
+        batch,
+        shot_gradient_bytes: solver
+            .gradient_bytes(receivers, sources, &opts)
+            .saturating_add(solver.resampling_bytes(receivers, sources)),
+        shot_forward_bytes: solver.forward_bytes(receivers, sources),
+        modelled_at_once: match setup.data {
+            Some(_) => 0,
+            None => (acq.len() as u64).min(threads),
+        },
+    }
+}
+
 #[allow(clippy::too_many_lines)]
 fn run_typed<T: Real>(
     preset: &FwiPreset,
@@ -475,6 +570,7 @@ fn run_typed<T: Real>(
     let setup = decode_setup(&setup)?;
     let (nz, nx) = (setup.nz, setup.nx);
     let (dz, dx) = (preset.model.dz_m, preset.model.dx_m);
+    check_cells(preset, nz, nx)?;
     let cells = nz * nx;
     let start = VelocityModel::<T>::new(
         nz,
@@ -501,7 +597,20 @@ fn run_typed<T: Real>(
     };
     let acq = &setup.acquisition;
     let n_shots = acq.len();
-    let step_ratio = Solver::new(&start, &settings)?.step_ratio();
+    let probe = Solver::new(&start, &settings)?;
+    let step_ratio = probe.step_ratio();
+    // Before the observed data are modelled and any shot's wavefield is kept: rank 0 decides, so
+    // every rank fails together with its estimate.
+    broadcast_result(
+        comm.as_ref(),
+        (rank == 0).then(|| {
+            let size = memory_size(preset, &setup, &probe, world);
+            crate::memory::fwi(&size, crate::memory::ranks_here(world))
+                .check()
+                .map(|()| Vec::new())
+        }),
+    )?;
+    drop(probe);
     if rank == 0 {
         tracing::info!(
             "{n_shots} shots × {} samples × {step_ratio} internal steps per sample on {nz}×{nx} cells",
@@ -758,7 +867,7 @@ fn run_typed<T: Real>(
         let illumination = figures.then(|| grad.split_off(cells));
         let mut g: Vec<T> = if smooth_cells > 0.0 {
             let f: Vec<f64> = grad.iter().map(|v| v.to_f64()).collect();
-            marmousi::gaussian_smooth(&f, nz, nx, smooth_cells)
+            marmousi::gaussian_smooth(&f, nz, nx, smooth_cells)?
                 .into_iter()
                 .map(T::from_f64)
                 .collect()
@@ -772,6 +881,18 @@ fn run_typed<T: Real>(
         }
         adam.lr = learning_rate;
         adam.step(&mut model, &g);
+        // Every rank holds the same model, so every rank stops here alike; no non-finite model is
+        // ever written or sent on.
+        let bad = model.iter().filter(|v| !v.to_f64().is_finite()).count();
+        if bad > 0 {
+            return Err(Error::NonFinite {
+                what: format!(
+                    "the model after the step of epoch {} (learning rate {learning_rate:?}: too large?)",
+                    epoch + 1
+                ),
+                count: bad,
+            });
+        }
         for v in model.iter_mut() {
             if *v < lo {
                 *v = lo;
@@ -933,5 +1054,92 @@ mod tests {
         assert!(w.contains("`wave.dt_s` = 1 s"), "{w}");
         assert!(w.contains(&format!("{ratio} internal steps")), "{w}");
         assert!(w.contains(&(600 * ratio).to_string()), "{w}");
+    }
+
+    #[test]
+    fn the_bundled_inversion_is_sized_well_within_a_laptop_and_absurd_sizes_are_named() {
+        let (preset, _, _) = FwiPreset::load("fwi_marmousi", &[]).unwrap().unwrap();
+        let setup = load_setup(&preset, Path::new("")).unwrap();
+        let start = VelocityModel::<f32>::new(
+            setup.nz,
+            setup.nx,
+            preset.model.dz_m,
+            preset.model.dx_m,
+            setup.start.iter().map(|&v| v as f32).collect(),
+        )
+        .unwrap();
+        let settings = SolverSettings {
+            max_vel: Some(5000.0),
+            ..preset.wave.settings(preset.wavelet.freq_hz())
+        };
+        let solver = Solver::new(&start, &settings).unwrap();
+        let parts = crate::memory::fwi(&memory_size(&preset, &setup, &solver, 2), 2);
+        assert!(parts.total_bytes() < 1 << 30, "{parts}");
+        assert!(parts.total_bytes() > 8 << 20, "{parts}");
+        // A spacing of 1e-300 m: no overflow in the step count, an error naming it.
+        let tiny = FwiPreset::load("fwi_marmousi", &["model.dx_m=1e-300".into()])
+            .unwrap()
+            .unwrap()
+            .0;
+        let err = run(
+            &tiny,
+            Path::new(""),
+            tempfile::tempdir().unwrap().path().join("o").as_path(),
+            &mut |_| ControlFlow::Continue(()),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("internal steps"), "{err}");
+        // Named as given, not as 300 digits, and the steps it would take, not a saturated count.
+        assert!(
+            err.contains("1e-300 m") && err.contains("1.667e301 internal steps") && err.len() < 400,
+            "{err}"
+        );
+        for (set, field) in [
+            ("fwi.smooth_gradient_cells=1e9", "fwi.smooth_gradient_cells"),
+            ("model.start.sigma_cells=1e9", "model.start.sigma_cells"),
+        ] {
+            let wide = FwiPreset::load("fwi_marmousi", &[set.into()])
+                .unwrap()
+                .unwrap()
+                .0;
+            let err = run(
+                &wide,
+                Path::new(""),
+                tempfile::tempdir().unwrap().path().join("o").as_path(),
+                &mut |_| ControlFlow::Continue(()),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(field) && err.contains("at most 240"), "{err}");
+        }
+        for (set, field) in [
+            ("fwi.freeze_rows=100000", "fwi.freeze_rows"),
+            ("model.start.keep_rows=1000000", "model.start.keep_rows"),
+        ] {
+            let all = FwiPreset::load("fwi_marmousi", &[set.into()])
+                .unwrap()
+                .unwrap()
+                .0;
+            let err = run(
+                &all,
+                Path::new(""),
+                tempfile::tempdir().unwrap().path().join("o").as_path(),
+                &mut |_| ControlFlow::Continue(()),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains(field) && err.contains("none to invert"),
+                "{err}"
+            );
+        }
+        let err = FwiPreset::load(
+            "fwi_marmousi",
+            &["fwi.stages=[{ cutoff_hz = 5.0, epochs = 0 }]".into()],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("fwi.stages[0].epochs"), "{err}");
     }
 }

@@ -48,13 +48,10 @@ impl RemoteFetch {
         outputs: &[PathBuf],
         root: &Path,
     ) -> Result<Option<(RemoteFetch, Request)>, String> {
-        let mut names: Vec<String> = Vec::with_capacity(outputs.len());
-        for o in outputs {
-            match crate::protocol::client::output_name(o) {
-                Some(n) => names.push(n),
-                None => return Err(format!("the server named an output `{}`", o.display())),
-            }
-        }
+        // Every name is checked before the disk is touched (the same check as `tessera run
+        // --attach --fetch`).
+        let mut names =
+            crate::protocol::client::output_names(outputs).map_err(|e| e.to_string())?;
         // metrics.json (train.json for a training run) marks a complete run: written last.
         names.sort_by_key(|n| n == "metrics.json" || n == "train.json");
         if names.is_empty() {

@@ -59,10 +59,70 @@ pub fn read_image(path: &Path) -> Result<Tensor> {
     decode_image(&bytes).map_err(|reason| Error::format(path, reason))
 }
 
+/// The shape `(1, C, H, W)` a PNG, JPEG or TIFF file declares, read from its header alone (the
+/// pixels are not decoded), so that a job is sized before the image is loaded.
+pub fn peek_image_shape(path: &Path) -> Result<Vec<usize>> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io("reading", path, e))?;
+    let (c, h, w) =
+        header_dims(std::io::BufReader::new(file)).map_err(|reason| Error::format(path, reason))?;
+    Ok(vec![1, c, h, w])
+}
+
+/// `(C, H, W)` of the decoded tensor, from the header of the image `r` holds.
+fn header_dims(
+    mut r: impl std::io::BufRead + std::io::Seek,
+) -> std::result::Result<(usize, usize, usize), String> {
+    let mut magic = [0u8; 8];
+    let n = r.read(&mut magic).map_err(|e| e.to_string())?;
+    r.rewind().map_err(|e| e.to_string())?;
+    let format = match sniff(&magic[..n]) {
+        None if n == 0 => return Err("image file is empty".into()),
+        None => {
+            return Err("not a PNG, JPEG or TIFF image (unrecognised file signature)".into());
+        }
+        Some(Container::Tiff) => {
+            use tiff::ColorType as T;
+            let bad = |e: tiff::TiffError| format!("cannot read the TIFF header ({e})");
+            let mut dec = tiff::decoder::Decoder::new(r).map_err(bad)?;
+            let (w, h) = dec.dimensions().map_err(bad)?;
+            let c = match dec.colortype().map_err(bad)? {
+                T::Gray(_) | T::GrayA(_) => 1,
+                _ => 3,
+            };
+            return Ok((c, h as usize, w as usize));
+        }
+        Some(Container::Png) => ImageFormat::Png,
+        Some(Container::Jpeg) => ImageFormat::Jpeg,
+    };
+    use image::ImageDecoder;
+    let dec = image::ImageReader::with_format(r, format)
+        .into_decoder()
+        .map_err(|e| format!("cannot read the {format:?} header ({e})"))?;
+    let (w, h) = dec.dimensions();
+    let c = if dec.color_type().has_color() { 3 } else { 1 };
+    Ok((c, h as usize, w as usize))
+}
+
 /// Decodes image bytes; the error says what is wrong with them.
 pub fn decode_image(bytes: &[u8]) -> std::result::Result<Tensor, String> {
     if bytes.is_empty() {
         return Err("image file is empty".into());
+    }
+    // The header first: an image larger than this process can hold as floats is refused before a
+    // decoder allocates for it (a few MB of PNG may declare 60000² pixels).
+    let (c, h, w) = header_dims(Cursor::new(bytes))?;
+    let float_bytes = [c, h, w, 4]
+        .iter()
+        .fold(1u64, |n, &d| n.saturating_mul(d as u64));
+    if let Some(available) = crate::heap::available_bytes()
+        && float_bytes > available
+    {
+        return Err(format!(
+            "not enough memory: the image declares {w}×{h} pixels × {c} channel(s), {} as \
+             floats, but only {} are available",
+            crate::error::human_bytes(float_bytes),
+            crate::error::human_bytes(available)
+        ));
     }
     let alloc_limit = (bytes.len() as u64)
         .saturating_mul(MAX_EXPANSION)

@@ -66,6 +66,20 @@ pub fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
     }
 }
 
+/// The shape [`read_array`] would return for `path`, from the file's header alone: what a job's
+/// memory estimate needs before the file is loaded (a small file may declare a huge array).
+pub fn peek_shape(path: &Path) -> Result<Vec<usize>> {
+    match FileKind::from_path(path) {
+        Some(FileKind::Npy) => npy::peek_npy_shape(path),
+        Some(FileKind::Png | FileKind::Jpeg | FileKind::Tiff) => image::peek_image_shape(path),
+        Some(FileKind::Nifti) => nifti::peek_nifti_shape(path),
+        None => Err(Error::Unsupported(format!(
+            "reading this file type (supported: {SUPPORTED_READ}): {}",
+            path.display()
+        ))),
+    }
+}
+
 /// Reads an array from `.npy`, an image (`.png`, `.jpg`/`.jpeg`, `.tif`/`.tiff`) or a NIfTI volume
 /// (`.nii`, `.nii.gz`), chosen by extension. Images come back as `(1, C, H, W)`, NIfTI volumes as
 /// `(1, 1, D, H, W)`; `.npy` keeps its stored shape. Values are not checked for NaN/Inf: callers that

@@ -226,6 +226,32 @@ pub fn read_nifti(path: &Path) -> Result<Tensor> {
     decode_nifti(&bytes).map_err(|reason| Error::format(path, reason))
 }
 
+/// The tensor shape a `.nii` or `.nii.gz` file declares, from its header alone (for a gzip file,
+/// only the header is decompressed), so a job is sized before the volume is loaded.
+pub fn peek_nifti_shape(path: &Path) -> Result<Vec<usize>> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io("reading", path, e))?;
+    let mut raw = std::io::BufReader::new(file);
+    let mut magic = [0u8; 2];
+    let n = raw
+        .read(&mut magic)
+        .map_err(|e| Error::io("reading", path, e))?;
+    let head = |r: &mut dyn Read| -> std::io::Result<Vec<u8>> {
+        let mut head = Vec::with_capacity(HEADER_LEN);
+        r.take(HEADER_LEN as u64).read_to_end(&mut head)?;
+        Ok(head)
+    };
+    let chained = magic[..n].chain(raw);
+    let head = if magic[..n] == [0x1F, 0x8B] {
+        head(&mut flate2::read::MultiGzDecoder::new(chained))
+    } else {
+        head(&mut { chained })
+    }
+    .map_err(|e| Error::format(path, format!("corrupt gzip stream ({e})")))?;
+    parse_header(&head)
+        .and_then(|h| h.tensor_shape())
+        .map_err(|reason| Error::format(path, reason))
+}
+
 /// Decodes the bytes of a `.nii` or `.nii.gz` file.
 pub fn decode_nifti(bytes: &[u8]) -> std::result::Result<Tensor, String> {
     if bytes.is_empty() {

@@ -69,14 +69,26 @@ pub fn parse_npy_f64(bytes: &[u8]) -> std::result::Result<(Vec<usize>, Vec<f64>)
     parse_values(bytes, |v| v)
 }
 
-/// The shape and values (C order), each stored value read as f64 (exact for every dtype but
-/// 64-bit integers beyond 2⁵³) and then converted by `out`.
-fn parse_values<V: Copy + Default>(
-    bytes: &[u8],
-    out: impl Fn(f64) -> V,
-) -> std::result::Result<(Vec<usize>, Vec<V>), String> {
-    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+/// What a `.npy` header says: the shape, the dtype (little-endian?, kind, bytes per value), the
+/// order, and where the data start.
+struct Header {
+    shape: Vec<usize>,
+    count: usize,
+    little: bool,
+    kind: char,
+    size: usize,
+    fortran: bool,
+    data_start: usize,
+    descr: String,
+}
+
+/// Parses the header at the start of `bytes` (which may hold only the header).
+fn parse_header(bytes: &[u8]) -> std::result::Result<Header, String> {
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err("missing the \\x93NUMPY magic".into());
+    }
+    if bytes.len() < 10 {
+        return Err("truncated header (the file ends after the magic)".into());
     }
     let major = bytes[6];
     let (header_len, start) = match major {
@@ -98,6 +110,12 @@ fn parse_values<V: Copy + Default>(
         .ok_or("header longer than the file")?;
     let header =
         std::str::from_utf8(&bytes[start..header_end]).map_err(|_| "header is not text")?;
+    for key in ["descr", "fortran_order", "shape"] {
+        let quoted = |q: char| header.matches(&format!("{q}{key}{q}")).count();
+        if quoted('\'') + quoted('"') > 1 {
+            return Err(format!("header names '{key}' more than once"));
+        }
+    }
     let descr = dict_value(header, "descr").ok_or("header has no 'descr'")?;
     let descr = descr.trim_matches(|c| c == '\'' || c == '"');
     let fortran = dict_value(header, "fortran_order").ok_or("header has no 'fortran_order'")?;
@@ -107,8 +125,13 @@ fn parse_values<V: Copy + Default>(
         other => return Err(format!("bad fortran_order {other}")),
     };
     let shape_text = dict_value(header, "shape").ok_or("header has no 'shape'")?;
-    let shape: Vec<usize> = shape_text
-        .trim_matches(|c| c == '(' || c == ')')
+    // One tuple of integers: `(2, 3)`, `(5,)` or `()`; nested tuples are not a shape.
+    let inner = shape_text
+        .strip_prefix('(')
+        .and_then(|t| t.strip_suffix(')'))
+        .filter(|t| !t.contains(['(', ')']))
+        .ok_or_else(|| format!("bad shape {shape_text}"))?;
+    let shape: Vec<usize> = inner
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -121,8 +144,51 @@ fn parse_values<V: Copy + Default>(
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or("shape overflows")?;
-    let payload = &bytes[header_end..];
     let (little, kind, size) = parse_descr(descr)?;
+    Ok(Header {
+        shape,
+        count,
+        little,
+        kind,
+        size,
+        fortran,
+        data_start: header_end,
+        descr: descr.to_string(),
+    })
+}
+
+/// The shape a `.npy` file declares, from its header alone (the data are not read), so a job can
+/// be sized before the file is loaded.
+pub fn peek_npy_shape(path: &Path) -> Result<Vec<usize>> {
+    use std::io::Read;
+    // Version 2/3 headers may be long; numpy writes a few hundred bytes.
+    const MAX_HEADER: u64 = 1 << 20;
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_HEADER).read_to_end(&mut head))
+        .map_err(|e| Error::io("reading", path, e))?;
+    parse_header(&head)
+        .map(|h| h.shape)
+        .map_err(|reason| Error::format(path, format!("not a valid .npy file ({reason})")))
+}
+
+/// The shape and values (C order), each stored value read as f64 (exact for every dtype but
+/// 64-bit integers beyond 2⁵³) and then converted by `out`.
+fn parse_values<V: Copy + Default>(
+    bytes: &[u8],
+    out: impl Fn(f64) -> V,
+) -> std::result::Result<(Vec<usize>, Vec<V>), String> {
+    let Header {
+        shape,
+        count,
+        little,
+        kind,
+        size,
+        fortran,
+        data_start,
+        descr,
+    } = parse_header(bytes)?;
+    let payload = &bytes[data_start..];
     let need = count.checked_mul(size).ok_or("shape overflows")?;
     if payload.len() < need {
         return Err(format!(
@@ -251,5 +317,53 @@ mod tests {
         let t = parse_npy(&bytes).unwrap();
         assert_eq!(t.shape(), &[2, 3]);
         assert_eq!(t.data(), &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    }
+
+    fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&[1, 0]);
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(data);
+        bytes
+    }
+
+    #[test]
+    fn nested_shapes_duplicate_keys_and_a_cut_after_the_magic_are_named() {
+        let one = 1f32.to_le_bytes();
+        let nested = with_header(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': ((((1,),),),), }",
+            &one,
+        );
+        let e = parse_npy(&nested).unwrap_err();
+        assert!(e.contains("bad shape"), "{e}");
+        let twice = with_header(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'shape': (1,), }",
+            &one,
+        );
+        let e = parse_npy(&twice).unwrap_err();
+        assert!(e.contains("'shape' more than once"), "{e}");
+        let e = parse_npy(MAGIC).unwrap_err();
+        assert!(e.contains("ends after the magic"), "{e}");
+        let e = parse_npy(b"\x93NUMP").unwrap_err();
+        assert!(e.contains("magic"), "{e}");
+        // The honest forms still read, and a header alone gives the shape.
+        let ok = with_header(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }",
+            &one,
+        );
+        assert_eq!(parse_npy(&ok).unwrap().shape(), &[1]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.npy");
+        std::fs::write(
+            &path,
+            with_header(
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (60000, 60000), }",
+                &[],
+            ),
+        )
+        .unwrap();
+        assert_eq!(peek_npy_shape(&path).unwrap(), vec![60000, 60000]);
+        assert!(read_npy(&path).is_err(), "the data are missing");
     }
 }

@@ -53,6 +53,7 @@ impl RunDir {
                 if !path.is_dir() {
                     return Err(Error::format(path, "the output folder is a file"));
                 }
+                check_same_file_system(path)?;
                 let has_files = std::fs::read_dir(path)
                     .map_err(|e| Error::io("reading output folder", path, e))?
                     .next()
@@ -67,6 +68,9 @@ impl RunDir {
                             path.display()
                         ),
                     ));
+                }
+                if has_files {
+                    check_is_run(path, None)?;
                 }
                 Ok(())
             }
@@ -85,34 +89,43 @@ impl RunDir {
     }
 }
 
-/// Staging folders are named `<STAGING_PREFIX><pid of the writing process>-<n>`.
+/// The start of every staging folder's name: `<STAGING_PREFIX><host>-<pid of the writing
+/// process>-<n>` ([`staging_prefix`] adds the host).
 pub const STAGING_PREFIX: &str = ".tessera-partial-";
 
-/// Removes the staging folders directly under `root` whose writing process no longer exists: a
-/// process killed mid-run (a backend restarted from the workbench) cannot drop its [`Staging`],
-/// and no one else will ever commit the folder. Folders of live processes (another server writing
-/// into the same root) are left alone. Returns the folders removed.
+/// Removes the staging folders directly under `root` that a run of this machine left when it was
+/// killed (its process is gone: a backend restarted from the workbench cannot drop its
+/// [`Staging`], and no one else will ever commit the folder). Folders of other machines (a shared
+/// file system) and of live processes are left alone; a failure to remove one is only logged.
+/// Returns the folders removed.
 pub fn remove_abandoned_staging(root: &Path) -> Vec<PathBuf> {
+    let prefix = staging_prefix();
     let Ok(entries) = std::fs::read_dir(root) else {
         return Vec::new();
     };
     let mut removed = Vec::new();
     for entry in entries.flatten() {
-        let name = entry.file_name();
+        let name = entry.file_name().to_string_lossy().into_owned();
         let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(STAGING_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<libc::pid_t>().ok()))
             .filter(|pid| *pid > 0)
         else {
             continue;
         };
-        // SAFETY: signal 0 only checks whether the process exists; nothing is sent.
-        let gone = unsafe { libc::kill(pid, 0) } == -1
+        // SAFETY: kill with signal 0 only checks whether the process exists; nothing is sent.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone && std::fs::remove_dir_all(entry.path()).is_ok() {
-            removed.push(entry.path());
+        if !gone {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => removed.push(entry.path()),
+            Err(e) => tracing::warn!(
+                "could not remove an abandoned staging folder: {e}: {}",
+                entry.path().display()
+            ),
         }
     }
     removed
@@ -136,10 +149,11 @@ impl Staging {
         let parent = dest.parent();
         std::fs::create_dir_all(&parent)
             .map_err(|e| Error::io("creating output folder", &parent, e))?;
+        remove_abandoned_staging(&parent);
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         loop {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = parent.join(format!("{STAGING_PREFIX}{}-{n}", std::process::id()));
+            let path = parent.join(format!("{}{}-{n}", staging_prefix(), std::process::id()));
             match std::fs::create_dir(&path) {
                 Ok(()) => {
                     return Ok(Staging {
@@ -189,6 +203,11 @@ impl Staging {
                 match rename_no_replace(&self.path, path) {
                     Ok(()) => path.clone(),
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && *replace => {
+                        // Checked again: files may have been put there while the run computed.
+                        if !is_run(path) {
+                            let kept = self.keep();
+                            check_is_run(path, Some(&kept))?;
+                        }
                         replace_dir(&self.path, path)?;
                         path.clone()
                     }
@@ -224,6 +243,104 @@ impl Drop for Staging {
             let _ = std::fs::remove_dir_all(&self.path);
         }
     }
+}
+
+/// `.tessera-partial-<host>-`: the start of this machine's staging folders' names (the process id
+/// and a counter follow), so an abandoned one is known by its host and process.
+fn staging_prefix() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let host = match unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } {
+        0 => {
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            file_name_safe(&String::from_utf8_lossy(&buf[..end]))
+        }
+        _ => "host".into(),
+    };
+    format!("{STAGING_PREFIX}{host}-")
+}
+
+/// A run folder is moved into place by `rename(2)`, which cannot cross file systems: an existing
+/// output folder on another one than its parent (an empty mount point) is refused now, before the
+/// run, rather than after it.
+fn check_same_file_system(path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev());
+    match (dev(path), dev(parent)) {
+        (Ok(a), Ok(b)) if a != b => Err(Error::config(
+            "--out",
+            format!(
+                "the output folder is a mount point (another file system than its parent), and a \
+                 run is moved into its folder by a rename, which cannot cross file systems: give a \
+                 folder inside it: {}",
+                path.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The files that mark a folder as a whole tessera run, one of them written last by every kind of
+/// run (`metrics.json`: imaging and FWI; `train.json`: training).
+const RUN_MARKERS: [&str; 2] = ["metrics.json", "train.json"];
+
+/// Whether `dir` holds a tessera run: one of [`RUN_MARKERS`] as a regular file holding a JSON
+/// object (its first byte past white space is `{`).
+pub fn is_run(dir: &Path) -> bool {
+    use std::io::Read;
+    RUN_MARKERS.iter().any(|m| {
+        let path = dir.join(m);
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|md| md.file_type().is_file());
+        let mut head = [0u8; 64];
+        regular
+            && std::fs::File::open(&path)
+                .and_then(|mut f| f.read(&mut head))
+                .is_ok_and(|n| head[..n].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'))
+    })
+}
+
+/// `--replace` removes only a previous run: a folder of anything else (notes, a thesis) is refused,
+/// naming some of what it holds (and where the finished run was `kept`, when it was).
+fn check_is_run(dir: &Path, kept: Option<&Path>) -> Result<()> {
+    if is_run(dir) {
+        return Ok(());
+    }
+    const SHOWN: usize = 5;
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io("reading output folder", dir, e))?
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let slash = if e.file_type().is_ok_and(|t| t.is_dir()) {
+                "/"
+            } else {
+                ""
+            };
+            format!("{}{slash}", e.file_name().to_string_lossy())
+        })
+        .collect();
+    names.sort();
+    let more = names.len().saturating_sub(SHOWN);
+    names.truncate(SHOWN);
+    let mut listing = names.join(", ");
+    if more > 0 {
+        listing.push_str(&format!(" and {more} more"));
+    }
+    Err(Error::config(
+        "--replace",
+        format!(
+            "the output folder is not a tessera run (it has no {}) and --replace replaces only a \
+             previous run; it holds {listing}: choose another folder, or move those files away \
+             yourself{}: {}",
+            RUN_MARKERS.join(" or "),
+            kept.map(|k| format!(" (this run is left in {})", k.display()))
+                .unwrap_or_default(),
+            dir.display()
+        ),
+    ))
 }
 
 /// Replaces the folder `dest` by `src`: the old folder is first moved aside under a hidden name
@@ -337,7 +454,9 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead_pid = child.id();
         child.wait().unwrap();
-        let dead = root.path().join(format!("{STAGING_PREFIX}{dead_pid}-0"));
+        let dead = root
+            .path()
+            .join(format!("{}{dead_pid}-0", staging_prefix()));
         std::fs::create_dir(&dead).unwrap();
         write(&dead, "reconstruction.npy", "half a run");
         let run = root.path().join("20250101-120000-quick-1");
@@ -405,7 +524,7 @@ mod tests {
         std::fs::create_dir(&out).unwrap();
         // An empty folder is fine.
         let s = Staging::create(&RunDir::from(out.as_path())).unwrap();
-        write(s.path(), "metrics.json", "first");
+        write(s.path(), "metrics.json", "{\"run\": 1}");
         assert_eq!(s.commit("x").unwrap(), out);
         // A folder with a previous run is refused before anything is computed …
         let err = Staging::create(&RunDir::from(out.as_path())).unwrap_err();
@@ -419,16 +538,60 @@ mod tests {
         drop(failed);
         assert_eq!(
             std::fs::read_to_string(out.join("metrics.json")).unwrap(),
-            "first"
+            "{\"run\": 1}"
         );
         let s = Staging::create(&replace).unwrap();
-        write(s.path(), "metrics.json", "second");
+        write(s.path(), "metrics.json", "{\"run\": 2}");
         s.commit("x").unwrap();
         assert_eq!(
             std::fs::read_to_string(out.join("metrics.json")).unwrap(),
-            "second"
+            "{\"run\": 2}"
         );
         assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn replace_refuses_a_folder_that_is_not_a_run_and_names_what_is_there() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("mydir");
+        std::fs::create_dir_all(out.join("sub")).unwrap();
+        write(&out, "notes.txt", "mine");
+        write(&out.join("sub"), "thesis.tex", "mine too");
+        let replace = RunDir::Exact {
+            path: out.clone(),
+            replace: true,
+        };
+        let err = Staging::create(&replace).unwrap_err().to_string();
+        assert!(
+            err.contains("not a tessera run") && err.contains("notes.txt, sub/"),
+            "{err}"
+        );
+        // A folder that became a non-run while the run computed is refused at the end too, and
+        // the finished run is kept.
+        std::fs::remove_file(out.join("notes.txt")).unwrap();
+        write(&out, "metrics.json", "{}");
+        let s = Staging::create(&replace).unwrap();
+        write(s.path(), "metrics.json", "{\"new\": 1}");
+        std::fs::remove_file(out.join("metrics.json")).unwrap();
+        let staging = s.path().to_path_buf();
+        let err = s.commit("x").unwrap_err().to_string();
+        assert!(
+            err.contains("not a tessera run") && err.contains("this run is left in"),
+            "{err}"
+        );
+        assert!(staging.join("metrics.json").exists());
+        assert_eq!(
+            std::fs::read_to_string(out.join("sub/thesis.tex")).unwrap(),
+            "mine too"
+        );
+        // A marker that is not a JSON object, or a link to one, does not make a run either.
+        write(&out, "metrics.json", "not json");
+        assert!(!is_run(&out));
+        std::fs::remove_file(out.join("metrics.json")).unwrap();
+        write(root.path(), "elsewhere.json", "{}");
+        std::os::unix::fs::symlink(root.path().join("elsewhere.json"), out.join("train.json"))
+            .unwrap();
+        assert!(!is_run(&out));
     }
 
     #[test]
@@ -445,5 +608,45 @@ mod tests {
         let err = Staging::create(&RunDir::Unique { root: ro.clone() }).unwrap_err();
         assert!(err.to_string().contains("writable"), "{err}");
         std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn staging_folders_of_killed_runs_are_removed_and_live_ones_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let prefix = staging_prefix();
+        let abandoned = root.path().join(format!("{prefix}{dead}-3"));
+        let live = root
+            .path()
+            .join(format!("{prefix}{}-999", std::process::id()));
+        let foreign = root
+            .path()
+            .join(format!(".tessera-partial-elsewhere-{dead}-3"));
+        for d in [&abandoned, &live, &foreign] {
+            std::fs::create_dir(d).unwrap();
+            write(d, "reconstruction.npy", "half");
+        }
+        let s = Staging::create(&RunDir::Unique {
+            root: root.path().to_path_buf(),
+        })
+        .unwrap();
+        assert!(!abandoned.exists(), "a killed run's folder stays");
+        assert!(live.exists() && foreign.exists());
+        drop(s);
+    }
+
+    #[test]
+    fn a_mount_point_as_the_output_folder_is_refused_before_the_run() {
+        // /proc is a mount point on every Linux system; nothing is written to it.
+        let err = RunDir::Exact {
+            path: PathBuf::from("/proc"),
+            replace: false,
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("mount point"), "{err}");
     }
 }

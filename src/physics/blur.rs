@@ -28,9 +28,16 @@ pub const MAX_SIGMA_PX: f32 = 500.0;
 /// Largest Gaussian standard deviation accepted in 3-D, in voxels (the kernel is a cube).
 pub const MAX_SIGMA_3D_PX: f32 = 50.0;
 
-/// deepinv's kernel side for standard deviations `sigma_px`: `2·int(max σ / 0.3 + 1) + 1`.
-fn gaussian_side(sigma_px: &[f32]) -> usize {
-    let s = sigma_px.iter().copied().fold(0.0f32, f32::max);
+/// deepinv's kernel side for standard deviations `sigma_px`: `2·int(max σ / 0.3 + 1) + 1`, with
+/// σ taken as at most `max_sigma_px`. Configs refuse a larger σ with its field's name; the bound
+/// here keeps the kernel's size bounded where it is computed, whatever the caller checked (a σ of
+/// 10⁹ would ask for 10¹⁹ values).
+fn gaussian_side(sigma_px: &[f32], max_sigma_px: f32) -> usize {
+    let s = sigma_px
+        .iter()
+        .copied()
+        .fold(0.0f32, f32::max)
+        .min(max_sigma_px);
     // deepinv evaluates the size in Python floats from the decimal the user wrote; the shortest
     // decimal of the f32 recovers it (0.9f32 → 0.9, whose 0.9/0.3 + 1 truncates to 4, not 3).
     let s64: f64 = s.to_string().parse().unwrap_or(s as f64);
@@ -43,7 +50,7 @@ fn gaussian_side(sigma_px: &[f32]) -> usize {
 /// (`x' = x cos θ − y sin θ`, `y' = x sin θ + y cos θ`), value `exp(−x'²/2σ_cols² − y'²/2σ_rows²)`,
 /// normalised to sum 1. Arguments are assumed validated (σ > 0, finite).
 pub fn gaussian_kernel(sigma_px: [f32; 2], angle_deg: f32) -> Tensor {
-    let n = gaussian_side(&sigma_px);
+    let n = gaussian_side(&sigma_px, MAX_SIGMA_PX);
     let half = (n as f64 - 1.0) / 2.0;
     let theta = (angle_deg as f64).to_radians();
     let (sin, cos) = theta.sin_cos();
@@ -64,7 +71,7 @@ pub fn gaussian_kernel(sigma_px: [f32; 2], angle_deg: f32) -> Tensor {
 /// as deepinv's `gaussian_blur(sigma=(σ_d, σ_h, σ_w))` with angle 0: a cube whose side follows the
 /// 2-D rule from the largest σ, normalised to sum 1.
 pub fn gaussian_kernel_3d(sigma_px: [f32; 3]) -> Tensor {
-    let n = gaussian_side(&sigma_px);
+    let n = gaussian_side(&sigma_px, MAX_SIGMA_3D_PX);
     let half = (n as f64 - 1.0) / 2.0;
     let profile = |s: f32| -> Vec<f64> {
         let s = s as f64;
@@ -597,11 +604,14 @@ mod tests {
 
     #[test]
     fn gaussian_side_follows_deepinv() {
-        assert_eq!(gaussian_side(&[1.0, 1.0]), 9);
-        assert_eq!(gaussian_side(&[2.0, 0.5]), 15);
+        assert_eq!(gaussian_side(&[1.0, 1.0], MAX_SIGMA_PX), 9);
+        assert_eq!(gaussian_side(&[2.0, 0.5], MAX_SIGMA_PX), 15);
         // Python: int(0.9 / 0.3 + 1) = int(4.000…04) = 4.
-        assert_eq!(gaussian_side(&[0.9]), 9);
-        assert_eq!(gaussian_side(&[10.24, 5.12]), 71);
+        assert_eq!(gaussian_side(&[0.9], MAX_SIGMA_PX), 9);
+        assert_eq!(gaussian_side(&[10.24, 5.12], MAX_SIGMA_PX), 71);
+        // Bounded where computed: σ = 10⁹ is cut to the largest σ a config accepts.
+        assert_eq!(gaussian_side(&[1e9], MAX_SIGMA_PX), 3335);
+        assert_eq!(gaussian_kernel_3d([1e9; 3]).shape()[2], 335);
     }
 
     #[test]

@@ -61,10 +61,36 @@ impl Token {
 
     /// Reads a token file, refusing one that others can read or write, or that another user owns.
     pub fn from_file(path: &Path) -> Result<Token> {
-        let meta = std::fs::metadata(path).map_err(|e| Error::io("reading token file", path, e))?;
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        // Opened without blocking (a FIFO would wait for a writer forever) and checked on the
+        // open file: a regular file of at most MAX_TOKEN_FILE_BYTES (not a 4 GB sparse one).
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| Error::io("reading token file", path, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io("reading token file", path, e))?;
+        if !meta.is_file() {
+            return Err(Error::format(path, "the token file is not a regular file"));
+        }
+        if meta.len() > MAX_TOKEN_FILE_BYTES {
+            return Err(Error::format(
+                path,
+                format!(
+                    "the token file holds {} bytes; a token file holds one line of at most \
+                     {MAX_TOKEN_FILE_BYTES}",
+                    meta.len()
+                ),
+            ));
+        }
         check_private(path, &meta)?;
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::io("reading token file", path, e))?;
+        let mut text = String::new();
+        file.take(MAX_TOKEN_FILE_BYTES)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::io("reading token file", path, e))?;
         Token::parse(&text, &path.display().to_string())
     }
 
@@ -99,6 +125,9 @@ impl Token {
         std::hint::black_box(diff) == 0
     }
 }
+
+/// Largest token file read, in bytes.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 
 /// Refuses a secret file that is not owned by this user or that group or others may access.
 fn check_private(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
@@ -171,5 +200,22 @@ mod tests {
         assert!(err.contains("0644") && err.contains("too open"), "{err}");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         assert!(Token::from_file(&path).is_err());
+    }
+
+    #[test]
+    fn a_fifo_or_an_oversized_token_file_is_refused_without_waiting_or_reading_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo on a NUL-terminated path in a fresh folder.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = Token::from_file(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let sparse = dir.path().join("sparse");
+        let f = std::fs::File::create(&sparse).unwrap();
+        f.set_len(4 << 30).unwrap();
+        std::fs::set_permissions(&sparse, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = Token::from_file(&sparse).unwrap_err().to_string();
+        assert!(e.contains("4294967296 bytes"), "{e}");
     }
 }

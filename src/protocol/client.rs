@@ -306,6 +306,41 @@ pub fn output_name(path: &Path) -> Option<String> {
     parts.filter(|v| !v.is_empty()).map(|v| v.join("/"))
 }
 
+/// Every output a server named for a job, checked before anything is written (a client creates
+/// files only under names that pass): each must be an [`output_name`], named once, and no file may
+/// also be another output's folder. A server that names anything else is not trusted with the
+/// client's disk: the error names the first bad output and nothing is fetched.
+pub fn output_names(outputs: &[PathBuf]) -> Result<Vec<String>> {
+    let bad = |what: String| Error::Comm {
+        context: "the server's list of output files (nothing was fetched)".into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, what),
+    };
+    let mut names = Vec::with_capacity(outputs.len());
+    for o in outputs {
+        match output_name(o) {
+            Some(n) => names.push(n),
+            None => {
+                return Err(bad(format!(
+                    "`{}` is not a path inside the run folder",
+                    o.display()
+                )));
+            }
+        }
+    }
+    let mut sorted: Vec<&str> = names.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    for pair in sorted.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a == b {
+            return Err(bad(format!("`{a}` is named twice")));
+        }
+        if b.strip_prefix(a).is_some_and(|rest| rest.starts_with('/')) {
+            return Err(bad(format!("`{a}` is both a file and the folder of `{b}`")));
+        }
+    }
+    Ok(names)
+}
+
 /// The variant's name, for messages.
 pub fn event_name(e: &Event) -> &'static str {
     match e {

@@ -4,6 +4,8 @@
 //! make the real Marmousi model a classic FWI test. Deterministic for a seed (its own SplitMix64
 //! stream, independent of any crate's generator).
 
+use crate::error::{Error, Result};
+
 /// SplitMix64: a small, fixed pseudo-random stream.
 struct SplitMix(u64);
 
@@ -109,20 +111,30 @@ pub fn marmousi_like(nz: usize, nx: usize, seed: u64) -> Vec<f32> {
 
 /// Gaussian smoothing (standard deviation `sigma` cells, edges replicated) of an `nz × nx` field: the
 /// usual FWI starting model. Rows above `keep_rows` (a water layer) are left as they are.
-pub fn smooth(v: &[f32], nz: usize, nx: usize, sigma: f64, keep_rows: usize) -> Vec<f32> {
+pub fn smooth(v: &[f32], nz: usize, nx: usize, sigma: f64, keep_rows: usize) -> Result<Vec<f32>> {
     let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
-    let s = gaussian_smooth(&f, nz, nx, sigma);
-    s.iter()
+    let s = gaussian_smooth(&f, nz, nx, sigma)?;
+    Ok(s.iter()
         .enumerate()
         .map(|(i, &x)| if i / nx < keep_rows { v[i] } else { x as f32 })
-        .collect()
+        .collect())
 }
 
 /// Separable Gaussian smoothing (standard deviation `sigma` cells, edges replicated) of an
-/// `nz × nx` field.
-pub fn gaussian_smooth(f: &[f64], nz: usize, nx: usize, sigma: f64) -> Vec<f64> {
+/// `nz × nx` field. `sigma` may be at most the field's larger side: a wider Gaussian is flat over
+/// the field, and its kernel of `6·sigma` taps would cost memory and time for nothing (`sigma` =
+/// 10⁹ would ask for 48 GB); the error names the largest accepted.
+pub fn gaussian_smooth(f: &[f64], nz: usize, nx: usize, sigma: f64) -> Result<Vec<f64>> {
+    let widest = nz.max(nx) as f64;
+    // NaN is refused too: it is not at most anything.
+    if sigma.is_nan() || sigma > widest {
+        return Err(Error::config(
+            "sigma_cells",
+            format!("{sigma} cells is wider than the {nz}×{nx} model: give at most {widest}"),
+        ));
+    }
     if sigma <= 0.0 {
-        return f.to_vec();
+        return Ok(f.to_vec());
     }
     let radius = (3.0 * sigma).ceil() as i64;
     let kernel: Vec<f64> = (-radius..=radius)
@@ -148,7 +160,7 @@ pub fn gaussian_smooth(f: &[f64], nz: usize, nx: usize, sigma: f64) -> Vec<f64> 
         }
         out
     };
-    pass(&pass(f, true), false)
+    Ok(pass(&pass(f, true), false))
 }
 
 /// Rows of water at the top of a model made by [`marmousi_like`].
@@ -190,7 +202,13 @@ mod tests {
             .filter(|&(z, x)| v[z * nx + x] + 150.0 < v[(z - 1) * nx + x])
             .count();
         assert!(inversions > 50, "{inversions}");
-        let s = smooth(&v, nz, nx, 5.0, water_rows(nz));
+        let s = smooth(&v, nz, nx, 5.0, water_rows(nz)).unwrap();
+        // Wider than the model: refused by name, not a kernel of 6·10⁹ taps.
+        let err = smooth(&v, nz, nx, 1e9, 0).unwrap_err().to_string();
+        assert!(
+            err.contains("sigma_cells") && err.contains("at most"),
+            "{err}"
+        );
         assert!(
             s[..water_rows(nz) * nx]
                 .iter()

@@ -75,6 +75,15 @@ pub fn run(
             "give rank counts of at least 1, e.g. --ranks 1,2",
         ));
     }
+    if let Some(n) = (1..spec.ranks.len()).find_map(|i| {
+        let n = spec.ranks[i];
+        spec.ranks[..i].contains(&n).then_some(n)
+    }) {
+        return Err(Error::config(
+            "--ranks",
+            format!("{n} is given twice; give each rank count once"),
+        ));
+    }
     for &t in &spec.threads_per_rank {
         crate::dist::placement::check_threads("--threads-per-rank", t)?;
     }
@@ -91,6 +100,16 @@ pub fn run(
             Some(s) => size_overrides(preset, s)?,
             None => Vec::new(),
         };
+        // Inputs and memory of every configuration, before the first one runs: a size or rank
+        // count too large would otherwise be found only after the earlier runs.
+        let overrides: Vec<String> = spec.overrides.iter().chain(&resize).cloned().collect();
+        let sized = Preset::load(&spec.preset, &overrides)?;
+        for &ranks in &spec.ranks {
+            crate::job::check_inputs(&sized.preset, &[], ranks, ranks).map_err(|e| {
+                let size = size.map_or("the preset's size".into(), |s| format!("size {s}"));
+                for_configuration(e, &format!("{size} on {ranks} rank(s)"))
+            })?;
+        }
         for threads in axis(&spec.threads_per_rank) {
             for &ranks in &spec.ranks {
                 let config = Configuration {
@@ -168,6 +187,25 @@ pub fn run(
         out,
         runs,
     })
+}
+
+/// `e`, found checking one configuration, saying which one where its message would not.
+fn for_configuration(e: Error, which: &str) -> Error {
+    match e {
+        Error::InvalidConfig { field, reason } => {
+            Error::config(field, format!("{reason} ({which})"))
+        }
+        Error::InsufficientMemory {
+            needed_bytes,
+            available_bytes,
+            detail,
+        } => Error::InsufficientMemory {
+            needed_bytes,
+            available_bytes,
+            detail: format!("{detail}; {which}"),
+        },
+        other => other,
+    }
 }
 
 #[cfg(test)]

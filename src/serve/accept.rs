@@ -4,9 +4,17 @@
 //! them together: a handshake has [`HANDSHAKE_DEADLINE`] in all (not per read), at most
 //! [`MAX_PENDING`] wait at once (the oldest is dropped to make room, so slow or silent connections
 //! cannot lock a client out), and no thread is spent on a connection before it is authenticated.
-//! Unix-socket peers must be this user (`SO_PEERCRED`); TCP peers must present the token, and a
-//! source with repeated wrong tokens is locked out for a growing time. Authenticated clients get a
-//! reader thread each (at most [`MAX_CLIENTS`]) that turns their requests into [`Hub`] calls.
+//! Unix-socket peers must be this user (`SO_PEERCRED`); TCP peers must present the token.
+//!
+//! Strangers must not disturb the clients who hold the token: a refusal is logged on the server
+//! only (at most [`LOGGED_REFUSALS_PER_SEC`] lines a second, never sent to clients as `Log`
+//! events); a wrong token is answered only after a delay that grows with its source's recent
+//! failures, on that connection alone — the right token from the same address is never held back
+//! (it was a lockout per address, which let anyone lock the token holder out); and a new
+//! connection's hello is read as soon as it is accepted, while a full table of waiting handshakes
+//! gives up the oldest one that has sent nothing, so a flood of silent connections cannot push out
+//! a client that says hello at once. Authenticated clients get a reader thread each (at most
+//! [`MAX_CLIENTS`]) that turns their requests into [`Hub`] calls.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -32,10 +40,14 @@ pub const MAX_PENDING: usize = 32;
 const MAX_PENDING_PER_SOURCE: usize = 8;
 /// Authenticated clients at once.
 pub const MAX_CLIENTS: usize = 64;
-/// Wrong tokens a source may send before it is locked out.
+/// Wrong tokens a source may send before their answers are delayed.
 const FREE_FAILURES: u32 = 3;
-/// Longest lockout after repeated wrong tokens.
-const MAX_LOCKOUT: Duration = Duration::from_secs(60);
+/// Longest delay before a wrong token is answered (within the handshake deadline).
+const MAX_DELAY: Duration = Duration::from_secs(8);
+/// A source's failures are forgotten this long after its last one.
+const FAILURE_MEMORY: Duration = Duration::from_secs(60);
+/// Refusals written to the server's log per second at most; the others are counted.
+pub const LOGGED_REFUSALS_PER_SEC: u32 = 5;
 /// Sources whose failures are remembered.
 const MAX_SOURCES: usize = 4096;
 
@@ -67,26 +79,46 @@ struct Pending {
     source: Source,
     since: Instant,
     buf: Vec<u8>,
+    /// A wrong token, answered (refused with this reason) at this time.
+    refuse_at: Option<(Instant, String)>,
+}
+
+impl Pending {
+    /// Nothing received or waiting to be read, nothing decided: what a flood of connections looks
+    /// like (a client's hello that arrived since the last poll is not silent).
+    fn silent(&self) -> bool {
+        let mut waiting: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one c_int, the bytes waiting on this open socket.
+        let rc = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::FIONREAD, &mut waiting) };
+        self.buf.is_empty() && self.refuse_at.is_none() && (rc != 0 || waiting == 0)
+    }
 }
 
 #[derive(Default)]
 struct Failures {
     count: u32,
-    locked_until: Option<Instant>,
     last: Option<Instant>,
 }
 
-/// Failed logins per source, and the lockout they earn.
+/// Wrong tokens per source, and the delay before the next one is answered.
 #[derive(Default)]
 struct Throttle {
     sources: HashMap<Source, Failures>,
 }
 
 impl Throttle {
-    /// How long `source` must still wait, if it is locked out.
-    fn locked(&self, source: Source, now: Instant) -> Option<Duration> {
-        let until = self.sources.get(&source)?.locked_until?;
-        (until > now).then(|| until - now)
+    /// How long a wrong token from `source` waits for its answer: none for the first
+    /// [`FREE_FAILURES`], then 1 s, 2 s, 4 s, … up to [`MAX_DELAY`]; a source quiet for
+    /// [`FAILURE_MEMORY`] starts again.
+    fn delay(&self, source: Source, now: Instant) -> Duration {
+        let Some(f) = self.sources.get(&source) else {
+            return Duration::ZERO;
+        };
+        if f.count <= FREE_FAILURES || f.last.is_some_and(|t| now - t >= FAILURE_MEMORY) {
+            return Duration::ZERO;
+        }
+        let exp = (f.count - FREE_FAILURES - 1).min(16);
+        Duration::from_secs(1u64 << exp).min(MAX_DELAY)
     }
 
     fn failed(&mut self, source: Source, now: Instant) {
@@ -102,19 +134,20 @@ impl Throttle {
             }
         }
         let f = self.sources.entry(source).or_default();
-        f.count += 1;
-        f.last = Some(now);
-        if f.count > FREE_FAILURES {
-            // 1 s, 2 s, 4 s, … up to a minute.
-            let exp = (f.count - FREE_FAILURES - 1).min(16);
-            let wait = Duration::from_secs(1u64 << exp).min(MAX_LOCKOUT);
-            f.locked_until = Some(now + wait);
+        if f.last.is_some_and(|t| now - t >= FAILURE_MEMORY) {
+            f.count = 0;
         }
+        f.count = f.count.saturating_add(1);
+        f.last = Some(now);
     }
+}
 
-    fn succeeded(&mut self, source: Source) {
-        self.sources.remove(&source);
-    }
+/// What a hello earns.
+enum Verdict {
+    Admit(String),
+    Refuse(String),
+    /// A wrong token: refused after this delay.
+    RefuseAfter(Duration, String),
 }
 
 /// Accepts and authenticates connections until the listener fails for good; runs on its own
@@ -133,8 +166,16 @@ pub fn accept_loop(listener: Listener, hub: Arc<Hub>, door: Door) {
     let mut throttle = Throttle::default();
     loop {
         let now = Instant::now();
-        // Deadlines first: a handshake gets HANDSHAKE_DEADLINE in all.
+        // Deadlines first: a handshake gets HANDSHAKE_DEADLINE in all; a wrong token its answer
+        // when its delay is up.
         pending.retain(|p| {
+            if let Some((at, reason)) = &p.refuse_at {
+                if *at <= now {
+                    refuse(&p.stream, reason.clone());
+                    return false;
+                }
+                return true;
+            }
             let late = now.duration_since(p.since) >= HANDSHAKE_DEADLINE;
             if late {
                 refuse(
@@ -149,7 +190,10 @@ pub fn accept_loop(listener: Listener, hub: Arc<Hub>, door: Door) {
         });
         let wait = pending
             .iter()
-            .map(|p| (p.since + HANDSHAKE_DEADLINE).saturating_duration_since(now))
+            .map(|p| match &p.refuse_at {
+                Some((at, _)) => at.saturating_duration_since(now),
+                None => (p.since + HANDSHAKE_DEADLINE).saturating_duration_since(now),
+            })
             .min()
             .unwrap_or(Duration::from_secs(3600));
         let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
@@ -160,6 +204,12 @@ pub fn accept_loop(listener: Listener, hub: Arc<Hub>, door: Door) {
                 revents: 0,
             })
             .collect();
+        // A connection waiting for its answer is not read again (a hang-up still wakes the poll).
+        for (f, p) in fds[1..].iter_mut().zip(&pending) {
+            if p.refuse_at.is_some() {
+                f.events = 0;
+            }
+        }
         let ms = wait.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the duration of the call.
         let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
@@ -179,6 +229,11 @@ pub fn accept_loop(listener: Listener, hub: Arc<Hub>, door: Door) {
             .map(|(i, _)| i)
             .collect();
         for i in readable.into_iter().rev() {
+            if pending[i].refuse_at.is_some() {
+                // Only a hang-up wakes these: the answer has nobody to go to.
+                pending.swap_remove(i);
+                continue;
+            }
             match progress(&mut pending[i]) {
                 Progress::Waiting => {}
                 Progress::Closed => {
@@ -186,32 +241,95 @@ pub fn accept_loop(listener: Listener, hub: Arc<Hub>, door: Door) {
                 }
                 Progress::Hello(hello) => {
                     let p = pending.swap_remove(i);
-                    if let Some(client) = check_hello(&p, hello, &door, &mut throttle) {
-                        admit(p.stream, client, &hub, &door, &clients);
-                    }
+                    decide(
+                        p,
+                        hello,
+                        (&door, &mut throttle),
+                        (&hub, &clients),
+                        &mut pending,
+                    );
                 }
             }
         }
         if fds[0].revents != 0 {
-            accept_new(&listener, &mut pending, me);
+            for mut p in accept_new(&listener, me, &mut pending) {
+                // A client's hello is usually here already: it is answered without taking a
+                // place among the waiting handshakes.
+                match progress(&mut p) {
+                    Progress::Closed => {}
+                    Progress::Hello(hello) => decide(
+                        p,
+                        hello,
+                        (&door, &mut throttle),
+                        (&hub, &clients),
+                        &mut pending,
+                    ),
+                    Progress::Waiting => make_room_for(p, &mut pending),
+                }
+            }
         }
     }
 }
 
-/// Takes every connection waiting on the listener into `pending`.
-fn accept_new(listener: &Listener, pending: &mut Vec<Pending>, me: u32) {
+/// Admits, refuses, or holds `p` for its delayed refusal, as its hello earns.
+fn decide(
+    mut p: Pending,
+    hello: Request,
+    (door, throttle): (&Door, &mut Throttle),
+    (hub, clients): (&Arc<Hub>, &Arc<AtomicUsize>),
+    pending: &mut Vec<Pending>,
+) {
+    match check_hello(&p, hello, door, throttle) {
+        Verdict::Admit(client) => admit(p.stream, client, hub, door, clients),
+        Verdict::Refuse(reason) => refuse(&p.stream, reason),
+        Verdict::RefuseAfter(delay, reason) => {
+            p.refuse_at = Some((Instant::now() + delay, reason));
+            make_room_for(p, pending);
+        }
+    }
+}
+
+/// Puts `p` among the waiting handshakes. When its source already has
+/// [`MAX_PENDING_PER_SOURCE`] or all have [`MAX_PENDING`], the oldest silent one (of the source,
+/// else of all) is dropped for it; with none silent, `p` itself is refused.
+fn make_room_for(p: Pending, pending: &mut Vec<Pending>) {
+    let full_source =
+        pending.iter().filter(|q| q.source == p.source).count() >= MAX_PENDING_PER_SOURCE;
+    if full_source || pending.len() >= MAX_PENDING {
+        let victim = pending
+            .iter()
+            .position(|q| q.silent() && (!full_source || q.source == p.source));
+        match victim {
+            Some(i) => refuse(
+                &pending.remove(i).stream,
+                "too many handshakes at once".into(),
+            ),
+            None => {
+                refuse(&p.stream, "too many handshakes at once; try again".into());
+                return;
+            }
+        }
+    }
+    pending.push(p);
+}
+
+/// Every connection waiting on the listener (non-blocking, its source known). When accepting
+/// fails (out of file descriptors, mostly), the oldest pending handshake is given up.
+fn accept_new(listener: &Listener, me: u32, pending: &mut Vec<Pending>) -> Vec<Pending> {
+    let mut new = Vec::new();
     loop {
         let stream = match listener.accept() {
             Ok(s) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return new,
             Err(e) => {
-                // Out of file descriptors, mostly: pending handshakes are the ones to give up.
-                tracing::warn!("accepting a connection failed: {e}");
-                if let Some(oldest) = pending.first() {
-                    refuse(&oldest.stream, "the server is short of resources".into());
-                    pending.remove(0);
+                log_refusal(&format!("accepting a connection failed: {e}"));
+                if !pending.is_empty() {
+                    refuse(
+                        &pending.remove(0).stream,
+                        "the server is short of resources".into(),
+                    );
                 }
-                return;
+                return new;
             }
         };
         let source = match (stream.peer_ip(), stream.peer_uid()) {
@@ -236,26 +354,12 @@ fn accept_new(listener: &Listener, pending: &mut Vec<Pending>, me: u32) {
         if stream.set_nonblocking(true).is_err() {
             continue;
         }
-        let same = pending.iter().filter(|p| p.source == source).count();
-        if same >= MAX_PENDING_PER_SOURCE {
-            // Make room among this source's own connections: its oldest goes.
-            if let Some(i) = pending.iter().position(|p| p.source == source) {
-                refuse(
-                    &pending.remove(i).stream,
-                    "too many handshakes at once".into(),
-                );
-            }
-        } else if pending.len() >= MAX_PENDING {
-            refuse(
-                &pending.remove(0).stream,
-                "too many handshakes at once".into(),
-            );
-        }
-        pending.push(Pending {
+        new.push(Pending {
             stream,
             source,
             since: Instant::now(),
             buf: Vec::new(),
+            refuse_at: None,
         });
     }
 }
@@ -312,75 +416,89 @@ fn unreadable(why: &str) -> String {
     format!("unreadable hello ({why}); this server speaks protocol version {PROTOCOL_VERSION}")
 }
 
-/// The client's name when its hello is acceptable; refuses the connection otherwise.
-fn check_hello(
-    p: &Pending,
-    hello: Request,
-    door: &Door,
-    throttle: &mut Throttle,
-) -> Option<String> {
+/// What `p`'s hello earns: the client's name when it is acceptable.
+fn check_hello(p: &Pending, hello: Request, door: &Door, throttle: &mut Throttle) -> Verdict {
     let Request::Hello {
         protocol,
         client,
         token: given,
     } = hello
     else {
-        refuse(&p.stream, "the first message must be Hello".into());
-        return None;
+        return Verdict::Refuse("the first message must be Hello".into());
     };
     if protocol != PROTOCOL_VERSION {
-        refuse(
-            &p.stream,
-            format!(
-                "protocol version mismatch: the client speaks version {protocol}, this server \
-                 speaks version {PROTOCOL_VERSION}; use the same tessera release on both sides"
-            ),
-        );
-        return None;
+        return Verdict::Refuse(format!(
+            "protocol version mismatch: the client speaks version {protocol}, this server \
+             speaks version {PROTOCOL_VERSION}; use the same tessera release on both sides"
+        ));
     }
     // Unix-socket peers were checked by user id; TCP peers show the token.
     if p.source == Source::Local {
-        return Some(client);
-    }
-    let now = Instant::now();
-    if let Some(wait) = throttle.locked(p.source, now) {
-        refuse(
-            &p.stream,
-            format!(
-                "too many wrong tokens from {}; try again in {} s",
-                p.source,
-                wait.as_secs() + 1
-            ),
-        );
-        return None;
+        return Verdict::Admit(client);
     }
     let Some(expected) = &door.token else {
-        refuse(
-            &p.stream,
-            "this server has no token and takes no TCP clients".into(),
-        );
-        return None;
+        return Verdict::Refuse("this server has no token and takes no TCP clients".into());
     };
     match given.as_deref() {
-        Some(g) if expected.matches(g) => {
-            throttle.succeeded(p.source);
-            Some(client)
-        }
+        // The right token is never held back by others' failures from the same address.
+        Some(g) if expected.matches(g) => Verdict::Admit(client),
         given => {
+            let now = Instant::now();
+            let delay = throttle.delay(p.source, now);
             throttle.failed(p.source, now);
             let what = if given.is_some() { "wrong" } else { "missing" };
-            refuse(
-                &p.stream,
-                format!("{what} token (this server needs its token file's token)"),
-            );
-            None
+            let reason = format!("{what} token (this server needs its token file's token)");
+            match delay.is_zero() {
+                true => Verdict::Refuse(reason),
+                false => Verdict::RefuseAfter(delay, reason),
+            }
         }
+    }
+}
+
+/// Writes `line` to the server's log (never to clients), at most [`LOGGED_REFUSALS_PER_SEC`]
+/// lines a second; the lines held back are counted in the next one written.
+fn log_refusal(line: &str) {
+    struct Window {
+        start: Option<Instant>,
+        written: u32,
+        held_back: u32,
+    }
+    static WINDOW: std::sync::Mutex<Window> = std::sync::Mutex::new(Window {
+        start: None,
+        written: 0,
+        held_back: 0,
+    });
+    let mut w = WINDOW.lock().unwrap_or_else(|p| p.into_inner());
+    let now = Instant::now();
+    if w.start.is_none_or(|t| now - t >= Duration::from_secs(1)) {
+        if w.held_back > 0 {
+            tracing::warn!(
+                target: super::logs::SERVER_ONLY,
+                "{} more connection(s) refused in the last second",
+                w.held_back
+            );
+        }
+        *w = Window {
+            start: Some(now),
+            written: 0,
+            held_back: 0,
+        };
+    }
+    if w.written < LOGGED_REFUSALS_PER_SEC {
+        w.written += 1;
+        tracing::warn!(target: super::logs::SERVER_ONLY, "{line}");
+    } else {
+        w.held_back += 1;
     }
 }
 
 /// Answers `Refused` (best effort: the connection may be gone) and closes.
 fn refuse(stream: &Stream, reason: String) {
-    tracing::warn!("refused a connection from {}: {reason}", stream.peer());
+    log_refusal(&format!(
+        "refused a connection from {}: {reason}",
+        stream.peer()
+    ));
     if let Ok(mut s) = stream.try_clone() {
         let _ = s.set_nonblocking(false);
         let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
@@ -462,7 +580,7 @@ fn serve_client(mut stream: Stream, hub: &Hub, client: &str) {
                 );
             }
             Ok(Some(Request::Cancel { job })) => {
-                if let Err(m) = hub.cancel(job) {
+                if let Err(m) = hub.cancel(id, job) {
                     warn(format!("cancel: {m}"));
                 }
             }
@@ -489,33 +607,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn repeated_wrong_tokens_lock_a_source_out_for_a_growing_time() {
+    fn repeated_wrong_tokens_wait_longer_for_their_answer_and_are_forgotten() {
         let mut t = Throttle::default();
         let src = Source::Ip("10.0.0.7".parse().unwrap());
         let other = Source::Ip("10.0.0.8".parse().unwrap());
         let now = Instant::now();
         for _ in 0..FREE_FAILURES {
+            assert!(t.delay(src, now).is_zero());
             t.failed(src, now);
-            assert!(t.locked(src, now).is_none());
         }
         t.failed(src, now);
-        let first = t.locked(src, now).unwrap();
+        let first = t.delay(src, now);
         t.failed(src, now);
-        let second = t.locked(src, now).unwrap();
-        assert!(second > first, "{first:?} then {second:?}");
+        let second = t.delay(src, now);
         assert!(
-            t.locked(other, now).is_none(),
-            "another source is not affected"
+            second > first && !first.is_zero(),
+            "{first:?} then {second:?}"
         );
         assert!(
-            t.locked(src, now + MAX_LOCKOUT + Duration::from_secs(1))
-                .is_none()
+            t.delay(other, now).is_zero(),
+            "another source is not affected"
         );
         for _ in 0..40 {
             t.failed(src, now);
         }
-        assert!(t.locked(src, now).unwrap() <= MAX_LOCKOUT);
-        t.succeeded(src);
-        assert!(t.locked(src, now).is_none());
+        assert_eq!(t.delay(src, now), MAX_DELAY);
+        assert!(MAX_DELAY < HANDSHAKE_DEADLINE);
+        assert!(t.delay(src, now + FAILURE_MEMORY).is_zero());
     }
 }

@@ -5,6 +5,14 @@
 //! behind a bounded queue; the job loop never waits on a client: previews are skipped for a client
 //! that is behind, and a client whose queue is full is disconnected (it can re-attach and the
 //! history is replayed).
+//!
+//! Who may do what: one token is one user, so every authenticated client may watch, attach to and
+//! fetch the outputs of every job. Stopping is the owners' alone: the client that submitted a job,
+//! and any client that attached to it (a deliberate act, e.g. a workbench reconnecting to its run);
+//! a Cancel from any other client is refused with a warning, so a second workbench on the same
+//! backend cannot stop the first one's run by accident. The queue holds at most
+//! [`MAX_QUEUED_JOBS`] jobs and [`MAX_QUEUED_BYTES`] of inline arrays and files; a submission
+//! beyond either is accepted and at once failed, naming the limit.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom};
@@ -26,6 +34,10 @@ const CLIENT_QUEUE: usize = 1 << 16;
 const PREVIEW_BACKLOG: usize = 8;
 /// Finished jobs whose history is kept for [`crate::protocol::Request::Attach`].
 const KEPT_JOBS: usize = 16;
+/// Jobs waiting at once (the running one aside).
+pub const MAX_QUEUED_JOBS: usize = 32;
+/// Bytes of inline arrays and files the waiting jobs hold at once (four frames' worth).
+pub const MAX_QUEUED_BYTES: usize = 4 * MAX_FRAME_BYTES;
 
 type Frame = Arc<Vec<u8>>;
 
@@ -39,6 +51,14 @@ pub struct QueuedJob {
     /// A stopped training run's folder whose checkpoint this job continues from.
     pub resume_from: Option<PathBuf>,
     pub cancel: Arc<AtomicBool>,
+}
+
+impl QueuedJob {
+    /// Bytes of data it carries.
+    fn bytes(&self) -> usize {
+        self.inline.iter().map(|a| a.data.len() * 4).sum::<usize>()
+            + self.files.iter().map(|f| f.bytes.len()).sum::<usize>()
+    }
 }
 
 struct ClientSlot {
@@ -58,6 +78,8 @@ struct JobRecord {
     cancel: Arc<AtomicBool>,
     /// The job's folder and its files, once complete (for [`Hub::fetch`]).
     outputs: Option<(PathBuf, Vec<PathBuf>)>,
+    /// Clients that may cancel it: its submitter and those that attached to it.
+    owners: Vec<u64>,
 }
 
 #[derive(Default)]
@@ -76,6 +98,8 @@ pub struct Hub {
     state: Mutex<State>,
     queue_cv: Condvar,
     pub world_size: usize,
+    /// Jobs and bytes the queue holds at most ([`MAX_QUEUED_JOBS`], [`MAX_QUEUED_BYTES`]).
+    queue_limits: (usize, usize),
 }
 
 fn encode(event: &Event) -> Option<Frame> {
@@ -120,6 +144,7 @@ impl Hub {
             }),
             queue_cv: Condvar::new(),
             world_size,
+            queue_limits: (MAX_QUEUED_JOBS, MAX_QUEUED_BYTES),
         }
     }
 
@@ -231,10 +256,11 @@ impl Hub {
             job,
             JobRecord {
                 cancel: cancel.clone(),
+                owners: vec![client],
                 ..Default::default()
             },
         );
-        s.queue.push_back(QueuedJob {
+        let queued = QueuedJob {
             job,
             preset_toml,
             inline,
@@ -242,13 +268,41 @@ impl Hub {
             preview_max_side,
             resume_from,
             cancel,
-        });
+        };
         if let Some(c) = s.clients.iter_mut().find(|c| c.id == client) {
             c.watching = true;
         }
         if let Some(f) = encode(&Event::Accepted { job }) {
             Self::send_slot(&mut s, client, f);
         }
+        let (max_jobs, max_bytes) = self.queue_limits;
+        let waiting_bytes: usize = s.queue.iter().map(QueuedJob::bytes).sum();
+        let full = if s.queue.len() >= max_jobs {
+            Some(format!("{max_jobs} jobs already wait"))
+        } else if waiting_bytes + queued.bytes() > max_bytes {
+            Some(format!(
+                "the waiting jobs carry {} MiB of arrays and files and this one {} MiB, more \
+                 than the {} MiB the queue holds",
+                waiting_bytes >> 20,
+                queued.bytes() >> 20,
+                max_bytes >> 20
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = full {
+            drop(s);
+            tracing::warn!("job {job} refused: the queue is full ({why})");
+            self.end(
+                job,
+                &Event::Failed {
+                    job: Some(job),
+                    error: format!("the job queue is full: {why}; submit it when one has ended"),
+                },
+            );
+            return job;
+        }
+        s.queue.push_back(queued);
         self.queue_cv.notify_all();
         job
     }
@@ -265,9 +319,19 @@ impl Hub {
         }
     }
 
-    /// Cancels a queued or running job. `Err` explains why nothing was cancelled.
-    pub fn cancel(&self, job: JobId) -> Result<(), String> {
+    /// Cancels a queued or running job for `client`, one of its owners. `Err` explains why
+    /// nothing was cancelled.
+    pub fn cancel(&self, client: u64, job: JobId) -> Result<(), String> {
         let mut s = self.lock();
+        if s.jobs
+            .get(&job)
+            .is_some_and(|rec| !rec.owners.contains(&client))
+        {
+            return Err(format!(
+                "job {job} was submitted by another client; only its submitter, or a client \
+                 that attached to it, may stop it"
+            ));
+        }
         if let Some(i) = s.queue.iter().position(|q| q.job == job) {
             s.queue.remove(i);
             drop(s);
@@ -424,9 +488,71 @@ impl Hub {
         if let Some(c) = s.clients.iter_mut().find(|c| c.id == client) {
             c.watching = true;
         }
+        if let Some(rec) = job.and_then(|j| s.jobs.get_mut(&j))
+            && !rec.owners.contains(&client)
+        {
+            rec.owners.push(client);
+        }
         for f in frames {
             Self::send_slot(&mut s, client, f);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended_with(hub: &Hub, job: JobId) -> Option<Event> {
+        let s = hub.lock();
+        let f = s.jobs.get(&job)?.end.clone()?;
+        frame::decode(&f).ok()
+    }
+
+    #[test]
+    fn the_queue_refuses_past_its_count_or_bytes_by_name() {
+        let mut hub = Hub::new(1);
+        hub.queue_limits = (2, 3 << 20);
+        let file = |mib: usize| InlineFile {
+            name: "m.npy".into(),
+            bytes: vec![0; mib << 20],
+        };
+        let submit = |files| hub.submit(1, String::new(), Vec::new(), files, 0, None);
+        let a = submit(vec![file(2)]);
+        // 2 MiB wait, 2 more would make 4 of the 3 the queue holds.
+        let b = submit(vec![file(2)]);
+        assert!(
+            matches!(ended_with(&hub, b), Some(Event::Failed { error, .. }) if error.contains("queue is full") && error.contains("3 MiB")),
+            "{:?}",
+            ended_with(&hub, b)
+        );
+        let c = submit(Vec::new());
+        let d = submit(Vec::new());
+        assert!(
+            matches!(ended_with(&hub, d), Some(Event::Failed { error, .. }) if error.contains("2 jobs already wait")),
+        );
+        assert!(ended_with(&hub, a).is_none() && ended_with(&hub, c).is_none());
+        assert_eq!(hub.next_job().job, a);
+        // The running job leaves the queue: room for one more.
+        let e = submit(Vec::new());
+        assert!(ended_with(&hub, e).is_none());
+    }
+
+    #[test]
+    fn only_a_jobs_submitter_or_a_client_that_attached_may_stop_it() {
+        let hub = Hub::new(1);
+        let job = hub.submit(1, String::new(), Vec::new(), Vec::new(), 0, None);
+        let err = hub.cancel(2, job).unwrap_err();
+        assert!(err.contains("another client"), "{err}");
+        assert!(ended_with(&hub, job).is_none(), "not cancelled");
+        hub.attach(2, Some(job)).unwrap();
+        hub.cancel(2, job).unwrap();
+        assert!(matches!(
+            ended_with(&hub, job),
+            Some(Event::Cancelled { .. })
+        ));
+        let other = hub.submit(1, String::new(), Vec::new(), Vec::new(), 0, None);
+        hub.cancel(1, other).unwrap();
     }
 }

@@ -1,6 +1,7 @@
 //! Rank 0's `tracing` output as protocol [`Event::Log`]s: a layer (installed by the binary next to
 //! its stderr formatter) that, once `tessera serve` has set a sink, forwards info, warn and error
-//! events through a bounded channel (full → dropped, so logging never blocks a rank).
+//! events through a bounded channel (full → dropped, so logging never blocks a rank); lines with
+//! the target [`SERVER_ONLY`] stay in the server's log.
 
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -12,6 +13,10 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 
 use crate::protocol::LogLevel;
+
+/// The `tracing` target of lines for the server's own log only, never sent to clients: what
+/// strangers cause (refused handshakes) must not reach, or flood, the clients of others.
+pub const SERVER_ONLY: &str = "tessera::serve::door";
 
 /// One log line: level and text.
 pub type LogLine = (LogLevel, String);
@@ -54,6 +59,9 @@ impl Visit for Text {
 
 impl<S: Subscriber> Layer<S> for LogForward {
     fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        if event.metadata().target() == SERVER_ONLY {
+            return;
+        }
         let guard = SINK.lock().unwrap_or_else(|p| p.into_inner());
         let Some(tx) = guard.as_ref() else {
             return;

@@ -20,6 +20,17 @@
 //! (`Collective::recover`), every rank leaves the job, the group is brought back in step, and the
 //! next job runs. Only a broken group (a rank gone, stopped or out of step for good) ends the
 //! backend, with `Failed` naming the rank first.
+//!
+//! Memory: a process that cannot allocate aborts, and an aborted rank breaks the group, so no job
+//! may get that far. Every kind of job is sized first ([`crate::memory`]): imaging and training jobs
+//! by rank 0's precheck, an inversion on rank 0 once it has read its models (it fails on every rank
+//! through `settle`). A rank that still runs short — the estimate is close, another process took
+//! the memory meanwhile — takes its large buffers through [`crate::heap::try_vec`], which fails the
+//! job with [`Error::InsufficientMemory`] instead of aborting. Jobs do not run in a child process of
+//! each rank: the group's socket mesh and thread pools belong to the rank process and are lent to
+//! each job (`Arc<dyn Collective>`), a fork of that multi-threaded process is not sound, and a fresh
+//! child per job would rebuild the mesh for every job. (Under overcommit the kernel may grant a
+//! buffer it later cannot back; only the estimate guards against that.)
 
 pub mod accept;
 pub mod hub;
@@ -536,7 +547,7 @@ fn ended(job: JobId, outcome: Outcome, cancel: &AtomicBool) -> Event {
 
 /// Checks a submission on rank 0 before any rank sees it: the preset, its inline arrays, its
 /// inputs against the real image (see [`job::check_inputs`]; an FWI job's files are read, and
-/// their errors reported, by rank 0 at its start) and the output folder.
+/// their errors reported, by rank 0 at its start), a training job's memory and the output folder.
 fn precheck(
     queued: &mut hub::QueuedJob,
     out: &RunDir,
@@ -547,10 +558,15 @@ fn precheck(
         queued.inline.clone(),
         std::mem::take(&mut queued.files),
     )?;
-    if let Submission::Imaging(preset, inline) = &mut submission {
-        // Relative paths in a submission are the server's, from its working directory.
-        preset.resolve_paths(Path::new(""))?;
-        job::check_inputs(preset, inline, world, ranks_here)?;
+    match &mut submission {
+        Submission::Imaging(preset, inline) => {
+            // Relative paths in a submission are the server's, from its working directory.
+            preset.resolve_paths(Path::new(""))?;
+            job::check_inputs(preset, inline, world, ranks_here)?;
+        }
+        Submission::Train(t) => t.check_memory(world, ranks_here)?,
+        // Sized on rank 0 once its models are read (see `fwi::run_in_group`): the job fails there.
+        Submission::Fwi(..) => {}
     }
     if let Some(dir) = &queued.resume_from {
         if !matches!(&submission, Submission::Train(t) if t.resumes()) {

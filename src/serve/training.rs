@@ -77,6 +77,16 @@ impl TrainJob {
         }
     }
 
+    /// Refuses a job that cannot fit in this machine's memory on `world` ranks, `ranks_here` of
+    /// them here (rank 0's precheck: the images are sized from their headers, not loaded).
+    pub(super) fn check_memory(&self, world: usize, ranks_here: usize) -> Result<()> {
+        let here = Path::new("");
+        match self {
+            TrainJob::Denoiser(p) => p.memory(here, world, ranks_here)?.check(),
+            TrainJob::Dsn(p) => p.memory(here, world, ranks_here)?.check(),
+        }
+    }
+
     /// Whether the job can continue a stopped run (denoiser training keeps checkpoints).
     pub(super) fn resumes(&self) -> bool {
         matches!(self, TrainJob::Denoiser(_))

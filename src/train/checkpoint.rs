@@ -6,7 +6,9 @@
 //! generators seeded by `(seed, step)`.
 //!
 //! The folder is written as a unit (staged under a hidden name, then renamed into place), so a run
-//! killed while writing keeps its previous checkpoint.
+//! killed while writing keeps its previous checkpoint. `checkpoint.json` holds the CRC-32 of
+//! `state.bin`, and a checkpoint whose bytes do not match it, or whose numbers are not all finite,
+//! is refused: a damaged checkpoint never resumes into a network of NaN.
 
 use std::path::{Path, PathBuf};
 
@@ -17,8 +19,8 @@ use crate::error::{Error, Result};
 
 use super::{LossPoint, TrainPreset};
 
-/// Format version of `checkpoint.json`.
-const FORMAT: u32 = 1;
+/// Format version of `checkpoint.json` (2: with `state_crc32`).
+const FORMAT: u32 = 2;
 /// Preset fields that do not change the numbers a run computes (a resumed run may change them).
 const FREE_FIELDS: &[&str] = &[
     "description",
@@ -41,9 +43,17 @@ struct Meta {
     /// Adam's step count.
     adam_t: i32,
     parameters: usize,
+    /// CRC-32 of `state.bin`.
+    state_crc32: u32,
     loss: Vec<LossPoint>,
     /// The preset as TOML.
     preset: String,
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = flate2::Crc::new();
+    crc.update(bytes);
+    crc.sum()
 }
 
 /// A training state to resume from.
@@ -67,11 +77,35 @@ pub fn write(run_dir: &Path, preset: &TrainPreset, state: &Checkpoint) -> Result
             state.adam_v.len()
         )));
     }
+    if let Some(what) = [
+        ("weights", state.params.iter().any(|v| !v.is_finite())),
+        (
+            "Adam moments",
+            state
+                .adam_m
+                .iter()
+                .chain(&state.adam_v)
+                .any(|v| !v.is_finite()),
+        ),
+    ]
+    .iter()
+    .find_map(|(what, bad)| bad.then_some(*what))
+    {
+        return Err(Error::NonFinite {
+            what: format!("the {what} of the checkpoint at step {}", state.step),
+            count: 1,
+        });
+    }
+    let mut bytes = Vec::with_capacity(n * 20);
+    bytes.extend(state.params.iter().flat_map(|v| v.to_le_bytes()));
+    bytes.extend(state.adam_m.iter().flat_map(|v| v.to_le_bytes()));
+    bytes.extend(state.adam_v.iter().flat_map(|v| v.to_le_bytes()));
     let meta = Meta {
         format: FORMAT,
         step: state.step,
         adam_t: state.adam_t,
         parameters: n,
+        state_crc32: crc32(&bytes),
         loss: state.loss.clone(),
         preset: toml::to_string(preset)
             .map_err(|e| Error::Internal(format!("checkpoint: the preset as TOML: {e}")))?,
@@ -85,10 +119,6 @@ pub fn write(run_dir: &Path, preset: &TrainPreset, state: &Checkpoint) -> Result
         }
     }
     std::fs::create_dir_all(&staged).map_err(|e| Error::io("creating", &staged, e))?;
-    let mut bytes = Vec::with_capacity(n * 20);
-    bytes.extend(state.params.iter().flat_map(|v| v.to_le_bytes()));
-    bytes.extend(state.adam_m.iter().flat_map(|v| v.to_le_bytes()));
-    bytes.extend(state.adam_v.iter().flat_map(|v| v.to_le_bytes()));
     let state_path = staged.join("state.bin");
     std::fs::write(&state_path, &bytes).map_err(|e| Error::io("writing", &state_path, e))?;
     let json = serde_json::to_string_pretty(&meta)
@@ -115,7 +145,7 @@ pub fn read(run_dir: &Path, preset: &TrainPreset, parameters: usize) -> Result<C
         return Err(Error::format(
             &json_path,
             format!(
-                "checkpoint format {} (this tessera reads {FORMAT})",
+                "checkpoint format {} (this tessera reads {FORMAT}, whose data carry a checksum)",
                 meta.format
             ),
         ));
@@ -170,6 +200,17 @@ pub fn read(run_dir: &Path, preset: &TrainPreset, parameters: usize) -> Result<C
             ),
         ));
     }
+    let crc = crc32(&bytes);
+    if crc != meta.state_crc32 {
+        return Err(Error::format(
+            &state_path,
+            format!(
+                "the checkpoint's data are damaged (CRC-32 {crc:08x}, checkpoint.json says {:08x}); \
+                 it cannot be resumed",
+                meta.state_crc32
+            ),
+        ));
+    }
     let (w, rest) = bytes.split_at(4 * n);
     let (m, v) = rest.split_at(8 * n);
     let f64s = |b: &[u8]| -> Vec<f64> {
@@ -177,7 +218,7 @@ pub fn read(run_dir: &Path, preset: &TrainPreset, parameters: usize) -> Result<C
             .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect()
     };
-    Ok(Checkpoint {
+    let state = Checkpoint {
         step: meta.step,
         adam_t: meta.adam_t,
         params: w
@@ -187,7 +228,22 @@ pub fn read(run_dir: &Path, preset: &TrainPreset, parameters: usize) -> Result<C
         adam_m: f64s(m),
         adam_v: f64s(v),
         loss: meta.loss,
-    })
+    };
+    // A checksum that matches numbers that are not finite: written by hand, not by tessera.
+    let bad = state.params.iter().filter(|v| !v.is_finite()).count()
+        + state
+            .adam_m
+            .iter()
+            .chain(&state.adam_v)
+            .filter(|v| !v.is_finite())
+            .count();
+    if bad > 0 {
+        return Err(Error::NonFinite {
+            what: format!("the checkpoint {}", state_path.display()),
+            count: bad,
+        });
+    }
+    Ok(state)
 }
 
 /// [`read`] on rank 0, whose state every rank then receives: the other ranks need no copy of

@@ -151,6 +151,47 @@ pub fn load_images(
     Ok(out)
 }
 
+/// The shape `(1, C, …)` of every image [`load_images`] would load from `entries`, read from the
+/// files' headers and the samples' sizes without loading any: what the memory estimate needs.
+pub fn shapes(
+    entries: &[TrainImage],
+    field: &str,
+    base_dir: &Path,
+    volumetric: bool,
+    exclude: &[PathBuf],
+) -> Result<Vec<Vec<usize>>> {
+    let mut out = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let here = format!("{field}[{i}]");
+        entry.validate(&here)?;
+        let source = |path: Option<PathBuf>| ImageSource {
+            sample: entry.sample,
+            size: entry.size.clone(),
+            path,
+            grayscale: entry.grayscale,
+            ..ImageSource::default()
+        };
+        if entry.sample.is_some() {
+            out.push(
+                crate::job::truth_shape(&source(None), volumetric, &[])
+                    .map_err(|e| Error::config(here.clone(), e.to_string()))?,
+            );
+            continue;
+        }
+        let path = crate::io::resolve(base_dir, entry.path.as_deref().unwrap_or(Path::new("")));
+        for file in files_of(&path, &here)? {
+            if !is_excluded(&file, exclude) {
+                out.push(crate::job::truth_shape(
+                    &source(Some(file)),
+                    volumetric,
+                    &[],
+                )?);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The image files named by `path`: the file itself, or a folder's readable files in name order.
 fn files_of(path: &Path, field: &str) -> Result<Vec<PathBuf>> {
     if !path.is_dir() {

@@ -28,6 +28,7 @@ use super::resample;
 use super::stencil::Accuracy;
 use super::step::{self, Extras, Gradient, State};
 use crate::error::{Error, Result};
+use crate::heap::try_vec;
 
 /// deepwave's default Courant number for the internal time step.
 pub const COURANT: f64 = 0.6;
@@ -242,15 +243,45 @@ pub struct Solver<T> {
 pub const TIME_BLOCK_STEPS: usize = 8;
 pub const TIME_BLOCK_ROWS: usize = 16;
 
-/// The internal-step ratio deepwave's `cfl_condition_n` chooses.
+/// Most internal time steps one propagation may take (samples × the CFL ratio): past it a run
+/// would not end in any useful time, and its per-step buffers could not be sized.
+pub const MAX_INTERNAL_STEPS: usize = 1 << 32;
+
+/// The internal-step ratio deepwave's `cfl_condition_n` chooses (saturating: a ratio beyond
+/// `usize` is `usize::MAX`).
 pub fn cfl_step_ratio(dt_s: f64, max_vel: f64, dz_m: f64, dx_m: f64) -> usize {
+    (cfl_ratio(dt_s, max_vel, dz_m, dx_m).ceil() as usize).max(1)
+}
+
+/// The CFL ratio before rounding up (0 where the time step or the velocity is 0).
+fn cfl_ratio(dt_s: f64, max_vel: f64, dz_m: f64, dx_m: f64) -> f64 {
     if dt_s == 0.0 || max_vel == 0.0 {
-        return 1;
+        return 0.0;
     }
     let s = dz_m.min(dx_m);
     let norm = (s / dz_m).hypot(s / dx_m);
-    let ratio = dt_s.abs() * max_vel * norm / s / COURANT;
-    (ratio.ceil() as usize).max(1)
+    dt_s.abs() * max_vel * norm / s / COURANT
+}
+
+/// Internal steps per sample for a message: from the unrounded ratio (the rounded one saturates
+/// past `usize`), to 4 digits when it is huge.
+fn per_sample_steps(dt_s: f64, max_vel: f64, dz_m: f64, dx_m: f64) -> String {
+    let steps = cfl_ratio(dt_s, max_vel, dz_m, dx_m).ceil();
+    if steps < 1e9 {
+        format!("{steps}")
+    } else {
+        format!("{steps:.3e}")
+    }
+}
+
+/// `x` as a message reads it: plain digits in a human range, otherwise `1e-300` rather than 300
+/// zeros.
+fn readable(x: f64) -> String {
+    if x != 0.0 && !(1e-3..1e9).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
 }
 
 /// Whether each step's rows are spread over the rayon pool: only when there are fewer shots than
@@ -316,6 +347,25 @@ impl<T: Real> Solver<T> {
         }
         let grid = Grid::new(model.nz, model.nx, r, pml, s.free_surface);
         let step_ratio = cfl_step_ratio(s.dt_s, max_vel, model.dz_m, model.dx_m);
+        if step_ratio
+            .checked_mul(s.nt)
+            .is_none_or(|n| n > MAX_INTERNAL_STEPS)
+        {
+            return Err(Error::config(
+                "dt_s",
+                format!(
+                    "{} samples of {} s on cells of {} × {} m at {} m/s need {} internal steps \
+                     per sample, more than {MAX_INTERNAL_STEPS} in all: the cells are too small \
+                     or the sampling too coarse",
+                    s.nt,
+                    readable(s.dt_s),
+                    readable(model.dz_m),
+                    readable(model.dx_m),
+                    readable(max_vel),
+                    per_sample_steps(s.dt_s, max_vel, model.dz_m, model.dx_m)
+                ),
+            ));
+        }
         let dt = s.dt_s / step_ratio as f64;
         let dt2 = T::from_f64(dt * dt);
         let v = grid.pad(&model.v);
@@ -404,6 +454,61 @@ impl<T: Real> Solver<T> {
 
     pub fn settings(&self) -> &SolverSettings {
         &self.settings
+    }
+
+    /// Steps between checkpoints with `opts` (`checkpoint_every`, else ⌈√(6·steps)⌉).
+    fn checkpoint_every(&self, opts: &GradientOptions) -> usize {
+        let nti = self.internal_steps();
+        opts.checkpoint_every
+            .unwrap_or_else(|| ((6 * nti) as f64).sqrt().ceil() as usize)
+            .clamp(1, nti)
+    }
+
+    /// Bytes one shot's gradient holds at its peak, with `receivers` and `sources`: the forward
+    /// and adjoint states, the traces at the internal rate, the source terms, the accumulated
+    /// gradient (and illumination), and the forward wavefield kept for the adjoint pass as
+    /// `opts.strategy` keeps it (every step, checkpoints and a segment, or boundary strips).
+    /// Computed before anything is allocated, so a job is sized before it runs;
+    /// [`ShotGradient::peak_bytes`] reports the same number.
+    pub fn gradient_bytes(&self, receivers: usize, sources: usize, opts: &GradientOptions) -> u64 {
+        let (cells, nti) = (self.grid.cells() as u64, self.internal_steps() as u64);
+        let t = T::BYTES as u64;
+        // Forward state 8 fields, adjoint 10; the gradient; internal-rate traces, source terms.
+        let mut floats = cells * (8 + 10 + 1)
+            + nti.saturating_mul((receivers + 2 * sources) as u64)
+            + if opts.illumination { 2 * cells } else { 0 };
+        floats = floats.saturating_add(match opts.strategy {
+            GradientStrategy::StoreWavefield => nti.saturating_mul(cells),
+            GradientStrategy::Checkpoint => {
+                let every = self.checkpoint_every(opts) as u64;
+                // Each snapshot holds 6 of the state's fields.
+                nti.div_ceil(every)
+                    .saturating_mul(6 * cells)
+                    .saturating_add(every.saturating_mul(cells))
+            }
+            GradientStrategy::BoundarySaving => nti
+                .saturating_mul(self.halo.len() as u64)
+                .saturating_add(cells),
+        });
+        floats.saturating_mul(t)
+    }
+
+    /// Bytes one shot's forward modelling holds: the forward state, the traces at the internal
+    /// rate, the source terms and the resampling's f64 traces.
+    pub fn forward_bytes(&self, receivers: usize, sources: usize) -> u64 {
+        let (cells, nti) = (self.grid.cells() as u64, self.internal_steps() as u64);
+        (8 * cells)
+            .saturating_add(nti.saturating_mul((receivers + 2 * sources) as u64))
+            .saturating_mul(T::BYTES as u64)
+            .saturating_add(self.resampling_bytes(receivers, sources))
+    }
+
+    /// Bytes of the f64 traces one shot's resampling holds beside [`Solver::gradient_bytes`]
+    /// (or a forward shot's state): internal-rate traces converted to and from the data's rate.
+    pub fn resampling_bytes(&self, receivers: usize, sources: usize) -> u64 {
+        let nti = self.internal_steps() as u64;
+        nti.saturating_mul((2 * receivers + sources) as u64)
+            .saturating_mul(8)
     }
 
     /// The same propagator with another temporal blocking of its forward-only path (`steps <= 1`:
@@ -757,7 +862,7 @@ impl<T: Real> Solver<T> {
         let nr = plan.rec.len();
         let nti = self.internal_steps();
         let mut state = State::zeros(self.grid.cells(), false);
-        let mut rec = vec![T::ZERO; nti * nr];
+        let mut rec = try_vec(nti.saturating_mul(nr), T::ZERO, "a shot's receiver traces")?;
         self.forward_pass(
             &k,
             &plan,
@@ -785,7 +890,7 @@ impl<T: Real> Solver<T> {
         let mut bg = State::zeros(cells, false);
         let mut dl = State::zeros(cells, false);
         let mut w_bg = vec![T::ZERO; cells];
-        let mut rec = vec![T::ZERO; nti * nr];
+        let mut rec = try_vec(nti.saturating_mul(nr), T::ZERO, "a shot's receiver traces")?;
         // ∂(−f·v²·dt²)/∂v · δv = −f·(2·v·δv)·dt², with dvv = 2·v·dt²·δv.
         let ds: Vec<T> = plan.src.iter().map(|&i| dvv[i]).collect();
         for t in 0..nti {
@@ -843,26 +948,21 @@ impl<T: Real> Solver<T> {
         let nti = self.internal_steps();
         let full = ((R, self.grid.nz - R), (R, self.grid.nx - R));
         let mut state = State::zeros(cells, false);
-        let mut rec = vec![T::ZERO; nti * nr];
+        let mut rec = try_vec(nti.saturating_mul(nr), T::ZERO, "a shot's receiver traces")?;
         let mut src_energy = opts.illumination.then(|| vec![T::ZERO; cells]);
         let mut rec_energy = opts.illumination.then(|| vec![T::ZERO; cells]);
         let mut acc = vec![T::ZERO; cells];
         let mut adj = State::zeros(cells, true);
-        let common = state.bytes()
-            + adj.bytes()
-            + (acc.len() + rec.len() + plan.f.len() + plan.s.len()) * T::BYTES
-            + if opts.illumination {
-                2 * cells * T::BYTES
-            } else {
-                0
-            };
-        let peak_bytes;
+        let peak_bytes = self.gradient_bytes(nr, plan.src.len(), opts) as usize;
         let t_start = std::time::Instant::now();
         let forward_secs;
         let (loss, synthetic) = match opts.strategy {
             GradientStrategy::StoreWavefield => {
-                let mut hist = vec![T::ZERO; nti * cells];
-                peak_bytes = common + hist.len() * T::BYTES;
+                let mut hist = try_vec(
+                    nti.saturating_mul(cells),
+                    T::ZERO,
+                    "the forward wavefield of every step",
+                )?;
                 self.forward_pass(
                     &kf,
                     &plan,
@@ -893,10 +993,7 @@ impl<T: Real> Solver<T> {
                 (loss, syn)
             }
             GradientStrategy::Checkpoint => {
-                let every = opts
-                    .checkpoint_every
-                    .unwrap_or_else(|| ((6 * nti) as f64).sqrt().ceil() as usize)
-                    .clamp(1, nti);
+                let every = self.checkpoint_every(opts);
                 let mut snaps = Vec::new();
                 self.forward_pass(
                     &kf,
@@ -914,8 +1011,11 @@ impl<T: Real> Solver<T> {
                 let (loss, res) = misfit.evaluate(index, &syn)?;
                 let rho = self.residual_internal(&res, nr)?;
                 forward_secs = t_start.elapsed().as_secs_f64();
-                let mut seg = vec![T::ZERO; every * cells];
-                peak_bytes = common + (snaps.len() * 6 * cells + seg.len()) * T::BYTES;
+                let mut seg = try_vec(
+                    every.saturating_mul(cells),
+                    T::ZERO,
+                    "a checkpoint segment of the forward wavefield",
+                )?;
                 for (j, snap) in snaps.iter().enumerate().rev() {
                     let (t0, t1) = (j * every, ((j + 1) * every).min(nti));
                     state.restore(snap);
@@ -946,9 +1046,12 @@ impl<T: Real> Solver<T> {
                 (loss, syn)
             }
             GradientStrategy::BoundarySaving => {
-                let mut strips = vec![T::ZERO; nti * self.halo.len()];
+                let mut strips = try_vec(
+                    nti.saturating_mul(self.halo.len()),
+                    T::ZERO,
+                    "the boundary strips of the forward wavefield",
+                )?;
                 let mut w = vec![T::ZERO; cells];
-                peak_bytes = common + (strips.len() + w.len()) * T::BYTES;
                 self.forward_pass(
                     &kf,
                     &plan,

@@ -98,25 +98,6 @@ impl<T: Real> State<T> {
         }
     }
 
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        [
-            &self.cur,
-            &self.prev,
-            &self.psi_y,
-            &self.psi_x,
-            &self.psi_yn,
-            &self.psi_xn,
-            &self.zeta_y,
-            &self.zeta_x,
-            &self.zeta_yn,
-            &self.zeta_xn,
-        ]
-        .iter()
-        .map(|v| v.len() * T::BYTES)
-        .sum()
-    }
-
     /// After a step: the new level becomes current and the next ψ (and adjoint ζ) buffers swap in.
     pub fn rotate(&mut self) {
         std::mem::swap(&mut self.cur, &mut self.prev);
