@@ -771,7 +771,7 @@ fn write_fwi_or_training_report(run_dir: &Path, out: &Path) -> Result<Option<Pat
             ("epoch", loss),
             ranks,
         )
-    } else if let Some(bytes) = read("train.json")? {
+    } else if let Some(bytes) = read(crate::io::TRAIN_SUMMARY_FILE)? {
         if let Ok(t) = serde_json::from_slice::<crate::train::TrainSummary>(&bytes) {
             let mut ranks = String::from("rank,compute_s,exchange_s\n");
             for (r, (c, x)) in t.compute_secs.iter().zip(&t.exchange_secs).enumerate() {
@@ -789,8 +789,8 @@ fn write_fwi_or_training_report(run_dir: &Path, out: &Path) -> Result<Option<Pat
                 ranks,
             )
         } else {
-            let d: crate::dsn::run::DsnSummary =
-                serde_json::from_slice(&bytes).map_err(|e| bad("train.json", e))?;
+            let d: crate::dsn::run::DsnSummary = serde_json::from_slice(&bytes)
+                .map_err(|e| bad(crate::io::TRAIN_SUMMARY_FILE, e))?;
             let mut ranks = String::from("rank,domains,compute_s,exchange_s\n");
             for r in &d.per_rank {
                 let domains: Vec<String> = r.domains.iter().map(|x| x.to_string()).collect();

@@ -713,9 +713,13 @@ pub fn train(
         weights,
     };
     if me == 0 {
-        let json = serde_json::to_string_pretty(&summary)
-            .map_err(|e| Error::format(out_dir.join("train.json"), e.to_string()))?;
-        crate::io::write_atomic(&out_dir.join("train.json"), json.as_bytes())?;
+        let json = serde_json::to_string_pretty(&summary).map_err(|e| {
+            Error::format(out_dir.join(crate::io::TRAIN_SUMMARY_FILE), e.to_string())
+        })?;
+        crate::io::write_atomic(
+            &out_dir.join(crate::io::TRAIN_SUMMARY_FILE),
+            json.as_bytes(),
+        )?;
     }
     Ok(summary)
 }

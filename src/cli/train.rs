@@ -133,7 +133,7 @@ fn train_dsn(
             summary.domains.len(),
             summary.ranks,
             summary.weights.display(),
-            out_dir.join("train.json").display()
+            out_dir.join(tessera::io::TRAIN_SUMMARY_FILE).display()
         );
     }
     Ok(())

@@ -616,7 +616,7 @@ pub fn train(
         crate::nn::weights::safetensors::write(&state, &weights_path)?;
         let json = serde_json::to_string_pretty(&summary)
             .map_err(|e| Error::Internal(format!("train.json: {e}")))?;
-        let path = out_dir.join("train.json");
+        let path = out_dir.join(crate::io::TRAIN_SUMMARY_FILE);
         std::fs::write(&path, json).map_err(|e| Error::io("writing", &path, e))?;
     }
     Ok(summary)

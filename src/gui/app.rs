@@ -1037,7 +1037,9 @@ impl Workbench {
 
     /// Reads a run's arrays to show it (reopen) or to compare the run on screen with it.
     pub fn open_run(&mut self, folder: &Path, purpose: Purpose) {
-        if folder.join("train.json").is_file() && !folder.join("metrics.json").exists() {
+        if folder.join(crate::io::TRAIN_SUMMARY_FILE).is_file()
+            && !folder.join(crate::io::METRICS_FILE).exists()
+        {
             self.open_training_run(folder, purpose);
             return;
         }

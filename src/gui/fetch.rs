@@ -53,7 +53,7 @@ impl RemoteFetch {
         let mut names =
             crate::protocol::client::output_names(outputs).map_err(|e| e.to_string())?;
         // metrics.json (train.json for a training run) marks a complete run: written last.
-        names.sort_by_key(|n| n == "metrics.json" || n == "train.json");
+        names.sort_by_key(|n| n == crate::io::METRICS_FILE || n == crate::io::TRAIN_SUMMARY_FILE);
         if names.is_empty() {
             return Ok(None);
         }

@@ -42,10 +42,12 @@ impl RunEntry {
     /// Reads `folder/metrics.json` (or a training run's `train.json`); None when the folder is not
     /// a complete run.
     pub fn read(folder: &Path) -> Option<RunEntry> {
-        if folder.join("train.json").is_file() && !folder.join("metrics.json").exists() {
+        if folder.join(crate::io::TRAIN_SUMMARY_FILE).is_file()
+            && !folder.join(crate::io::METRICS_FILE).exists()
+        {
             return Self::read_training(folder);
         }
-        let path = folder.join("metrics.json");
+        let path = folder.join(crate::io::METRICS_FILE);
         let text = std::fs::read_to_string(&path).ok()?;
         let v: serde_json::Value = serde_json::from_str(&text).ok()?;
         let modified = std::fs::metadata(&path)
@@ -96,7 +98,7 @@ impl RunEntry {
     }
 
     fn read_training(folder: &Path) -> Option<RunEntry> {
-        let path = folder.join("train.json");
+        let path = folder.join(crate::io::TRAIN_SUMMARY_FILE);
         let text = std::fs::read_to_string(&path).ok()?;
         let result = super::session::TrainResult::parse(&text).ok()?;
         let modified = std::fs::metadata(&path)
@@ -176,7 +178,7 @@ pub enum RunPreset {
 
 /// Reads the preset recorded in `folder/metrics.json`.
 pub fn read_preset(folder: &Path) -> Result<RunPreset, String> {
-    let path = folder.join("metrics.json");
+    let path = folder.join(crate::io::METRICS_FILE);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{e}: {}", path.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{e}: {}", path.display()))?;

@@ -127,7 +127,7 @@ impl TrainResult {
 impl TrainRun {
     /// A finished run read back from its folder's `train.json`.
     pub fn reopened(folder: &std::path::Path) -> Result<TrainRun, String> {
-        let path = folder.join("train.json");
+        let path = folder.join(crate::io::TRAIN_SUMMARY_FILE);
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let result = TrainResult::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;

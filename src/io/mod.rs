@@ -25,6 +25,10 @@ pub use segy::{Segy, read_raw_f32, read_segy, write_segy};
 /// and the workbench's history): a folder with it under its final name holds a whole run.
 pub const METRICS_FILE: &str = "metrics.json";
 
+/// The file a complete denoiser or Multi-DSN training run holds, written last (by `train` and
+/// `dsn`; read back by `tessera report`, serve's file lists and the workbench).
+pub const TRAIN_SUMMARY_FILE: &str = "train.json";
+
 /// File kinds known to [`read_array`] and [`write_array`], chosen by extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {

@@ -286,7 +286,7 @@ fn check_same_file_system(path: &Path) -> Result<()> {
 
 /// The files that mark a folder as a whole tessera run, one of them written last by every kind of
 /// run (`metrics.json`: imaging and FWI; `train.json`: training).
-const RUN_MARKERS: [&str; 2] = ["metrics.json", "train.json"];
+const RUN_MARKERS: [&str; 2] = [super::METRICS_FILE, super::TRAIN_SUMMARY_FILE];
 
 /// Whether `dir` holds a tessera run: one of [`RUN_MARKERS`] as a regular file holding a JSON
 /// object (its first byte past white space is `{`).

@@ -175,7 +175,10 @@ impl TrainJob {
             });
         };
         let summary_json = summary.relative_to(staging.path())?;
-        crate::io::write_atomic(&staging.path().join("train.json"), summary_json.as_bytes())?;
+        crate::io::write_atomic(
+            &staging.path().join(crate::io::TRAIN_SUMMARY_FILE),
+            summary_json.as_bytes(),
+        )?;
         let outputs = files_under(staging.path())?;
         let run_dir = staging.commit(self.name())?;
         Ok(Outcome {
@@ -241,7 +244,10 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     let mut files = Vec::new();
     walk(dir, dir, &mut files)?;
-    files.sort_by(|a, b| (a == Path::new("train.json"), a).cmp(&(b == Path::new("train.json"), b)));
+    files.sort_by(|a, b| {
+        (a == Path::new(crate::io::TRAIN_SUMMARY_FILE), a)
+            .cmp(&(b == Path::new(crate::io::TRAIN_SUMMARY_FILE), b))
+    });
     Ok(files)
 }
 

@@ -345,7 +345,7 @@ impl DsnReconstructionsView {
             .runs
             .shown
             .as_ref()
-            .filter(|f| f.join("train.json").is_file())
+            .filter(|f| f.join(crate::io::TRAIN_SUMMARY_FILE).is_file())
         {
             return Some(f.clone());
         }
