@@ -404,6 +404,22 @@ pub fn drunet_tape(c: &DrunetConfig, crop: [usize; 3]) -> u64 {
     floats + at(nc[0] + c.out_channels as u64, 0)
 }
 
+/// The sizes of a Multi-DSN network that its memory depends on (`dsn::model::DsnArch`'s, which
+/// converts into this, so that the estimates need nothing of `dsn`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DsnNetwork {
+    /// Side of the square single-channel images, in pixels.
+    pub image_size: usize,
+    /// Channels of the first convolution (the second has twice as many).
+    pub width: usize,
+    /// Length of the shared and of the private codes.
+    pub code: usize,
+    /// Hidden units of the task and domain classifiers.
+    pub hidden: usize,
+    /// Classes of the task.
+    pub classes: usize,
+}
+
 /// What training a Multi-DSN keeps per rank: the shared parameters (shared encoder, decoder,
 /// task and domain classifiers) and the private encoders of the `held` domains placed on this
 /// rank, each with its gradient and Adam's two f64 moments; the shared gradients of every domain
@@ -411,7 +427,7 @@ pub fn drunet_tape(c: &DrunetConfig, crop: [usize; 3]) -> u64 {
 /// step's activations: per held domain a batch through both encoders and the decoder, kept for the
 /// backward pass, split over `ranks_per_domain` ranks — their trunks' whole outputs gathered.
 pub fn dsn(
-    arch: &crate::dsn::model::DsnArch,
+    arch: &DsnNetwork,
     domains: usize,
     held: usize,
     images: u64,

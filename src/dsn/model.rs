@@ -50,6 +50,18 @@ pub struct DsnArch {
     pub classes: usize,
 }
 
+impl From<&DsnArch> for crate::memory::DsnNetwork {
+    fn from(a: &DsnArch) -> Self {
+        crate::memory::DsnNetwork {
+            image_size: a.image_size,
+            width: a.width,
+            code: a.code,
+            hidden: a.hidden,
+            classes: a.classes,
+        }
+    }
+}
+
 impl Default for DsnArch {
     fn default() -> Self {
         DsnArch {

@@ -219,7 +219,7 @@ impl DsnPreset {
         counts.sort_unstable_by(|a, b| b.cmp(a));
         let images = counts.iter().take(held).sum();
         Ok(crate::memory::dsn(
-            &self.model,
+            &(&self.model).into(),
             self.domains.len(),
             held,
             images,

@@ -19,6 +19,9 @@ use super::backend::Incoming;
 use crate::protocol::{Event, JobId, PreviewImage, PreviewKind, Section};
 use crate::tensor::Tensor;
 
+/// The names of a volume's axes (0 = depth, 1 = rows, 2 = columns), as panes and menus say them.
+pub const AXIS_NAMES: [&str; 3] = ["depth", "rows", "columns"];
+
 /// Largest texture side the view keeps; larger previews are box-averaged down to it.
 pub const MAX_TEXTURE_SIDE: usize = 1024;
 
@@ -127,7 +130,7 @@ impl Slot {
             Slot::Data => "image".into(),
             Slot::Difference => "difference".into(),
             Slot::Compare => "compared run".into(),
-            Slot::Ortho(a) => format!("{} cut", crate::gui::viewer::AXIS_NAMES[a as usize]),
+            Slot::Ortho(a) => format!("{} cut", AXIS_NAMES[a as usize]),
         }
     }
 

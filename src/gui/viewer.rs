@@ -65,7 +65,7 @@ pub struct VolumeCursor {
     pub index: [usize; 3],
 }
 
-pub const AXIS_NAMES: [&str; 3] = ["depth", "rows", "columns"];
+pub use super::preview::AXIS_NAMES;
 
 /// The state of the image panes.
 #[derive(Default)]
