@@ -23,9 +23,9 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::denoise::DenoiserConfig;
-use crate::dist::Collective;
 use crate::dist::collective::agree_to_stop;
 use crate::dist::spatial::SpatialDomain;
+use crate::dist::{Collective, wire};
 use crate::error::{Error, Result};
 use crate::nn::layers::domain::{Grid, Region, copy_region};
 use crate::nn::{Features, Network};
@@ -670,14 +670,11 @@ pub fn train(
     let stats = domain.take_stats();
     let elapsed = start.elapsed().as_secs_f64();
     let exchange = stats.exchange_time.as_secs_f64();
-    let times = comm.all_gather(bytemuck::cast_slice(&[elapsed - exchange, exchange]))?;
-    let per_rank: Vec<[f64; 2]> = times
-        .iter()
-        .map(|b| {
-            let v: Vec<f64> = bytemuck::pod_collect_to_vec(b);
-            [v[0], v[1]]
-        })
-        .collect();
+    let per_rank: Vec<[f64; 2]> = wire::all_gather_as(
+        comm,
+        "compute and exchange seconds",
+        &[elapsed - exchange, exchange],
+    )?;
     let finished = steps_done == cfg.steps;
     let scores = if finished {
         score_held_out(preset, &net, with_sigma, &held_out, comm)?
@@ -924,11 +921,8 @@ fn normal(key: u64, index: u64) -> f32 {
 
 /// The sum of `v` over ranks, added in rank order (the same on every rank).
 fn sum_f64(comm: &dyn Collective, v: f64) -> Result<f64> {
-    let all = comm.all_gather(&v.to_le_bytes())?;
-    Ok(all
-        .iter()
-        .map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
-        .sum())
+    let all: Vec<f64> = wire::all_gather_as(comm, "a partial sum", &v)?;
+    Ok(all.iter().sum())
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use super::config::{FwiPreset, ModelSource, StartModel};
 use super::load;
 use crate::dist::physics::SumOrder;
 use crate::dist::timed::TimedCollective;
-use crate::dist::{Collective, ReduceOp, SingleProcess};
+use crate::dist::{Collective, ReduceOp, SingleProcess, wire};
 use crate::error::{Error, Result};
 use crate::io::{self, RunDir, Staging};
 use crate::optim::adam::TorchAdam;
@@ -222,34 +222,48 @@ impl Bytes {
     }
 }
 
-struct Cursor<'a>(&'a [u8]);
+/// Reads a message of [`Bytes`] that rank `from` sent.
+struct Cursor<'a> {
+    rest: &'a [u8],
+    from: usize,
+}
 
-impl Cursor<'_> {
-    fn bad() -> Error {
-        Error::config("message", "malformed broadcast from rank 0")
+impl<'a> Cursor<'a> {
+    fn new(rest: &'a [u8], from: usize) -> Self {
+        Cursor { rest, from }
+    }
+    fn bad(&self) -> Error {
+        malformed(self.from)
     }
     fn u64(&mut self) -> Result<u64> {
-        if self.0.len() < 8 {
-            return Err(Self::bad());
+        if self.rest.len() < 8 {
+            return Err(self.bad());
         }
-        let (a, b) = self.0.split_at(8);
-        self.0 = b;
+        let (a, b) = self.rest.split_at(8);
+        self.rest = b;
         Ok(u64::from_le_bytes(a.try_into().expect("8 bytes")))
     }
     fn values<T: Real>(&mut self) -> Result<Vec<T>> {
         let n = self.u64()? as usize;
         let need = n
             .checked_mul(T::BYTES)
-            .filter(|&b| b <= self.0.len())
-            .ok_or_else(Self::bad)?;
-        let (a, b) = self.0.split_at(need);
-        self.0 = b;
+            .filter(|&b| b <= self.rest.len())
+            .ok_or_else(|| self.bad())?;
+        let (a, b) = self.rest.split_at(need);
+        self.rest = b;
         Ok(a.chunks_exact(T::BYTES).map(T::get_le).collect())
     }
 }
 
-/// Rank 0's `result` on every rank: its payload, or its error (so all ranks fail together).
+/// A message from rank `from` that does not hold what the inversion sends.
+fn malformed(from: usize) -> Error {
+    Error::bad_peer_data(from, "a malformed inversion message")
+}
+
+/// Rank 0's `result` on every rank: its payload, or its error (so all ranks fail together; rank 0
+/// keeps its own error, the others learn what it was).
 fn broadcast_result(comm: &dyn Collective, result: Option<Result<Vec<u8>>>) -> Result<Vec<u8>> {
+    let mut own_error = None;
     let mut buf = match result {
         Some(Ok(mut b)) => {
             b.insert(0, 0);
@@ -258,22 +272,22 @@ fn broadcast_result(comm: &dyn Collective, result: Option<Result<Vec<u8>>>) -> R
         Some(Err(e)) => {
             let mut b = vec![1];
             b.extend_from_slice(e.to_string().as_bytes());
+            own_error = Some(e);
             b
         }
         None => Vec::new(),
     };
     comm.broadcast(&mut buf, 0)?;
+    if let Some(e) = own_error {
+        return Err(e);
+    }
     match buf.split_first() {
         Some((0, rest)) => Ok(rest.to_vec()),
-        Some((_, msg)) if comm.rank() == 0 => Err(Error::config(
-            "fwi",
-            String::from_utf8_lossy(msg).to_string(),
-        )),
-        Some((_, msg)) => Err(Error::config(
-            "fwi",
-            format!("rank 0 failed: {}", String::from_utf8_lossy(msg)),
-        )),
-        None => Err(Cursor::bad()),
+        Some((_, msg)) => Err(Error::PeerFailed {
+            rank: 0,
+            reason: String::from_utf8_lossy(msg).into_owned(),
+        }),
+        None => Err(malformed(0)),
     }
 }
 
@@ -429,7 +443,7 @@ fn encode_setup(s: &Setup) -> Vec<u8> {
 }
 
 fn decode_setup(bytes: &[u8]) -> Result<Setup> {
-    let mut c = Cursor(bytes);
+    let mut c = Cursor::new(bytes, 0);
     let (nz, nx) = (c.u64()? as usize, c.u64()? as usize);
     let truth: Vec<f64> = c.values()?;
     let start = c.values()?;
@@ -652,7 +666,7 @@ fn run_typed<T: Real>(
                 b.values(&d.into_iter().flat_map(|g| g.data).collect::<Vec<T>>());
                 Ok(b.0)
             });
-            Cursor(&broadcast_result(comm.as_ref(), made)?).values()?
+            Cursor::new(&broadcast_result(comm.as_ref(), made)?, 0).values()?
         }
     };
     let mut observed = Vec::with_capacity(n_shots);
@@ -661,7 +675,7 @@ fn run_typed<T: Real>(
         let n = s.receivers.len() * nt;
         let data = observed_flat
             .get(at..at + n)
-            .ok_or_else(Cursor::bad)?
+            .ok_or_else(|| malformed(0))?
             .to_vec();
         observed.push(Gather {
             receivers: s.receivers.len(),
@@ -736,14 +750,14 @@ fn run_typed<T: Real>(
             buf = b.0;
         }
         comm.broadcast(&mut buf, 0)?;
-        let mut c = Cursor(&buf);
+        let mut c = Cursor::new(&buf, 0);
         if c.u64()? != 0 {
             stopped_early = true;
             break;
         }
         let batch: Vec<usize> = c.values::<f64>()?.into_iter().map(|v| v as usize).collect();
         if batch.iter().any(|&i| i >= n_shots) {
-            return Err(Cursor::bad());
+            return Err(malformed(0));
         }
         let mine = tensor_split(batch.len(), world, rank);
         let my_shots: Vec<Shot> = batch[mine.clone()]
@@ -810,22 +824,18 @@ fn run_typed<T: Real>(
                     }
                 }
                 let mut parts: Vec<(usize, f64, Vec<T>)> = Vec::with_capacity(batch.len());
-                for bytes in comm.all_gather(&b.0)? {
-                    let mut c = Cursor(&bytes);
+                for (from, bytes) in comm.all_gather(&b.0)?.iter().enumerate() {
+                    let mut c = Cursor::new(bytes, from);
                     for _ in 0..c.u64()? {
                         let pos = c.u64()? as usize;
-                        let l = c
-                            .values::<f64>()?
-                            .first()
-                            .copied()
-                            .ok_or_else(Cursor::bad)?;
+                        let l = c.values::<f64>()?.first().copied().ok_or_else(|| c.bad())?;
                         let mut g: Vec<T> = c.values()?;
                         if figures {
                             g.extend(c.values::<T>()?);
                             g.extend(c.values::<T>()?);
                         }
                         if g.len() != width {
-                            return Err(Cursor::bad());
+                            return Err(c.bad());
                         }
                         parts.push((pos, l, g));
                     }
@@ -911,17 +921,8 @@ fn run_typed<T: Real>(
             },
             hash: model_hash(&model),
         };
-        let bytes =
-            serde_json::to_vec(&mine_report).map_err(|e| Error::config("report", e.to_string()))?;
-        let reports: Vec<Report> = comm
-            .all_gather(&bytes)?
-            .iter()
-            .map(|b| {
-                serde_json::from_slice(b).map_err(|e| {
-                    Error::config("report", format!("a rank sent an unreadable report: {e}"))
-                })
-            })
-            .collect::<Result<_>>()?;
+        let reports: Vec<Report> =
+            wire::all_gather_as(comm.as_ref(), "epoch report", &mine_report)?;
         if let Some(bad) = reports.iter().find(|r| r.hash != reports[0].hash) {
             return Err(Error::PeerLost {
                 rank: bad.timing.rank,
