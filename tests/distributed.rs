@@ -629,7 +629,7 @@ fn a_scaling_study_runs_each_configuration_and_reports() {
     assert!(study.join("patch_map.png").is_file());
     assert!(study.join("model_efficiency.png").is_file());
 
-    // A size the preset's tiles do not fit fails before the report, naming the run.
+    // A size the preset's tiles do not fit is refused before any configuration runs, naming it.
     let o = run(
         &[
             "bench",
@@ -648,7 +648,13 @@ fn a_scaling_study_runs_each_configuration_and_reports() {
     );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("run s64-n1 failed"), "{err}");
+    assert!(
+        err.contains("patch size 256") && err.contains("(size 64 on 1 rank(s))"),
+        "{err}"
+    );
+    let bad = dir.path().join("bad");
+    let runs = std::fs::read_dir(&bad).map_or(0, |d| d.count());
+    assert_eq!(runs, 0, "nothing ran into {}", bad.display());
     let o = run(
         &["bench", "scaling", "multiblur", "--ranks", "0,2"],
         dir.path(),
