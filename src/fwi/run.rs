@@ -207,52 +207,50 @@ fn check_cells(preset: &FwiPreset, nz: usize, nx: usize) -> Result<()> {
     Ok(())
 }
 
-/// Byte encoding of what rank 0 broadcasts.
-struct Bytes(Vec<u8>);
-
-impl Bytes {
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn values<T: Real>(&mut self, v: &[T]) {
-        self.u64(v.len() as u64);
-        for x in v {
-            x.put_le(&mut self.0);
-        }
-    }
+/// What rank 0 broadcasts before the first epoch ([`Setup`] on the wire).
+#[derive(Serialize, Deserialize)]
+struct SetupMsg {
+    nz: u64,
+    nx: u64,
+    truth: Option<Vec<f64>>,
+    start: Vec<f64>,
+    wavelet: Vec<f64>,
+    data: Option<Vec<f64>>,
+    /// Per shot, its source and receiver cells.
+    shots: Vec<(Cells, Cells)>,
 }
 
-/// Reads a message of [`Bytes`] that rank `from` sent.
-struct Cursor<'a> {
-    rest: &'a [u8],
-    from: usize,
+/// Grid cells `[z, x]` on the wire.
+type Cells = Vec<[u64; 2]>;
+
+/// What rank 0 broadcasts at the start of each epoch.
+#[derive(Serialize, Deserialize)]
+struct EpochStart {
+    stop: bool,
+    /// The epoch's shots, by index into the acquisition.
+    batch: Vec<u64>,
 }
 
-impl<'a> Cursor<'a> {
-    fn new(rest: &'a [u8], from: usize) -> Self {
-        Cursor { rest, from }
-    }
-    fn bad(&self) -> Error {
-        malformed(self.from)
-    }
-    fn u64(&mut self) -> Result<u64> {
-        if self.rest.len() < 8 {
-            return Err(self.bad());
-        }
-        let (a, b) = self.rest.split_at(8);
-        self.rest = b;
-        Ok(u64::from_le_bytes(a.try_into().expect("8 bytes")))
-    }
-    fn values<T: Real>(&mut self) -> Result<Vec<T>> {
-        let n = self.u64()? as usize;
-        let need = n
-            .checked_mul(T::BYTES)
-            .filter(|&b| b <= self.rest.len())
-            .ok_or_else(|| self.bad())?;
-        let (a, b) = self.rest.split_at(need);
-        self.rest = b;
-        Ok(a.chunks_exact(T::BYTES).map(T::get_le).collect())
-    }
+/// One shot's part of the batch sum, sent by the rank that propagated it (`sum_order = "exact"`).
+#[derive(Deserialize)]
+#[serde(bound = "T: Real")]
+struct ShotPart<T> {
+    /// The shot's position in the batch.
+    position: u64,
+    loss: f64,
+    gradient: Vec<T>,
+    /// The source and receiver illumination, on figure epochs.
+    illumination: Option<(Vec<T>, Vec<T>)>,
+}
+
+/// [`ShotPart`] as its sender writes it, borrowing the results (the same bytes on the wire).
+#[derive(Serialize)]
+#[serde(bound = "T: Real")]
+struct ShotPartRef<'a, T> {
+    position: u64,
+    loss: f64,
+    gradient: &'a [T],
+    illumination: Option<(&'a [T], &'a [T])>,
 }
 
 /// A message from rank `from` that does not hold what the inversion sends.
@@ -421,55 +419,50 @@ fn load_setup(preset: &FwiPreset, base_dir: &Path) -> Result<Setup> {
     })
 }
 
-fn encode_setup(s: &Setup) -> Vec<u8> {
-    let mut b = Bytes(Vec::new());
-    b.u64(s.nz as u64);
-    b.u64(s.nx as u64);
-    b.values(s.truth.as_deref().unwrap_or(&[]));
-    b.values(&s.start);
-    b.values(&s.wavelet);
-    b.values(s.data.as_deref().unwrap_or(&[]));
-    b.u64(s.acquisition.len() as u64);
-    for shot in &s.acquisition.shots {
-        for cells in [&shot.sources, &shot.receivers] {
-            b.u64(cells.len() as u64);
-            for c in cells.iter() {
-                b.u64(c[0] as u64);
-                b.u64(c[1] as u64);
-            }
-        }
-    }
-    b.0
+fn encode_setup(s: &Setup) -> Result<Vec<u8>> {
+    let cells = |c: &[[usize; 2]]| c.iter().map(|&[z, x]| [z as u64, x as u64]).collect();
+    wire::encode(&SetupMsg {
+        nz: s.nz as u64,
+        nx: s.nx as u64,
+        truth: s.truth.clone(),
+        start: s.start.clone(),
+        wavelet: s.wavelet.clone(),
+        data: s.data.clone(),
+        shots: s
+            .acquisition
+            .shots
+            .iter()
+            .map(|shot| (cells(&shot.sources), cells(&shot.receivers)))
+            .collect(),
+    })
 }
 
 fn decode_setup(bytes: &[u8]) -> Result<Setup> {
-    let mut c = Cursor::new(bytes, 0);
-    let (nz, nx) = (c.u64()? as usize, c.u64()? as usize);
-    let truth: Vec<f64> = c.values()?;
-    let start = c.values()?;
-    let wavelet = c.values()?;
-    let data: Vec<f64> = c.values()?;
-    let n = c.u64()? as usize;
-    let mut shots = Vec::with_capacity(n.min(1 << 20));
-    for _ in 0..n {
-        let mut cells = || -> Result<Vec<[usize; 2]>> {
-            let k = c.u64()? as usize;
-            (0..k)
-                .map(|_| Ok([c.u64()? as usize, c.u64()? as usize]))
-                .collect()
-        };
-        let sources = cells()?;
-        let receivers = cells()?;
-        shots.push(Shot { sources, receivers });
-    }
+    let m: SetupMsg = wire::decode_from(0, "inversion setup", bytes)?;
+    let size = |v: u64| usize::try_from(v).map_err(|_| malformed(0));
+    let cells = |c: Cells| -> Result<Vec<[usize; 2]>> {
+        c.into_iter()
+            .map(|[z, x]| Ok([size(z)?, size(x)?]))
+            .collect()
+    };
+    let shots = m
+        .shots
+        .into_iter()
+        .map(|(sources, receivers)| {
+            Ok(Shot {
+                sources: cells(sources)?,
+                receivers: cells(receivers)?,
+            })
+        })
+        .collect::<Result<_>>()?;
     Ok(Setup {
-        nz,
-        nx,
-        truth: (!truth.is_empty()).then_some(truth),
-        start,
+        nz: size(m.nz)?,
+        nx: size(m.nx)?,
+        truth: m.truth,
+        start: m.start,
         acquisition: Acquisition { shots },
-        wavelet,
-        data: (!data.is_empty()).then_some(data),
+        wavelet: m.wavelet,
+        data: m.data,
     })
 }
 
@@ -579,7 +572,7 @@ fn run_typed<T: Real>(
     let (rank, world) = (comm.rank(), comm.world_size());
     let setup = broadcast_result(
         comm.as_ref(),
-        (rank == 0).then(|| load_setup(preset, base_dir).map(|s| encode_setup(&s))),
+        (rank == 0).then(|| load_setup(preset, base_dir).and_then(|s| encode_setup(&s))),
     )?;
     let setup = decode_setup(&setup)?;
     let (nz, nx) = (setup.nz, setup.nx);
@@ -662,11 +655,10 @@ fn run_typed<T: Real>(
                     truth.iter().map(|&v| T::from_f64(v)).collect(),
                 )?;
                 let d = Solver::new(&tm, &settings)?.forward(&acq.shots, &wavelets)?;
-                let mut b = Bytes(Vec::new());
-                b.values(&d.into_iter().flat_map(|g| g.data).collect::<Vec<T>>());
-                Ok(b.0)
+                wire::encode(&d.into_iter().flat_map(|g| g.data).collect::<Vec<T>>())
             });
-            Cursor::new(&broadcast_result(comm.as_ref(), made)?, 0).values()?
+            let bytes = broadcast_result(comm.as_ref(), made)?;
+            wire::decode_from::<Vec<T>>(0, "modelled data", &bytes)?
         }
     };
     let mut observed = Vec::with_capacity(n_shots);
@@ -740,25 +732,26 @@ fn run_typed<T: Real>(
         // Rank 0 draws the batch (and says whether to stop); everyone receives it.
         let mut buf = Vec::new();
         if rank == 0 {
-            let mut b = Bytes(Vec::new());
-            b.u64(stop as u64);
-            let batch: Vec<u64> = draw(n_shots, preset.fwi.batch_size, preset.seed, epoch)
-                .into_iter()
-                .map(|i| i as u64)
-                .collect();
-            b.values(&batch.iter().map(|&i| i as f64).collect::<Vec<f64>>());
-            buf = b.0;
+            buf = wire::encode(&EpochStart {
+                stop,
+                batch: draw(n_shots, preset.fwi.batch_size, preset.seed, epoch)
+                    .into_iter()
+                    .map(|i| i as u64)
+                    .collect(),
+            })?;
         }
         comm.broadcast(&mut buf, 0)?;
-        let mut c = Cursor::new(&buf, 0);
-        if c.u64()? != 0 {
+        let start: EpochStart = wire::decode_from(0, "epoch start", &buf)?;
+        if start.stop {
             stopped_early = true;
             break;
         }
-        let batch: Vec<usize> = c.values::<f64>()?.into_iter().map(|v| v as usize).collect();
-        if batch.iter().any(|&i| i >= n_shots) {
-            return Err(malformed(0));
-        }
+        let batch: Vec<usize> = start
+            .batch
+            .into_iter()
+            .map(|i| usize::try_from(i).ok().filter(|&i| i < n_shots))
+            .collect::<Option<_>>()
+            .ok_or_else(|| malformed(0))?;
         let mine = tensor_split(batch.len(), world, rank);
         let my_shots: Vec<Shot> = batch[mine.clone()]
             .iter()
@@ -812,32 +805,37 @@ fn run_typed<T: Real>(
         let mut loss = 0.0;
         match preset.fwi.sum_order {
             SumOrder::Exact => {
-                let mut b = Bytes(Vec::new());
-                b.u64(results.len() as u64);
-                for (k, res) in results.iter().enumerate() {
-                    b.u64((mine.start + k) as u64);
-                    b.values(&[res.loss]);
-                    b.values(&res.gradient);
-                    if figures {
-                        b.values(res.source_illumination.as_deref().unwrap_or(&[]));
-                        b.values(res.receiver_illumination.as_deref().unwrap_or(&[]));
-                    }
-                }
-                let mut parts: Vec<(usize, f64, Vec<T>)> = Vec::with_capacity(batch.len());
-                for (from, bytes) in comm.all_gather(&b.0)?.iter().enumerate() {
-                    let mut c = Cursor::new(bytes, from);
-                    for _ in 0..c.u64()? {
-                        let pos = c.u64()? as usize;
-                        let l = c.values::<f64>()?.first().copied().ok_or_else(|| c.bad())?;
-                        let mut g: Vec<T> = c.values()?;
-                        if figures {
-                            g.extend(c.values::<T>()?);
-                            g.extend(c.values::<T>()?);
+                let mine_parts: Vec<ShotPartRef<'_, T>> = results
+                    .iter()
+                    .enumerate()
+                    .map(|(k, res)| ShotPartRef {
+                        position: (mine.start + k) as u64,
+                        loss: res.loss,
+                        gradient: &res.gradient,
+                        illumination: figures.then(|| {
+                            (
+                                res.source_illumination.as_deref().unwrap_or(&[]),
+                                res.receiver_illumination.as_deref().unwrap_or(&[]),
+                            )
+                        }),
+                    })
+                    .collect();
+                let gathered = comm.all_gather(&wire::encode(&mine_parts)?)?;
+                drop(mine_parts);
+                let mut parts: Vec<(u64, f64, Vec<T>)> = Vec::with_capacity(batch.len());
+                for (from, bytes) in gathered.iter().enumerate() {
+                    let theirs: Vec<ShotPart<T>> =
+                        wire::decode_from(from, "shot gradients", bytes)?;
+                    for part in theirs {
+                        let mut g = part.gradient;
+                        if let Some((source, receiver)) = part.illumination {
+                            g.extend(source);
+                            g.extend(receiver);
                         }
                         if g.len() != width {
-                            return Err(c.bad());
+                            return Err(malformed(from));
                         }
-                        parts.push((pos, l, g));
+                        parts.push((part.position, part.loss, g));
                     }
                 }
                 parts.sort_by_key(|p| p.0);
@@ -1042,6 +1040,48 @@ fn run_typed<T: Real>(
 mod tests {
     use super::*;
     use crate::physics::wave::cfl_step_ratio;
+
+    /// Every truncation of rank 0's setup, and seeded random bytes in place of the setup and of
+    /// a rank's shot gradients, are BadPeerData naming the sender — never a panic.
+    #[test]
+    fn malformed_inversion_messages_name_the_sender_and_never_panic() {
+        use rand::{RngExt, SeedableRng};
+        let setup = Setup {
+            nz: 3,
+            nx: 4,
+            truth: Some(vec![1500.0; 12]),
+            start: vec![1400.0; 12],
+            acquisition: Acquisition {
+                shots: vec![Shot {
+                    sources: vec![[0, 1]],
+                    receivers: vec![[0, 0], [0, 3]],
+                }],
+            },
+            wavelet: vec![0.0, 1.0, -0.5],
+            data: None,
+        };
+        let bytes = encode_setup(&setup).unwrap();
+        let back = decode_setup(&bytes).unwrap();
+        assert_eq!((back.nz, back.nx, back.start), (3, 4, setup.start.clone()));
+        assert_eq!(back.acquisition.shots[0].receivers, vec![[0, 0], [0, 3]]);
+        for cut in 0..bytes.len() {
+            let e = decode_setup(&bytes[..cut])
+                .err()
+                .expect("a cut setup is refused");
+            assert!(matches!(e, Error::BadPeerData { rank: 0, .. }), "{e}");
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(28);
+        for _ in 0..2000 {
+            let len = rng.random_range(0..96);
+            let junk: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            if let Err(e) = decode_setup(&junk) {
+                assert!(matches!(e, Error::BadPeerData { rank: 0, .. }), "{e}");
+            }
+            if let Err(e) = wire::decode_from::<Vec<ShotPart<f32>>>(2, "shot gradients", &junk) {
+                assert!(matches!(e, Error::BadPeerData { rank: 2, .. }), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn a_sample_interval_far_above_the_stable_step_is_named() {

@@ -23,6 +23,8 @@ pub trait Real:
     + SubAssign
     + MulAssign
     + Sum
+    + serde::Serialize
+    + serde::de::DeserializeOwned
 {
     const ZERO: Self;
     const ONE: Self;
@@ -37,10 +39,8 @@ pub trait Real:
     fn sqrt(self) -> Self;
     /// `self·a + b` with one rounding.
     fn mul_add(self, a: Self, b: Self) -> Self;
-    /// Appends the little-endian bytes.
+    /// Appends the little-endian bytes (the model hash that checks the ranks agree).
     fn put_le(self, out: &mut Vec<u8>);
-    /// Reads a value from `BYTES` little-endian bytes.
-    fn get_le(bytes: &[u8]) -> Self;
 }
 
 impl Real for f32 {
@@ -67,9 +67,6 @@ impl Real for f32 {
     fn put_le(self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_le_bytes());
     }
-    fn get_le(bytes: &[u8]) -> Self {
-        f32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"))
-    }
 }
 
 impl Real for f64 {
@@ -95,9 +92,6 @@ impl Real for f64 {
     }
     fn put_le(self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn get_le(bytes: &[u8]) -> Self {
-        f64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))
     }
 }
 
