@@ -1,10 +1,11 @@
 //! tessera: large-scale image reconstruction — physics operators, denoisers, tiling and algorithms.
 //!
-//! The numeric core (`tensor`, `linalg`, `physics`, `fidelity`, `denoise`, `tiling`, `optim`,
-//! `metrics`) knows nothing of files, sockets or user interfaces. `io` and `samples` bring data in and
-//! out; `preset` describes a whole experiment as TOML; `job` runs a preset and reports progress through
-//! a callback. The binary (`cli`) is a thin layer over `job`; `dist` runs the same job on several
-//! ranks (and splits neural networks over them by exact spatial decomposition, `dist::spatial`);
+//! The numeric core (`tensor`, `linalg`, `metrics`, `fidelity`, `physics`, `denoise`, `nn`, `tiling`,
+//! `optim`) knows nothing of sockets, processes or user interfaces, and reads files only through `io`
+//! (a user's blur kernel, a network's weights). `io` and `samples` bring data in and out; `preset`
+//! describes a whole experiment as TOML; `job` runs a preset and reports progress through a callback.
+//! The binary (`cli`) parses arguments and calls the library, one file per subcommand; `dist` runs
+//! the same job on several ranks (and splits neural networks over them by exact spatial decomposition, `dist::spatial`);
 //! `train` trains the native neural denoisers; `dsn` trains multi-domain separation networks (a
 //! classifier from one labelled and several unlabelled image domains) with each domain on its own
 //! rank; `physics::wave` is 2-D acoustic wave propagation
