@@ -710,13 +710,7 @@ pub fn train(
         weights,
     };
     if me == 0 {
-        let json = serde_json::to_string_pretty(&summary).map_err(|e| {
-            Error::format(out_dir.join(crate::io::TRAIN_SUMMARY_FILE), e.to_string())
-        })?;
-        crate::io::write_atomic(
-            &out_dir.join(crate::io::TRAIN_SUMMARY_FILE),
-            json.as_bytes(),
-        )?;
+        crate::io::write_json_atomic(&out_dir.join(crate::io::TRAIN_SUMMARY_FILE), &summary)?;
     }
     Ok(summary)
 }

@@ -177,29 +177,27 @@ impl Collective for SingleProcess {
         Ok(())
     }
     fn send(&self, to: usize, _data: &[u8]) -> Result<()> {
-        Err(Error::config(
-            "send",
-            format!("rank {to} does not exist in a group of one"),
-        ))
+        Err(Error::Internal(format!(
+            "send: rank {to} does not exist in a group of one"
+        )))
     }
     fn recv(&self, from: usize) -> Result<Vec<u8>> {
-        Err(Error::config(
-            "recv",
-            format!("rank {from} does not exist in a group of one"),
-        ))
+        Err(Error::Internal(format!(
+            "recv: rank {from} does not exist in a group of one"
+        )))
     }
     fn transport(&self) -> Transport {
         Transport::Single
     }
 }
 
-/// Fails unless `rank < world`.
+/// Fails unless `rank < world`. The ranks a collective is asked about come from tessera's own
+/// placement of work, never from a user, so one out of range is a bug.
 pub fn check_rank(rank: usize, world: usize, what: &str) -> Result<()> {
     if rank >= world {
-        return Err(Error::config(
-            what,
-            format!("rank {rank} is not below the world size {world}"),
-        ));
+        return Err(Error::Internal(format!(
+            "{what}: rank {rank} is not below the world size {world}"
+        )));
     }
     Ok(())
 }

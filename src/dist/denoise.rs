@@ -165,18 +165,26 @@ impl Denoiser for DistributedTiledDenoiser {
         let local = self.denoise_local(x, sigma)?;
         let refs: Vec<(usize, &Tensor)> = local.iter().map(|(i, t)| (*i, t)).collect();
         let parts = self.comm.all_gather(&codec::encode(&refs)?)?;
-        let plan = self.tiled.plan(x.shape())?;
+        let (plan, owners) = self.patch_map(x.shape())?;
         let mut patches = Vec::with_capacity(plan.num_tiles());
+        let mut arrived = vec![false; plan.num_tiles()];
         for (rank, part) in parts.iter().enumerate() {
             for (i, patch) in codec::decode(rank, part)? {
-                if i >= plan.num_tiles() {
+                // A rank sends the tiles it owns, each once: anything else is its bad data.
+                if owners.get(i) != Some(&rank) || std::mem::replace(&mut arrived[i], true) {
                     return Err(Error::bad_peer_data(
                         rank,
-                        format!("tile {i} of a plan of {}", plan.num_tiles()),
+                        format!(
+                            "tile {i} of a plan of {}, not its own or sent twice",
+                            plan.num_tiles()
+                        ),
                     ));
                 }
                 patches.push((i, patch));
             }
+        }
+        if let Some(i) = arrived.iter().position(|a| !a) {
+            return Err(Error::bad_peer_data(owners[i], format!("sent no tile {i}")));
         }
         // `assemble` applies tiles in index order, so blended sums do not depend on who sent what.
         plan.assemble(&patches, x.shape())

@@ -125,7 +125,7 @@ impl MpiGroup {
 
 fn count(n: usize, what: &str) -> Result<i32> {
     i32::try_from(n)
-        .map_err(|_| Error::config(what, format!("{n} elements exceed MPI's count limit")))
+        .map_err(|_| Error::Unsupported(format!("{what}: {n} elements exceed MPI's count limit")))
 }
 
 impl Collective for MpiGroup {

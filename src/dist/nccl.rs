@@ -76,7 +76,7 @@ impl NcclGroup {
             .map(|&b| b as std::ffi::c_char)
             .collect::<Vec<_>>()
             .try_into()
-            .map_err(|_| Error::config("nccl", "rank 0 sent an NCCL id of the wrong size"))?;
+            .map_err(|_| Error::bad_peer_data(0, "an NCCL id of the wrong size"))?;
         let comm = Comm::from_rank(
             stream.clone(),
             info.rank,

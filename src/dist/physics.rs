@@ -143,7 +143,7 @@ impl DistributedStack {
                 .map(|(i, op)| {
                     BlurFusion::gram_of(op.as_ref())
                         .map(|g| (*i, g))
-                        .ok_or_else(|| Error::config("physics", "Gram kernel of a fused blur"))
+                        .ok_or_else(|| Error::Internal("a fused blur without a Gram kernel".into()))
                 })
                 .collect::<Result<Vec<_>>>()?;
             Some(self.gather_indexed(local)?)
@@ -204,18 +204,18 @@ impl DistributedStack {
 
     /// Gathers per-operator tensors from every rank into a global, index-ordered list.
     fn gather_indexed(&self, local: Vec<(usize, Tensor)>) -> Result<Vec<Tensor>> {
-        let world = self.comm.world_size();
+        let (world, me) = (self.comm.world_size(), self.comm.rank());
         let mut slots: Vec<Option<Tensor>> = vec![None; self.n_ops];
         if world == 1 {
             // Nothing to exchange: skip the encoding round trip.
             for (i, t) in local {
-                place(&mut slots, i, t)?;
+                place(&mut slots, i, t, Sender::Me)?;
             }
             return slots
                 .into_iter()
                 .enumerate()
                 .map(|(i, t)| {
-                    t.ok_or_else(|| Error::config("gather", format!("no result for operator {i}")))
+                    t.ok_or_else(|| Error::Internal(format!("no result for operator {i}")))
                 })
                 .collect();
         }
@@ -229,7 +229,7 @@ impl DistributedStack {
                     .enumerate()
                 {
                     for (i, t) in codec::decode(rank, part)? {
-                        place(&mut slots, i, t)?;
+                        place(&mut slots, i, t, Sender::of(rank, me))?;
                     }
                 }
             }
@@ -242,7 +242,7 @@ impl DistributedStack {
                     let parts = self.comm.all_gather(&codec::encode(&mine)?)?;
                     for (rank, part) in parts.iter().enumerate() {
                         for (i, t) in codec::decode(rank, part)? {
-                            place(&mut slots, i, t)?;
+                            place(&mut slots, i, t, Sender::of(rank, me))?;
                         }
                     }
                 }
@@ -254,14 +254,14 @@ impl DistributedStack {
                     let mut buf = if root == self.comm.rank() {
                         let (j, t) = mine
                             .next()
-                            .ok_or_else(|| Error::config("gather", "local results out of step"))?;
+                            .ok_or_else(|| Error::Internal("local results out of step".into()))?;
                         codec::encode(&[(j, &t)])?
                     } else {
                         Vec::new()
                     };
                     self.comm.broadcast(&mut buf, root)?;
                     for (j, t) in codec::decode(root, &buf)? {
-                        place(&mut slots, j, t)?;
+                        place(&mut slots, j, t, Sender::of(root, me))?;
                     }
                 }
             }
@@ -270,8 +270,13 @@ impl DistributedStack {
             .into_iter()
             .enumerate()
             .map(|(i, t)| {
-                t.ok_or_else(|| {
-                    Error::config("gather", format!("no result arrived for operator {i}"))
+                // Every rank sends the results of the operators it owns, so a missing one is its
+                // owner's bad data.
+                t.ok_or_else(|| match Sender::of(owner(i, world), me) {
+                    Sender::Me => Error::Internal(format!("no result for operator {i}")),
+                    Sender::Peer(rank) => {
+                        Error::bad_peer_data(rank, format!("sent no result for operator {i}"))
+                    }
                 })
             })
             .collect()
@@ -317,7 +322,7 @@ impl DistributedStack {
             .into_iter()
             .flatten()
             .next()
-            .ok_or_else(|| Error::config("physics", "no rank owns an operator"))
+            .ok_or_else(|| Error::Internal("no rank owns an operator of the stack".into()))
     }
 
     fn check_len(&self, ys: &[Tensor], op: &str) -> Result<()> {
@@ -357,22 +362,41 @@ impl DistributedStack {
     }
 }
 
-fn place(slots: &mut [Option<Tensor>], i: usize, t: Tensor) -> Result<()> {
+/// Puts operator `i`'s result, which rank `from` sent, in its slot. An index out of range or one
+/// that arrives twice is that rank's bad data (this rank's own, when `from` is this rank, a bug).
+fn place(slots: &mut [Option<Tensor>], i: usize, t: Tensor, from: Sender) -> Result<()> {
     let n = slots.len();
-    let slot = slots.get_mut(i).ok_or_else(|| {
-        Error::config(
-            "gather",
-            format!("operator index {i} out of range ({n} operators)"),
-        )
-    })?;
+    let slot = slots
+        .get_mut(i)
+        .ok_or_else(|| from.error(format!("operator index {i} out of range ({n} operators)")))?;
     if slot.is_some() {
-        return Err(Error::config(
-            "gather",
-            format!("operator {i} arrived twice"),
-        ));
+        return Err(from.error(format!("operator {i} arrived twice")));
     }
     *slot = Some(t);
     Ok(())
+}
+
+/// Who sent a result to [`place`]: this rank (a wrong index is a bug here) or a peer (its data).
+#[derive(Clone, Copy)]
+enum Sender {
+    Me,
+    Peer(usize),
+}
+
+impl Sender {
+    fn of(rank: usize, me: usize) -> Sender {
+        match rank == me {
+            true => Sender::Me,
+            false => Sender::Peer(rank),
+        }
+    }
+
+    fn error(self, what: String) -> Error {
+        match self {
+            Sender::Me => Error::Internal(format!("gathering operator results: {what}")),
+            Sender::Peer(rank) => Error::bad_peer_data(rank, what),
+        }
+    }
 }
 
 impl StackedLinearPhysics for DistributedStack {
@@ -395,20 +419,27 @@ impl StackedLinearPhysics for DistributedStack {
     }
 
     fn output_shapes(&self, x_shape: &[usize]) -> Result<Vec<Vec<usize>>> {
-        // Every rank joins the gather even when its own operators fail, so that all ranks return
-        // the same error instead of leaving the others waiting.
-        let mine: std::result::Result<Vec<(usize, Vec<usize>)>, String> = self
+        // Every rank joins the gather even when its own operators fail, so that all ranks fail
+        // together, on the first failing rank's error, instead of leaving the others waiting.
+        let mine: Result<Vec<(usize, Vec<usize>)>> = self
             .local
             .iter()
             .map(|(i, op)| Ok((*i, op.output_shape(x_shape)?)))
-            .collect::<Result<_>>()
-            .map_err(|e: Error| e.to_string());
+            .collect();
+        let (mine, mut my_error) = match mine {
+            Ok(shapes) => (Ok(shapes), None),
+            Err(e) => (Err(e.to_string()), Some(e)),
+        };
         let mut shapes: Vec<Option<Vec<usize>>> = vec![None; self.n_ops];
         let parts = wire::all_gather_as(self.comm.as_ref(), "output shapes", &mine)?;
         for (rank, part) in parts.into_iter().enumerate() {
-            for (i, shape) in
-                part.map_err(|e| Error::config("physics", format!("rank {rank}: {e}")))?
-            {
+            // The first failing rank's error, as that rank has it (a config error stays one on
+            // the rank that made it; the others learn that the peer failed and why).
+            let part = part.map_err(|reason| match my_error.take() {
+                Some(e) if rank == self.comm.rank() => e,
+                _ => Error::PeerFailed { rank, reason },
+            })?;
+            for (i, shape) in part {
                 if let Some(slot) = shapes.get_mut(i) {
                     *slot = Some(shape);
                 }
@@ -418,8 +449,10 @@ impl StackedLinearPhysics for DistributedStack {
             .into_iter()
             .enumerate()
             .map(|(i, s)| {
+                let owner = owner(i, self.comm.world_size());
                 s.ok_or_else(|| {
-                    Error::config("output shapes", format!("no rank owns operator {i}"))
+                    Sender::of(owner, self.comm.rank())
+                        .error(format!("no output shape for operator {i}"))
                 })
             })
             .collect()
@@ -460,10 +493,12 @@ impl StackedLinearPhysics for DistributedStack {
     fn residual_adjoint(&self, x: &Tensor, ys: &[Tensor], weights: &[f32]) -> Result<Tensor> {
         self.check_len(ys, "data fidelity gradient")?;
         if weights.len() != self.n_ops {
-            return Err(Error::config(
-                "data fidelity gradient",
-                format!("{} weights for {} operators", weights.len(), self.n_ops),
-            ));
+            // The weights come from `fidelity`, one per operator: a mismatch is a bug.
+            return Err(Error::Internal(format!(
+                "data fidelity gradient: {} weights for a stack of {} operators",
+                weights.len(),
+                self.n_ops
+            )));
         }
         if let Some(f) = &self.fusion {
             check_circular_measurements(x, ys)?;
@@ -700,5 +735,79 @@ mod tests {
         for (norm, bound) in results {
             assert!(bound >= norm * (1.0 - 1e-4), "{bound} < {norm}");
         }
+    }
+
+    /// Rank 0 of a group of two whose peer's contributions to `all_gather` are scripted bytes.
+    struct ScriptedPeer {
+        peer_parts: std::sync::Mutex<std::collections::VecDeque<Vec<u8>>>,
+    }
+
+    impl Collective for ScriptedPeer {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn world_size(&self) -> usize {
+            2
+        }
+        fn all_reduce(&self, _: &mut [f32], _: ReduceOp) -> Result<()> {
+            Err(Error::Internal("not scripted".into()))
+        }
+        fn all_gather(&self, local: &[u8]) -> Result<Vec<Vec<u8>>> {
+            let peer = self.peer_parts.lock().unwrap().pop_front();
+            let peer = peer.ok_or_else(|| Error::Internal("script exhausted".into()))?;
+            Ok(vec![local.to_vec(), peer])
+        }
+        fn broadcast(&self, _: &mut Vec<u8>, _: usize) -> Result<()> {
+            Err(Error::Internal("not scripted".into()))
+        }
+        fn barrier(&self) -> Result<()> {
+            Ok(())
+        }
+        fn send(&self, _: usize, _: &[u8]) -> Result<()> {
+            Err(Error::Internal("not scripted".into()))
+        }
+        fn recv(&self, _: usize) -> Result<Vec<u8>> {
+            Err(Error::Internal("not scripted".into()))
+        }
+        fn transport(&self) -> crate::dist::collective::Transport {
+            crate::dist::collective::Transport::Single
+        }
+    }
+
+    /// Rank 1 answers the fusion-key round with no keys, then sends `results` as its operators'
+    /// results for one concatenated gather of a two-operator stack.
+    fn gather_from_peer(results: &[(usize, &Tensor)]) -> Result<Vec<Tensor>> {
+        let no_keys: Vec<(usize, Option<String>)> = Vec::new();
+        let comm = ScriptedPeer {
+            peer_parts: std::sync::Mutex::new(
+                [
+                    wire::encode(&no_keys).unwrap(),
+                    codec::encode(results).unwrap(),
+                ]
+                .into(),
+            ),
+        };
+        let mut stack =
+            DistributedStack::from_factory(Arc::new(comm), 2, |i| Ok(ops(2).swap_remove(i)))?;
+        stack.gather = GatherStrategy::Concatenated;
+        stack.forward(&x())
+    }
+
+    #[test]
+    fn a_peers_duplicate_missing_or_stray_result_is_its_bad_data() {
+        let y = x();
+        let peer_is_named = |r: Result<Vec<Tensor>>| match r {
+            Err(Error::BadPeerData { rank: 1, what }) => what,
+            other => panic!("expected BadPeerData from rank 1, got {other:?}"),
+        };
+        // Operator 0 is rank 0's own: the peer sending it too is its mistake.
+        let what = peer_is_named(gather_from_peer(&[(0, &y)]));
+        assert!(what.contains("operator 0 arrived twice"), "{what}");
+        let what = peer_is_named(gather_from_peer(&[(7, &y)]));
+        assert!(what.contains("out of range"), "{what}");
+        let what = peer_is_named(gather_from_peer(&[]));
+        assert!(what.contains("no result for operator 1"), "{what}");
+        // Its own operator's result is accepted.
+        assert_eq!(gather_from_peer(&[(1, &y)]).unwrap().len(), 2);
     }
 }

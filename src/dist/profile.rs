@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::collective::Collective;
 use super::timed::{CallKind, CallRecord, Phase, TimedCollective, monotonic_ns};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::optim::ComponentTimes;
 
 /// Round trips used to estimate a rank's clock offset.
@@ -186,20 +186,7 @@ impl Profiler {
                 })
                 .collect(),
         };
-        let bytes = postcard::to_allocvec(&mine)
-            .map_err(|e| Error::config("profile", format!("encoding the call log: {e}")))?;
-        let logs = self
-            .timed
-            .all_gather(&bytes)?
-            .iter()
-            .enumerate()
-            .map(|(rank, b)| {
-                postcard::from_bytes::<RankLog>(b).map_err(|e| Error::PeerLost {
-                    rank,
-                    how: format!("sent an unreadable call log ({e})"),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let logs = super::wire::all_gather_as(self.timed.as_ref(), "call log", &mine)?;
         Ok(profiles(&logs))
     }
 }
@@ -317,7 +304,7 @@ pub fn clock_offset_ns(comm: &dyn Collective) -> Result<i64> {
         for peer in 1..world {
             for _ in 0..CLOCK_SAMPLES {
                 comm.recv(peer)?;
-                comm.send(peer, &monotonic_ns().to_le_bytes())?;
+                comm.send(peer, &super::wire::encode(&monotonic_ns())?)?;
             }
         }
         return Ok(0);
@@ -328,10 +315,7 @@ pub fn clock_offset_ns(comm: &dyn Collective) -> Result<i64> {
         comm.send(0, &[])?;
         let reply = comm.recv(0)?;
         let t2 = monotonic_ns();
-        let t0 = u64::from_le_bytes(reply.as_slice().try_into().map_err(|_| Error::PeerLost {
-            rank: 0,
-            how: format!("answered a clock request with {} bytes", reply.len()),
-        })?);
+        let t0: u64 = super::wire::decode_from(0, "clock reply", &reply)?;
         let rtt = t2.saturating_sub(t1);
         let offset = t0 as i128 - (t1 as i128 + t2 as i128) / 2;
         if best.is_none_or(|(b, _)| rtt < b) {

@@ -341,10 +341,22 @@ impl SocketGroup {
         err
     }
 
+    /// A message larger than the group's limit is refused before it is sent: the transport cannot
+    /// carry it (its receivers would refuse it), whatever the job.
+    fn check_message_size(&self, op: &str, bytes: usize) -> Result<()> {
+        if bytes > self.max_message {
+            return Err(Error::Unsupported(format!(
+                "{op} of {bytes} bytes: more than the message limit of {} bytes between ranks",
+                self.max_message
+            )));
+        }
+        Ok(())
+    }
+
     fn link(&self, peer: usize) -> Result<&Link> {
         check_rank(peer, self.world, "peer")?;
         self.links[peer].as_ref().ok_or_else(|| {
-            Error::config("peer", format!("rank {peer} is this rank ({})", self.rank))
+            Error::Internal(format!("peer: rank {peer} is this rank ({})", self.rank))
         })
     }
 
@@ -533,16 +545,7 @@ impl Collective for SocketGroup {
     fn all_gather(&self, local: &[u8]) -> Result<Vec<Vec<u8>>> {
         let n = self.world;
         let r = self.rank;
-        if local.len() > self.max_message {
-            return Err(Error::config(
-                "all_gather",
-                format!(
-                    "{} bytes exceed the message limit of {}",
-                    local.len(),
-                    self.max_message
-                ),
-            ));
-        }
+        self.check_message_size("all_gather", local.len())?;
         let mut blocks: Vec<Option<Vec<u8>>> = vec![None; n];
         blocks[r] = Some(local.to_vec());
         let right = (r + 1) % n;
@@ -586,16 +589,7 @@ impl Collective for SocketGroup {
     }
 
     fn send(&self, to: usize, data: &[u8]) -> Result<()> {
-        if data.len() > self.max_message {
-            return Err(Error::config(
-                "send",
-                format!(
-                    "{} bytes exceed the message limit of {}",
-                    data.len(),
-                    self.max_message
-                ),
-            ));
-        }
+        self.check_message_size("send", data.len())?;
         self.write_to(to, data)
     }
 

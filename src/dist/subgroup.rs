@@ -27,23 +27,19 @@ impl<'a> SubGroup<'a> {
         for (i, &m) in members.iter().enumerate() {
             check_rank(m, world, "sub-group member")?;
             if members[..i].contains(&m) {
-                return Err(Error::config(
-                    "sub-group",
-                    format!("rank {m} is listed twice in {members:?}"),
-                ));
+                return Err(Error::Internal(format!(
+                    "sub-group: rank {m} is listed twice in {members:?}"
+                )));
             }
         }
         let me = members
             .iter()
             .position(|&m| m == parent.rank())
             .ok_or_else(|| {
-                Error::config(
-                    "sub-group",
-                    format!(
-                        "rank {} is not one of the members {members:?}",
-                        parent.rank()
-                    ),
-                )
+                Error::Internal(format!(
+                    "sub-group: rank {} is not one of the members {members:?}",
+                    parent.rank()
+                ))
             })?;
         Ok(SubGroup {
             parent,

@@ -1029,9 +1029,7 @@ fn run_typed<T: Real>(
     )?);
     summary.outputs.append(&mut panels);
     summary.outputs.push(PathBuf::from(io::METRICS_FILE));
-    let json = serde_json::to_vec_pretty(&summary)
-        .map_err(|e| Error::config(io::METRICS_FILE, e.to_string()))?;
-    io::write_atomic(&out_dir.join(io::METRICS_FILE), &json)?;
+    io::write_json_atomic(&out_dir.join(io::METRICS_FILE), &summary)?;
     summary.run_dir = Some(staging.commit(&preset.name)?);
     Ok(summary)
 }

@@ -850,3 +850,25 @@ fn files_read_by(preset: &Preset) -> Vec<(String, PathBuf)> {
     }
     files
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The editor shows a config error under the field it names; a bug or a peer's bad data is no
+    /// field's fault and shows under none (a rank out of range was once a config error "peer").
+    #[test]
+    fn only_config_errors_are_placed_under_an_editor_field() {
+        let bug = crate::dist::collective::check_rank(3, 2, "peer").unwrap_err();
+        let peer = Error::bad_peer_data(1, "unreadable output shapes");
+        for e in [bug, peer] {
+            let p = Problem::of(&e);
+            assert_eq!(p.field, "", "{e}");
+            for section in ["peer", "physics", "tiling", "denoiser", "image", "gather"] {
+                assert!(!p.concerns(section), "{e} placed under {section}");
+            }
+        }
+        let config = Problem::of(&Error::config("tiling.stride", "must be ≥ 1"));
+        assert!(config.concerns("tiling") && config.concerns("tiling.stride"));
+    }
+}

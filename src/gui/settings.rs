@@ -91,9 +91,7 @@ impl AppState {
             std::fs::create_dir_all(dir)
                 .map_err(|e| crate::Error::io("creating the config folder", dir, e))?;
         }
-        let json = serde_json::to_string_pretty(self)
-            .map_err(|e| crate::Error::config("workbench state", e.to_string()))?;
-        crate::io::write_atomic(path, json.as_bytes())
+        crate::io::write_json_atomic(path, self)
     }
 
     /// Puts `path` first in the recent list.

@@ -155,3 +155,41 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Writes `value` as pretty-printed JSON through [`write_atomic`] (`metrics.json`, `train.json`, the
+/// workbench's state). Everything tessera writes this way is plain data, so a value that does not
+/// encode is a bug, `Internal`, wherever it happens — never a config error a user could fix.
+pub fn write_json_atomic<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    let json = serde_json::to_vec_pretty(value).map_err(|e| {
+        let name = path
+            .file_name()
+            .unwrap_or(path.as_os_str())
+            .to_string_lossy();
+        Error::Internal(format!("encoding {name}: {e}"))
+    })?;
+    write_atomic(path, &json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_that_does_not_encode_is_an_internal_error_and_writes_nothing() {
+        let dir = std::env::temp_dir().join(format!("tessera-json-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(METRICS_FILE);
+        // JSON object keys must be strings: a map keyed by arrays cannot be written.
+        let unencodable: std::collections::BTreeMap<Vec<u8>, u8> = [(vec![1, 2], 3)].into();
+        let e = write_json_atomic(&path, &unencodable).unwrap_err();
+        assert!(
+            matches!(&e, Error::Internal(m) if m.starts_with("encoding metrics.json")),
+            "{e:?}"
+        );
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        write_json_atomic(&path, &[1.5f64, 2.0]).unwrap();
+        let back: Vec<f64> = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(back, [1.5, 2.0]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

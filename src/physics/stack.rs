@@ -178,7 +178,7 @@ impl BlurFusion {
                 let conv = op
                     .as_blur()
                     .map(|b| b.conv())
-                    .ok_or_else(|| Error::config("physics", "a fused stack holds only blurs"))?;
+                    .ok_or_else(|| Error::Internal("a fused stack holds only blurs".into()))?;
                 Tensor::from_vec(
                     x.shape(),
                     conv.forward_from_spectra(&spectra, channels, dims),
@@ -195,7 +195,7 @@ impl BlurFusion {
         let conv = op
             .as_blur()
             .map(|b| b.conv())
-            .ok_or_else(|| Error::config("physics", "a fused stack holds only blurs"))?;
+            .ok_or_else(|| Error::Internal("a fused stack holds only blurs".into()))?;
         if !conv.uses_fft(dims) {
             let mut t = op.adjoint(y)?;
             if weight != 1.0 {
@@ -220,7 +220,7 @@ impl BlurFusion {
         check_same_shape(ys)?;
         let shape = ys
             .first()
-            .ok_or_else(|| Error::config("physics", "nothing to sum"))?
+            .ok_or_else(|| Error::Internal("a stack with nothing to sum".into()))?
             .shape();
         let (_, channels, dims) = self.geometry(shape, "blur stack adjoint")?;
         if !self.template.uses_fft(dims) {
@@ -237,7 +237,7 @@ impl BlurFusion {
             let conv = op
                 .as_blur()
                 .map(|b| b.conv())
-                .ok_or_else(|| Error::config("physics", "a fused stack holds only blurs"))?;
+                .ok_or_else(|| Error::Internal("a fused stack holds only blurs".into()))?;
             conv.adjoint_accumulate(y.data(), channels, dims, w, &mut acc);
         }
         Tensor::from_vec(shape, self.template.adjoint_finish_spectra(acc, dims))
@@ -261,14 +261,12 @@ impl BlurFusion {
             return Ok(None);
         };
         if weights.len() != grams.len() {
-            return Err(Error::config(
-                "data fidelity gradient",
-                format!(
-                    "{} weights for a stack of {} operators",
-                    weights.len(),
-                    grams.len()
-                ),
-            ));
+            // The weights come from `fidelity`, one per operator: a mismatch is a bug.
+            return Err(Error::Internal(format!(
+                "data fidelity gradient: {} weights for a stack of {} operators",
+                weights.len(),
+                grams.len()
+            )));
         }
         let (planes, channels, dims) = self.geometry(x.shape(), "blur stack AᵀA")?;
         let conv = self.gram_conv(grams, weights);
@@ -386,7 +384,7 @@ pub fn sum_in_order(parts: Vec<Tensor>) -> Result<Tensor> {
     let mut iter = parts.into_iter();
     let mut acc = iter
         .next()
-        .ok_or_else(|| Error::config("physics", "nothing to sum"))?;
+        .ok_or_else(|| Error::Internal("a stack with nothing to sum".into()))?;
     for p in iter {
         if p.shape() != acc.shape() {
             return Err(Error::shape("stack adjoint", acc.shape(), p.shape()));

@@ -569,10 +569,9 @@ impl<'p> Assembler<'p> {
         batch.expect_shape("tiling.assemble", &expected)?;
         for &i in indices {
             if self.received[i] {
-                return Err(Error::config(
-                    "tiling.assemble",
-                    format!("tile {i} was added twice"),
-                ));
+                return Err(Error::Internal(format!(
+                    "tiling.assemble: tile {i} was added twice"
+                )));
             }
         }
         let tile_len = batch.numel() / indices.len().max(1);
@@ -635,15 +634,12 @@ impl<'p> Assembler<'p> {
     pub fn finish(self) -> Result<Tensor> {
         let missing = self.missing();
         if !missing.is_empty() {
-            return Err(Error::config(
-                "tiling.assemble",
-                format!(
-                    "{} of {} tiles were never added (first: {})",
-                    missing.len(),
-                    self.received.len(),
-                    missing[0]
-                ),
-            ));
+            return Err(Error::Internal(format!(
+                "tiling.assemble: {} of {} tiles were never added (first: {})",
+                missing.len(),
+                self.received.len(),
+                missing[0]
+            )));
         }
         match self.plan.assembly {
             Assembly::Crop => Tensor::from_vec(&self.out_shape, self.out),

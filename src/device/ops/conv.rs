@@ -500,19 +500,17 @@ impl<B: Backend> DeviceBlurStack<B> {
     fn first(&self) -> Result<&DeviceConv<B>> {
         self.ops
             .first()
-            .ok_or_else(|| Error::config("physics", "an empty blur stack"))
+            .ok_or_else(|| Error::Internal("an empty blur stack".into()))
     }
 
     fn check_weights(&self, weights: &[f32]) -> Result<()> {
         if weights.len() != self.ops.len() {
-            return Err(Error::config(
-                "data fidelity",
-                format!(
-                    "{} weights for a stack of {} operators",
-                    weights.len(),
-                    self.ops.len()
-                ),
-            ));
+            // The weights come from `fidelity`, one per operator: a mismatch is a bug.
+            return Err(Error::Internal(format!(
+                "data fidelity gradient: {} weights for a stack of {} operators",
+                weights.len(),
+                self.ops.len()
+            )));
         }
         Ok(())
     }
@@ -564,7 +562,7 @@ impl<B: Backend> DeviceBlurStack<B> {
                 Some(sum) => super::vector::axpy(backend, sum, w, &term)?,
             }
         }
-        let acc = acc.ok_or_else(|| Error::config("physics", "an empty blur stack"))?;
+        let acc = acc.ok_or_else(|| Error::Internal("an empty blur stack".into()))?;
         self.first()?
             .adjoint_finish(backend, acc, image.count, image.dims)
     }
