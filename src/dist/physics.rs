@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::collective::{Collective, ReduceOp};
 use super::{codec, wire};
 use crate::error::{Error, Result};
+use crate::physics::conv::FusionKey;
 use crate::physics::stack::{
     BlurFusion, check_circular_measurements, check_same_shape, sum_in_order,
 };
@@ -112,28 +113,19 @@ impl DistributedStack {
     /// Every rank announces the fusion key of each operator it owns; fusion is on when all `n_ops`
     /// share one key. Then the Gram kernels `gᵢ` are gathered so every rank holds all of them.
     fn agree_on_fusion(&self) -> Result<Option<BlurFusion>> {
-        let mine: Vec<(usize, Option<String>)> = self
+        let mine: Vec<(usize, Option<FusionKey>)> = self
             .local
             .iter()
-            .map(|(i, op)| (*i, BlurFusion::key_of(op.as_ref()).map(|k| k.to_string())))
+            .map(|(i, op)| (*i, BlurFusion::key_of(op.as_ref())))
             .collect();
         let mut keys = vec![None; self.n_ops];
-        for (rank, part) in wire::all_gather_as(self.comm.as_ref(), "fusion keys", &mine)?
-            .into_iter()
-            .enumerate()
-        {
-            for (i, key) in part {
-                let slot = keys.get_mut(i).ok_or_else(|| {
-                    Error::bad_peer_data(rank, format!("operator {i} of {}", self.n_ops))
-                })?;
-                *slot = key;
+        let parts = self.comm.all_gather(&wire::encode(&mine)?)?;
+        for (rank, part) in parts.iter().enumerate() {
+            for (i, key) in decode_fusion_keys(rank, part, self.n_ops)? {
+                keys[i] = key;
             }
         }
-        let first = keys[0].clone();
-        let Some(key) = first
-            .filter(|_| keys.iter().all(|k| *k == keys[0]))
-            .and_then(|k| crate::physics::stack::parse_fusion_key(&k))
-        else {
+        let Some(key) = keys[0].filter(|_| keys.iter().all(|k| *k == keys[0])) else {
             return Ok(None);
         };
         let grams = if BlurFusion::gram_fits(key) {
@@ -360,6 +352,28 @@ impl DistributedStack {
         sum.scale(1.0 / self.n_ops as f32);
         Ok(sum)
     }
+}
+
+/// Rank `from`'s fusion keys (`(operator index, key)` of the operators it owns), read from its bytes:
+/// anything that does not decode, an index out of range or a key no convolution has is its bad data.
+fn decode_fusion_keys(
+    from: usize,
+    bytes: &[u8],
+    n_ops: usize,
+) -> Result<Vec<(usize, Option<FusionKey>)>> {
+    let keys: Vec<(usize, Option<FusionKey>)> = wire::decode_from(from, "fusion keys", bytes)?;
+    for (i, key) in &keys {
+        if *i >= n_ops {
+            return Err(Error::bad_peer_data(
+                from,
+                format!("operator {i} of {n_ops}"),
+            ));
+        }
+        if let Some(key) = key {
+            key.check().map_err(|e| Error::bad_peer_data(from, e))?;
+        }
+    }
+    Ok(keys)
 }
 
 /// Puts operator `i`'s result, which rank `from` sent, in its slot. An index out of range or one
@@ -777,7 +791,7 @@ mod tests {
     /// Rank 1 answers the fusion-key round with no keys, then sends `results` as its operators'
     /// results for one concatenated gather of a two-operator stack.
     fn gather_from_peer(results: &[(usize, &Tensor)]) -> Result<Vec<Tensor>> {
-        let no_keys: Vec<(usize, Option<String>)> = Vec::new();
+        let no_keys: Vec<(usize, Option<FusionKey>)> = Vec::new();
         let comm = ScriptedPeer {
             peer_parts: std::sync::Mutex::new(
                 [
@@ -809,5 +823,56 @@ mod tests {
         assert!(what.contains("no result for operator 1"), "{what}");
         // Its own operator's result is accepted.
         assert_eq!(gather_from_peer(&[(1, &y)]).unwrap().len(), 2);
+    }
+
+    fn a_key() -> FusionKey {
+        FusionKey {
+            kdims: [1, 9, 7],
+            channels: 3,
+            method: crate::physics::blur::ConvMethod::Fft,
+        }
+    }
+
+    #[test]
+    fn fusion_keys_travel_as_typed_values_and_impossible_ones_are_bad_data() {
+        let keys = vec![(0, Some(a_key())), (2, None)];
+        let bytes = wire::encode(&keys).unwrap();
+        assert_eq!(decode_fusion_keys(1, &bytes, 3).unwrap(), keys);
+        let out_of_range = wire::encode(&vec![(3usize, Some(a_key()))]).unwrap();
+        let no_kernels = FusionKey {
+            channels: 0,
+            ..a_key()
+        };
+        let too_wide = FusionKey {
+            kdims: [1, 1, crate::physics::blur::MAX_KERNEL_SIDE + 1],
+            ..a_key()
+        };
+        for bad in [
+            out_of_range,
+            wire::encode(&vec![(0usize, Some(no_kernels))]).unwrap(),
+            wire::encode(&vec![(0usize, Some(too_wide))]).unwrap(),
+        ] {
+            let e = decode_fusion_keys(1, &bad, 3).unwrap_err();
+            assert!(matches!(e, Error::BadPeerData { rank: 1, .. }), "{e}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Every prefix of a valid message, and arbitrary bytes, decode to the keys or to the
+        /// sender's bad data: never a panic.
+        #[test]
+        fn truncated_or_random_fusion_keys_are_the_senders_bad_data(
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+            noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let keys = vec![(0usize, Some(a_key())), (1, None), (2, Some(a_key()))];
+            let bytes = wire::encode(&keys).unwrap();
+            let cut = cut.index(bytes.len());
+            let e = decode_fusion_keys(4, &bytes[..cut], 3).unwrap_err();
+            proptest::prop_assert!(matches!(e, Error::BadPeerData { rank: 4, .. }), "{}", e);
+            if let Err(e) = decode_fusion_keys(4, &noise, 3) {
+                proptest::prop_assert!(matches!(e, Error::BadPeerData { rank: 4, .. }), "{}", e);
+            }
+        }
     }
 }

@@ -858,8 +858,10 @@ enum Spectrum<'a> {
 
 /// What convolutions must share to share their FFTs: circular padding, kernel dims, method and
 /// number of kernels. Operators with equal keys use the same grid and the same input placement for
-/// every input size, so one transform of the input serves all of them (see `physics::stack`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// every input size, so one transform of the input serves all of them (see `physics::stack`). Ranks
+/// compare their operators' keys as typed values (postcard through `dist::wire`); a key that
+/// decodes but that no convolution could have ([`FusionKey::check`]) is a peer's bad data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FusionKey {
     pub kdims: [usize; 3],
     pub channels: usize,
@@ -867,43 +869,23 @@ pub struct FusionKey {
 }
 
 impl FusionKey {
-    const METHODS: [(ConvMethod, &'static str); 3] = [
-        (ConvMethod::Auto, "auto"),
-        (ConvMethod::Direct, "direct"),
-        (ConvMethod::Fft, "fft"),
-    ];
-
-    /// Reads the text written by `Display` (how ranks compare their operators).
-    pub fn parse(text: &str) -> Option<FusionKey> {
-        let mut parts = text.split('/');
-        let dims: Vec<usize> = parts
-            .next()?
-            .split('x')
-            .map(|d| d.parse().ok())
-            .collect::<Option<_>>()?;
-        let channels = parts.next()?.parse().ok()?;
-        let name = parts.next()?;
-        let method = Self::METHODS.iter().find(|(_, n)| *n == name)?.0;
-        let kdims: [usize; 3] = dims.try_into().ok()?;
-        let valid = parts.next().is_none()
-            && channels > 0
-            && kdims.iter().all(|&k| (1..=MAX_KERNEL_SIDE).contains(&k));
-        valid.then_some(FusionKey {
-            kdims,
-            channels,
-            method,
-        })
-    }
-}
-
-impl std::fmt::Display for FusionKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let [a, b, c] = self.kdims;
-        let name = Self::METHODS
+    /// Fails, saying why, unless a convolution could have this key: at least one kernel, every
+    /// kernel side in `1..=MAX_KERNEL_SIDE`.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.channels == 0 {
+            return Err("a fusion key of no kernels".into());
+        }
+        if let Some(k) = self
+            .kdims
             .iter()
-            .find(|(m, _)| *m == self.method)
-            .map_or("auto", |(_, n)| n);
-        write!(f, "{a}x{b}x{c}/{}/{name}", self.channels)
+            .find(|&&k| !(1..=MAX_KERNEL_SIDE).contains(&k))
+        {
+            return Err(format!(
+                "a fusion key with kernel side {k} (kernel {:?}; at most {MAX_KERNEL_SIDE})",
+                self.kdims
+            ));
+        }
+        Ok(())
     }
 }
 

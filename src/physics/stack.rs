@@ -480,11 +480,6 @@ impl StackedLinearPhysics for Stack {
     }
 }
 
-/// Reads a [`FusionKey`] as another rank wrote it.
-pub(crate) fn parse_fusion_key(text: &str) -> Option<FusionKey> {
-    FusionKey::parse(text)
-}
-
 /// Measurements of a circular blur stack all have one shape (their spectra are summed).
 pub(crate) fn check_same_shape(ys: &[Tensor]) -> Result<()> {
     let Some(first) = ys.first() else {
