@@ -343,8 +343,8 @@ impl Blur {
 
 conv_physics!(
     Blur,
-    fn as_blur(&self) -> Option<&Blur> {
-        Some(self)
+    fn shared_fft(&self) -> Option<super::SharedFft<'_>> {
+        Some(super::SharedFft::new(&self.op.conv))
     }
 );
 

@@ -79,10 +79,26 @@ pub trait LinearPhysics: Physics {
         )
     }
 
-    /// The 2-D blur this operator applies, if it is one (wrappers such as [`Noisy`] pass it through):
-    /// lets a [`Stack`] of circular blurs share FFTs between its operators.
-    fn as_blur(&self) -> Option<&blur::Blur> {
+    /// The convolution this operator applies, if it is one whose Fourier transforms a [`Stack`] may
+    /// share with its other operators (wrappers such as [`Noisy`] pass it through). A capability,
+    /// not a type test: any operator that is a convolution may offer it.
+    fn shared_fft(&self) -> Option<SharedFft<'_>> {
         None
+    }
+}
+
+/// What [`LinearPhysics::shared_fft`] hands a stack: an operator's convolution engine, opaque outside
+/// `physics` (the stack's fusion reads its [`conv::FusionKey`], Gram kernels and spectra).
+#[derive(Clone, Copy)]
+pub struct SharedFft<'a>(&'a conv::Conv);
+
+impl<'a> SharedFft<'a> {
+    pub(crate) fn new(conv: &'a conv::Conv) -> SharedFft<'a> {
+        SharedFft(conv)
+    }
+
+    pub(crate) fn conv(self) -> &'a conv::Conv {
+        self.0
     }
 }
 
@@ -114,8 +130,8 @@ impl LinearPhysics for Box<dyn LinearPhysics> {
     fn pinv(&self, y: &Tensor) -> Result<Tensor> {
         (**self).pinv(y)
     }
-    fn as_blur(&self) -> Option<&blur::Blur> {
-        (**self).as_blur()
+    fn shared_fft(&self) -> Option<SharedFft<'_>> {
+        (**self).shared_fft()
     }
 }
 

@@ -113,8 +113,8 @@ impl<P: LinearPhysics> LinearPhysics for Noisy<P> {
     fn pinv(&self, y: &Tensor) -> Result<Tensor> {
         self.inner.pinv(y)
     }
-    fn as_blur(&self) -> Option<&super::blur::Blur> {
-        self.inner.as_blur()
+    fn shared_fft(&self) -> Option<super::SharedFft<'_>> {
+        self.inner.shared_fft()
     }
 }
 

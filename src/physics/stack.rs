@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use rayon::prelude::*;
 
 use super::conv::{Conv, FusionKey, MAX_GRAM_LEN};
-use super::{LinearPhysics, PINV_ITERS, PINV_TOL, POWER_ITERS, POWER_TOL};
+use super::{LinearPhysics, PINV_ITERS, PINV_TOL, POWER_ITERS, POWER_TOL, SharedFft};
 use crate::error::{Error, Result};
 use crate::linalg;
 use crate::tensor::Tensor;
@@ -96,7 +96,7 @@ pub struct BlurFusion {
 impl BlurFusion {
     /// The fusion key of `op`: `Some` for a circular 2-D blur.
     pub fn key_of(op: &dyn LinearPhysics) -> Option<FusionKey> {
-        op.as_blur()?.conv().fusion_key()
+        op.shared_fft()?.conv().fusion_key()
     }
 
     /// The common key of a whole stack, if every operator has the same one.
@@ -114,7 +114,7 @@ impl BlurFusion {
 
     /// `gᵢ` of one operator as `(channels, 2kd−1, 2kh−1, 2kw−1)` (computed in f64, stored in f32).
     pub fn gram_of(op: &dyn LinearPhysics) -> Option<Tensor> {
-        let (grams, g) = op.as_blur()?.conv().gram_kernels()?;
+        let (grams, g) = op.shared_fft()?.conv().gram_kernels()?;
         let shape = [grams.len(), g[0], g[1], g[2]];
         let data = grams.iter().flatten().map(|&v| v as f32).collect();
         Tensor::from_vec(&shape, data).ok()
@@ -176,8 +176,8 @@ impl BlurFusion {
         ops.par_iter()
             .map(|op| {
                 let conv = op
-                    .as_blur()
-                    .map(|b| b.conv())
+                    .shared_fft()
+                    .map(SharedFft::conv)
                     .ok_or_else(|| Error::Internal("a fused stack holds only blurs".into()))?;
                 Tensor::from_vec(
                     x.shape(),
@@ -193,8 +193,8 @@ impl BlurFusion {
     pub fn adjoint_term(&self, op: &dyn LinearPhysics, y: &Tensor, weight: f32) -> Result<Tensor> {
         let (planes, channels, dims) = self.geometry(y.shape(), "blur stack adjoint")?;
         let conv = op
-            .as_blur()
-            .map(|b| b.conv())
+            .shared_fft()
+            .map(SharedFft::conv)
             .ok_or_else(|| Error::Internal("a fused stack holds only blurs".into()))?;
         if !conv.uses_fft(dims) {
             let mut t = op.adjoint(y)?;
@@ -235,8 +235,8 @@ impl BlurFusion {
         let mut acc = Vec::new();
         for ((op, y), &w) in ops.iter().zip(ys).zip(weights) {
             let conv = op
-                .as_blur()
-                .map(|b| b.conv())
+                .shared_fft()
+                .map(SharedFft::conv)
                 .ok_or_else(|| Error::Internal("a fused stack holds only blurs".into()))?;
             conv.adjoint_accumulate(y.data(), channels, dims, w, &mut acc);
         }
