@@ -31,7 +31,7 @@ use crate::physics::{PhysicsConfig, StackedLinearPhysics};
 use crate::preset::{ImageSource, MeasurementSource, Preset};
 use crate::samples;
 use crate::tensor::Tensor;
-use crate::tiling::TiledDenoiser;
+use crate::tiling::{Decomposition, TiledDenoiser};
 
 /// Default sample size when a preset gives none.
 const DEFAULT_SAMPLE_SIZE: usize = 256;
@@ -457,23 +457,24 @@ pub fn check_inputs(
         load_measurements(source, inline, &shapes, &names)?;
     }
     let denoiser = preset.denoiser.as_ref().map(|d| d.build()).transpose()?;
-    match &preset.tiling {
-        // "spatial" has no tile plan: its grid must fit the image and the denoiser run on blocks.
-        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => {
-            crate::dist::patch_map::PatchMap::plan(
-                t,
-                &x_shape[2..],
-                world,
-                preset.distributed.tile_assignment,
-            )?;
-            if let Some(d) = &denoiser {
-                crate::dist::spatial::check_block_denoiser(&**d)?;
+    if let Some(t) = &preset.tiling {
+        match t.decomposition()? {
+            Decomposition::Tiles(strategy) => {
+                strategy.plan(&x_shape[2..])?;
+            }
+            // No tile plan: the grid must fit the image and the denoiser run on blocks.
+            Decomposition::Spatial => {
+                crate::dist::patch_map::PatchMap::plan(
+                    t,
+                    &x_shape[2..],
+                    world,
+                    preset.distributed.tile_assignment,
+                )?;
+                if let Some(d) = &denoiser {
+                    crate::dist::spatial::check_block_denoiser(&**d)?;
+                }
             }
         }
-        Some(t) => {
-            t.build()?.plan(&x_shape[2..])?;
-        }
-        None => {}
     }
     Ok(())
 }
@@ -535,19 +536,18 @@ pub fn build_denoiser(preset: &Preset, comm: Arc<dyn Collective>) -> Result<Opti
         return Ok(None);
     };
     let inner = cfg.build()?;
-    Ok(Some(match &preset.tiling {
-        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => {
-            let d = crate::dist::spatial::SpatialDenoiser::new(comm, inner, t)?;
-            BuiltDenoiser {
-                traffic: Some(d.traffic_probe()),
-                denoiser: Box::new(d),
-                tile_clock: None,
-            }
-        }
-        Some(t) => {
+    let Some(t) = &preset.tiling else {
+        return Ok(Some(BuiltDenoiser {
+            denoiser: inner,
+            tile_clock: None,
+            traffic: None,
+        }));
+    };
+    Ok(Some(match t.decomposition()? {
+        Decomposition::Tiles(strategy) => {
             let d = DistributedTiledDenoiser::new(
                 comm,
-                TiledDenoiser::from_config(inner, t)?,
+                TiledDenoiser::new(inner, strategy, t.max_batch_size),
                 preset.distributed.tile_assignment,
             );
             BuiltDenoiser {
@@ -556,11 +556,14 @@ pub fn build_denoiser(preset: &Preset, comm: Arc<dyn Collective>) -> Result<Opti
                 traffic: None,
             }
         }
-        None => BuiltDenoiser {
-            denoiser: inner,
-            tile_clock: None,
-            traffic: None,
-        },
+        Decomposition::Spatial => {
+            let d = crate::dist::spatial::SpatialDenoiser::new(comm, inner, t)?;
+            BuiltDenoiser {
+                traffic: Some(d.traffic_probe()),
+                denoiser: Box::new(d),
+                tile_clock: None,
+            }
+        }
     }))
 }
 

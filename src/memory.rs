@@ -13,7 +13,7 @@ use crate::denoise::DenoiserConfig;
 use crate::error::{Error, Result, human_bytes as human};
 use crate::nn::{DncnnConfig, DrunetConfig};
 use crate::preset::Preset;
-use crate::tiling::TilingConfig;
+use crate::tiling::{Decomposition, TilingConfig};
 
 const F32: u64 = 4;
 /// Working copies of the image an algorithm keeps (iterate, previous iterate, gradient, denoiser
@@ -137,15 +137,18 @@ fn estimate_with(
     let d = x_shape.len().saturating_sub(2) as u32;
     // The windows one denoiser call sees: this rank's share of the tiles, at most
     // `max_batch_size` at a time; without tiling, the whole image.
+    let tiling = tiling
+        .map(|t| t.decomposition().map(|d| (t, d)))
+        .transpose()?;
     let (window_elems, batch) = match tiling {
         // An exact spatial decomposition: each rank runs the network once on its block (about
         // 1/world of the image; the halo is small next to it).
-        Some(t) if t.kind == crate::tiling::TilingKind::Spatial => (
+        Some((_, Decomposition::Spatial)) => (
             image_elems / x_shape.get(1).copied().unwrap_or(1).max(1) as u64 / world.max(1) as u64,
             1,
         ),
-        Some(t) => {
-            let plan = t.build()?.plan(&x_shape[2..])?;
+        Some((t, Decomposition::Tiles(strategy))) => {
+            let plan = strategy.plan(&x_shape[2..])?;
             let window: u64 = plan
                 .tiles()
                 .iter()

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use tessera::denoise::DenoiserConfig;
 use tessera::physics::{NoiseConfig, PhysicsConfig};
-use tessera::tiling::{TiledDenoiser, TilingConfig};
+use tessera::tiling::{Decomposition, TiledDenoiser, TilingConfig};
 use tessera::{Tensor, io};
 
 /// An operator file: the operator's own fields plus an optional [noise] table.
@@ -110,15 +110,17 @@ pub(super) fn denoise(denoiser_file: &Path, sigma: f32, input: &Path, output: &P
         .build()
         .with_context(|| denoiser_file.display().to_string())?;
     let d: Box<dyn tessera::denoise::Denoiser> = match &file.tiling {
-        // One process: the exact decomposition is a single block (the untiled network).
-        Some(t) if t.kind == tessera::tiling::TilingKind::Spatial => {
-            Box::new(tessera::dist::spatial::SpatialDenoiser::new(
+        Some(t) => match t.decomposition()? {
+            Decomposition::Tiles(strategy) => {
+                Box::new(TiledDenoiser::new(inner, strategy, t.max_batch_size))
+            }
+            // One process: the exact decomposition is a single block (the untiled network).
+            Decomposition::Spatial => Box::new(tessera::dist::spatial::SpatialDenoiser::new(
                 std::sync::Arc::new(tessera::dist::SingleProcess),
                 inner,
                 t,
-            )?)
-        }
-        Some(t) => Box::new(TiledDenoiser::from_config(inner, t)?),
+            )?),
+        },
         None => inner,
     };
     let y = d.denoise(&x, sigma)?;

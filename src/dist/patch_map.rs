@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::denoise::{TileAssignment, TileTime, assign_tiles};
 use crate::error::{Error, Result};
 use crate::nn::Grid;
-use crate::tiling::{TilingConfig, TilingKind};
+use crate::tiling::{Decomposition, TilingConfig};
 
 /// Which tile each rank denoises, in image coordinates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,10 +92,10 @@ impl PatchMap {
         if world == 0 {
             return Err(Error::config("ranks", "must be ≥ 1"));
         }
-        if tiling.kind == TilingKind::Spatial {
-            return Self::blocks(tiling, spatial, world);
-        }
-        let plan = tiling.build()?.plan(spatial)?;
+        let plan = match tiling.decomposition()? {
+            Decomposition::Tiles(strategy) => strategy.plan(spatial)?,
+            Decomposition::Spatial => return Self::blocks(tiling, spatial, world),
+        };
         let owners = assign_tiles(&plan, world, how);
         let tiles = plan
             .tiles()
@@ -156,7 +156,7 @@ impl PatchMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tiling::Extent;
+    use crate::tiling::{Extent, TilingKind};
 
     /// Tiles per rank, as the workbench's legend counts them.
     fn per_rank(map: &PatchMap) -> Vec<usize> {

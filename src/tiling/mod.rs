@@ -279,10 +279,11 @@ impl TilingConfig {
         Ok(())
     }
 
-    /// The strategy this config describes.
-    pub fn build(&self) -> Result<Box<dyn TilingStrategy>> {
+    /// What this config decomposes an image into: a tile plan's strategy, or the exact spatial
+    /// decomposition that has none. Callers match on it, so none can take "spatial" for a plan.
+    pub fn decomposition(&self) -> Result<Decomposition> {
         self.validate()?;
-        Ok(match self.kind {
+        Ok(Decomposition::Tiles(match self.kind {
             TilingKind::Basic => Box::new(BasicTiling {
                 patch_size: self.patch_size.clone(),
                 num_splits: self.num_splits.clone(),
@@ -298,15 +299,31 @@ impl TilingConfig {
                 blend: self.kind == TilingKind::Blend,
                 even: self.even,
             }),
-            TilingKind::Spatial => {
-                return Err(Error::config(
-                    "tiling.kind",
-                    "\"spatial\" is an exact decomposition over ranks, not a tile plan: it runs \
-                     a native dncnn or drunet through dist::spatial::SpatialDenoiser",
-                ));
-            }
-        })
+            TilingKind::Spatial => return Ok(Decomposition::Spatial),
+        }))
     }
+
+    /// The tile strategy this config describes; "spatial" has none (see [`Self::decomposition`]).
+    pub fn build(&self) -> Result<Box<dyn TilingStrategy>> {
+        match self.decomposition()? {
+            Decomposition::Tiles(strategy) => Ok(strategy),
+            Decomposition::Spatial => Err(Error::config(
+                "tiling.kind",
+                "\"spatial\" is an exact decomposition over ranks, not a tile plan: it runs \
+                 a native dncnn or drunet through dist::spatial::SpatialDenoiser",
+            )),
+        }
+    }
+}
+
+/// What a `[tiling]` section builds.
+pub enum Decomposition {
+    /// Tiles: the denoiser runs on patches that the strategy's [`TilePlan`] cuts and puts back.
+    Tiles(Box<dyn TilingStrategy>),
+    /// The exact spatial decomposition ("spatial (exact)"): one block per rank, halos exchanged
+    /// before every layer; no tile plan, it runs in `dist::spatial` (native DnCNN and DRUNet
+    /// only), its grid in the config's `grid`.
+    Spatial,
 }
 
 #[cfg(test)]
@@ -380,5 +397,25 @@ mod tests {
         };
         let err = c.build().unwrap().plan(&[8, 8]).unwrap_err().to_string();
         assert!(err.contains("tiling.overlap"), "{err}");
+    }
+
+    /// "spatial" builds no tile plan: the type says so, and asking it for one is a config error
+    /// naming `tiling.kind`.
+    #[test]
+    fn spatial_is_a_decomposition_without_a_tile_plan() {
+        let spatial = parse("kind = \"spatial\"\ngrid = [2, 1]").unwrap();
+        assert!(matches!(
+            spatial.decomposition(),
+            Ok(Decomposition::Spatial)
+        ));
+        assert!(matches!(
+            spatial.build().err(),
+            Some(Error::InvalidConfig { field, .. }) if field == "tiling.kind"
+        ));
+        let overlap = parse("kind = \"overlap\"\npatch_size = 8").unwrap();
+        let Ok(Decomposition::Tiles(strategy)) = overlap.decomposition() else {
+            panic!("overlap tiling has a tile plan");
+        };
+        assert!(strategy.plan(&[100, 100]).unwrap().num_tiles() > 1);
     }
 }
