@@ -35,32 +35,12 @@ fn code(path: &Path) -> String {
         .join("\n")
 }
 
-/// The names that follow `prefix` in `code`: `prefix name`, or each name of `prefix{a, b::c}`.
+/// The names that follow `prefix` in `code` ([`paths_after`] without the lines).
 fn names_after(code: &str, prefix: &str) -> BTreeSet<String> {
-    let ident = |s: &str| -> String {
-        s.chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect()
-    };
-    let mut out = BTreeSet::new();
-    for (i, _) in code.match_indices(prefix) {
-        let rest = &code[i + prefix.len()..];
-        if let Some(list) = rest.strip_prefix('{') {
-            let end = list.find('}').unwrap_or(list.len());
-            for item in list[..end].split(',') {
-                let name = ident(item.trim());
-                if !name.is_empty() {
-                    out.insert(name);
-                }
-            }
-        } else {
-            let name = ident(rest);
-            if !name.is_empty() {
-                out.insert(name);
-            }
-        }
-    }
-    out
+    paths_after(code, prefix)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect()
 }
 
 /// The numeric core, the one definition docs/ARCHITECTURE.md names: these modules import only each
