@@ -301,6 +301,34 @@ macro_rules! by_radius {
     };
 }
 
+/// One shot's gradient in flight: what its three memory strategies share — the forward and
+/// adjoint kernels, the source/receiver plan, the forward state and receiver traces, the adjoint
+/// state, the gradient and illumination sums they build, and the misfit that turns the synthetic
+/// data into the adjoint source.
+struct ShotRun<'a, T, const R: usize> {
+    kf: Kernel<'a, T, R>,
+    ka: Kernel<'a, T, R>,
+    plan: Plan<T>,
+    state: State<T>,
+    rec: Vec<T>,
+    src_energy: Option<Vec<T>>,
+    rec_energy: Option<Vec<T>>,
+    acc: Vec<T>,
+    adj: State<T>,
+    index: usize,
+    misfit: &'a dyn Misfit<T>,
+    t_start: std::time::Instant,
+}
+
+/// What a shot's forward pass ends with, whatever the strategy: the misfit, the synthetic data,
+/// the adjoint source (the residual at the internal rate) and the seconds it took.
+struct Forward<T> {
+    loss: f64,
+    synthetic: Gather<T>,
+    rho: Vec<T>,
+    secs: f64,
+}
+
 impl<T: Real> Solver<T> {
     /// Builds the propagator for `model`.
     pub fn new(model: &VelocityModel<T>, settings: &SolverSettings) -> Result<Self> {
@@ -931,6 +959,9 @@ impl<T: Real> Solver<T> {
         self.to_gather(&rec, nr)
     }
 
+    /// One shot's misfit, gradient and synthetic data: the forward pass keeps the forward wavefield
+    /// as `opts.strategy` says, the adjoint pass runs back through it (one function per strategy),
+    /// and the sums they build become the gradient on the model.
     fn gradient_shot<const R: usize>(
         &self,
         index: usize,
@@ -946,153 +977,31 @@ impl<T: Real> Solver<T> {
         let cells = self.grid.cells();
         let nr = plan.rec.len();
         let nti = self.internal_steps();
-        let full = ((R, self.grid.nz - R), (R, self.grid.nx - R));
-        let mut state = State::zeros(cells, false);
-        let mut rec = try_vec(nti.saturating_mul(nr), T::ZERO, "a shot's receiver traces")?;
-        let mut src_energy = opts.illumination.then(|| vec![T::ZERO; cells]);
-        let mut rec_energy = opts.illumination.then(|| vec![T::ZERO; cells]);
-        let mut acc = vec![T::ZERO; cells];
-        let mut adj = State::zeros(cells, true);
         let peak_bytes = self.gradient_bytes(nr, plan.src.len(), opts) as usize;
-        let t_start = std::time::Instant::now();
-        let forward_secs;
-        let (loss, synthetic) = match opts.strategy {
-            GradientStrategy::StoreWavefield => {
-                let mut hist = try_vec(
-                    nti.saturating_mul(cells),
-                    T::ZERO,
-                    "the forward wavefield of every step",
-                )?;
-                self.forward_pass(
-                    &kf,
-                    &plan,
-                    &mut state,
-                    (0, nti),
-                    Some(&mut rec),
-                    Record::History(&mut hist),
-                    src_energy.as_deref_mut(),
-                );
-                let syn = self.to_gather(&rec, nr)?;
-                let (loss, res) = misfit.evaluate(index, &syn)?;
-                let rho = self.residual_internal(&res, nr)?;
-                forward_secs = t_start.elapsed().as_secs_f64();
-                for t in (0..nti).rev() {
-                    let w = &hist[t * cells..(t + 1) * cells];
-                    self.adjoint_step(
-                        &ka,
-                        &plan,
-                        &mut adj,
-                        t,
-                        &rho,
-                        w,
-                        full,
-                        &mut acc,
-                        rec_energy.as_deref_mut(),
-                    );
-                }
-                (loss, syn)
-            }
+        let mut run = ShotRun {
+            state: State::zeros(cells, false),
+            rec: try_vec(nti.saturating_mul(nr), T::ZERO, "a shot's receiver traces")?,
+            src_energy: opts.illumination.then(|| vec![T::ZERO; cells]),
+            rec_energy: opts.illumination.then(|| vec![T::ZERO; cells]),
+            acc: vec![T::ZERO; cells],
+            adj: State::zeros(cells, true),
+            kf,
+            ka,
+            plan,
+            index,
+            misfit,
+            t_start: std::time::Instant::now(),
+        };
+        let forward = match opts.strategy {
+            GradientStrategy::StoreWavefield => self.adjoint_through_history(&mut run)?,
             GradientStrategy::Checkpoint => {
-                let every = self.checkpoint_every(opts);
-                let mut snaps = Vec::new();
-                self.forward_pass(
-                    &kf,
-                    &plan,
-                    &mut state,
-                    (0, nti),
-                    Some(&mut rec),
-                    Record::Checkpoints {
-                        every,
-                        out: &mut snaps,
-                    },
-                    src_energy.as_deref_mut(),
-                );
-                let syn = self.to_gather(&rec, nr)?;
-                let (loss, res) = misfit.evaluate(index, &syn)?;
-                let rho = self.residual_internal(&res, nr)?;
-                forward_secs = t_start.elapsed().as_secs_f64();
-                let mut seg = try_vec(
-                    every.saturating_mul(cells),
-                    T::ZERO,
-                    "a checkpoint segment of the forward wavefield",
-                )?;
-                for (j, snap) in snaps.iter().enumerate().rev() {
-                    let (t0, t1) = (j * every, ((j + 1) * every).min(nti));
-                    state.restore(snap);
-                    self.forward_pass(
-                        &kf,
-                        &plan,
-                        &mut state,
-                        (t0, t1),
-                        None,
-                        Record::History(&mut seg),
-                        None,
-                    );
-                    for t in (t0..t1).rev() {
-                        let w = &seg[(t - t0) * cells..(t - t0 + 1) * cells];
-                        self.adjoint_step(
-                            &ka,
-                            &plan,
-                            &mut adj,
-                            t,
-                            &rho,
-                            w,
-                            full,
-                            &mut acc,
-                            rec_energy.as_deref_mut(),
-                        );
-                    }
-                }
-                (loss, syn)
+                self.adjoint_through_checkpoints(&mut run, self.checkpoint_every(opts))?
             }
-            GradientStrategy::BoundarySaving => {
-                let mut strips = try_vec(
-                    nti.saturating_mul(self.halo.len()),
-                    T::ZERO,
-                    "the boundary strips of the forward wavefield",
-                )?;
-                let mut w = vec![T::ZERO; cells];
-                self.forward_pass(
-                    &kf,
-                    &plan,
-                    &mut state,
-                    (0, nti),
-                    Some(&mut rec),
-                    Record::Halo {
-                        out: &mut strips,
-                        halo: &self.halo,
-                    },
-                    src_energy.as_deref_mut(),
-                );
-                let syn = self.to_gather(&rec, nr)?;
-                let (loss, res) = misfit.evaluate(index, &syn)?;
-                let rho = self.residual_internal(&res, nr)?;
-                forward_secs = t_start.elapsed().as_secs_f64();
-                // u(t+1) in `state.cur`, u(t) in `state.prev` once swapped below.
-                let (mut hi, mut lo) = (
-                    std::mem::take(&mut state.cur),
-                    std::mem::take(&mut state.prev),
-                );
-                for t in (0..nti).rev() {
-                    self.reverse_step::<R>(&kf, &plan, t, &mut hi, &lo, &mut w, &strips);
-                    std::mem::swap(&mut hi, &mut lo);
-                    self.adjoint_step(
-                        &ka,
-                        &plan,
-                        &mut adj,
-                        t,
-                        &rho,
-                        &w,
-                        self.lossless,
-                        &mut acc,
-                        rec_energy.as_deref_mut(),
-                    );
-                }
-                (loss, syn)
-            }
+            GradientStrategy::BoundarySaving => self.adjoint_through_reverse_steps(&mut run)?,
         };
         // g = 2·v·dt²·Σ λ·w = (2/v)·Σ β·w on the padded grid, folded onto the model.
-        let padded: Vec<f64> = acc
+        let padded: Vec<f64> = run
+            .acc
             .iter()
             .zip(&self.v)
             .map(|(g, v)| 2.0 * g.to_f64() / v.to_f64())
@@ -1117,15 +1026,181 @@ impl<T: Real> Solver<T> {
             })
         };
         Ok(ShotGradient {
-            loss,
+            loss: forward.loss,
             gradient,
-            synthetic,
-            source_illumination: crop(src_energy, false),
-            receiver_illumination: crop(rec_energy, true),
+            synthetic: forward.synthetic,
+            source_illumination: crop(run.src_energy, false),
+            receiver_illumination: crop(run.rec_energy, true),
             peak_bytes,
-            forward_secs,
-            adjoint_secs: t_start.elapsed().as_secs_f64() - forward_secs,
+            forward_secs: forward.secs,
+            adjoint_secs: run.t_start.elapsed().as_secs_f64() - forward.secs,
         })
+    }
+
+    /// Ends a shot's forward pass: its synthetic gather, the misfit and the adjoint source.
+    fn finish_forward<const R: usize>(&self, run: &ShotRun<'_, T, R>) -> Result<Forward<T>> {
+        let nr = run.plan.rec.len();
+        let synthetic = self.to_gather(&run.rec, nr)?;
+        let (loss, res) = run.misfit.evaluate(run.index, &synthetic)?;
+        let rho = self.residual_internal(&res, nr)?;
+        Ok(Forward {
+            loss,
+            synthetic,
+            rho,
+            secs: run.t_start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The interior of the padded grid, where the adjoint runs when the forward field is stored.
+    fn interior<const R: usize>(&self) -> ((usize, usize), (usize, usize)) {
+        ((R, self.grid.nz - R), (R, self.grid.nx - R))
+    }
+
+    /// [`GradientStrategy::StoreWavefield`]: the forward wavefield of every step kept, the adjoint
+    /// run back through it (the most memory, nothing recomputed).
+    fn adjoint_through_history<const R: usize>(
+        &self,
+        run: &mut ShotRun<'_, T, R>,
+    ) -> Result<Forward<T>> {
+        let (cells, nti) = (self.grid.cells(), self.internal_steps());
+        let mut hist = try_vec(
+            nti.saturating_mul(cells),
+            T::ZERO,
+            "the forward wavefield of every step",
+        )?;
+        self.forward_pass(
+            &run.kf,
+            &run.plan,
+            &mut run.state,
+            (0, nti),
+            Some(&mut run.rec),
+            Record::History(&mut hist),
+            run.src_energy.as_deref_mut(),
+        );
+        let forward = self.finish_forward(run)?;
+        for t in (0..nti).rev() {
+            let w = &hist[t * cells..(t + 1) * cells];
+            self.adjoint_step(
+                &run.ka,
+                &run.plan,
+                &mut run.adj,
+                t,
+                &forward.rho,
+                w,
+                self.interior::<R>(),
+                &mut run.acc,
+                run.rec_energy.as_deref_mut(),
+            );
+        }
+        Ok(forward)
+    }
+
+    /// [`GradientStrategy::Checkpoint`]: the state kept every `every` steps; each segment's
+    /// wavefield recomputed from its checkpoint, last segment first, and the adjoint run back
+    /// through it.
+    fn adjoint_through_checkpoints<const R: usize>(
+        &self,
+        run: &mut ShotRun<'_, T, R>,
+        every: usize,
+    ) -> Result<Forward<T>> {
+        let (cells, nti) = (self.grid.cells(), self.internal_steps());
+        let mut snaps = Vec::new();
+        self.forward_pass(
+            &run.kf,
+            &run.plan,
+            &mut run.state,
+            (0, nti),
+            Some(&mut run.rec),
+            Record::Checkpoints {
+                every,
+                out: &mut snaps,
+            },
+            run.src_energy.as_deref_mut(),
+        );
+        let forward = self.finish_forward(run)?;
+        let mut seg = try_vec(
+            every.saturating_mul(cells),
+            T::ZERO,
+            "a checkpoint segment of the forward wavefield",
+        )?;
+        for (j, snap) in snaps.iter().enumerate().rev() {
+            let (t0, t1) = (j * every, ((j + 1) * every).min(nti));
+            run.state.restore(snap);
+            self.forward_pass(
+                &run.kf,
+                &run.plan,
+                &mut run.state,
+                (t0, t1),
+                None,
+                Record::History(&mut seg),
+                None,
+            );
+            for t in (t0..t1).rev() {
+                let w = &seg[(t - t0) * cells..(t - t0 + 1) * cells];
+                self.adjoint_step(
+                    &run.ka,
+                    &run.plan,
+                    &mut run.adj,
+                    t,
+                    &forward.rho,
+                    w,
+                    self.interior::<R>(),
+                    &mut run.acc,
+                    run.rec_energy.as_deref_mut(),
+                );
+            }
+        }
+        Ok(forward)
+    }
+
+    /// [`GradientStrategy::BoundarySaving`]: only the strips around the lossless region kept; the
+    /// forward field stepped backwards from the last two states ([`Self::reverse_step`]) beside
+    /// the adjoint, which runs in the lossless region.
+    fn adjoint_through_reverse_steps<const R: usize>(
+        &self,
+        run: &mut ShotRun<'_, T, R>,
+    ) -> Result<Forward<T>> {
+        let (cells, nti) = (self.grid.cells(), self.internal_steps());
+        let mut strips = try_vec(
+            nti.saturating_mul(self.halo.len()),
+            T::ZERO,
+            "the boundary strips of the forward wavefield",
+        )?;
+        let mut w = vec![T::ZERO; cells];
+        self.forward_pass(
+            &run.kf,
+            &run.plan,
+            &mut run.state,
+            (0, nti),
+            Some(&mut run.rec),
+            Record::Halo {
+                out: &mut strips,
+                halo: &self.halo,
+            },
+            run.src_energy.as_deref_mut(),
+        );
+        let forward = self.finish_forward(run)?;
+        // u(t+1) in `state.cur`, u(t) in `state.prev` once swapped below.
+        let (mut hi, mut lo) = (
+            std::mem::take(&mut run.state.cur),
+            std::mem::take(&mut run.state.prev),
+        );
+        for t in (0..nti).rev() {
+            self.reverse_step::<R>(&run.kf, &run.plan, t, &mut hi, &lo, &mut w, &strips);
+            std::mem::swap(&mut hi, &mut lo);
+            self.adjoint_step(
+                &run.ka,
+                &run.plan,
+                &mut run.adj,
+                t,
+                &forward.rho,
+                &w,
+                self.lossless,
+                &mut run.acc,
+                run.rec_energy.as_deref_mut(),
+            );
+        }
+        Ok(forward)
     }
 
     /// Steps the forward field backwards in the lossless region: from `lo = u(t)` and
