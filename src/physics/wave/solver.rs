@@ -1056,6 +1056,32 @@ impl<T: Real> Solver<T> {
         ((R, self.grid.nz - R), (R, self.grid.nx - R))
     }
 
+    /// The adjoint from step `t1 − 1` down to `t0` in the interior, the forward field of step `t`
+    /// read from `fields` (step `t0` first).
+    fn adjoint_back_through<const R: usize>(
+        &self,
+        run: &mut ShotRun<'_, T, R>,
+        rho: &[T],
+        fields: &[T],
+        (t0, t1): (usize, usize),
+    ) {
+        let cells = self.grid.cells();
+        for t in (t0..t1).rev() {
+            let w = &fields[(t - t0) * cells..(t - t0 + 1) * cells];
+            self.adjoint_step(
+                &run.ka,
+                &run.plan,
+                &mut run.adj,
+                t,
+                rho,
+                w,
+                self.interior::<R>(),
+                &mut run.acc,
+                run.rec_energy.as_deref_mut(),
+            );
+        }
+    }
+
     /// [`GradientStrategy::StoreWavefield`]: the forward wavefield of every step kept, the adjoint
     /// run back through it (the most memory, nothing recomputed).
     fn adjoint_through_history<const R: usize>(
@@ -1078,20 +1104,7 @@ impl<T: Real> Solver<T> {
             run.src_energy.as_deref_mut(),
         );
         let forward = self.finish_forward(run)?;
-        for t in (0..nti).rev() {
-            let w = &hist[t * cells..(t + 1) * cells];
-            self.adjoint_step(
-                &run.ka,
-                &run.plan,
-                &mut run.adj,
-                t,
-                &forward.rho,
-                w,
-                self.interior::<R>(),
-                &mut run.acc,
-                run.rec_energy.as_deref_mut(),
-            );
-        }
+        self.adjoint_back_through(run, &forward.rho, &hist, (0, nti));
         Ok(forward)
     }
 
@@ -1135,20 +1148,7 @@ impl<T: Real> Solver<T> {
                 Record::History(&mut seg),
                 None,
             );
-            for t in (t0..t1).rev() {
-                let w = &seg[(t - t0) * cells..(t - t0 + 1) * cells];
-                self.adjoint_step(
-                    &run.ka,
-                    &run.plan,
-                    &mut run.adj,
-                    t,
-                    &forward.rho,
-                    w,
-                    self.interior::<R>(),
-                    &mut run.acc,
-                    run.rec_energy.as_deref_mut(),
-                );
-            }
+            self.adjoint_back_through(run, &forward.rho, &seg, (t0, t1));
         }
         Ok(forward)
     }
