@@ -259,6 +259,14 @@ fn supervise_elastic(
         }
         if let Some(since) = recovering_since {
             let late = since.elapsed() > options.checkin_timeout;
+            if live.is_empty() && coordinator.members().first().is_some_and(|&s| done[s]) {
+                // The group's rank 0 finished (its outputs are in place) before the loss.
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "[launcher] the run completed before the lost rank(s) ended"
+                );
+                return Ok(());
+            }
             if survivors.len() == live.len() || late {
                 for &slot in live.iter().filter(|s| !survivors.contains_key(s)) {
                     let _ = writeln!(
