@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod elastic;
 
-pub use elastic::{Elastic, Recovery, run_elastic};
 use elastic::{DieAt, DiePoint};
+pub use elastic::{Elastic, Recovery, run_elastic};
 
 use crate::denoise::Denoiser;
 use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
@@ -751,12 +751,13 @@ fn run_generation(
                 }
                 BackProjectionMethod::Fbp => None,
             };
-            let pnp_step = match &preset.algorithm {
-                AlgorithmConfig::Pnp(cfg) if carried.keep_iterates => Some(
-                    optim::pnp::step_size(&stack, &preset.fidelity, &x_shape, cfg)?,
-                ),
-                _ => None,
-            };
+            let pnp_step =
+                match &preset.algorithm {
+                    AlgorithmConfig::Pnp(cfg) if carried.keep_iterates => Some(
+                        optim::pnp::step_size(&stack, &preset.fidelity, &x_shape, cfg)?,
+                    ),
+                    _ => None,
+                };
             carried.setup = Some(Setup {
                 truth,
                 x_shape,

@@ -86,12 +86,18 @@ fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Val
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "die at {die}: {stderr}");
     assert!(
-        stderr.contains(&format!("[launcher] rank {rank} was killed by signal 9 (SIGKILL)")),
+        stderr.contains(&format!(
+            "[launcher] rank {rank} was killed by signal 9 (SIGKILL)"
+        )),
         "{stderr}"
     );
     let want = outputs(&dir.path().join("reference"));
     let got = outputs(&dir.path().join("elastic"));
-    assert!(want.len() >= 4, "{:?}", want.iter().map(|f| &f.0).collect::<Vec<_>>());
+    assert!(
+        want.len() >= 4,
+        "{:?}",
+        want.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
     assert_eq!(
         want.iter().map(|f| &f.0).collect::<Vec<_>>(),
         got.iter().map(|f| &f.0).collect::<Vec<_>>()
@@ -136,7 +142,10 @@ fn losing_rank_1_inside_the_denoiser_keeps_every_byte() {
 #[test]
 fn losing_rank_0_moves_its_role_and_keeps_every_byte() {
     let metrics = lose_rank_and_compare(0, "start", 3);
-    assert_eq!(metrics["recoveries"][0]["members"], serde_json::json!([1, 2]));
+    assert_eq!(
+        metrics["recoveries"][0]["members"],
+        serde_json::json!([1, 2])
+    );
 }
 
 #[test]
@@ -144,12 +153,23 @@ fn below_min_ranks_the_run_stops_and_names_why() {
     let dir = tempfile::tempdir().unwrap();
     let mut extra = small(ITERATIONS);
     extra.extend(["--set".into(), "distributed.min_ranks=3".into()]);
-    let args = ["run", "multiblur", "--ranks", "3", "--elastic", "--out", "o"];
+    let args = [
+        "run",
+        "multiblur",
+        "--ranks",
+        "3",
+        "--elastic",
+        "--out",
+        "o",
+    ];
     let o = run_with(&args, &extra, Some("2:2"), dir.path());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{stderr}");
     assert!(stderr.contains("fewer than min_ranks = 3"), "{stderr}");
-    assert!(!dir.path().join("o").exists(), "a failed run leaves no folder");
+    assert!(
+        !dir.path().join("o").exists(),
+        "a failed run leaves no folder"
+    );
 }
 
 #[test]
@@ -164,7 +184,10 @@ fn without_elastic_a_lost_rank_still_stops_the_group_by_name() {
         "{stderr}"
     );
     assert!(!stderr.contains("--elastic"), "{stderr}");
-    assert!(!dir.path().join("o").exists(), "a failed run leaves no folder");
+    assert!(
+        !dir.path().join("o").exists(),
+        "a failed run leaves no folder"
+    );
 }
 
 #[test]
@@ -179,7 +202,13 @@ fn elastic_without_a_local_group_or_on_mpi_is_refused_by_name() {
     );
     let o = run_with(
         &[
-            "run", "quick", "--elastic", "--ranks", "2", "--backend", "mpi",
+            "run",
+            "quick",
+            "--elastic",
+            "--ranks",
+            "2",
+            "--backend",
+            "mpi",
         ],
         &small(2),
         None,
@@ -197,7 +226,12 @@ fn elastic_without_a_local_group_or_on_mpi_is_refused_by_name() {
 fn an_elastic_run_without_a_loss_matches_and_records_no_recovery() {
     let dir = tempfile::tempdir().unwrap();
     let extra = small(3);
-    let o = run_with(&["run", "multiblur", "--out", "one"], &extra, None, dir.path());
+    let o = run_with(
+        &["run", "multiblur", "--out", "one"],
+        &extra,
+        None,
+        dir.path(),
+    );
     assert!(o.status.success());
     run_ok(
         &[

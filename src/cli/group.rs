@@ -78,8 +78,7 @@ pub(super) fn join_with(
         info,
         Duration::from_secs(group.rendezvous_timeout as u64),
         Some(Duration::from_secs(group.liveness_timeout as u64)).filter(|t| !t.is_zero()),
-    )
-    ?;
+    )?;
     comm.set_op_timeout(Some(Duration::from_secs(group.op_timeout as u64)))?;
     Ok(comm)
 }

@@ -31,7 +31,9 @@ pub(super) fn run(
         .with_context(|| format!("loading preset `{name}`"))?
     {
         if elastic {
-            bail!("--elastic runs imaging presets only (FWI comes in a later round, docs/ELASTIC.md)");
+            bail!(
+                "--elastic runs imaging presets only (FWI comes in a later round, docs/ELASTIC.md)"
+            );
         }
         return run_fwi(name, fwi, out, replace, quiet, group);
     }

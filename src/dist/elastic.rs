@@ -90,7 +90,9 @@ pub enum Verdict {
     Continue(Plan),
     /// The run cannot go on (fewer than `min_ranks` remain, or the group failed without losing a
     /// rank); every rank stops with this reason.
-    Stop { reason: String },
+    Stop {
+        reason: String,
+    },
 }
 
 fn checkin_key(generation: u32, slot: usize) -> String {
@@ -202,7 +204,11 @@ impl Coordinator {
         let mut found = BTreeMap::new();
         for &slot in slots {
             let key = checkin_key(next, slot);
-            if self.client.wait(std::slice::from_ref(&key), Duration::ZERO)?.is_ok() {
+            if self
+                .client
+                .wait(std::slice::from_ref(&key), Duration::ZERO)?
+                .is_ok()
+            {
                 let bytes = self.client.get(&key, Duration::from_secs(1))?;
                 found.insert(slot, wire::decode_from(slot, "elastic check-in", &bytes)?);
             }
@@ -218,13 +224,7 @@ impl Coordinator {
         master_port: u16,
     ) -> Result<Verdict> {
         let next = self.generation + 1;
-        let verdict = decide(
-            next,
-            &self.members,
-            survivors,
-            self.min_ranks,
-            master_port,
-        );
+        let verdict = decide(next, &self.members, survivors, self.min_ranks, master_port);
         self.client
             .set(&verdict_key(next), &wire::encode(&verdict)?)?;
         if let Verdict::Continue(plan) = &verdict {
@@ -244,13 +244,14 @@ pub fn decide(
     min_ranks: usize,
     master_port: u16,
 ) -> Verdict {
-    let (kept, lost): (Vec<(usize, usize)>, Vec<(usize, usize)>) = members
+    // (rank in the previous generation, slot) of the members kept and lost.
+    let (kept, lost): (Vec<_>, Vec<_>) = members
         .iter()
         .copied()
         .enumerate()
         .partition(|(_, slot)| survivors.contains_key(slot));
-    let lost_ranks: Vec<usize> = lost.iter().map(|(r, _)| *r).collect();
-    let lost_slots: Vec<usize> = lost.iter().map(|(_, s)| *s).collect();
+    let lost_ranks: Vec<usize> = lost.iter().map(|&(r, _)| r).collect();
+    let lost_slots: Vec<usize> = lost.iter().map(|&(_, s)| s).collect();
     if lost.is_empty() {
         let failure = survivors
             .values()
@@ -277,7 +278,7 @@ pub fn decide(
         .unwrap_or(0);
     Verdict::Continue(Plan {
         generation,
-        members: kept.into_iter().map(|(_, s)| s).collect(),
+        members: kept.into_iter().map(|(_, s): (usize, usize)| s).collect(),
         lost_ranks,
         lost_slots,
         master_port,

@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-pub(super) use crate::dist::elastic::{DieAt, DiePoint};
 use crate::denoise::Denoiser;
 use crate::dist::elastic::{Assignment, Member, Plan};
+pub(super) use crate::dist::elastic::{DieAt, DiePoint};
 use crate::dist::{Collective, RankInfo};
 use crate::error::{Error, Result};
 use crate::io::RunDir;

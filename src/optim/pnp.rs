@@ -299,7 +299,14 @@ mod tests {
             ControlFlow::Continue(())
         };
         let whole = pnp(
-            &stack, &fidelity, &denoiser, &ys, truth.shape(), &cfg, &monitor, &mut keep,
+            &stack,
+            &fidelity,
+            &denoiser,
+            &ys,
+            truth.shape(),
+            &cfg,
+            &monitor,
+            &mut keep,
         )
         .unwrap();
         let x4 = at_4.unwrap();
