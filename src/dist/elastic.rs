@@ -497,7 +497,7 @@ mod tests {
             lost_mask in any::<u16>(),
             completed in proptest::collection::vec(0usize..50, 8),
             operators in 1usize..13,
-            size in 16usize..90,
+            size in 40usize..90,
             tile in 8usize..40,
             cost_aware in any::<bool>(),
         ) {
