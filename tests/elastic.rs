@@ -8,7 +8,7 @@ use std::process::Output;
 #[path = "support/cli.rs"]
 mod support;
 
-use support::{read_json, run_ok, tessera};
+use support::{read_json, tessera};
 
 const ITERATIONS: usize = 6;
 
@@ -162,32 +162,30 @@ fn below_min_ranks_the_run_stops_and_names_why() {
         "--out",
         "o",
     ];
-    let o = run_with(&args, &extra, Some("2:2"), dir.path());
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{stderr}");
+    let stderr = failed_run(&args, &extra, "2:2", dir.path());
     assert!(stderr.contains("fewer than min_ranks = 3"), "{stderr}");
-    assert!(
-        !dir.path().join("o").exists(),
-        "a failed run leaves no folder"
-    );
+}
+
+/// Runs a group that loses a rank and must fail; checks that it left no run folder `o`; returns its
+/// error output.
+fn failed_run(args: &[&str], extra: &[String], die_at: &str, cwd: &Path) -> String {
+    let o = run_with(args, extra, Some(die_at), cwd);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{stderr}");
+    assert!(!cwd.join("o").exists(), "a failed run leaves no folder");
+    stderr
 }
 
 #[test]
 fn without_elastic_a_lost_rank_still_stops_the_group_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let args = ["run", "multiblur", "--ranks", "3", "--out", "o"];
-    let o = run_with(&args, &small(ITERATIONS), Some("2:2"), dir.path());
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{stderr}");
+    let stderr = failed_run(&args, &small(ITERATIONS), "2:2", dir.path());
     assert!(
         stderr.contains("rank 2 was killed by signal 9 (SIGKILL)"),
         "{stderr}"
     );
     assert!(!stderr.contains("--elastic"), "{stderr}");
-    assert!(
-        !dir.path().join("o").exists(),
-        "a failed run leaves no folder"
-    );
 }
 
 #[test]
@@ -233,7 +231,7 @@ fn an_elastic_run_without_a_loss_matches_and_records_no_recovery() {
         dir.path(),
     );
     assert!(o.status.success());
-    run_ok(
+    let o = run_with(
         &[
             "run",
             "multiblur",
@@ -242,21 +240,12 @@ fn an_elastic_run_without_a_loss_matches_and_records_no_recovery() {
             "--elastic",
             "--out",
             "two",
-            "--quiet",
-            "--set",
-            "image.size=[48,64]",
-            "--set",
-            "algorithm.iterations=3",
-            "--set",
-            "tiling.patch_size=24",
-            "--set",
-            "tiling.overlap=4",
-            "--set",
-            "output.save_measurements=true",
         ],
+        &extra,
+        None,
         dir.path(),
-        "elastic, no loss",
     );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
         outputs(&dir.path().join("one")),
         outputs(&dir.path().join("two"))

@@ -359,12 +359,9 @@ impl DieAt {
         })
     }
 
-    /// The hook for rank `rank` (numbered as when the run started): only in rank processes a
-    /// launcher started, and only when it names that rank.
+    /// The hook for rank `rank` (numbered as when the run started) when it names that rank; read
+    /// only by rank processes a launcher started (the caller checks).
     pub fn from_env(rank: usize) -> Result<Option<DieAt>> {
-        if std::env::var_os(super::launch::LAUNCHED_ENV).is_none() {
-            return Ok(None);
-        }
         let Ok(text) = std::env::var(DIE_AT_ENV) else {
             return Ok(None);
         };

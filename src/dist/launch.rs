@@ -159,33 +159,46 @@ fn forward(
 fn supervise(children: &mut [Child]) -> Result<()> {
     let mut done = vec![false; children.len()];
     loop {
-        for (rank, child) in children.iter_mut().enumerate() {
-            if done[rank] {
-                continue;
-            }
-            match child.try_wait() {
-                Ok(Some(status)) if status.success() => done[rank] = true,
-                Ok(Some(status)) => {
-                    done[rank] = true;
-                    let failure = first_failure(children, rank, status);
-                    terminate(children);
-                    return Err(failure);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    terminate(children);
-                    return Err(Error::io(
-                        "waiting for rank process",
-                        format!("rank {rank}"),
-                        e,
-                    ));
-                }
+        for (rank, done) in done.iter_mut().enumerate() {
+            if !*done {
+                *done = !matches!(reap(children, rank, false)?, Reaped::Running);
             }
         }
         if done.iter().all(|&d| d) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How a rank process stands after [`reap`].
+enum Reaped {
+    Running,
+    Succeeded,
+    /// Ended by a signal, in an elastic run (a loss the others survive).
+    Lost(ExitStatus),
+}
+
+/// Polls rank `rank`; a failure (any in a plain run; an error status in an elastic one, where a
+/// signal is a loss) stops every rank and is returned naming the root cause.
+fn reap(children: &mut [Child], rank: usize, signal_is_loss: bool) -> Result<Reaped> {
+    match children[rank].try_wait() {
+        Ok(None) => Ok(Reaped::Running),
+        Ok(Some(status)) if status.success() => Ok(Reaped::Succeeded),
+        Ok(Some(status)) if signal_is_loss && status.signal().is_some() => Ok(Reaped::Lost(status)),
+        Ok(Some(status)) => {
+            let failure = first_failure(children, rank, status);
+            terminate(children);
+            Err(failure)
+        }
+        Err(e) => {
+            terminate(children);
+            Err(Error::io(
+                "waiting for rank process",
+                format!("rank {rank}"),
+                e,
+            ))
+        }
     }
 }
 
@@ -216,9 +229,10 @@ fn supervise_elastic(
             if exited[slot] {
                 continue;
             }
-            match children[slot].try_wait() {
-                Ok(Some(status)) if status.success() => (exited[slot], done[slot]) = (true, true),
-                Ok(Some(status)) if status.signal().is_some() => {
+            match reap(children, slot, true)? {
+                Reaped::Running => {}
+                Reaped::Succeeded => (exited[slot], done[slot]) = (true, true),
+                Reaped::Lost(status) => {
                     exited[slot] = true;
                     let _ = writeln!(
                         std::io::stderr().lock(),
@@ -226,21 +240,6 @@ fn supervise_elastic(
                         describe(status)
                     );
                     recovering_since.get_or_insert_with(Instant::now);
-                }
-                Ok(Some(status)) => {
-                    exited[slot] = true;
-                    let failure = first_failure(children, slot, status);
-                    terminate(children);
-                    return Err(failure);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    terminate(children);
-                    return Err(Error::io(
-                        "waiting for rank process",
-                        format!("rank {slot}"),
-                        e,
-                    ));
                 }
             }
         }

@@ -73,7 +73,7 @@ pub fn run_elastic(
     preset.validate()?;
     let Elastic { mut member, join } = elastic;
     let mut carried = Carried::new(out, comm.rank(), true)?;
-    carried.die_at = DieAt::from_env(member.slot)?;
+    carried.die_at = die_hook(member.slot)?;
     loop {
         let failure = match run_generation(preset, out, comm, inline, on_event, &mut carried) {
             Err(e) if is_loss(&e) => e,
@@ -162,6 +162,14 @@ fn assignment(preset: &Preset, carried: &Carried, world: usize) -> Result<Assign
         plan.as_ref()
             .map(|p| (p, preset.distributed.tile_assignment)),
     ))
+}
+
+/// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only.
+pub(super) fn die_hook(rank: usize) -> Result<Option<DieAt>> {
+    match std::env::var_os(crate::dist::launch::LAUNCHED_ENV) {
+        Some(_) => DieAt::from_env(rank),
+        None => Ok(None),
+    }
 }
 
 /// `inner`, dying inside its call in the iteration [`DieAt`] names (the test hook).
