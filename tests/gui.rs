@@ -3206,3 +3206,40 @@ fn the_quality_plots_name_their_curves() {
         );
     }
 }
+
+/// Escape right after Ctrl+R, before the backend has accepted the job (the window shows
+/// "submitted…"; on a loaded machine that lasts a while), stops the job the moment it is accepted.
+/// The press used to be dropped: the job ran on until a second press, iterations later than a
+/// Stop clicked once it was running.
+#[test]
+fn escape_before_the_job_is_accepted_stops_it_once_accepted() {
+    let (mut h, end) = ready_workbench();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::R);
+    h.run_steps(2);
+    assert!(matches!(next_request(&end), Request::Submit { .. }));
+    assert_eq!(h.state().session.state(), &JobState::Submitted);
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    assert!(
+        h.query_by_label_contains("submitted, stopping once accepted")
+            .is_some()
+    );
+    send(&end, Event::Accepted { job: 5 });
+    step_until(&mut h, "the job accepted", |wb| {
+        wb.session.state() != &JobState::Submitted
+    });
+    assert_eq!(h.state().session.state(), &JobState::Stopping { job: 5 });
+    assert_eq!(next_request(&end), Request::Cancel { job: 5 });
+
+    // The Stop was used up: the next job runs.
+    h.state_mut().session.apply(Event::Cancelled {
+        job: 5,
+        iterations: 0,
+        run_dir: None,
+        outputs: vec![],
+        summary_json: None,
+    });
+    submit(&mut h, &end, 6);
+    h.run_steps(3);
+    assert_eq!(h.state().session.state(), &JobState::Running { job: 6 });
+}

@@ -88,6 +88,9 @@ pub struct Workbench {
     pub(crate) attach_token: String,
     /// After a remote attach, ask the server to replay and stream its running job.
     resume_on_attach: bool,
+    /// Stop was asked for while the job was submitted but not yet accepted (it has no id to
+    /// cancel yet): cancel it as soon as it is accepted.
+    stop_when_accepted: bool,
     /// The next `Status` answers an attach: follow the job it says is running.
     follow_after_status: bool,
     start_pending: bool,
@@ -122,6 +125,7 @@ impl Workbench {
             pending_replace: None,
             attach_token: String::new(),
             resume_on_attach: false,
+            stop_when_accepted: false,
             follow_after_status: false,
             start_pending: options.start_backend,
             tab: "Plots",
@@ -483,6 +487,7 @@ impl Workbench {
             preview_max_side: super::preview::MAX_TEXTURE_SIDE as u32,
         });
         if sent {
+            self.stop_when_accepted = false;
             self.session.submitted();
             self.viewer.clear_run();
             self.runs.shown = None;
@@ -525,15 +530,31 @@ impl Workbench {
         }
     }
 
-    /// Asks the backend to stop the current job; its final event says whether it stopped.
+    /// Asks the backend to stop the current job; its final event says whether it stopped. A job
+    /// not yet accepted (Stop or Escape right after Run) is cancelled the moment it is: the
+    /// press is never lost.
     pub fn stop(&mut self) {
-        if let JobState::Running { job } = *self.session.state()
-            && self.send(Request::Cancel { job })
-        {
-            self.session.stopping();
-            self.session
-                .log(LogLevel::Info, format!("stopping job {job}…"));
+        let state = self.session.state().clone();
+        match state {
+            JobState::Running { job } if self.send(Request::Cancel { job }) => {
+                self.session.stopping();
+                self.session
+                    .log(LogLevel::Info, format!("stopping job {job}…"));
+            }
+            JobState::Submitted if !self.stop_when_accepted => {
+                self.stop_when_accepted = true;
+                self.session.log(
+                    LogLevel::Info,
+                    "stopping the submitted job as soon as the backend accepts it…",
+                );
+            }
+            _ => {}
         }
+    }
+
+    /// Whether a Stop waits for the submitted job to be accepted.
+    pub fn stop_pending(&self) -> bool {
+        self.stop_when_accepted && *self.session.state() == JobState::Submitted
     }
 
     /// The job whose events are drawn (for tests).
@@ -1268,7 +1289,15 @@ impl Workbench {
         }
         let was_busy = self.session.is_busy();
         let welcome = matches!(e, crate::protocol::Event::Welcome { .. });
+        let accepted = matches!(e, crate::protocol::Event::Accepted { .. });
         self.session.apply(e);
+        // The submitted job was accepted (or refused): a Stop that waited for it applies now.
+        if *self.session.state() != JobState::Submitted
+            && std::mem::take(&mut self.stop_when_accepted)
+            && accepted
+        {
+            self.stop();
+        }
         if welcome {
             // The world size the patch map is planned for.
             self.edited();
