@@ -3207,6 +3207,81 @@ fn the_quality_plots_name_their_curves() {
     }
 }
 
+
+/// A preview of the reconstruction at `iteration` whose every pixel is `iteration / 100`.
+fn flat_preview(job: u64, iteration: usize, side: u32) -> Event {
+    Event::Preview {
+        job,
+        iteration,
+        what: PreviewKind::Reconstruction,
+        image: PreviewImage {
+            width: side,
+            height: side,
+            channels: 1,
+            slice: None,
+            pixels: vec![iteration as f32 / 100.0; (side * side) as usize],
+        },
+    }
+}
+
+/// The reconstruction pane's iteration and its value in the middle.
+fn reconstruction_at_centre(wb: &Workbench) -> Option<(usize, f32)> {
+    let (iteration, _) = wb.shown_reconstruction()?;
+    let (_, v) = wb.viewer().value_at(
+        tessera::gui::preview::Slot::Reconstruction,
+        egui::pos2(0.5, 0.5),
+    )?;
+    Some((iteration, v[0]))
+}
+
+/// The timeline under the panes: "earlier" steps back through the run's previews (pane, readout
+/// and caption), new previews leave the chosen one on screen, "live" follows them again.
+#[test]
+fn the_timeline_steps_back_through_previews_and_live_follows_new_ones() {
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    for k in 1..=5 {
+        send(&end, iteration(1, k, 20.0));
+        send(&end, flat_preview(1, k, 32));
+        // One preview per frame, as a job streams them (the pump maps only the newest of a batch).
+        step_until(&mut h, "the preview", |wb| {
+            wb.shown_reconstruction().map(|s| s.0) == Some(k)
+        });
+    }
+    assert_eq!(h.state().viewer().timeline.frames().len(), 5);
+    h.get_by_role_and_label(Role::Button, "earlier").click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Button, "earlier").click();
+    step_until(&mut h, "iteration 3 on screen", |wb| {
+        reconstruction_at_centre(wb) == Some((3, 0.03))
+    });
+    assert!(
+        h.query_by_label_contains("Reconstruction (iteration 3)")
+            .is_some()
+    );
+    assert!(h.query_by_label_contains("iteration 3 (held").is_some());
+
+    // The run goes on: the pane stays on iteration 3, the timeline grows.
+    for k in 6..=7 {
+        send(&end, iteration(1, k, 20.0));
+        send(&end, flat_preview(1, k, 32));
+        step_until(&mut h, "the preview kept", |wb| {
+            wb.viewer().timeline.frames().len() == k
+        });
+    }
+    h.run_steps(3);
+    assert_eq!(reconstruction_at_centre(h.state()), Some((3, 0.03)));
+
+    h.get_by_role_and_label(Role::Button, "live").click();
+    step_until(&mut h, "the newest preview", |wb| {
+        reconstruction_at_centre(wb) == Some((7, 0.07))
+    });
+    send(&end, iteration(1, 8, 20.0));
+    send(&end, flat_preview(1, 8, 32));
+    step_until(&mut h, "live follows", |wb| {
+        reconstruction_at_centre(wb) == Some((8, 0.08))
+    });
+}
 /// Escape right after Ctrl+R, before the backend has accepted the job (the window shows
 /// "submitted…"; on a loaded machine that lasts a while), stops the job the moment it is accepted.
 /// The press used to be dropped: the job ran on until a second press, iterations later than a

@@ -1133,6 +1133,10 @@ impl Workbench {
                 }
                 if purpose == Purpose::Reopen {
                     self.restore_preset(&arrays.folder, arrays.preset.take());
+                    if self.session.run_dir.as_ref() != Some(&arrays.folder) {
+                        // The kept previews are another run's.
+                        self.viewer.timeline.clear();
+                    }
                 }
                 for (slot, t) in [
                     (Slot::Reconstruction, arrays.reconstruction),

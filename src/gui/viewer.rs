@@ -12,6 +12,7 @@ use std::sync::Arc;
 use egui::{ColorImage, Rect, TextureHandle, TextureOptions, Vec2};
 
 use super::preview::{Display, Histogram, Mapped, PaneDisplay, Pump, PumpMsg, Slot};
+use super::timeline::Timeline;
 use crate::protocol::{PreviewImage, Section};
 use crate::tensor::Tensor;
 
@@ -91,6 +92,8 @@ pub struct Viewer {
     pub hover: Option<(Slot, egui::Pos2)>,
     /// The volume shown as three orthogonal cuts through the cursor (instead of the panes).
     pub ortho: Option<Slot>,
+    /// The running job's reconstruction previews, to scrub back through.
+    pub timeline: Timeline,
 }
 
 impl Viewer {
@@ -267,7 +270,10 @@ impl Viewer {
             }
             let display = self.display_of(*slot, default);
             pump.send(PumpMsg::SetDisplay(*slot, display));
-            match self.arrays.get(slot) {
+            let scrubbed = (*slot == Slot::Reconstruction)
+                .then(|| self.timeline.pinned())
+                .flatten();
+            match self.arrays.get(slot).filter(|_| scrubbed.is_none()) {
                 Some(t) => pump.send(PumpMsg::Show {
                     slot: *slot,
                     tensor: t.clone(),
@@ -303,6 +309,35 @@ impl Viewer {
             !matches!(slot, Slot::Measurement(_)) || self.arrays.contains_key(slot)
         });
         self.profile = None;
+        self.timeline.clear();
+    }
+
+    /// Shows the timeline's frame at `index` in the reconstruction pane (the newest one follows
+    /// the run again: its latest preview, or its output once it has finished). Returns whether the
+    /// pane changed (the difference then needs mapping again).
+    pub fn scrub(&mut self, index: usize, pump: &Pump, default: Display) -> bool {
+        let display = self.display_of(Slot::Reconstruction, default);
+        let Some(frame) = self.timeline.scrub_to(index).cloned() else {
+            return false;
+        };
+        let Some(shown) = self.shown.get_mut(&Slot::Reconstruction) else {
+            return false;
+        };
+        shown.iteration = frame.iteration;
+        if self.timeline.pinned().is_none()
+            && let Some(t) = self.arrays.get(&Slot::Reconstruction).cloned()
+        {
+            self.show_array(Slot::Reconstruction, t, pump, default);
+            return true;
+        }
+        // The readout and the difference use the chosen frame at once; its texture follows.
+        shown.raw = frame.raw.clone();
+        pump.send(PumpMsg::Map {
+            slot: Slot::Reconstruction,
+            raw: frame.raw,
+            display,
+        });
+        true
     }
 
     /// Another document was opened: besides its run (when none is running, `clear_run`), the
@@ -331,6 +366,13 @@ impl Viewer {
     /// (the difference image then needs mapping again).
     pub fn apply(&mut self, m: Mapped, ctx: &egui::Context) -> bool {
         let options = TextureOptions::NEAREST;
+        if m.job.is_some() && m.slot == Slot::Reconstruction {
+            self.timeline.push(m.iteration, m.raw.clone());
+            if self.timeline.pinned().is_some() && self.shown.contains_key(&m.slot) {
+                // Scrubbed back: the pane stays on the chosen iteration.
+                return false;
+            }
+        }
         match self.shown.get_mut(&m.slot) {
             Some(s) => {
                 // Re-mappings and sections of a run's outputs keep the iteration they show.

@@ -110,6 +110,9 @@ impl View for LiveView {
         if let Some((axis, uv)) = clicked {
             wb.ortho_click(axis, uv);
         }
+        if wb.viewer.ortho_source().is_none() {
+            timeline(ui, wb);
+        }
         readout(ui, wb, &panes);
         if let Some(n) = hidden_tiles {
             ui.label(format!(
@@ -119,6 +122,63 @@ impl View for LiveView {
     }
 }
 
+
+/// The scrubber through the run's kept previews: the reconstruction pane shows the chosen
+/// iteration and stays there while new previews arrive; the newest position ("live") follows them.
+fn timeline(ui: &mut Ui, wb: &mut Workbench) {
+    let t = &wb.viewer.timeline;
+    let (Some(before), n) = (t.position(), t.frames().len()) else {
+        return;
+    };
+    if n < 2 {
+        return;
+    }
+    let last = n - 1;
+    let mut at = before;
+    let (bytes, budget) = t.bytes();
+    let iteration = t.frames()[at].iteration;
+    ui.horizontal(|ui| {
+        let l = ui.label("iterations");
+        if ui
+            .add_enabled(at > 0, egui::Button::new("earlier"))
+            .on_hover_text("the previous kept preview")
+            .clicked()
+        {
+            at -= 1;
+        }
+        ui.add(egui::Slider::new(&mut at, 0..=last).show_value(false))
+            .labelled_by(l.id)
+            .on_hover_text("step back through this run's previews");
+        if ui
+            .add_enabled(at < last, egui::Button::new("later"))
+            .on_hover_text("the next kept preview")
+            .clicked()
+        {
+            at += 1;
+        }
+        if ui
+            .add_enabled(at < last, egui::Button::new("live"))
+            .on_hover_text("follow the newest preview again")
+            .clicked()
+        {
+            at = last;
+        }
+        let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+        let state = if before == last { "live" } else { "held" };
+        ui.label(format!(
+            "iteration {iteration} ({state}; {n} previews kept, {:.1} of {:.0} MiB)",
+            mib(bytes),
+            mib(budget)
+        ))
+        .on_hover_text(
+            "older previews are thinned evenly to stay within the budget; \
+             the whole run stays covered at a coarser step",
+        );
+    });
+    if at != before && wb.viewer.scrub(at, &wb.pump, wb.app_state.display) {
+        wb.request_difference();
+    }
+}
 /// What an empty pane says, where "—" would leave the user guessing.
 fn empty_note(wb: &Workbench, slot: Slot) -> Option<String> {
     match slot {
