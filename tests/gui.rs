@@ -3282,6 +3282,140 @@ fn the_timeline_steps_back_through_previews_and_live_follows_new_ones() {
         reconstruction_at_centre(wb) == Some((8, 0.08))
     });
 }
+
+/// A preview of `what` (one channel, `side`²) whose value is `f(x, y)`.
+fn preview_of(job: u64, what: PreviewKind, side: u32, f: impl Fn(u32, u32) -> f32) -> Event {
+    Event::Preview {
+        job,
+        iteration: 1,
+        what,
+        image: PreviewImage {
+            width: side,
+            height: side,
+            channels: 1,
+            slice: None,
+            pixels: (0..side * side).map(|i| f(i % side, i / side)).collect(),
+        },
+    }
+}
+
+/// Ctrl+drag over a pane draws a box: the Profile tab shows each pane's statistics in it and
+/// PSNR/SSIM against the ground truth there; the box's statistics and the line profile export as
+/// CSV through the save dialog's typed path.
+#[test]
+fn a_box_shows_its_statistics_and_the_profile_and_box_export_as_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    // Ground truth 0.5 everywhere; the reconstruction 0.5 on the left half and 0.6 on the right.
+    send(
+        &end,
+        preview_of(1, PreviewKind::GroundTruth, 40, |_, _| 0.5),
+    );
+    send(
+        &end,
+        preview_of(1, PreviewKind::Reconstruction, 40, |x, _| {
+            if x < 20 { 0.5 } else { 0.6 }
+        }),
+    );
+    step_until(&mut h, "both panes", |wb| {
+        wb.shown_reconstruction().is_some()
+            && wb.shown(tessera::gui::preview::Slot::GroundTruth).is_some()
+    });
+    h.get_by_role_and_label(Role::Button, "Profile").click();
+    h.run_steps(2);
+
+    // Ctrl+drag over the reconstruction pane, from its centre down to the right.
+    let pane = h
+        .get_by_role_and_label(Role::Image, "Reconstruction")
+        .rect();
+    let (from, to) = (
+        pane.center(),
+        pane.center() + egui::vec2(pane.width() * 0.3, pane.height() * 0.3),
+    );
+    let ctrl = egui::Modifiers::COMMAND;
+    h.event(egui::Event::ModifiersChanged(ctrl));
+    h.event(egui::Event::PointerMoved(from));
+    h.run_steps(1);
+    h.event(egui::Event::PointerButton {
+        pos: from,
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: ctrl,
+    });
+    h.run_steps(1);
+    for k in 1..=10 {
+        h.event(egui::Event::PointerMoved(
+            from + (to - from) * (k as f32 / 10.0),
+        ));
+        h.run_steps(1);
+    }
+    h.event(egui::Event::PointerButton {
+        pos: to,
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: ctrl,
+    });
+    h.event(egui::Event::ModifiersChanged(egui::Modifiers::NONE));
+    h.run_steps(3);
+    assert!(h.state().viewer().profile.is_none(), "a box, not a line");
+    let report = h.state().roi_report().expect("a box is drawn");
+    let [x0, x1, _, _] = report.box_px.unwrap();
+    assert!((19..=21).contains(&x0) && x1 > 28, "{report:?}");
+    let recon = &report.panes[0];
+    assert_eq!(recon.0, "Reconstruction");
+    assert!((recon.1[0].max - 0.6).abs() < 1e-6, "{report:?}");
+    // PSNR in the box: the share of 0.1 errors sets it, not the whole image's.
+    let Some(Ok((psnr, ssim))) = report.fidelity.clone() else {
+        panic!("{report:?}")
+    };
+    assert!(
+        psnr.is_finite() && psnr >= 20.0 - 0.5 && psnr < 40.0,
+        "{psnr}"
+    );
+    assert!(ssim.is_some(), "the box is larger than the SSIM window");
+    assert!(
+        h.query_by_label_contains("in the box, reconstruction vs ground truth: PSNR")
+            .is_some()
+    );
+
+    // The box's statistics as CSV, through the save dialog (its suggested path: Save).
+    h.state_mut().app_state.last_folder = Some(dir.path().to_path_buf());
+    h.get_by_role_and_label(Role::Button, "Export box statistics as CSV…")
+        .click();
+    h.run_steps(2);
+    assert!(h.state().dialog_open(), "the save dialog is open");
+    h.run_steps(10);
+    h.get_by_role_and_label(Role::Button, "Save").click();
+    h.run_steps(2);
+    let csv = dir.path().join("quick-box.csv");
+    let text = std::fs::read_to_string(&csv).expect("the CSV file");
+    assert!(
+        text.contains("pane,channel,pixels,mean,std,min,max"),
+        "{text}"
+    );
+    assert!(text.contains("\"Reconstruction\",0,"), "{text}");
+    assert!(text.contains("reconstruction vs ground truth,"), "{text}");
+
+    // A line profile, exported the same way: a column per pane.
+    h.state_mut()
+        .set_profile(Some((egui::pos2(0.1, 0.5), egui::pos2(0.9, 0.5))));
+    h.run_steps(2);
+    let profile = dir.path().join("profile.csv");
+    h.state_mut()
+        .export_csv(tessera::gui::dialogs::CsvExport::Profile, &profile);
+    let text = std::fs::read_to_string(&profile).expect("the profile CSV");
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.starts_with("distance_px,\"Reconstruction\""),
+        "{header}"
+    );
+    assert!(header.contains("Ground truth"), "{header}");
+    let last: Vec<&str> = lines.last().unwrap().split(',').collect();
+    assert_eq!(last[1], "0.6", "the reconstruction's right half: {text}");
+    assert_eq!(last[last.len() - 1], "0.5", "the ground truth: {text}");
+}
 /// Escape right after Ctrl+R, before the backend has accepted the job (the window shows
 /// "submitted…"; on a loaded machine that lasts a while), stops the job the moment it is accepted.
 /// The press used to be dropped: the job ran on until a second press, iterations later than a

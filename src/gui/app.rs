@@ -14,7 +14,7 @@ use egui::{Key, KeyboardShortcut, Modifiers, Ui};
 
 use super::backend::{Incoming, Starter};
 use super::connection::{Change, Connecting, Connection};
-use super::dialogs::{DialogKind, Dialogs, dropped_kind};
+use super::dialogs::{CsvExport, DialogKind, Dialogs, dropped_kind};
 use super::document::{Document, Loaded};
 use super::fetch::{RemoteFetch, Step};
 use super::history::{Purpose, RunArrays, RunHistory, RunPreset};
@@ -833,6 +833,14 @@ impl Workbench {
                 self.doc.name(),
                 format!("{slot:?}").to_lowercase()
             ))),
+            DialogKind::ExportCsv(what) => Some(folder.unwrap_or_default().join(format!(
+                "{}-{}.csv",
+                self.doc.name(),
+                match what {
+                    CsvExport::Profile => "profile",
+                    CsvExport::Roi => "box",
+                }
+            ))),
             _ => folder.map(|f| {
                 let mut s = f.into_os_string();
                 s.push("/");
@@ -859,6 +867,55 @@ impl Workbench {
             }
             DialogKind::SavePreset => self.save_preset_path(path),
             DialogKind::ExportPng(slot) => self.export_png(slot, path),
+
+            DialogKind::ExportCsv(what) => self.export_csv(what, path),
+        }
+    }
+
+    /// The panes of the live view with their float images (title, image), left to right.
+    fn pane_images(&self) -> Vec<(String, &crate::protocol::PreviewImage)> {
+        super::views::panes(self)
+            .into_iter()
+            .filter_map(|(title, slot)| Some((title, &*self.viewer.shown.get(&slot)?.raw)))
+            .collect()
+    }
+
+    /// The statistics of the box drawn over the panes, if one is drawn.
+    pub fn roi_report(&self) -> Option<super::roi::RoiReport> {
+        let (a, b) = self.viewer.roi?;
+        let raw = |slot| self.viewer.shown.get(&slot).map(|s| &*s.raw);
+        let pair = raw(Slot::Reconstruction).zip(raw(Slot::GroundTruth));
+        Some(super::roi::roi_report(&self.pane_images(), pair, a, b))
+    }
+
+    /// Writes the line profile (every pane, per channel) or the box's statistics to a CSV file.
+    pub fn export_csv(&mut self, what: CsvExport, path: &Path) {
+        let text = match what {
+            CsvExport::Profile => self
+                .viewer
+                .profile
+                .map(|(a, b)| super::roi::profile_csv(&self.pane_images(), a, b)),
+            CsvExport::Roi => self.roi_report().map(|r| super::roi::roi_csv(&r)),
+        };
+        let Some(text) = text else {
+            let what = match what {
+                CsvExport::Profile => "no line profile is drawn (Shift+drag over an image)",
+                CsvExport::Roi => "no box is drawn (Ctrl+drag over an image)",
+            };
+            self.session
+                .log(LogLevel::Error, format!("nothing to export: {what}"));
+            return;
+        };
+        match crate::io::write_atomic(path, text.as_bytes()) {
+            Ok(()) => {
+                self.remember_folder(path);
+                self.session
+                    .log(LogLevel::Info, format!("exported {}", path.display()));
+            }
+            Err(e) => self.session.log(
+                LogLevel::Error,
+                format!("could not export the table: {e}: {}", path.display()),
+            ),
         }
     }
 
@@ -1010,6 +1067,11 @@ impl Workbench {
             .into_iter()
             .filter_map(|(title, slot)| Some((title, self.viewer.profile_of(slot)?)))
             .collect()
+    }
+
+    /// Draws (or clears) the line profile, in texture coordinates (as Shift+drag does).
+    pub fn set_profile(&mut self, line: Option<(egui::Pos2, egui::Pos2)>) {
+        self.viewer.profile = line;
     }
 
     /// The iteration and size of the reconstruction on screen.

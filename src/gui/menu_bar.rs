@@ -21,6 +21,7 @@ pub const SHORTCUTS: &[(&str, &str)] = &[
         "zoom / pan / fit the panes (all together)",
     ),
     ("Shift+drag", "draw a line profile (Profile tab)"),
+    ("Ctrl+drag", "draw a box: its statistics (Profile tab)"),
 ];
 
 /// The menu bar.

@@ -13,7 +13,7 @@
 //! seam, and a channel backend for tests) and [`local`] (`protocol::Client`, a `LocalBackend`
 //! child); [`document`] (the edited preset, its inputs and the checks before Run), [`session`]
 //! (state built from events), [`viewer`] (what the panes show), [`timeline`] (the run's previews
-//! kept to scrub back through), [`preview`]
+//! kept to scrub back through), [`roi`] (a box's statistics, profile and box CSV), [`preview`]
 //! (float images → textures on a worker thread), [`history`] (runs on disk), [`fetch`] (a remote
 //! run's files copied here), [`dialogs`] (typed paths, the system file dialog, dropped files),
 //! [`patch_map`] (drawing tiles per rank), [`measured`] (loaded measurement files), [`widgets`],
@@ -34,6 +34,7 @@ pub mod menu_bar;
 pub mod panels;
 pub mod patch_map;
 pub mod preview;
+pub mod roi;
 pub mod session;
 pub mod settings;
 pub mod timeline;

@@ -88,6 +88,9 @@ pub struct Viewer {
     pub show_difference: bool,
     /// A line profile in texture coordinates (start, end), drawn on every pane.
     pub profile: Option<(egui::Pos2, egui::Pos2)>,
+    /// A box (two corners, texture coordinates) whose statistics the Profile tab shows, drawn on
+    /// every pane.
+    pub roi: Option<(egui::Pos2, egui::Pos2)>,
     /// The pixel under the mouse: its pane and texture coordinates.
     pub hover: Option<(Slot, egui::Pos2)>,
     /// The volume shown as three orthogonal cuts through the cursor (instead of the panes).
@@ -309,6 +312,7 @@ impl Viewer {
             !matches!(slot, Slot::Measurement(_)) || self.arrays.contains_key(slot)
         });
         self.profile = None;
+        self.roi = None;
         self.timeline.clear();
     }
 
@@ -352,6 +356,7 @@ impl Viewer {
         self.view = SharedView::default();
         self.displays.clear();
         self.profile = None;
+        self.roi = None;
         self.hover = None;
     }
 
@@ -510,21 +515,9 @@ pub fn diverging(default: Display) -> Display {
 /// `(distance in pixels, value)` along the segment `a`–`b` (texture coordinates, 0..1) of `image`'s
 /// first channel, about one sample per pixel (2 to 4096); samples outside the image are left out.
 pub fn profile_along(image: &PreviewImage, a: egui::Pos2, b: egui::Pos2) -> Vec<[f64; 2]> {
-    let (w, h) = (image.width as f32, image.height as f32);
-    let length_px = ((b.x - a.x) * w).hypot((b.y - a.y) * h);
-    let n = (length_px.ceil() as usize).clamp(2, 4096);
-    let c = image.channels.max(1) as usize;
-    (0..n)
-        .filter_map(|k| {
-            let t = k as f32 / (n - 1) as f32;
-            let (u, v) = (a.x + (b.x - a.x) * t, a.y + (b.y - a.y) * t);
-            let (x, y) = ((u * w).floor() as isize, (v * h).floor() as isize);
-            if x < 0 || y < 0 || x >= w as isize || y >= h as isize {
-                return None;
-            }
-            let at = (y as usize * image.width as usize + x as usize) * c;
-            Some([(t * length_px) as f64, image.pixels[at] as f64])
-        })
+    super::roi::profile_samples(image, a, b)
+        .into_iter()
+        .map(|(d, v)| [d, v[0] as f64])
         .collect()
 }
 

@@ -1,6 +1,6 @@
 //! One image pane: the texture with the shared zoom and pan (wheel zooms, drag pans, double-click
-//! resets), Shift+drag draws the line profile, the patch map and the profile line drawn over it,
-//! and the pixel under the mouse reported back.
+//! resets), Shift+drag draws the line profile and Ctrl+drag a statistics box, the patch map, the
+//! profile line and the box drawn over it, and the pixel under the mouse reported back.
 
 use egui::{Color32, Pos2, Rect, Sense, Stroke, Ui, Vec2};
 
@@ -19,6 +19,15 @@ pub struct PaneResponse {
     pub clicked_uv: Option<Pos2>,
 }
 
+/// What the user drew over the panes (shared by every pane), in texture coordinates.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Marks {
+    /// The line profile: start and end.
+    pub profile: Option<(Pos2, Pos2)>,
+    /// The statistics box: two opposite corners.
+    pub roi: Option<(Pos2, Pos2)>,
+}
+
 /// What is drawn over a pane's image.
 #[derive(Default)]
 pub struct Overlays<'a> {
@@ -30,7 +39,7 @@ pub struct Overlays<'a> {
     pub empty: Option<&'a str>,
 }
 
-/// Draws a pane of `size` (named `title` for screen readers and tests); `view` and `profile` are
+/// Draws a pane of `size` (named `title` for screen readers and tests); `view` and `marks` are
 /// shared with the other panes.
 pub fn image_pane(
     ui: &mut Ui,
@@ -38,7 +47,7 @@ pub fn image_pane(
     shown: Option<&Shown>,
     size: Vec2,
     view: &mut SharedView,
-    profile: &mut Option<(Pos2, Pos2)>,
+    marks: &mut Marks,
     overlays: Overlays<'_>,
 ) -> PaneResponse {
     let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
@@ -79,7 +88,7 @@ pub fn image_pane(
             image.min.y + (v - uv.min.y) / uv.height() * image.height(),
         )
     };
-    let shift = ui.input(|i| i.modifiers.shift);
+    let (shift, command) = ui.input(|i| (i.modifiers.shift, i.modifiers.command));
     if response.hovered() {
         let scroll = ui.input(|i| i.smooth_scroll_delta.y);
         if scroll != 0.0 {
@@ -88,17 +97,29 @@ pub fn image_pane(
     }
     // A drag starts once the pointer has moved a few points; the line starts where it was pressed.
     if response.drag_started()
-        && shift
+        && (shift || command)
         && let Some(p) = ui
             .input(|i| i.pointer.press_origin())
             .or(response.interact_pointer_pos())
     {
         let start = to_uv(p);
-        *profile = Some((start, start));
+        if shift {
+            marks.profile = Some((start, start));
+        } else {
+            marks.roi = Some((start, start));
+        }
     }
     if response.dragged() {
-        match (shift, profile.as_mut(), response.interact_pointer_pos()) {
-            (true, Some((_, end)), Some(p)) => *end = to_uv(p),
+        let p = response.interact_pointer_pos();
+        match (
+            shift,
+            command,
+            marks.profile.as_mut(),
+            marks.roi.as_mut(),
+            p,
+        ) {
+            (true, _, Some((_, end)), _, Some(p)) => *end = to_uv(p),
+            (false, true, _, Some((_, end)), Some(p)) => *end = to_uv(p),
             _ => {
                 let d = response.drag_delta();
                 view.center -= Vec2::new(d.x / image.width(), d.y / image.height()) / view.zoom;
@@ -129,7 +150,15 @@ pub fn image_pane(
         let whole = Rect::from_min_max(to_screen(0.0, 0.0), to_screen(1.0, 1.0));
         out.overlay = Some(patch_map::paint(&painter, whole, image, map, opacity));
     }
-    if let Some((a, b)) = *profile {
+    if let Some((a, b)) = marks.roi {
+        painter.rect_stroke(
+            Rect::from_two_pos(to_screen(a.x, a.y), to_screen(b.x, b.y)),
+            0.0,
+            Stroke::new(1.5, Color32::from_rgb(0, 220, 255)),
+            egui::StrokeKind::Middle,
+        );
+    }
+    if let Some((a, b)) = marks.profile {
         painter.line_segment(
             [to_screen(a.x, a.y), to_screen(b.x, b.y)],
             Stroke::new(2.0, Color32::YELLOW),

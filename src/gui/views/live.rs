@@ -6,7 +6,7 @@ use egui::{RichText, Ui, Vec2};
 
 use super::colour_bar;
 use super::display_menu::display_menu;
-use super::image_pane::{Overlays, image_pane};
+use super::image_pane::{Marks, Overlays, image_pane};
 use super::{Place, View};
 use crate::gui::Workbench;
 use crate::gui::preview::{Colormap, Slot};
@@ -44,7 +44,10 @@ impl View for LiveView {
         let bar_h = colour_bar::height(ui);
         let height = (ui.available_height() - readout_h - bar_h - 48.0).clamp(64.0, 2000.0);
         let mut view = wb.viewer.view;
-        let mut profile = wb.viewer.profile;
+        let mut marks = Marks {
+            profile: wb.viewer.profile,
+            roi: wb.viewer.roi,
+        };
         let mut hover = None;
         let mut hidden_tiles = None;
         let mut clicked = None;
@@ -71,7 +74,7 @@ impl View for LiveView {
                         wb.viewer.shown.get(slot),
                         Vec2::new(width, height),
                         &mut view,
-                        &mut profile,
+                        &mut marks,
                         Overlays {
                             map: overlay,
                             cross,
@@ -105,7 +108,8 @@ impl View for LiveView {
             }
         });
         wb.viewer.view = view;
-        wb.viewer.profile = profile;
+        wb.viewer.profile = marks.profile;
+        wb.viewer.roi = marks.roi;
         wb.viewer.hover = hover;
         if let Some((axis, uv)) = clicked {
             wb.ortho_click(axis, uv);
@@ -304,6 +308,9 @@ fn header(ui: &mut Ui, wb: &mut Workbench) {
         if wb.viewer.profile.is_some() && ui.small_button("clear profile").clicked() {
             wb.viewer.profile = None;
         }
+        if wb.viewer.roi.is_some() && ui.small_button("clear box").clicked() {
+            wb.viewer.roi = None;
+        }
     });
 }
 
@@ -379,7 +386,8 @@ fn readout(ui: &mut Ui, wb: &Workbench, panes: &[(String, Slot)]) {
     let Some((_, uv)) = wb.viewer.hover else {
         ui.label(
             RichText::new(
-                "move the mouse over an image for its values; Shift+drag for a line profile",
+                "move the mouse over an image for its values; Shift+drag for a line profile, \
+                 Ctrl+drag for a box's statistics (Profile tab)",
             )
             .weak(),
         );
