@@ -3207,7 +3207,6 @@ fn the_quality_plots_name_their_curves() {
     }
 }
 
-
 /// A preview of the reconstruction at `iteration` whose every pixel is `iteration / 100`.
 fn flat_preview(job: u64, iteration: usize, side: u32) -> Event {
     Event::Preview {
@@ -3416,6 +3415,74 @@ fn a_box_shows_its_statistics_and_the_profile_and_box_export_as_csv() {
     assert_eq!(last[1], "0.6", "the reconstruction's right half: {text}");
     assert_eq!(last[last.len() - 1], "0.5", "the ground truth: {text}");
 }
+
+/// Four panes in a tall window make a 2×2 grid (each image larger than in one row, none off the
+/// window); F over a pane shows it alone, F again every pane; 1:1 shows one image pixel per
+/// screen pixel and "fit" the whole image again.
+#[test]
+fn panes_fit_the_window_one_goes_full_size_and_zoom_goes_1_to_1() {
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::GroundTruth, 0.0, 0.5),
+        (PreviewKind::Measurement(0), 0.0, 10.0),
+    ]);
+    h.get_by_role_and_label(Role::CheckBox, "difference")
+        .click();
+    h.set_size(egui::vec2(1000.0, 1600.0));
+    h.run_steps(4);
+    let pane = |h: &Harness<'_, Workbench>, title: &str| {
+        h.get_by_role_and_label(Role::Image, title).rect()
+    };
+    let recon = pane(&h, "Reconstruction");
+    let measurement = pane(&h, "Measurement");
+    let truth = pane(&h, "Ground truth");
+    let difference = pane(&h, "Reconstruction − ground truth");
+    assert!(
+        truth.top() > recon.bottom() && (truth.left() - recon.left()).abs() < 1.0,
+        "a second row: {recon:?} {truth:?}"
+    );
+    assert!(
+        measurement.left() > recon.right(),
+        "{recon:?} {measurement:?}"
+    );
+    assert!(
+        difference.right() <= 1000.0,
+        "inside the window: {difference:?}"
+    );
+    assert!(
+        recon.width() > 250.0,
+        "larger than a quarter of the row: {recon:?}"
+    );
+
+    // F over the measurement pane: it alone, larger; F again: every pane.
+    h.event(egui::Event::PointerMoved(measurement.center()));
+    h.run_steps(2);
+    h.key_press(egui::Key::F);
+    h.run_steps(3);
+    assert!(
+        h.query_by_role_and_label(Role::Image, "Reconstruction")
+            .is_none()
+    );
+    assert!(pane(&h, "Measurement").width() > measurement.width() * 1.5);
+    h.key_press(egui::Key::F);
+    h.run_steps(3);
+    assert!(
+        h.query_by_role_and_label(Role::Image, "Reconstruction")
+            .is_some()
+    );
+
+    // The 32² images are enlarged to fit; 1:1 draws them at their size, fit enlarges again.
+    assert!(h.query_by_label_contains("zoom 100 %").is_none());
+    h.get_by_role_and_label(Role::Button, "1:1").click();
+    h.run_steps(3);
+    assert!(h.query_by_label("zoom 100 %").is_some());
+    let px = h.state().viewer().view.zoom;
+    assert!(px < 1.0, "zoomed out below the fit: {px}");
+    h.get_by_role_and_label(Role::Button, "fit").click();
+    h.run_steps(3);
+    assert_eq!(h.state().viewer().view.zoom, 1.0);
+}
+
 /// Escape right after Ctrl+R, before the backend has accepted the job (the window shows
 /// "submitted…"; on a loaded machine that lasts a while), stops the job the moment it is accepted.
 /// The press used to be dropped: the job ran on until a second press, iterations later than a

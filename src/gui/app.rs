@@ -867,14 +867,13 @@ impl Workbench {
             }
             DialogKind::SavePreset => self.save_preset_path(path),
             DialogKind::ExportPng(slot) => self.export_png(slot, path),
-
             DialogKind::ExportCsv(what) => self.export_csv(what, path),
         }
     }
 
     /// The panes of the live view with their float images (title, image), left to right.
     fn pane_images(&self) -> Vec<(String, &crate::protocol::PreviewImage)> {
-        super::views::panes(self)
+        super::views::all_panes(self)
             .into_iter()
             .filter_map(|(title, slot)| Some((title, &*self.viewer.shown.get(&slot)?.raw)))
             .collect()
@@ -1063,7 +1062,7 @@ impl Workbench {
     /// The line profile of every pane on screen that shows an image, named as the pane is:
     /// `(title, [(distance px, value)])`.
     pub fn profile_curves(&self) -> Vec<(String, Vec<[f64; 2]>)> {
-        super::views::panes(self)
+        super::views::all_panes(self)
             .into_iter()
             .filter_map(|(title, slot)| Some((title, self.viewer.profile_of(slot)?)))
             .collect()

@@ -29,8 +29,8 @@ pub struct Shown {
     pub full_size: (u32, u32),
 }
 
-/// Zoom and pan shared by the panes: `zoom` 1 shows the whole image, `center` is in texture
-/// coordinates (0..1).
+/// Zoom and pan shared by the panes: `zoom` 1 fits the whole image to its pane (below 1 it is
+/// drawn smaller, whole), `center` is in texture coordinates (0..1).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SharedView {
     pub zoom: f32,
@@ -49,7 +49,8 @@ impl Default for SharedView {
 impl SharedView {
     /// The visible part of the texture.
     pub fn uv(&self) -> Rect {
-        let half = 0.5 / self.zoom;
+        // Below 1 the whole texture shows (the pane draws it smaller instead).
+        let half = 0.5 / self.zoom.max(1.0);
         let c = Vec2::new(
             self.center.x.clamp(half, 1.0 - half),
             self.center.y.clamp(half, 1.0 - half),
@@ -97,6 +98,10 @@ pub struct Viewer {
     pub ortho: Option<Slot>,
     /// The running job's reconstruction previews, to scrub back through.
     pub timeline: Timeline,
+    /// The pane shown alone, full size (F or its "full" button toggles it).
+    pub maximized: Option<Slot>,
+    /// Screen pixels per image pixel at zoom 1 in the first pane with an image (last frame's).
+    pub fit_scale: Option<f32>,
 }
 
 impl Viewer {
@@ -354,6 +359,7 @@ impl Viewer {
         }
         self.cursor = VolumeCursor::default();
         self.view = SharedView::default();
+        self.maximized = None;
         self.displays.clear();
         self.profile = None;
         self.roi = None;

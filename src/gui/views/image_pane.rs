@@ -17,6 +17,8 @@ pub struct PaneResponse {
     pub overlay: Option<Drawn>,
     /// Texture coordinates of a click (without a drag).
     pub clicked_uv: Option<Pos2>,
+    /// Screen pixels per pixel of the full-size image at zoom 1 (fitted to the pane).
+    pub fit_scale: Option<f32>,
 }
 
 /// What the user drew over the panes (shared by every pane), in texture coordinates.
@@ -38,6 +40,9 @@ pub struct Overlays<'a> {
     /// What an empty pane says (default "—").
     pub empty: Option<&'a str>,
 }
+
+/// The zoom range: 1/16 of the fitted size to 64 times it.
+pub const ZOOM_RANGE: std::ops::RangeInclusive<f32> = 0.0625..=64.0;
 
 /// Draws a pane of `size` (named `title` for screen readers and tests); `view` and `marks` are
 /// shared with the other panes.
@@ -74,7 +79,9 @@ pub fn image_pane(
     } else {
         Vec2::new(rect.height() / aspect.max(1e-6), rect.height())
     };
-    let image = Rect::from_center_size(rect.center(), fit);
+    out.fit_scale = Some(fit.x * ui.pixels_per_point() / s.full_size.0.max(1) as f32);
+    // Zoomed out below the fit, the whole image is drawn smaller.
+    let image = Rect::from_center_size(rect.center(), fit * view.zoom.min(1.0));
     let uv = view.uv();
     let to_uv = |p: Pos2| {
         Pos2::new(
@@ -92,10 +99,12 @@ pub fn image_pane(
     if response.hovered() {
         let scroll = ui.input(|i| i.smooth_scroll_delta.y);
         if scroll != 0.0 {
-            view.zoom = (view.zoom * (scroll * 0.003).exp()).clamp(1.0, 64.0);
+            view.zoom =
+                (view.zoom * (scroll * 0.003).exp()).clamp(*ZOOM_RANGE.start(), *ZOOM_RANGE.end());
         }
     }
-    // A drag starts once the pointer has moved a few points; the line starts where it was pressed.
+    // A drag starts once the pointer has moved a few points; the line (or box) starts where it
+    // was pressed.
     if response.drag_started()
         && (shift || command)
         && let Some(p) = ui

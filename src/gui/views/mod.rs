@@ -19,7 +19,7 @@ mod training;
 
 use egui::Ui;
 
-pub(crate) use live::panes;
+pub(crate) use live::all_panes;
 
 use super::Workbench;
 

@@ -69,7 +69,7 @@ impl ProfileView {
         let Some(roi) = wb.viewer.roi else {
             return;
         };
-        let images: Vec<usize> = super::panes(wb)
+        let images: Vec<usize> = super::all_panes(wb)
             .iter()
             .filter_map(|(_, slot)| wb.viewer.shown.get(slot))
             .map(|s| std::sync::Arc::as_ptr(&s.raw) as usize)
