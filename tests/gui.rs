@@ -2198,20 +2198,9 @@ fn a_restarted_local_backend_leaves_no_unfinished_run() {
 
 /// The image of a one-channel preview of `side`² pixels with values `lo..hi` (a ramp).
 fn ramp_preview(job: u64, what: PreviewKind, side: u32, lo: f32, hi: f32) -> Event {
-    Event::Preview {
-        job,
-        iteration: 1,
-        what,
-        image: PreviewImage {
-            width: side,
-            height: side,
-            channels: 1,
-            slice: None,
-            pixels: (0..side * side)
-                .map(|i| lo + (hi - lo) * (i % side) as f32 / (side - 1) as f32)
-                .collect(),
-        },
-    }
+    preview_of(job, 1, what, side, |x, _| {
+        lo + (hi - lo) * x as f32 / (side - 1) as f32
+    })
 }
 
 /// A workbench on a channel backend after job 1 ran and finished with these previews, each a
@@ -3209,18 +3198,9 @@ fn the_quality_plots_name_their_curves() {
 
 /// A preview of the reconstruction at `iteration` whose every pixel is `iteration / 100`.
 fn flat_preview(job: u64, iteration: usize, side: u32) -> Event {
-    Event::Preview {
-        job,
-        iteration,
-        what: PreviewKind::Reconstruction,
-        image: PreviewImage {
-            width: side,
-            height: side,
-            channels: 1,
-            slice: None,
-            pixels: vec![iteration as f32 / 100.0; (side * side) as usize],
-        },
-    }
+    preview_of(job, iteration, PreviewKind::Reconstruction, side, |_, _| {
+        iteration as f32 / 100.0
+    })
 }
 
 /// The reconstruction pane's iteration and its value in the middle.
@@ -3282,11 +3262,17 @@ fn the_timeline_steps_back_through_previews_and_live_follows_new_ones() {
     });
 }
 
-/// A preview of `what` (one channel, `side`²) whose value is `f(x, y)`.
-fn preview_of(job: u64, what: PreviewKind, side: u32, f: impl Fn(u32, u32) -> f32) -> Event {
+/// A preview of `what` at `iteration` (one channel, `side`²) whose value is `f(x, y)`.
+fn preview_of(
+    job: u64,
+    iteration: usize,
+    what: PreviewKind,
+    side: u32,
+    f: impl Fn(u32, u32) -> f32,
+) -> Event {
     Event::Preview {
         job,
-        iteration: 1,
+        iteration,
         what,
         image: PreviewImage {
             width: side,
@@ -3309,11 +3295,11 @@ fn a_box_shows_its_statistics_and_the_profile_and_box_export_as_csv() {
     // Ground truth 0.5 everywhere; the reconstruction 0.5 on the left half and 0.6 on the right.
     send(
         &end,
-        preview_of(1, PreviewKind::GroundTruth, 40, |_, _| 0.5),
+        preview_of(1, 1, PreviewKind::GroundTruth, 40, |_, _| 0.5),
     );
     send(
         &end,
-        preview_of(1, PreviewKind::Reconstruction, 40, |x, _| {
+        preview_of(1, 1, PreviewKind::Reconstruction, 40, |x, _| {
             if x < 20 { 0.5 } else { 0.6 }
         }),
     );

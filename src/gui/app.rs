@@ -905,7 +905,13 @@ impl Workbench {
                 .log(LogLevel::Error, format!("nothing to export: {what}"));
             return;
         };
-        match crate::io::write_atomic(path, text.as_bytes()) {
+        let written = crate::io::write_atomic(path, text.as_bytes()).map_err(|e| e.to_string());
+        self.exported(path, written, "the table");
+    }
+
+    /// Logs how an export to `path` went (and remembers its folder for the next dialog).
+    fn exported(&mut self, path: &Path, result: std::result::Result<(), String>, what: &str) {
+        match result {
             Ok(()) => {
                 self.remember_folder(path);
                 self.session
@@ -913,7 +919,7 @@ impl Workbench {
             }
             Err(e) => self.session.log(
                 LogLevel::Error,
-                format!("could not export the table: {e}: {}", path.display()),
+                format!("could not export {what}: {e}: {}", path.display()),
             ),
         }
     }
@@ -938,17 +944,7 @@ impl Workbench {
                 .map_err(|e| e.to_string())?;
                 crate::io::write_atomic(path, &bytes).map_err(|e| e.to_string())
             });
-        match result {
-            Ok(()) => {
-                self.remember_folder(path);
-                self.session
-                    .log(LogLevel::Info, format!("exported {}", path.display()));
-            }
-            Err(e) => self.session.log(
-                LogLevel::Error,
-                format!("could not export the view: {e}: {}", path.display()),
-            ),
-        }
+        self.exported(path, result, "the view");
     }
 
     /// A callback that asks for a repaint (for helper threads).
