@@ -123,10 +123,13 @@ pub fn box_fidelity(
     Ok((psnr, ssim))
 }
 
+/// Profile samples: the distance from the start in pixels and every channel's value there.
+pub type Samples = Vec<(f64, Vec<f32>)>;
+
 /// Samples along the segment `a`–`b` (texture coordinates) of `image`, about one per pixel (2 to
 /// 4096): the distance from `a` in pixels and every channel's value; samples outside the image
 /// are left out.
-pub fn profile_samples(image: &PreviewImage, a: Pos2, b: Pos2) -> Vec<(f64, Vec<f32>)> {
+pub fn profile_samples(image: &PreviewImage, a: Pos2, b: Pos2) -> Samples {
     let (w, h) = (image.width as f32, image.height as f32);
     let length_px = ((b.x - a.x) * w).hypot((b.y - a.y) * h);
     let n = (length_px.ceil() as usize).clamp(2, 4096);
@@ -160,7 +163,7 @@ fn column(pane: &str, ch: usize, channels: usize) -> String {
 /// pane and channel. Panes are sampled at their own resolution, so a row has a value for each
 /// pane whose sample falls at that distance (to 1e-6 px) and is empty for the others.
 pub fn profile_csv(panes: &[(String, &PreviewImage)], a: Pos2, b: Pos2) -> String {
-    let curves: Vec<(usize, Vec<(f64, Vec<f32>)>)> = panes
+    let curves: Vec<(usize, Samples)> = panes
         .iter()
         .map(|(_, img)| (img.channels.max(1) as usize, profile_samples(img, a, b)))
         .collect();
