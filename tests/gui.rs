@@ -3499,6 +3499,8 @@ fn escape_before_the_job_is_accepted_stops_it_once_accepted() {
         summary_json: None,
     });
     submit(&mut h, &end, 6);
-    h.run_steps(3);
+    step_until(&mut h, "the job accepted", |wb| {
+        wb.session.state() != &JobState::Submitted
+    });
     assert_eq!(h.state().session.state(), &JobState::Running { job: 6 });
 }
