@@ -198,18 +198,9 @@ fn iteration(job: u64, k: usize, psnr: f64) -> Event {
 }
 
 fn preview(job: u64, iteration: usize, what: PreviewKind, side: u32) -> Event {
-    Event::Preview {
-        job,
-        iteration,
-        what,
-        image: PreviewImage {
-            width: side,
-            height: side,
-            channels: 1,
-            slice: None,
-            pixels: (0..side * side).map(|i| (i % 97) as f32 / 97.0).collect(),
-        },
-    }
+    preview_of(job, iteration, what, side, |x, y| {
+        ((y * side + x) % 97) as f32 / 97.0
+    })
 }
 
 #[test]
