@@ -111,6 +111,7 @@ fn dispatch(command: Command) -> Result<()> {
             attach: Some(address),
             token_file,
             fetch,
+            elastic: _,
             group: _,
         } => {
             let _ = (out, replace);
@@ -130,10 +131,11 @@ fn dispatch(command: Command) -> Result<()> {
             out,
             replace,
             quiet,
+            elastic,
             attach: None,
             group,
             ..
-        } => run::run(&preset, &set, out, replace, quiet, &group),
+        } => run::run(&preset, &set, out, replace, quiet, elastic, &group),
         Command::Serve {
             socket,
             listen,

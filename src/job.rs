@@ -14,6 +14,12 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+mod elastic;
+
+use elastic::{DieAt, DiePoint};
+pub use elastic::{Elastic, Recovery, run_elastic};
 
 use crate::denoise::Denoiser;
 use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
@@ -26,6 +32,7 @@ use crate::dist::{Collective, SingleProcess};
 use crate::error::{Error, Result};
 use crate::io::{self, METRICS_FILE, RunDir, Staging};
 use crate::metrics;
+use crate::optim::pnp::{PnpConfig, PnpStart};
 use crate::optim::{self, AlgorithmConfig, IterationReport, Monitor, Reconstruction};
 use crate::physics::{PhysicsConfig, StackedLinearPhysics};
 use crate::preset::{ImageSource, MeasurementSource, Preset};
@@ -223,6 +230,9 @@ pub struct JobSummary {
     /// the predicted halo volume (`None` for other denoisers).
     #[serde(default)]
     pub halo_exchange: Option<HaloExchange>,
+    /// Elastic runs: each recovery from a lost rank (absent when there was none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recoveries: Vec<Recovery>,
     /// The files of the run, relative to its folder (`metrics.json` last).
     pub outputs: Vec<PathBuf>,
     /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
@@ -602,104 +612,268 @@ pub fn run_in_group_with(
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
     preset.validate()?;
-    let t_start = Instant::now();
-    let staging = match comm.rank() {
-        0 => Some(Staging::create(out)?),
-        _ => None,
-    };
+    let mut carried = Carried::new(out, comm.rank(), false)?;
+    carried.die_at = elastic::die_hook(comm.rank())?;
+    run_generation(preset, out, comm, inline, on_event, &mut carried)
+}
+
+/// What the setup of a run computed: carried from one generation of an elastic group to the next
+/// (every rank holds all of it), so a re-formed group starts iterating at once.
+struct Setup {
+    truth: Option<Tensor>,
+    x_shape: Vec<usize>,
+    ys: Vec<Tensor>,
+    adjoint_mean: Option<Tensor>,
+    /// PnP's step, derived once (elastic runs; `None`: PnP derives it).
+    pnp_step: Option<f32>,
+    secs: f64,
+}
+
+/// What a rank carries across the generations of its group (one generation unless elastic).
+struct Carried {
+    t_start: Instant,
+    staging: Option<Staging>,
+    setup: Option<Setup>,
+    /// Reports of the completed iterations, in order (iteration `k` at `k - 1`).
+    history: Vec<IterationReport>,
+    /// Elastic runs: the last two completed iterates (survivors differ by at most one iteration).
+    keep_iterates: bool,
+    iterates: Vec<(usize, Tensor)>,
+    /// The iteration (and its iterate) the next generation resumes after.
+    resume: Option<(usize, Tensor)>,
+    started: bool,
+    recoveries: Vec<Recovery>,
+    /// When the last loss was seen, until the first iteration after it completes.
+    failed_at: Option<Instant>,
+    die_at: Option<DieAt>,
+}
+
+impl Carried {
+    /// Rank 0 stages the run's files before anything is computed (an unwritable destination fails
+    /// at once).
+    fn new(out: &RunDir, rank: usize, keep_iterates: bool) -> Result<Carried> {
+        let t_start = Instant::now();
+        Ok(Carried {
+            t_start,
+            staging: match rank {
+                0 => Some(Staging::create(out)?),
+                _ => None,
+            },
+            setup: None,
+            history: Vec::new(),
+            keep_iterates,
+            iterates: Vec::new(),
+            resume: None,
+            started: false,
+            recoveries: Vec::new(),
+            failed_at: None,
+            die_at: None,
+        })
+    }
+
+    /// Records a completed iteration.
+    fn completed(&mut self, report: &IterationReport, x: &Tensor) {
+        self.history.push(report.clone());
+        if self.keep_iterates {
+            if self.iterates.len() == 2 {
+                self.iterates.remove(0);
+            }
+            self.iterates.push((report.iteration, x.clone()));
+        }
+        if let Some(t) = self.failed_at.take()
+            && let Some(r) = self.recoveries.last_mut()
+        {
+            r.recovery_secs = Some(t.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// One generation of the run: the whole run unless an elastic group loses a rank.
+fn run_generation(
+    preset: &Preset,
+    out: &RunDir,
+    comm: Box<dyn Collective>,
+    inline: &InlineArrays,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+    carried: &mut Carried,
+) -> Result<JobSummary> {
+    let t_generation = Instant::now();
+    if comm.rank() == 0 && carried.staging.is_none() {
+        // The lowest surviving rank takes rank 0's role, staging folder included.
+        carried.staging = Some(Staging::create(out)?);
+    }
     let timed = Arc::new(TimedCollective::new(comm));
     let comm: Arc<dyn Collective> = timed.clone();
+    let rank = comm.rank();
+    let volumetric = preset.is_volumetric();
+    let operators = preset.operators()?;
+    let build_stack = |x_shape: &[usize]| -> Result<DistributedStack> {
+        let mut stack = DistributedStack::from_factory(comm.clone(), operators.len(), |i| {
+            operators[i].build(x_shape, preset.noise.as_ref())
+        })?;
+        stack.gather = preset.distributed.gather;
+        stack.sum_order = preset.distributed.sum_order;
+        Ok(stack)
+    };
+    let fbp_operator = preset.fbp_operator()?;
+    let back_projection_method = back_projection_method(fbp_operator.as_ref());
+    let stack = match &carried.setup {
+        Some(setup) => build_stack(&setup.x_shape)?,
+        None => {
+            let (truth, x_shape) = load_truth(&preset.image, volumetric, preset.seed, inline)?;
+            let stack = build_stack(&x_shape)?;
+            let noise_seed =
+                crate::dist::rank_seed(preset.seed, rank, preset.distributed.seed_offset_by_rank);
+            let ys = match (&preset.measurements, &truth) {
+                (Some(source), _) => {
+                    // Every rank reads every measurement (the stack's adjoint sums need all of
+                    // them); the shapes are gathered first so that all ranks agree on an error.
+                    let shapes = stack.output_shapes(&x_shape)?;
+                    load_measurements(source, inline, &shapes, &stack.names())?
+                }
+                (None, Some(truth)) => {
+                    let mut ys = stack.measure(truth, noise_seed)?;
+                    if let Some([lo, hi]) = preset.measurement_clamp {
+                        ys.iter_mut()
+                            .flat_map(|y| y.data_mut().iter_mut())
+                            .for_each(|v| *v = v.clamp(lo, hi));
+                    }
+                    ys
+                }
+                (None, None) => {
+                    return Err(Error::config(
+                        "image.shape",
+                        "an unknown image needs loaded [measurements]",
+                    ));
+                }
+            };
+            // Every rank joins the adjoint's collectives; only rank 0 scores it.
+            let adjoint_mean = match back_projection_method {
+                BackProjectionMethod::AdjointMean => {
+                    Some(stack.adjoint(&ys)?.scaled(1.0 / stack.len() as f32))
+                }
+                BackProjectionMethod::Fbp => None,
+            };
+            let pnp_step =
+                match &preset.algorithm {
+                    AlgorithmConfig::Pnp(cfg) if carried.keep_iterates => Some(
+                        optim::pnp::step_size(&stack, &preset.fidelity, &x_shape, cfg)?,
+                    ),
+                    _ => None,
+                };
+            carried.setup = Some(Setup {
+                truth,
+                x_shape,
+                ys,
+                adjoint_mean,
+                pnp_step,
+                secs: t_generation.elapsed().as_secs_f64(),
+            });
+            stack
+        }
+    };
+    let Some(setup) = carried.setup.take() else {
+        return Err(Error::Internal("the run's setup vanished".into()));
+    };
+    let result = solve_and_report(
+        preset,
+        comm,
+        &timed,
+        stack,
+        &setup,
+        on_event,
+        carried,
+        fbp_operator.as_ref(),
+    );
+    carried.setup = Some(setup);
+    result
+}
+
+/// The iterations of one generation, then the gathered timings and (rank 0) the outputs.
+#[allow(clippy::too_many_arguments)]
+fn solve_and_report(
+    preset: &Preset,
+    comm: Arc<dyn Collective>,
+    timed: &Arc<TimedCollective>,
+    stack: DistributedStack,
+    setup: &Setup,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+    carried: &mut Carried,
+    fbp_operator: Option<&PhysicsConfig>,
+) -> Result<JobSummary> {
     let (rank, world_size) = (comm.rank(), comm.world_size());
     let volumetric = preset.is_volumetric();
-    let (truth, x_shape) = load_truth(&preset.image, volumetric, preset.seed, inline)?;
-    let operators = preset.operators()?;
-    let mut stack = DistributedStack::from_factory(comm.clone(), operators.len(), |i| {
-        operators[i].build(&x_shape, preset.noise.as_ref())
-    })?;
-    stack.gather = preset.distributed.gather;
-    stack.sum_order = preset.distributed.sum_order;
-    let noise_seed =
-        crate::dist::rank_seed(preset.seed, rank, preset.distributed.seed_offset_by_rank);
+    let Setup {
+        truth,
+        x_shape,
+        ys,
+        adjoint_mean,
+        ..
+    } = setup;
+    let truth = truth.as_ref();
     let operator_names = stack.names();
-    let ys = match (&preset.measurements, &truth) {
-        (Some(source), _) => {
-            // Every rank reads every measurement (the stack's adjoint sums need all of them); the
-            // shapes are gathered first so that all ranks agree on an error.
-            let shapes = stack.output_shapes(&x_shape)?;
-            load_measurements(source, inline, &shapes, &operator_names)?
-        }
-        (None, Some(truth)) => {
-            let mut ys = stack.measure(truth, noise_seed)?;
-            if let Some([lo, hi]) = preset.measurement_clamp {
-                ys.iter_mut()
-                    .flat_map(|y| y.data_mut().iter_mut())
-                    .for_each(|v| *v = v.clamp(lo, hi));
-            }
-            ys
-        }
-        (None, None) => {
-            return Err(Error::config(
-                "image.shape",
-                "an unknown image needs loaded [measurements]",
-            ));
-        }
-    };
-    // Every rank joins the adjoint's collectives; only rank 0 scores it.
-    let fbp_operator = preset.fbp_operator()?;
-    let back_projection_method = match fbp_operator {
-        Some(_) => BackProjectionMethod::Fbp,
-        None => BackProjectionMethod::AdjointMean,
-    };
-    let adjoint_mean = match back_projection_method {
-        BackProjectionMethod::AdjointMean => {
-            Some(stack.adjoint(&ys)?.scaled(1.0 / stack.len() as f32))
-        }
-        BackProjectionMethod::Fbp => None,
-    };
+    let iteration_now = Arc::new(AtomicUsize::new(carried.history.len() + 1));
     let (denoiser, tile_clock, traffic) = match build_denoiser(preset, comm.clone())? {
-        Some(built) => (
-            Some(PhasedDenoiser {
-                inner: built.denoiser,
-                timed: timed.clone(),
-            }),
-            built.tile_clock,
-            built.traffic,
-        ),
+        Some(built) => {
+            let inner = match carried.die_at {
+                Some(die) => elastic::dying(built.denoiser, die, iteration_now.clone()),
+                None => built.denoiser,
+            };
+            (
+                Some(PhasedDenoiser {
+                    inner,
+                    timed: timed.clone(),
+                }),
+                built.tile_clock,
+                built.traffic,
+            )
+        }
         None => (None, None, None),
     };
-    let setup_secs = t_start.elapsed().as_secs_f64();
-    let mut comm_per_iter = Vec::new();
+    let setup_secs = setup.secs;
     let mut comm_mark = timed.secs();
 
     let monitor = Monitor {
-        ground_truth: truth.as_ref(),
+        ground_truth: truth,
         data_range: 1.0,
         ssim_every: preset.output.ssim_every,
     };
     let iterations = preset.algorithm.iterations();
-    if on_event(JobEvent::Started {
-        name: &preset.name,
-        image_shape: &x_shape,
-        operators: stack.len(),
-        iterations,
-        world_size,
-        operator_names: &operator_names,
-        truth: truth.as_ref(),
-        measurements: &ys,
-    })
-    .is_break()
-    {
-        return Err(Error::Cancelled("before the first iteration".into()));
+    if !carried.started {
+        carried.started = true;
+        if on_event(JobEvent::Started {
+            name: &preset.name,
+            image_shape: x_shape,
+            operators: stack.len(),
+            iterations,
+            world_size,
+            operator_names: &operator_names,
+            truth,
+            measurements: ys,
+        })
+        .is_break()
+        {
+            return Err(Error::Cancelled("before the first iteration".into()));
+        }
+    }
+    let resume = carried.resume.take();
+    let die_at = carried.die_at;
+    if let Some(die) = die_at {
+        die.check(carried.history.len() + 1, DiePoint::Start);
     }
     let mut profiler = Profiler::start(timed.clone())?;
     let mut callback = |report: &IterationReport, x: &Tensor| {
         profiler.iteration_done(&report.times);
         let now = timed.secs();
-        comm_per_iter.push(now - comm_mark);
         let mut report = report.clone();
         report.times.communication_secs = now - comm_mark;
         comm_mark = now;
+        carried.completed(&report, x);
         let flow = on_event(JobEvent::Iteration { report: &report, x });
+        iteration_now.store(report.iteration + 1, Ordering::Relaxed);
+        if let Some(die) = die_at {
+            die.check(report.iteration + 1, DiePoint::Start);
+        }
         profiler.next_iteration();
         flow
     };
@@ -709,38 +883,38 @@ pub fn run_in_group_with(
             let denoiser = denoiser.as_ref().ok_or_else(|| {
                 Error::config("denoiser", "the pnp algorithm needs a [denoiser] section")
             })?;
-            let r = optim::pnp(
+            let cfg = PnpConfig {
+                step: cfg.step.or(setup.pnp_step),
+                ..cfg.clone()
+            };
+            let start = resume.as_ref().map(|(iteration, x)| PnpStart {
+                iteration: *iteration,
+                x,
+            });
+            let r = optim::pnp::pnp_from(
                 &stack,
                 &preset.fidelity,
                 denoiser,
-                &ys,
-                &x_shape,
-                cfg,
+                ys,
+                x_shape,
+                &cfg,
                 &monitor,
                 &mut callback,
+                start,
             )?;
             (format!("pnp ({})", denoiser.name()), r)
         }
         AlgorithmConfig::Cg(cfg) => (
             "cg least squares".to_string(),
-            optim::least_squares(&stack, &ys, cfg, &monitor, &mut callback)?,
+            optim::least_squares(&stack, ys, cfg, &monitor, &mut callback)?,
         ),
         AlgorithmConfig::Fbp(_) => (
             "fbp".to_string(),
-            run_fbp(
-                fbp_operator.as_ref(),
-                &x_shape,
-                &ys,
-                &monitor,
-                &mut callback,
-            )?,
+            run_fbp(fbp_operator, x_shape, ys, &monitor, &mut callback)?,
         ),
     };
     let solve_secs = t_solve.elapsed().as_secs_f64();
-    let mut history = recon.history.clone();
-    for (h, c) in history.iter_mut().zip(&comm_per_iter) {
-        h.times.communication_secs = *c;
-    }
+    let history = carried.history.clone();
     let gradient_secs = history.iter().map(|h| h.times.gradient_secs).sum();
     let denoiser_secs = history.iter().map(|h| h.times.denoiser_secs).sum();
     let profiles = profiler.finish()?;
@@ -750,7 +924,7 @@ pub fn run_in_group_with(
         gradient_secs,
         denoiser_secs,
         communication_secs: timed.secs(),
-        total_secs: t_start.elapsed().as_secs_f64(),
+        total_secs: carried.t_start.elapsed().as_secs_f64(),
         idle_secs: 0.0,
         threads: rayon::current_num_threads(),
         peak_rss_bytes: 0,
@@ -780,9 +954,9 @@ pub fn run_in_group_with(
         image_shape: x_shape.clone(),
         operators: operator_names,
         algorithm,
-        iterations: recon.history.len(),
+        iterations: history.len(),
         // A stop that came with the last iteration stopped nothing.
-        stopped_early: recon.stopped && recon.history.len() < iterations,
+        stopped_early: recon.stopped && history.len() < iterations,
         reconstruction: None,
         back_projection: None,
         measurements_loaded: preset.measurements.is_some(),
@@ -797,13 +971,14 @@ pub fn run_in_group_with(
         history,
         tiles: Vec::new(),
         halo_exchange,
+        recoveries: carried.recoveries.clone(),
         outputs: Vec::new(),
         run_dir: None,
         preset: preset.to_toml()?,
     };
     // The collective part is over: from here on only rank 0 works (scores, writes), so a failure
     // here cannot leave the other ranks waiting.
-    let Some(staging) = staging else {
+    let Some(staging) = carried.staging.take() else {
         return Ok(summary);
     };
     if let Some(t) = &preset.tiling
@@ -817,7 +992,7 @@ pub fn run_in_group_with(
         )?;
         summary.tiles = map.measured(&tile_times)?;
     }
-    if let Some(truth) = &truth {
+    if let Some(truth) = truth {
         let quality = |x: &Tensor| -> Result<Quality> {
             let ssim = match preset.output.ssim_every > 0 && metrics::ssim_fits(x.shape()) {
                 true => Some(metrics::ssim(x, truth, 1.0)?),
@@ -830,28 +1005,29 @@ pub fn run_in_group_with(
         };
         summary.reconstruction = Some(quality(&recon.x)?);
         let baseline = match adjoint_mean {
-            Some(x) => x,
-            None => fbp(fbp_operator.as_ref(), &x_shape, &ys)?,
+            Some(x) => x.clone(),
+            None => fbp(fbp_operator, x_shape, ys)?,
         };
         summary.back_projection = Some(BackProjection {
-            method: back_projection_method,
+            method: back_projection_method(fbp_operator),
             quality: quality(&baseline)?,
         });
     }
-    summary.outputs = write_outputs(
-        staging.path(),
-        preset,
-        truth.as_ref(),
-        &recon,
-        &ys,
-        volumetric,
-    )?;
+    summary.outputs = write_outputs(staging.path(), preset, truth, &recon, ys, volumetric)?;
     summary.outputs.push(PathBuf::from(METRICS_FILE));
     let json = serde_json::to_vec_pretty(&summary)
         .map_err(|e| Error::Internal(format!("encoding {METRICS_FILE}: {e}")))?;
     io::write_atomic(&staging.path().join(METRICS_FILE), &json)?;
     summary.run_dir = Some(staging.commit(&preset.name)?);
     Ok(summary)
+}
+
+/// How the back-projection baseline is formed: FBP for a stack of one tomography operator.
+fn back_projection_method(fbp_operator: Option<&PhysicsConfig>) -> BackProjectionMethod {
+    match fbp_operator {
+        Some(_) => BackProjectionMethod::Fbp,
+        None => BackProjectionMethod::AdjointMean,
+    }
 }
 
 /// The filtered back-projection `A†y` of a stack of one whole tomography operator

@@ -97,6 +97,13 @@ pub struct DistributedConfig {
     /// with the rest of the stack, whose gradient every rank otherwise computes in full.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split_by_channel: Option<usize>,
+    /// Survive lost ranks (`tessera run --elastic`, `docs/ELASTIC.md`): the launcher keeps the
+    /// others running and they go on as a smaller group, with the same result.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub elastic: bool,
+    /// The fewest ranks an elastic run may shrink to before it stops (`None`: 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_ranks: Option<usize>,
 }
 
 /// Loaded measurements: `paths` (files) or `inline` (arrays sent with the job), one per operator in
@@ -446,6 +453,9 @@ impl Preset {
         self.fidelity.validate()?;
         if let Some(t) = self.distributed.threads_per_rank {
             crate::dist::placement::check_threads("distributed.threads_per_rank", t)?;
+        }
+        if self.distributed.min_ranks == Some(0) {
+            return Err(Error::config("distributed.min_ranks", "must be at least 1"));
         }
         let splits = [
             (

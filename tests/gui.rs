@@ -198,18 +198,9 @@ fn iteration(job: u64, k: usize, psnr: f64) -> Event {
 }
 
 fn preview(job: u64, iteration: usize, what: PreviewKind, side: u32) -> Event {
-    Event::Preview {
-        job,
-        iteration,
-        what,
-        image: PreviewImage {
-            width: side,
-            height: side,
-            channels: 1,
-            slice: None,
-            pixels: (0..side * side).map(|i| (i % 97) as f32 / 97.0).collect(),
-        },
-    }
+    preview_of(job, iteration, what, side, |x, y| {
+        ((y * side + x) % 97) as f32 / 97.0
+    })
 }
 
 #[test]
@@ -2198,20 +2189,9 @@ fn a_restarted_local_backend_leaves_no_unfinished_run() {
 
 /// The image of a one-channel preview of `side`² pixels with values `lo..hi` (a ramp).
 fn ramp_preview(job: u64, what: PreviewKind, side: u32, lo: f32, hi: f32) -> Event {
-    Event::Preview {
-        job,
-        iteration: 1,
-        what,
-        image: PreviewImage {
-            width: side,
-            height: side,
-            channels: 1,
-            slice: None,
-            pixels: (0..side * side)
-                .map(|i| lo + (hi - lo) * (i % side) as f32 / (side - 1) as f32)
-                .collect(),
-        },
-    }
+    preview_of(job, 1, what, side, |x, _| {
+        lo + (hi - lo) * x as f32 / (side - 1) as f32
+    })
 }
 
 /// A workbench on a channel backend after job 1 ran and finished with these previews, each a
@@ -3205,4 +3185,313 @@ fn the_quality_plots_name_their_curves() {
             "{name} in a legend"
         );
     }
+}
+
+/// A preview of the reconstruction at `iteration` whose every pixel is `iteration / 100`.
+fn flat_preview(job: u64, iteration: usize, side: u32) -> Event {
+    preview_of(job, iteration, PreviewKind::Reconstruction, side, |_, _| {
+        iteration as f32 / 100.0
+    })
+}
+
+/// The reconstruction pane's iteration and its value in the middle.
+fn reconstruction_at_centre(wb: &Workbench) -> Option<(usize, f32)> {
+    let (iteration, _) = wb.shown_reconstruction()?;
+    let (_, v) = wb.viewer().value_at(
+        tessera::gui::preview::Slot::Reconstruction,
+        egui::pos2(0.5, 0.5),
+    )?;
+    Some((iteration, v[0]))
+}
+
+/// The timeline under the panes: "earlier" steps back through the run's previews (pane, readout
+/// and caption), new previews leave the chosen one on screen, "live" follows them again.
+#[test]
+fn the_timeline_steps_back_through_previews_and_live_follows_new_ones() {
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    for k in 1..=5 {
+        send(&end, iteration(1, k, 20.0));
+        send(&end, flat_preview(1, k, 32));
+        // One preview per frame, as a job streams them (the pump maps only the newest of a batch).
+        step_until(&mut h, "the preview", |wb| {
+            wb.shown_reconstruction().map(|s| s.0) == Some(k)
+        });
+    }
+    assert_eq!(h.state().viewer().timeline.frames().len(), 5);
+    h.get_by_role_and_label(Role::Button, "earlier").click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Button, "earlier").click();
+    step_until(&mut h, "iteration 3 on screen", |wb| {
+        reconstruction_at_centre(wb) == Some((3, 0.03))
+    });
+    assert!(
+        h.query_by_label_contains("Reconstruction (iteration 3)")
+            .is_some()
+    );
+    assert!(h.query_by_label_contains("iteration 3 (held").is_some());
+
+    // The run goes on: the pane stays on iteration 3, the timeline grows.
+    for k in 6..=7 {
+        send(&end, iteration(1, k, 20.0));
+        send(&end, flat_preview(1, k, 32));
+        step_until(&mut h, "the preview kept", |wb| {
+            wb.viewer().timeline.frames().len() == k
+        });
+    }
+    h.run_steps(3);
+    assert_eq!(reconstruction_at_centre(h.state()), Some((3, 0.03)));
+
+    h.get_by_role_and_label(Role::Button, "live").click();
+    step_until(&mut h, "the newest preview", |wb| {
+        reconstruction_at_centre(wb) == Some((7, 0.07))
+    });
+    send(&end, iteration(1, 8, 20.0));
+    send(&end, flat_preview(1, 8, 32));
+    step_until(&mut h, "live follows", |wb| {
+        reconstruction_at_centre(wb) == Some((8, 0.08))
+    });
+}
+
+/// A preview of `what` at `iteration` (one channel, `side`²) whose value is `f(x, y)`.
+fn preview_of(
+    job: u64,
+    iteration: usize,
+    what: PreviewKind,
+    side: u32,
+    f: impl Fn(u32, u32) -> f32,
+) -> Event {
+    Event::Preview {
+        job,
+        iteration,
+        what,
+        image: PreviewImage {
+            width: side,
+            height: side,
+            channels: 1,
+            slice: None,
+            pixels: (0..side * side).map(|i| f(i % side, i / side)).collect(),
+        },
+    }
+}
+
+/// Ctrl+drag over a pane draws a box: the Profile tab shows each pane's statistics in it and
+/// PSNR/SSIM against the ground truth there; the box's statistics and the line profile export as
+/// CSV through the save dialog's typed path.
+#[test]
+fn a_box_shows_its_statistics_and_the_profile_and_box_export_as_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut h, end) = ready_workbench();
+    submit(&mut h, &end, 1);
+    // Ground truth 0.5 everywhere; the reconstruction 0.5 on the left half and 0.6 on the right.
+    send(
+        &end,
+        preview_of(1, 1, PreviewKind::GroundTruth, 40, |_, _| 0.5),
+    );
+    send(
+        &end,
+        preview_of(1, 1, PreviewKind::Reconstruction, 40, |x, _| {
+            if x < 20 { 0.5 } else { 0.6 }
+        }),
+    );
+    step_until(&mut h, "both panes", |wb| {
+        wb.shown_reconstruction().is_some()
+            && wb.shown(tessera::gui::preview::Slot::GroundTruth).is_some()
+    });
+    h.get_by_role_and_label(Role::Button, "Profile").click();
+    h.run_steps(2);
+
+    // Ctrl+drag over the reconstruction pane, from its centre down to the right.
+    let pane = h
+        .get_by_role_and_label(Role::Image, "Reconstruction")
+        .rect();
+    let (from, to) = (
+        pane.center(),
+        pane.center() + egui::vec2(pane.width() * 0.3, pane.height() * 0.3),
+    );
+    let ctrl = egui::Modifiers::COMMAND;
+    h.event(egui::Event::ModifiersChanged(ctrl));
+    h.event(egui::Event::PointerMoved(from));
+    h.run_steps(1);
+    h.event(egui::Event::PointerButton {
+        pos: from,
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: ctrl,
+    });
+    h.run_steps(1);
+    for k in 1..=10 {
+        h.event(egui::Event::PointerMoved(
+            from + (to - from) * (k as f32 / 10.0),
+        ));
+        h.run_steps(1);
+    }
+    h.event(egui::Event::PointerButton {
+        pos: to,
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: ctrl,
+    });
+    h.event(egui::Event::ModifiersChanged(egui::Modifiers::NONE));
+    h.run_steps(3);
+    assert!(h.state().viewer().profile.is_none(), "a box, not a line");
+    let report = h.state().roi_report().expect("a box is drawn");
+    let [x0, x1, _, _] = report.box_px.unwrap();
+    assert!((19..=21).contains(&x0) && x1 > 28, "{report:?}");
+    let recon = &report.panes[0];
+    assert_eq!(recon.0, "Reconstruction");
+    assert!((recon.1[0].max - 0.6).abs() < 1e-6, "{report:?}");
+    // PSNR in the box: the share of 0.1 errors sets it, not the whole image's.
+    let Some(Ok((psnr, ssim))) = report.fidelity.clone() else {
+        panic!("{report:?}")
+    };
+    assert!((19.5..40.0).contains(&psnr), "{psnr}");
+    assert!(ssim.is_some(), "the box is larger than the SSIM window");
+    assert!(
+        h.query_by_label_contains("in the box, reconstruction vs ground truth: PSNR")
+            .is_some()
+    );
+
+    // The box's statistics as CSV, through the save dialog (its suggested path: Save).
+    h.state_mut().app_state.last_folder = Some(dir.path().to_path_buf());
+    h.get_by_role_and_label(Role::Button, "Export box statistics as CSV…")
+        .click();
+    h.run_steps(2);
+    assert!(h.state().dialog_open(), "the save dialog is open");
+    h.run_steps(10);
+    h.get_by_role_and_label(Role::Button, "Save").click();
+    h.run_steps(2);
+    let csv = dir.path().join("quick-box.csv");
+    let text = std::fs::read_to_string(&csv).expect("the CSV file");
+    assert!(
+        text.contains("pane,channel,pixels,mean,std,min,max"),
+        "{text}"
+    );
+    assert!(text.contains("\"Reconstruction\",0,"), "{text}");
+    assert!(text.contains("reconstruction vs ground truth,"), "{text}");
+
+    // A line profile, exported the same way: a column per pane.
+    h.state_mut()
+        .set_profile(Some((egui::pos2(0.1, 0.5), egui::pos2(0.9, 0.5))));
+    h.run_steps(2);
+    let profile = dir.path().join("profile.csv");
+    h.state_mut()
+        .export_csv(tessera::gui::dialogs::CsvExport::Profile, &profile);
+    let text = std::fs::read_to_string(&profile).expect("the profile CSV");
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.starts_with("distance_px,\"Reconstruction\""),
+        "{header}"
+    );
+    assert!(header.contains("Ground truth"), "{header}");
+    let last: Vec<&str> = lines.last().unwrap().split(',').collect();
+    assert_eq!(last[1], "0.6", "the reconstruction's right half: {text}");
+    assert_eq!(last[last.len() - 1], "0.5", "the ground truth: {text}");
+}
+
+/// Four panes in a tall window make a 2×2 grid (each image larger than in one row, none off the
+/// window); F over a pane shows it alone, F again every pane; 1:1 shows one image pixel per
+/// screen pixel and "fit" the whole image again.
+#[test]
+fn panes_fit_the_window_one_goes_full_size_and_zoom_goes_1_to_1() {
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::GroundTruth, 0.0, 0.5),
+        (PreviewKind::Measurement(0), 0.0, 10.0),
+    ]);
+    h.get_by_role_and_label(Role::CheckBox, "difference")
+        .click();
+    h.set_size(egui::vec2(1000.0, 1600.0));
+    h.run_steps(4);
+    let pane = |h: &Harness<'_, Workbench>, title: &str| {
+        h.get_by_role_and_label(Role::Image, title).rect()
+    };
+    let recon = pane(&h, "Reconstruction");
+    let measurement = pane(&h, "Measurement");
+    let truth = pane(&h, "Ground truth");
+    let difference = pane(&h, "Reconstruction − ground truth");
+    assert!(
+        truth.top() > recon.bottom() && (truth.left() - recon.left()).abs() < 1.0,
+        "a second row: {recon:?} {truth:?}"
+    );
+    assert!(
+        measurement.left() > recon.right(),
+        "{recon:?} {measurement:?}"
+    );
+    assert!(
+        difference.right() <= 1000.0,
+        "inside the window: {difference:?}"
+    );
+    assert!(
+        recon.width() > 250.0,
+        "larger than a quarter of the row: {recon:?}"
+    );
+
+    // F over the measurement pane: it alone, larger; F again: every pane.
+    h.event(egui::Event::PointerMoved(measurement.center()));
+    h.run_steps(2);
+    h.key_press(egui::Key::F);
+    h.run_steps(3);
+    assert!(
+        h.query_by_role_and_label(Role::Image, "Reconstruction")
+            .is_none()
+    );
+    assert!(pane(&h, "Measurement").width() > measurement.width() * 1.5);
+    h.key_press(egui::Key::F);
+    h.run_steps(3);
+    assert!(
+        h.query_by_role_and_label(Role::Image, "Reconstruction")
+            .is_some()
+    );
+
+    // The 32² images are enlarged to fit; 1:1 draws them at their size, fit enlarges again.
+    assert!(h.query_by_label_contains("zoom 100 %").is_none());
+    h.get_by_role_and_label(Role::Button, "1:1").click();
+    h.run_steps(3);
+    assert!(h.query_by_label("zoom 100 %").is_some());
+    let px = h.state().viewer().view.zoom;
+    assert!(px < 1.0, "zoomed out below the fit: {px}");
+    h.get_by_role_and_label(Role::Button, "fit").click();
+    h.run_steps(3);
+    assert_eq!(h.state().viewer().view.zoom, 1.0);
+}
+
+/// Escape right after Ctrl+R, before the backend has accepted the job (the window shows
+/// "submitted…"; on a loaded machine that lasts a while), stops the job the moment it is accepted.
+/// The press used to be dropped: the job ran on until a second press, iterations later than a
+/// Stop clicked once it was running.
+#[test]
+fn escape_before_the_job_is_accepted_stops_it_once_accepted() {
+    let (mut h, end) = ready_workbench();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::R);
+    h.run_steps(2);
+    assert!(matches!(next_request(&end), Request::Submit { .. }));
+    assert_eq!(h.state().session.state(), &JobState::Submitted);
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    assert!(
+        h.query_by_label_contains("submitted, stopping once accepted")
+            .is_some()
+    );
+    send(&end, Event::Accepted { job: 5 });
+    step_until(&mut h, "the job accepted", |wb| {
+        wb.session.state() != &JobState::Submitted
+    });
+    assert_eq!(h.state().session.state(), &JobState::Stopping { job: 5 });
+    assert_eq!(next_request(&end), Request::Cancel { job: 5 });
+
+    // The Stop was used up: the next job runs.
+    h.state_mut().session.apply(Event::Cancelled {
+        job: 5,
+        iterations: 0,
+        run_dir: None,
+        outputs: vec![],
+        summary_json: None,
+    });
+    submit(&mut h, &end, 6);
+    step_until(&mut h, "the job accepted", |wb| {
+        wb.session.state() != &JobState::Submitted
+    });
+    assert_eq!(h.state().session.state(), &JobState::Running { job: 6 });
 }

@@ -56,6 +56,11 @@ pub(super) enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        /// With --ranks N: survive lost ranks; the others re-form the group and go on from the
+        /// last iteration they all completed, with the same result (also `[distributed] elastic`;
+        /// `distributed.min_ranks` is the fewest ranks to go on with). See docs/ELASTIC.md.
+        #[arg(long, conflicts_with = "attach")]
+        elastic: bool,
         /// Submit the preset to a running `tessera serve` at HOST:PORT or unix:PATH instead of
         /// running it here; progress streams like a local run, the outputs stay on the server.
         #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["out", "replace"])]

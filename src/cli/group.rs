@@ -59,22 +59,27 @@ pub(super) fn launch_local_group(group: &GroupArgs) -> Result<bool> {
 
 pub(super) fn join_group(group: &GroupArgs) -> Result<Box<dyn dist::Collective>> {
     let info = RankInfo::discover(&rank_flags(group)).context("finding this process's rank")?;
-    let comm = dist::init_backend(
-        group.backend,
-        &info,
-        Duration::from_secs(group.rendezvous_timeout as u64),
-        Some(Duration::from_secs(group.liveness_timeout as u64)).filter(|t| !t.is_zero()),
-    )
-    .and_then(|c| {
-        c.set_op_timeout(Some(Duration::from_secs(group.op_timeout as u64)))?;
-        Ok(c)
-    })
-    .with_context(|| {
+    join_with(group, &info).with_context(|| {
         format!(
             "joining the process group as rank {} of {}",
             info.rank, info.world_size
         )
-    })?;
+    })
+}
+
+/// Joins the group `info` describes with `group`'s transport and timeouts (also an elastic run's
+/// later generations).
+pub(super) fn join_with(
+    group: &GroupArgs,
+    info: &RankInfo,
+) -> tessera::Result<Box<dyn dist::Collective>> {
+    let comm = dist::init_backend(
+        group.backend,
+        info,
+        Duration::from_secs(group.rendezvous_timeout as u64),
+        Some(Duration::from_secs(group.liveness_timeout as u64)).filter(|t| !t.is_zero()),
+    )?;
+    comm.set_op_timeout(Some(Duration::from_secs(group.op_timeout as u64)))?;
     Ok(comm)
 }
 

@@ -3,6 +3,7 @@
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
@@ -12,7 +13,9 @@ use tessera::job::{self, JobEvent};
 use tessera::preset::Preset;
 
 use super::args::GroupArgs;
-use super::group::{join_group, launch_local_group, place_threads, rank_flags, strip_option};
+use super::group::{
+    join_group, join_with, launch_local_group, place_threads, rank_flags, strip_option,
+};
 use super::output::say;
 
 pub(super) fn run(
@@ -21,11 +24,17 @@ pub(super) fn run(
     out: Option<PathBuf>,
     replace: bool,
     quiet: bool,
+    elastic: bool,
     group: &GroupArgs,
 ) -> Result<()> {
     if let Some(fwi) = tessera::fwi::FwiPreset::load(name, set)
         .with_context(|| format!("loading preset `{name}`"))?
     {
+        if elastic {
+            bail!(
+                "--elastic runs imaging presets only (FWI comes in a later round, docs/ELASTIC.md)"
+            );
+        }
         return run_fwi(name, fwi, out, replace, quiet, group);
     }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
@@ -51,11 +60,30 @@ pub(super) fn run(
         job::check_inputs(preset, &[], world, here)
             .with_context(|| format!("checking preset {}", loaded.origin))?;
     }
+    let elastic = elastic || preset.distributed.elastic;
+    if elastic && !launched {
+        check_elastic(group)?;
+    }
     if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
         let args = strip_option(std::env::args_os().skip(1), "--ranks");
-        dist::launch::launch(n, &args).context("local process group")?;
+        if elastic {
+            let options = dist::launch::ElasticOptions {
+                min_ranks: preset.distributed.min_ranks.unwrap_or(1),
+                checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
+            };
+            dist::launch::launch_elastic(n, &args, options).context("elastic process group")?;
+        } else {
+            dist::launch::launch(n, &args).context("local process group")?;
+        }
         return Ok(());
     }
+    let member = match launched && elastic {
+        true => dist::elastic::Member::from_env(Duration::from_secs(
+            2 * group.rendezvous_timeout as u64,
+        ))
+        .context("reaching the elastic launcher")?,
+        false => None,
+    };
     let comm = join_group(group)?;
     let rank = comm.rank();
     if rank == 0 && !quiet {
@@ -75,8 +103,18 @@ pub(super) fn run(
         }
         ControlFlow::Continue(())
     };
-    let summary = job::run_in_group(preset, out_dir, comm, &mut on_event)
-        .with_context(|| format!("running preset {}", loaded.origin))?;
+    let summary = match member {
+        Some(member) => {
+            let mut join = |info: &RankInfo| join_with(group, info);
+            let elastic = job::Elastic {
+                member,
+                join: &mut join,
+            };
+            job::run_elastic(preset, &out_dir, comm, &[], elastic, &mut on_event)
+        }
+        None => job::run_in_group(preset, out_dir, comm, &mut on_event),
+    }
+    .with_context(|| format!("running preset {}", loaded.origin))?;
     progress.finish();
     if rank != 0 {
         return Ok(());
@@ -84,6 +122,25 @@ pub(super) fn run(
     super::summary::print_summary(&summary);
     if let Some(dir) = &summary.run_dir {
         say!("  outputs in {}", dir.display());
+    }
+    Ok(())
+}
+
+/// Elastic runs need the local launcher (it decides who is left) and a transport whose groups can
+/// be formed again: `--ranks N` on sockets.
+fn check_elastic(group: &GroupArgs) -> Result<()> {
+    if group.ranks.is_none_or(|n| n < 2) {
+        bail!(
+            "--elastic (or [distributed] elastic) needs --ranks N with N ≥ 2: the local launcher \
+             leads the survivors of a lost rank; runs under torchrun, srun or mpirun are not \
+             elastic yet (docs/ELASTIC.md)"
+        );
+    }
+    if group.backend != dist::Backend::Sockets {
+        bail!(
+            "--elastic needs the sockets backend: MPI communicators cannot shrink without ULFM, \
+             and NCCL groups are not re-formed yet (docs/ELASTIC.md)"
+        );
     }
     Ok(())
 }

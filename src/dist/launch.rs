@@ -5,6 +5,11 @@
 //! Supervision: if a rank exits with an error or is killed, the others are terminated (SIGTERM, then
 //! SIGKILL after a grace period) and the launcher returns an error naming the rank and how it ended.
 //! Rank processes are started with `PR_SET_PDEATHSIG`, so they cannot outlive a killed launcher.
+//!
+//! Elastic runs ([`launch_elastic`]): a rank killed by a signal is a *loss*, not a failure: the
+//! others are left running, check in with the launcher's [`Coordinator`] and go on as the next
+//! generation of the group (`docs/ELASTIC.md`). A rank that exits with an error status still stops
+//! everything, as does a group that shrinks below `min_ranks`.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,6 +17,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use super::elastic::{self, Coordinator, Verdict};
 use crate::error::{Error, Result};
 
 /// Environment variable set in rank processes started by the launcher.
@@ -20,20 +26,37 @@ pub const LAUNCHED_ENV: &str = "TESSERA_LAUNCHED";
 /// How long ranks get to exit after SIGTERM before SIGKILL.
 const GRACE: Duration = Duration::from_secs(3);
 
+/// How an elastic launcher treats lost ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElasticOptions {
+    /// The fewest ranks the run may shrink to.
+    pub min_ranks: usize,
+    /// How long the survivors of a loss get to check in; a live rank process that has not checked
+    /// in by then (stopped, hung) is killed and counted as lost.
+    pub checkin_timeout: Duration,
+}
+
 /// Runs `args` (this binary's arguments, without `--ranks`) as `world` rank processes and waits.
 pub fn launch(world: usize, args: &[OsString]) -> Result<()> {
+    launch_with(world, args, None)
+}
+
+/// [`launch`] for an elastic run: a rank's loss is survived while `min_ranks` remain.
+pub fn launch_elastic(world: usize, args: &[OsString], options: ElasticOptions) -> Result<()> {
+    launch_with(world, args, Some(options))
+}
+
+fn launch_with(world: usize, args: &[OsString], elastic: Option<ElasticOptions>) -> Result<()> {
     if world == 0 {
         return Err(Error::config("--ranks", "must be at least 1"));
     }
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("finding this executable", "current_exe", e))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| Error::Comm {
-            context: "choosing a rendezvous port".into(),
-            source: e,
-        })?
-        .port();
+    let port = free_port()?;
+    let coordinator = match elastic {
+        Some(options) => Some(Coordinator::start(world, options.min_ranks)?),
+        None => None,
+    };
     let mut children: Vec<Child> = Vec::with_capacity(world);
     let mut pipes = Vec::new();
     for rank in 0..world {
@@ -46,9 +69,15 @@ pub fn launch(world: usize, args: &[OsString]) -> Result<()> {
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
             .env(LAUNCHED_ENV, "1")
+            .env_remove(elastic::STORE_ENV)
+            .env_remove(elastic::SLOT_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(c) = &coordinator {
+            cmd.env(elastic::STORE_ENV, c.addr())
+                .env(elastic::SLOT_ENV, rank.to_string());
+        }
         die_with_parent(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -78,7 +107,12 @@ pub fn launch(world: usize, args: &[OsString]) -> Result<()> {
             }
         }
     }
-    let result = supervise(&mut children);
+    let result = match (coordinator, elastic) {
+        (Some(coordinator), Some(options)) => {
+            supervise_elastic(&mut children, coordinator, options)
+        }
+        _ => supervise(&mut children),
+    };
     for p in pipes {
         let _ = p.join();
     }
@@ -125,31 +159,152 @@ fn forward(
 fn supervise(children: &mut [Child]) -> Result<()> {
     let mut done = vec![false; children.len()];
     loop {
-        for (rank, child) in children.iter_mut().enumerate() {
-            if done[rank] {
-                continue;
-            }
-            match child.try_wait() {
-                Ok(Some(status)) if status.success() => done[rank] = true,
-                Ok(Some(status)) => {
-                    done[rank] = true;
-                    let failure = first_failure(children, rank, status);
-                    terminate(children);
-                    return Err(failure);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    terminate(children);
-                    return Err(Error::io(
-                        "waiting for rank process",
-                        format!("rank {rank}"),
-                        e,
-                    ));
-                }
+        for (rank, done) in done.iter_mut().enumerate() {
+            if !*done {
+                *done = !matches!(reap(children, rank, false)?, Reaped::Running);
             }
         }
         if done.iter().all(|&d| d) {
             return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How a rank process stands after [`reap`].
+enum Reaped {
+    Running,
+    Succeeded,
+    /// Ended by a signal, in an elastic run (a loss the others survive).
+    Lost(ExitStatus),
+}
+
+/// Polls rank `rank`; a failure (any in a plain run; an error status in an elastic one, where a
+/// signal is a loss) stops every rank and is returned naming the root cause.
+fn reap(children: &mut [Child], rank: usize, signal_is_loss: bool) -> Result<Reaped> {
+    match children[rank].try_wait() {
+        Ok(None) => Ok(Reaped::Running),
+        Ok(Some(status)) if status.success() => Ok(Reaped::Succeeded),
+        Ok(Some(status)) if signal_is_loss && status.signal().is_some() => Ok(Reaped::Lost(status)),
+        Ok(Some(status)) => {
+            let failure = first_failure(children, rank, status);
+            terminate(children);
+            Err(failure)
+        }
+        Err(e) => {
+            terminate(children);
+            Err(Error::io(
+                "waiting for rank process",
+                format!("rank {rank}"),
+                e,
+            ))
+        }
+    }
+}
+
+/// A free local port for a group's rendezvous store.
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::Comm {
+            context: "choosing a rendezvous port".into(),
+            source: e,
+        })?
+        .port())
+}
+
+/// Waits for all ranks of an elastic run: a rank killed by a signal is lost and the survivors are
+/// led into the next generation; a rank that exits with an error stops everything.
+fn supervise_elastic(
+    children: &mut [Child],
+    mut coordinator: Coordinator,
+    options: ElasticOptions,
+) -> Result<()> {
+    let mut exited = vec![false; children.len()];
+    let mut done = vec![false; children.len()];
+    // Since when the survivors of a loss (or of a failed collective) are checking in.
+    let mut recovering_since: Option<Instant> = None;
+    loop {
+        for slot in 0..children.len() {
+            if exited[slot] {
+                continue;
+            }
+            match reap(children, slot, true)? {
+                Reaped::Running => {}
+                Reaped::Succeeded => (exited[slot], done[slot]) = (true, true),
+                Reaped::Lost(status) => {
+                    exited[slot] = true;
+                    let _ = writeln!(
+                        std::io::stderr().lock(),
+                        "[launcher] rank {slot} {}: the others go on without it (--elastic)",
+                        describe(status)
+                    );
+                    recovering_since.get_or_insert_with(Instant::now);
+                }
+            }
+        }
+        if exited.iter().all(|&e| e) && recovering_since.is_none() {
+            return Ok(());
+        }
+        let live: Vec<usize> = coordinator
+            .members()
+            .iter()
+            .copied()
+            .filter(|&s| !exited[s])
+            .collect();
+        let survivors = coordinator.checked_in(&live)?;
+        if recovering_since.is_none() && !survivors.is_empty() {
+            recovering_since = Some(Instant::now());
+        }
+        if let Some(since) = recovering_since {
+            let late = since.elapsed() > options.checkin_timeout;
+            if live.is_empty() && coordinator.members().first().is_some_and(|&s| done[s]) {
+                // The group's rank 0 finished (its outputs are in place) before the loss.
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "[launcher] the run completed before the lost rank(s) ended"
+                );
+                return Ok(());
+            }
+            if survivors.len() == live.len() || late {
+                for &slot in live.iter().filter(|s| !survivors.contains_key(s)) {
+                    let _ = writeln!(
+                        std::io::stderr().lock(),
+                        "[launcher] rank {slot} did not check in within {:.0} s: killed and \
+                         counted as lost",
+                        options.checkin_timeout.as_secs_f64()
+                    );
+                    let _ = children[slot].kill();
+                    let _ = children[slot].wait();
+                    exited[slot] = true;
+                }
+                match coordinator.publish(&survivors, free_port()?)? {
+                    Verdict::Continue(plan) => {
+                        let _ = writeln!(
+                            std::io::stderr().lock(),
+                            "[launcher] generation {}: rank(s) {:?} lost, {} rank(s) resume after \
+                             iteration {}",
+                            plan.generation,
+                            plan.lost_slots,
+                            plan.members.len(),
+                            plan.resume_from
+                        );
+                        recovering_since = None;
+                    }
+                    Verdict::Stop { reason } => {
+                        // The ranks end on the verdict themselves; give them a moment to say so.
+                        std::thread::sleep(Duration::from_millis(500));
+                        terminate(children);
+                        let rank = (0..children.len())
+                            .find(|&s| exited[s] && !done[s])
+                            .unwrap_or(0);
+                        return Err(Error::PeerLost {
+                            rank,
+                            how: format!("was lost and the run cannot go on: {reason}"),
+                        });
+                    }
+                }
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod codec;
 pub mod collective;
 pub mod denoise;
+pub mod elastic;
 pub mod env;
 pub mod launch;
 pub mod liveness;

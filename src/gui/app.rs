@@ -14,7 +14,7 @@ use egui::{Key, KeyboardShortcut, Modifiers, Ui};
 
 use super::backend::{Incoming, Starter};
 use super::connection::{Change, Connecting, Connection};
-use super::dialogs::{DialogKind, Dialogs, dropped_kind};
+use super::dialogs::{CsvExport, DialogKind, Dialogs, dropped_kind};
 use super::document::{Document, Loaded};
 use super::fetch::{RemoteFetch, Step};
 use super::history::{Purpose, RunArrays, RunHistory, RunPreset};
@@ -88,6 +88,9 @@ pub struct Workbench {
     pub(crate) attach_token: String,
     /// After a remote attach, ask the server to replay and stream its running job.
     resume_on_attach: bool,
+    /// Stop was asked for while the job was submitted but not yet accepted (it has no id to
+    /// cancel yet): cancel it as soon as it is accepted.
+    stop_when_accepted: bool,
     /// The next `Status` answers an attach: follow the job it says is running.
     follow_after_status: bool,
     start_pending: bool,
@@ -122,6 +125,7 @@ impl Workbench {
             pending_replace: None,
             attach_token: String::new(),
             resume_on_attach: false,
+            stop_when_accepted: false,
             follow_after_status: false,
             start_pending: options.start_backend,
             tab: "Plots",
@@ -483,6 +487,7 @@ impl Workbench {
             preview_max_side: super::preview::MAX_TEXTURE_SIDE as u32,
         });
         if sent {
+            self.stop_when_accepted = false;
             self.session.submitted();
             self.viewer.clear_run();
             self.runs.shown = None;
@@ -525,15 +530,31 @@ impl Workbench {
         }
     }
 
-    /// Asks the backend to stop the current job; its final event says whether it stopped.
+    /// Asks the backend to stop the current job; its final event says whether it stopped. A job
+    /// not yet accepted (Stop or Escape right after Run) is cancelled the moment it is: the
+    /// press is never lost.
     pub fn stop(&mut self) {
-        if let JobState::Running { job } = *self.session.state()
-            && self.send(Request::Cancel { job })
-        {
-            self.session.stopping();
-            self.session
-                .log(LogLevel::Info, format!("stopping job {job}…"));
+        let state = self.session.state().clone();
+        match state {
+            JobState::Running { job } if self.send(Request::Cancel { job }) => {
+                self.session.stopping();
+                self.session
+                    .log(LogLevel::Info, format!("stopping job {job}…"));
+            }
+            JobState::Submitted if !self.stop_when_accepted => {
+                self.stop_when_accepted = true;
+                self.session.log(
+                    LogLevel::Info,
+                    "stopping the submitted job as soon as the backend accepts it…",
+                );
+            }
+            _ => {}
         }
+    }
+
+    /// Whether a Stop waits for the submitted job to be accepted.
+    pub fn stop_pending(&self) -> bool {
+        self.stop_when_accepted && *self.session.state() == JobState::Submitted
     }
 
     /// The job whose events are drawn (for tests).
@@ -812,6 +833,14 @@ impl Workbench {
                 self.doc.name(),
                 format!("{slot:?}").to_lowercase()
             ))),
+            DialogKind::ExportCsv(what) => Some(folder.unwrap_or_default().join(format!(
+                "{}-{}.csv",
+                self.doc.name(),
+                match what {
+                    CsvExport::Profile => "profile",
+                    CsvExport::Roi => "box",
+                }
+            ))),
             _ => folder.map(|f| {
                 let mut s = f.into_os_string();
                 s.push("/");
@@ -838,6 +867,60 @@ impl Workbench {
             }
             DialogKind::SavePreset => self.save_preset_path(path),
             DialogKind::ExportPng(slot) => self.export_png(slot, path),
+            DialogKind::ExportCsv(what) => self.export_csv(what, path),
+        }
+    }
+
+    /// The panes of the live view with their float images (title, image), left to right.
+    fn pane_images(&self) -> Vec<(String, &crate::protocol::PreviewImage)> {
+        super::views::all_panes(self)
+            .into_iter()
+            .filter_map(|(title, slot)| Some((title, &*self.viewer.shown.get(&slot)?.raw)))
+            .collect()
+    }
+
+    /// The statistics of the box drawn over the panes, if one is drawn.
+    pub fn roi_report(&self) -> Option<super::roi::RoiReport> {
+        let (a, b) = self.viewer.roi?;
+        let raw = |slot| self.viewer.shown.get(&slot).map(|s| &*s.raw);
+        let pair = raw(Slot::Reconstruction).zip(raw(Slot::GroundTruth));
+        Some(super::roi::roi_report(&self.pane_images(), pair, a, b))
+    }
+
+    /// Writes the line profile (every pane, per channel) or the box's statistics to a CSV file.
+    pub fn export_csv(&mut self, what: CsvExport, path: &Path) {
+        let text = match what {
+            CsvExport::Profile => self
+                .viewer
+                .profile
+                .map(|(a, b)| super::roi::profile_csv(&self.pane_images(), a, b)),
+            CsvExport::Roi => self.roi_report().map(|r| super::roi::roi_csv(&r)),
+        };
+        let Some(text) = text else {
+            let what = match what {
+                CsvExport::Profile => "no line profile is drawn (Shift+drag over an image)",
+                CsvExport::Roi => "no box is drawn (Ctrl+drag over an image)",
+            };
+            self.session
+                .log(LogLevel::Error, format!("nothing to export: {what}"));
+            return;
+        };
+        let written = crate::io::write_atomic(path, text.as_bytes()).map_err(|e| e.to_string());
+        self.exported(path, written, "the table");
+    }
+
+    /// Logs how an export to `path` went (and remembers its folder for the next dialog).
+    fn exported(&mut self, path: &Path, result: std::result::Result<(), String>, what: &str) {
+        match result {
+            Ok(()) => {
+                self.remember_folder(path);
+                self.session
+                    .log(LogLevel::Info, format!("exported {}", path.display()));
+            }
+            Err(e) => self.session.log(
+                LogLevel::Error,
+                format!("could not export {what}: {e}: {}", path.display()),
+            ),
         }
     }
 
@@ -861,17 +944,7 @@ impl Workbench {
                 .map_err(|e| e.to_string())?;
                 crate::io::write_atomic(path, &bytes).map_err(|e| e.to_string())
             });
-        match result {
-            Ok(()) => {
-                self.remember_folder(path);
-                self.session
-                    .log(LogLevel::Info, format!("exported {}", path.display()));
-            }
-            Err(e) => self.session.log(
-                LogLevel::Error,
-                format!("could not export the view: {e}: {}", path.display()),
-            ),
-        }
+        self.exported(path, result, "the view");
     }
 
     /// A callback that asks for a repaint (for helper threads).
@@ -985,10 +1058,15 @@ impl Workbench {
     /// The line profile of every pane on screen that shows an image, named as the pane is:
     /// `(title, [(distance px, value)])`.
     pub fn profile_curves(&self) -> Vec<(String, Vec<[f64; 2]>)> {
-        super::views::panes(self)
+        super::views::all_panes(self)
             .into_iter()
             .filter_map(|(title, slot)| Some((title, self.viewer.profile_of(slot)?)))
             .collect()
+    }
+
+    /// Draws (or clears) the line profile, in texture coordinates (as Shift+drag does).
+    pub fn set_profile(&mut self, line: Option<(egui::Pos2, egui::Pos2)>) {
+        self.viewer.profile = line;
     }
 
     /// The iteration and size of the reconstruction on screen.
@@ -1112,6 +1190,10 @@ impl Workbench {
                 }
                 if purpose == Purpose::Reopen {
                     self.restore_preset(&arrays.folder, arrays.preset.take());
+                    if self.session.run_dir.as_ref() != Some(&arrays.folder) {
+                        // The kept previews are another run's.
+                        self.viewer.timeline.clear();
+                    }
                 }
                 for (slot, t) in [
                     (Slot::Reconstruction, arrays.reconstruction),
@@ -1268,7 +1350,15 @@ impl Workbench {
         }
         let was_busy = self.session.is_busy();
         let welcome = matches!(e, crate::protocol::Event::Welcome { .. });
+        let accepted = matches!(e, crate::protocol::Event::Accepted { .. });
         self.session.apply(e);
+        // The submitted job was accepted (or refused): a Stop that waited for it applies now.
+        if *self.session.state() != JobState::Submitted
+            && std::mem::take(&mut self.stop_when_accepted)
+            && accepted
+        {
+            self.stop();
+        }
         if welcome {
             // The world size the patch map is planned for.
             self.edited();

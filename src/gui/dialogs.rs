@@ -21,6 +21,17 @@ pub enum DialogKind {
     SavePreset,
     /// A pane's image as PNG.
     ExportPng(Slot),
+    /// The line profile or the box's statistics as CSV.
+    ExportCsv(CsvExport),
+}
+
+/// Which table a CSV export writes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CsvExport {
+    /// The line profile of every pane, per channel.
+    Profile,
+    /// The statistics box: per pane and channel, and PSNR/SSIM.
+    Roi,
 }
 
 impl DialogKind {
@@ -31,11 +42,16 @@ impl DialogKind {
             DialogKind::OpenPreset => "Open preset",
             DialogKind::SavePreset => "Save preset",
             DialogKind::ExportPng(_) => "Export view as PNG",
+            DialogKind::ExportCsv(CsvExport::Profile) => "Export line profile as CSV",
+            DialogKind::ExportCsv(CsvExport::Roi) => "Export box statistics as CSV",
         }
     }
 
     fn saves(self) -> bool {
-        matches!(self, DialogKind::SavePreset | DialogKind::ExportPng(_))
+        matches!(
+            self,
+            DialogKind::SavePreset | DialogKind::ExportPng(_) | DialogKind::ExportCsv(_)
+        )
     }
 
     fn extensions(self) -> (&'static str, &'static [&'static str]) {
@@ -49,6 +65,7 @@ impl DialogKind {
             ),
             DialogKind::OpenPreset | DialogKind::SavePreset => ("preset", &["toml"]),
             DialogKind::ExportPng(_) => ("PNG image", &["png"]),
+            DialogKind::ExportCsv(_) => ("CSV table", &["csv"]),
         }
     }
 }

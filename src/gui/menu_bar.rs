@@ -20,7 +20,12 @@ pub const SHORTCUTS: &[(&str, &str)] = &[
         "scroll / drag / double-click",
         "zoom / pan / fit the panes (all together)",
     ),
+    (
+        "F (over a pane)",
+        "that pane alone, full size; again: every pane",
+    ),
     ("Shift+drag", "draw a line profile (Profile tab)"),
+    ("Ctrl+drag", "draw a box: its statistics (Profile tab)"),
 ];
 
 /// The menu bar.

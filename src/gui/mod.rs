@@ -12,11 +12,13 @@
 //! [`connection`] (which link is live, starting and attaching) over [`backend`] (the `Backend`
 //! seam, and a channel backend for tests) and [`local`] (`protocol::Client`, a `LocalBackend`
 //! child); [`document`] (the edited preset, its inputs and the checks before Run), [`session`]
-//! (state built from events), [`viewer`] (what the panes show), [`preview`] (float images →
-//! textures on a worker thread), [`history`] (runs on disk), [`fetch`] (a remote run's files copied here), [`dialogs`] (typed paths, the system
-//! file dialog, dropped files), [`patch_map`] (drawing tiles per rank), [`measured`] (loaded
-//! measurement files), [`widgets`], [`fonts`], [`menu_bar`] (File, Edit, Job, Help and the
-//! shortcut list), [`top_bar`] (top bar, Attach…, log).
+//! (state built from events), [`viewer`] (what the panes show), [`timeline`] (the run's previews
+//! kept to scrub back through), [`roi`] (a box's statistics, profile and box CSV), [`preview`]
+//! (float images → textures on a worker thread), [`history`] (runs on disk), [`fetch`] (a remote
+//! run's files copied here), [`dialogs`] (typed paths, the system file dialog, dropped files),
+//! [`patch_map`] (drawing tiles per rank), [`measured`] (loaded measurement files), [`widgets`],
+//! [`fonts`], [`menu_bar`] (File, Edit, Job, Help and the shortcut list), [`top_bar`] (top bar,
+//! Attach…, log).
 
 pub mod app;
 pub mod backend;
@@ -32,8 +34,10 @@ pub mod menu_bar;
 pub mod panels;
 pub mod patch_map;
 pub mod preview;
+pub mod roi;
 pub mod session;
 pub mod settings;
+pub mod timeline;
 pub mod top_bar;
 pub mod viewer;
 pub mod views;

@@ -91,6 +91,7 @@ fn job_status(wb: &Workbench) -> String {
         .unwrap_or_default();
     match s.state() {
         JobState::Idle => "idle".into(),
+        JobState::Submitted if wb.stop_pending() => "submitted, stopping once accepted…".into(),
         JobState::Submitted => "submitted…".into(),
         JobState::Running { job } => format!("job {job} running{progress}"),
         JobState::Stopping { job } => format!("job {job} stopping{progress}…"),

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use egui::{ColorImage, Rect, TextureHandle, TextureOptions, Vec2};
 
 use super::preview::{Display, Histogram, Mapped, PaneDisplay, Pump, PumpMsg, Slot};
+use super::timeline::Timeline;
 use crate::protocol::{PreviewImage, Section};
 use crate::tensor::Tensor;
 
@@ -28,8 +29,8 @@ pub struct Shown {
     pub full_size: (u32, u32),
 }
 
-/// Zoom and pan shared by the panes: `zoom` 1 shows the whole image, `center` is in texture
-/// coordinates (0..1).
+/// Zoom and pan shared by the panes: `zoom` 1 fits the whole image to its pane (below 1 it is
+/// drawn smaller, whole), `center` is in texture coordinates (0..1).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SharedView {
     pub zoom: f32,
@@ -48,7 +49,8 @@ impl Default for SharedView {
 impl SharedView {
     /// The visible part of the texture.
     pub fn uv(&self) -> Rect {
-        let half = 0.5 / self.zoom;
+        // Below 1 the whole texture shows (the pane draws it smaller instead).
+        let half = 0.5 / self.zoom.max(1.0);
         let c = Vec2::new(
             self.center.x.clamp(half, 1.0 - half),
             self.center.y.clamp(half, 1.0 - half),
@@ -87,10 +89,19 @@ pub struct Viewer {
     pub show_difference: bool,
     /// A line profile in texture coordinates (start, end), drawn on every pane.
     pub profile: Option<(egui::Pos2, egui::Pos2)>,
+    /// A box (two corners, texture coordinates) whose statistics the Profile tab shows, drawn on
+    /// every pane.
+    pub roi: Option<(egui::Pos2, egui::Pos2)>,
     /// The pixel under the mouse: its pane and texture coordinates.
     pub hover: Option<(Slot, egui::Pos2)>,
     /// The volume shown as three orthogonal cuts through the cursor (instead of the panes).
     pub ortho: Option<Slot>,
+    /// The running job's reconstruction previews, to scrub back through.
+    pub timeline: Timeline,
+    /// The pane shown alone, full size (F or its "full" button toggles it).
+    pub maximized: Option<Slot>,
+    /// Screen pixels per image pixel at zoom 1 in the first pane with an image (last frame's).
+    pub fit_scale: Option<f32>,
 }
 
 impl Viewer {
@@ -267,7 +278,10 @@ impl Viewer {
             }
             let display = self.display_of(*slot, default);
             pump.send(PumpMsg::SetDisplay(*slot, display));
-            match self.arrays.get(slot) {
+            let scrubbed = (*slot == Slot::Reconstruction)
+                .then(|| self.timeline.pinned())
+                .flatten();
+            match self.arrays.get(slot).filter(|_| scrubbed.is_none()) {
                 Some(t) => pump.send(PumpMsg::Show {
                     slot: *slot,
                     tensor: t.clone(),
@@ -303,6 +317,36 @@ impl Viewer {
             !matches!(slot, Slot::Measurement(_)) || self.arrays.contains_key(slot)
         });
         self.profile = None;
+        self.roi = None;
+        self.timeline.clear();
+    }
+
+    /// Shows the timeline's frame at `index` in the reconstruction pane (the newest one follows
+    /// the run again: its latest preview, or its output once it has finished). Returns whether the
+    /// pane changed (the difference then needs mapping again).
+    pub fn scrub(&mut self, index: usize, pump: &Pump, default: Display) -> bool {
+        let display = self.display_of(Slot::Reconstruction, default);
+        let Some(frame) = self.timeline.scrub_to(index).cloned() else {
+            return false;
+        };
+        let Some(shown) = self.shown.get_mut(&Slot::Reconstruction) else {
+            return false;
+        };
+        shown.iteration = frame.iteration;
+        if self.timeline.pinned().is_none()
+            && let Some(t) = self.arrays.get(&Slot::Reconstruction).cloned()
+        {
+            self.show_array(Slot::Reconstruction, t, pump, default);
+            return true;
+        }
+        // The readout and the difference use the chosen frame at once; its texture follows.
+        shown.raw = frame.raw.clone();
+        pump.send(PumpMsg::Map {
+            slot: Slot::Reconstruction,
+            raw: frame.raw,
+            display,
+        });
+        true
     }
 
     /// Another document was opened: besides its run (when none is running, `clear_run`), the
@@ -315,8 +359,10 @@ impl Viewer {
         }
         self.cursor = VolumeCursor::default();
         self.view = SharedView::default();
+        self.maximized = None;
         self.displays.clear();
         self.profile = None;
+        self.roi = None;
         self.hover = None;
     }
 
@@ -331,6 +377,13 @@ impl Viewer {
     /// (the difference image then needs mapping again).
     pub fn apply(&mut self, m: Mapped, ctx: &egui::Context) -> bool {
         let options = TextureOptions::NEAREST;
+        if m.job.is_some() && m.slot == Slot::Reconstruction {
+            self.timeline.push(m.iteration, m.raw.clone());
+            if self.timeline.pinned().is_some() && self.shown.contains_key(&m.slot) {
+                // Scrubbed back: the pane stays on the chosen iteration.
+                return false;
+            }
+        }
         match self.shown.get_mut(&m.slot) {
             Some(s) => {
                 // Re-mappings and sections of a run's outputs keep the iteration they show.
@@ -468,21 +521,9 @@ pub fn diverging(default: Display) -> Display {
 /// `(distance in pixels, value)` along the segment `a`–`b` (texture coordinates, 0..1) of `image`'s
 /// first channel, about one sample per pixel (2 to 4096); samples outside the image are left out.
 pub fn profile_along(image: &PreviewImage, a: egui::Pos2, b: egui::Pos2) -> Vec<[f64; 2]> {
-    let (w, h) = (image.width as f32, image.height as f32);
-    let length_px = ((b.x - a.x) * w).hypot((b.y - a.y) * h);
-    let n = (length_px.ceil() as usize).clamp(2, 4096);
-    let c = image.channels.max(1) as usize;
-    (0..n)
-        .filter_map(|k| {
-            let t = k as f32 / (n - 1) as f32;
-            let (u, v) = (a.x + (b.x - a.x) * t, a.y + (b.y - a.y) * t);
-            let (x, y) = ((u * w).floor() as isize, (v * h).floor() as isize);
-            if x < 0 || y < 0 || x >= w as isize || y >= h as isize {
-                return None;
-            }
-            let at = (y as usize * image.width as usize + x as usize) * c;
-            Some([(t * length_px) as f64, image.pixels[at] as f64])
-        })
+    super::roi::profile_samples(image, a, b)
+        .into_iter()
+        .map(|(d, v)| [d, v[0] as f64])
         .collect()
 }
 

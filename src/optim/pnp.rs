@@ -115,6 +115,34 @@ pub fn initial_point(
     }
 }
 
+/// The step `τ`: the preset's, else `0.99/L` with `L` from the power method (the same bits on any
+/// number of ranks, so a resumed run may carry it over instead of deriving it again).
+pub fn step_size(
+    physics: &dyn StackedLinearPhysics,
+    fidelity: &FidelityConfig,
+    x_shape: &[usize],
+    cfg: &PnpConfig,
+) -> Result<f32> {
+    if let Some(s) = cfg.step {
+        return Ok(s);
+    }
+    let l = super::lipschitz(physics, fidelity, x_shape)?;
+    if !(l > 0.0 && l.is_finite()) {
+        return Err(Error::config(
+            "algorithm.step",
+            format!("cannot derive a step: the operator norm is {l}; give `step`"),
+        ));
+    }
+    Ok((0.99 / l) as f32)
+}
+
+/// Where a resumed run starts: after `iteration` completed iterations, from their iterate `x`.
+#[derive(Debug, Clone, Copy)]
+pub struct PnpStart<'a> {
+    pub iteration: usize,
+    pub x: &'a Tensor,
+}
+
 /// Runs PnP-PGD on measurements `ys` of an image of shape `x_shape`.
 #[allow(clippy::too_many_arguments)]
 pub fn pnp(
@@ -127,29 +155,45 @@ pub fn pnp(
     monitor: &Monitor<'_>,
     on_iter: &mut IterationCallback<'_>,
 ) -> Result<Reconstruction> {
+    pnp_from(
+        physics, fidelity, denoiser, ys, x_shape, cfg, monitor, on_iter, None,
+    )
+}
+
+/// [`pnp`] resumed from `start` (`None`: from the initial point). The returned history holds the
+/// iterations run here, after `start.iteration`.
+#[allow(clippy::too_many_arguments)]
+pub fn pnp_from(
+    physics: &dyn StackedLinearPhysics,
+    fidelity: &FidelityConfig,
+    denoiser: &dyn Denoiser,
+    ys: &[Tensor],
+    x_shape: &[usize],
+    cfg: &PnpConfig,
+    monitor: &Monitor<'_>,
+    on_iter: &mut IterationCallback<'_>,
+    start: Option<PnpStart<'_>>,
+) -> Result<Reconstruction> {
     cfg.validate()?;
     fidelity.validate()?;
-    let step = match cfg.step {
-        Some(s) => s,
+    let step = step_size(physics, fidelity, x_shape, cfg)?;
+    tracing::debug!(step, "PnP step size");
+    let (first, mut x) = match start {
+        Some(s) if s.x.shape() != x_shape => {
+            return Err(Error::shape("resumed PnP iterate", x_shape, s.x.shape()));
+        }
+        Some(s) => (s.iteration + 1, s.x.clone()),
         None => {
-            let l = super::lipschitz(physics, fidelity, x_shape)?;
-            if !(l > 0.0 && l.is_finite()) {
-                return Err(Error::config(
-                    "algorithm.step",
-                    format!("cannot derive a step: the operator norm is {l}; give `step`"),
-                ));
+            let mut x = initial_point(physics, ys, x_shape, cfg.init)?;
+            if let Some([lo, hi]) = cfg.clamp {
+                x.clamp(lo, hi);
             }
-            (0.99 / l) as f32
+            (1, x)
         }
     };
-    tracing::debug!(step, "PnP step size");
-    let mut x = initial_point(physics, ys, x_shape, cfg.init)?;
-    if let Some([lo, hi]) = cfg.clamp {
-        x.clamp(lo, hi);
-    }
     let mut history = Vec::with_capacity(cfg.iterations);
     let mut stopped = false;
-    for k in 1..=cfg.iterations {
+    for k in first..=cfg.iterations {
         let t_grad = Instant::now();
         let grad = fidelity.grad(physics, &x, ys)?;
         let mut z = x.clone();
@@ -212,4 +256,83 @@ pub fn pnp(
         history,
         stopped,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::denoise::gaussian::GaussianDenoiser;
+    use crate::physics::Physics;
+    use crate::physics::blur::{Blur, Padding, gaussian_kernel};
+    use crate::physics::stack::Stack;
+    use std::ops::ControlFlow;
+
+    /// A run resumed from iteration k's iterate ends with the bits of the uninterrupted run.
+    #[test]
+    fn resumed_run_ends_with_the_uninterrupted_bits() {
+        let blur = |s: f32| Blur::new(gaussian_kernel([s, s], 0.0), Padding::Circular).unwrap();
+        let stack = Stack::new(vec![Box::new(blur(1.0)), Box::new(blur(2.0))]).unwrap();
+        let truth = crate::samples::generate(crate::samples::Sample::SheppLogan, &[24], 3).unwrap();
+        let ys = vec![
+            stack.ops()[0].forward(&truth).unwrap(),
+            stack.ops()[1].forward(&truth).unwrap(),
+        ];
+        let denoiser = GaussianDenoiser {
+            sigma_px: 0.0,
+            px_per_sigma: 8.0,
+        };
+        let cfg = PnpConfig {
+            iterations: 7,
+            ..PnpConfig::default()
+        };
+        let monitor = Monitor {
+            ground_truth: Some(&truth),
+            data_range: 1.0,
+            ssim_every: 0,
+        };
+        let fidelity = FidelityConfig::default();
+        let mut at_4 = None;
+        let mut keep = |r: &IterationReport, x: &Tensor| {
+            if r.iteration == 4 {
+                at_4 = Some(x.clone());
+            }
+            ControlFlow::Continue(())
+        };
+        let whole = pnp(
+            &stack,
+            &fidelity,
+            &denoiser,
+            &ys,
+            truth.shape(),
+            &cfg,
+            &monitor,
+            &mut keep,
+        )
+        .unwrap();
+        let x4 = at_4.unwrap();
+        let mut count = |_: &IterationReport, _: &Tensor| ControlFlow::Continue(());
+        let start = PnpStart {
+            iteration: 4,
+            x: &x4,
+        };
+        let resumed = pnp_from(
+            &stack,
+            &fidelity,
+            &denoiser,
+            &ys,
+            truth.shape(),
+            &cfg,
+            &monitor,
+            &mut count,
+            Some(start),
+        )
+        .unwrap();
+        assert_eq!(resumed.history.len(), 3);
+        assert_eq!(resumed.history[0].iteration, 5);
+        assert_eq!(resumed.x.data(), whole.x.data());
+        assert_eq!(
+            resumed.history[2].psnr_db.map(f64::to_bits),
+            whole.history[6].psnr_db.map(f64::to_bits)
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! One image pane: the texture with the shared zoom and pan (wheel zooms, drag pans, double-click
-//! resets), Shift+drag draws the line profile, the patch map and the profile line drawn over it,
-//! and the pixel under the mouse reported back.
+//! resets), Shift+drag draws the line profile and Ctrl+drag a statistics box, the patch map, the
+//! profile line and the box drawn over it, and the pixel under the mouse reported back.
 
 use egui::{Color32, Pos2, Rect, Sense, Stroke, Ui, Vec2};
 
@@ -17,6 +17,17 @@ pub struct PaneResponse {
     pub overlay: Option<Drawn>,
     /// Texture coordinates of a click (without a drag).
     pub clicked_uv: Option<Pos2>,
+    /// Screen pixels per pixel of the full-size image at zoom 1 (fitted to the pane).
+    pub fit_scale: Option<f32>,
+}
+
+/// What the user drew over the panes (shared by every pane), in texture coordinates.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Marks {
+    /// The line profile: start and end.
+    pub profile: Option<(Pos2, Pos2)>,
+    /// The statistics box: two opposite corners.
+    pub roi: Option<(Pos2, Pos2)>,
 }
 
 /// What is drawn over a pane's image.
@@ -30,7 +41,10 @@ pub struct Overlays<'a> {
     pub empty: Option<&'a str>,
 }
 
-/// Draws a pane of `size` (named `title` for screen readers and tests); `view` and `profile` are
+/// The zoom range: 1/16 of the fitted size to 64 times it.
+pub const ZOOM_RANGE: std::ops::RangeInclusive<f32> = 0.0625..=64.0;
+
+/// Draws a pane of `size` (named `title` for screen readers and tests); `view` and `marks` are
 /// shared with the other panes.
 pub fn image_pane(
     ui: &mut Ui,
@@ -38,7 +52,7 @@ pub fn image_pane(
     shown: Option<&Shown>,
     size: Vec2,
     view: &mut SharedView,
-    profile: &mut Option<(Pos2, Pos2)>,
+    marks: &mut Marks,
     overlays: Overlays<'_>,
 ) -> PaneResponse {
     let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
@@ -65,7 +79,9 @@ pub fn image_pane(
     } else {
         Vec2::new(rect.height() / aspect.max(1e-6), rect.height())
     };
-    let image = Rect::from_center_size(rect.center(), fit);
+    out.fit_scale = Some(fit.x * ui.pixels_per_point() / s.full_size.0.max(1) as f32);
+    // Zoomed out below the fit, the whole image is drawn smaller.
+    let image = Rect::from_center_size(rect.center(), fit * view.zoom.min(1.0));
     let uv = view.uv();
     let to_uv = |p: Pos2| {
         Pos2::new(
@@ -79,26 +95,40 @@ pub fn image_pane(
             image.min.y + (v - uv.min.y) / uv.height() * image.height(),
         )
     };
-    let shift = ui.input(|i| i.modifiers.shift);
+    let (shift, command) = ui.input(|i| (i.modifiers.shift, i.modifiers.command));
     if response.hovered() {
         let scroll = ui.input(|i| i.smooth_scroll_delta.y);
         if scroll != 0.0 {
-            view.zoom = (view.zoom * (scroll * 0.003).exp()).clamp(1.0, 64.0);
+            view.zoom =
+                (view.zoom * (scroll * 0.003).exp()).clamp(*ZOOM_RANGE.start(), *ZOOM_RANGE.end());
         }
     }
-    // A drag starts once the pointer has moved a few points; the line starts where it was pressed.
+    // A drag starts once the pointer has moved a few points; the line (or box) starts where it
+    // was pressed.
     if response.drag_started()
-        && shift
+        && (shift || command)
         && let Some(p) = ui
             .input(|i| i.pointer.press_origin())
             .or(response.interact_pointer_pos())
     {
         let start = to_uv(p);
-        *profile = Some((start, start));
+        if shift {
+            marks.profile = Some((start, start));
+        } else {
+            marks.roi = Some((start, start));
+        }
     }
     if response.dragged() {
-        match (shift, profile.as_mut(), response.interact_pointer_pos()) {
-            (true, Some((_, end)), Some(p)) => *end = to_uv(p),
+        let p = response.interact_pointer_pos();
+        match (
+            shift,
+            command,
+            marks.profile.as_mut(),
+            marks.roi.as_mut(),
+            p,
+        ) {
+            (true, _, Some((_, end)), _, Some(p)) => *end = to_uv(p),
+            (false, true, _, Some((_, end)), Some(p)) => *end = to_uv(p),
             _ => {
                 let d = response.drag_delta();
                 view.center -= Vec2::new(d.x / image.width(), d.y / image.height()) / view.zoom;
@@ -129,7 +159,15 @@ pub fn image_pane(
         let whole = Rect::from_min_max(to_screen(0.0, 0.0), to_screen(1.0, 1.0));
         out.overlay = Some(patch_map::paint(&painter, whole, image, map, opacity));
     }
-    if let Some((a, b)) = *profile {
+    if let Some((a, b)) = marks.roi {
+        painter.rect_stroke(
+            Rect::from_two_pos(to_screen(a.x, a.y), to_screen(b.x, b.y)),
+            0.0,
+            Stroke::new(1.5, Color32::from_rgb(0, 220, 255)),
+            egui::StrokeKind::Middle,
+        );
+    }
+    if let Some((a, b)) = marks.profile {
         painter.line_segment(
             [to_screen(a.x, a.y), to_screen(b.x, b.y)],
             Stroke::new(2.0, Color32::YELLOW),

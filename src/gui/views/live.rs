@@ -6,7 +6,7 @@ use egui::{RichText, Ui, Vec2};
 
 use super::colour_bar;
 use super::display_menu::display_menu;
-use super::image_pane::{Overlays, image_pane};
+use super::image_pane::{Marks, Overlays, image_pane};
 use super::{Place, View};
 use crate::gui::Workbench;
 use crate::gui::preview::{Colormap, Slot};
@@ -38,77 +38,123 @@ impl View for LiveView {
             None
         };
         let gap = 8.0;
-        let n = panes.len() as f32;
-        let width = ((ui.available_width() - gap * (n - 1.0)) / n).max(64.0);
         let readout_h = ui.text_style_height(&egui::TextStyle::Body) * 2.5;
         let bar_h = colour_bar::height(ui);
-        let height = (ui.available_height() - readout_h - bar_h - 48.0).clamp(64.0, 2000.0);
+        let caption_h = ui.spacing().interact_size.y + ui.spacing().item_spacing.y;
+        let timeline_h = if wb.viewer.timeline.frames().len() > 1 {
+            ui.spacing().interact_size.y + ui.spacing().item_spacing.y
+        } else {
+            0.0
+        };
+        let room = Vec2::new(
+            ui.available_width(),
+            ui.available_height() - readout_h - timeline_h - 24.0,
+        );
+        let aspect = panes
+            .iter()
+            .find_map(|(_, s)| wb.viewer.shown.get(s))
+            .map_or(1.0, |s| s.full_size.1 as f32 / s.full_size.0.max(1) as f32);
+        let grid = fit_grid(panes.len(), room, aspect, gap, caption_h + bar_h);
         let mut view = wb.viewer.view;
-        let mut profile = wb.viewer.profile;
+        let mut marks = Marks {
+            profile: wb.viewer.profile,
+            roi: wb.viewer.roi,
+        };
         let mut hover = None;
         let mut hidden_tiles = None;
         let mut clicked = None;
-        ui.horizontal_top(|ui| {
-            for (title, slot) in &panes {
-                ui.vertical(|ui| {
-                    ui.set_width(width);
-                    ui.horizontal(|ui| {
-                        // A long caption is cut, not allowed to push the panes off the window.
-                        display_menu(ui, wb, *slot);
-                        ui.add(egui::Label::new(caption(wb, title, *slot)).truncate());
-                    });
-                    let overlay = overlay_map
-                        .as_deref()
-                        .filter(|_| !matches!(slot, Slot::Measurement(_) | Slot::Difference))
-                        .map(|m| (m, wb.viewer.patch_map_opacity));
-                    let cross = match slot {
-                        Slot::Ortho(a) => wb.viewer.ortho_cross(*a),
-                        _ => None,
-                    };
-                    let r = image_pane(
-                        ui,
-                        title,
-                        wb.viewer.shown.get(slot),
-                        Vec2::new(width, height),
-                        &mut view,
-                        &mut profile,
-                        Overlays {
-                            map: overlay,
-                            cross,
-                            empty: empty_note(wb, *slot).as_deref(),
-                        },
-                    );
-                    if let Some(uv) = r.hover_uv {
-                        hover = Some((*slot, uv));
-                    }
-                    if let (Slot::Ortho(a), Some(uv)) = (slot, r.clicked_uv) {
-                        clicked = Some((*a, uv));
-                    }
-                    if let Some(d) = r.overlay.filter(|d| d.drawn < d.visible) {
-                        hidden_tiles = Some(d.visible);
-                    }
-                    match wb.viewer.shown.get(slot) {
-                        Some(s) => {
-                            let display = wb.viewer.display_of(*slot, wb.app_state.display);
-                            let unit = if *slot == Slot::Difference {
-                                "Δ intensity"
+        let mut fit_scale = None;
+        let mut toggle_full = None;
+        for row in panes.chunks(grid.columns) {
+            ui.horizontal_top(|ui| {
+                for (title, slot) in row {
+                    ui.vertical(|ui| {
+                        ui.set_width(grid.pane.x);
+                        ui.horizontal(|ui| {
+                            display_menu(ui, wb, *slot);
+                            let (label, tip) = if wb.viewer.maximized == Some(*slot) {
+                                ("all", "show every pane again (F)")
                             } else {
-                                "intensity"
+                                ("full", "this pane alone, full size (F over a pane)")
                             };
-                            colour_bar::colour_bar(ui, s, display, unit, width);
+                            if ui.small_button(label).on_hover_text(tip).clicked() {
+                                toggle_full = Some(*slot);
+                            }
+                            // A long caption is cut, not allowed to push the panes off the window.
+                            ui.add(egui::Label::new(caption(wb, title, *slot)).truncate());
+                        });
+                        let overlay = overlay_map
+                            .as_deref()
+                            .filter(|_| !matches!(slot, Slot::Measurement(_) | Slot::Difference))
+                            .map(|m| (m, wb.viewer.patch_map_opacity));
+                        let cross = match slot {
+                            Slot::Ortho(a) => wb.viewer.ortho_cross(*a),
+                            _ => None,
+                        };
+                        let r = image_pane(
+                            ui,
+                            title,
+                            wb.viewer.shown.get(slot),
+                            grid.pane,
+                            &mut view,
+                            &mut marks,
+                            Overlays {
+                                map: overlay,
+                                cross,
+                                empty: empty_note(wb, *slot).as_deref(),
+                            },
+                        );
+                        if let Some(uv) = r.hover_uv {
+                            hover = Some((*slot, uv));
                         }
-                        None => {
-                            ui.add_space(bar_h);
+                        if let (Slot::Ortho(a), Some(uv)) = (slot, r.clicked_uv) {
+                            clicked = Some((*a, uv));
                         }
-                    }
-                });
-            }
-        });
+                        if let Some(d) = r.overlay.filter(|d| d.drawn < d.visible) {
+                            hidden_tiles = Some(d.visible);
+                        }
+                        fit_scale = fit_scale.or(r.fit_scale);
+                        match wb.viewer.shown.get(slot) {
+                            Some(s) => {
+                                let display = wb.viewer.display_of(*slot, wb.app_state.display);
+                                let unit = if *slot == Slot::Difference {
+                                    "Δ intensity"
+                                } else {
+                                    "intensity"
+                                };
+                                colour_bar::colour_bar(ui, s, display, unit, grid.pane.x);
+                            }
+                            None => {
+                                ui.add_space(bar_h);
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        // F over a pane shows it alone (again: every pane), unless a text field takes the key.
+        let typing = ui.ctx().memory(|m| m.focused().is_some());
+        if !typing && ui.input(|i| i.key_pressed(egui::Key::F)) {
+            toggle_full = toggle_full
+                .or(hover.map(|(s, _)| s))
+                .or(wb.viewer.maximized);
+        }
+        if let Some(slot) = toggle_full {
+            wb.viewer.maximized = match wb.viewer.maximized {
+                Some(_) => None,
+                None => Some(slot),
+            };
+        }
+        wb.viewer.fit_scale = fit_scale;
         wb.viewer.view = view;
-        wb.viewer.profile = profile;
+        wb.viewer.profile = marks.profile;
+        wb.viewer.roi = marks.roi;
         wb.viewer.hover = hover;
         if let Some((axis, uv)) = clicked {
             wb.ortho_click(axis, uv);
+        }
+        if wb.viewer.ortho_source().is_none() {
+            timeline(ui, wb);
         }
         readout(ui, wb, &panes);
         if let Some(n) = hidden_tiles {
@@ -116,6 +162,63 @@ impl View for LiveView {
                 "patch map: {n} tiles in view, too many to draw; zoom in to see them"
             ));
         }
+    }
+}
+
+/// The scrubber through the run's kept previews: the reconstruction pane shows the chosen
+/// iteration and stays there while new previews arrive; the newest position ("live") follows them.
+fn timeline(ui: &mut Ui, wb: &mut Workbench) {
+    let t = &wb.viewer.timeline;
+    let (Some(before), n) = (t.position(), t.frames().len()) else {
+        return;
+    };
+    if n < 2 {
+        return;
+    }
+    let last = n - 1;
+    let mut at = before;
+    let (bytes, budget) = t.bytes();
+    let iteration = t.frames()[at].iteration;
+    ui.horizontal(|ui| {
+        let l = ui.label("iterations");
+        if ui
+            .add_enabled(at > 0, egui::Button::new("earlier"))
+            .on_hover_text("the previous kept preview")
+            .clicked()
+        {
+            at -= 1;
+        }
+        ui.add(egui::Slider::new(&mut at, 0..=last).show_value(false))
+            .labelled_by(l.id)
+            .on_hover_text("step back through this run's previews");
+        if ui
+            .add_enabled(at < last, egui::Button::new("later"))
+            .on_hover_text("the next kept preview")
+            .clicked()
+        {
+            at += 1;
+        }
+        if ui
+            .add_enabled(at < last, egui::Button::new("live"))
+            .on_hover_text("follow the newest preview again")
+            .clicked()
+        {
+            at = last;
+        }
+        let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+        let state = if before == last { "live" } else { "held" };
+        ui.label(format!(
+            "iteration {iteration} ({state}; {n} previews kept, {:.1} of {:.0} MiB)",
+            mib(bytes),
+            mib(budget)
+        ))
+        .on_hover_text(
+            "older previews are thinned evenly to stay within the budget; \
+             the whole run stays covered at a coarser step",
+        );
+    });
+    if at != before && wb.viewer.scrub(at, &wb.pump, wb.app_state.display) {
+        wb.request_difference();
     }
 }
 
@@ -131,8 +234,60 @@ fn empty_note(wb: &Workbench, slot: Slot) -> Option<String> {
     }
 }
 
-/// The panes, left to right: (title, slot).
+/// The panes, left to right: (title, slot); only the maximized one while one is.
 pub(crate) fn panes(wb: &Workbench) -> Vec<(String, Slot)> {
+    let all = all_panes(wb);
+    match wb.viewer.maximized {
+        Some(m) if all.iter().any(|(_, s)| *s == m) => {
+            all.into_iter().filter(|(_, s)| *s == m).collect()
+        }
+        _ => all,
+    }
+}
+
+/// How N panes are laid out: columns, and the size of each pane's image area.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Grid {
+    pub columns: usize,
+    pub pane: Vec2,
+}
+
+/// The grid of `n` panes in `room` (points) whose images (height / width = `aspect`) come out
+/// largest; `chrome` is the height each row spends on its caption and colour bar. Rows and
+/// columns are chosen together, so 4 panes on a wide window make a row and on a tall one a 2×2
+/// grid, and no pane is pushed off the window.
+pub(crate) fn fit_grid(n: usize, room: Vec2, aspect: f32, gap: f32, chrome: f32) -> Grid {
+    let n = n.max(1);
+    let aspect = if aspect.is_finite() && aspect > 0.0 {
+        aspect
+    } else {
+        1.0
+    };
+    let pane = |columns: usize| {
+        let rows = n.div_ceil(columns);
+        Vec2::new(
+            ((room.x - gap * (columns - 1) as f32) / columns as f32).max(64.0),
+            ((room.y - rows as f32 * (chrome + gap)) / rows as f32).clamp(64.0, 2000.0),
+        )
+    };
+    // The image's displayed width in a pane: limited by the pane's width or its height.
+    let image_width = |p: Vec2| p.x.min(p.y / aspect);
+    let columns = (1..=n)
+        .max_by(|&a, &b| {
+            image_width(pane(a))
+                .total_cmp(&image_width(pane(b)))
+                // Equal sizes: fewer rows.
+                .then(a.cmp(&b))
+        })
+        .unwrap_or(n);
+    Grid {
+        columns,
+        pane: pane(columns),
+    }
+}
+
+/// Every pane of the live view, left to right (the maximized one too): (title, slot).
+pub(crate) fn all_panes(wb: &Workbench) -> Vec<(String, Slot)> {
     if let Some(source) = wb.viewer.ortho_source() {
         let name = source.title();
         return (0..3u8)
@@ -193,12 +348,35 @@ fn caption(wb: &Workbench, title: &str, slot: Slot) -> String {
     }
 }
 
+/// The zoom level (screen pixels per image pixel, in %), 1:1 and fit.
+fn zoom_controls(ui: &mut Ui, wb: &mut Workbench) {
+    let scale = wb.viewer.fit_scale;
+    if let Some(fit) = scale {
+        ui.monospace(format!("zoom {:.0} %", 100.0 * fit * wb.viewer.view.zoom))
+            .on_hover_text("screen pixels per image pixel (scroll zooms, drag pans)");
+    }
+    if ui
+        .add_enabled(scale.is_some(), egui::Button::new("1:1").small())
+        .on_hover_text("one image pixel per screen pixel")
+        .clicked()
+        && let Some(fit) = scale
+    {
+        let range = super::image_pane::ZOOM_RANGE;
+        wb.viewer.view.zoom = (1.0 / fit).clamp(*range.start(), *range.end());
+    }
+    if ui
+        .small_button("fit")
+        .on_hover_text("the whole image in its pane (double-click a pane)")
+        .clicked()
+    {
+        wb.viewer.view = Default::default();
+    }
+}
+
 fn header(ui: &mut Ui, wb: &mut Workbench) {
     ui.horizontal(|ui| {
         ui.strong("Live view");
-        if ui.small_button("reset zoom").clicked() {
-            wb.viewer.view = Default::default();
-        }
+        zoom_controls(ui, wb);
         let n_ops = wb.doc.preset.physics.len().max(1);
         if n_ops > 1 {
             let l = ui.label("measurement #");
@@ -243,6 +421,9 @@ fn header(ui: &mut Ui, wb: &mut Workbench) {
         }
         if wb.viewer.profile.is_some() && ui.small_button("clear profile").clicked() {
             wb.viewer.profile = None;
+        }
+        if wb.viewer.roi.is_some() && ui.small_button("clear box").clicked() {
+            wb.viewer.roi = None;
         }
     });
 }
@@ -319,7 +500,8 @@ fn readout(ui: &mut Ui, wb: &Workbench, panes: &[(String, Slot)]) {
     let Some((_, uv)) = wb.viewer.hover else {
         ui.label(
             RichText::new(
-                "move the mouse over an image for its values; Shift+drag for a line profile",
+                "move the mouse over an image for its values; Shift+drag for a line profile, \
+                 Ctrl+drag for a box's statistics (Profile tab)",
             )
             .weak(),
         );
@@ -373,4 +555,30 @@ fn ortho_readout(ui: &mut Ui, wb: &Workbench, axis: u8, uv: egui::Pos2) {
         point[2],
         values.join(", ")
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_gives_the_largest_images_and_stays_in_the_room() {
+        // Four square panes on a wide, low area: one row.
+        let wide = fit_grid(4, Vec2::new(1600.0, 500.0), 1.0, 8.0, 40.0);
+        assert_eq!(wide.columns, 4);
+        // On a tall, narrow one: 2×2.
+        let tall = fit_grid(4, Vec2::new(700.0, 1000.0), 1.0, 8.0, 40.0);
+        assert_eq!(tall.columns, 2);
+        // Five panes never overflow the width.
+        for room in [Vec2::new(900.0, 400.0), Vec2::new(600.0, 1200.0)] {
+            let g = fit_grid(5, room, 0.75, 8.0, 40.0);
+            let used = g.columns as f32 * g.pane.x + 8.0 * (g.columns - 1) as f32;
+            assert!(used <= room.x + 0.01, "{g:?} in {room:?}");
+        }
+        // One pane takes the whole room.
+        assert_eq!(
+            fit_grid(1, Vec2::new(800.0, 600.0), 1.0, 8.0, 40.0).pane.x,
+            800.0
+        );
+    }
 }

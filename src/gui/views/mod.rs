@@ -19,7 +19,7 @@ mod training;
 
 use egui::Ui;
 
-pub(crate) use live::panes;
+pub(crate) use live::all_panes;
 
 use super::Workbench;
 
@@ -49,7 +49,7 @@ pub fn views() -> Vec<Box<dyn View>> {
         Box::new(live::LiveView),
         Box::new(plots::QualityView),
         Box::new(plots::TimingView),
-        Box::new(profile::ProfileView),
+        Box::new(profile::ProfileView::default()),
         Box::new(report::ReportView::default()),
         Box::new(fwi::FwiModelView),
         Box::new(fwi::FwiCurvesView),

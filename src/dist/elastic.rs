@@ -1,0 +1,537 @@
+//! Elastic runs (`--elastic`): the rendezvous through which the ranks that survive a lost rank form
+//! the next generation of their group, and the re-plan of operators and tiles over them.
+//!
+//! The launcher ([`super::launch`]) is the authority on membership: it is every rank's parent, so
+//! it knows for certain which processes are gone. It hosts a [`Coordinator`] (a rendezvous store that
+//! outlives every rank); after a failed generation each survivor checks in ([`Member::rejoin`]) with
+//! the last iteration it completed, and the launcher publishes a [`Verdict`]: the next generation's
+//! [`Plan`] (members in the order of their old rank, a fresh port for the new group's own store, the
+//! iteration to resume from: the minimum that the survivors completed) or a stop. Each rank keeps
+//! its *slot* (its rank in generation 0) for life; its rank in a generation is its place in the
+//! plan's members. Design: `docs/ELASTIC.md`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::denoise::{TileAssignment, assign_tiles};
+use super::env::{RankInfo, RankSource};
+use super::store::{StoreClient, StoreServer};
+use super::wire;
+use crate::error::{Error, Result};
+use crate::tiling::TilePlan;
+
+/// The launcher's coordinator address, set in the rank processes of an elastic run.
+pub const STORE_ENV: &str = "TESSERA_ELASTIC_STORE";
+/// A rank process's slot: its rank in generation 0, kept for life.
+pub const SLOT_ENV: &str = "TESSERA_ELASTIC_SLOT";
+/// Test hook: `rank:iteration[:point]` makes that rank (numbered as when the run started) kill
+/// itself (SIGKILL), once.
+pub const DIE_AT_ENV: &str = "TESSERA_TEST_DIE_AT";
+
+/// What a survivor tells the launcher after its generation failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkin {
+    /// The last iteration this rank completed (0: none), whose iterate it holds along with the one
+    /// before it.
+    pub completed_iteration: usize,
+    /// What this rank saw fail.
+    pub failure: String,
+}
+
+/// The next generation of an elastic group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// 0 is the group the launcher started; each recovery adds one.
+    pub generation: u32,
+    /// The members' slots in the order of their rank in the previous generation: the new rank of a
+    /// slot is its position here.
+    pub members: Vec<usize>,
+    /// The ranks (of the previous generation) that were lost, and their slots.
+    pub lost_ranks: Vec<usize>,
+    pub lost_slots: Vec<usize>,
+    /// Port of the new group's own rendezvous store, hosted by its rank 0.
+    pub master_port: u16,
+    /// The iteration every member resumes after (the minimum the survivors completed).
+    pub resume_from: usize,
+}
+
+impl Plan {
+    /// The new rank of `slot` (`None`: not a member).
+    pub fn rank_of(&self, slot: usize) -> Option<usize> {
+        self.members.iter().position(|&s| s == slot)
+    }
+
+    /// How `slot` joins the new generation on this host.
+    pub fn rank_info(&self, slot: usize) -> Result<RankInfo> {
+        let rank = self.rank_of(slot).ok_or_else(|| {
+            Error::Internal(format!(
+                "slot {slot} is not a member of generation {} ({:?})",
+                self.generation, self.members
+            ))
+        })?;
+        let world = self.members.len();
+        Ok(RankInfo {
+            rank,
+            world_size: world,
+            local_rank: rank,
+            local_world_size: world,
+            master_addr: "127.0.0.1".into(),
+            master_port: self.master_port,
+            source: RankSource::Torchrun,
+        })
+    }
+}
+
+/// The launcher's answer to a failed generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Verdict {
+    Continue(Plan),
+    /// The run cannot go on (fewer than `min_ranks` remain, or the group failed without losing a
+    /// rank); every rank stops with this reason.
+    Stop {
+        reason: String,
+    },
+}
+
+fn checkin_key(generation: u32, slot: usize) -> String {
+    format!("elastic/{generation}/checkin/{slot}")
+}
+
+fn verdict_key(generation: u32) -> String {
+    format!("elastic/{generation}/verdict")
+}
+
+/// A rank's side of the elastic rendezvous.
+pub struct Member {
+    client: StoreClient,
+    pub slot: usize,
+    /// The generation this rank is in now.
+    pub generation: u32,
+    /// How long a survivor waits for the launcher's verdict.
+    verdict_timeout: Duration,
+}
+
+impl Member {
+    /// The member this process is, from the launcher's environment (`None`: not an elastic run).
+    pub fn from_env(timeout: Duration) -> Result<Option<Member>> {
+        let (Ok(addr), Ok(slot)) = (std::env::var(STORE_ENV), std::env::var(SLOT_ENV)) else {
+            return Ok(None);
+        };
+        let slot = slot
+            .parse()
+            .map_err(|_| Error::config(SLOT_ENV, format!("`{slot}` is not a rank")))?;
+        Ok(Some(Member {
+            client: StoreClient::connect(&addr, timeout)?,
+            slot,
+            generation: 0,
+            verdict_timeout: timeout,
+        }))
+    }
+
+    /// Checks in for the next generation after this one failed, and waits for the launcher's plan.
+    /// A stop comes back as [`Error::PeerLost`] naming a lost rank and the reason.
+    pub fn rejoin(&mut self, completed_iteration: usize, failure: &Error) -> Result<Plan> {
+        let next = self.generation + 1;
+        let checkin = Checkin {
+            completed_iteration,
+            failure: failure.to_string(),
+        };
+        self.client
+            .set(&checkin_key(next, self.slot), &wire::encode(&checkin)?)?;
+        let bytes = self.client.get(&verdict_key(next), self.verdict_timeout)?;
+        let verdict: Verdict = wire::decode_from(0, "elastic verdict", &bytes)?;
+        match verdict {
+            Verdict::Continue(plan) if plan.rank_of(self.slot).is_some() => {
+                self.generation = next;
+                Ok(plan)
+            }
+            Verdict::Continue(plan) => Err(Error::Internal(format!(
+                "the launcher left slot {} out of generation {next} ({:?})",
+                self.slot, plan.members
+            ))),
+            Verdict::Stop { reason } => Err(Error::PeerLost {
+                rank: self.slot,
+                how: format!("is in a group that cannot go on: {reason}"),
+            }),
+        }
+    }
+}
+
+/// The launcher's side: the store that outlives every rank and the members of each generation.
+pub struct Coordinator {
+    server: StoreServer,
+    client: StoreClient,
+    /// Slots of the current generation, in rank order.
+    members: Vec<usize>,
+    generation: u32,
+    min_ranks: usize,
+}
+
+impl Coordinator {
+    /// Starts the coordinator of a group of `world` slots that may shrink to `min_ranks`.
+    pub fn start(world: usize, min_ranks: usize) -> Result<Coordinator> {
+        if min_ranks == 0 || min_ranks > world {
+            return Err(Error::config(
+                "distributed.min_ranks",
+                format!("must be between 1 and the number of ranks ({world}), got {min_ranks}"),
+            ));
+        }
+        let server = StoreServer::bind("127.0.0.1:0")?;
+        let client = StoreClient::connect(&server.addr().to_string(), Duration::from_secs(10))?;
+        Ok(Coordinator {
+            server,
+            client,
+            members: (0..world).collect(),
+            generation: 0,
+            min_ranks,
+        })
+    }
+
+    /// The address ranks reach it at ([`STORE_ENV`]).
+    pub fn addr(&self) -> String {
+        self.server.addr().to_string()
+    }
+
+    pub fn members(&self) -> &[usize] {
+        &self.members
+    }
+
+    /// Which of `slots` have checked in for the next generation, with what they said.
+    pub fn checked_in(&mut self, slots: &[usize]) -> Result<BTreeMap<usize, Checkin>> {
+        let next = self.generation + 1;
+        let mut found = BTreeMap::new();
+        for &slot in slots {
+            let key = checkin_key(next, slot);
+            if self
+                .client
+                .wait(std::slice::from_ref(&key), Duration::ZERO)?
+                .is_ok()
+            {
+                let bytes = self.client.get(&key, Duration::from_secs(1))?;
+                found.insert(slot, wire::decode_from(slot, "elastic check-in", &bytes)?);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Decides the next generation from the survivors' check-ins (every live member's) and
+    /// publishes it; `master_port` is the new group's store port.
+    pub fn publish(
+        &mut self,
+        survivors: &BTreeMap<usize, Checkin>,
+        master_port: u16,
+    ) -> Result<Verdict> {
+        let next = self.generation + 1;
+        let verdict = decide(next, &self.members, survivors, self.min_ranks, master_port);
+        self.client
+            .set(&verdict_key(next), &wire::encode(&verdict)?)?;
+        if let Verdict::Continue(plan) = &verdict {
+            self.members = plan.members.clone();
+            self.generation = next;
+        }
+        Ok(verdict)
+    }
+}
+
+/// The verdict on generation `generation` given the previous members and the survivors'
+/// check-ins (pure, for tests).
+pub fn decide(
+    generation: u32,
+    members: &[usize],
+    survivors: &BTreeMap<usize, Checkin>,
+    min_ranks: usize,
+    master_port: u16,
+) -> Verdict {
+    // (rank in the previous generation, slot) of the members kept and lost.
+    let (kept, lost): (Vec<_>, Vec<_>) = members
+        .iter()
+        .copied()
+        .enumerate()
+        .partition(|(_, slot)| survivors.contains_key(slot));
+    let lost_ranks: Vec<usize> = lost.iter().map(|&(r, _)| r).collect();
+    let lost_slots: Vec<usize> = lost.iter().map(|&(_, s)| s).collect();
+    if lost.is_empty() {
+        let failure = survivors
+            .values()
+            .next()
+            .map(|c| c.failure.clone())
+            .unwrap_or_default();
+        return Verdict::Stop {
+            reason: format!("the group failed without losing a rank ({failure})"),
+        };
+    }
+    if kept.len() < min_ranks {
+        return Verdict::Stop {
+            reason: format!(
+                "rank(s) {lost_ranks:?} were lost and only {} remain, fewer than min_ranks = \
+                 {min_ranks}",
+                kept.len()
+            ),
+        };
+    }
+    let resume_from = survivors
+        .values()
+        .map(|c| c.completed_iteration)
+        .min()
+        .unwrap_or(0);
+    Verdict::Continue(Plan {
+        generation,
+        members: kept.into_iter().map(|(_, s): (usize, usize)| s).collect(),
+        lost_ranks,
+        lost_slots,
+        master_port,
+        resume_from,
+    })
+}
+
+/// Who owns what in one generation: operators and tiles per rank.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// Operator indices per rank.
+    pub operators: Vec<Vec<usize>>,
+    /// Tile indices per rank (empty without distributed tiles).
+    pub tiles: Vec<Vec<usize>>,
+}
+
+impl Assignment {
+    /// The assignment `DistributedStack` and `DistributedTiledDenoiser` make on `world` ranks.
+    pub fn over(
+        world: usize,
+        operators: usize,
+        tiles: Option<(&TilePlan, TileAssignment)>,
+    ) -> Assignment {
+        let mut by_rank = vec![Vec::new(); world];
+        for i in 0..operators {
+            by_rank[super::physics::owner(i, world)].push(i);
+        }
+        let mut tiles_by_rank = vec![Vec::new(); world];
+        if let Some((plan, how)) = tiles {
+            for (tile, rank) in assign_tiles(plan, world, how).into_iter().enumerate() {
+                tiles_by_rank[rank].push(tile);
+            }
+        }
+        Assignment {
+            operators: by_rank,
+            tiles: tiles_by_rank,
+        }
+    }
+}
+
+/// Where [`DIE_AT_ENV`] makes a rank die in its iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiePoint {
+    /// Before the iteration's first collective.
+    Start,
+    /// Inside the denoiser call.
+    Denoiser,
+}
+
+/// The test hook [`DIE_AT_ENV`]: rank `rank` of generation 0 dies in iteration `iteration`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DieAt {
+    pub rank: usize,
+    pub iteration: usize,
+    pub point: DiePoint,
+}
+
+impl DieAt {
+    /// Parses `rank:iteration[:start|denoiser]`.
+    pub fn parse(text: &str) -> Result<DieAt> {
+        let bad = || {
+            Error::config(
+                DIE_AT_ENV,
+                format!("`{text}` is not rank:iteration[:start|denoiser]"),
+            )
+        };
+        let parts: Vec<&str> = text.split(':').collect();
+        let (rank, iteration, point) = match parts[..] {
+            [r, i] => (r, i, DiePoint::Start),
+            [r, i, "start"] => (r, i, DiePoint::Start),
+            [r, i, "denoiser"] => (r, i, DiePoint::Denoiser),
+            _ => return Err(bad()),
+        };
+        Ok(DieAt {
+            rank: rank.parse().map_err(|_| bad())?,
+            iteration: iteration.parse().map_err(|_| bad())?,
+            point,
+        })
+    }
+
+    /// The hook for rank `rank` (numbered as when the run started) when it names that rank; read
+    /// only by rank processes a launcher started (the caller checks).
+    pub fn from_env(rank: usize) -> Result<Option<DieAt>> {
+        let Ok(text) = std::env::var(DIE_AT_ENV) else {
+            return Ok(None);
+        };
+        let die = DieAt::parse(&text)?;
+        Ok((die.rank == rank).then_some(die))
+    }
+
+    /// Dies (SIGKILL to this process, as an outside kill would) when `iteration` at `point` is the
+    /// one named.
+    pub fn check(&self, iteration: usize, point: DiePoint) {
+        if iteration == self.iteration && point == self.point {
+            tracing::warn!(
+                "{DIE_AT_ENV}: rank {} dies in iteration {iteration} ({point:?})",
+                self.rank
+            );
+            // SAFETY: kill(2) of this very process.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tiling::{Extent, TilingConfig, TilingKind};
+    use proptest::prelude::*;
+
+    fn checkin(k: usize) -> Checkin {
+        Checkin {
+            completed_iteration: k,
+            failure: "rank 2 closed its connection".into(),
+        }
+    }
+
+    #[test]
+    fn survivors_keep_their_order_and_resume_from_the_least_completed_iteration() {
+        let survivors = BTreeMap::from([(0, checkin(7)), (3, checkin(6)), (1, checkin(7))]);
+        let Verdict::Continue(plan) = decide(1, &[0, 1, 2, 3], &survivors, 1, 4000) else {
+            panic!("expected a plan");
+        };
+        assert_eq!(plan.members, vec![0, 1, 3]);
+        assert_eq!((&plan.lost_ranks, &plan.lost_slots), (&vec![2], &vec![2]));
+        assert_eq!(plan.resume_from, 6);
+        assert_eq!(plan.rank_of(3), Some(2));
+        assert_eq!(plan.rank_info(3).unwrap().world_size, 3);
+    }
+
+    #[test]
+    fn a_group_below_min_ranks_or_without_a_loss_stops() {
+        let one = BTreeMap::from([(1, checkin(3))]);
+        assert!(matches!(
+            decide(1, &[0, 1, 2], &one, 2, 1),
+            Verdict::Stop { reason } if reason.contains("min_ranks = 2")
+        ));
+        let all = BTreeMap::from([(0, checkin(3)), (1, checkin(3))]);
+        assert!(matches!(
+            decide(1, &[0, 1], &all, 1, 1),
+            Verdict::Stop { reason } if reason.contains("without losing")
+        ));
+    }
+
+    #[test]
+    fn die_at_parses_its_points_and_refuses_the_rest() {
+        assert_eq!(
+            DieAt::parse("2:5").unwrap(),
+            DieAt {
+                rank: 2,
+                iteration: 5,
+                point: DiePoint::Start
+            }
+        );
+        assert_eq!(
+            DieAt::parse("1:3:denoiser").unwrap().point,
+            DiePoint::Denoiser
+        );
+        for bad in ["", "2", "a:1", "1:2:later", "1:2:3:4"] {
+            assert!(DieAt::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn coordinator_publishes_the_plan_a_member_receives() {
+        let mut coordinator = Coordinator::start(3, 1).unwrap();
+        let mut members: Vec<Member> = (0..3)
+            .map(|slot| Member {
+                client: StoreClient::connect(&coordinator.addr(), Duration::from_secs(5)).unwrap(),
+                slot,
+                generation: 0,
+                verdict_timeout: Duration::from_secs(5),
+            })
+            .collect();
+        members.remove(1);
+        let lost = Error::PeerLost {
+            rank: 1,
+            how: "closed its connection".into(),
+        };
+        let plans = std::thread::scope(|s| {
+            let handles: Vec<_> = members
+                .iter_mut()
+                .map(|m| s.spawn(|| m.rejoin(4, &lost)))
+                .collect();
+            let survivors = loop {
+                let found = coordinator.checked_in(&[0, 1, 2]).unwrap();
+                if found.len() == 2 {
+                    break found;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            coordinator.publish(&survivors, 4321).unwrap();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap())
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(plans[0], plans[1]);
+        assert_eq!(plans[0].members, vec![0, 2]);
+        assert_eq!(plans[0].master_port, 4321);
+        assert_eq!(coordinator.members(), &[0, 2]);
+        assert!(members.iter().all(|m| m.generation == 1));
+    }
+
+    proptest! {
+        /// Any set of survivors, any iteration: every operator and tile is owned exactly once by a
+        /// member of the new generation.
+        #[test]
+        fn replanning_owns_every_operator_and_tile_exactly_once(
+            world in 1usize..9,
+            lost_mask in any::<u16>(),
+            completed in proptest::collection::vec(0usize..50, 8),
+            operators in 1usize..13,
+            size in 40usize..90,
+            tile in 8usize..40,
+            cost_aware in any::<bool>(),
+        ) {
+            let members: Vec<usize> = (0..world).collect();
+            let survivors: BTreeMap<usize, Checkin> = members
+                .iter()
+                .filter(|&&s| lost_mask & (1 << s) == 0)
+                .map(|&s| (s, checkin(completed[s])))
+                .collect();
+            let verdict = decide(1, &members, &survivors, 1, 1);
+            let plan = match verdict {
+                Verdict::Continue(plan) => plan,
+                Verdict::Stop { .. } => {
+                    prop_assert!(survivors.is_empty() || survivors.len() == world);
+                    return Ok(());
+                }
+            };
+            prop_assert_eq!(plan.members.len(), survivors.len());
+            prop_assert_eq!(
+                plan.resume_from,
+                survivors.values().map(|c| c.completed_iteration).min().unwrap()
+            );
+            let tiling = TilingConfig {
+                kind: TilingKind::Overlap,
+                patch_size: Extent::Uniform(tile),
+                overlap: Some(Extent::Uniform(4)),
+                ..TilingConfig::default()
+            };
+            let tile_plan = tiling.build().unwrap().plan(&[size, size + 3]).unwrap();
+            let how = if cost_aware { TileAssignment::CostAware } else { TileAssignment::RoundRobin };
+            let a = Assignment::over(plan.members.len(), operators, Some((&tile_plan, how)));
+            let mut ops: Vec<usize> = a.operators.concat();
+            ops.sort_unstable();
+            prop_assert_eq!(ops, (0..operators).collect::<Vec<_>>());
+            let mut tiles: Vec<usize> = a.tiles.concat();
+            tiles.sort_unstable();
+            prop_assert_eq!(tiles, (0..tile_plan.num_tiles()).collect::<Vec<_>>());
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Elastic runs end to end (`--elastic`, docs/ELASTIC.md): real rank processes, one killed by the
+//! `TESSERA_TEST_DIE_AT` hook at a seeded iteration, the survivors re-forming the group; the outputs
+//! compared byte for byte with an uninterrupted run's.
+
+use std::path::Path;
+use std::process::Output;
+
+#[path = "support/cli.rs"]
+mod support;
+
+use support::{read_json, tessera};
+
+const ITERATIONS: usize = 6;
+
+/// multiblur at a test's size: 8 operators, 6 tiles, PnP.
+fn small(iterations: usize) -> Vec<String> {
+    [
+        "--quiet",
+        "--set",
+        "image.size=[48,64]",
+        "--set",
+        &format!("algorithm.iterations={iterations}"),
+        "--set",
+        "tiling.patch_size=24",
+        "--set",
+        "tiling.overlap=4",
+        "--set",
+        "output.save_measurements=true",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn run_with(args: &[&str], extra: &[String], die_at: Option<&str>, cwd: &Path) -> Output {
+    let mut c = tessera();
+    c.args(args).args(extra).current_dir(cwd);
+    if let Some(d) = die_at {
+        c.env("TESSERA_TEST_DIE_AT", d);
+    }
+    c.output().unwrap()
+}
+
+/// Every file of a run but `metrics.json` (timings differ), by name.
+fn outputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap() != "metrics.json")
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// A seeded iteration in 2..=ITERATIONS-1 (never the first or last, so work is redone and left).
+fn seeded_iteration(seed: u64) -> usize {
+    let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33;
+    2 + (mixed as usize) % (ITERATIONS - 2)
+}
+
+/// Runs the uninterrupted reference (1 rank, no elastic) and the elastic run that loses `rank` at
+/// `point`; checks the bytes and the recovery in metrics.json; returns that metrics.json.
+fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = small(ITERATIONS);
+    let reference = ["run", "multiblur", "--out", "reference"];
+    let o = run_with(&reference, &extra, None, dir.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let k = seeded_iteration(seed);
+    let die = format!("{rank}:{k}:{point}");
+    let elastic = [
+        "run",
+        "multiblur",
+        "--ranks",
+        "3",
+        "--elastic",
+        "--out",
+        "elastic",
+    ];
+    let o = run_with(&elastic, &extra, Some(&die), dir.path());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "die at {die}: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "[launcher] rank {rank} was killed by signal 9 (SIGKILL)"
+        )),
+        "{stderr}"
+    );
+    let want = outputs(&dir.path().join("reference"));
+    let got = outputs(&dir.path().join("elastic"));
+    assert!(
+        want.len() >= 4,
+        "{:?}",
+        want.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        want.iter().map(|f| &f.0).collect::<Vec<_>>(),
+        got.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    for ((name, a), (_, b)) in want.iter().zip(&got) {
+        assert!(a == b, "{name} differs after losing rank {rank} at {die}");
+    }
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 2);
+    assert_eq!(metrics["iterations"], ITERATIONS);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
+    let recoveries = metrics["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    let r = &recoveries[0];
+    assert_eq!(r["lost_slots"], serde_json::json!([rank]));
+    assert_eq!(r["generation"], 1);
+    let resumed = r["resumed_from"].as_u64().unwrap() as usize;
+    // Dying at the start of iteration k: everyone completed k-1; inside iteration k's denoiser
+    // (before its collective): likewise.
+    assert_eq!(resumed, k - 1, "{r}");
+    assert!(r["recovery_secs"].as_f64().unwrap() > 0.0, "{r}");
+    let operators: Vec<u64> = r["assignment"]["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|o| o.as_array().unwrap().iter().map(|i| i.as_u64().unwrap()))
+        .collect();
+    assert_eq!(operators.len(), 8, "{r}");
+    metrics
+}
+
+#[test]
+fn losing_rank_2_before_a_collective_keeps_every_byte() {
+    lose_rank_and_compare(2, "start", 29);
+}
+
+#[test]
+fn losing_rank_1_inside_the_denoiser_keeps_every_byte() {
+    lose_rank_and_compare(1, "denoiser", 7);
+}
+
+#[test]
+fn losing_rank_0_moves_its_role_and_keeps_every_byte() {
+    let metrics = lose_rank_and_compare(0, "start", 3);
+    assert_eq!(
+        metrics["recoveries"][0]["members"],
+        serde_json::json!([1, 2])
+    );
+}
+
+#[test]
+fn below_min_ranks_the_run_stops_and_names_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = small(ITERATIONS);
+    extra.extend(["--set".into(), "distributed.min_ranks=3".into()]);
+    let args = [
+        "run",
+        "multiblur",
+        "--ranks",
+        "3",
+        "--elastic",
+        "--out",
+        "o",
+    ];
+    let stderr = failed_run(&args, &extra, "2:2", dir.path());
+    assert!(stderr.contains("fewer than min_ranks = 3"), "{stderr}");
+}
+
+/// Runs a group that loses a rank and must fail; checks that it left no run folder `o`; returns its
+/// error output.
+fn failed_run(args: &[&str], extra: &[String], die_at: &str, cwd: &Path) -> String {
+    let o = run_with(args, extra, Some(die_at), cwd);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{stderr}");
+    assert!(!cwd.join("o").exists(), "a failed run leaves no folder");
+    stderr
+}
+
+#[test]
+fn without_elastic_a_lost_rank_still_stops_the_group_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["run", "multiblur", "--ranks", "3", "--out", "o"];
+    let stderr = failed_run(&args, &small(ITERATIONS), "2:2", dir.path());
+    assert!(
+        stderr.contains("rank 2 was killed by signal 9 (SIGKILL)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--elastic"), "{stderr}");
+}
+
+#[test]
+fn elastic_without_a_local_group_or_on_mpi_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_with(&["run", "quick", "--elastic"], &small(2), None, dir.path());
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("needs --ranks N"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run_with(
+        &[
+            "run",
+            "quick",
+            "--elastic",
+            "--ranks",
+            "2",
+            "--backend",
+            "mpi",
+        ],
+        &small(2),
+        None,
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ULFM"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn an_elastic_run_without_a_loss_matches_and_records_no_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = small(3);
+    let o = run_with(
+        &["run", "multiblur", "--out", "one"],
+        &extra,
+        None,
+        dir.path(),
+    );
+    assert!(o.status.success());
+    let o = run_with(
+        &[
+            "run",
+            "multiblur",
+            "--ranks",
+            "2",
+            "--elastic",
+            "--out",
+            "two",
+        ],
+        &extra,
+        None,
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        outputs(&dir.path().join("one")),
+        outputs(&dir.path().join("two"))
+    );
+    let metrics = read_json(&dir.path().join("two/metrics.json"));
+    assert!(metrics.get("recoveries").is_none(), "{metrics}");
+}
