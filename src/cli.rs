@@ -50,6 +50,9 @@ pub fn main() -> ExitCode {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                // Colour codes only for a person at a terminal: a rank's stderr is a pipe to the
+                // launcher, and logs are often redirected to files.
+                .with_ansi(colour_logs())
                 .with_filter(filter),
         )
         // Forwards rank 0's logs to workbench clients; inert outside `tessera serve`.
@@ -208,4 +211,11 @@ fn dispatch(command: Command) -> Result<()> {
             train::train(&preset, &set, resume.or(out), &control, quiet, &group)
         }
     }
+}
+
+/// Whether log lines may carry ANSI colour codes: stderr is a terminal and `NO_COLOR` is unset
+/// (<https://no-color.org>).
+fn colour_logs() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

@@ -91,6 +91,11 @@ fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Val
         )),
         "{stderr}"
     );
+    // The ranks' warnings about the loss pass through a pipe: no terminal colour codes in them.
+    assert!(
+        stderr.contains("WARN") && !stderr.contains('\u{1b}'),
+        "colour codes or no warning in piped logs: {stderr:?}"
+    );
     let want = outputs(&dir.path().join("reference"));
     let got = outputs(&dir.path().join("elastic"));
     assert!(
