@@ -3495,3 +3495,362 @@ fn escape_before_the_job_is_accepted_stops_it_once_accepted() {
     });
     assert_eq!(h.state().session.state(), &JobState::Running { job: 6 });
 }
+
+/// The yellow line segments drawn last frame (the line profile) and the alpha of each.
+fn profile_strokes(h: &Harness<'_, Workbench>) -> Vec<u8> {
+    h.output()
+        .shapes
+        .iter()
+        .filter_map(|c| match &c.shape {
+            egui::Shape::LineSegment { stroke, .. } => {
+                let [r, g, b, a] = stroke.color.to_array();
+                (r > 0 && r == g && b == 0).then_some(a)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The Layers menu holds each overlay's visibility and opacity: the line profile drawn over the
+/// panes fades with its opacity and goes with its checkbox, and the crosshair, box and patch map
+/// are listed beside it.
+#[test]
+fn the_layers_menu_hides_and_fades_the_overlays() {
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::Measurement(0), 0.0, 1.0),
+    ]);
+    h.state_mut()
+        .set_profile(Some((egui::pos2(0.2, 0.5), egui::pos2(0.8, 0.5))));
+    h.run_steps(2);
+    let opaque = profile_strokes(&h);
+    assert!(
+        !opaque.is_empty() && opaque.iter().all(|a| *a == 255),
+        "{opaque:?}"
+    );
+
+    h.get_by_role_and_label(Role::Button, "layers").click();
+    h.run_steps(2);
+    for name in ["patch map", "line profile", "box", "crosshair"] {
+        assert!(
+            h.query_by_role_and_label(Role::CheckBox, name).is_some(),
+            "{name}"
+        );
+    }
+    // The profile's opacity, two keyboard steps down (0.05 each).
+    h.get_all_by_role_and_label(Role::Slider, "opacity")
+        .nth(1)
+        .unwrap()
+        .focus();
+    h.run_steps(1);
+    h.key_press(egui::Key::ArrowLeft);
+    h.key_press(egui::Key::ArrowLeft);
+    h.run_steps(2);
+    let layers = h.state().viewer().layers;
+    assert!(
+        (layers.profile.opacity - 0.9).abs() < 1e-4,
+        "{:?}",
+        layers.profile
+    );
+    let faded = profile_strokes(&h);
+    assert!(
+        !faded.is_empty() && faded.iter().all(|a| (228..=231).contains(a)),
+        "{faded:?}"
+    );
+    h.get_by_role_and_label(Role::CheckBox, "line profile")
+        .click();
+    h.run_steps(2);
+    assert!(!h.state().viewer().layers.profile.visible);
+    assert_eq!(profile_strokes(&h), Vec::<u8>::new(), "hidden");
+    // Hidden is not cleared: the profile and its curves stay.
+    assert!(h.state().viewer().profile.is_some());
+    assert!(!h.state().profile_curves().is_empty());
+}
+
+/// Linked contrast: the panes of one quantity (reconstruction and ground truth) are drawn with
+/// one window — in auto, spanning both images' own windows; a window typed in one pane applies to
+/// the other — while a measurement keeps its own; reset returns every pane to auto contrast, and
+/// unlinking gives each pane its own auto window again.
+#[test]
+fn linked_contrast_shares_a_window_per_quantity_and_reset_returns_to_auto() {
+    use tessera::gui::preview::{Contrast, Slot};
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::GroundTruth, 0.0, 0.5),
+        (PreviewKind::Measurement(0), 0.0, 10.0),
+    ]);
+    let drawn = |wb: &Workbench, slot| wb.viewer().shown[&slot].range;
+    let unlinked_truth = drawn(h.state(), Slot::GroundTruth);
+    assert!(unlinked_truth.1 <= 0.5, "{unlinked_truth:?}");
+
+    h.get_by_role_and_label(Role::CheckBox, "link contrast")
+        .click();
+    step_until(&mut h, "one window for both images", |wb| {
+        let (r, t) = (drawn(wb, Slot::Reconstruction), drawn(wb, Slot::GroundTruth));
+        r == t && r.1 > 0.9
+    });
+    let window = drawn(h.state(), Slot::Reconstruction);
+    assert!(window.0 < 0.02, "{window:?}");
+    let measurement = drawn(h.state(), Slot::Measurement(0));
+    assert!(
+        measurement.1 > 9.0,
+        "the measurement keeps its own: {measurement:?}"
+    );
+    // The panes' menus still say auto contrast: the shared window is the auto one.
+    let chosen = |wb: &Workbench, slot| {
+        wb.viewer()
+            .chosen_display_of(slot, wb.app_state.display)
+            .contrast
+    };
+    assert_eq!(chosen(h.state(), Slot::GroundTruth), Contrast::Auto);
+
+    // A window typed in the reconstruction's menu goes to the ground truth too.
+    h.get_all_by_role_and_label(Role::Button, "display")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::CheckBox, "auto contrast (1–99 %)")
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::SpinButton, "low").focus();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::SpinButton, "low")
+        .type_text("0.25");
+    h.key_press(egui::Key::Enter);
+    h.run_steps(2);
+    h.key_press(egui::Key::Escape);
+    step_until(&mut h, "the typed window on both", |wb| {
+        drawn(wb, Slot::GroundTruth).0 == 0.25 && drawn(wb, Slot::Reconstruction).0 == 0.25
+    });
+    assert!(matches!(
+        chosen(h.state(), Slot::GroundTruth),
+        Contrast::Range { lo, .. } if lo == 0.25
+    ));
+    assert!(drawn(h.state(), Slot::Measurement(0)).1 > 9.0);
+
+    // Reset: auto again, the shared one while linked.
+    h.get_by_role_and_label(Role::Button, "reset contrast")
+        .click();
+    step_until(&mut h, "auto contrast, linked", |wb| {
+        drawn(wb, Slot::GroundTruth) == window && drawn(wb, Slot::Reconstruction) == window
+    });
+    assert_eq!(chosen(h.state(), Slot::Reconstruction), Contrast::Auto);
+    // Unlinked: each its own.
+    h.get_by_role_and_label(Role::CheckBox, "link contrast")
+        .click();
+    step_until(&mut h, "each pane's own window", |wb| {
+        drawn(wb, Slot::GroundTruth) == unlinked_truth
+    });
+}
+
+/// With five panes (reconstruction, measurement, ground truth, difference, a compared run) each
+/// pane's name shows whole: its display and full-size controls are icons over the pane, and
+/// what is cut first is the caption's detail (size, folder), which shows whole on hover.
+#[test]
+fn pane_names_are_whole_with_five_panes() {
+    use egui_kittest::kittest::NodeT;
+    use tessera::gui::history::Purpose;
+    use tessera::gui::preview::Slot;
+    let (mut h, _end) = after_a_run(&[
+        (PreviewKind::Reconstruction, 0.0, 1.0),
+        (PreviewKind::GroundTruth, 0.0, 0.5),
+        (PreviewKind::Measurement(0), 0.0, 1.0),
+    ]);
+    let root = tempfile::tempdir().unwrap();
+    let other = root.path().join("20261123-110000-quick-1");
+    std::fs::create_dir_all(&other).unwrap();
+    tessera::io::write_npy(
+        &other.join("reconstruction.npy"),
+        &tessera::Tensor::full(&[1, 1, 32, 32], 0.5),
+    )
+    .unwrap();
+    std::fs::write(
+        other.join("metrics.json"),
+        r#"{"name": "quick", "iterations": 10}"#,
+    )
+    .unwrap();
+    h.get_by_role_and_label(Role::CheckBox, "difference").click();
+    h.run_steps(2);
+    h.state_mut().open_run(&other, Purpose::Compare);
+    step_until(&mut h, "five panes", |wb| wb.shown(Slot::Difference).is_some());
+    h.run_steps(2);
+    let font = egui::TextStyle::Body.resolve(&h.ctx.global_style());
+    let names = [
+        "Reconstruction",
+        "Measurement",
+        "Ground truth",
+        "Reconstruction − compared run",
+        "Compared:",
+    ];
+    for name in names {
+        let width = h.ctx.fonts_mut(|f| {
+            f.layout_no_wrap(name.to_string(), font.clone(), egui::Color32::WHITE)
+                .size()
+                .x
+        });
+        let caption = h
+            .query_all_by_label_contains(name)
+            .filter(|n| n.accesskit_node().role() == Role::Label)
+            .min_by(|a, b| a.rect().min.y.total_cmp(&b.rect().min.y))
+            .unwrap_or_else(|| panic!("a caption starting {name}"));
+        assert!(
+            caption.rect().width() + 0.5 >= width,
+            "{name}: {} of {width} points shown",
+            caption.rect().width()
+        );
+    }
+    assert_eq!(h.get_all_by_role_and_label(Role::Button, "full").count(), 5);
+    assert_eq!(
+        h.get_all_by_role_and_label(Role::Button, "display").count(),
+        5
+    );
+}
+
+/// A run folder as a run writes it, whose `metrics.json` records `preset` (TOML).
+fn run_folder_with_preset(
+    root: &Path,
+    name: &str,
+    preset: &str,
+    stopped: bool,
+) -> std::path::PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    tessera::io::write_npy(
+        &dir.join("reconstruction.npy"),
+        &tessera::Tensor::from_fn(&[1, 1, 16, 24], |i| (i % 24) as f32),
+    )
+    .unwrap();
+    let metrics = serde_json::json!({
+        "name": "quick",
+        "iterations": 5,
+        "stopped_early": stopped,
+        "reconstruction": {"psnr_db": 30.5},
+        "preset": preset,
+    });
+    std::fs::write(dir.join("metrics.json"), metrics.to_string()).unwrap();
+    dir
+}
+
+/// The run browser: each run with a thumbnail and its input's name; notes typed on a run are
+/// kept in its folder's notes.txt and leave its outputs as they were; the list filters by text
+/// and status; delete asks first, removes that run's folder and nothing else, and a failed delete
+/// says why.
+#[test]
+fn the_run_browser_shows_thumbnails_inputs_notes_filters_and_deletes_one_run() {
+    let root = tempfile::tempdir().unwrap();
+    let cells = run_folder_with_preset(
+        root.path(),
+        "20250101-120000-quick-1",
+        "[image]\npath = \"photos/cells.png\"\n",
+        false,
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    let sample = run_folder_with_preset(
+        root.path(),
+        "20250101-120500-quick-2",
+        "[image]\nsample = \"natural\"\n",
+        true,
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    let third = run_folder_with_preset(
+        root.path(),
+        "20250101-121000-quick-3",
+        "[image]\nsample = \"natural\"\n",
+        false,
+    );
+    std::fs::write(root.path().join("keep.txt"), "not a run").unwrap();
+    let outputs_before: Vec<Vec<u8>> = ["reconstruction.npy", "metrics.json"]
+        .iter()
+        .map(|f| std::fs::read(cells.join(f)).unwrap())
+        .collect();
+    let (link, _end) = ChannelBackend::pair("test backend");
+    let mut h = harness(Workbench::new(WorkbenchOptions {
+        starter: starter(vec![link]),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+        output_root: Some(root.path().to_path_buf()),
+    }));
+    step_until(&mut h, "the runs", |wb| wb.runs.runs.len() == 3);
+    h.get_by_role_and_label(Role::Button, "Runs").click();
+    h.run_steps(2);
+    for run in ["20250101-120000-quick-1", "20250101-120500-quick-2"] {
+        assert!(
+            h.query_by_label(&format!("thumbnail of {run}")).is_some(),
+            "{run}"
+        );
+    }
+    assert!(h.query_by_label("cells.png").is_some());
+    assert_eq!(h.query_all_by_label("sample natural").count(), 2);
+
+    // Notes, committed with Enter.
+    let notes = h.get_by_label("notes of 20250101-120000-quick-1");
+    notes.focus();
+    h.run_steps(1);
+    h.get_by_label("notes of 20250101-120000-quick-1")
+        .type_text("sharp edges");
+    h.key_press(egui::Key::Enter);
+    h.run_steps(2);
+    assert_eq!(
+        std::fs::read_to_string(cells.join("notes.txt")).unwrap(),
+        "sharp edges"
+    );
+    let outputs_after: Vec<Vec<u8>> = ["reconstruction.npy", "metrics.json"]
+        .iter()
+        .map(|f| std::fs::read(cells.join(f)).unwrap())
+        .collect();
+    assert!(outputs_after == outputs_before, "the outputs are untouched");
+    assert_eq!(h.state().runs.runs[2].notes, "sharp edges");
+
+    // Filter by the notes' words, then by status.
+    h.get_by_role_and_label(Role::TextInput, "filter").focus();
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::TextInput, "filter")
+        .type_text("SHARP");
+    h.run_steps(2);
+    assert!(h.query_by_label("1 of 3 runs match").is_some());
+    assert!(h.query_by_label("notes of 20250101-120500-quick-2").is_none());
+    h.get_by_role_and_label(Role::Button, "clear filter").click();
+    h.run_steps(2);
+    h.get_by_label("status filter").click();
+    h.run_steps(2);
+    h.get_by_label("stopped").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("1 of 3 runs match").is_some());
+    assert!(h.query_by_label("notes of 20250101-120500-quick-2").is_some());
+    h.get_by_role_and_label(Role::Button, "clear filter").click();
+    h.run_steps(2);
+
+    // Delete the middle run: asked first, then only its folder goes.
+    h.get_all_by_role_and_label(Role::Button, "delete")
+        .nth(1)
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    assert!(sample.exists(), "not before the confirmation");
+    h.get_by_role_and_label(Role::Button, "Delete the run").click();
+    h.run_steps(2);
+    assert!(!sample.exists());
+    assert!(cells.join("notes.txt").is_file() && third.is_dir());
+    assert!(root.path().join("keep.txt").is_file());
+    assert_eq!(h.state().runs.runs.len(), 2);
+
+    // A run gone from the disk meanwhile: the deletion fails and says why; the list keeps it.
+    std::fs::remove_dir_all(&third).unwrap();
+    h.get_all_by_role_and_label(Role::Button, "delete")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Button, "Delete the run").click();
+    h.run_steps(2);
+    assert!(
+        h.query_by_label_contains("could not delete it: reading the run folder failed")
+            .is_some()
+    );
+    h.get_by_role_and_label(Role::Button, "Cancel").click();
+    h.run_steps(2);
+    assert!(cells.is_dir() && root.path().join("keep.txt").is_file());
+}

@@ -22,7 +22,7 @@ use super::panels::{EditorPanel, editor_panels};
 use super::preview::{Display, PaneDisplay, Pump, PumpMsg, PumpOut, Slot};
 use super::session::{JobState, Session};
 use super::settings::AppState;
-use super::viewer::Viewer;
+use super::viewer::{Quantity, Viewer};
 use super::views::{Place, View, views};
 use crate::preset::{LoadedPreset, Preset};
 use crate::protocol::{JobId, LogLevel, PatchMap, Request};
@@ -979,20 +979,77 @@ impl Workbench {
         self.sync_displays(None);
     }
 
-    /// One pane's own display settings (the default ones remove them).
+    /// One pane's own display settings (the default ones remove them). With linked contrast,
+    /// its contrast goes to every pane of the same quantity.
     pub fn set_pane_display(&mut self, slot: Slot, pane: PaneDisplay) {
-        if pane == PaneDisplay::default() {
-            self.viewer.displays.remove(&slot);
-        } else {
-            self.viewer.displays.insert(slot, pane);
+        let before = self.viewer.displays.get(&slot).copied().unwrap_or_default();
+        let linked = self.viewer.contrast_linked && pane.contrast != before.contrast;
+        let set = |viewer: &mut Viewer, slot: Slot, pane: PaneDisplay| {
+            if pane == PaneDisplay::default() {
+                viewer.displays.remove(&slot);
+            } else {
+                viewer.displays.insert(slot, pane);
+            }
+        };
+        set(&mut self.viewer, slot, pane);
+        if !linked {
+            self.sync_displays(Some(slot));
+            return;
         }
-        self.sync_displays(Some(slot));
+        let quantity = Quantity::of(slot);
+        for other in self.display_slots() {
+            if other != slot && Quantity::of(other) == quantity {
+                let mut d = self.viewer.displays.get(&other).copied().unwrap_or_default();
+                d.contrast = pane.contrast;
+                set(&mut self.viewer, other, d);
+            }
+        }
+        self.sync_displays(None);
     }
 
-    /// Tells the pump how each pane (or `only` one) maps the previews to come, and maps what is on
-    /// screen again.
-    fn sync_displays(&mut self, only: Option<Slot>) {
-        let default = self.app_state.display;
+    /// Links or unlinks the panes' contrast (see [`Viewer::contrast_linked`]).
+    pub fn set_contrast_linked(&mut self, linked: bool) {
+        self.viewer.contrast_linked = linked;
+        self.viewer.update_linked_windows();
+        self.sync_displays(None);
+    }
+
+    /// Every pane back to auto contrast (each keeps its colormap and channel).
+    pub fn reset_contrast(&mut self) {
+        let slots: Vec<Slot> = self.viewer.displays.keys().copied().collect();
+        for slot in slots {
+            let mut d = self.viewer.displays[&slot];
+            d.contrast = None;
+            if d == PaneDisplay::default() {
+                self.viewer.displays.remove(&slot);
+            } else {
+                self.viewer.displays.insert(slot, d);
+            }
+        }
+        self.viewer.update_linked_windows();
+        self.sync_displays(None);
+    }
+
+    /// Maps again the panes whose linked window moved (a new preview widened or narrowed it).
+    fn sync_linked_windows(&mut self) {
+        let changed = self.viewer.update_linked_windows();
+        if changed.is_empty() {
+            return;
+        }
+        for slot in self.display_slots() {
+            if changed.contains(&Quantity::of(slot)) {
+                let d = self.viewer.display_of(slot, self.app_state.display);
+                self.pump.send(PumpMsg::SetDisplay(slot, d));
+                if self.viewer.shown.contains_key(&slot) {
+                    self.viewer
+                        .remap(&self.pump, self.app_state.display, Some(slot));
+                }
+            }
+        }
+    }
+
+    /// The slots a display can be set for: the document's panes and whatever is on screen.
+    fn display_slots(&self) -> Vec<Slot> {
         let mut slots = vec![
             Slot::Reconstruction,
             Slot::GroundTruth,
@@ -1007,7 +1064,14 @@ impl Workbench {
                 slots.push(*s);
             }
         }
-        for slot in slots.into_iter().filter(|s| only.is_none_or(|o| o == *s)) {
+        slots
+    }
+
+    /// Tells the pump how each pane (or `only` one) maps the previews to come, and maps what is on
+    /// screen again.
+    fn sync_displays(&mut self, only: Option<Slot>) {
+        let default = self.app_state.display;
+        for slot in self.display_slots().into_iter().filter(|s| only.is_none_or(|o| o == *s)) {
             let d = self.viewer.display_of(slot, default);
             self.pump.send(PumpMsg::SetDisplay(slot, d));
         }
@@ -1168,6 +1232,47 @@ impl Workbench {
         }
     }
 
+    /// Saves the notes of the run in `folder` (beside its outputs, which stay untouched); false
+    /// (and the reason in the log) when they could not be saved.
+    pub fn save_run_notes(&mut self, folder: &Path, notes: &str) -> bool {
+        match super::history::save_notes(folder, notes) {
+            Ok(()) => {
+                if let Some(r) = self.runs.runs.iter_mut().find(|r| r.folder == folder) {
+                    r.notes = notes.to_string();
+                }
+                true
+            }
+            Err(e) => {
+                self.session
+                    .log(LogLevel::Error, format!("the notes were not saved: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Deletes the run in `folder` (its folder only; see [`super::history::delete_run`]) and
+    /// takes it off the list.
+    pub fn delete_run(&mut self, folder: &Path) -> crate::Result<()> {
+        let root = self.runs.root.clone();
+        if let Err(e) = super::history::delete_run(folder, root.as_deref(), &self.runs.this_window)
+        {
+            self.session
+                .log(LogLevel::Error, format!("the run was not deleted: {e}"));
+            return Err(e);
+        }
+        self.session
+            .log(LogLevel::Info, format!("deleted the run {}", folder.display()));
+        self.runs.runs.retain(|r| r.folder != folder);
+        self.runs.this_window.remove(folder);
+        if self.runs.compared.as_deref() == Some(folder) {
+            self.stop_comparing();
+        }
+        if self.runs.shown.as_deref() == Some(folder) {
+            self.runs.shown = None;
+        }
+        Ok(())
+    }
+
     pub fn stop_comparing(&mut self) {
         self.runs.compared = None;
         self.viewer.shown.remove(&Slot::Compare);
@@ -1304,6 +1409,9 @@ impl Workbench {
                     }
                 }
             }
+        }
+        if self.viewer.contrast_linked {
+            self.sync_linked_windows();
         }
         if difference {
             self.request_difference();

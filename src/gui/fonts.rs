@@ -31,6 +31,10 @@ mod tests {
     const NOTATION: &str = "Aᵀy Σᵢ wᵢ‖Aᵢx − yᵢ‖² ∇f σ ≥ 0 ≤ τ → ⌈n/k⌉ ⟨x, y⟩ ∈ √ λ † ₁₂ₖₙ ×…·°";
 
     fn glyphs(install_fonts: bool) -> (bool, bool) {
+        glyphs_of(install_fonts, NOTATION)
+    }
+
+    fn glyphs_of(install_fonts: bool, text: &str) -> (bool, bool) {
         let ctx = egui::Context::default();
         let mut found = (false, false);
         // A headless frame's texture updates have no renderer to go to.
@@ -47,8 +51,8 @@ mod tests {
         frame(&mut |ui| {
             ui.ctx().fonts_mut(|f| {
                 found = (
-                    f.has_glyphs(&FontId::proportional(14.0), NOTATION),
-                    f.has_glyphs(&FontId::monospace(14.0), NOTATION),
+                    f.has_glyphs(&FontId::proportional(14.0), text),
+                    f.has_glyphs(&FontId::monospace(14.0), text),
                 )
             });
         });
@@ -59,5 +63,16 @@ mod tests {
     fn the_notation_has_glyphs_in_both_families() {
         assert_eq!(glyphs(false), (false, false), "egui's defaults lack some");
         assert_eq!(glyphs(true), (true, true));
+    }
+
+    /// The panes' icon buttons draw as icons, not boxes.
+    #[test]
+    fn the_pane_icons_have_glyphs() {
+        let icons = [
+            crate::gui::views::DISPLAY_ICON,
+            crate::gui::views::FULL_ICON,
+        ]
+        .concat();
+        assert!(glyphs_of(true, &icons).0, "{icons}");
     }
 }

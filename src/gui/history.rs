@@ -5,6 +5,10 @@
 //!
 //! Folders are read defensively: a hidden folder is a run still being staged, a folder without a
 //! readable `metrics.json` is not a complete run, and the older `job-N` layout reads the same way.
+//!
+//! The browser adds to each run a thumbnail of its reconstruction, the name of its input (from
+//! the preset it recorded) and the user's notes, kept in [`NOTES_FILE`] beside the outputs (the
+//! only file of a run the workbench writes); deleting a run removes its folder and nothing else.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -12,6 +16,9 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver};
 use std::time::SystemTime;
 
+use egui::ColorImage;
+
+use crate::Error;
 use crate::fwi::FwiPreset;
 use crate::preset::Preset;
 use crate::tensor::Tensor;
@@ -36,7 +43,23 @@ pub struct RunEntry {
     /// A training run (`train.json`), which has no image to compare.
     pub training: bool,
     pub modified: SystemTime,
+    /// What the run reconstructed from, in words (the image's file or sample, the measured data's
+    /// file), from the preset it recorded.
+    pub input: Option<String>,
+    /// The user's notes ([`NOTES_FILE`]; empty without).
+    pub notes: String,
+    /// The reconstruction (a volume's central slice), small, in gray with auto contrast.
+    pub thumbnail: Option<Arc<ColorImage>>,
 }
+
+/// The file in a run's folder that holds the user's notes on it.
+pub const NOTES_FILE: &str = "notes.txt";
+
+/// Longest side of a run's thumbnail, in pixels.
+pub const THUMBNAIL_SIDE: usize = 48;
+
+/// Reconstructions larger than this are not read for a thumbnail (the listing stays quick).
+const THUMBNAIL_MAX_BYTES: u64 = 64 << 20;
 
 impl RunEntry {
     /// Reads `folder/metrics.json` (or a training run's `train.json`); None when the folder is not
@@ -82,6 +105,9 @@ impl RunEntry {
                 result,
                 training: false,
                 modified,
+                input: input_of(&v),
+                notes: read_notes(folder),
+                thumbnail: thumbnail(folder),
             });
         }
         Some(RunEntry {
@@ -94,6 +120,9 @@ impl RunEntry {
             result: None,
             training: false,
             modified,
+            input: input_of(&v),
+            notes: read_notes(folder),
+            thumbnail: thumbnail(folder),
         })
     }
 
@@ -128,6 +157,9 @@ impl RunEntry {
             result: Some(words),
             training: true,
             modified,
+            input: None,
+            notes: read_notes(folder),
+            thumbnail: None,
         })
     }
 
@@ -138,6 +170,168 @@ impl RunEntry {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| self.folder.display().to_string())
     }
+}
+
+/// The run's input in words, from the preset TOML its `metrics.json` records: the image's file
+/// name, the built-in sample, the image sent from the workbench, or the measured data's files.
+fn input_of(metrics: &serde_json::Value) -> Option<String> {
+    let preset: toml::Table = metrics["preset"].as_str()?.parse().ok()?;
+    let file_name = |p: &toml::Value| {
+        let p = Path::new(p.as_str()?);
+        Some(p.file_name().unwrap_or(p.as_os_str()).to_string_lossy().into_owned())
+    };
+    let image = preset.get("image").or(preset.get("model"))?;
+    if let Some(name) = image.get("path").and_then(file_name) {
+        return Some(name);
+    }
+    if let Some(sample) = image.get("sample") {
+        let name = sample
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| sample.to_string());
+        return Some(format!("sample {name}"));
+    }
+    if let Some(name) = image.get("inline").and_then(|v| v.as_str()) {
+        return Some(format!("opened image {name}"));
+    }
+    let measured: Vec<String> = preset
+        .get("measurements")
+        .and_then(|m| m.get("paths"))
+        .and_then(|p| p.as_array())
+        .map(|paths| paths.iter().filter_map(file_name).collect())
+        .unwrap_or_default();
+    (!measured.is_empty()).then(|| format!("measured {}", measured.join(", ")))
+}
+
+/// The notes kept in `folder` (empty when there are none or they cannot be read).
+pub fn read_notes(folder: &Path) -> String {
+    std::fs::read_to_string(folder.join(NOTES_FILE)).unwrap_or_default()
+}
+
+/// Keeps `notes` in `folder`'s [`NOTES_FILE`] (empty notes remove the file). Written to a
+/// temporary file first and renamed over, so a failed write leaves the old notes whole.
+pub fn save_notes(folder: &Path, notes: &str) -> Result<(), Error> {
+    let path = folder.join(NOTES_FILE);
+    if notes.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io("removing the notes", path, e))
+            }
+            _ => Ok(()),
+        };
+    }
+    let staged = folder.join(format!(".{NOTES_FILE}.tmp"));
+    std::fs::write(&staged, notes).map_err(|e| Error::io("writing the notes", &staged, e))?;
+    std::fs::rename(&staged, &path).map_err(|e| {
+        let _ = std::fs::remove_file(&staged);
+        Error::io("saving the notes", &path, e)
+    })
+}
+
+/// Deletes the run in `folder`: that folder and what is in it, nothing else. Refused unless it
+/// is a complete run's own folder (not a link to one, whose target would be left while the user
+/// believes it gone) and, when `root` is given, directly under it or in `also` (this window's
+/// runs elsewhere).
+pub fn delete_run(folder: &Path, root: Option<&Path>, also: &HashSet<PathBuf>) -> Result<(), Error> {
+    let refuse = |reason: &str| Error::Format {
+        path: folder.to_path_buf(),
+        reason: format!("not deleted: {reason}"),
+    };
+    let meta = std::fs::symlink_metadata(folder)
+        .map_err(|e| Error::io("reading the run folder", folder, e))?;
+    if meta.file_type().is_symlink() {
+        return Err(refuse("it is a link to a folder, not a run's own folder"));
+    }
+    if !meta.is_dir() || RunEntry::read(folder).is_none() {
+        return Err(refuse("it is not a complete run's folder"));
+    }
+    let under_root = root.is_some_and(|r| folder.parent() == Some(r));
+    if !under_root && !also.contains(folder) {
+        return Err(refuse("it is not a run of the runs folder or of this window"));
+    }
+    std::fs::remove_dir_all(folder).map_err(|e| Error::io("deleting the run", folder, e))
+}
+
+/// Which runs the browser lists.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFilter {
+    /// Words that the run's folder, preset, input or notes contain (any case).
+    pub text: String,
+    /// Only runs of this preset.
+    pub preset: Option<String>,
+    pub status: StatusFilter,
+}
+
+/// How a run ended, for [`RunFilter`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StatusFilter {
+    #[default]
+    Any,
+    /// Ran to its end.
+    Finished,
+    /// Stopped before its end.
+    Stopped,
+}
+
+impl StatusFilter {
+    pub const ALL: [StatusFilter; 3] = [
+        StatusFilter::Any,
+        StatusFilter::Finished,
+        StatusFilter::Stopped,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StatusFilter::Any => "any status",
+            StatusFilter::Finished => "finished",
+            StatusFilter::Stopped => "stopped",
+        }
+    }
+}
+
+impl RunFilter {
+    pub fn keeps(&self, run: &RunEntry) -> bool {
+        let status = match self.status {
+            StatusFilter::Any => true,
+            StatusFilter::Finished => !run.stopped_early,
+            StatusFilter::Stopped => run.stopped_early,
+        };
+        let text = self.text.trim().to_lowercase();
+        let words = [
+            run.label(),
+            run.name.clone(),
+            run.input.clone().unwrap_or_default(),
+            run.notes.clone(),
+        ]
+        .join("\n")
+        .to_lowercase();
+        status
+            && self.preset.as_ref().is_none_or(|p| *p == run.name)
+            && text.split_whitespace().all(|w| words.contains(w))
+    }
+}
+
+/// The thumbnail of the run in `folder` (None without a readable reconstruction).
+fn thumbnail(folder: &Path) -> Option<Arc<ColorImage>> {
+    let path = ["reconstruction.npy", "reconstruction.nii.gz", "inverted_model.npy"]
+        .iter()
+        .map(|f| folder.join(f))
+        .find(|p| p.is_file())?;
+    if std::fs::metadata(&path).ok()?.len() > THUMBNAIL_MAX_BYTES {
+        return None;
+    }
+    let t = crate::io::read_array(&path).ok()?;
+    let t = match *t.shape() {
+        [h, w] => t.reshape(&[1, 1, h, w]).ok()?,
+        _ => t,
+    };
+    let section = crate::protocol::Section {
+        cut: None,
+        channel: None,
+    };
+    let image = crate::protocol::PreviewImage::of_tensor(&t, section, THUMBNAIL_SIDE)?;
+    let (color, _) = super::preview::colorize(&image, super::preview::Display::default());
+    Some(Arc::new(color))
 }
 
 /// The complete runs directly under `root`, newest first.
@@ -406,5 +600,82 @@ mod tests {
         assert!(arrays.ground_truth.is_none() && arrays.error.is_none());
         let missing = read_arrays(&root.path().join("20250101-120002-quick-3"));
         assert!(missing.error.unwrap().contains("no reconstruction"));
+    }
+
+    fn complete_run(root: &Path, name: &str) -> PathBuf {
+        let d = root.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("metrics.json"),
+            r#"{"name": "quick", "iterations": 3, "preset": "[image]\npath = \"a/b.png\""}"#,
+        )
+        .unwrap();
+        d
+    }
+
+    #[test]
+    fn deleting_a_run_removes_its_folder_only_and_refuses_anything_else() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let run = complete_run(root.path(), "r1");
+        let outside = complete_run(elsewhere.path(), "r2");
+        let not_a_run = root.path().join("plain");
+        std::fs::create_dir_all(&not_a_run).unwrap();
+        let none = HashSet::new();
+        let refused = |folder: &Path, also: &HashSet<PathBuf>| {
+            delete_run(folder, Some(root.path()), also)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(refused(&not_a_run, &none).contains("not a complete run"));
+        assert!(refused(&outside, &none).contains("not a run of the runs folder"));
+        #[cfg(unix)]
+        {
+            let link = root.path().join("link");
+            std::os::unix::fs::symlink(&outside, &link).unwrap();
+            assert!(refused(&link, &none).contains("a link"));
+            assert!(outside.join("metrics.json").is_file(), "the link's target stays");
+        }
+        delete_run(&run, Some(root.path()), &none).unwrap();
+        assert!(!run.exists() && not_a_run.is_dir());
+        // A run of this window outside the root.
+        let also = HashSet::from([outside.clone()]);
+        delete_run(&outside, Some(root.path()), &also).unwrap();
+        assert!(!outside.exists() && elsewhere.path().is_dir());
+    }
+
+    #[test]
+    fn notes_are_kept_beside_the_outputs_and_the_filter_reads_them() {
+        let root = tempfile::tempdir().unwrap();
+        let run = complete_run(root.path(), "20250101-quick-1");
+        save_notes(&run, "edges ringing").unwrap();
+        assert_eq!(read_notes(&run), "edges ringing");
+        let entry = RunEntry::read(&run).unwrap();
+        assert_eq!(entry.input.as_deref(), Some("b.png"));
+        assert_eq!(entry.notes, "edges ringing");
+        let names: Vec<String> = std::fs::read_dir(&run)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "metrics.json and notes.txt only: {names:?}");
+        let keeps = |f: RunFilter| f.keeps(&entry);
+        assert!(keeps(RunFilter {
+            text: "RINGING b.png".into(),
+            ..RunFilter::default()
+        }));
+        assert!(!keeps(RunFilter {
+            text: "blur".into(),
+            ..RunFilter::default()
+        }));
+        assert!(!keeps(RunFilter {
+            status: StatusFilter::Stopped,
+            ..RunFilter::default()
+        }));
+        assert!(!keeps(RunFilter {
+            preset: Some("other".into()),
+            ..RunFilter::default()
+        }));
+        save_notes(&run, "").unwrap();
+        assert!(!run.join(NOTES_FILE).exists());
     }
 }

@@ -192,6 +192,8 @@ pub struct Mapped {
     /// The contrast window that was applied.
     pub range: (f32, f32),
     pub histogram: Histogram,
+    /// The image's own 1st–99th percentile window (linked contrast joins the panes' ones).
+    pub auto_range: (f32, f32),
     /// Size of the image before downsampling (width, height).
     pub full_size: (u32, u32),
 }
@@ -369,7 +371,15 @@ fn mapped_arc(
     display: Display,
 ) -> PumpOut {
     let (color, range) = colorize(&raw, display);
+    // An auto window is the image's own; a fixed one says nothing of the image.
+    let own_auto = display.contrast == Contrast::Auto && display.colormap != Colormap::Diverging;
+    let auto_range = if own_auto {
+        range
+    } else {
+        auto_range(&raw.pixels)
+    };
     PumpOut::Mapped(Mapped {
+        auto_range,
         slot,
         job,
         iteration,

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use egui::{ColorImage, Rect, TextureHandle, TextureOptions, Vec2};
 
-use super::preview::{Display, Histogram, Mapped, PaneDisplay, Pump, PumpMsg, Slot};
+use super::preview::{
+    Contrast, Display, Histogram, Mapped, PaneDisplay, Pump, PumpMsg, Slot,
+};
 use super::timeline::Timeline;
 use crate::protocol::{PreviewImage, Section};
 use crate::tensor::Tensor;
@@ -24,6 +26,9 @@ pub struct Shown {
     /// The colours on screen, for export.
     pub color: Arc<ColorImage>,
     pub range: (f32, f32),
+    /// The image's own auto window (1st–99th percentile), whatever window it is drawn with: linked
+    /// contrast joins these.
+    pub auto_range: (f32, f32),
     pub histogram: Histogram,
     pub iteration: usize,
     pub full_size: (u32, u32),
@@ -69,6 +74,76 @@ pub struct VolumeCursor {
 
 pub use super::preview::AXIS_NAMES;
 
+/// How one overlay drawn over the images shows: napari's layer visibility and opacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Layer {
+    pub visible: bool,
+    /// 0 (transparent) to 1.
+    pub opacity: f32,
+}
+
+impl Layer {
+    const fn shown(opacity: f32) -> Layer {
+        Layer {
+            visible: true,
+            opacity,
+        }
+    }
+
+    /// The opacity to draw with, None when hidden (or fully transparent).
+    pub fn drawn(self) -> Option<f32> {
+        let opacity = self.opacity.clamp(0.0, 1.0);
+        (self.visible && opacity > 0.0).then_some(opacity)
+    }
+}
+
+/// The overlays over the panes, each with its visibility and opacity (the Layers menu).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Layers {
+    /// Which rank denoises which tile (the fill; outlines follow at twice its opacity).
+    pub patch_map: Layer,
+    /// The line profile.
+    pub profile: Layer,
+    /// The statistics box.
+    pub roi: Layer,
+    /// Where the orthogonal cuts cross.
+    pub crosshair: Layer,
+}
+
+impl Default for Layers {
+    fn default() -> Self {
+        Layers {
+            patch_map: Layer::shown(0.25),
+            profile: Layer::shown(1.0),
+            roi: Layer::shown(1.0),
+            crosshair: Layer::shown(0.65),
+        }
+    }
+}
+
+/// What a pane's values measure; linked contrast gives panes of one quantity one window. The
+/// reconstruction, ground truth, the opened image, a compared run and orthogonal cuts are of
+/// one quantity (an image's intensity, or an FWI model's velocity); each measurement, the
+/// difference and the gradient are quantities of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quantity {
+    Image,
+    Measurement(usize),
+    Difference,
+    Gradient,
+}
+
+impl Quantity {
+    pub fn of(slot: Slot) -> Quantity {
+        match slot {
+            Slot::Measurement(i) => Quantity::Measurement(i),
+            Slot::Difference => Quantity::Difference,
+            Slot::Gradient => Quantity::Gradient,
+            _ => Quantity::Image,
+        }
+    }
+}
+
 /// The state of the image panes.
 #[derive(Default)]
 pub struct Viewer {
@@ -76,9 +151,13 @@ pub struct Viewer {
     /// Arrays slots are cut from (when the workbench holds them).
     pub arrays: HashMap<Slot, Arc<Tensor>>,
     pub view: SharedView,
-    pub show_patch_map: bool,
-    /// The patch map's fill opacity (0..1).
-    pub patch_map_opacity: f32,
+    /// The overlays' visibility and opacity.
+    pub layers: Layers,
+    /// Linked contrast: panes of one [`Quantity`] share one window (a window set in one pane
+    /// applies to all of them; in auto, the window spans each one's 1–99 %). Unlinked: per pane.
+    pub contrast_linked: bool,
+    /// The linked auto windows the panes were last mapped with, per quantity.
+    linked_windows: HashMap<Quantity, (f32, f32)>,
     pub cursor: VolumeCursor,
     /// Per-pane display settings of the document on screen (the window's default applies to
     /// what a pane does not set).
@@ -106,16 +185,65 @@ pub struct Viewer {
 
 impl Viewer {
     pub fn new() -> Viewer {
-        Viewer {
-            show_patch_map: true,
-            patch_map_opacity: 0.25,
-            ..Viewer::default()
+        Viewer::default()
+    }
+
+    /// The display `slot` is drawn with: [`Viewer::chosen_display_of`], where linked auto contrast
+    /// becomes the window its quantity shares.
+    pub fn display_of(&self, slot: Slot, default: Display) -> Display {
+        let d = self.chosen_display_of(slot, default);
+        match self.linked_windows.get(&Quantity::of(slot)) {
+            Some(&(lo, hi)) if d.contrast == Contrast::Auto && self.contrast_linked => Display {
+                contrast: Contrast::Range { lo, hi },
+                ..d
+            },
+            _ => d,
         }
     }
 
-    /// The display settings of `slot` over the window's `default`. Signed quantities (a
-    /// difference, a gradient) default to the diverging map, white at zero.
-    pub fn display_of(&self, slot: Slot, default: Display) -> Display {
+    /// The shared auto window of `quantity` now: from the lowest to the highest of its panes'
+    /// own 1–99 % windows (None with fewer than two panes, or when unlinked).
+    fn linked_window(&self, quantity: Quantity) -> Option<(f32, f32)> {
+        if !self.contrast_linked {
+            return None;
+        }
+        let mut of_quantity = self
+            .shown
+            .iter()
+            .filter(|(slot, _)| Quantity::of(**slot) == quantity)
+            .map(|(_, s)| s.auto_range);
+        let first = of_quantity.next()?;
+        let (window, n) = of_quantity.fold((first, 1), |((lo, hi), n), (a, b)| {
+            ((lo.min(a), hi.max(b)), n + 1)
+        });
+        (n >= 2).then_some(window)
+    }
+
+    /// Brings the linked windows up to date with the panes on screen; returns the quantities whose
+    /// window changed (their panes need mapping again).
+    pub fn update_linked_windows(&mut self) -> Vec<Quantity> {
+        let mut quantities: Vec<Quantity> = self.shown.keys().map(|s| Quantity::of(*s)).collect();
+        quantities.extend(self.linked_windows.keys().copied());
+        quantities.sort_by_key(|q| format!("{q:?}"));
+        quantities.dedup();
+        let mut changed = Vec::new();
+        for q in quantities {
+            let now = self.linked_window(q);
+            if now != self.linked_windows.get(&q).copied() {
+                match now {
+                    Some(w) => self.linked_windows.insert(q, w),
+                    None => self.linked_windows.remove(&q),
+                };
+                changed.push(q);
+            }
+        }
+        changed
+    }
+
+    /// The display settings chosen for `slot` over the window's `default` (its display menu
+    /// shows these). Signed quantities (a difference, a gradient) default to the diverging map,
+    /// white at zero.
+    pub fn chosen_display_of(&self, slot: Slot, default: Display) -> Display {
         let base = match slot {
             Slot::Difference | Slot::Gradient => diverging(default),
             _ => default,
@@ -361,6 +489,7 @@ impl Viewer {
         self.view = SharedView::default();
         self.maximized = None;
         self.displays.clear();
+        self.linked_windows.clear();
         self.profile = None;
         self.roi = None;
         self.hover = None;
@@ -395,6 +524,7 @@ impl Viewer {
                 s.color = m.color;
                 s.raw = m.raw;
                 s.range = m.range;
+                s.auto_range = m.auto_range;
                 s.histogram = m.histogram;
             }
             None => {
@@ -410,6 +540,7 @@ impl Viewer {
                         raw: m.raw,
                         color: m.color,
                         range: m.range,
+                        auto_range: m.auto_range,
                         histogram: m.histogram,
                         iteration: m.iteration,
                         full_size: m.full_size,

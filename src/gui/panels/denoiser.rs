@@ -43,7 +43,7 @@ impl EditorPanel for DenoiserPanel {
             for w in &wb.doc.warnings {
                 ui.colored_label(ui.visuals().warn_fg_color, w);
             }
-            ui.checkbox(&mut wb.viewer.show_patch_map, "show patch map");
+            ui.checkbox(&mut wb.viewer.layers.patch_map.visible, "show patch map");
             patch_map_legend(ui, wb);
         }
         changed

@@ -14,12 +14,18 @@ use crate::gui::Workbench;
 use crate::gui::dialogs::DialogKind;
 use crate::gui::preview::{Colormap, Contrast, Slot};
 
+/// The menu's icon (compact: a pane's caption keeps its room for the title); its accessible
+/// name is "display".
+pub const DISPLAY_ICON: &str = "◑";
+
 /// The menu button of `slot`'s pane (nothing while the pane is empty).
 pub fn display_menu(ui: &mut Ui, wb: &mut Workbench, slot: Slot) {
     let Some(s) = wb.viewer.shown.get(&slot) else {
         return;
     };
-    let before = wb.viewer.display_of(slot, wb.app_state.display);
+    // The menu edits what was chosen; the window drawn (a linked one, in auto) shows beside it.
+    let before = wb.viewer.chosen_display_of(slot, wb.app_state.display);
+    let drawn = wb.viewer.display_of(slot, wb.app_state.display);
     let mut d = before;
     let channels = s.raw.channels;
     let histogram = s.histogram.clone();
@@ -28,7 +34,9 @@ pub fn display_menu(ui: &mut Ui, wb: &mut Workbench, slot: Slot) {
     let mut export = false;
     let mut reset = false;
     let config = MenuConfig::new().close_behavior(PopupCloseBehavior::CloseOnClickOutside);
-    MenuButton::new("display").config(config).ui(ui, |ui| {
+    let (button, _) = MenuButton::new(DISPLAY_ICON)
+        .config(config)
+        .ui(ui, |ui| {
         let mut auto = d.contrast == Contrast::Auto;
         if ui.checkbox(&mut auto, "auto contrast (1–99 %)").changed() {
             d.contrast = if auto {
@@ -40,9 +48,11 @@ pub fn display_menu(ui: &mut Ui, wb: &mut Workbench, slot: Slot) {
                 }
             };
         }
-        let (mut lo_v, mut hi_v) = match d.contrast {
-            Contrast::Range { lo, hi } => (lo, hi),
-            Contrast::Auto => range,
+        let (mut lo_v, mut hi_v) = match (d.contrast, drawn.contrast) {
+            (Contrast::Range { lo, hi }, _) | (Contrast::Auto, Contrast::Range { lo, hi }) => {
+                (lo, hi)
+            }
+            (Contrast::Auto, Contrast::Auto) => range,
         };
         Plot::new(("histogram", format!("{slot:?}")))
             .height(90.0)
@@ -128,6 +138,9 @@ pub fn display_menu(ui: &mut Ui, wb: &mut Workbench, slot: Slot) {
             ui.close();
         }
     });
+    button
+        .accessible_name("display")
+        .on_hover_text("display: contrast, colormap, channel, export");
     if reset {
         wb.set_pane_display(slot, Default::default());
     } else if d != before {

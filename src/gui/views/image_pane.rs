@@ -5,7 +5,7 @@
 use egui::{Color32, Pos2, Rect, Sense, Stroke, Ui, Vec2};
 
 use crate::gui::patch_map::{self, Drawn};
-use crate::gui::viewer::{SharedView, Shown};
+use crate::gui::viewer::{Layers, SharedView, Shown};
 use crate::protocol::PatchMap;
 
 /// What happened in a pane this frame.
@@ -39,6 +39,9 @@ pub struct Overlays<'a> {
     pub cross: Option<Pos2>,
     /// What an empty pane says (default "—").
     pub empty: Option<&'a str>,
+    /// Visibility and opacity of the crosshair, the profile line and the box (the patch map's
+    /// are in `map`).
+    pub layers: Layers,
 }
 
 /// The zoom range: 1/16 of the fitted size to 64 times it.
@@ -149,8 +152,8 @@ pub fn image_pane(
     {
         out.clicked_uv = Some(to_uv(p));
     }
-    if let Some(c) = overlays.cross {
-        let stroke = Stroke::new(1.0, Color32::from_rgba_unmultiplied(0, 255, 255, 160));
+    if let (Some(c), Some(opacity)) = (overlays.cross, overlays.layers.crosshair.drawn()) {
+        let stroke = Stroke::new(1.0, Color32::from_rgb(0, 255, 255).gamma_multiply(opacity));
         let p = to_screen(c.x, c.y);
         painter.hline(image.x_range(), p.y, stroke);
         painter.vline(p.x, image.y_range(), stroke);
@@ -159,18 +162,18 @@ pub fn image_pane(
         let whole = Rect::from_min_max(to_screen(0.0, 0.0), to_screen(1.0, 1.0));
         out.overlay = Some(patch_map::paint(&painter, whole, image, map, opacity));
     }
-    if let Some((a, b)) = marks.roi {
+    if let (Some((a, b)), Some(opacity)) = (marks.roi, overlays.layers.roi.drawn()) {
         painter.rect_stroke(
             Rect::from_two_pos(to_screen(a.x, a.y), to_screen(b.x, b.y)),
             0.0,
-            Stroke::new(1.5, Color32::from_rgb(0, 220, 255)),
+            Stroke::new(1.5, Color32::from_rgb(0, 220, 255).gamma_multiply(opacity)),
             egui::StrokeKind::Middle,
         );
     }
-    if let Some((a, b)) = marks.profile {
+    if let (Some((a, b)), Some(opacity)) = (marks.profile, overlays.layers.profile.drawn()) {
         painter.line_segment(
             [to_screen(a.x, a.y), to_screen(b.x, b.y)],
-            Stroke::new(2.0, Color32::YELLOW),
+            Stroke::new(2.0, Color32::YELLOW.gamma_multiply(opacity)),
         );
     }
     out

@@ -32,10 +32,10 @@ impl View for LiveView {
         header(ui, wb);
         slice_controls(ui, wb);
         let panes = panes(wb);
-        let overlay_map = if wb.viewer.show_patch_map {
-            wb.patch_map().and_then(Result::ok)
-        } else {
-            None
+        let layers = wb.viewer.layers;
+        let overlay_map = match layers.patch_map.drawn() {
+            Some(_) => wb.patch_map().and_then(Result::ok),
+            None => None,
         };
         let gap = 8.0;
         let readout_h = ui.text_style_height(&egui::TextStyle::Body) * 2.5;
@@ -70,23 +70,12 @@ impl View for LiveView {
                 for (title, slot) in row {
                     ui.vertical(|ui| {
                         ui.set_width(grid.pane.x);
-                        ui.horizontal(|ui| {
-                            display_menu(ui, wb, *slot);
-                            let (label, tip) = if wb.viewer.maximized == Some(*slot) {
-                                ("all", "show every pane again (F)")
-                            } else {
-                                ("full", "this pane alone, full size (F over a pane)")
-                            };
-                            if ui.small_button(label).on_hover_text(tip).clicked() {
-                                toggle_full = Some(*slot);
-                            }
-                            // A long caption is cut, not allowed to push the panes off the window.
-                            ui.add(egui::Label::new(caption(wb, title, *slot)).truncate());
-                        });
+                        pane_caption(ui, wb, title, *slot, grid.pane.x);
+                        let pane_rect = egui::Rect::from_min_size(ui.cursor().min, grid.pane);
                         let overlay = overlay_map
                             .as_deref()
                             .filter(|_| !matches!(slot, Slot::Measurement(_) | Slot::Difference))
-                            .map(|m| (m, wb.viewer.patch_map_opacity));
+                            .map(|m| (m, layers.patch_map.opacity));
                         let cross = match slot {
                             Slot::Ortho(a) => wb.viewer.ortho_cross(*a),
                             _ => None,
@@ -102,8 +91,12 @@ impl View for LiveView {
                                 map: overlay,
                                 cross,
                                 empty: empty_note(wb, *slot).as_deref(),
+                                layers,
                             },
                         );
+                        if pane_controls(ui, wb, *slot, pane_rect) {
+                            toggle_full = Some(*slot);
+                        }
                         if let Some(uv) = r.hover_uv {
                             hover = Some((*slot, uv));
                         }
@@ -338,6 +331,61 @@ pub(crate) fn all_panes(wb: &Workbench) -> Vec<(String, Slot)> {
     panes
 }
 
+/// The full-size toggle's icon (compact, so that the pane's title keeps the caption's room).
+pub const FULL_ICON: &str = "⛶";
+
+/// A pane's caption over its whole width: the pane's name, then (weaker) what it shows — the
+/// iteration, the size, a compared run's folder — which is cut first when the pane is narrow;
+/// the whole caption shows on hover.
+fn pane_caption(ui: &mut Ui, wb: &Workbench, title: &str, slot: Slot, width: f32) {
+    let text = caption(wb, title, slot);
+    let (name, detail) = match title.split_once(':') {
+        Some((name, _)) => text.split_at(name.len() + 1),
+        None => text.split_at(title.len()),
+    };
+    let font = egui::TextStyle::Body.resolve(ui.style());
+    let format = |color| egui::TextFormat::simple(font.clone(), color);
+    let mut job = egui::text::LayoutJob::default();
+    job.append(name, 0.0, format(ui.visuals().strong_text_color()));
+    job.append(detail, 0.0, format(ui.visuals().weak_text_color()));
+    ui.allocate_ui_with_layout(
+        Vec2::new(width, ui.spacing().interact_size.y),
+        egui::Layout::left_to_right(egui::Align::Center),
+        |ui| {
+            ui.add(egui::Label::new(job).truncate())
+                .on_hover_text(&text);
+        },
+    );
+}
+
+/// A pane's controls, compact icons over its top-right corner (so its caption keeps the width
+/// for the title): the display menu and the full-size toggle, named "display" and "full" (or
+/// "all") for screen readers and tests. Returns whether the toggle was clicked.
+fn pane_controls(ui: &mut Ui, wb: &mut Workbench, slot: Slot, pane: egui::Rect) -> bool {
+    let corner = egui::Rect::from_min_max(
+        egui::pos2(pane.min.x, pane.min.y + 2.0),
+        egui::pos2(pane.max.x - 2.0, pane.min.y + 2.0 + ui.spacing().interact_size.y),
+    );
+    // A child that takes no room in the column: the icons sit over the pane, not below it.
+    let mut ui = ui.new_child(
+        egui::UiBuilder::new()
+            .max_rect(corner)
+            .layout(egui::Layout::right_to_left(egui::Align::Center)),
+    );
+    let (name, tip) = if wb.viewer.maximized == Some(slot) {
+        ("all", "show every pane again (F)")
+    } else {
+        ("full", "this pane alone, full size (F over a pane)")
+    };
+    let toggle = ui
+        .add(egui::Button::new(FULL_ICON).small())
+        .accessible_name(name)
+        .on_hover_text(tip)
+        .clicked();
+    display_menu(&mut ui, wb, slot);
+    toggle
+}
+
 fn caption(wb: &Workbench, title: &str, slot: Slot) -> String {
     match wb.viewer.shown.get(&slot) {
         Some(s) if slot == Slot::Reconstruction && s.iteration > 0 => {
@@ -383,16 +431,24 @@ fn header(ui: &mut Ui, wb: &mut Workbench) {
             ui.add(egui::DragValue::new(&mut wb.viewer.measurement).range(0..=n_ops - 1))
                 .labelled_by(l.id);
         }
-        if wb.doc.preset.tiling.is_some() || wb.session.patch_map.is_some() {
-            ui.checkbox(&mut wb.viewer.show_patch_map, "patch map");
-            if wb.viewer.show_patch_map {
-                ui.add(
-                    egui::Slider::new(&mut wb.viewer.patch_map_opacity, 0.0..=1.0)
-                        .text("opacity")
-                        .fixed_decimals(2),
-                )
-                .on_hover_text("how strongly the ranks' colours tint the image");
-            }
+        layers_menu(ui, wb);
+        let mut linked = wb.viewer.contrast_linked;
+        if ui
+            .checkbox(&mut linked, "link contrast")
+            .on_hover_text(
+                "one window for every pane of the same quantity: reconstruction, ground truth \
+                 and a compared run share one, each measurement has its own",
+            )
+            .changed()
+        {
+            wb.set_contrast_linked(linked);
+        }
+        if ui
+            .small_button("reset contrast")
+            .on_hover_text("every pane back to auto contrast (1–99 %)")
+            .clicked()
+        {
+            wb.reset_contrast();
         }
         if ui
             .checkbox(&mut wb.viewer.show_difference, "difference")
@@ -425,6 +481,43 @@ fn header(ui: &mut Ui, wb: &mut Workbench) {
         if wb.viewer.roi.is_some() && ui.small_button("clear box").clicked() {
             wb.viewer.roi = None;
         }
+    });
+}
+
+/// The Layers menu: visibility and opacity of each overlay drawn over the panes (napari's layer
+/// list): the patch map, the line profile, the statistics box and the orthogonal crosshair.
+fn layers_menu(ui: &mut Ui, wb: &mut Workbench) {
+    use egui::containers::menu::{MenuButton, MenuConfig};
+    let config = MenuConfig::new().close_behavior(egui::PopupCloseBehavior::CloseOnClickOutside);
+    let layers = &mut wb.viewer.layers;
+    MenuButton::new("layers").config(config).ui(ui, |ui| {
+        egui::Grid::new("layers").show(ui, |ui| {
+            for (name, layer, tip) in [
+                (
+                    "patch map",
+                    &mut layers.patch_map,
+                    "which rank denoises which tile; the outlines follow at twice the fill's \
+                     opacity",
+                ),
+                ("line profile", &mut layers.profile, "Shift+drag draws it"),
+                ("box", &mut layers.roi, "Ctrl+drag draws it"),
+                (
+                    "crosshair",
+                    &mut layers.crosshair,
+                    "where the orthogonal cuts cross",
+                ),
+            ] {
+                ui.checkbox(&mut layer.visible, name).on_hover_text(tip);
+                let l = ui.label("opacity");
+                ui.add_enabled(
+                    layer.visible,
+                    egui::Slider::new(&mut layer.opacity, 0.0..=1.0).fixed_decimals(2),
+                )
+                .labelled_by(l.id)
+                .on_hover_text(format!("{name} opacity"));
+                ui.end_row();
+            }
+        });
     });
 }
 

@@ -20,6 +20,8 @@ mod training;
 use egui::Ui;
 
 pub(crate) use live::all_panes;
+#[cfg(test)]
+pub(crate) use {display_menu::DISPLAY_ICON, live::FULL_ICON};
 
 use super::Workbench;
 
@@ -58,6 +60,6 @@ pub fn views() -> Vec<Box<dyn View>> {
         Box::new(training::TrainRanksView),
         Box::new(training::DsnReconstructionsView::default()),
         // Last: a document opens on its own kind's first tab, not on the history.
-        Box::new(runs::RunsView),
+        Box::new(runs::RunsView::default()),
     ]
 }
