@@ -3586,7 +3586,10 @@ fn linked_contrast_shares_a_window_per_quantity_and_reset_returns_to_auto() {
     h.get_by_role_and_label(Role::CheckBox, "link contrast")
         .click();
     step_until(&mut h, "one window for both images", |wb| {
-        let (r, t) = (drawn(wb, Slot::Reconstruction), drawn(wb, Slot::GroundTruth));
+        let (r, t) = (
+            drawn(wb, Slot::Reconstruction),
+            drawn(wb, Slot::GroundTruth),
+        );
         r == t && r.1 > 0.9
     });
     let window = drawn(h.state(), Slot::Reconstruction);
@@ -3670,10 +3673,13 @@ fn pane_names_are_whole_with_five_panes() {
         r#"{"name": "quick", "iterations": 10}"#,
     )
     .unwrap();
-    h.get_by_role_and_label(Role::CheckBox, "difference").click();
+    h.get_by_role_and_label(Role::CheckBox, "difference")
+        .click();
     h.run_steps(2);
     h.state_mut().open_run(&other, Purpose::Compare);
-    step_until(&mut h, "five panes", |wb| wb.shown(Slot::Difference).is_some());
+    step_until(&mut h, "five panes", |wb| {
+        wb.shown(Slot::Difference).is_some()
+    });
     h.run_steps(2);
     let font = egui::TextStyle::Body.resolve(&h.ctx.global_style());
     let names = [
@@ -3811,16 +3817,24 @@ fn the_run_browser_shows_thumbnails_inputs_notes_filters_and_deletes_one_run() {
         .type_text("SHARP");
     h.run_steps(2);
     assert!(h.query_by_label("1 of 3 runs match").is_some());
-    assert!(h.query_by_label("notes of 20250101-120500-quick-2").is_none());
-    h.get_by_role_and_label(Role::Button, "clear filter").click();
+    assert!(
+        h.query_by_label("notes of 20250101-120500-quick-2")
+            .is_none()
+    );
+    h.get_by_role_and_label(Role::Button, "clear filter")
+        .click();
     h.run_steps(2);
     h.get_by_label("status filter").click();
     h.run_steps(2);
     h.get_by_label("stopped").click();
     h.run_steps(2);
     assert!(h.query_by_label("1 of 3 runs match").is_some());
-    assert!(h.query_by_label("notes of 20250101-120500-quick-2").is_some());
-    h.get_by_role_and_label(Role::Button, "clear filter").click();
+    assert!(
+        h.query_by_label("notes of 20250101-120500-quick-2")
+            .is_some()
+    );
+    h.get_by_role_and_label(Role::Button, "clear filter")
+        .click();
     h.run_steps(2);
 
     // Delete the middle run: asked first, then only its folder goes.
@@ -3830,7 +3844,8 @@ fn the_run_browser_shows_thumbnails_inputs_notes_filters_and_deletes_one_run() {
         .click();
     h.run_steps(2);
     assert!(sample.exists(), "not before the confirmation");
-    h.get_by_role_and_label(Role::Button, "Delete the run").click();
+    h.get_by_role_and_label(Role::Button, "Delete the run")
+        .click();
     h.run_steps(2);
     assert!(!sample.exists());
     assert!(cells.join("notes.txt").is_file() && third.is_dir());
@@ -3844,7 +3859,8 @@ fn the_run_browser_shows_thumbnails_inputs_notes_filters_and_deletes_one_run() {
         .unwrap()
         .click();
     h.run_steps(2);
-    h.get_by_role_and_label(Role::Button, "Delete the run").click();
+    h.get_by_role_and_label(Role::Button, "Delete the run")
+        .click();
     h.run_steps(2);
     assert!(
         h.query_by_label_contains("could not delete it: reading the run folder failed")

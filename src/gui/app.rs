@@ -999,7 +999,12 @@ impl Workbench {
         let quantity = Quantity::of(slot);
         for other in self.display_slots() {
             if other != slot && Quantity::of(other) == quantity {
-                let mut d = self.viewer.displays.get(&other).copied().unwrap_or_default();
+                let mut d = self
+                    .viewer
+                    .displays
+                    .get(&other)
+                    .copied()
+                    .unwrap_or_default();
                 d.contrast = pane.contrast;
                 set(&mut self.viewer, other, d);
             }
@@ -1071,7 +1076,11 @@ impl Workbench {
     /// screen again.
     fn sync_displays(&mut self, only: Option<Slot>) {
         let default = self.app_state.display;
-        for slot in self.display_slots().into_iter().filter(|s| only.is_none_or(|o| o == *s)) {
+        for slot in self
+            .display_slots()
+            .into_iter()
+            .filter(|s| only.is_none_or(|o| o == *s))
+        {
             let d = self.viewer.display_of(slot, default);
             self.pump.send(PumpMsg::SetDisplay(slot, d));
         }
@@ -1260,8 +1269,10 @@ impl Workbench {
                 .log(LogLevel::Error, format!("the run was not deleted: {e}"));
             return Err(e);
         }
-        self.session
-            .log(LogLevel::Info, format!("deleted the run {}", folder.display()));
+        self.session.log(
+            LogLevel::Info,
+            format!("deleted the run {}", folder.display()),
+        );
         self.runs.runs.retain(|r| r.folder != folder);
         self.runs.this_window.remove(folder);
         if self.runs.compared.as_deref() == Some(folder) {

@@ -178,7 +178,12 @@ fn input_of(metrics: &serde_json::Value) -> Option<String> {
     let preset: toml::Table = metrics["preset"].as_str()?.parse().ok()?;
     let file_name = |p: &toml::Value| {
         let p = Path::new(p.as_str()?);
-        Some(p.file_name().unwrap_or(p.as_os_str()).to_string_lossy().into_owned())
+        Some(
+            p.file_name()
+                .unwrap_or(p.as_os_str())
+                .to_string_lossy()
+                .into_owned(),
+        )
     };
     let image = preset.get("image").or(preset.get("model"))?;
     if let Some(name) = image.get("path").and_then(file_name) {
@@ -232,7 +237,11 @@ pub fn save_notes(folder: &Path, notes: &str) -> Result<(), Error> {
 /// is a complete run's own folder (not a link to one, whose target would be left while the user
 /// believes it gone) and, when `root` is given, directly under it or in `also` (this window's
 /// runs elsewhere).
-pub fn delete_run(folder: &Path, root: Option<&Path>, also: &HashSet<PathBuf>) -> Result<(), Error> {
+pub fn delete_run(
+    folder: &Path,
+    root: Option<&Path>,
+    also: &HashSet<PathBuf>,
+) -> Result<(), Error> {
     let refuse = |reason: &str| Error::Format {
         path: folder.to_path_buf(),
         reason: format!("not deleted: {reason}"),
@@ -247,7 +256,9 @@ pub fn delete_run(folder: &Path, root: Option<&Path>, also: &HashSet<PathBuf>) -
     }
     let under_root = root.is_some_and(|r| folder.parent() == Some(r));
     if !under_root && !also.contains(folder) {
-        return Err(refuse("it is not a run of the runs folder or of this window"));
+        return Err(refuse(
+            "it is not a run of the runs folder or of this window",
+        ));
     }
     std::fs::remove_dir_all(folder).map_err(|e| Error::io("deleting the run", folder, e))
 }
@@ -313,10 +324,14 @@ impl RunFilter {
 
 /// The thumbnail of the run in `folder` (None without a readable reconstruction).
 fn thumbnail(folder: &Path) -> Option<Arc<ColorImage>> {
-    let path = ["reconstruction.npy", "reconstruction.nii.gz", "inverted_model.npy"]
-        .iter()
-        .map(|f| folder.join(f))
-        .find(|p| p.is_file())?;
+    let path = [
+        "reconstruction.npy",
+        "reconstruction.nii.gz",
+        "inverted_model.npy",
+    ]
+    .iter()
+    .map(|f| folder.join(f))
+    .find(|p| p.is_file())?;
     if std::fs::metadata(&path).ok()?.len() > THUMBNAIL_MAX_BYTES {
         return None;
     }
@@ -634,7 +649,10 @@ mod tests {
             let link = root.path().join("link");
             std::os::unix::fs::symlink(&outside, &link).unwrap();
             assert!(refused(&link, &none).contains("a link"));
-            assert!(outside.join("metrics.json").is_file(), "the link's target stays");
+            assert!(
+                outside.join("metrics.json").is_file(),
+                "the link's target stays"
+            );
         }
         delete_run(&run, Some(root.path()), &none).unwrap();
         assert!(!run.exists() && not_a_run.is_dir());

@@ -11,9 +11,7 @@ use std::sync::Arc;
 
 use egui::{ColorImage, Rect, TextureHandle, TextureOptions, Vec2};
 
-use super::preview::{
-    Contrast, Display, Histogram, Mapped, PaneDisplay, Pump, PumpMsg, Slot,
-};
+use super::preview::{Contrast, Display, Histogram, Mapped, PaneDisplay, Pump, PumpMsg, Slot};
 use super::timeline::Timeline;
 use crate::protocol::{PreviewImage, Section};
 use crate::tensor::Tensor;

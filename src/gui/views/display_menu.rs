@@ -34,9 +34,7 @@ pub fn display_menu(ui: &mut Ui, wb: &mut Workbench, slot: Slot) {
     let mut export = false;
     let mut reset = false;
     let config = MenuConfig::new().close_behavior(PopupCloseBehavior::CloseOnClickOutside);
-    let (button, _) = MenuButton::new(DISPLAY_ICON)
-        .config(config)
-        .ui(ui, |ui| {
+    let (button, _) = MenuButton::new(DISPLAY_ICON).config(config).ui(ui, |ui| {
         let mut auto = d.contrast == Contrast::Auto;
         if ui.checkbox(&mut auto, "auto contrast (1–99 %)").changed() {
             d.contrast = if auto {

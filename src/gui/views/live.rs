@@ -364,7 +364,10 @@ fn pane_caption(ui: &mut Ui, wb: &Workbench, title: &str, slot: Slot, width: f32
 fn pane_controls(ui: &mut Ui, wb: &mut Workbench, slot: Slot, pane: egui::Rect) -> bool {
     let corner = egui::Rect::from_min_max(
         egui::pos2(pane.min.x, pane.min.y + 2.0),
-        egui::pos2(pane.max.x - 2.0, pane.min.y + 2.0 + ui.spacing().interact_size.y),
+        egui::pos2(
+            pane.max.x - 2.0,
+            pane.min.y + 2.0 + ui.spacing().interact_size.y,
+        ),
     );
     // A child that takes no room in the column: the icons sit over the pane, not below it.
     let mut ui = ui.new_child(
@@ -511,7 +514,9 @@ fn layers_menu(ui: &mut Ui, wb: &mut Workbench) {
                 let l = ui.label("opacity");
                 ui.add_enabled(
                     layer.visible,
-                    egui::Slider::new(&mut layer.opacity, 0.0..=1.0).fixed_decimals(2),
+                    egui::Slider::new(&mut layer.opacity, 0.0..=1.0)
+                        .step_by(0.05)
+                        .fixed_decimals(2),
                 )
                 .labelled_by(l.id)
                 .on_hover_text(format!("{name} opacity"));

@@ -78,7 +78,16 @@ impl View for RunsView {
         }
         egui::ScrollArea::vertical().show(ui, |ui| {
             egui::Grid::new("runs").striped(true).show(ui, |ui| {
-                for head in ["", "run", "preset", "input", "ran", "PSNR / result", "notes", ""] {
+                for head in [
+                    "",
+                    "run",
+                    "preset",
+                    "input",
+                    "ran",
+                    "PSNR / result",
+                    "notes",
+                    "",
+                ] {
                     ui.strong(head);
                 }
                 ui.end_row();
