@@ -1325,6 +1325,20 @@ fn files_can_be_typed_or_dropped() {
 }
 
 /// Writes a complete run folder (reconstruction and ground truth filled with constants).
+/// A workbench on a channel backend whose output root (the runs it lists) is `root`.
+fn with_runs_under(root: &Path) -> (Harness<'static, Workbench>, TestEnd) {
+    let (link, end) = ChannelBackend::pair("test backend");
+    let h = harness(Workbench::new(WorkbenchOptions {
+        starter: starter(vec![link]),
+        start_backend: true,
+        preset: None,
+        state_path: None,
+        state: AppState::default(),
+        output_root: Some(root.to_path_buf()),
+    }));
+    (h, end)
+}
+
 fn run_folder(root: &Path, name: &str, recon: f32, truth: f32) -> std::path::PathBuf {
     let dir = root.join(name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -1355,15 +1369,7 @@ fn runs_are_listed_reopened_compared_and_exported() {
     std::thread::sleep(Duration::from_millis(20));
     let b = run_folder(root.path(), "20250101-120500-quick-2", 0.25, 0.5);
     run_folder(root.path(), ".20250101-121000-quick-3.staging", 0.0, 0.0);
-    let (link, _end) = ChannelBackend::pair("test backend");
-    let mut h = harness(Workbench::new(WorkbenchOptions {
-        starter: starter(vec![link]),
-        start_backend: true,
-        preset: None,
-        state_path: None,
-        state: AppState::default(),
-        output_root: Some(root.path().to_path_buf()),
-    }));
+    let (mut h, _end) = with_runs_under(root.path());
     step_until(&mut h, "the runs", |wb| wb.runs.runs.len() == 2);
     let listed: Vec<_> = h
         .state()
@@ -2261,6 +2267,25 @@ fn drawn_with(
         .all(|p| lut.contains(p))
 }
 
+/// Opens the first pane's display menu, turns auto contrast off and types the window's low bound
+/// (the menu stays open).
+fn type_low_bound_in_first_pane(h: &mut Harness<'_, Workbench>, low: &str) {
+    h.get_all_by_role_and_label(Role::Button, "display")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::CheckBox, "auto contrast (1–99 %)")
+        .click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::SpinButton, "low").focus();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::SpinButton, "low")
+        .type_text(low);
+    h.key_press(egui::Key::Enter);
+    h.run_steps(2);
+}
+
 /// A pane's display menu stays open while it is used — colormap and channel are chosen, window
 /// bounds typed — and what a pane does not set follows the window: a pane whose contrast was set
 /// still takes the colormap chosen above the panes afterwards.
@@ -2275,20 +2300,7 @@ fn the_display_menu_works_and_a_pane_follows_the_window_where_it_sets_nothing() 
     let display = |wb: &Workbench, slot| wb.viewer().display_of(slot, wb.app_state.display);
 
     // The reconstruction's window, typed.
-    h.get_all_by_role_and_label(Role::Button, "display")
-        .next()
-        .unwrap()
-        .click();
-    h.run_steps(2);
-    h.get_by_role_and_label(Role::CheckBox, "auto contrast (1–99 %)")
-        .click();
-    h.run_steps(2);
-    h.get_by_role_and_label(Role::SpinButton, "low").focus();
-    h.run_steps(2);
-    h.get_by_role_and_label(Role::SpinButton, "low")
-        .type_text("0.25");
-    h.key_press(egui::Key::Enter);
-    h.run_steps(2);
+    type_low_bound_in_first_pane(&mut h, "0.25");
     assert!(
         matches!(display(h.state(), Slot::Reconstruction).contrast, Contrast::Range { lo, .. } if lo == 0.25),
         "{:?}",
@@ -2523,15 +2535,7 @@ fn reopening_a_run_restores_its_preset_and_document() {
     metrics["preset"] = seven.to_toml().unwrap().into();
     std::fs::write(imaging.join("metrics.json"), metrics.to_string()).unwrap();
 
-    let (link, _end) = ChannelBackend::pair("test backend");
-    let mut h = harness(Workbench::new(WorkbenchOptions {
-        starter: starter(vec![link]),
-        start_backend: true,
-        preset: None,
-        state_path: None,
-        state: AppState::default(),
-        output_root: Some(root.path().to_path_buf()),
-    }));
+    let (mut h, _end) = with_runs_under(root.path());
     step_until(&mut h, "the runs", |wb| wb.runs.runs.len() == 2);
     h.get_by_role_and_label(Role::Button, "tomography3d")
         .click();
@@ -3608,20 +3612,7 @@ fn linked_contrast_shares_a_window_per_quantity_and_reset_returns_to_auto() {
     assert_eq!(chosen(h.state(), Slot::GroundTruth), Contrast::Auto);
 
     // A window typed in the reconstruction's menu goes to the ground truth too.
-    h.get_all_by_role_and_label(Role::Button, "display")
-        .next()
-        .unwrap()
-        .click();
-    h.run_steps(2);
-    h.get_by_role_and_label(Role::CheckBox, "auto contrast (1–99 %)")
-        .click();
-    h.run_steps(2);
-    h.get_by_role_and_label(Role::SpinButton, "low").focus();
-    h.run_steps(2);
-    h.get_by_role_and_label(Role::SpinButton, "low")
-        .type_text("0.25");
-    h.key_press(egui::Key::Enter);
-    h.run_steps(2);
+    type_low_bound_in_first_pane(&mut h, "0.25");
     h.key_press(egui::Key::Escape);
     step_until(&mut h, "the typed window on both", |wb| {
         drawn(wb, Slot::GroundTruth).0 == 0.25 && drawn(wb, Slot::Reconstruction).0 == 0.25
@@ -3770,15 +3761,7 @@ fn the_run_browser_shows_thumbnails_inputs_notes_filters_and_deletes_one_run() {
         .iter()
         .map(|f| std::fs::read(cells.join(f)).unwrap())
         .collect();
-    let (link, _end) = ChannelBackend::pair("test backend");
-    let mut h = harness(Workbench::new(WorkbenchOptions {
-        starter: starter(vec![link]),
-        start_backend: true,
-        preset: None,
-        state_path: None,
-        state: AppState::default(),
-        output_root: Some(root.path().to_path_buf()),
-    }));
+    let (mut h, _end) = with_runs_under(root.path());
     step_until(&mut h, "the runs", |wb| wb.runs.runs.len() == 3);
     h.get_by_role_and_label(Role::Button, "Runs").click();
     h.run_steps(2);
