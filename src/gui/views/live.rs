@@ -332,7 +332,7 @@ pub(crate) fn all_panes(wb: &Workbench) -> Vec<(String, Slot)> {
 }
 
 /// The full-size toggle's icon (compact, so that the pane's title keeps the caption's room).
-pub const FULL_ICON: &str = "⛶";
+pub const FULL_ICON: &str = "□";
 
 /// A pane's caption over its whole width: the pane's name, then (weaker) what it shows — the
 /// iteration, the size, a compared run's folder — which is cut first when the pane is narrow;
