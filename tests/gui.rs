@@ -3547,9 +3547,11 @@ fn the_layers_menu_hides_and_fades_the_overlays() {
         .unwrap()
         .focus();
     h.run_steps(1);
-    h.key_press(egui::Key::ArrowLeft);
-    h.key_press(egui::Key::ArrowLeft);
-    h.run_steps(2);
+    for _ in 0..2 {
+        h.key_press(egui::Key::ArrowLeft);
+        h.run_steps(1);
+    }
+    h.run_steps(1);
     let layers = h.state().viewer().layers;
     assert!(
         (layers.profile.opacity - 0.9).abs() < 1e-4,
@@ -3826,6 +3828,7 @@ fn the_run_browser_shows_thumbnails_inputs_notes_filters_and_deletes_one_run() {
         .unwrap()
         .click();
     h.run_steps(2);
+    h.run_steps(1);
     assert!(sample.exists(), "not before the confirmation");
     h.get_by_role_and_label(Role::Button, "Delete the run")
         .click();

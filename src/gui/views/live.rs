@@ -425,7 +425,8 @@ fn zoom_controls(ui: &mut Ui, wb: &mut Workbench) {
 }
 
 fn header(ui: &mut Ui, wb: &mut Workbench) {
-    ui.horizontal(|ui| {
+    // Wrapped: a row wider than the window would widen the panes' area past it.
+    ui.horizontal_wrapped(|ui| {
         ui.strong("Live view");
         zoom_controls(ui, wb);
         let n_ops = wb.doc.preset.physics.len().max(1);

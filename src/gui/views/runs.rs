@@ -61,7 +61,6 @@ impl View for RunsView {
             return;
         }
         self.filter_bar(ui, &wb.runs.runs);
-        self.confirm_delete(ui, wb);
         let mut action = None;
         let shown: Vec<&RunEntry> = wb
             .runs
@@ -140,6 +139,8 @@ impl View for RunsView {
                 }
             });
         });
+        // After the list, so a delete clicked this frame asks at once.
+        self.confirm_delete(ui, wb);
         match action {
             // Reopening puts the run's preset in the editor, in place of the one there.
             Some(Action::Open(Purpose::Reopen, folder)) => {
