@@ -153,11 +153,10 @@ impl View for RunsView {
                     wb.session.log(LogLevel::Warn, e);
                 }
             }
-            Some(Action::Notes(folder, notes)) => {
-                if wb.save_run_notes(&folder, &notes) {
-                    self.editing.remove(&folder);
-                }
+            Some(Action::Notes(folder, notes)) if wb.save_run_notes(&folder, &notes) => {
+                self.editing.remove(&folder);
             }
+            Some(Action::Notes(..)) => {}
             None => {}
         }
     }
