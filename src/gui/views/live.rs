@@ -11,7 +11,6 @@ use super::{Place, View};
 use crate::gui::Workbench;
 use crate::gui::preview::{Colormap, Slot};
 use crate::gui::viewer::AXIS_NAMES;
-use crate::gui::widgets::combo;
 
 pub struct LiveView;
 
@@ -402,9 +401,30 @@ fn caption(wb: &Workbench, title: &str, slot: Slot) -> String {
 /// The zoom level (screen pixels per image pixel, in %), 1:1 and fit.
 fn zoom_controls(ui: &mut Ui, wb: &mut Workbench) {
     let scale = wb.viewer.fit_scale;
-    if let Some(fit) = scale {
-        ui.monospace(format!("zoom {:.0} %", 100.0 * fit * wb.viewer.view.zoom))
-            .on_hover_text("screen pixels per image pixel (scroll zooms, drag pans)");
+    // As wide as "zoom 10000 %" whatever the number, and there before the first image too: in
+    // the wrapped header a wider label could move a control to another row, which changes the
+    // panes' height, so the fit and this number, and the next frame would lay out differently
+    // again (and a click aimed at the last frame would miss).
+    {
+        let font = egui::TextStyle::Monospace.resolve(ui.style());
+        let width = ui.fonts_mut(|f| {
+            f.layout_no_wrap("zoom 10000 %".to_owned(), font, egui::Color32::WHITE)
+                .size()
+                .x
+        });
+        ui.allocate_ui_with_layout(
+            Vec2::new(width, ui.spacing().interact_size.y),
+            egui::Layout::left_to_right(egui::Align::Center),
+            |ui| {
+                ui.set_min_width(width);
+                let text = match scale {
+                    Some(fit) => format!("zoom {:.0} %", 100.0 * fit * wb.viewer.view.zoom),
+                    None => "zoom –".to_owned(),
+                };
+                ui.monospace(text)
+                    .on_hover_text("screen pixels per image pixel (scroll zooms, drag pans)");
+            },
+        );
     }
     if ui
         .add_enabled(scale.is_some(), egui::Button::new("1:1").small())
@@ -427,6 +447,9 @@ fn zoom_controls(ui: &mut Ui, wb: &mut Workbench) {
 fn header(ui: &mut Ui, wb: &mut Workbench) {
     // Wrapped: a row wider than the window would widen the panes' area past it.
     ui.horizontal_wrapped(|ui| {
+        // Each control keeps its size and goes to the next row whole: a label squeezed into the
+        // end of a row would wrap letter by letter and stand taller and wider than the window.
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
         ui.strong("Live view");
         zoom_controls(ui, wb);
         let n_ops = wb.doc.preset.physics.len().max(1);
@@ -463,19 +486,19 @@ fn header(ui: &mut Ui, wb: &mut Workbench) {
         }
         let mut d = wb.app_state.display;
         let before = d;
-        ui.scope(|ui| {
-            combo(
-                ui,
-                "colormap",
-                &mut d.colormap,
-                &Colormap::ALL.map(|c| (c, c.name())),
-            );
-        })
-        .response
-        .on_hover_text(
-            "for one-channel images; a colour image shows its colours until one channel is \
+        // Not in a scope: a scope takes the rest of the row, so the combo box could not wrap.
+        egui::ComboBox::from_label("colormap")
+            .selected_text(d.colormap.name())
+            .show_ui(ui, |ui| {
+                for c in Colormap::ALL {
+                    ui.selectable_value(&mut d.colormap, c, c.name());
+                }
+            })
+            .response
+            .on_hover_text(
+                "for one-channel images; a colour image shows its colours until one channel is \
              chosen in its display menu",
-        );
+            );
         if d != before {
             wb.set_default_display(d);
         }
