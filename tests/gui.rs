@@ -3846,6 +3846,14 @@ fn the_run_browser_shows_thumbnails_inputs_notes_filters_and_deletes_one_run() {
 
     // A run gone from the disk meanwhile: the deletion fails and says why; the list keeps it.
     std::fs::remove_dir_all(&third).unwrap();
+    // The mouse reaches the button before it clicks, as a user's does: a click sent in one
+    // event with the pointer's jump from where the confirmation was, two frames after it
+    // closed, never reached the button (egui saw no click on it).
+    h.get_all_by_role_and_label(Role::Button, "delete")
+        .next()
+        .unwrap()
+        .hover();
+    h.run_steps(2);
     h.get_all_by_role_and_label(Role::Button, "delete")
         .next()
         .unwrap()
