@@ -19,11 +19,12 @@ use crate::dist::physics::SumOrder;
 use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, ReduceOp, SingleProcess, wire};
 use crate::error::{Error, Result};
+use crate::float::Float;
 use crate::io::{self, RunDir, Staging};
 use crate::optim::adam::TorchAdam;
 use crate::physics::wave::config::acquisition_from_cells;
 use crate::physics::wave::{
-    Acquisition, Gather, GradientOptions, L2Misfit, Precision, Real, Shot, Solver, SolverSettings,
+    Acquisition, Gather, GradientOptions, L2Misfit, Precision, Shot, Solver, SolverSettings,
     VelocityModel,
 };
 use crate::samples::marmousi;
@@ -233,7 +234,7 @@ struct EpochStart {
 
 /// One shot's part of the batch sum, sent by the rank that propagated it (`sum_order = "exact"`).
 #[derive(Deserialize)]
-#[serde(bound = "T: Real")]
+#[serde(bound = "T: Float")]
 struct ShotPart<T> {
     /// The shot's position in the batch.
     position: u64,
@@ -245,7 +246,7 @@ struct ShotPart<T> {
 
 /// [`ShotPart`] as its sender writes it, borrowing the results (the same bytes on the wire).
 #[derive(Serialize)]
-#[serde(bound = "T: Real")]
+#[serde(bound = "T: Float")]
 struct ShotPartRef<'a, T> {
     position: u64,
     loss: f64,
@@ -467,7 +468,7 @@ fn decode_setup(bytes: &[u8]) -> Result<Setup> {
 }
 
 /// FNV-1a of the model's bytes.
-fn model_hash<T: Real>(model: &[T]) -> u64 {
+fn model_hash<T: Float>(model: &[T]) -> u64 {
     let mut bytes = Vec::with_capacity(model.len() * T::BYTES);
     for v in model {
         v.put_le(&mut bytes);
@@ -477,7 +478,7 @@ fn model_hash<T: Real>(model: &[T]) -> u64 {
     })
 }
 
-fn rel_error<T: Real>(v: &[T], truth: &[f64]) -> f64 {
+fn rel_error<T: Float>(v: &[T], truth: &[f64]) -> f64 {
     let num: f64 = v
         .iter()
         .zip(truth)
@@ -487,7 +488,7 @@ fn rel_error<T: Real>(v: &[T], truth: &[f64]) -> f64 {
     (num / den).sqrt()
 }
 
-fn to_f32<T: Real>(v: &[T]) -> Vec<f32> {
+fn to_f32<T: Float>(v: &[T]) -> Vec<f32> {
     v.iter().map(|x| x.to_f64() as f32).collect()
 }
 
@@ -517,7 +518,7 @@ fn step_ratio_warning(dt_s: f64, step_ratio: usize, nt: usize) -> Option<String>
 }
 
 /// The numbers [`crate::memory::fwi`] sizes a run by, for this preset and its loaded `setup`.
-fn memory_size<T: Real>(
+fn memory_size<T: Float>(
     preset: &FwiPreset,
     setup: &Setup,
     solver: &Solver<T>,
@@ -560,7 +561,7 @@ fn memory_size<T: Real>(
 }
 
 #[allow(clippy::too_many_lines)]
-fn run_typed<T: Real>(
+fn run_typed<T: Float>(
     preset: &FwiPreset,
     base_dir: &Path,
     staging: Option<Staging>,
