@@ -981,7 +981,12 @@ fn solve_and_report(
             return Err(e);
         }
     };
-    let solve_secs = generation_secs + carried.generations.iter().map(|g| g.solve_secs).sum::<f64>();
+    let solve_secs = generation_secs
+        + carried
+            .generations
+            .iter()
+            .map(|g| g.solve_secs)
+            .sum::<f64>();
     let history = carried.history.clone();
     let gradient_secs = history.iter().map(|h| h.times.gradient_secs).sum();
     let denoiser_secs = history.iter().map(|h| h.times.denoiser_secs).sum();

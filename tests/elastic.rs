@@ -137,7 +137,10 @@ fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Val
     assert_eq!(generations.len(), 2, "{generations:?}");
     let field = |g: &serde_json::Value, f: &str| g[f].as_u64().unwrap() as usize;
     assert_eq!(
-        [field(&generations[0], "world_size"), field(&generations[1], "world_size")],
+        [
+            field(&generations[0], "world_size"),
+            field(&generations[1], "world_size")
+        ],
         [3, 2]
     );
     assert_eq!(field(&generations[0], "last_iteration"), resumed);
@@ -148,7 +151,10 @@ fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Val
         .map(|g| g["solve_secs"].as_f64().unwrap())
         .sum();
     let solve_secs = metrics["solve_secs"].as_f64().unwrap();
-    assert!((solve_secs - summed).abs() < 1e-9, "{solve_secs} vs {summed}");
+    assert!(
+        (solve_secs - summed).abs() < 1e-9,
+        "{solve_secs} vs {summed}"
+    );
     for r in metrics["ranks"].as_array().unwrap() {
         let listed: Vec<u64> = r["iterations"]
             .as_array()
@@ -368,7 +374,11 @@ fn lose_fwi_rank_and_compare(rank: usize, epoch: usize, point: &str) -> serde_js
     assert_eq!(recoveries.len(), 1, "{recoveries:?}");
     let r = &recoveries[0];
     assert_eq!(r["lost_slots"], serde_json::json!([rank]));
-    assert_eq!(r["resumed_from"].as_u64().unwrap() as usize, epoch - 1, "{r}");
+    assert_eq!(
+        r["resumed_from"].as_u64().unwrap() as usize,
+        epoch - 1,
+        "{r}"
+    );
     // 4 shots over 2 ranks.
     assert_eq!(
         r["assignment"]["batch_positions"],
@@ -413,7 +423,15 @@ fn fwi_elastic_refuses_the_rank_count_dependent_all_reduce_by_name() {
     let mut extra = small_fwi();
     extra.extend(["--set".into(), "fwi.sum_order=\"all_reduce\"".into()]);
     let o = run_with(
-        &["run", "fwi_marmousi", "--ranks", "3", "--elastic", "--out", "o"],
+        &[
+            "run",
+            "fwi_marmousi",
+            "--ranks",
+            "3",
+            "--elastic",
+            "--out",
+            "o",
+        ],
         &extra,
         None,
         dir.path(),

@@ -173,7 +173,8 @@ fn run_fwi(
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     if elastic && !launched {
         check_elastic(group)?;
-        tessera::fwi::check_elastic(&preset).with_context(|| format!("checking preset {origin}"))?;
+        tessera::fwi::check_elastic(&preset)
+            .with_context(|| format!("checking preset {origin}"))?;
         let n = group.ranks.unwrap_or(1);
         let args = strip_option(std::env::args_os().skip(1), "--ranks");
         let options = dist::launch::ElasticOptions {

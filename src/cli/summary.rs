@@ -82,7 +82,11 @@ fn over_generations(generations: &[job::GenerationTimes]) -> String {
         .iter()
         .map(|g| {
             let done = match g.last_iteration > g.first_iteration {
-                true => format!("iterations {}..={}", g.first_iteration + 1, g.last_iteration),
+                true => format!(
+                    "iterations {}..={}",
+                    g.first_iteration + 1,
+                    g.last_iteration
+                ),
                 false => "no iteration".into(),
             };
             format!("{:.2} s on {} ranks for {done}", g.solve_secs, g.world_size)

@@ -1402,9 +1402,7 @@ fn run_epochs<T: Real>(
                 truth_f32.as_deref(),
                 &f.model,
                 &f.gradient,
-                f.illumination
-                    .as_ref()
-                    .map(|i| (&i[..cells], &i[cells..])),
+                f.illumination.as_ref().map(|i| (&i[..cells], &i[cells..])),
             )?;
             carried.panels.push((f.epoch, panel));
         }
@@ -1418,7 +1416,6 @@ fn run_epochs<T: Real>(
     summary.run_dir = Some(staging.commit(&preset.name)?);
     Ok(summary)
 }
-
 
 #[cfg(test)]
 mod tests {

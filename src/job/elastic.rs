@@ -10,8 +10,8 @@ use std::time::Instant;
 use crate::denoise::Denoiser;
 use crate::dist::Collective;
 use crate::dist::elastic::{Assignment, Plan, is_loss, launched_die_hook};
-pub use crate::dist::elastic::{Elastic, Recovery};
 pub(super) use crate::dist::elastic::{DieAt, DiePoint};
+pub use crate::dist::elastic::{Elastic, Recovery};
 use crate::error::{Error, Result};
 use crate::io::RunDir;
 use crate::optim::AlgorithmConfig;
@@ -131,7 +131,6 @@ fn assignment(preset: &Preset, carried: &Carried, world: usize) -> Result<Assign
             .map(|p| (p, preset.distributed.tile_assignment)),
     ))
 }
-
 
 /// `inner`, dying inside its call in the iteration [`DieAt`] names (the test hook).
 pub(super) fn dying(
