@@ -631,7 +631,7 @@ pub fn run_in_group_with(
 ) -> Result<JobSummary> {
     preset.validate()?;
     let mut carried = Carried::new(out, comm.rank(), false)?;
-    carried.die_at = crate::dist::elastic::launched_die_hook(comm.rank())?;
+    carried.die_at = crate::dist::launch::launched_die_hook(comm.rank())?;
     run_generation(preset, out, comm, inline, on_event, &mut carried)
 }
 

@@ -364,14 +364,6 @@ impl Assignment {
     }
 }
 
-/// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only.
-pub fn launched_die_hook(rank: usize) -> Result<Option<DieAt>> {
-    match std::env::var_os(super::launch::LAUNCHED_ENV) {
-        Some(_) => DieAt::from_env(rank),
-        None => Ok(None),
-    }
-}
-
 /// Where [`DIE_AT_ENV`] makes a rank die in its iteration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiePoint {

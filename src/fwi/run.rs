@@ -15,9 +15,8 @@ use serde::{Deserialize, Serialize};
 use super::batch::{draw, tensor_split};
 use super::config::{FwiPreset, ModelSource, StartModel};
 use super::load;
-use crate::dist::elastic::{
-    Assignment, DieAt, DiePoint, Elastic, Recovery, is_loss, launched_die_hook,
-};
+use crate::dist::elastic::{Assignment, DieAt, DiePoint, Elastic, Recovery, is_loss};
+use crate::dist::launch::launched_die_hook;
 use crate::dist::physics::SumOrder;
 use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, ReduceOp, SingleProcess, wire};

@@ -9,9 +9,10 @@ use std::time::Instant;
 
 use crate::denoise::Denoiser;
 use crate::dist::Collective;
-use crate::dist::elastic::{Assignment, Plan, is_loss, launched_die_hook};
+use crate::dist::elastic::{Assignment, Plan, is_loss};
 pub(super) use crate::dist::elastic::{DieAt, DiePoint};
 pub use crate::dist::elastic::{Elastic, Recovery};
+use crate::dist::launch::launched_die_hook;
 use crate::error::{Error, Result};
 use crate::io::RunDir;
 use crate::optim::AlgorithmConfig;
