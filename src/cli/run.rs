@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use tessera::device::Device;
 use tessera::dist::{self, RankInfo};
 use tessera::io::RunDir;
 use tessera::job::{self, JobEvent};
@@ -25,6 +26,7 @@ pub(super) fn run(
     replace: bool,
     quiet: bool,
     elastic: bool,
+    device: Option<&str>,
     group: &GroupArgs,
 ) -> Result<()> {
     if let Some(fwi) = tessera::fwi::FwiPreset::load(name, set)
@@ -34,6 +36,10 @@ pub(super) fn run(
             bail!(
                 "--elastic runs imaging presets only (FWI comes in a later round, docs/ELASTIC.md)"
             );
+        }
+        let chosen = Device::chosen(device.map(|d| Device::parse("--device", d)).transpose()?)?;
+        if chosen.is_cuda() {
+            bail!("--device {chosen}: not on the GPU yet: fwi (the wave kernels); run on the CPU (--device cpu) meanwhile");
         }
         return run_fwi(name, fwi, out, replace, quiet, group);
     }
@@ -59,6 +65,12 @@ pub(super) fn run(
         };
         job::check_inputs(preset, &[], world, here)
             .with_context(|| format!("checking preset {}", loaded.origin))?;
+        let configured = match (device, &preset.distributed.device) {
+            (Some(text), _) => Some(Device::parse("--device", text)?),
+            (None, Some(text)) => Some(Device::parse("distributed.device", text)?),
+            (None, None) => None,
+        };
+        tessera::device::coverage::check_run(Device::chosen(configured)?, preset, world)?;
     }
     let elastic = elastic || preset.distributed.elastic;
     if elastic && !launched {
