@@ -39,7 +39,9 @@ pub(super) fn run(
         }
         let chosen = Device::chosen(device.map(|d| Device::parse("--device", d)).transpose()?)?;
         if chosen.is_cuda() {
-            bail!("--device {chosen}: not on the GPU yet: fwi (the wave kernels); run on the CPU (--device cpu) meanwhile");
+            bail!(
+                "--device {chosen}: not on the GPU yet: fwi (the wave kernels); run on the CPU (--device cpu) meanwhile"
+            );
         }
         return run_fwi(name, fwi, out, replace, quiet, group);
     }

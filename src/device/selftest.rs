@@ -22,9 +22,9 @@ use crate::denoise::Denoiser;
 use crate::denoise::tv::TvDenoiser;
 use crate::error::{Error, Result};
 use crate::fidelity::FidelityConfig;
+use crate::linalg::deterministic_start;
 use crate::optim::pnp::PnpConfig;
 use crate::optim::{IterationReport, Monitor, Reconstruction};
-use crate::linalg::deterministic_start;
 use crate::physics::blur::{Blur, gaussian_kernel};
 use crate::physics::conv::Padding;
 use crate::physics::tomography::{Angles, Tomography};
@@ -716,7 +716,9 @@ impl<B: Backend> Run<'_, B> {
         let angles = Angles::Count(21);
         let truth = crate::samples::generate(crate::samples::Sample::SheppLogan, &[width], 0)?;
         let op = Tomography::new(width, &angles, false, false)?;
-        let host = Stack::new(vec![Box::new(Tomography::new(width, &angles, false, false)?)])?;
+        let host = Stack::new(vec![Box::new(Tomography::new(
+            width, &angles, false, false,
+        )?)])?;
         let [(cpu, _), (dev, _)] =
             self.pnp_pair(&host, &[HostOperator::Tomography(&op)], &truth, 5, None)?;
         self.record(
@@ -749,7 +751,9 @@ impl<B: Backend> Run<'_, B> {
         let truth = deterministic_start(&[1, 1, 2048, 2048], 41);
         let angles = Angles::Count(100);
         let op = Tomography::new(2048, &angles, false, false)?;
-        let host = Stack::new(vec![Box::new(Tomography::new(2048, &angles, false, false)?)])?;
+        let host = Stack::new(vec![Box::new(Tomography::new(
+            2048, &angles, false, false,
+        )?)])?;
         let case = format!("tomography 1×1×2048², 100 angles, TV {PNP_TV_ITERATIONS} its");
         let start = Instant::now();
         let [(cpu, cpu_secs), (dev, dev_secs)] = self.pnp_pair(
@@ -808,8 +812,7 @@ fn gaussian_stack(count: usize, sigma_px: f32) -> Result<(Vec<Blur>, Stack)> {
     let make = || -> Result<Vec<Blur>> {
         (0..count)
             .map(|i| {
-                let kernel =
-                    gaussian_kernel([sigma_px, 1.0 + 0.2 * i as f32], 22.5 * i as f32);
+                let kernel = gaussian_kernel([sigma_px, 1.0 + 0.2 * i as f32], 22.5 * i as f32);
                 Blur::new(kernel, Padding::Circular)
             })
             .collect()

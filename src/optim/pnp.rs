@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::space::{HostObjective, Iterate, Objective, Prox};
+use super::space::{Iterate, Prox};
 use super::{ComponentTimes, IterationCallback, IterationReport, Monitor, Reconstruction};
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
@@ -135,6 +135,39 @@ pub fn step_size(
         ));
     }
     Ok((0.99 / l) as f32)
+}
+
+/// The data term `f` with its measurements: gradient, value and the algorithms' starting points.
+pub trait Objective<V> {
+    /// `∇f(x)` (a subgradient for L1).
+    fn gradient(&self, x: &V) -> Result<V>;
+
+    /// `f(x)`.
+    fn value(&self, x: &V) -> Result<f64>;
+
+    /// The starting point `init` for an image of shape `x_shape`.
+    fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<V>;
+}
+
+/// The data term on the host: a stack of operators, a fidelity and host measurements.
+pub struct HostObjective<'a> {
+    pub physics: &'a dyn StackedLinearPhysics,
+    pub fidelity: &'a FidelityConfig,
+    pub ys: &'a [Tensor],
+}
+
+impl Objective<Tensor> for HostObjective<'_> {
+    fn gradient(&self, x: &Tensor) -> Result<Tensor> {
+        self.fidelity.grad(self.physics, x, self.ys)
+    }
+
+    fn value(&self, x: &Tensor) -> Result<f64> {
+        self.fidelity.value(self.physics, x, self.ys)
+    }
+
+    fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<Tensor> {
+        initial_point(self.physics, self.ys, x_shape, init)
+    }
 }
 
 /// Where a resumed run starts: after `iteration` completed iterations, from their iterate `x`.

@@ -1,16 +1,12 @@
-//! What the algorithms need of an iterate and of a problem, so that each loop is written once for
+//! What the algorithms need of an iterate and a denoiser, so that each loop is written once for
 //! every storage (issue 28): an [`Iterate`] (a `Tensor` in host memory, or `device::Array` whose
-//! values may stay on a GPU for the whole run), the data term as an [`Objective`] bound to its
-//! measurements, and the denoiser as a [`Prox`]. The host implementations call today's `Tensor`
-//! code, so CPU runs keep their bits.
+//! values may stay on a GPU for the whole run) and a [`Prox`] (the data term is
+//! `optim::pnp::Objective`). The host implementations call today's `Tensor` code, so CPU runs keep
+//! their bits.
 
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
-use crate::fidelity::FidelityConfig;
-use crate::physics::StackedLinearPhysics;
 use crate::tensor::Tensor;
-
-use super::pnp::{Init, initial_point};
 
 /// The vector operations of the algorithms' loops; errors come from a device (a failed launch, a
 /// lost GPU) or from mixing storages.
@@ -79,18 +75,6 @@ impl Iterate for Tensor {
     }
 }
 
-/// The data term `f` with its measurements: gradient, value and the algorithms' starting points.
-pub trait Objective<V> {
-    /// `∇f(x)` (a subgradient for L1).
-    fn gradient(&self, x: &V) -> Result<V>;
-
-    /// `f(x)`.
-    fn value(&self, x: &V) -> Result<f64>;
-
-    /// The starting point `init` for an image of shape `x_shape`.
-    fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<V>;
-}
-
 /// A denoiser (a proximal operator) on iterates `V`.
 pub trait Prox<V> {
     /// `D(z, σ)`.
@@ -100,26 +84,5 @@ pub trait Prox<V> {
 impl<D: Denoiser + ?Sized> Prox<Tensor> for D {
     fn denoise(&self, z: &Tensor, sigma: f32) -> Result<Tensor> {
         Denoiser::denoise(self, z, sigma)
-    }
-}
-
-/// The data term on the host: a stack of operators, a fidelity and host measurements.
-pub struct HostObjective<'a> {
-    pub physics: &'a dyn StackedLinearPhysics,
-    pub fidelity: &'a FidelityConfig,
-    pub ys: &'a [Tensor],
-}
-
-impl Objective<Tensor> for HostObjective<'_> {
-    fn gradient(&self, x: &Tensor) -> Result<Tensor> {
-        self.fidelity.grad(self.physics, x, self.ys)
-    }
-
-    fn value(&self, x: &Tensor) -> Result<f64> {
-        self.fidelity.value(self.physics, x, self.ys)
-    }
-
-    fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<Tensor> {
-        initial_point(self.physics, self.ys, x_shape, init)
     }
 }

@@ -30,8 +30,14 @@ __device__ TsrTvGrid tsr_tv_grid(int d, int h, int w, int axes) {
     return g;
 }
 
-__device__ void tsr_tv_position(const TsrTvGrid& g, long long p, long long* pos) {
+// False when flat index i lies in a plane that has stopped; else i's position along each axis.
+__device__ bool tsr_tv_locate(const TsrTvGrid& g, const int* active, long long n, long long i,
+                              long long* pos) {
+    long long plane = i / n;
+    if (!active[plane]) return false;
+    long long p = i - plane * n;
     for (int a = 0; a < g.axes; ++a) pos[a] = (p / g.strides[a]) % g.lens[a];
+    return true;
 }
 
 // x2 ← x₂ + ρ(x − x₂) with x = (x₂ − τ∇ᵀu₂ + τy)/(1 + τ); xbar ← 2x − x₂; delta ← new x₂ − old.
@@ -44,10 +50,8 @@ extern "C" __global__ void tsr_tv_primal(float* __restrict__ x2, float* __restri
     TsrTvGrid g = tsr_tv_grid(d, h, w, axes);
     long long n = (long long)d * h * w;
     TSR_GRID_STRIDE(i, total) {
-        long long plane = i / n;
-        if (!active[plane]) continue;
         long long pos[3];
-        tsr_tv_position(g, i - plane * n, pos);
+        if (!tsr_tv_locate(g, active, n, i, pos)) continue;
         // (∇ᵀu)_p, summed in the CPU's order.
         float s = 0.0f;
         for (int a = 0; a < axes; ++a) {
@@ -72,10 +76,8 @@ extern "C" __global__ void tsr_tv_dual(float* __restrict__ u2, const float* __re
     TsrTvGrid g = tsr_tv_grid(d, h, w, axes);
     long long n = (long long)d * h * w;
     TSR_GRID_STRIDE(i, total) {
-        long long plane = i / n;
-        if (!active[plane]) continue;
         long long pos[3];
-        tsr_tv_position(g, i - plane * n, pos);
+        if (!tsr_tv_locate(g, active, n, i, pos)) continue;
         float grad[3];
         float norm_sq = 0.0f;
         for (int a = 0; a < axes; ++a) {

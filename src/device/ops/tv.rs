@@ -119,12 +119,7 @@ pub fn tv_prox<B: Backend>(
                 grid: [sum_blocks as u32, planes as u32, 1],
                 block: [BLOCK_THREADS, 1, 1],
             },
-            &[
-                delta.arg(),
-                x2.arg(),
-                partials.arg(),
-                Arg::I64(len_arg(n)),
-            ],
+            &[delta.arg(), x2.arg(), partials.arg(), Arg::I64(len_arg(n))],
         )?;
         let sums = partials.to_host(backend)?;
         let mut changed = false;
