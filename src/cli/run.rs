@@ -19,6 +19,7 @@ use super::group::{
 };
 use super::output::say;
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run(
     name: &str,
     set: &[String],

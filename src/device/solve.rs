@@ -38,7 +38,7 @@ enum DeviceOperator<B: Backend> {
 /// operators are circular blurs of one kernel size) fused.
 enum DeviceOperators<B: Backend> {
     Each(Vec<DeviceOperator<B>>),
-    FusedBlurs(DeviceBlurStack<B>),
+    FusedBlurs(Box<DeviceBlurStack<B>>),
 }
 
 /// `(planes, channels, dims)` of an image `(B, C, H, W)`.
@@ -142,7 +142,7 @@ impl<B: Backend> DeviceObjective<B> {
             BlurFusion::for_ops(&refs).is_some()
         });
         let device_ops = match fused {
-            Some(blurs) => DeviceOperators::FusedBlurs(DeviceBlurStack::new(&blurs)?),
+            Some(blurs) => DeviceOperators::FusedBlurs(Box::new(DeviceBlurStack::new(&blurs)?)),
             None => DeviceOperators::Each(
                 ops.iter()
                     .map(|op| {
@@ -579,10 +579,15 @@ mod tests {
         let l1 = FidelityConfig::L1 {
             reduction: Reduction::Sum,
         };
-        let e = DeviceObjective::new(&backend, &[HostOperator::Blur(&blur)], &l1, &[y.clone()])
-            .err()
-            .unwrap()
-            .to_string();
+        let e = DeviceObjective::new(
+            &backend,
+            &[HostOperator::Blur(&blur)],
+            &l1,
+            std::slice::from_ref(&y),
+        )
+        .err()
+        .unwrap()
+        .to_string();
         assert!(e.contains("fidelity l1"), "{e}");
         let objective = DeviceObjective::new(
             &backend,
