@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use tessera::device::Device;
 use tessera::dist::{self, RankInfo};
 use tessera::io::RunDir;
 use tessera::job::{self, JobEvent};
@@ -18,6 +19,7 @@ use super::group::{
 };
 use super::output::say;
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run(
     name: &str,
     set: &[String],
@@ -25,11 +27,18 @@ pub(super) fn run(
     replace: bool,
     quiet: bool,
     elastic: bool,
+    device: Option<&str>,
     group: &GroupArgs,
 ) -> Result<()> {
     if let Some(fwi) = tessera::fwi::FwiPreset::load(name, set)
         .with_context(|| format!("loading preset `{name}`"))?
     {
+        let chosen = Device::chosen(device.map(|d| Device::parse("--device", d)).transpose()?)?;
+        if chosen.is_cuda() {
+            bail!(
+                "--device {chosen}: not on the GPU yet: fwi (the wave kernels); run on the CPU (--device cpu) meanwhile"
+            );
+        }
         return run_fwi(name, fwi, out, replace, quiet, elastic, group);
     }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
@@ -54,6 +63,12 @@ pub(super) fn run(
         };
         job::check_inputs(preset, &[], world, here)
             .with_context(|| format!("checking preset {}", loaded.origin))?;
+        let configured = match (device, &preset.distributed.device) {
+            (Some(text), _) => Some(Device::parse("--device", text)?),
+            (None, Some(text)) => Some(Device::parse("distributed.device", text)?),
+            (None, None) => None,
+        };
+        tessera::device::coverage::check_run(Device::chosen(configured)?, preset, world)?;
     }
     let elastic = elastic || preset.distributed.elastic;
     if elastic && !launched {
