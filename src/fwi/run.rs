@@ -21,10 +21,10 @@ use crate::dist::physics::SumOrder;
 use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, ReduceOp, SingleProcess, wire};
 use crate::error::{Error, Result};
+use crate::float::Float;
 use crate::io::{self, RunDir, Staging};
 use crate::optim::adam::TorchAdam;
 use crate::physics::wave::config::acquisition_from_cells;
-use crate::float::Float;
 use crate::physics::wave::{
     Acquisition, Gather, GradientOptions, L2Misfit, Precision, Shot, Solver, SolverSettings,
     VelocityModel,
