@@ -115,6 +115,7 @@ fn dispatch(command: Command) -> Result<()> {
             token_file,
             fetch,
             elastic: _,
+            device: _,
             group: _,
         } => {
             let _ = (out, replace);
@@ -135,10 +136,20 @@ fn dispatch(command: Command) -> Result<()> {
             replace,
             quiet,
             elastic,
+            device,
             attach: None,
             group,
             ..
-        } => run::run(&preset, &set, out, replace, quiet, elastic, &group),
+        } => run::run(
+            &preset,
+            &set,
+            out,
+            replace,
+            quiet,
+            elastic,
+            device.as_deref(),
+            &group,
+        ),
         Command::Serve {
             socket,
             listen,

@@ -233,6 +233,10 @@ pub struct JobSummary {
     /// Elastic runs: each recovery from a lost rank (absent when there was none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recoveries: Vec<Recovery>,
+    /// Elastic runs that lost a rank: each generation of the group, in order (`solve_secs` and the
+    /// ranks' times and profiles above are their sums; absent when there was one generation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generations: Vec<GenerationTimes>,
     /// The files of the run, relative to its folder (`metrics.json` last).
     pub outputs: Vec<PathBuf>,
     /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
@@ -240,6 +244,20 @@ pub struct JobSummary {
     pub run_dir: Option<PathBuf>,
     /// The preset that was run, as TOML (after overrides).
     pub preset: String,
+}
+
+/// One generation of an elastic group, as rank 0 of the last generation saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationTimes {
+    /// 0 is the group the launcher started; each recovery adds one.
+    pub generation: u32,
+    pub world_size: usize,
+    /// The iterations completed in it: after `first_iteration`, up to `last_iteration` (equal:
+    /// none). A generation after a loss may redo iterations its predecessor completed.
+    pub first_iteration: usize,
+    pub last_iteration: usize,
+    /// Seconds from its first iteration to its end (its failure, or the run's end).
+    pub solve_secs: f64,
 }
 
 /// Arrays a job receives with its preset instead of from files (`[image] inline = "NAME"`).
@@ -613,7 +631,7 @@ pub fn run_in_group_with(
 ) -> Result<JobSummary> {
     preset.validate()?;
     let mut carried = Carried::new(out, comm.rank(), false)?;
-    carried.die_at = elastic::die_hook(comm.rank())?;
+    carried.die_at = crate::dist::launch::launched_die_hook(comm.rank())?;
     run_generation(preset, out, comm, inline, on_event, &mut carried)
 }
 
@@ -646,6 +664,11 @@ struct Carried {
     /// When the last loss was seen, until the first iteration after it completes.
     failed_at: Option<Instant>,
     die_at: Option<DieAt>,
+    /// The generations before this one (elastic runs that lost a rank), with this rank's
+    /// communication seconds and iteration profiles in them.
+    generations: Vec<GenerationTimes>,
+    communication_secs_before: f64,
+    profiles_before: Vec<IterationProfile>,
 }
 
 impl Carried {
@@ -668,6 +691,9 @@ impl Carried {
             recoveries: Vec::new(),
             failed_at: None,
             die_at: None,
+            generations: Vec::new(),
+            communication_secs_before: 0.0,
+            profiles_before: Vec::new(),
         })
     }
 
@@ -675,16 +701,46 @@ impl Carried {
     fn completed(&mut self, report: &IterationReport, x: &Tensor) {
         self.history.push(report.clone());
         if self.keep_iterates {
-            if self.iterates.len() == 2 {
-                self.iterates.remove(0);
-            }
-            self.iterates.push((report.iteration, x.clone()));
+            // The older of the two iterates kept is dropped: its buffer takes the new one.
+            let kept = match self.iterates.len() {
+                2 => match self.iterates.remove(0) {
+                    (_, mut old) if old.shape() == x.shape() => {
+                        old.data_mut().copy_from_slice(x.data());
+                        old
+                    }
+                    _ => x.clone(),
+                },
+                _ => x.clone(),
+            };
+            self.iterates.push((report.iteration, kept));
         }
         if let Some(t) = self.failed_at.take()
             && let Some(r) = self.recoveries.last_mut()
         {
             r.recovery_secs = Some(t.elapsed().as_secs_f64());
         }
+    }
+
+    /// Records the end of a generation of `world_size` ranks that began after iteration `first`
+    /// and solved for `solve_secs` (its profile shifted to the run's iteration numbers).
+    fn close_generation(
+        &mut self,
+        world_size: usize,
+        first: usize,
+        solve_secs: f64,
+        communication_secs: f64,
+        mut profiles: Vec<IterationProfile>,
+    ) {
+        self.generations.push(GenerationTimes {
+            generation: self.recoveries.last().map_or(0, |r| r.generation),
+            world_size,
+            first_iteration: first,
+            last_iteration: self.history.len(),
+            solve_secs,
+        });
+        self.communication_secs_before += communication_secs;
+        profiles.iter_mut().for_each(|p| p.iteration += first);
+        self.profiles_before.append(&mut profiles);
     }
 }
 
@@ -857,6 +913,7 @@ fn solve_and_report(
         }
     }
     let resume = carried.resume.take();
+    let first_iteration = carried.history.len();
     let die_at = carried.die_at;
     if let Some(die) = die_at {
         die.check(carried.history.len() + 1, DiePoint::Start);
@@ -878,7 +935,7 @@ fn solve_and_report(
         flow
     };
     let t_solve = Instant::now();
-    let (algorithm, recon) = match &preset.algorithm {
+    let solved = match &preset.algorithm {
         AlgorithmConfig::Pnp(cfg) => {
             let denoiser = denoiser.as_ref().ok_or_else(|| {
                 Error::config("denoiser", "the pnp algorithm needs a [denoiser] section")
@@ -891,7 +948,7 @@ fn solve_and_report(
                 iteration: *iteration,
                 x,
             });
-            let r = optim::pnp::pnp_from(
+            optim::pnp::pnp_from(
                 &stack,
                 &preset.fidelity,
                 denoiser,
@@ -901,19 +958,35 @@ fn solve_and_report(
                 &monitor,
                 &mut callback,
                 start,
-            )?;
-            (format!("pnp ({})", denoiser.name()), r)
+            )
+            .map(|r| (format!("pnp ({})", denoiser.name()), r))
         }
-        AlgorithmConfig::Cg(cfg) => (
-            "cg least squares".to_string(),
-            optim::least_squares(&stack, ys, cfg, &monitor, &mut callback)?,
-        ),
-        AlgorithmConfig::Fbp(_) => (
-            "fbp".to_string(),
-            run_fbp(fbp_operator, x_shape, ys, &monitor, &mut callback)?,
-        ),
+        AlgorithmConfig::Cg(cfg) => optim::least_squares(&stack, ys, cfg, &monitor, &mut callback)
+            .map(|r| ("cg least squares".to_string(), r)),
+        AlgorithmConfig::Fbp(_) => run_fbp(fbp_operator, x_shape, ys, &monitor, &mut callback)
+            .map(|r| ("fbp".to_string(), r)),
     };
-    let solve_secs = t_solve.elapsed().as_secs_f64();
+    let generation_secs = t_solve.elapsed().as_secs_f64();
+    let (algorithm, recon) = match solved {
+        Ok(solved) => solved,
+        Err(e) => {
+            // Its peers are gone or going: what this rank measured is kept for the summary.
+            carried.close_generation(
+                world_size,
+                first_iteration,
+                generation_secs,
+                timed.secs(),
+                profiler.finish_alone(),
+            );
+            return Err(e);
+        }
+    };
+    let solve_secs = generation_secs
+        + carried
+            .generations
+            .iter()
+            .map(|g| g.solve_secs)
+            .sum::<f64>();
     let history = carried.history.clone();
     let gradient_secs = history.iter().map(|h| h.times.gradient_secs).sum();
     let denoiser_secs = history.iter().map(|h| h.times.denoiser_secs).sum();
@@ -923,12 +996,14 @@ fn solve_and_report(
         operators: stack.local_indices(),
         gradient_secs,
         denoiser_secs,
-        communication_secs: timed.secs(),
+        communication_secs: carried.communication_secs_before + timed.secs(),
         total_secs: carried.t_start.elapsed().as_secs_f64(),
         idle_secs: 0.0,
         threads: rayon::current_num_threads(),
         peak_rss_bytes: 0,
-        iterations: Vec::new(),
+        // This rank's profiles of the generations before (the ones it was in): gathered with the
+        // rest, then followed by this generation's.
+        iterations: carried.profiles_before.clone(),
     };
     // The tiles' times and the halo traffic travel with the other timings: no message of their own.
     let tile_times = tile_clock.map(|c| c.times()).unwrap_or_default();
@@ -939,14 +1014,28 @@ fn solve_and_report(
     let halo_exchange = HaloExchange::from_ranks(gathered.iter().map(|g| g.2.as_ref()))?;
     let (mut ranks, tile_times): (Vec<RankTimes>, Vec<Vec<TileTime>>) =
         gathered.into_iter().map(|(r, t, _)| (r, t)).unzip();
-    for (r, iterations) in ranks.iter_mut().zip(profiles) {
+    for (r, mut iterations) in ranks.iter_mut().zip(profiles) {
+        iterations
+            .iter_mut()
+            .for_each(|p| p.iteration += first_iteration);
+        r.iterations.append(&mut iterations);
+        let iterations = &r.iterations;
         r.idle_secs = iterations.iter().map(IterationProfile::idle_secs).sum();
         r.peak_rss_bytes = iterations
             .iter()
             .map(|i| i.peak_rss_bytes)
             .max()
             .unwrap_or(0);
-        r.iterations = iterations;
+    }
+    let mut generations = std::mem::take(&mut carried.generations);
+    if !generations.is_empty() {
+        generations.push(GenerationTimes {
+            generation: carried.recoveries.last().map_or(0, |r| r.generation),
+            world_size,
+            first_iteration,
+            last_iteration: history.len(),
+            solve_secs: generation_secs,
+        });
     }
 
     let mut summary = JobSummary {
@@ -972,6 +1061,7 @@ fn solve_and_report(
         tiles: Vec::new(),
         halo_exchange,
         recoveries: carried.recoveries.clone(),
+        generations,
         outputs: Vec::new(),
         run_dir: None,
         preset: preset.to_toml()?,

@@ -38,6 +38,7 @@ pub mod dist;
 pub mod dsn;
 pub mod error;
 pub mod fidelity;
+pub mod float;
 pub mod fwi;
 #[cfg(feature = "gui")]
 pub mod gui;

@@ -407,7 +407,7 @@ pub fn drunet_tape(c: &DrunetConfig, crop: [usize; 3]) -> u64 {
     floats + at(nc[0] + c.out_channels as u64, 0)
 }
 
-/// The sizes of a Multi-DSN network that its memory depends on (`dsn::model::DsnArch`'s, which
+/// The sizes of a Multi-DSN network that its memory depends on (`dsn::network::DsnArch`'s, which
 /// converts into this, so that the estimates need nothing of `dsn`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DsnNetwork {

@@ -104,6 +104,10 @@ pub struct DistributedConfig {
     /// The fewest ranks an elastic run may shrink to before it stops (`None`: 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_ranks: Option<usize>,
+    /// Where every rank computes: `cpu`, `cuda` (GPU `LOCAL_RANK % count`) or `cuda:N`, parsed by
+    /// `device::Device` when the run starts (`--device` overrides it; docs/GPU.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 /// Loaded measurements: `paths` (files) or `inline` (arrays sent with the job), one per operator in

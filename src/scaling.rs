@@ -6,14 +6,14 @@
 //! the job writes (`dist::profile`): a run's time for a component is the slowest rank's sum over
 //! the iterations (the ranks meet at collectives every iteration, so the slowest one sets the
 //! pace). Speedup is `t_base / t_N` against the configuration with the fewest ranks of the same
-//! size and threads, efficiency `speedup / (N / N_base)`, as in deepinv's scaling study. [`model`]
-//! extends a study past this machine; the report shows its figures beside the measured ones and
-//! labels which is which.
+//! size and threads, efficiency `speedup / (N / N_base)`, as in deepinv's scaling study. The
+//! performance model ([`performance`]) extends a study past this machine; the report shows its
+//! figures beside the measured ones and labels which is which.
 //!
 //! The files, in the order the data flows: `runs` (what a study reads back), `csv` (its tables),
 //! `figures`, `html` (one self-contained page), `report` (the reports as files).
 
-pub mod model;
+pub mod performance;
 pub mod study;
 
 mod csv;
@@ -23,7 +23,7 @@ mod report;
 mod runs;
 
 pub use csv::{rank_csv, summary_csv};
-pub use figures::{Figure, figures, patch_map_figure, run_figures};
+pub use figures::{Captioned, figures, patch_map_figure, run_figures};
 pub use report::{write_report, write_run_report};
 pub use runs::{Configuration, Run, RunMetrics, Scaling, scaling, size_overrides};
 

@@ -24,10 +24,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::denoise::DenoiserConfig;
 use crate::dist::collective::agree_to_stop;
-use crate::dist::spatial::SpatialDomain;
+use crate::dist::spatial::SpatialPartition;
 use crate::dist::{Collective, wire};
 use crate::error::{Error, Result};
-use crate::nn::layers::domain::{Grid, Region, copy_region};
+use crate::nn::layers::partition::{Grid, Region, copy_region};
 use crate::nn::{Features, Network};
 use crate::optim::adam::Adam;
 use crate::preset::ImageSource;
@@ -519,7 +519,7 @@ pub fn train(
     };
     let grid = Grid::for_axes(cfg.grid.as_deref(), axes, world, crop, "train.grid")?;
     net.shapes(crop)?;
-    let domain = SpatialDomain::new(comm, grid)?;
+    let partition = SpatialPartition::new(comm, grid)?;
     let me = comm.rank();
     let block = grid.block(crop, me);
     let image_names: Vec<String> = images.iter().map(|im| im.name.clone()).collect();
@@ -617,7 +617,7 @@ pub fn train(
         } else {
             noisy
         };
-        let mut tape = net.forward_train(input, crop, &domain)?;
+        let mut tape = net.forward_train(input, crop, &partition)?;
         let y = tape.output();
         let mut sq = 0f64;
         let dy = Features {
@@ -636,7 +636,7 @@ pub fn train(
                 .collect(),
         };
         let mut grads = net.zero_grads();
-        net.backward(&mut tape, dy, &domain, &mut grads, false)?;
+        net.backward(&mut tape, dy, &partition, &mut grads, false)?;
         drop(tape);
         let loss = sum_f64(comm, sq)? / total;
         if !loss.is_finite() {
@@ -667,7 +667,7 @@ pub fn train(
             break;
         }
     }
-    let stats = domain.take_stats();
+    let stats = partition.take_stats();
     let elapsed = start.elapsed().as_secs_f64();
     let exchange = stats.exchange_time.as_secs_f64();
     let per_rank: Vec<[f64; 2]> = wire::all_gather_as(
@@ -738,7 +738,7 @@ fn score_held_out(
         let dims = crate::nn::models::drunet::dims3(im.image.spatial());
         let axes = im.image.ndim() - 2;
         let grid = Grid::for_axes(None, axes, comm.world_size(), dims, "held_out")?;
-        let domain = SpatialDomain::new(comm, grid)?;
+        let partition = SpatialPartition::new(comm, grid)?;
         let block = grid.block(dims, comm.rank());
         let whole = Features {
             batch: 1,
@@ -755,7 +755,7 @@ fn score_held_out(
             } else {
                 noisy.clone()
             };
-            let out = net.forward(input, dims, &domain)?;
+            let out = net.forward(input, dims, &partition)?;
             let sq = |x: &Features| -> f64 {
                 x.data
                     .iter()

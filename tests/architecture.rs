@@ -49,9 +49,9 @@ const NUMERIC_CORE: [&str; 9] = [
     "tensor", "linalg", "metrics", "fidelity", "physics", "denoise", "nn", "tiling", "optim",
 ];
 
-/// The plumbing below the numeric core: its error type, the counting allocator and fallible
-/// allocation, and the file readers (a user's blur kernel, a network's weights).
-const CORE_MAY_ALSO_IMPORT: [&str; 3] = ["error", "heap", "io"];
+/// The plumbing below the numeric core: its error type, its float trait, the counting allocator
+/// and fallible allocation, and the file readers (a user's blur kernel, a network's weights).
+const CORE_MAY_ALSO_IMPORT: [&str; 4] = ["error", "float", "heap", "io"];
 
 /// The binary's module: `src/main.rs`, `src/cli.rs` and `src/cli/`, which reach the library as
 /// `tessera::…` (their `crate::` is the binary itself).

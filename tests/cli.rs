@@ -746,3 +746,52 @@ fn report_covers_inversions_and_training_runs() {
         assert!(dir.path().join(run).join("ranks.csv").exists());
     }
 }
+
+/// `--device cuda` never runs a job on the CPU instead: a build without GPU support says how to
+/// rebuild, a GPU build names every part of the preset that is not on the GPU yet; nothing is
+/// written. A device that is not one is refused naming the flag.
+#[test]
+fn a_gpu_run_is_refused_by_name_and_never_run_on_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = tessera(&["run", "quick", "--quiet", "--device", "tpu"], dir.path());
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("--device") && e.contains("cuda:N"), "{e}");
+
+    for args in [
+        vec!["run", "quick", "--quiet", "--device", "cuda"],
+        vec![
+            "run",
+            "quick",
+            "--quiet",
+            "--set",
+            "distributed.device=\"cuda:0\"",
+        ],
+    ] {
+        let o = tessera(&args, dir.path());
+        assert!(!o.status.success(), "{args:?} ran");
+        let e = stderr(&o);
+        if cfg!(feature = "cuda") {
+            // Every part of `quick` (a circular blur, L2, TV, PnP) has a device twin.
+            assert!(e.contains("does not drive them yet"), "{e}");
+        } else {
+            assert!(e.contains("--features cuda"), "{e}");
+        }
+        assert!(!e.contains("panicked"), "{e}");
+        assert!(!dir.path().join("out").exists(), "{args:?} wrote outputs");
+    }
+    // The CPU, named, runs as before.
+    let o = tessera(
+        &[
+            "run",
+            "quick",
+            "--quiet",
+            "--device",
+            "cpu",
+            "--set",
+            "algorithm.iterations=1",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -131,6 +131,44 @@ fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Val
         .flat_map(|o| o.as_array().unwrap().iter().map(|i| i.as_u64().unwrap()))
         .collect();
     assert_eq!(operators.len(), 8, "{r}");
+    // The summary covers both generations: the solve time is their sum, and every rank's profile
+    // lists the iterations of both (the survivors' own, from the generation that failed).
+    let generations = metrics["generations"].as_array().unwrap();
+    assert_eq!(generations.len(), 2, "{generations:?}");
+    let field = |g: &serde_json::Value, f: &str| g[f].as_u64().unwrap() as usize;
+    assert_eq!(
+        [
+            field(&generations[0], "world_size"),
+            field(&generations[1], "world_size")
+        ],
+        [3, 2]
+    );
+    assert_eq!(field(&generations[0], "last_iteration"), resumed);
+    assert_eq!(field(&generations[1], "first_iteration"), resumed);
+    assert_eq!(field(&generations[1], "last_iteration"), ITERATIONS);
+    let summed: f64 = generations
+        .iter()
+        .map(|g| g["solve_secs"].as_f64().unwrap())
+        .sum();
+    let solve_secs = metrics["solve_secs"].as_f64().unwrap();
+    assert!(
+        (solve_secs - summed).abs() < 1e-9,
+        "{solve_secs} vs {summed}"
+    );
+    for r in metrics["ranks"].as_array().unwrap() {
+        let listed: Vec<u64> = r["iterations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["iteration"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            listed,
+            (1..=ITERATIONS as u64).collect::<Vec<_>>(),
+            "rank {}",
+            r["rank"]
+        );
+    }
     metrics
 }
 
@@ -257,4 +295,152 @@ fn an_elastic_run_without_a_loss_matches_and_records_no_recovery() {
     );
     let metrics = read_json(&dir.path().join("two/metrics.json"));
     assert!(metrics.get("recoveries").is_none(), "{metrics}");
+}
+
+const EPOCHS: usize = 5;
+
+/// The bundled inversion at a test's size: 5 epochs of 4 shots on a 20×40 model, a panel every 2
+/// epochs (and the last).
+fn small_fwi() -> Vec<String> {
+    [
+        "-q",
+        "--set",
+        &format!("fwi.epochs={EPOCHS}"),
+        "--set",
+        "model.truth.nz=20",
+        "--set",
+        "model.truth.nx=40",
+        "--set",
+        "acquisition.shots=4",
+        "--set",
+        "acquisition.receivers_per_shot=20",
+        "--set",
+        "wave.nt=150",
+        "--set",
+        "fwi.batch_size=4",
+        "--set",
+        "fwi.stages=[]",
+        "--set",
+        "output.figures_every=2",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The inversion on 1 rank (no elastic) and on 3 elastic ranks that lose `rank` in epoch `epoch`
+/// at `point`: every output file has the same bytes; the recovery is in metrics.json.
+fn lose_fwi_rank_and_compare(rank: usize, epoch: usize, point: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = small_fwi();
+    let o = run_with(
+        &["run", "fwi_marmousi", "--out", "reference"],
+        &extra,
+        None,
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let die = format!("{rank}:{epoch}:{point}");
+    let elastic = [
+        "run",
+        "fwi_marmousi",
+        "--ranks",
+        "3",
+        "--elastic",
+        "--out",
+        "elastic",
+    ];
+    let o = run_with(&elastic, &extra, Some(&die), dir.path());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "die at {die}: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "[launcher] rank {rank} was killed by signal 9 (SIGKILL)"
+        )),
+        "{stderr}"
+    );
+    let want = outputs(&dir.path().join("reference"));
+    let got = outputs(&dir.path().join("elastic"));
+    let names = |f: &[(String, Vec<u8>)]| f.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
+    // The models, the data and their figures, the loss curve and the panels of epochs 2, 4, 5.
+    assert!(want.len() >= 10, "{:?}", names(&want));
+    assert_eq!(names(&want), names(&got));
+    for ((name, a), (_, b)) in want.iter().zip(&got) {
+        assert!(a == b, "{name} differs after losing rank {rank} at {die}");
+    }
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 2);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
+    let recoveries = metrics["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    let r = &recoveries[0];
+    assert_eq!(r["lost_slots"], serde_json::json!([rank]));
+    assert_eq!(
+        r["resumed_from"].as_u64().unwrap() as usize,
+        epoch - 1,
+        "{r}"
+    );
+    // 4 shots over 2 ranks.
+    assert_eq!(
+        r["assignment"]["batch_positions"],
+        serde_json::json!([[0, 1], [2, 3]]),
+        "{r}"
+    );
+    // The epochs after the loss list the survivors' shares.
+    let last = &metrics["history"][EPOCHS - 1]["ranks"];
+    assert_eq!(last.as_array().unwrap().len(), 2, "{last}");
+    metrics
+}
+
+#[test]
+fn fwi_losing_rank_2_in_the_shot_gradients_collective_keeps_every_byte() {
+    lose_fwi_rank_and_compare(2, seeded_epoch(11), "gradients");
+}
+
+#[test]
+fn fwi_losing_rank_0_moves_its_role_and_its_panels_and_keeps_every_byte() {
+    // After epoch 2's panel: the new rank 0 draws it again from what every rank kept.
+    let metrics = lose_fwi_rank_and_compare(0, 3 + seeded_epoch(5) % 2, "start");
+    assert_eq!(
+        metrics["recoveries"][0]["members"],
+        serde_json::json!([1, 2])
+    );
+}
+
+#[test]
+fn fwi_losing_rank_1_at_an_epoch_start_keeps_every_byte() {
+    lose_fwi_rank_and_compare(1, seeded_epoch(23), "start");
+}
+
+/// A seeded epoch in 2..=EPOCHS-1 (never the first or last).
+fn seeded_epoch(seed: u64) -> usize {
+    let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33;
+    2 + (mixed as usize) % (EPOCHS - 2)
+}
+
+#[test]
+fn fwi_elastic_refuses_the_rank_count_dependent_all_reduce_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = small_fwi();
+    extra.extend(["--set".into(), "fwi.sum_order=\"all_reduce\"".into()]);
+    let o = run_with(
+        &[
+            "run",
+            "fwi_marmousi",
+            "--ranks",
+            "3",
+            "--elastic",
+            "--out",
+            "o",
+        ],
+        &extra,
+        None,
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("fwi.sum_order") && stderr.contains("exact"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("o").exists());
 }

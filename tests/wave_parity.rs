@@ -5,10 +5,11 @@
 
 use std::path::PathBuf;
 
+use tessera::float::Float;
 use tessera::io::read_npy_f64;
 use tessera::physics::wave::{
-    Accuracy, Gather, GradientOptions, GradientStrategy, L2Misfit, Real, Shot, Solver,
-    SolverSettings, VelocityModel,
+    Accuracy, Gather, GradientOptions, GradientStrategy, L2Misfit, Shot, Solver, SolverSettings,
+    VelocityModel,
 };
 
 fn dir() -> PathBuf {
@@ -125,13 +126,13 @@ fn gathers(name: &str) -> Vec<Gather<f64>> {
         .collect()
 }
 
-fn flat<T: Real>(g: &[Gather<T>]) -> Vec<f64> {
+fn flat<T: Float>(g: &[Gather<T>]) -> Vec<f64> {
     g.iter()
         .flat_map(|g| g.data.iter().map(|v| v.to_f64()))
         .collect()
 }
 
-fn check<T: Real>(name: &str, data_tol: f64, grad_tol: f64) {
+fn check<T: Float>(name: &str, data_tol: f64, grad_tol: f64) {
     let c = case(name);
     let m = manifest();
     let expected_ratio = m["cases"][name]["step_ratio"].as_u64().unwrap() as usize;

@@ -61,6 +61,11 @@ pub(super) enum Command {
         /// `distributed.min_ranks` is the fewest ranks to go on with). See docs/ELASTIC.md.
         #[arg(long, conflicts_with = "attach")]
         elastic: bool,
+        /// Where every rank computes: cpu, cuda (GPU LOCAL_RANK % count) or cuda:N (also
+        /// `[distributed] device`, else TESSERA_DEVICE). A job with parts not on the GPU yet is
+        /// refused with their names; see docs/GPU.md.
+        #[arg(long, value_name = "DEVICE", conflicts_with = "attach")]
+        device: Option<String>,
         /// Submit the preset to a running `tessera serve` at HOST:PORT or unix:PATH instead of
         /// running it here; progress streams like a local run, the outputs stay on the server.
         #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["out", "replace"])]

@@ -120,7 +120,7 @@ pub(super) fn bench(what: BenchWhat) -> Result<()> {
             let link = match link[..] {
                 [] => None,
                 [us, gbps] if us >= 0.0 && gbps > 0.0 && us.is_finite() && gbps.is_finite() => {
-                    Some(tessera::scaling::model::Link {
+                    Some(tessera::scaling::performance::Link {
                         latency_secs: us * 1e-6,
                         bytes_per_sec: gbps * 1e9,
                     })
@@ -249,7 +249,7 @@ pub(super) fn bench(what: BenchWhat) -> Result<()> {
                 // The link a ring all-reduce of these times implies, for `bench scaling --link`.
                 let samples: Vec<(f64, f64)> =
                     times.iter().map(|t| (t.bytes as f64, t.secs)).collect();
-                match tessera::scaling::model::Link::fit_all_reduce(ranks, &samples) {
+                match tessera::scaling::performance::Link::fit_all_reduce(ranks, &samples) {
                     Ok(l) => say!(
                         "fitted link: --link {:.1},{:.4}  (latency µs, GB/s)",
                         l.latency_secs * 1e6,
@@ -360,7 +360,7 @@ fn bench_spatial_memory(
 /// group of this binary), then its report and summary.
 fn bench_scaling(
     spec: &tessera::scaling::study::StudySpec,
-    link: Option<tessera::scaling::model::Link>,
+    link: Option<tessera::scaling::performance::Link>,
 ) -> Result<()> {
     use tessera::scaling::study::{self, StudyProgress};
     let exe = std::env::current_exe().context("finding this executable")?;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use tessera::device::Device;
 use tessera::dist::{self, RankInfo};
 use tessera::io::RunDir;
 use tessera::job::{self, JobEvent};
@@ -18,6 +19,7 @@ use super::group::{
 };
 use super::output::say;
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run(
     name: &str,
     set: &[String],
@@ -25,17 +27,19 @@ pub(super) fn run(
     replace: bool,
     quiet: bool,
     elastic: bool,
+    device: Option<&str>,
     group: &GroupArgs,
 ) -> Result<()> {
     if let Some(fwi) = tessera::fwi::FwiPreset::load(name, set)
         .with_context(|| format!("loading preset `{name}`"))?
     {
-        if elastic {
+        let chosen = Device::chosen(device.map(|d| Device::parse("--device", d)).transpose()?)?;
+        if chosen.is_cuda() {
             bail!(
-                "--elastic runs imaging presets only (FWI comes in a later round, docs/ELASTIC.md)"
+                "--device {chosen}: not on the GPU yet: fwi (the wave kernels); run on the CPU (--device cpu) meanwhile"
             );
         }
-        return run_fwi(name, fwi, out, replace, quiet, group);
+        return run_fwi(name, fwi, out, replace, quiet, elastic, group);
     }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
@@ -59,6 +63,12 @@ pub(super) fn run(
         };
         job::check_inputs(preset, &[], world, here)
             .with_context(|| format!("checking preset {}", loaded.origin))?;
+        let configured = match (device, &preset.distributed.device) {
+            (Some(text), _) => Some(Device::parse("--device", text)?),
+            (None, Some(text)) => Some(Device::parse("distributed.device", text)?),
+            (None, None) => None,
+        };
+        tessera::device::coverage::check_run(Device::chosen(configured)?, preset, world)?;
     }
     let elastic = elastic || preset.distributed.elastic;
     if elastic && !launched {
@@ -165,6 +175,7 @@ fn run_fwi(
     out: Option<PathBuf>,
     replace: bool,
     quiet: bool,
+    elastic: bool,
     group: &GroupArgs,
 ) -> Result<()> {
     use tessera::fwi::FwiEvent;
@@ -174,9 +185,30 @@ fn run_fwi(
         &preset.name,
     )?;
     out_dir.check()?;
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if elastic && !launched {
+        check_elastic(group)?;
+        tessera::fwi::check_elastic(&preset)
+            .with_context(|| format!("checking preset {origin}"))?;
+        let n = group.ranks.unwrap_or(1);
+        let args = strip_option(std::env::args_os().skip(1), "--ranks");
+        let options = dist::launch::ElasticOptions {
+            min_ranks: 1,
+            checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
+        };
+        dist::launch::launch_elastic(n, &args, options).context("elastic process group")?;
+        return Ok(());
+    }
     if launch_local_group(group)? {
         return Ok(());
     }
+    let member = match launched && elastic {
+        true => dist::elastic::Member::from_env(Duration::from_secs(
+            2 * group.rendezvous_timeout as u64,
+        ))
+        .context("reaching the elastic launcher")?,
+        false => None,
+    };
     // Before anything computes: N local ranks share the cores instead of each starting a thread
     // per core (the shots of one rank are modelled on its threads).
     place_threads(group, None)?;
@@ -201,8 +233,18 @@ fn run_fwi(
         }
         ControlFlow::Continue(())
     };
-    let summary = tessera::fwi::run_in_group(&preset, &base_dir, out_dir, comm, &mut on_event)
-        .with_context(|| format!("running preset {origin} ({name})"))?;
+    let summary = match member {
+        Some(member) => {
+            let mut join = |info: &RankInfo| join_with(group, info);
+            let elastic = dist::elastic::Elastic {
+                member,
+                join: &mut join,
+            };
+            tessera::fwi::run_elastic(&preset, &base_dir, out_dir, comm, elastic, &mut on_event)
+        }
+        None => tessera::fwi::run_in_group(&preset, &base_dir, out_dir, comm, &mut on_event),
+    }
+    .with_context(|| format!("running preset {origin} ({name})"))?;
     progress.finish();
     if rank != 0 {
         return Ok(());

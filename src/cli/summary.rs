@@ -7,10 +7,11 @@ use super::output::say;
 /// What a finished run prints (locally or attached).
 pub(super) fn print_summary(summary: &job::JobSummary) {
     say!(
-        "{}: {} in {:.2} s ({} iterations{}; gradient {:.2} s, denoiser {:.2} s)",
+        "{}: {} in {:.2} s{} ({} iterations{}; gradient {:.2} s, denoiser {:.2} s)",
         summary.name,
         summary.algorithm,
         summary.solve_secs,
+        over_generations(&summary.generations),
         summary.iterations,
         if summary.stopped_early {
             ", stopped early"
@@ -35,7 +36,15 @@ pub(super) fn print_summary(summary: &job::JobSummary) {
         _ => say!("  no ground truth (measured data): PSNR and SSIM not computed"),
     }
     if summary.world_size > 1 {
-        say!("  {} ranks over {}:", summary.world_size, summary.backend);
+        say!(
+            "  {} ranks over {}{}:",
+            summary.world_size,
+            summary.backend,
+            match summary.generations.len() {
+                0 | 1 => "",
+                _ => " (times summed over the generations each rank was in)",
+            }
+        );
         for r in &summary.ranks {
             say!(
                 "    rank {}: operators {:?}, gradient {:.2} s, denoiser {:.2} s, communication {:.2} s",
@@ -64,14 +73,52 @@ pub(super) fn print_summary(summary: &job::JobSummary) {
     }
 }
 
+/// How an elastic run's solve time divides among the generations of its group (empty for one).
+fn over_generations(generations: &[job::GenerationTimes]) -> String {
+    if generations.len() < 2 {
+        return String::new();
+    }
+    let parts: Vec<String> = generations
+        .iter()
+        .map(|g| {
+            let done = match g.last_iteration > g.first_iteration {
+                true => format!(
+                    "iterations {}..={}",
+                    g.first_iteration + 1,
+                    g.last_iteration
+                ),
+                false => "no iteration".into(),
+            };
+            format!("{:.2} s on {} ranks for {done}", g.solve_secs, g.world_size)
+        })
+        .collect();
+    format!(
+        " summed over {} generations: {}",
+        generations.len(),
+        parts.join(", ")
+    )
+}
+
 /// What a finished FWI run prints (locally or attached), less where its outputs are.
 pub(super) fn print_fwi_summary(summary: &tessera::fwi::FwiSummary) {
     let last = summary.history.last();
     say!(
-        "{}: {} epochs in {:.1} s on {} rank(s) × {} thread(s) over {}; final loss {:.4e}",
+        "{}: {} epochs in {:.1} s{} on {} rank(s) × {} thread(s) over {}; final loss {:.4e}",
         summary.name,
         summary.epochs,
         summary.solve_secs,
+        match summary.recoveries.len() {
+            0 => String::new(),
+            n => format!(
+                " (summed over {} generations; lost slot(s) {:?})",
+                n + 1,
+                summary
+                    .recoveries
+                    .iter()
+                    .flat_map(|r| r.lost_slots.iter().copied())
+                    .collect::<Vec<_>>()
+            ),
+        },
         summary.world_size,
         summary.threads_per_rank,
         summary.backend,

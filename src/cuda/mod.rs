@@ -160,7 +160,7 @@ impl Gpu {
 /// would choose it.
 pub fn selftest(device: Device, level: Level) -> Result<Report> {
     selftest::requires_gpu(device)?;
-    let gpu = Gpu::open(device, 0)?;
+    let gpu = std::sync::Arc::new(Gpu::open(device, 0)?);
     selftest::run(&gpu, level)
 }
 

@@ -4,12 +4,15 @@
 //! docs/GPU.md keeps the same list for users.
 
 use super::Device;
+use crate::denoise::DenoiserConfig;
 use crate::error::{Error, Result};
-use crate::optim::AlgorithmConfig;
+use crate::fidelity::FidelityConfig;
+use crate::optim::{AlgorithmConfig, Init};
 use crate::physics::PhysicsConfig;
 use crate::preset::Preset;
+use crate::tiling::TilingKind;
 
-/// Whether an operator has a device twin (`device::ops`).
+/// Whether an operator has a device twin (`device::ops`, driven by `device::solve`).
 fn operator_on_gpu(config: &PhysicsConfig) -> bool {
     matches!(
         config,
@@ -17,32 +20,40 @@ fn operator_on_gpu(config: &PhysicsConfig) -> bool {
     )
 }
 
-/// The components of `preset` with no device implementation yet, as a user would name them.
-pub fn not_on_gpu(preset: &Preset) -> Vec<String> {
+/// The components of `preset` run by `ranks` ranks that have no device implementation yet, as a
+/// user would name them. Noise is drawn once, on the host, when the measurements are simulated
+/// (before they are uploaded), so it is not a component of the loop and is not listed.
+pub fn not_on_gpu(preset: &Preset, ranks: usize) -> Vec<String> {
     let mut missing = Vec::new();
     for (i, op) in preset.physics.iter().enumerate() {
         if !operator_on_gpu(op) {
             missing.push(format!("physics #{i} ({})", physics_kind(op)));
         }
     }
-    if let Some(noise) = &preset.noise {
-        missing.push(format!("noise ({})", noise_kind(noise)));
+    if preset.distributed.split_by_channel.is_some_and(|n| n > 1) {
+        missing.push("physics split by channel".into());
     }
-    missing.push("fidelity".into());
-    if let Some(denoiser) = &preset.denoiser {
-        missing.push(format!("denoiser {}", denoiser.kind_name()));
+    if let FidelityConfig::L1 { .. } = preset.fidelity {
+        missing.push("fidelity l1".into());
     }
-    if preset.tiling.is_some() {
-        missing.push("tiling".into());
+    match &preset.denoiser {
+        Some(DenoiserConfig::Tv(_)) | None => {}
+        Some(denoiser) => missing.push(format!("denoiser {}", denoiser.kind_name())),
     }
-    missing.push(format!(
-        "algorithm {}",
-        match preset.algorithm {
-            AlgorithmConfig::Pnp(_) => "pnp",
-            AlgorithmConfig::Cg(_) => "cg",
-            AlgorithmConfig::Fbp(_) => "fbp",
+    if let Some(tiling) = &preset.tiling {
+        missing.push(format!("tiling {}", tiling_kind(tiling.kind)));
+    }
+    match &preset.algorithm {
+        AlgorithmConfig::Pnp(c) if c.init == Init::Pinv => {
+            missing.push("algorithm pnp with init = pinv".into());
         }
-    ));
+        AlgorithmConfig::Pnp(_) => {}
+        AlgorithmConfig::Cg(_) => missing.push("algorithm cg".into()),
+        AlgorithmConfig::Fbp(_) => missing.push("algorithm fbp".into()),
+    }
+    if ranks > 1 {
+        missing.push(format!("collectives ({ranks} ranks)"));
+    }
     missing
 }
 
@@ -55,20 +66,22 @@ fn physics_kind(config: &PhysicsConfig) -> &'static str {
     }
 }
 
-fn noise_kind(config: &crate::physics::NoiseConfig) -> &'static str {
-    match config {
-        crate::physics::NoiseConfig::Gaussian { .. } => "gaussian",
-        crate::physics::NoiseConfig::Poisson { .. } => "poisson",
+fn tiling_kind(kind: TilingKind) -> &'static str {
+    match kind {
+        TilingKind::Overlap => "overlap",
+        TilingKind::Basic => "basic",
+        TilingKind::Blend => "blend",
+        TilingKind::Spatial => "spatial",
     }
 }
 
-/// `Ok` when the job can run on `device`: always on the CPU; on a GPU only when every component
-/// has a device implementation, else one error naming them all.
-pub fn check(device: Device, preset: &Preset) -> Result<()> {
+/// `Ok` when a job of `ranks` ranks can run on `device`: always on the CPU; on a GPU only when
+/// every component has a device implementation, else one error naming them all.
+pub fn check(device: Device, preset: &Preset, ranks: usize) -> Result<()> {
     if !device.is_cuda() {
         return Ok(());
     }
-    let missing = not_on_gpu(preset);
+    let missing = not_on_gpu(preset, ranks);
     if missing.is_empty() {
         return Ok(());
     }
@@ -76,6 +89,25 @@ pub fn check(device: Device, preset: &Preset) -> Result<()> {
         "--device {device}: not on the GPU yet: {} (docs/GPU.md lists what is); run on the CPU \
          (--device cpu) meanwhile",
         missing.join(", ")
+    )))
+}
+
+/// What `tessera run` answers to `device`: `Ok` on the CPU; on a GPU, a build without the `cuda`
+/// feature says how to rebuild, a job with components not on the GPU names them all ([`check`]),
+/// and otherwise the run is refused because it does not drive the device loop yet (the library's
+/// `device::solve::pnp` does, and `tessera selftest --device cuda` times it) — never a CPU run.
+pub fn check_run(device: Device, preset: &Preset, ranks: usize) -> Result<()> {
+    if !device.is_cuda() {
+        return Ok(());
+    }
+    if !cfg!(feature = "cuda") {
+        return Err(super::selftest::no_gpu_support(device));
+    }
+    check(device, preset, ranks)?;
+    Err(Error::Unsupported(format!(
+        "--device {device}: every component of this job has a device implementation, but \
+         `tessera run` does not drive them yet (issue 28; `tessera selftest --device cuda` runs \
+         them); run on the CPU (--device cpu) meanwhile"
     )))
 }
 
@@ -92,16 +124,66 @@ mod tests {
     #[test]
     fn a_job_names_every_component_not_on_the_gpu() {
         let preset = bundled("tomography2d");
-        assert!(check(Device::Cpu, &preset).is_ok());
-        let e = check(Device::Cuda(None), &preset).unwrap_err().to_string();
-        assert!(e.contains("--device cuda: not on the GPU yet"), "{e}");
-        // Its operator has a device twin; its algorithm loop has not.
-        assert!(!e.contains("physics #0"), "{e}");
-        assert!(e.contains("algorithm"), "{e}");
-        let missing = not_on_gpu(&bundled("tomography3d"));
+        assert!(check(Device::Cpu, &preset, 3).is_ok());
+        let missing = not_on_gpu(&bundled("tomography3d"), 1);
         assert!(
             missing.contains(&"physics #0 (tomography3d)".to_string()),
             "{missing:?}"
         );
+        // A preset with one of everything that is not on the GPU yet, on two ranks: one error
+        // lists them all.
+        let mut preset = bundled("tomography2d");
+        preset
+            .physics
+            .push(bundled("tomography3d").physics[0].clone());
+        preset.fidelity = FidelityConfig::L1 {
+            reduction: Default::default(),
+        };
+        preset.denoiser = Some(DenoiserConfig::Median(Default::default()));
+        preset.tiling = Some(crate::tiling::TilingConfig {
+            kind: TilingKind::Spatial,
+            ..Default::default()
+        });
+        preset.distributed.split_by_channel = Some(3);
+        let e = check(Device::Cuda(None), &preset, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--device cuda: not on the GPU yet: "), "{e}");
+        for part in [
+            "physics #1 (tomography3d)",
+            "physics split by channel",
+            "fidelity l1",
+            "denoiser median",
+            "tiling spatial",
+            "collectives (2 ranks)",
+        ] {
+            assert!(e.contains(part), "{part} missing from: {e}");
+        }
+        assert!(!e.contains("physics #0"), "{e}");
+        for (algorithm, name) in [
+            (AlgorithmConfig::Cg(Default::default()), "algorithm cg"),
+            (AlgorithmConfig::Fbp(Default::default()), "algorithm fbp"),
+            (
+                AlgorithmConfig::Pnp(crate::optim::PnpConfig {
+                    init: Init::Pinv,
+                    ..Default::default()
+                }),
+                "algorithm pnp with init = pinv",
+            ),
+        ] {
+            preset.algorithm = algorithm;
+            assert!(not_on_gpu(&preset, 1).contains(&name.to_string()), "{name}");
+        }
+    }
+
+    /// PnP with TV on 2-D tomography or blurs, one rank: every component has a device twin.
+    #[test]
+    fn pnp_tv_on_tomography_or_blurs_is_on_the_gpu() {
+        let mut preset = bundled("tomography2d");
+        preset.denoiser = Some(DenoiserConfig::Tv(Default::default()));
+        preset.tiling = None;
+        preset.algorithm = AlgorithmConfig::Pnp(Default::default());
+        assert_eq!(not_on_gpu(&preset, 1), Vec::<String>::new());
+        assert!(check(Device::Cuda(Some(0)), &preset, 1).is_ok());
     }
 }

@@ -4,8 +4,9 @@
 // EMU_EXPORT(kernel) defines `emu_<kernel>`, which runs the kernel over a whole grid: blocks one
 // after another; within a block either one thread after another, or — for kernels that call
 // __syncthreads — one fiber (ucontext) per CUDA thread, all started, then each resumed in turn
-// until it reaches the barrier or ends, round after round. `__shared__` variables are function
-// statics: one copy, which the block running at the time owns.
+// until it reaches the barrier or ends, round after round. `__shared__` variables are thread-local
+// function statics: one copy per OS thread, which the block running on it at the time owns (tests
+// launch kernels from several threads at once).
 //
 // What this proves: the kernels' index arithmetic, bounds and numerics (with -ffp-contract=off,
 // fmaf is the one fused operation, as in the CUDA sources). What it cannot: anything about the
@@ -34,12 +35,13 @@ static thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __forceinline__
 #define __host__
 #define __restrict__ __restrict
-#define __shared__ static
+#define __shared__ static thread_local
 
 // floorf, fmaxf, fminf and fmaf (a true fused multiply-add) come from <cmath>.
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
 
 namespace emu {
 

@@ -36,8 +36,13 @@ pub static CONV: KernelSource = KernelSource {
     source: include_str!("kernels/conv.cu"),
 };
 
+pub static TV: KernelSource = KernelSource {
+    file: "tv.cu",
+    source: include_str!("kernels/tv.cu"),
+};
+
 /// Every source, for compilation checks.
-pub static SOURCES: [&KernelSource; 3] = [&VECTOR, &TOMOGRAPHY, &CONV];
+pub static SOURCES: [&KernelSource; 4] = [&VECTOR, &TOMOGRAPHY, &CONV, &TV];
 
 const fn kernel(source: &'static KernelSource, name: &'static str) -> Kernel {
     Kernel {
@@ -69,9 +74,12 @@ pub static CONV_PAD: Kernel = kernel(&CONV, "tsr_conv_pad");
 pub static CONV_CROP: Kernel = kernel(&CONV, "tsr_conv_crop");
 pub static CONV_FOLD: Kernel = kernel(&CONV, "tsr_conv_fold");
 pub static SPECTRUM_MULTIPLY: Kernel = kernel(&CONV, "tsr_spectrum_multiply");
+pub static TV_PRIMAL: Kernel = kernel(&TV, "tsr_tv_primal");
+pub static TV_DUAL: Kernel = kernel(&TV, "tsr_tv_dual");
+pub static TV_PLANE_SUMS: Kernel = with_barriers(&TV, "tsr_tv_plane_sums");
 
 /// Every kernel, for the checks that each one compiles and is found in its module.
-pub static KERNELS: [&Kernel; 14] = [
+pub static KERNELS: [&Kernel; 17] = [
     &AXPY,
     &SCALE,
     &SUB,
@@ -86,6 +94,9 @@ pub static KERNELS: [&Kernel; 14] = [
     &CONV_CROP,
     &CONV_FOLD,
     &SPECTRUM_MULTIPLY,
+    &TV_PRIMAL,
+    &TV_DUAL,
+    &TV_PLANE_SUMS,
 ];
 
 #[cfg(test)]

@@ -5,12 +5,14 @@
 //! compiled at run time by NVRTC; the unit tests run them on the CPU (`emulator`). docs/GPU.md
 //! describes the design and what is not on the GPU yet.
 
+pub mod array;
 pub mod backend;
 mod choice;
 pub mod coverage;
 pub mod kernels;
 pub mod ops;
 pub mod selftest;
+pub mod solve;
 
 #[cfg(test)]
 pub(crate) mod emulator;

@@ -6,6 +6,8 @@
 //! Written against [`Backend`], so the unit tests run the same checks on the CPU emulator.
 
 use std::fmt::Write as _;
+use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -14,9 +16,15 @@ use super::Device;
 use super::backend::{Backend, DeviceVec};
 use super::ops::conv::{DeviceBlurStack, DeviceConv, Planes};
 use super::ops::tomography::DeviceTomography;
-use super::ops::vector;
+use super::ops::{tv, vector};
+use super::solve::{self, HostOperator};
+use crate::denoise::Denoiser;
+use crate::denoise::tv::TvDenoiser;
 use crate::error::{Error, Result};
+use crate::fidelity::FidelityConfig;
 use crate::linalg::deterministic_start;
+use crate::optim::pnp::PnpConfig;
+use crate::optim::{IterationReport, Monitor, Reconstruction};
 use crate::physics::blur::{Blur, gaussian_kernel};
 use crate::physics::conv::Padding;
 use crate::physics::tomography::{Angles, Tomography};
@@ -66,6 +74,9 @@ pub struct Timing {
     /// Bytes of the operation's input and output, once each, over the median time: the least
     /// memory traffic it can have, as a rate to hold against the device's bandwidth.
     pub min_traffic_gb_per_s: f64,
+    /// The CPU twin's time on this machine (whole algorithm runs), milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<f64>,
 }
 
 /// The result of a self-test run.
@@ -140,9 +151,12 @@ impl Report {
             );
             for t in &self.timings {
                 let pad = case_w - t.case.chars().count();
+                let cpu = t.cpu_ms.map_or(String::new(), |cpu| {
+                    format!("  CPU {cpu:.1} ms, {:.1}× faster", cpu / t.median_ms)
+                });
                 let _ = writeln!(
                     out,
-                    "{:op_w$}  {}{}  {:>9.3}  {:>13.1}",
+                    "{:op_w$}  {}{}  {:>9.3}  {:>13.1}{cpu}",
                     t.operation,
                     t.case,
                     " ".repeat(pad),
@@ -185,6 +199,8 @@ type DeviceMap<'a, B> = &'a dyn Fn(&DeviceVec<B, f32>) -> Result<DeviceVec<B, f3
 
 struct Run<'a, B: Backend> {
     backend: &'a B,
+    /// The same backend, for what keeps it in arrays (`Array`).
+    shared: &'a Arc<B>,
     level: Level,
     checks: Vec<Check>,
     timings: Vec<Timing>,
@@ -241,6 +257,7 @@ impl<B: Backend> Run<'_, B> {
             case: case.into(),
             median_ms,
             min_traffic_gb_per_s: bytes as f64 / (median_ms * 1e-3) / 1e9,
+            cpu_ms: None,
         });
         Ok(())
     }
@@ -611,12 +628,209 @@ impl<B: Backend> Run<'_, B> {
         })?;
         Ok(())
     }
+
+    /// PnP with TV, `iterations` iterations (TV run to its cap), on the host stack `host` and on
+    /// the device twins `ops` of its operators, from the measurements of `truth`: the final images
+    /// and each run's wall time, seconds (the device's synchronised).
+    fn pnp_pair(
+        &self,
+        host: &Stack,
+        ops: &[HostOperator<'_>],
+        truth: &Tensor,
+        iterations: usize,
+        step: Option<f32>,
+    ) -> Result<[(Reconstruction, f64); 2]> {
+        let ys = host.forward(truth)?;
+        let fidelity = FidelityConfig::default();
+        let tv = TvDenoiser {
+            n_it_max: PNP_TV_ITERATIONS,
+            crit: 0.0,
+            tau: 0.01,
+            rho: 1.99,
+        };
+        let cfg = PnpConfig {
+            iterations,
+            step,
+            ..PnpConfig::default()
+        };
+        let monitor = Monitor {
+            ground_truth: None,
+            data_range: 1.0,
+            ssim_every: 0,
+        };
+        let mut go_on = |_: &IterationReport, _: &Tensor| ControlFlow::Continue(());
+        let start = Instant::now();
+        let cpu = crate::optim::pnp(
+            host,
+            &fidelity,
+            &tv as &dyn Denoiser,
+            &ys,
+            truth.shape(),
+            &cfg,
+            &monitor,
+            &mut go_on,
+        )?;
+        let cpu_secs = start.elapsed().as_secs_f64();
+        self.backend.synchronize()?;
+        let start = Instant::now();
+        let device = solve::pnp(
+            self.shared,
+            host,
+            ops,
+            &fidelity,
+            &tv,
+            &ys,
+            truth.shape(),
+            &cfg,
+            &monitor,
+            &mut go_on,
+        )?;
+        self.backend.synchronize()?;
+        let device_secs = start.elapsed().as_secs_f64();
+        Ok([(cpu, cpu_secs), (device, device_secs)])
+    }
+
+    /// Whole PnP+TV runs with every iteration on the device, against the CPU's: 2-D tomography and
+    /// a fused colour blur stack; and the TV prox alone.
+    fn pnp_runs(&mut self) -> Result<()> {
+        let b = self.backend;
+        let start = Instant::now();
+        let y = deterministic_start(&[1, 3, 23, 17], 31);
+        let prox = TvDenoiser {
+            n_it_max: 40,
+            crit: 1e-4,
+            tau: 0.01,
+            rho: 1.99,
+        };
+        let cpu = prox.denoise(&y, 0.2)?;
+        let (dev, _) = tv::tv_prox(b, &prox, &self.upload(&y)?, 3, &[23, 17], 0.2)?;
+        self.record(
+            "tv prox",
+            "1×3×23×17, 40 iterations",
+            rel_error(&dev.to_host(b)?, cpu.data()),
+            start,
+        );
+
+        let start = Instant::now();
+        let width = 33;
+        let angles = Angles::Count(21);
+        let truth = crate::samples::generate(crate::samples::Sample::SheppLogan, &[width], 0)?;
+        let op = Tomography::new(width, &angles, false, false)?;
+        let host = Stack::new(vec![Box::new(Tomography::new(
+            width, &angles, false, false,
+        )?)])?;
+        let [(cpu, _), (dev, _)] =
+            self.pnp_pair(&host, &[HostOperator::Tomography(&op)], &truth, 5, None)?;
+        self.record(
+            "pnp+tv run",
+            "tomography 33², 21 angles, 5 iterations",
+            rel_error(dev.x.data(), cpu.x.data()),
+            start,
+        );
+
+        let start = Instant::now();
+        let truth = crate::samples::natural_image(27, 20, 5);
+        let (blurs, host) = gaussian_stack(3, 1.6)?;
+        let ops: Vec<HostOperator> = blurs.iter().map(HostOperator::Blur).collect();
+        let [(cpu, _), (dev, _)] = self.pnp_pair(&host, &ops, &truth, 5, None)?;
+        self.record(
+            "pnp+tv run",
+            "3 circular gaussians on 1×3×27×20, 5 iterations",
+            rel_error(dev.x.data(), cpu.x.data()),
+            start,
+        );
+        Ok(())
+    }
+
+    /// Issue 28's workloads as whole device-resident PnP+TV runs against the CPU's on this machine
+    /// (3 iterations, TV [`PNP_TV_ITERATIONS`] iterations each, a fixed step so that neither run
+    /// spends time deriving one): tomography 2048² with 100 angles, and 8 Gaussians on a colour
+    /// 4096² image. Their results are checked against each other too.
+    fn pnp_timings(&mut self) -> Result<()> {
+        const ITERATIONS: usize = 3;
+        let truth = deterministic_start(&[1, 1, 2048, 2048], 41);
+        let angles = Angles::Count(100);
+        let op = Tomography::new(2048, &angles, false, false)?;
+        let host = Stack::new(vec![Box::new(Tomography::new(
+            2048, &angles, false, false,
+        )?)])?;
+        let case = format!("tomography 1×1×2048², 100 angles, TV {PNP_TV_ITERATIONS} its");
+        let start = Instant::now();
+        let [(cpu, cpu_secs), (dev, dev_secs)] = self.pnp_pair(
+            &host,
+            &[HostOperator::Tomography(&op)],
+            &truth,
+            ITERATIONS,
+            Some(1e-6),
+        )?;
+        let error = rel_error(dev.x.data(), cpu.x.data());
+        self.record("pnp+tv run", &case, error, start);
+        let run = (cpu_secs, dev_secs, ITERATIONS);
+        self.record_run("pnp+tv iteration", &case, run, 4 * truth.numel());
+
+        let truth = deterministic_start(&[1, 3, 4096, 4096], 42);
+        let (blurs, host) = gaussian_stack(8, 3.0)?;
+        let ops: Vec<HostOperator> = blurs.iter().map(HostOperator::Blur).collect();
+        let case = format!("8 gaussians on 1×3×4096², circular, TV {PNP_TV_ITERATIONS} its");
+        let start = Instant::now();
+        let [(cpu, cpu_secs), (dev, dev_secs)] =
+            self.pnp_pair(&host, &ops, &truth, ITERATIONS, Some(0.1))?;
+        let error = rel_error(dev.x.data(), cpu.x.data());
+        self.record("pnp+tv run", &case, error, start);
+        let run = (cpu_secs, dev_secs, ITERATIONS);
+        self.record_run("pnp+tv iteration", &case, run, 4 * truth.numel());
+        Ok(())
+    }
+
+    /// A timing row for whole runs `(cpu_secs, device_secs, iterations)`: the device's time per
+    /// iteration, the CPU's beside it; the traffic figure counts the image once in and once out
+    /// per iteration.
+    fn record_run(
+        &mut self,
+        operation: &str,
+        case: &str,
+        (cpu_secs, device_secs, iterations): (f64, f64, usize),
+        image_bytes: usize,
+    ) {
+        let median_ms = device_secs * 1e3 / iterations as f64;
+        self.timings.push(Timing {
+            operation: operation.into(),
+            case: case.into(),
+            median_ms,
+            min_traffic_gb_per_s: 2.0 * image_bytes as f64 / (median_ms * 1e-3) / 1e9,
+            cpu_ms: Some(cpu_secs * 1e3 / iterations as f64),
+        });
+    }
+}
+
+/// TV iterations per denoiser call in the self-test's PnP runs (run to the cap: no early stop).
+const PNP_TV_ITERATIONS: usize = 20;
+
+/// `count` circular Gaussians of σ = (`sigma_px`, 1 + 0.2·i) at 22.5·i degrees, as device-twin
+/// sources and as the CPU's stack: fused (one kernel size) while `sigma_px` ≥ 1 + 0.2·(count − 1).
+fn gaussian_stack(count: usize, sigma_px: f32) -> Result<(Vec<Blur>, Stack)> {
+    let make = || -> Result<Vec<Blur>> {
+        (0..count)
+            .map(|i| {
+                let kernel = gaussian_kernel([sigma_px, 1.0 + 0.2 * i as f32], 22.5 * i as f32);
+                Blur::new(kernel, Padding::Circular)
+            })
+            .collect()
+    };
+    let host = Stack::new(
+        make()?
+            .into_iter()
+            .map(|b| Box::new(b) as Box<dyn LinearPhysics>)
+            .collect(),
+    )?;
+    Ok((make()?, host))
 }
 
 /// Runs every check of `level` on `backend`.
-pub fn run<B: Backend>(backend: &B, level: Level) -> Result<Report> {
+pub fn run<B: Backend>(backend: &Arc<B>, level: Level) -> Result<Report> {
     let mut run = Run {
-        backend,
+        backend: backend.as_ref(),
+        shared: backend,
         level,
         checks: Vec::new(),
         timings: Vec::new(),
@@ -625,9 +839,11 @@ pub fn run<B: Backend>(backend: &B, level: Level) -> Result<Report> {
     run.tomography()?;
     run.blur()?;
     run.blur_stack()?;
+    run.pnp_runs()?;
     if level == Level::Full {
         run.timings()?;
         run.stack_timings()?;
+        run.pnp_timings()?;
     }
     backend.synchronize()?;
     Ok(Report {
@@ -667,7 +883,7 @@ mod tests {
     /// The whole self-test, on the kernels compiled for the CPU: every check within tolerance.
     #[test]
     fn selftest_passes_on_the_emulator() {
-        let report = run(&Emulator, Level::Quick).unwrap();
+        let report = run(&Arc::new(Emulator), Level::Quick).unwrap();
         println!("{}", report.table());
         assert!(report.checks.len() > 50);
         assert_eq!(report.failures(), 0, "{}", report.table());

@@ -8,13 +8,16 @@
 //! [`Plan`] (members in the order of their old rank, a fresh port for the new group's own store, the
 //! iteration to resume from: the minimum that the survivors completed) or a stop. Each rank keeps
 //! its *slot* (its rank in generation 0) for life; its rank in a generation is its place in the
-//! plan's members. Design: `docs/ELASTIC.md`.
+//! plan's members. What a rank of an elastic run needs of its job is here too: [`Elastic`] (the
+//! member and how to join a generation) and the [`Recovery`] record a job's summary lists.
+//! Design: `docs/ELASTIC.md`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::Collective;
 use super::denoise::{TileAssignment, assign_tiles};
 use super::env::{RankInfo, RankSource};
 use super::store::{StoreClient, StoreServer};
@@ -29,6 +32,44 @@ pub const SLOT_ENV: &str = "TESSERA_ELASTIC_SLOT";
 /// Test hook: `rank:iteration[:point]` makes that rank (numbered as when the run started) kill
 /// itself (SIGKILL), once.
 pub const DIE_AT_ENV: &str = "TESSERA_TEST_DIE_AT";
+
+/// How an elastic rank reaches the launcher and joins each new generation of its group.
+pub struct Elastic<'a> {
+    pub member: Member,
+    /// Joins the group a plan describes, with the transport and timeouts of the first generation.
+    pub join: &'a mut dyn FnMut(&RankInfo) -> Result<Box<dyn Collective>>,
+}
+
+/// One recovery from a lost rank, as the log and `metrics.json` record it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recovery {
+    /// The generation the survivors formed (1 after the first loss).
+    pub generation: u32,
+    /// When this rank saw the loss, seconds since the run started.
+    pub failed_at_secs: f64,
+    /// What this rank saw fail.
+    pub failure: String,
+    /// The lost ranks (numbered as in the generation that lost them) and their slots (their rank
+    /// when the run started).
+    pub lost_ranks: Vec<usize>,
+    pub lost_slots: Vec<usize>,
+    /// The iteration (FWI: epoch) the survivors resumed after (0: from the start).
+    pub resumed_from: usize,
+    /// The members' slots in their new rank order.
+    pub members: Vec<usize>,
+    /// The new owners of operators, tiles or shots, by new rank.
+    pub assignment: Assignment,
+    /// Seconds from the loss to the end of the first iteration after it (`None`: none was left).
+    pub recovery_secs: Option<f64>,
+}
+
+/// Failures that mean a peer is gone, after which the survivors may go on.
+pub fn is_loss(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::PeerLost { .. } | Error::Comm { .. } | Error::Timeout { .. }
+    )
+}
 
 /// What a survivor tells the launcher after its generation failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -286,13 +327,16 @@ pub fn decide(
     })
 }
 
-/// Who owns what in one generation: operators and tiles per rank.
+/// Who owns what in one generation: operators and tiles (imaging) or shots (FWI) per rank.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assignment {
     /// Operator indices per rank.
     pub operators: Vec<Vec<usize>>,
     /// Tile indices per rank (empty without distributed tiles).
     pub tiles: Vec<Vec<usize>>,
+    /// FWI: the positions in each epoch's shot batch that each rank models (absent for imaging).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch_positions: Vec<Vec<usize>>,
 }
 
 impl Assignment {
@@ -315,6 +359,7 @@ impl Assignment {
         Assignment {
             operators: by_rank,
             tiles: tiles_by_rank,
+            batch_positions: Vec::new(),
         }
     }
 }
@@ -326,6 +371,8 @@ pub enum DiePoint {
     Start,
     /// Inside the denoiser call.
     Denoiser,
+    /// FWI: with the epoch's shots modelled, as the peers enter the shot gradients' collective.
+    Gradients,
 }
 
 /// The test hook [`DIE_AT_ENV`]: rank `rank` of generation 0 dies in iteration `iteration`.
@@ -337,12 +384,12 @@ pub struct DieAt {
 }
 
 impl DieAt {
-    /// Parses `rank:iteration[:start|denoiser]`.
+    /// Parses `rank:iteration[:start|denoiser|gradients]`.
     pub fn parse(text: &str) -> Result<DieAt> {
         let bad = || {
             Error::config(
                 DIE_AT_ENV,
-                format!("`{text}` is not rank:iteration[:start|denoiser]"),
+                format!("`{text}` is not rank:iteration[:start|denoiser|gradients]"),
             )
         };
         let parts: Vec<&str> = text.split(':').collect();
@@ -350,6 +397,7 @@ impl DieAt {
             [r, i] => (r, i, DiePoint::Start),
             [r, i, "start"] => (r, i, DiePoint::Start),
             [r, i, "denoiser"] => (r, i, DiePoint::Denoiser),
+            [r, i, "gradients"] => (r, i, DiePoint::Gradients),
             _ => return Err(bad()),
         };
         Ok(DieAt {

@@ -17,7 +17,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::elastic::{self, Coordinator, Verdict};
+use super::elastic::{self, Coordinator, DieAt, Verdict};
 use crate::error::{Error, Result};
 
 /// Environment variable set in rank processes started by the launcher.
@@ -34,6 +34,14 @@ pub struct ElasticOptions {
     /// How long the survivors of a loss get to check in; a live rank process that has not checked
     /// in by then (stopped, hung) is killed and counted as lost.
     pub checkin_timeout: Duration,
+}
+
+/// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only.
+pub fn launched_die_hook(rank: usize) -> Result<Option<DieAt>> {
+    match std::env::var_os(LAUNCHED_ENV) {
+        Some(_) => DieAt::from_env(rank),
+        None => Ok(None),
+    }
 }
 
 /// Runs `args` (this binary's arguments, without `--ranks`) as `world` rank processes and waits.

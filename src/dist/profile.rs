@@ -172,8 +172,23 @@ impl Profiler {
 
     /// Gathers every rank's log and returns the profiles of all ranks (index = rank), on every rank.
     pub fn finish(self) -> Result<Vec<Vec<IterationProfile>>> {
+        let mine = self.log();
+        let logs = super::wire::all_gather_as(self.timed.as_ref(), "call log", &mine)?;
+        Ok(profiles(&logs))
+    }
+
+    /// This rank's profile alone, when its group failed and its peers' logs cannot be gathered (an
+    /// elastic run's lost generation): the time waited at collectives counts as communication, as
+    /// no peer's entry time says how much of it was idle.
+    pub fn finish_alone(self) -> Vec<IterationProfile> {
+        profiles(std::slice::from_ref(&self.log()))
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn log(&self) -> RankLog {
         self.timed.set_phase(Phase::Other);
-        let mine = RankLog {
+        RankLog {
             offset_ns: self.offset_ns,
             start_ns: self.start_ns,
             calls: self.timed.calls_since(self.start_calls),
@@ -185,9 +200,7 @@ impl Profiler {
                     ..m.clone()
                 })
                 .collect(),
-        };
-        let logs = super::wire::all_gather_as(self.timed.as_ref(), "call log", &mine)?;
-        Ok(profiles(&logs))
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Exact spatial decomposition over a process group: each rank holds one block of every feature map
 //! (a [`Grid`] of blocks over the spatial axes) and, before each layer that needs context, gets the
 //! halo its output block needs from the ranks that own it — by point-to-point messages over the
-//! [`Collective`]. The network code is the one-process code ([`Network`] with a [`Domain`]); this
+//! [`Collective`]. The network code is the one-process code ([`Network`] with a [`Partition`]); this
 //! module only moves data, so outputs and gradients equal the single-process ones up to the order
 //! of floating-point sums (the forward pass is bitwise equal: every output voxel sums the same
 //! products in the same order).
@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 use crate::denoise::Denoiser;
 use crate::dist::Collective;
 use crate::error::{Error, Result};
-use crate::nn::layers::domain::{
-    Domain, Grid, Region, Widened, add_region, copy_between, copy_region, copy_region_of,
+use crate::float::Float;
+use crate::nn::Features;
+use crate::nn::layers::partition::{
+    Grid, Partition, Region, Widened, add_region, copy_between, copy_region, copy_region_of,
     widen_in_place,
 };
-use crate::nn::{Features, Scalar};
 use crate::tensor::Tensor;
 use crate::tiling::TilingConfig;
 
@@ -58,17 +59,17 @@ pub struct HaloTraffic {
 pub type TrafficProbe = Arc<Mutex<Option<HaloTraffic>>>;
 
 /// A grid of ranks over the spatial axes, exchanging halos over `comm`.
-pub struct SpatialDomain<'a> {
+pub struct SpatialPartition<'a> {
     comm: &'a dyn Collective,
     grid: Grid,
     stats: Mutex<ExchangeStats>,
 }
 
-impl<'a> SpatialDomain<'a> {
+impl<'a> SpatialPartition<'a> {
     /// `grid` must have as many cells as `comm` has ranks.
     pub fn new(comm: &'a dyn Collective, grid: Grid) -> Result<Self> {
         Grid::given(grid.shape, comm.world_size())?;
-        Ok(SpatialDomain {
+        Ok(SpatialPartition {
             comm,
             grid,
             stats: Mutex::new(ExchangeStats::default()),
@@ -98,7 +99,7 @@ impl<'a> SpatialDomain<'a> {
     /// For every pair `(a, b)`, `a < b`, that includes this rank and has something to move either
     /// way, in one global order: sends `outgoing(peer)` and hands `incoming(peer)`'s data to
     /// `receive`. The lower rank sends first. Returns the bytes sent.
-    fn exchange<T: Scalar>(
+    fn exchange<T: Float>(
         &self,
         outgoing: impl Fn(usize) -> Region,
         incoming: impl Fn(usize) -> Region,
@@ -164,7 +165,7 @@ impl<'a> SpatialDomain<'a> {
     }
 }
 
-impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
+impl<T: Float> Partition<T> for SpatialPartition<'_> {
     fn grid(&self) -> Grid {
         self.grid
     }
@@ -294,7 +295,7 @@ impl<T: Scalar> Domain<T> for SpatialDomain<'_> {
     }
 }
 
-/// Gradient values summed per all-gather in [`SpatialDomain`]'s `sum_over_ranks`.
+/// Gradient values summed per all-gather in [`SpatialPartition`]'s `sum_over_ranks`.
 const SUM_CHUNK: usize = 1 << 20;
 
 /// A native neural denoiser run by exact spatial decomposition: every rank denoises its block of
@@ -371,14 +372,14 @@ impl Denoiser for SpatialDenoiser {
         let axes = x.ndim() - 2;
         let dims = crate::nn::models::drunet::dims3(x.spatial());
         let grid = self.grid_for(dims, axes)?;
-        let domain = SpatialDomain::new(&*self.comm, grid)?;
+        let partition = SpatialPartition::new(&*self.comm, grid)?;
         let me = self.comm.rank();
         let whole = Region::whole(dims);
         // This rank's block, cut straight from the tensor (no copy of the whole image first).
         let (batch, channels) = (x.shape()[0], x.shape()[1]);
         let xb = copy_region_of(x.data(), batch, channels, &whole, &grid.block(dims, me));
-        let yb = block_net.denoise_block(&xb, dims, axes, sigma, &domain)?;
-        let sent = domain.take_stats().bytes_sent;
+        let yb = block_net.denoise_block(&xb, dims, axes, sigma, &partition)?;
+        let sent = partition.take_stats().bytes_sent;
         let predicted = block_net.halo_volumes(dims, axes, grid)?.map(|layers| {
             let per_value = (xb.batch * std::mem::size_of::<f32>()) as u64;
             layers
@@ -430,7 +431,7 @@ mod tests {
 
     /// Every rank's block of `x` (a whole map), run through `f` on `world` ranks over real sockets,
     /// and the blocks of the results pasted back into one map of `out_dims`.
-    fn assemble<T: Scalar>(
+    fn assemble<T: Float>(
         grid: Grid,
         out_dims: [usize; 3],
         blocks: Vec<Features<T>>,
@@ -448,7 +449,7 @@ mod tests {
         out
     }
 
-    fn block_of<T: Scalar>(x: &Features<T>, grid: Grid, rank: usize) -> Features<T> {
+    fn block_of<T: Float>(x: &Features<T>, grid: Grid, rank: usize) -> Features<T> {
         copy_region(x, &Region::whole(x.dims), &grid.block(x.dims, rank))
     }
 
@@ -520,9 +521,9 @@ mod tests {
                     continue;
                 }
                 let blocks = on_group(grid.ranks(), |comm| {
-                    let domain = SpatialDomain::new(&*comm, grid).unwrap();
+                    let partition = SpatialPartition::new(&*comm, grid).unwrap();
                     let xb = block_of(&x, grid, comm.rank());
-                    net.forward(xb, dims, &domain).unwrap()
+                    net.forward(xb, dims, &partition).unwrap()
                 });
                 let got = assemble(grid, want.dims, blocks);
                 let scale = want.data.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -559,22 +560,22 @@ mod tests {
                     continue;
                 }
                 let results = on_group(grid.ranks(), |comm| {
-                    let domain = SpatialDomain::new(&*comm, grid).unwrap();
+                    let partition = SpatialPartition::new(&*comm, grid).unwrap();
                     let me = comm.rank();
                     let mut tape = net
-                        .forward_train(block_of(&x, grid, me), dims, &domain)
+                        .forward_train(block_of(&x, grid, me), dims, &partition)
                         .unwrap();
                     let taped = tape.clone();
                     let mut g = net.zero_grads();
                     let gx = net
-                        .backward(&mut tape, block_of(&r, grid, me), &domain, &mut g, true)
+                        .backward(&mut tape, block_of(&r, grid, me), &partition, &mut g, true)
                         .unwrap()
                         .unwrap();
                     // Inputs widened in place for their layers' backward passes are narrowed
                     // back: the tape holds its blocks again, bit for bit.
                     assert!(tape == taped, "{name}: the backward pass changed the tape");
                     // The most halo any exchange held is the memory goal's predicted "+ halos".
-                    let held = domain.take_stats().halo_values.into_iter().max();
+                    let held = partition.take_stats().halo_values.into_iter().max();
                     let predicted = net.largest_halo(dims, grid, me, true).unwrap();
                     assert_eq!(held, Some(predicted as u64), "{name}: rank {me}'s halo");
                     (gx, g)
@@ -614,10 +615,10 @@ mod tests {
                 }
                 let x: Features = random_features(2, net.in_channels(), dims, &mut rng);
                 let sent = on_group(grid.ranks(), |comm| {
-                    let domain = SpatialDomain::new(&*comm, grid).unwrap();
-                    net.forward(block_of(&x, grid, comm.rank()), dims, &domain)
+                    let partition = SpatialPartition::new(&*comm, grid).unwrap();
+                    net.forward(block_of(&x, grid, comm.rank()), dims, &partition)
                         .unwrap();
-                    domain.take_stats().bytes_sent
+                    partition.take_stats().bytes_sent
                 });
                 let predicted = net.halo_volumes(dims, grid).unwrap();
                 assert_eq!(sent[0].len(), predicted.len(), "{name}: exchanges");
@@ -639,9 +640,9 @@ mod tests {
         let net = small_drunet(2);
         let grid = Grid { shape: [1, 1, 4] };
         let errs = on_group(4, |comm| {
-            let domain = SpatialDomain::new(&*comm, grid).unwrap();
+            let partition = SpatialPartition::new(&*comm, grid).unwrap();
             let x = Features::zeros(1, 2, grid.block([1, 32, 24], comm.rank()).dims());
-            net.forward(x, [1, 32, 24], &domain)
+            net.forward(x, [1, 32, 24], &partition)
                 .unwrap_err()
                 .to_string()
         });
@@ -685,11 +686,13 @@ mod tests {
                 .map(|n| random_features(2, 3, n.clip(dims).dims(), &mut rng))
                 .collect();
             let sums = on_group(grid.ranks(), |comm| {
-                let domain = SpatialDomain::new(&*comm, grid).unwrap();
+                let partition = SpatialPartition::new(&*comm, grid).unwrap();
                 let me = comm.rank();
                 let xb = block_of(&x, grid, me);
-                let gx = Domain::<f64>::gather(&domain, &xb, dims, &needs).unwrap();
-                let aty = domain.gather_adjoint(ys[me].clone(), dims, &needs).unwrap();
+                let gx = Partition::<f64>::gather(&partition, &xb, dims, &needs).unwrap();
+                let aty = partition
+                    .gather_adjoint(ys[me].clone(), dims, &needs)
+                    .unwrap();
                 (dot(&gx.data, &ys[me].data), dot(&xb.data, &aty.data))
             });
             let (l, r): (f64, f64) = sums

@@ -1,6 +1,6 @@
 //! `tessera bench spatial-memory`: the memory study of exact spatial decomposition. Each rank of a
 //! group holds only its block of a generated input (never the whole image), runs a network forward
-//! (inference) or forward + backward (one training step) with halos exchanged by [`SpatialDomain`],
+//! (inference) or forward + backward (one training step) with halos exchanged by [`SpatialPartition`],
 //! and reports the peak resident memory the run added above what the process held before the input
 //! existed (network weights, transport buffers and the binary are the baseline, measured apart).
 //!
@@ -20,9 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Collective;
 use super::profile::{peak_rss_bytes, reset_peak_rss};
-use super::spatial::SpatialDomain;
+use super::spatial::SpatialPartition;
 use crate::error::{Error, Result};
-use crate::nn::{Domain, Drunet, DrunetArch, Features, Grid, Network, TestModel, Whole};
+use crate::nn::{Drunet, DrunetArch, Features, Grid, Network, Partition, TestModel, Whole};
 
 /// The networks of the study: the reference paper's test models and DRUNet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,11 +199,11 @@ pub fn measure(comm: &dyn Collective, spec: MemorySpec) -> Result<Option<MemoryP
         _ => [1, spec.size, spec.size],
     };
     let grid = Grid::for_axes(None, axes, comm.world_size(), dims, "--ranks")?;
-    let spatial = SpatialDomain::new(comm, grid)?;
+    let spatial = SpatialPartition::new(comm, grid)?;
     // One rank runs as one process does (`Whole`: a layer reads its input in place), not as a
     // 1-rank decomposition, which copies every layer's input and, in training, keeps the copy
     // beside the taped input: that reference was a map too large and flattered every ratio.
-    let domain: &dyn Domain<f32> = match comm.world_size() {
+    let partition: &dyn Partition<f32> = match comm.world_size() {
         1 => &Whole,
         _ => &spatial,
     };
@@ -228,13 +228,13 @@ pub fn measure(comm: &dyn Collective, spec: MemorySpec) -> Result<Option<MemoryP
         }
     }
     if spec.train {
-        let mut tape = net.forward_train(x, dims, domain)?;
+        let mut tape = net.forward_train(x, dims, partition)?;
         // The gradient of ½‖y‖²: y itself.
         let dy = tape.output().clone();
         let mut grads = net.zero_grads();
-        net.backward(&mut tape, dy, domain, &mut grads, false)?;
+        net.backward(&mut tape, dy, partition, &mut grads, false)?;
     } else {
-        net.forward(x, dims, domain)?;
+        net.forward(x, dims, partition)?;
     }
     let secs = start.elapsed().as_secs_f64();
     let peak = peak_rss_bytes().unwrap_or(0);

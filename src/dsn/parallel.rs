@@ -21,14 +21,14 @@
 
 use std::time::Instant;
 
-use crate::dist::spatial::SpatialDomain;
+use crate::dist::spatial::SpatialPartition;
 use crate::dist::subgroup::SubGroup;
 use crate::dist::{Collective, codec, wire};
 use crate::error::{Error, Result};
-use crate::nn::{Domain, Features, Grid, Whole};
+use crate::nn::{Features, Grid, Partition, Whole};
 use crate::optim::adam::Adam;
 
-use super::model::{
+use super::network::{
     DomainBatch, DomainLosses, Dsn, DsnArch, LossWeights, Similarity, SimilarityTerm, mmd_terms,
 };
 
@@ -236,10 +236,10 @@ impl<'a> Trainer<'a> {
     }
 
     /// The halo-exchanging domain of this rank's group (`None`: whole images on this rank).
-    fn spatial(&self) -> Result<Option<SpatialDomain<'_>>> {
+    fn spatial(&self) -> Result<Option<SpatialPartition<'_>>> {
         self.group
             .as_ref()
-            .map(|(g, grid)| SpatialDomain::new(g, *grid))
+            .map(|(g, grid)| SpatialPartition::new(g, *grid))
             .transpose()
     }
 
@@ -349,7 +349,7 @@ impl<'a> Trainer<'a> {
 
     fn task_grads(&self, batches: &[DomainBatch<f32>], times: &mut StepTimes) -> Result<StepGrads> {
         let spatial = self.spatial()?;
-        let space: &dyn Domain<f32> = match &spatial {
+        let space: &dyn Partition<f32> = match &spatial {
             Some(s) => s,
             None => &Whole,
         };
@@ -390,7 +390,7 @@ impl<'a> Trainer<'a> {
         times: &mut StepTimes,
     ) -> Result<StepGrads> {
         let spatial = self.spatial()?;
-        let space: &dyn Domain<f32> = match &spatial {
+        let space: &dyn Partition<f32> = match &spatial {
             Some(s) => s,
             None => &Whole,
         };
@@ -631,7 +631,7 @@ pub fn spatial_grid(arch: &DsnArch, ranks: usize) -> Result<Grid> {
 /// Moves the halo exchanges' time out of the compute phase `phase` into `exchange_secs`, and
 /// counts their bytes.
 fn move_halo_time(
-    spatial: &Option<SpatialDomain<'_>>,
+    spatial: &Option<SpatialPartition<'_>>,
     times: &mut StepTimes,
     phase: impl Fn(&mut StepTimes) -> &mut f64,
 ) {
@@ -650,7 +650,7 @@ mod tests {
     use super::*;
     use crate::dist::testutil::on_group;
     use crate::dsn::data::generate;
-    use crate::dsn::model::tests::small_arch;
+    use crate::dsn::network::tests::small_arch;
     use crate::nn::Features;
 
     fn batch(domain: usize, step: usize, n: usize) -> DomainBatch<f32> {

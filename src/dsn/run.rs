@@ -9,7 +9,7 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::data::{DomainConfig, DomainData, load_domain};
-use super::model::{DannSchedule, DomainBatch, DomainLosses, DsnArch, LossWeights, Similarity};
+use super::network::{DannSchedule, DomainBatch, DomainLosses, DsnArch, LossWeights, Similarity};
 use super::parallel::{Placement, Trainer, spatial_grid};
 use crate::dist::{Collective, codec, wire};
 use crate::error::{Error, Result};
@@ -724,7 +724,7 @@ fn reconstruction_figure(
     n: usize,
     s: usize,
 ) -> Result<crate::plot::Rgb> {
-    use crate::plot::{Colormap, Heatmap, grid};
+    use crate::plot::{Colormap, Figure, Heatmap, grid};
     let k = s * s;
     let cols = n * (s + 1) - 1;
     let figures = RECONSTRUCTION_ROWS

@@ -6,8 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
-use crate::physics::wave::{Acquisition, Gather, Real};
-use crate::plot::{Colormap, Heatmap, LineChart, MarkShape, Marks, Rgb, Series, grid};
+use crate::float::Float;
+use crate::physics::wave::{Acquisition, Gather};
+use crate::plot::{Colormap, Figure, Heatmap, LineChart, MarkShape, Marks, Rgb, Series, grid};
 
 /// Width of one panel in pixels.
 const PANEL_WIDTH: u32 = 560;
@@ -148,7 +149,7 @@ pub fn epoch_panel(
 /// `ricker.png`, `observed_data.png`, `loss.png`; returns their file names. `history` holds
 /// `(epoch, loss, model error, low-pass cutoff)` per epoch, `initial_error` the starting model's
 /// error; `observed[i]` was recorded by `acquisition.shots[i]`.
-pub fn summary_figures<T: Real>(
+pub fn summary_figures<T: Float>(
     out_dir: &Path,
     history: &[(usize, f64, Option<f64>, Option<f64>)],
     initial_error: Option<f64>,
@@ -262,7 +263,7 @@ pub fn summary_figures<T: Real>(
 }
 
 /// A gather (`receivers × nt`) as `nt × receivers`, time down the rows.
-fn time_major<T: Real>(g: &Gather<T>) -> Vec<f32> {
+fn time_major<T: Float>(g: &Gather<T>) -> Vec<f32> {
     let mut out = vec![0.0f32; g.data.len()];
     for r in 0..g.receivers {
         for t in 0..g.nt {

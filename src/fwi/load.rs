@@ -52,7 +52,7 @@ pub fn read_array(file: &ArrayFile, base_dir: &Path) -> Result<(Vec<usize>, Vec<
 pub fn read_model(file: &ArrayFile, base_dir: &Path) -> Result<(usize, usize, Vec<f64>)> {
     let (shape, data) = read_array(file, base_dir)?;
     let segy = matches!(kind(&file.path).as_str(), "segy" | "sgy");
-    let (a, b) = crate::physics::wave::model::grid_of(&shape, "model")?;
+    let (a, b) = crate::physics::wave::velocity::grid_of(&shape, "model")?;
     if segy != file.transpose {
         // Stored (x, z): transpose to (z, x).
         let mut t = vec![0.0; data.len()];

@@ -16,4 +16,6 @@ pub mod load;
 pub mod run;
 
 pub use config::{BUNDLED_FWI, FwiPreset};
-pub use run::{EpochReport, FwiEvent, FwiSummary, RankEpoch, run, run_in_group};
+pub use run::{
+    EpochReport, FwiEvent, FwiSummary, RankEpoch, check_elastic, run, run_elastic, run_in_group,
+};

@@ -15,15 +15,18 @@ use serde::{Deserialize, Serialize};
 use super::batch::{draw, tensor_split};
 use super::config::{FwiPreset, ModelSource, StartModel};
 use super::load;
+use crate::dist::elastic::{Assignment, DieAt, DiePoint, Elastic, Recovery, is_loss};
+use crate::dist::launch::launched_die_hook;
 use crate::dist::physics::SumOrder;
 use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, ReduceOp, SingleProcess, wire};
 use crate::error::{Error, Result};
+use crate::float::Float;
 use crate::io::{self, RunDir, Staging};
 use crate::optim::adam::TorchAdam;
 use crate::physics::wave::config::acquisition_from_cells;
 use crate::physics::wave::{
-    Acquisition, Gather, GradientOptions, L2Misfit, Precision, Real, Shot, Solver, SolverSettings,
+    Acquisition, Gather, GradientOptions, L2Misfit, Precision, Shot, Solver, SolverSettings,
     VelocityModel,
 };
 use crate::samples::marmousi;
@@ -110,6 +113,10 @@ pub struct FwiSummary {
     pub setup_secs: f64,
     pub solve_secs: f64,
     pub history: Vec<EpochReport>,
+    /// Elastic runs: each recovery from a lost rank (absent when there was none); `solve_secs`
+    /// sums the generations' solve times.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recoveries: Vec<Recovery>,
     /// The files of the run, relative to its folder (`metrics.json` last).
     pub outputs: Vec<PathBuf>,
     /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
@@ -146,14 +153,18 @@ pub fn run_in_group(
     on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
 ) -> Result<FwiSummary> {
     preset.validate()?;
-    let staging = match comm.rank() {
-        0 => Some(Staging::create(&out.into())?),
-        _ => None,
-    };
-    let timed = Arc::new(TimedCollective::new(comm));
+    let out = out.into();
     match preset.wave.precision {
-        Precision::F32 => run_typed::<f32>(preset, base_dir, staging, timed, on_event),
-        Precision::F64 => run_typed::<f64>(preset, base_dir, staging, timed, on_event),
+        Precision::F32 => {
+            let mut carried = Carried::<f32>::new(&out, comm.rank(), false)?;
+            carried.die_at = launched_die_hook(comm.rank())?;
+            run_generation(preset, base_dir, &out, comm, &mut carried, on_event)
+        }
+        Precision::F64 => {
+            let mut carried = Carried::<f64>::new(&out, comm.rank(), false)?;
+            carried.die_at = launched_die_hook(comm.rank())?;
+            run_generation(preset, base_dir, &out, comm, &mut carried, on_event)
+        }
     }
 }
 
@@ -233,7 +244,7 @@ struct EpochStart {
 
 /// One shot's part of the batch sum, sent by the rank that propagated it (`sum_order = "exact"`).
 #[derive(Deserialize)]
-#[serde(bound = "T: Real")]
+#[serde(bound = "T: Float")]
 struct ShotPart<T> {
     /// The shot's position in the batch.
     position: u64,
@@ -245,7 +256,7 @@ struct ShotPart<T> {
 
 /// [`ShotPart`] as its sender writes it, borrowing the results (the same bytes on the wire).
 #[derive(Serialize)]
-#[serde(bound = "T: Real")]
+#[serde(bound = "T: Float")]
 struct ShotPartRef<'a, T> {
     position: u64,
     loss: f64,
@@ -467,7 +478,7 @@ fn decode_setup(bytes: &[u8]) -> Result<Setup> {
 }
 
 /// FNV-1a of the model's bytes.
-fn model_hash<T: Real>(model: &[T]) -> u64 {
+fn model_hash<T: Float>(model: &[T]) -> u64 {
     let mut bytes = Vec::with_capacity(model.len() * T::BYTES);
     for v in model {
         v.put_le(&mut bytes);
@@ -477,7 +488,7 @@ fn model_hash<T: Real>(model: &[T]) -> u64 {
     })
 }
 
-fn rel_error<T: Real>(v: &[T], truth: &[f64]) -> f64 {
+fn rel_error<T: Float>(v: &[T], truth: &[f64]) -> f64 {
     let num: f64 = v
         .iter()
         .zip(truth)
@@ -487,7 +498,7 @@ fn rel_error<T: Real>(v: &[T], truth: &[f64]) -> f64 {
     (num / den).sqrt()
 }
 
-fn to_f32<T: Real>(v: &[T]) -> Vec<f32> {
+fn to_f32<T: Float>(v: &[T]) -> Vec<f32> {
     v.iter().map(|x| x.to_f64() as f32).collect()
 }
 
@@ -517,7 +528,7 @@ fn step_ratio_warning(dt_s: f64, step_ratio: usize, nt: usize) -> Option<String>
 }
 
 /// The numbers [`crate::memory::fwi`] sizes a run by, for this preset and its loaded `setup`.
-fn memory_size<T: Real>(
+fn memory_size<T: Float>(
     preset: &FwiPreset,
     setup: &Setup,
     solver: &Solver<T>,
@@ -559,16 +570,37 @@ fn memory_size<T: Real>(
     }
 }
 
-#[allow(clippy::too_many_lines)]
-fn run_typed<T: Real>(
+/// What every rank derives before the first epoch, the same on every rank (rank 0 loads or models
+/// it and broadcasts it): the later generations of an elastic group start from it when every
+/// survivor holds it.
+struct Prepared<T> {
+    setup: Setup,
+    settings: SolverSettings,
+    max_vel: f64,
+    step_ratio: usize,
+    wavelets: Vec<Vec<T>>,
+    observed_flat: Vec<T>,
+    observed: Vec<Gather<T>>,
+    /// Cells the gradient may update (frozen rows and the source radius are out).
+    mask: Vec<bool>,
+    /// The velocity bounds the model is clamped to after each step.
+    lo: T,
+    hi: T,
+    start: Vec<T>,
+    truth_f32: Option<Vec<f32>>,
+    initial_f32: Vec<f32>,
+    initial_error: Option<f64>,
+    secs: f64,
+}
+
+/// Loads (rank 0) and broadcasts the inversion's inputs, checks its memory, models the observed
+/// data: every collective before the first epoch.
+fn prepare<T: Float>(
     preset: &FwiPreset,
     base_dir: &Path,
-    staging: Option<Staging>,
-    timed: Arc<TimedCollective>,
-    on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
-) -> Result<FwiSummary> {
+    comm: &Arc<dyn Collective>,
+) -> Result<Prepared<T>> {
     let t_start = Instant::now();
-    let comm: Arc<dyn Collective> = timed.clone();
     let (rank, world) = (comm.rank(), comm.world_size());
     let setup = broadcast_result(
         comm.as_ref(),
@@ -694,46 +726,362 @@ fn run_typed<T: Real>(
     let lo = T::from_f64(preset.fwi.min_velocity.unwrap_or(f64::MIN_POSITIVE));
     let hi = T::from_f64(preset.fwi.max_velocity.map_or(max_vel, |m| m.min(max_vel)));
 
-    let mut model = start.v.clone();
     let truth_f32 = setup
         .truth
         .as_ref()
         .map(|t| t.iter().map(|&v| v as f32).collect::<Vec<_>>());
-    let initial_f32 = to_f32(&model);
-    let initial_error = setup.truth.as_ref().map(|t| rel_error(&model, t));
+    let initial_f32 = to_f32(&start.v);
+    let initial_error = setup.truth.as_ref().map(|t| rel_error(&start.v, t));
+    Ok(Prepared {
+        max_vel,
+        settings,
+        step_ratio,
+        wavelets,
+        observed_flat,
+        observed,
+        mask,
+        lo,
+        hi,
+        start: start.v,
+        initial_f32,
+        initial_error,
+        truth_f32,
+        setup,
+        secs: t_start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The model and Adam state after an epoch.
+#[derive(Clone)]
+struct EpochState<T> {
+    model: Vec<T>,
+    adam: TorchAdam<T>,
+}
+
+/// What one figure epoch's panel is drawn from. Elastic runs keep these on every rank, so that a
+/// rank that takes over rank 0's role draws the panels its predecessor drew.
+struct FigureEpoch {
+    epoch: usize,
+    model_error: Option<f64>,
+    model: Vec<f32>,
+    gradient: Vec<f32>,
+    illumination: Option<Vec<f32>>,
+}
+
+/// What a rank carries across the generations of its group (one generation unless elastic).
+struct Carried<T> {
+    t_start: Instant,
+    staging: Option<Staging>,
+    /// Elastic runs: keep the states of the last two epochs and the figure epochs' panel inputs.
+    keep_states: bool,
+    prepared: Option<Prepared<T>>,
+    started: bool,
+    /// Rank 0 asks every rank to stop at the next epoch (a client cancelled).
+    stop: bool,
+    stopped_early: bool,
+    /// Reports of the completed epochs, in order.
+    history: Vec<EpochReport>,
+    /// Elastic runs: the state after the last completed epoch and after the one before it
+    /// (survivors differ by at most one epoch: each completes an epoch only after the epoch's
+    /// last collective, to which every rank contributed).
+    state: Option<EpochState<T>>,
+    previous: Option<EpochState<T>>,
+    figure_epochs: Vec<FigureEpoch>,
+    /// The panels this rank drew (rank 0), by epoch.
+    panels: Vec<(usize, PathBuf)>,
+    peak_bytes: usize,
+    /// Solve time of the generations before this one, and when this one's began.
+    solve_secs_before: f64,
+    solving_since: Option<Instant>,
+    recoveries: Vec<Recovery>,
+    /// When the last loss was seen, until the first epoch after it completes.
+    failed_at: Option<Instant>,
+    die_at: Option<DieAt>,
+}
+
+impl<T: Float> Carried<T> {
+    /// Rank 0 stages the run's files before anything is computed (an unwritable destination fails
+    /// at once).
+    fn new(out: &RunDir, rank: usize, keep_states: bool) -> Result<Carried<T>> {
+        Ok(Carried {
+            t_start: Instant::now(),
+            staging: match rank {
+                0 => Some(Staging::create(out)?),
+                _ => None,
+            },
+            keep_states,
+            prepared: None,
+            started: false,
+            stop: false,
+            stopped_early: false,
+            history: Vec::new(),
+            state: None,
+            previous: None,
+            figure_epochs: Vec::new(),
+            panels: Vec::new(),
+            peak_bytes: 0,
+            solve_secs_before: 0.0,
+            solving_since: None,
+            recoveries: Vec::new(),
+            failed_at: None,
+            die_at: None,
+        })
+    }
+
+    /// Records a completed epoch and the state after it.
+    fn completed(&mut self, report: EpochReport, model: &[T], adam: &TorchAdam<T>) {
+        self.history.push(report);
+        if self.keep_states {
+            // The older state kept is dropped: its buffers take the new one.
+            let next = match self.previous.take() {
+                Some(mut old) if old.model.len() == model.len() => {
+                    old.model.copy_from_slice(model);
+                    old.adam.clone_from(adam);
+                    old
+                }
+                _ => EpochState {
+                    model: model.to_vec(),
+                    adam: adam.clone(),
+                },
+            };
+            self.previous = self.state.replace(next);
+        }
+        if let Some(t) = self.failed_at.take()
+            && let Some(r) = self.recoveries.last_mut()
+        {
+            r.recovery_secs = Some(t.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Goes back to the state after epoch `k` (the least that the survivors completed). Before
+    /// the first epoch nothing is kept: not every survivor may hold the prepared inputs.
+    fn rewind(&mut self, k: usize) -> Result<()> {
+        let done = self.history.len();
+        if k == 0 {
+            self.prepared = None;
+            self.state = None;
+            self.previous = None;
+        } else if k + 1 == done {
+            self.state = Some(self.previous.take().ok_or_else(|| {
+                Error::Internal(format!("resuming after epoch {k}, but its state is gone"))
+            })?);
+        } else if k != done {
+            return Err(Error::Internal(format!(
+                "resuming after epoch {k}, but this rank completed {done}"
+            )));
+        }
+        self.history.truncate(k);
+        self.figure_epochs.retain(|f| f.epoch <= k);
+        self.panels.retain(|(epoch, _)| *epoch <= k);
+        Ok(())
+    }
+}
+
+/// One generation of the run (the whole run unless an elastic group loses a rank).
+fn run_generation<T: Float>(
+    preset: &FwiPreset,
+    base_dir: &Path,
+    out: &RunDir,
+    comm: Box<dyn Collective>,
+    carried: &mut Carried<T>,
+    on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
+) -> Result<FwiSummary> {
+    if comm.rank() == 0 && carried.staging.is_none() {
+        // The lowest surviving rank takes rank 0's role, staging folder included.
+        carried.staging = Some(Staging::create(out)?);
+    }
+    let timed = Arc::new(TimedCollective::new(comm));
+    let prepared = match carried.prepared.take() {
+        Some(p) => p,
+        None => {
+            let comm: Arc<dyn Collective> = timed.clone();
+            prepare(preset, base_dir, &comm)?
+        }
+    };
+    let result = run_epochs(preset, &timed, &prepared, carried, on_event);
+    carried.prepared = Some(prepared);
+    result
+}
+
+/// [`run_in_group`] for a rank of an elastic group (`--elastic`): survives lost peers while the
+/// launcher lets the group go on, and ends with the bytes of an uninterrupted run. Only
+/// `sum_order = "exact"` sums in an order that does not depend on the number of ranks.
+pub fn run_elastic(
+    preset: &FwiPreset,
+    base_dir: &Path,
+    out: impl Into<RunDir>,
+    comm: Box<dyn Collective>,
+    elastic: Elastic<'_>,
+    on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
+) -> Result<FwiSummary> {
+    preset.validate()?;
+    check_elastic(preset)?;
+    let out = out.into();
+    match preset.wave.precision {
+        Precision::F32 => elastic_typed::<f32>(preset, base_dir, &out, comm, elastic, on_event),
+        Precision::F64 => elastic_typed::<f64>(preset, base_dir, &out, comm, elastic, on_event),
+    }
+}
+
+/// Refuses an elastic run whose result depends on the number of ranks.
+pub fn check_elastic(preset: &FwiPreset) -> Result<()> {
+    match preset.fwi.sum_order {
+        SumOrder::Exact => Ok(()),
+        SumOrder::AllReduce => Err(Error::config(
+            "fwi.sum_order",
+            "an elastic run needs sum_order = \"exact\": the float32 all-reduce's bits depend on \
+             the number of ranks, so the survivors of a loss would not finish with the bytes of an \
+             uninterrupted run",
+        )),
+    }
+}
+
+fn elastic_typed<T: Float>(
+    preset: &FwiPreset,
+    base_dir: &Path,
+    out: &RunDir,
+    mut comm: Box<dyn Collective>,
+    elastic: Elastic<'_>,
+    on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
+) -> Result<FwiSummary> {
+    let Elastic { mut member, join } = elastic;
+    let mut carried = Carried::<T>::new(out, comm.rank(), true)?;
+    carried.die_at = launched_die_hook(member.slot)?;
+    loop {
+        let failure = match run_generation(preset, base_dir, out, comm, &mut carried, on_event) {
+            Err(e) if is_loss(&e) => e,
+            done => return done,
+        };
+        let failed_at = Instant::now();
+        if let Some(t) = carried.solving_since.take() {
+            carried.solve_secs_before += t.elapsed().as_secs_f64();
+        }
+        let completed = carried.history.len();
+        tracing::warn!(
+            "generation {} failed after epoch {completed}: {failure}; checking in with the launcher",
+            member.generation
+        );
+        let shots = carried
+            .prepared
+            .as_ref()
+            .map_or(preset.fwi.batch_size, |p| p.setup.acquisition.len());
+        let plan = member.rejoin(completed, &failure)?;
+        carried.die_at = None;
+        carried.rewind(plan.resume_from)?;
+        let info = plan.rank_info(member.slot)?;
+        let batch = preset.fwi.batch_size.min(shots);
+        let world = plan.members.len();
+        let assignment = Assignment {
+            operators: Vec::new(),
+            tiles: Vec::new(),
+            batch_positions: (0..world)
+                .map(|r| tensor_split(batch, world, r).collect())
+                .collect(),
+        };
+        tracing::warn!(
+            "generation {}: lost rank(s) {:?} (slots {:?}); {world} rank(s) resume after epoch {}; \
+             this is rank {} of {world}; batch positions by rank {:?}",
+            plan.generation,
+            plan.lost_ranks,
+            plan.lost_slots,
+            plan.resume_from,
+            info.rank,
+            assignment.batch_positions
+        );
+        carried.recoveries.push(Recovery {
+            generation: plan.generation,
+            failed_at_secs: failed_at.duration_since(carried.t_start).as_secs_f64(),
+            failure: failure.to_string(),
+            lost_ranks: plan.lost_ranks.clone(),
+            lost_slots: plan.lost_slots.clone(),
+            resumed_from: carried.history.len(),
+            members: plan.members.clone(),
+            assignment,
+            recovery_secs: None,
+        });
+        carried.failed_at = Some(failed_at);
+        comm = join(&info)?;
+    }
+}
+
+/// The epochs of one generation from where `carried` left off, then (rank 0) the outputs.
+#[allow(clippy::too_many_lines)]
+fn run_epochs<T: Float>(
+    preset: &FwiPreset,
+    timed: &Arc<TimedCollective>,
+    prepared: &Prepared<T>,
+    carried: &mut Carried<T>,
+    on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
+) -> Result<FwiSummary> {
+    let comm: Arc<dyn Collective> = timed.clone();
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let Prepared {
+        setup,
+        settings,
+        max_vel,
+        step_ratio,
+        wavelets,
+        observed_flat,
+        observed,
+        mask,
+        lo,
+        hi,
+        start,
+        truth_f32,
+        initial_f32,
+        initial_error,
+        secs: setup_secs,
+    } = prepared;
+    let (lo, hi, step_ratio, max_vel) = (*lo, *hi, *step_ratio, *max_vel);
+    let (nz, nx) = (setup.nz, setup.nx);
+    let (dz, dx) = (preset.model.dz_m, preset.model.dx_m);
+    let cells = nz * nx;
+    let acq = &setup.acquisition;
+    let n_shots = acq.len();
+    let nt = preset.wave.nt;
     let internal_dt = preset.wave.dt_s / step_ratio as f64;
     let epochs = preset.fwi.epochs;
-    let mut stop = on_event(FwiEvent::Started {
-        name: &preset.name,
-        nz,
-        nx,
-        shots: n_shots,
-        epochs,
-        world_size: world,
-        step_ratio,
-        spacing_m: [dz, dx],
-        acquisition: acq,
-        true_model: truth_f32.as_deref(),
-        initial_model: &initial_f32,
-    })
-    .is_break();
-    let setup_secs = t_start.elapsed().as_secs_f64();
+    if !carried.started {
+        carried.started = true;
+        carried.stop = on_event(FwiEvent::Started {
+            name: &preset.name,
+            nz,
+            nx,
+            shots: n_shots,
+            epochs,
+            world_size: world,
+            step_ratio,
+            spacing_m: [dz, dx],
+            acquisition: acq,
+            true_model: truth_f32.as_deref(),
+            initial_model: initial_f32,
+        })
+        .is_break();
+    }
     let t_solve = Instant::now();
-    let [b1, b2] = preset.fwi.betas;
-    let mut adam = TorchAdam::<T>::new(cells, preset.fwi.learning_rate, (b1, b2), preset.fwi.eps);
-    let mut history = Vec::with_capacity(epochs);
-    let mut peak_bytes = 0;
-    let mut stopped_early = false;
+    carried.solving_since = Some(t_solve);
+    let (mut model, mut adam) = match &carried.state {
+        Some(s) => (s.model.clone(), s.adam.clone()),
+        None => {
+            let [b1, b2] = preset.fwi.betas;
+            let adam =
+                TorchAdam::<T>::new(cells, preset.fwi.learning_rate, (b1, b2), preset.fwi.eps);
+            (start.clone(), adam)
+        }
+    };
     let layout = super::figures::Layout::new(nz, nx, dz, dx, acq);
-    let mut panels = Vec::new();
-    for epoch in 0..epochs {
+    let die_at = carried.die_at;
+    for epoch in carried.history.len()..epochs {
+        if let Some(die) = die_at {
+            die.check(epoch + 1, DiePoint::Start);
+        }
         let t_epoch = Instant::now();
         let comm_mark = timed.secs();
         // Rank 0 draws the batch (and says whether to stop); everyone receives it.
         let mut buf = Vec::new();
         if rank == 0 {
             buf = wire::encode(&EpochStart {
-                stop,
+                stop: carried.stop,
                 batch: draw(n_shots, preset.fwi.batch_size, preset.seed, epoch)
                     .into_iter()
                     .map(|i| i as u64)
@@ -743,7 +1091,7 @@ fn run_typed<T: Real>(
         comm.broadcast(&mut buf, 0)?;
         let start: EpochStart = wire::decode_from(0, "epoch start", &buf)?;
         if start.stop {
-            stopped_early = true;
+            carried.stopped_early = true;
             break;
         }
         let batch: Vec<usize> = start
@@ -770,7 +1118,7 @@ fn run_typed<T: Real>(
         let figures = epoch + 1 == epochs
             || (preset.output.figures_every > 0 && (epoch + 1) % preset.output.figures_every == 0);
         let current = VelocityModel::new(nz, nx, dz, dx, model.clone())?;
-        let solver = Solver::new(&current, &settings)?;
+        let solver = Solver::new(&current, settings)?;
         let misfit = L2Misfit {
             observed: &my_observed,
             weight: 1.0 / batch.len() as f64,
@@ -797,7 +1145,12 @@ fn run_typed<T: Real>(
         } else {
             0.0
         };
-        peak_bytes = peak_bytes.max(results.iter().map(|r| r.peak_bytes).max().unwrap_or(0));
+        carried.peak_bytes = carried
+            .peak_bytes
+            .max(results.iter().map(|r| r.peak_bytes).max().unwrap_or(0));
+        if let Some(die) = die_at {
+            die.check(epoch + 1, DiePoint::Gradients);
+        }
 
         // Sum over the batch: gradient, loss, and on figure epochs the illumination.
         let width = cells * if figures { 3 } else { 1 };
@@ -882,7 +1235,7 @@ fn run_typed<T: Real>(
         } else {
             grad
         };
-        for (v, &keep) in g.iter_mut().zip(&mask) {
+        for (v, &keep) in g.iter_mut().zip(mask) {
             if !keep {
                 *v = T::ZERO;
             }
@@ -945,8 +1298,8 @@ fn run_typed<T: Real>(
         let model_f32 = to_f32(&model);
         let grad_f32 = to_f32(&g);
         let illum_f32 = illumination.as_ref().map(|i| to_f32(i));
-        if let Some(staging) = staging.as_ref().filter(|_| figures) {
-            panels.push(super::figures::epoch_panel(
+        if let Some(staging) = carried.staging.as_ref().filter(|_| figures) {
+            let panel = super::figures::epoch_panel(
                 staging.path(),
                 (report.epoch, report.model_error),
                 &layout,
@@ -954,45 +1307,57 @@ fn run_typed<T: Real>(
                 &model_f32,
                 &grad_f32,
                 illum_f32.as_ref().map(|i| (&i[..cells], &i[cells..])),
-            )?);
+            )?;
+            carried.panels.push((report.epoch, panel));
         }
-        stop |= on_event(FwiEvent::Epoch {
+        carried.stop |= on_event(FwiEvent::Epoch {
             report: &report,
             model: &model_f32,
             gradient: &grad_f32,
             illumination: illum_f32.as_ref().map(|i| (&i[..cells], &i[cells..])),
         })
         .is_break();
-        history.push(report);
+        if carried.keep_states && figures {
+            carried.figure_epochs.push(FigureEpoch {
+                epoch: report.epoch,
+                model_error: report.model_error,
+                model: model_f32,
+                gradient: grad_f32,
+                illumination: illum_f32,
+            });
+        }
+        carried.completed(report, &model, &adam);
     }
-    let solve_secs = t_solve.elapsed().as_secs_f64();
+    let solve_secs = carried.solve_secs_before + t_solve.elapsed().as_secs_f64();
     let final_f32 = to_f32(&model);
+    let history = carried.history.clone();
     let mut summary = FwiSummary {
         name: preset.name.clone(),
         model_shape: [nz, nx],
         shots: n_shots,
         epochs: history.len(),
-        stopped_early,
-        initial_model_error: initial_error,
+        stopped_early: carried.stopped_early,
+        initial_model_error: *initial_error,
         final_model_error: setup.truth.as_ref().map(|t| rel_error(&model, t)),
         step_ratio,
         internal_dt_s: internal_dt,
         max_vel,
         precision: preset.wave.precision,
         gradient_strategy: preset.wave.gradient,
-        peak_bytes_per_shot: peak_bytes,
+        peak_bytes_per_shot: carried.peak_bytes,
         world_size: world,
         threads_per_rank: rayon::current_num_threads(),
         backend: comm.backend_name(),
-        setup_secs,
+        setup_secs: *setup_secs,
         solve_secs,
         history,
+        recoveries: carried.recoveries.clone(),
         outputs: Vec::new(),
         run_dir: None,
         preset: preset.to_toml()?,
         model: final_f32,
     };
-    let Some(staging) = staging else {
+    let Some(staging) = carried.staging.take() else {
         return Ok(summary);
     };
     let out_dir = staging.path();
@@ -1005,13 +1370,13 @@ fn run_typed<T: Real>(
     if let Some(t) = &truth_f32 {
         put("true_model.npy", grid(t)?)?;
     }
-    put("initial_model.npy", grid(&initial_f32)?)?;
+    put("initial_model.npy", grid(initial_f32)?)?;
     put("inverted_model.npy", grid(&summary.model)?)?;
     let nr = acq.max_receivers();
     if setup.data.is_none() && acq.shots.iter().all(|s| s.receivers.len() == nr) {
         put(
             "observed_data.npy",
-            crate::tensor::Tensor::from_vec(&[n_shots, nr, nt], to_f32(&observed_flat))?,
+            crate::tensor::Tensor::from_vec(&[n_shots, nr, nt], to_f32(observed_flat))?,
         )?;
     }
     let history: Vec<_> = summary
@@ -1025,9 +1390,27 @@ fn run_typed<T: Real>(
         summary.initial_model_error,
         &setup.wavelet,
         preset.wave.dt_s,
-        (&observed, acq, dx),
+        (observed, acq, dx),
     )?);
-    summary.outputs.append(&mut panels);
+    // A rank that took over rank 0's role draws the panels its predecessor drew.
+    for f in &carried.figure_epochs {
+        if !carried.panels.iter().any(|(epoch, _)| *epoch == f.epoch) {
+            let panel = super::figures::epoch_panel(
+                out_dir,
+                (f.epoch, f.model_error),
+                &layout,
+                truth_f32.as_deref(),
+                &f.model,
+                &f.gradient,
+                f.illumination.as_ref().map(|i| (&i[..cells], &i[cells..])),
+            )?;
+            carried.panels.push((f.epoch, panel));
+        }
+    }
+    carried.panels.sort_by_key(|(epoch, _)| *epoch);
+    summary
+        .outputs
+        .extend(carried.panels.drain(..).map(|(_, panel)| panel));
     summary.outputs.push(PathBuf::from(io::METRICS_FILE));
     io::write_json_atomic(&out_dir.join(io::METRICS_FILE), &summary)?;
     summary.run_dir = Some(staging.commit(&preset.name)?);

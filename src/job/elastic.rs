@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
 use crate::denoise::Denoiser;
-use crate::dist::elastic::{Assignment, Member, Plan};
+use crate::dist::Collective;
+use crate::dist::elastic::{Assignment, Plan, is_loss};
 pub(super) use crate::dist::elastic::{DieAt, DiePoint};
-use crate::dist::{Collective, RankInfo};
+pub use crate::dist::elastic::{Elastic, Recovery};
+use crate::dist::launch::launched_die_hook;
 use crate::error::{Error, Result};
 use crate::io::RunDir;
 use crate::optim::AlgorithmConfig;
@@ -21,44 +21,6 @@ use crate::tensor::Tensor;
 use crate::tiling::Decomposition;
 
 use super::{Carried, InlineArrays, JobEvent, JobSummary, run_generation};
-
-/// How an elastic rank reaches the launcher and joins each new generation of its group.
-pub struct Elastic<'a> {
-    pub member: Member,
-    /// Joins the group a plan describes, with the transport and timeouts of the first generation.
-    pub join: &'a mut dyn FnMut(&RankInfo) -> Result<Box<dyn Collective>>,
-}
-
-/// One recovery from a lost rank, as the log and `metrics.json` record it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Recovery {
-    /// The generation the survivors formed (1 after the first loss).
-    pub generation: u32,
-    /// When this rank saw the loss, seconds since the run started.
-    pub failed_at_secs: f64,
-    /// What this rank saw fail.
-    pub failure: String,
-    /// The lost ranks (numbered as in the generation that lost them) and their slots (their rank
-    /// when the run started).
-    pub lost_ranks: Vec<usize>,
-    pub lost_slots: Vec<usize>,
-    /// The iteration the survivors resumed after (0: from the start).
-    pub resumed_from: usize,
-    /// The members' slots in their new rank order.
-    pub members: Vec<usize>,
-    /// The new owners of operators and tiles, by new rank.
-    pub assignment: Assignment,
-    /// Seconds from the loss to the end of the first iteration after it (`None`: none was left).
-    pub recovery_secs: Option<f64>,
-}
-
-/// Failures that mean a peer is gone, after which the survivors may go on.
-fn is_loss(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::PeerLost { .. } | Error::Comm { .. } | Error::Timeout { .. }
-    )
-}
 
 /// [`super::run_in_group_with`] for a rank of an elastic group: survives lost peers while the
 /// launcher lets the group go on.
@@ -73,12 +35,17 @@ pub fn run_elastic(
     preset.validate()?;
     let Elastic { mut member, join } = elastic;
     let mut carried = Carried::new(out, comm.rank(), true)?;
-    carried.die_at = die_hook(member.slot)?;
+    carried.die_at = launched_die_hook(member.slot)?;
     loop {
+        let (world_size, first) = (comm.world_size(), carried.history.len());
         let failure = match run_generation(preset, out, comm, inline, on_event, &mut carried) {
             Err(e) if is_loss(&e) => e,
             done => return done,
         };
+        if carried.generations.len() == carried.recoveries.len() {
+            // It failed before its first iteration began (in its setup or the profiler's start).
+            carried.close_generation(world_size, first, 0.0, 0.0, Vec::new());
+        }
         let failed_at = Instant::now();
         let completed = carried.history.len();
         tracing::warn!(
@@ -164,14 +131,6 @@ fn assignment(preset: &Preset, carried: &Carried, world: usize) -> Result<Assign
         plan.as_ref()
             .map(|p| (p, preset.distributed.tile_assignment)),
     ))
-}
-
-/// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only.
-pub(super) fn die_hook(rank: usize) -> Result<Option<DieAt>> {
-    match std::env::var_os(crate::dist::launch::LAUNCHED_ENV) {
-        Some(_) => DieAt::from_env(rank),
-        None => Ok(None),
-    }
 }
 
 /// `inner`, dying inside its call in the iteration [`DieAt`] names (the test hook).

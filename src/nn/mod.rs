@@ -11,8 +11,8 @@
 //! ```text
 //! config, bundled, device, torch   preset configs → live denoisers on an engine; shipped weights
 //!   models                         DRUNet, DnCNN, the spatial study's test networks
-//!   layers                         graph (forward, backward), domain (blocks, halos), pool, dense, losses
-//!   kernels                        conv (im2col strips), patch_gemm, patch_dot, winograd, simd, scalar
+//!   layers                         graph (forward, backward), partition (blocks, halos), pool, dense, losses
+//!   kernels                        conv (im2col strips), patch_gemm, patch_dot, winograd, simd
 //! weights (beside them all)        StateDict, .pth, .safetensors, random and inflated weight sources
 //! ```
 //!
@@ -32,9 +32,8 @@ pub mod torch;
 
 pub use config::{DncnnConfig, DrunetConfig, Engine, TorchDevice, TorchScriptConfig};
 pub use kernels::conv::{Conv, ConvTranspose, Features};
-pub use kernels::scalar::Scalar;
-pub use layers::domain::{BlockDenoiser, Domain, Grid, Region, Whole};
 pub use layers::graph::{Gradients, Network, Tape};
+pub use layers::partition::{BlockDenoiser, Grid, Partition, Region, Whole};
 pub use models::dncnn::{Dncnn, DncnnArch};
 pub use models::drunet::{Drunet, DrunetArch};
 pub use models::test_models::TestModel;

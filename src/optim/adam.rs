@@ -6,7 +6,7 @@
 //! - [`TorchAdam`] (any β, ε) as `torch.optim.Adam` computes it in the parameter's own float type:
 //!   full-waveform inversion (`crate::fwi`) replays the reference PyTorch loop bit for bit.
 
-use crate::physics::wave::Real;
+use crate::float::Float;
 
 /// Adam's moments for `n` parameters.
 #[derive(Debug, Clone)]
@@ -80,7 +80,7 @@ pub struct TorchAdam<T> {
     exp_avg_sq: Vec<T>,
 }
 
-impl<T: Real> TorchAdam<T> {
+impl<T: Float> TorchAdam<T> {
     pub fn new(n: usize, lr: f64, betas: (f64, f64), eps: f64) -> Self {
         TorchAdam {
             lr,

@@ -10,6 +10,7 @@
 pub mod adam;
 pub mod cg;
 pub mod pnp;
+pub mod space;
 
 use std::ops::ControlFlow;
 use std::time::Instant;

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::space::{Iterate, Prox};
 use super::{ComponentTimes, IterationCallback, IterationReport, Monitor, Reconstruction};
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
@@ -136,6 +137,39 @@ pub fn step_size(
     Ok((0.99 / l) as f32)
 }
 
+/// The data term `f` with its measurements: gradient, value and the algorithms' starting points.
+pub trait Objective<V> {
+    /// `∇f(x)` (a subgradient for L1).
+    fn gradient(&self, x: &V) -> Result<V>;
+
+    /// `f(x)`.
+    fn value(&self, x: &V) -> Result<f64>;
+
+    /// The starting point `init` for an image of shape `x_shape`.
+    fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<V>;
+}
+
+/// The data term on the host: a stack of operators, a fidelity and host measurements.
+pub struct HostObjective<'a> {
+    pub physics: &'a dyn StackedLinearPhysics,
+    pub fidelity: &'a FidelityConfig,
+    pub ys: &'a [Tensor],
+}
+
+impl Objective<Tensor> for HostObjective<'_> {
+    fn gradient(&self, x: &Tensor) -> Result<Tensor> {
+        self.fidelity.grad(self.physics, x, self.ys)
+    }
+
+    fn value(&self, x: &Tensor) -> Result<f64> {
+        self.fidelity.value(self.physics, x, self.ys)
+    }
+
+    fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<Tensor> {
+        initial_point(self.physics, self.ys, x_shape, init)
+    }
+}
+
 /// Where a resumed run starts: after `iteration` completed iterations, from their iterate `x`.
 #[derive(Debug, Clone, Copy)]
 pub struct PnpStart<'a> {
@@ -178,15 +212,57 @@ pub fn pnp_from(
     fidelity.validate()?;
     let step = step_size(physics, fidelity, x_shape, cfg)?;
     tracing::debug!(step, "PnP step size");
-    let (first, mut x) = match start {
+    let start = match start {
         Some(s) if s.x.shape() != x_shape => {
             return Err(Error::shape("resumed PnP iterate", x_shape, s.x.shape()));
         }
-        Some(s) => (s.iteration + 1, s.x.clone()),
+        Some(s) => Some((s.iteration, s.x.clone())),
+        None => None,
+    };
+    let objective = HostObjective {
+        physics,
+        fidelity,
+        ys,
+    };
+    let run = pnp_loop(
+        &objective, denoiser, x_shape, step, cfg, monitor, on_iter, start,
+    )?;
+    Ok(Reconstruction {
+        x: run.x,
+        history: run.history,
+        stopped: run.stopped,
+    })
+}
+
+/// What [`pnp_loop`] ends with: the last iterate, in its storage.
+pub struct Run<V> {
+    pub x: V,
+    pub history: Vec<IterationReport>,
+    /// Whether the callback stopped the run early.
+    pub stopped: bool,
+}
+
+/// The PnP-PGD iteration for any storage of the iterate (the one loop of host and device runs):
+/// from `start` (the completed iterations and their iterate) or the configured initial point,
+/// with gradient step `step`. The iterate stays in its storage; metrics and the callback see it in
+/// host memory.
+#[allow(clippy::too_many_arguments)]
+pub fn pnp_loop<V: Iterate, P: Prox<V> + ?Sized>(
+    objective: &dyn Objective<V>,
+    denoiser: &P,
+    x_shape: &[usize],
+    step: f32,
+    cfg: &PnpConfig,
+    monitor: &Monitor<'_>,
+    on_iter: &mut IterationCallback<'_>,
+    start: Option<(usize, V)>,
+) -> Result<Run<V>> {
+    let (first, mut x) = match start {
+        Some((iteration, x)) => (iteration + 1, x),
         None => {
-            let mut x = initial_point(physics, ys, x_shape, cfg.init)?;
+            let mut x = objective.initial_point(cfg.init, x_shape)?;
             if let Some([lo, hi]) = cfg.clamp {
-                x.clamp(lo, hi);
+                x.clamp(lo, hi)?;
             }
             (1, x)
         }
@@ -195,9 +271,9 @@ pub fn pnp_from(
     let mut stopped = false;
     for k in first..=cfg.iterations {
         let t_grad = Instant::now();
-        let grad = fidelity.grad(physics, &x, ys)?;
-        let mut z = x.clone();
-        z.axpy(-step, &grad);
+        let grad = objective.gradient(&x)?;
+        let mut z = x.duplicate()?;
+        z.axpy(-step, &grad)?;
         let gradient_secs = super::secs(t_grad);
 
         let t_den = Instant::now();
@@ -209,21 +285,21 @@ pub fn pnp_from(
 
         let t_other = Instant::now();
         let mut next = if cfg.relaxation < 1.0 {
-            let mut n = x.scaled(1.0 - cfg.relaxation);
-            n.axpy(cfg.relaxation, &d);
+            let mut n = x.scaled(1.0 - cfg.relaxation)?;
+            n.axpy(cfg.relaxation, &d)?;
             n
         } else {
             d
         };
         if let Some([lo, hi]) = cfg.clamp {
-            next.clamp(lo, hi);
+            next.clamp(lo, hi)?;
         }
-        let relative_change = super::relative_change(&next, &x);
+        let relative_change = next.relative_change(&x)?;
         x = next;
         let last = k == cfg.iterations;
-        let (psnr_db, ssim) = monitor.quality(&x, k, last)?;
-        let objective = if cfg.track_objective {
-            Some(fidelity.value(physics, &x, ys)?)
+        let (psnr_db, ssim) = x.with_host(|h| monitor.quality(h, k, last))??;
+        let objective_value = if cfg.track_objective {
+            Some(objective.value(&x)?)
         } else {
             None
         };
@@ -232,7 +308,7 @@ pub fn pnp_from(
             iterations: cfg.iterations,
             psnr_db,
             ssim,
-            objective,
+            objective: objective_value,
             relative_change,
             times: ComponentTimes {
                 gradient_secs,
@@ -241,7 +317,7 @@ pub fn pnp_from(
                 ..Default::default()
             },
         };
-        let flow = on_iter(&report, &x);
+        let flow = x.with_host(|h| on_iter(&report, h))?;
         history.push(report);
         if flow.is_break() {
             stopped = true;
@@ -251,7 +327,7 @@ pub fn pnp_from(
             break;
         }
     }
-    Ok(Reconstruction {
+    Ok(Run {
         x,
         history,
         stopped,

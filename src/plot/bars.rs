@@ -1,12 +1,10 @@
 //! Stacked bars: one bar per category, its total split into parts, with a legend of the parts.
 
-use std::path::Path;
-
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::RGBColor;
 
-use super::{FAMILY, Rgb, fonts, palette, raster, rgb};
+use super::{Drawn, FAMILY, Figure, chart_pixels, palette, rgb};
 use crate::error::{Error, Result};
 
 /// Bars of stacked parts, one bar per category (e.g. a rank of a run, its time split into
@@ -51,10 +49,15 @@ impl StackedBars {
         let v = self.parts[part].1.get(category).copied().unwrap_or(0.0);
         if v.is_finite() && v > 0.0 { v } else { 0.0 }
     }
+}
 
-    /// Renders the chart; every part must have one value per category.
-    pub fn render(&self) -> Result<Rgb> {
-        fonts()?;
+impl Figure for StackedBars {
+    fn title(&self) -> &str {
+        &self.title
+    }
+
+    /// Every part must have one value per category.
+    fn pixels(&self) -> Result<(u32, u32)> {
         if self.categories.is_empty() {
             return Err(Error::config(
                 "bar chart",
@@ -76,24 +79,10 @@ impl StackedBars {
                 ),
             ));
         }
-        let (w, h) = self.size;
-        if w < 200 || h < 150 {
-            return Err(Error::config(
-                "figure size",
-                format!("{w}×{h} px is too small for a chart (at least 200×150)"),
-            ));
-        }
-        raster((w, h), &self.title, |root| self.draw(root))
+        chart_pixels(self.size)
     }
 
-    pub fn write_png(&self, path: &Path) -> Result<()> {
-        self.render()?.write_png(path)
-    }
-
-    fn draw<DB: DrawingBackend>(
-        &self,
-        root: &DrawingArea<DB, Shift>,
-    ) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         let n = self.categories.len();
         let top = (0..n)
             .map(|c| (0..self.parts.len()).map(|p| self.value(p, c)).sum::<f64>())

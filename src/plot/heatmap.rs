@@ -1,13 +1,11 @@
 //! Heatmaps: a 2-D array as a colour-mapped image with axes in physical units, a colour bar, and
 //! marks and labelled rectangles drawn over it.
 
-use std::path::Path;
-
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::RGBColor;
 
-use super::{Colormap, FAMILY, Rgb, fonts, raster, rgb};
+use super::{Colormap, Drawn, FAMILY, Figure, rgb};
 use crate::error::{Error, Result};
 
 /// Shapes of [`Marks`] drawn over a [`Heatmap`].
@@ -149,9 +147,15 @@ impl<'a> Heatmap<'a> {
             (lo - 0.5, lo + 0.5)
         }
     }
+}
 
-    pub fn render(&self) -> Result<Rgb> {
-        fonts()?;
+impl Figure for Heatmap<'_> {
+    fn title(&self) -> &str {
+        &self.title
+    }
+
+    /// The height follows the aspect ratio of the extent.
+    fn pixels(&self) -> Result<(u32, u32)> {
         if self.rows == 0 || self.cols == 0 || self.values.len() != self.rows * self.cols {
             return Err(Error::shape(
                 format!("heatmap '{}'", self.title),
@@ -164,17 +168,10 @@ impl<'a> Heatmap<'a> {
         let w = self.width.max(240);
         let plot_w = w.saturating_sub(190).max(50);
         let h = ((plot_w as f64 * aspect) as u32 + 110).clamp(160, 4000);
-        raster((w, h), &self.title, |root| self.draw(root))
+        Ok((w, h))
     }
 
-    pub fn write_png(&self, path: &Path) -> Result<()> {
-        self.render()?.write_png(path)
-    }
-
-    fn draw<DB: DrawingBackend>(
-        &self,
-        root: &DrawingArea<DB, Shift>,
-    ) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         root.fill(&WHITE)?;
         let (lo, hi) = self.value_range();
         let span = if hi > lo { hi - lo } else { 1.0 };
@@ -310,7 +307,7 @@ fn format_tick(v: f32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plot::count;
+    use crate::plot::{Rgb, count};
 
     #[test]
     fn a_heatmap_maps_values_through_the_colour_map() {

@@ -1,15 +1,13 @@
 //! Line charts: curves against a shared x axis, solid, dashed or dotted, with optional markers,
 //! log axes and a legend outside the data.
 
-use std::path::Path;
-
 use plotters::coord::Shift;
 use plotters::element::{DashedPathElement, DottedPathElement};
 use plotters::prelude::*;
 use plotters::style::RGBColor;
 
-use super::{FAMILY, Rgb, fonts, palette, raster, rgb};
-use crate::error::{Error, Result};
+use super::{Drawn, FAMILY, Figure, chart_pixels, palette, rgb};
+use crate::error::Result;
 
 /// How a series' line is drawn, so that series can be told apart without colour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -123,29 +121,19 @@ impl LineChart {
             })
             .collect()
     }
+}
 
-    /// Renders the chart. A chart without any drawable point shows its axes and "no data".
-    pub fn render(&self) -> Result<Rgb> {
-        fonts()?;
-        let (w, h) = self.size;
-        if w < 200 || h < 150 {
-            return Err(Error::config(
-                "figure size",
-                format!("{w}×{h} px is too small for a chart (at least 200×150)"),
-            ));
-        }
-        raster((w, h), &self.title, |root| self.draw(root))
+impl Figure for LineChart {
+    fn title(&self) -> &str {
+        &self.title
     }
 
-    /// Renders the chart into a PNG file.
-    pub fn write_png(&self, path: &Path) -> Result<()> {
-        self.render()?.write_png(path)
+    /// A chart without any drawable point still has a size: it shows its axes and "no data".
+    fn pixels(&self) -> Result<(u32, u32)> {
+        chart_pixels(self.size)
     }
 
-    fn draw<DB: DrawingBackend>(
-        &self,
-        root: &DrawingArea<DB, Shift>,
-    ) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         let shown: Vec<Vec<(f64, f64)>> =
             self.series.iter().map(|s| self.shown_points(s)).collect();
         let all = shown.iter().flatten();
@@ -282,10 +270,7 @@ fn widen(lo: f64, hi: f64, log: bool) -> (f64, f64) {
     (lo - pad, hi + pad)
 }
 
-fn draw_legend<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    series: &[Series],
-) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, series: &[Series]) -> Drawn<DB> {
     if area.dim_in_pixel().0 == 0 {
         return Ok(());
     }

@@ -4,8 +4,10 @@
 //! Drawn with plotters into an RGB buffer ([`Rgb`]) and encoded by `io` with an atomic write, so a
 //! figure is either complete or absent. All text uses the bundled DejaVu Sans subset
 //! (`assets/fonts`), registered once per process: no system font or font library is needed.
-//! Figures are values (`LineChart`, `Heatmap`) that render on demand; [`grid`] puts several rendered
-//! figures side by side.
+//! Figures are values (`LineChart`, `StackedBars`, `Heatmap`) that render on demand through one
+//! trait, [`Figure`]: each kind says its size (or why its data cannot be drawn) and how it draws,
+//! and the fonts, the raster and the PNG are shared; [`grid`] puts several rendered figures side
+//! by side.
 
 mod bars;
 mod colormap;
@@ -39,6 +41,46 @@ fn fonts() -> Result<()> {
         })
         .clone()
         .map_err(|reason| Error::Unsupported(format!("drawing figures: {reason}")))
+}
+
+/// What drawing on a plotters backend returns.
+pub type Drawn<DB> =
+    std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// A figure that renders on demand. A kind says its size and how it draws; rendering (the bundled
+/// font, a white raster, plotters' errors as ours) and the PNG are the same for every kind.
+pub trait Figure {
+    /// The title, which also names the figure in errors.
+    fn title(&self) -> &str;
+
+    /// The raster's width and height in pixels, or why this figure's data cannot be drawn.
+    fn pixels(&self) -> Result<(u32, u32)>;
+
+    /// Draws the figure on a white area of [`Figure::pixels`].
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB>;
+
+    /// Renders the figure into an RGB raster.
+    fn render(&self) -> Result<Rgb> {
+        fonts()?;
+        let size = self.pixels()?;
+        raster(size, self.title(), |root| self.draw(root))
+    }
+
+    /// Renders the figure into a PNG file (written atomically).
+    fn write_png(&self, path: &Path) -> Result<()> {
+        self.render()?.write_png(path)
+    }
+}
+
+/// A chart's size, refused below 200×150 px, where the axes' labels and the legend overlap.
+fn chart_pixels((width, height): (u32, u32)) -> Result<(u32, u32)> {
+    if width < 200 || height < 150 {
+        return Err(Error::config(
+            "figure size",
+            format!("{width}×{height} px is too small for a chart (at least 200×150)"),
+        ));
+    }
+    Ok((width, height))
 }
 
 /// Turns a plotters error into ours (`what` names the figure).

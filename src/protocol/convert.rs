@@ -90,8 +90,8 @@ impl From<&dsn::run::EpochReport> for DsnEpochReport {
     }
 }
 
-impl From<&dsn::model::DomainLosses> for DomainLosses {
-    fn from(l: &dsn::model::DomainLosses) -> Self {
+impl From<&dsn::network::DomainLosses> for DomainLosses {
+    fn from(l: &dsn::network::DomainLosses) -> Self {
         DomainLosses {
             task: l.task,
             reconstruction: l.reconstruction,
@@ -199,7 +199,7 @@ mod tests {
         same_json(&point, &LossPoint::from(&point));
         let dsn_epoch = dsn::run::EpochReport {
             epoch: 0,
-            losses: vec![dsn::model::DomainLosses {
+            losses: vec![dsn::network::DomainLosses {
                 task: 1.0,
                 reconstruction: 2.0,
                 difference: 3.0,

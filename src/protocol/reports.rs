@@ -101,7 +101,7 @@ pub struct DsnEpochReport {
     pub target_accuracy: f64,
 }
 
-/// One domain's weighted losses (from `dsn::model::DomainLosses`).
+/// One domain's weighted losses (from `dsn::network::DomainLosses`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DomainLosses {
     pub task: f64,

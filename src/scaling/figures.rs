@@ -5,7 +5,9 @@ use super::runs::{Run, RunMetrics, scaling, times};
 use crate::dist::patch_map::TileCost;
 use crate::dist::profile::IterationProfile;
 use crate::error::{Error, Result};
-use crate::plot::{Colormap, Dash, Heatmap, LineChart, Outline, Rgb, Series, StackedBars, palette};
+use crate::plot::{
+    Colormap, Dash, Figure, Heatmap, LineChart, Outline, Rgb, Series, StackedBars, palette,
+};
 
 /// The runs split by group (same size and threads), in order of first appearance.
 pub(super) fn groups(runs: &[Run]) -> Vec<(String, Vec<usize>)> {
@@ -25,19 +27,19 @@ pub(super) fn groups(runs: &[Run]) -> Vec<(String, Vec<usize>)> {
 
 const COMPONENTS: [&str; 3] = ["total", "gradient", "denoiser"];
 
-/// A figure of a report: (file stem, caption, image).
-pub type Figure = (String, String, Rgb);
+/// A rendered figure of a report: (file stem, caption, image).
+pub type Captioned = (String, String, Rgb);
 
 /// The scaling report's figures: strong scaling, speedup and efficiency across the runs, then
 /// [`run_figures`] of all runs.
-pub fn figures(runs: &[Run]) -> Result<Vec<Figure>> {
+pub fn figures(runs: &[Run]) -> Result<Vec<Captioned>> {
     let mut out = scaling_figures(runs)?;
     out.extend(run_figures(runs)?);
     Ok(out)
 }
 
 /// Strong scaling, speedup and efficiency against the run with the fewest ranks of each group.
-fn scaling_figures(runs: &[Run]) -> Result<Vec<Figure>> {
+fn scaling_figures(runs: &[Run]) -> Result<Vec<Captioned>> {
     let groups = groups(runs);
     let sc = scaling(runs);
     let several = groups.len() > 1;
@@ -111,7 +113,7 @@ fn scaling_figures(runs: &[Run]) -> Result<Vec<Figure>> {
 /// per rank, PSNR against time and iteration, peak memory per rank, and the patch map with
 /// measured per-tile cost of the run with the most ranks that has one. The scaling report and the
 /// one-run report (`tessera report`, the workbench's Timing tab) both draw these.
-pub fn run_figures(runs: &[Run]) -> Result<Vec<Figure>> {
+pub fn run_figures(runs: &[Run]) -> Result<Vec<Captioned>> {
     // Per rank of every run: where its time went, and its peak memory.
     let mut categories = Vec::new();
     let mut parts = vec![Vec::new(); 6];
@@ -197,7 +199,7 @@ pub fn run_figures(runs: &[Run]) -> Result<Vec<Figure>> {
             k += 1;
         }
     }
-    let mut out: Vec<Figure> = vec![
+    let mut out: Vec<Captioned> = vec![
         ("breakdown".into(), "Each rank's time summed over the iterations: compute per phase, communication (moving data) and idle (waiting at a collective for the last rank).".into(), breakdown.render()?),
         ("iteration_times".into(), "Each rank's wall time per iteration (all phases).".into(), per_iteration.render()?),
         ("psnr_time".into(), "PSNR of the iterate after each iteration against rank 0's elapsed solve time.".into(), by_time.render()?),

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::figures::Figure;
+use super::figures::Captioned;
 use crate::error::{Error, Result};
 use crate::io;
 
@@ -29,7 +29,7 @@ pub(super) fn write_page(
     dir: &Path,
     title: &str,
     body: &str,
-    figures: Vec<Figure>,
+    figures: Vec<Captioned>,
 ) -> Result<PathBuf> {
     let mut html = String::new();
     let _ = write!(

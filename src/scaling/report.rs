@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use super::csv::{rank_csv, summary_csv};
 use super::figures::{figures, groups, run_figures};
 use super::html::{csv_table, escape, write_page};
-use super::model;
+use super::performance;
 use super::runs::{Configuration, Run, RunMetrics};
 use crate::dist::profile::IterationProfile;
 use crate::error::{Error, Result};
 use crate::io;
-use crate::plot::{Dash, LineChart, Rgb, Series};
+use crate::plot::{Dash, Figure, LineChart, Rgb, Series};
 
 /// Writes `rank_iterations.csv`, `summary.csv`, the figures as PNG files and `report.html` (the
 /// same figures embedded, so the page stands alone) into `dir`; returns the report's path.
@@ -20,7 +20,7 @@ pub fn write_report(
     runs: &[Run],
     title: &str,
     dir: &Path,
-    link: Option<model::Link>,
+    link: Option<performance::Link>,
 ) -> Result<PathBuf> {
     if runs.is_empty() {
         return Err(Error::config("scaling study", "no runs to report"));
@@ -283,7 +283,7 @@ fn measured_per_iteration(m: &RunMetrics) -> [f64; 3] {
 
 /// The link the local runs communicated over: bytes moved over time spent moving them (waiting
 /// excluded), from every multi-rank run's profiles; `None` without one.
-fn local_link(runs: &[&Run]) -> Option<model::Link> {
+fn local_link(runs: &[&Run]) -> Option<performance::Link> {
     let (mut bytes, mut secs) = (0.0, 0.0);
     for run in runs.iter().filter(|r| r.config.ranks > 1) {
         for r in &run.metrics.ranks {
@@ -295,7 +295,7 @@ fn local_link(runs: &[&Run]) -> Option<model::Link> {
             }
         }
     }
-    (bytes > 0.0 && secs > 0.0).then_some(model::Link {
+    (bytes > 0.0 && secs > 0.0).then_some(performance::Link {
         latency_secs: 0.0,
         bytes_per_sec: bytes / secs,
     })
@@ -309,7 +309,7 @@ const MODEL_COLUMNS: &str = "kind,group,ranks,threads,total_s,gradient_s,denoise
 /// Rank counts the model predicts for past the measured ones.
 const MODEL_RANKS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
-fn model_section(runs: &[Run], link: Option<model::Link>) -> Result<Option<ModelSection>> {
+fn model_section(runs: &[Run], link: Option<performance::Link>) -> Result<Option<ModelSection>> {
     let mut csv = format!("{MODEL_COLUMNS}\n");
     let mut html = String::from(
         "<h2>Model (per iteration)</h2>\n<p>Rows marked <b>model</b> are predicted: per-rank work from \
@@ -327,9 +327,9 @@ fn model_section(runs: &[Run], link: Option<model::Link>) -> Result<Option<Model
         let group: Vec<&Run> = members.iter().map(|&i| &runs[i]).collect();
         let base = group[0];
         let Some(work) = &base.workload else { continue };
-        let costs = model::Costs::measure(work, &base.metrics.ranks)?;
+        let costs = performance::Costs::measure(work, &base.metrics.ranks)?;
         let local = local_link(&group);
-        let free = model::Link {
+        let free = performance::Link {
             latency_secs: 0.0,
             bytes_per_sec: f64::INFINITY,
         };
@@ -347,39 +347,40 @@ fn model_section(runs: &[Run], link: Option<model::Link>) -> Result<Option<Model
                 .map(|c| format!("<th>{c}</th>"))
                 .collect::<String>(),
         );
-        let mut row = |kind: &str, p: &model::Prediction, eff: f64, measured: Option<[f64; 3]>| {
-            let err = measured.map(|m| (p.total_secs / m[0] - 1.0) * 100.0);
-            let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
-            let cells = [
-                kind.to_string(),
-                g.replace(',', ";"),
-                p.ranks.to_string(),
-                p.threads.to_string(),
-                format!("{:.4}", p.total_secs),
-                format!("{:.4}", p.gradient_secs),
-                format!("{:.4}", p.denoiser_secs),
-                format!("{:.4}", p.communication_secs),
-                format!("{:.4}", p.idle_secs),
-                format!("{eff:.4}"),
-                opt(measured.map(|m| m[0])),
-                opt(measured.map(|m| m[1])),
-                opt(measured.map(|m| m[2])),
-                err.map_or(String::new(), |e| format!("{e:+.1}")),
-            ];
-            let _ = writeln!(csv, "{}", cells.join(","));
-            html.push_str("<tr>");
-            for c in &cells {
-                let _ = write!(html, "<td>{}</td>", escape(c));
-            }
-            html.push_str("</tr>\n");
-        };
+        let mut row =
+            |kind: &str, p: &performance::Prediction, eff: f64, measured: Option<[f64; 3]>| {
+                let err = measured.map(|m| (p.total_secs / m[0] - 1.0) * 100.0);
+                let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
+                let cells = [
+                    kind.to_string(),
+                    g.replace(',', ";"),
+                    p.ranks.to_string(),
+                    p.threads.to_string(),
+                    format!("{:.4}", p.total_secs),
+                    format!("{:.4}", p.gradient_secs),
+                    format!("{:.4}", p.denoiser_secs),
+                    format!("{:.4}", p.communication_secs),
+                    format!("{:.4}", p.idle_secs),
+                    format!("{eff:.4}"),
+                    opt(measured.map(|m| m[0])),
+                    opt(measured.map(|m| m[1])),
+                    opt(measured.map(|m| m[2])),
+                    err.map_or(String::new(), |e| format!("{e:+.1}")),
+                ];
+                let _ = writeln!(csv, "{}", cells.join(","));
+                html.push_str("<tr>");
+                for c in &cells {
+                    let _ = write!(html, "<td>{}</td>", escape(c));
+                }
+                html.push_str("</tr>\n");
+            };
         let mut measured_eff = Vec::new();
         let mut modelled_eff = Vec::new();
         let base_threads = base.metrics.ranks[0].threads.max(1);
-        let t_base = model::predict(work, &costs, &here, base.config.ranks, base_threads)?;
+        let t_base = performance::predict(work, &costs, &here, base.config.ranks, base_threads)?;
         for run in &group {
             let threads = run.metrics.ranks[0].threads.max(1);
-            let p = model::predict(work, &costs, &here, run.config.ranks, threads)?;
+            let p = performance::predict(work, &costs, &here, run.config.ranks, threads)?;
             let m = measured_per_iteration(&run.metrics);
             let ratio = run.config.ranks as f64 / base.config.ranks as f64;
             let eff = t_base.total_secs / p.total_secs / ratio;
@@ -389,9 +390,9 @@ fn model_section(runs: &[Run], link: Option<model::Link>) -> Result<Option<Model
                 measured_per_iteration(&base.metrics)[0] / m[0] / ratio,
             ));
         }
-        let one = model::predict(work, &costs, &past, 1, base_threads)?;
+        let one = performance::predict(work, &costs, &past, 1, base_threads)?;
         for n in MODEL_RANKS {
-            let p = model::predict(work, &costs, &past, n, base_threads)?;
+            let p = performance::predict(work, &costs, &past, n, base_threads)?;
             let eff = one.total_secs / p.total_secs / n as f64;
             row("model", &p, eff, None);
             modelled_eff.push((n as f64, eff));
@@ -430,7 +431,7 @@ fn model_section(runs: &[Run], link: Option<model::Link>) -> Result<Option<Model
     }))
 }
 
-fn describe_link(link: Option<model::Link>) -> String {
+fn describe_link(link: Option<performance::Link>) -> String {
     match link {
         None => "none (no multi-rank run; communication not modelled)".into(),
         Some(l) if l.bytes_per_sec.is_infinite() => "free (not modelled)".into(),

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::model;
+use super::performance;
 use crate::dist::patch_map::TileCost;
 use crate::dist::profile::IterationProfile;
 use crate::error::{Error, Result};
@@ -184,7 +184,7 @@ pub struct Run {
     pub config: Configuration,
     pub metrics: RunMetrics,
     /// The workload as the model sees it; `None`: no model for this run.
-    pub workload: Option<model::Workload>,
+    pub workload: Option<performance::Workload>,
 }
 
 /// Speedup and efficiency of one run against the run with the fewest ranks of its group.

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::model::Workload;
+use super::performance::Workload;
 use super::{Configuration, Run, RunMetrics, size_overrides};
 use crate::error::{Error, Result};
 use crate::preset::Preset;

@@ -5,6 +5,7 @@
 
 pub mod conv;
 pub mod tomography;
+pub mod tv;
 pub mod vector;
 
 use super::backend::{Backend, DeviceVec};

@@ -8,7 +8,7 @@ use egui::Ui;
 
 use super::{EditorPanel, problem_here};
 use crate::denoise::DenoiserConfig;
-use crate::dsn::model::Similarity;
+use crate::dsn::network::Similarity;
 use crate::dsn::run::DsnPreset;
 use crate::gui::Workbench;
 use crate::gui::document::Training;

@@ -1,4 +1,4 @@
-//! The native engine's numeric kernels, generic over the element type ([`scalar::Scalar`]):
+//! The native engine's numeric kernels, generic over the element type ([`crate::float::Float`]):
 //! convolution and its transposed and backward passes in im2col strips ([`conv`]), the AVX-512
 //! strip products it hands its matrix products to ([`patch_gemm`] for the forward and the input
 //! gradient, `patch_dot` for the weight gradient; [`simd`] says whether they run), and Winograd's
@@ -8,6 +8,5 @@
 pub mod conv;
 pub(crate) mod patch_dot;
 pub mod patch_gemm;
-pub mod scalar;
 pub mod simd;
 pub mod winograd;

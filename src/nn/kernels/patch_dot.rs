@@ -17,7 +17,7 @@
 
 use std::any::TypeId;
 
-use super::scalar::Scalar;
+use crate::float::Float;
 
 /// Output channels per register block.
 pub(crate) const BLOCK_CO: usize = 4;
@@ -27,7 +27,7 @@ pub(crate) const BLOCK_K: usize = 6;
 
 /// Whether [`add_products`] runs for `T` in this process: `f32` on a CPU with AVX-512F, unless
 /// `TESSERA_PATCH_GEMM=crate` asks for the portable path ([`super::simd`]).
-pub(crate) fn available<T: Scalar>() -> bool {
+pub(crate) fn available<T: Float>() -> bool {
     TypeId::of::<T>() == TypeId::of::<f32>() && super::simd::own_kernels()
 }
 
@@ -36,7 +36,7 @@ pub(crate) fn available<T: Scalar>() -> bool {
 /// whether it ran (`false`: nothing was touched, the caller takes its portable path).
 ///
 /// Panics if the slices are shorter than the shapes say (a caller's bug, not user input).
-pub(crate) fn add_products<T: Scalar>(
+pub(crate) fn add_products<T: Float>(
     dz: &[T],
     dz_stride: usize,
     col: &[T],
@@ -56,7 +56,7 @@ pub(crate) fn add_products<T: Scalar>(
 /// [`add_products`] into `k_len` columns of an accumulator whose `rows` rows lie `acc_stride`
 /// apart: the weight gradient's columns of one block of patch rows.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn add_products_strided<T: Scalar>(
+pub(crate) fn add_products_strided<T: Float>(
     rows: usize,
     dz: &[T],
     dz_stride: usize,

@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
-use super::scalar::Scalar;
 use super::{patch_gemm, simd};
+use crate::float::Float;
 
 /// Output tile side.
 const M: usize = 4;
@@ -87,7 +87,7 @@ const KERNEL_LANES: usize = 8;
 /// The kernels run [`KERNEL_LANES`] at a time (the arithmetic vectorises across them) and the output
 /// channels in parallel: on a small map with many channels (DRUNet's 512-channel level at 16×16) the
 /// transform was a serial fifth of the layer's time.
-pub(crate) fn transform_weights<T: Scalar>(
+pub(crate) fn transform_weights<T: Float>(
     c_in: usize,
     c_out: usize,
     weight: &[T],
@@ -163,7 +163,7 @@ pub(crate) fn transform_weights<T: Scalar>(
 /// `Bᵀ d` for one 6-vector given as six equal-length slices, written to six slices: the input
 /// transform of Lavin & Gray for F(4, 3).
 #[inline(always)]
-fn input_1d<T: Scalar>(d: [&[T]; A], o: [&mut [T]; A]) {
+fn input_1d<T: Float>(d: [&[T]; A], o: [&mut [T]; A]) {
     let two = T::from_f64(2.0);
     let four = T::from_f64(4.0);
     let five = T::from_f64(5.0);
@@ -198,7 +198,7 @@ fn input_1d<T: Scalar>(d: [&[T]; A], o: [&mut [T]; A]) {
 
 /// `Aᵀ m` for one 6-vector given as six slices, written to four: the output transform.
 #[inline(always)]
-fn output_1d<T: Scalar>(m: [&[T]; A], o: [&mut [T]; M]) {
+fn output_1d<T: Float>(m: [&[T]; A], o: [&mut [T]; M]) {
     let two = T::from_f64(2.0);
     let four = T::from_f64(4.0);
     let eight = T::from_f64(8.0);
@@ -266,7 +266,7 @@ struct Scratch<T> {
     outs: Vec<T>,
 }
 
-impl<T: Scalar> Scratch<T> {
+impl<T: Float> Scratch<T> {
     fn new(tiles_w: usize) -> Self {
         let width = M * tiles_w + 2;
         Scratch {
@@ -279,7 +279,7 @@ impl<T: Scalar> Scratch<T> {
 }
 
 /// A parallel loop over `0..n` that runs on one thread when `serial`.
-fn for_each_index<T: Scalar>(
+fn for_each_index<T: Float>(
     n: usize,
     serial: bool,
     tiles_w: usize,
@@ -300,7 +300,7 @@ fn for_each_index<T: Scalar>(
 /// transformed by [`transform_weights`]; `out` is `(batch, l.c_out, l.out_hw)` row-major. (Plain
 /// slices, not `conv::Features`: `conv` calls this module, never the other way.)
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn conv3x3<T: Scalar>(
+pub(crate) fn conv3x3<T: Float>(
     l: &Layer,
     u: &[T],
     bias: Option<&[T]>,
@@ -437,7 +437,7 @@ const MIN_BLOCK: usize = 16;
 /// blocks of that many transformed weights ([`conv3x3_in_blocks`]), if the blocks' own cost, `M`
 /// of the whole map, leaves less held than the whole `U`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn conv3x3_weights<T: Scalar>(
+pub(crate) fn conv3x3_weights<T: Float>(
     l: &Layer,
     weight: &[T],
     bias: Option<&[T]>,
@@ -477,7 +477,7 @@ fn strip_scratch(l: &Layer, c_in: usize, batch: usize, with_m: bool) -> usize {
 
 /// [`conv3x3_weights`] with the input channels per block given (tests force blocks with it).
 #[allow(clippy::too_many_arguments)]
-fn conv3x3_blocked<T: Scalar>(
+fn conv3x3_blocked<T: Float>(
     l: &Layer,
     weight: &[T],
     bias: Option<&[T]>,
@@ -514,7 +514,7 @@ fn conv3x3_blocked<T: Scalar>(
 /// result has the bits of the unblocked call (the `gemm` crate's own blocking promises no order:
 /// there the blocks round differently, as a rank's tile grid already does).
 #[allow(clippy::too_many_arguments)]
-fn conv3x3_in_blocks<T: Scalar>(
+fn conv3x3_in_blocks<T: Float>(
     l: &Layer,
     weight: &[T],
     bias: Option<&[T]>,
@@ -586,7 +586,7 @@ struct Strip<'a> {
 
 impl Strip<'_> {
     /// `V[ξ][ci][t] = (Bᵀ d B)[ξ]` of every tile `t` of the strip and input channel `ci`.
-    fn input<T: Scalar>(&self, xb: &[T], v: &mut [T], serial: bool) {
+    fn input<T: Float>(&self, xb: &[T], v: &mut [T], serial: bool) {
         let l = self.l;
         let [hi, wi] = l.in_hw;
         let [ph, pw] = l.pad_lo;
@@ -648,7 +648,7 @@ impl Strip<'_> {
     }
 
     /// `M[ξ] (+)= U[ξ] · V[ξ]` for the 36 points ξ (added to `M` when `accumulate`).
-    fn products<T: Scalar>(&self, u: &[T], v: &[T], m: &mut [T], accumulate: bool, serial: bool) {
+    fn products<T: Float>(&self, u: &[T], v: &[T], m: &mut [T], accumulate: bool, serial: bool) {
         let (c_in, c_out, n) = (self.l.c_in, self.l.c_out, self.n);
         let native = patch_gemm::available::<T>();
         let gemm_one = |xi: usize, m_xi: &mut [T]| {
@@ -713,7 +713,7 @@ impl Strip<'_> {
     }
 
     /// `out[co] = relu?(Aᵀ M A + bias (+ out))` on the strip's output rows.
-    fn output<T: Scalar>(
+    fn output<T: Float>(
         &self,
         m: &[T],
         bias: Option<&[T]>,
@@ -814,7 +814,7 @@ pub fn set_enabled(enabled: bool) {
 /// dilation]` (each `[D, H, W]`) on maps of `in_dims` with low padding `pad_lo` and output `od`, when
 /// it qualifies: `f32`, kernel 3×3, stride 1, dilation 1, `D = 1`, at least [`MIN_TILES`] tiles. (`f64`, the
 /// precision of the gradient and decomposition tests, stays on im2col, exact across block layouts.)
-pub(crate) fn layer<T: Scalar>(
+pub(crate) fn layer<T: Float>(
     channels: [usize; 2],
     window: [[usize; 3]; 3],
     in_dims: [usize; 3],
@@ -840,7 +840,7 @@ impl Layer {
 }
 
 /// [`layer`]'s geometric conditions alone (any map size).
-fn geometry<T: Scalar>(
+fn geometry<T: Float>(
     [c_in, c_out]: [usize; 2],
     [kernel, stride, dilation]: [[usize; 3]; 3],
     in_dims: [usize; 3],
@@ -946,7 +946,7 @@ mod tests {
         ]
     }
 
-    fn conv_of<T: Scalar>(c_in: usize, c_out: usize, rng: &mut rand::rngs::StdRng) -> Conv<T> {
+    fn conv_of<T: Float>(c_in: usize, c_out: usize, rng: &mut rand::rngs::StdRng) -> Conv<T> {
         let w = random::<T>(c_out * c_in * 9, rng);
         let b = random::<T>(c_out, rng);
         Conv::new(2, c_in, c_out, 3, 1, 1, w, Some(b), false)

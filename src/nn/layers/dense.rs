@@ -10,18 +10,18 @@
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::nn::kernels::scalar::Scalar;
+use crate::float::Float;
 
 /// `y = x·Wᵀ + b` with `W` stored `(out_features, in_features)` row-major, as PyTorch stores it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Linear<T: Scalar = f32> {
+pub struct Linear<T: Float = f32> {
     pub in_features: usize,
     pub out_features: usize,
     pub weight: Vec<T>,
     pub bias: Vec<T>,
 }
 
-impl<T: Scalar> Linear<T> {
+impl<T: Float> Linear<T> {
     pub fn new(in_features: usize, out_features: usize, weight: Vec<T>, bias: Vec<T>) -> Self {
         assert_eq!(
             weight.len(),
@@ -119,7 +119,7 @@ impl<T: Scalar> Linear<T> {
 }
 
 /// `v ← max(v, 0)`.
-pub fn relu<T: Scalar>(v: &mut [T]) {
+pub fn relu<T: Float>(v: &mut [T]) {
     v.iter_mut().for_each(|x| {
         if *x <= T::ZERO {
             *x = T::ZERO
@@ -128,7 +128,7 @@ pub fn relu<T: Scalar>(v: &mut [T]) {
 }
 
 /// The gradient through a ReLU whose output was `y`: zero where `y ≤ 0`.
-pub fn relu_backward<T: Scalar>(y: &[T], g: &mut [T]) {
+pub fn relu_backward<T: Float>(y: &[T], g: &mut [T]) {
     g.iter_mut().zip(y).for_each(|(g, &y)| {
         if y <= T::ZERO {
             *g = T::ZERO
@@ -138,15 +138,15 @@ pub fn relu_backward<T: Scalar>(y: &[T], g: &mut [T]) {
 
 /// Gradient reversal (Ganin & Lempitsky 2015): the identity forward, `−λ·g` backward, so the layers
 /// before it ascend the loss the layers after it descend.
-pub fn reverse_gradient<T: Scalar>(g: &mut [T], lambda: f64) {
+pub fn reverse_gradient<T: Float>(g: &mut [T], lambda: f64) {
     let s = T::from_f64(-lambda);
-    g.iter_mut().for_each(|v| *v = *v * s);
+    g.iter_mut().for_each(|v| *v *= s);
 }
 
 /// Mean softmax cross-entropy of `batch` rows of `classes` logits against integer labels, and its
 /// gradient with respect to the logits (`(softmax − onehot) / batch`); PyTorch's `cross_entropy`.
 /// Computed in f64 with the max subtracted (no overflow for any finite logits).
-pub fn softmax_cross_entropy<T: Scalar>(
+pub fn softmax_cross_entropy<T: Float>(
     logits: &[T],
     labels: &[usize],
     classes: usize,
@@ -185,7 +185,7 @@ pub fn softmax_cross_entropy<T: Scalar>(
 }
 
 /// The index of the largest logit of each row (the first on ties).
-pub fn argmax<T: Scalar>(logits: &[T], classes: usize) -> Vec<usize> {
+pub fn argmax<T: Float>(logits: &[T], classes: usize) -> Vec<usize> {
     logits
         .chunks(classes)
         .map(|row| {
@@ -198,18 +198,18 @@ pub fn argmax<T: Scalar>(logits: &[T], classes: usize) -> Vec<usize> {
 
 /// Linear layers with a ReLU after every layer but the last.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Mlp<T: Scalar = f32> {
+pub struct Mlp<T: Float = f32> {
     pub layers: Vec<Linear<T>>,
 }
 
 /// The activations of [`Mlp::forward_train`]: each layer's input, and the output.
-pub struct MlpTape<T: Scalar> {
+pub struct MlpTape<T: Float> {
     inputs: Vec<Vec<T>>,
     pub output: Vec<T>,
     pub batch: usize,
 }
 
-impl<T: Scalar> Mlp<T> {
+impl<T: Float> Mlp<T> {
     /// Layers of widths `widths[0] → widths[1] → …`, He-initialised from `rng`; the last layer's
     /// weights are scaled by `last_gain`.
     pub fn he(widths: &[usize], last_gain: f64, rng: &mut rand::rngs::StdRng) -> Self {
@@ -309,7 +309,7 @@ impl<T: Scalar> Mlp<T> {
             .collect()
     }
 
-    pub fn cast<U: Scalar>(&self) -> Mlp<U> {
+    pub fn cast<U: Float>(&self) -> Mlp<U> {
         let c = |v: &[T]| v.iter().map(|x| U::from_f64(x.to_f64())).collect();
         Mlp {
             layers: self

@@ -4,25 +4,25 @@
 //! (gradients for the input and every weight and bias).
 //!
 //! DnCNN, DRUNet and the decomposition test models are built as graphs, so one definition runs on
-//! one process ([`Whole`](super::domain::Whole)) and on a grid of ranks (`dist::spatial`): before a
-//! layer that needs context the graph asks its [`Domain`] for the input region the layer's output
+//! one process ([`Whole`](super::partition::Whole)) and on a grid of ranks (`dist::spatial`): before a
+//! layer that needs context the graph asks its [`Partition`] for the input region the layer's output
 //! block needs, and after the layer's backward pass it hands the region's gradient back through the
-//! domain's adjoint. Parameters are named as PyTorch names them (`{node}.weight`, `{node}.bias`), so
+//! partition's adjoint. Parameters are named as PyTorch names them (`{node}.weight`, `{node}.bias`), so
 //! a trained network saves to a state dict deepinv loads.
 
 use std::borrow::Cow;
 
-use super::domain::{Domain, Grid, Region, conv_input_region, transposed_input_region};
+use super::partition::{Grid, Partition, Region, conv_input_region, transposed_input_region};
 use super::pool::Pool;
 use crate::error::{Error, Result};
+use crate::float::Float;
 use crate::nn::kernels::conv::{Conv, ConvTranspose, Features};
-use crate::nn::kernels::scalar::Scalar;
 use crate::nn::weights::state_dict::StateDict;
 use crate::tensor::Tensor;
 
 /// One layer and the nodes it reads.
 #[derive(Clone, Debug)]
-pub enum Op<T: Scalar> {
+pub enum Op<T: Float> {
     /// The network's input (node 0 only).
     Input {
         channels: usize,
@@ -50,7 +50,7 @@ pub enum Op<T: Scalar> {
 }
 
 #[derive(Clone, Debug)]
-pub struct Node<T: Scalar> {
+pub struct Node<T: Float> {
     /// The parameter prefix (`m_head`, `conv_list.3`, …); empty for nodes without parameters.
     pub name: String,
     pub op: Op<T>,
@@ -58,7 +58,7 @@ pub struct Node<T: Scalar> {
 
 /// A network: nodes in execution order, node 0 the input, the last node the output.
 #[derive(Clone, Debug)]
-pub struct Network<T: Scalar = f32> {
+pub struct Network<T: Float = f32> {
     nodes: Vec<Node<T>>,
     /// Spatial axes of the data (1, 2 or 3): decides the shapes of saved weights.
     rank: usize,
@@ -66,14 +66,14 @@ pub struct Network<T: Scalar = f32> {
 
 /// The activations of a training forward pass, for [`Network::backward`].
 #[derive(Clone, Debug, PartialEq)]
-pub struct Tape<T: Scalar> {
+pub struct Tape<T: Float> {
     /// Every node's output (this rank's block).
     values: Vec<Features<T>>,
     /// Every node's global spatial size.
     dims: Vec<[usize; 3]>,
 }
 
-impl<T: Scalar> Tape<T> {
+impl<T: Float> Tape<T> {
     /// The network's output (this rank's block).
     pub fn output(&self) -> &Features<T> {
         self.values.last().expect("a network has nodes")
@@ -87,21 +87,21 @@ impl<T: Scalar> Tape<T> {
     /// `layer` on node `x`'s taped block widened to `needs` (every rank's input region), for a
     /// backward pass: widened in place and narrowed back afterwards, so the tape holds the same
     /// values again; where the need does not contain the block (a strided layer's negative halo)
-    /// the domain copies the region instead.
+    /// the partition copies the region instead.
     fn with_halo<R>(
         &mut self,
         x: usize,
         needs: &[Region],
-        domain: &dyn Domain<T>,
+        partition: &dyn Partition<T>,
         layer: impl FnOnce(&Features<T>) -> R,
     ) -> Result<R> {
         let input = &mut self.values[x];
-        if let Some(widened) = domain.widen(input, self.dims[x], needs)? {
+        if let Some(widened) = partition.widen(input, self.dims[x], needs)? {
             let out = layer(input);
             widened.narrow(input);
             return Ok(out);
         }
-        let local = domain.gather(input, self.dims[x], needs)?;
+        let local = partition.gather(input, self.dims[x], needs)?;
         Ok(layer(&local))
     }
 }
@@ -109,11 +109,11 @@ impl<T: Scalar> Tape<T> {
 /// Gradients of every parameter, flat in [`Network::params`] order (one buffer, so a single
 /// collective sums them over ranks).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Gradients<T: Scalar> {
+pub struct Gradients<T: Float> {
     pub data: Vec<T>,
 }
 
-impl<T: Scalar> Network<T> {
+impl<T: Float> Network<T> {
     /// An empty network on data of `rank` spatial axes with `channels` input channels.
     pub fn new(rank: usize, channels: usize) -> Self {
         assert!((1..=3).contains(&rank), "network rank {rank}");
@@ -231,7 +231,7 @@ impl<T: Scalar> Network<T> {
         Ok(out)
     }
 
-    /// Shapes, checked against the domain's grid (every rank needs a voxel of every map).
+    /// Shapes, checked against the partition's grid (every rank needs a voxel of every map).
     fn plan(&self, dims: [usize; 3], grid: Grid) -> Result<Vec<[usize; 3]>> {
         let shapes = self.shapes(dims)?;
         if grid.ranks() > 1 {
@@ -253,10 +253,10 @@ impl<T: Scalar> Network<T> {
         &self,
         x: Features<T>,
         dims: [usize; 3],
-        domain: &dyn Domain<T>,
+        partition: &dyn Partition<T>,
     ) -> Result<Features<T>> {
-        let shapes = self.plan(dims, domain.grid())?;
-        self.check_input(&x, dims, domain)?;
+        let shapes = self.plan(dims, partition.grid())?;
+        self.check_input(&x, dims, partition)?;
         let mut last_use = vec![0; self.nodes.len()];
         for (j, node) in self.nodes.iter().enumerate() {
             for i in inputs(&node.op) {
@@ -274,7 +274,7 @@ impl<T: Scalar> Network<T> {
                 Op::Add { a, .. } => vals[*a].clone(),
                 _ => None,
             };
-            let y = self.exec(j, &mut vals, Some(&last_use), acc, &shapes, domain)?;
+            let y = self.exec(j, &mut vals, Some(&last_use), acc, &shapes, partition)?;
             for i in inputs(&self.nodes[j].op) {
                 if last_use[i] == j {
                     vals[i] = None;
@@ -291,10 +291,10 @@ impl<T: Scalar> Network<T> {
         &self,
         x: Features<T>,
         dims: [usize; 3],
-        domain: &dyn Domain<T>,
+        partition: &dyn Partition<T>,
     ) -> Result<Tape<T>> {
-        let shapes = self.plan(dims, domain.grid())?;
-        self.check_input(&x, dims, domain)?;
+        let shapes = self.plan(dims, partition.grid())?;
+        self.check_input(&x, dims, partition)?;
         let mut vals: Vec<Option<Features<T>>> = vec![None; self.nodes.len()];
         vals[0] = Some(x);
         for j in 1..self.nodes.len() {
@@ -302,7 +302,7 @@ impl<T: Scalar> Network<T> {
                 Op::Conv { acc: Some(a), .. } | Op::Add { a, .. } => vals[*a].clone(),
                 _ => None,
             };
-            vals[j] = Some(self.exec(j, &mut vals, None, acc, &shapes, domain)?);
+            vals[j] = Some(self.exec(j, &mut vals, None, acc, &shapes, partition)?);
             self.trace_memory("forward_train", j);
         }
         Ok(Tape {
@@ -329,8 +329,13 @@ impl<T: Scalar> Network<T> {
         }
     }
 
-    fn check_input(&self, x: &Features<T>, dims: [usize; 3], domain: &dyn Domain<T>) -> Result<()> {
-        let block = domain.block(dims).dims();
+    fn check_input(
+        &self,
+        x: &Features<T>,
+        dims: [usize; 3],
+        partition: &dyn Partition<T>,
+    ) -> Result<()> {
+        let block = partition.block(dims).dims();
         if x.channels != self.in_channels() || x.dims != block {
             return Err(Error::shape(
                 "network input block",
@@ -346,7 +351,7 @@ impl<T: Scalar> Network<T> {
     /// neighbours) and narrowed back after the layer, so a decomposed layer holds its input once,
     /// as one process does; with `last_use` (inference), an input whose last use is this node is
     /// left wide, for the caller to drop. Where a need does not contain the block (a strided
-    /// layer's negative halo) the domain copies the region instead.
+    /// layer's negative halo) the partition copies the region instead.
     fn exec(
         &self,
         j: usize,
@@ -354,23 +359,23 @@ impl<T: Scalar> Network<T> {
         last_use: Option<&[usize]>,
         acc: Option<Features<T>>,
         shapes: &[[usize; 3]],
-        domain: &dyn Domain<T>,
+        partition: &dyn Partition<T>,
     ) -> Result<Features<T>> {
-        let grid = domain.grid();
+        let grid = partition.grid();
         let with_halo =
             |vals: &mut [Option<Features<T>>],
              x: usize,
              needs: &[Region],
              layer: &mut dyn FnMut(&Features<T>) -> Features<T>| {
                 let input = vals[x].as_mut().expect("input alive");
-                if let Some(widened) = domain.widen(input, shapes[x], needs)? {
+                if let Some(widened) = partition.widen(input, shapes[x], needs)? {
                     let y = layer(input);
                     if last_use.is_none_or(|l| l[x] != j) {
                         widened.narrow(input);
                     }
                     return Ok::<_, Error>(y);
                 }
-                let local = match domain.gather(input, shapes[x], needs)? {
+                let local = match partition.gather(input, shapes[x], needs)? {
                     Cow::Borrowed(whole) => return Ok(layer(whole)),
                     Cow::Owned(local) => local,
                 };
@@ -383,7 +388,7 @@ impl<T: Scalar> Network<T> {
             Op::Input { .. } => unreachable!("node 0 is the only input"),
             Op::Conv { layer, x, .. } => {
                 let needs = conv_needs(layer, shapes[j], grid);
-                let pads = needs[domain.rank()].overhang(shapes[*x]);
+                let pads = needs[partition.rank()].overhang(shapes[*x]);
                 let mut acc = acc;
                 with_halo(vals, *x, &needs, &mut |local| {
                     layer.forward_padded(local, acc.take(), pads)
@@ -391,15 +396,15 @@ impl<T: Scalar> Network<T> {
             }
             Op::ConvTranspose { layer, x } => {
                 let (needs, crop) =
-                    transposed_needs(layer, shapes[j], shapes[*x], grid, domain.rank());
-                let out = domain.block(shapes[j]).dims();
+                    transposed_needs(layer, shapes[j], shapes[*x], grid, partition.rank());
+                let out = partition.block(shapes[j]).dims();
                 with_halo(vals, *x, &needs, &mut |local| {
                     layer.forward_window(local, crop, out)
                 })
             }
             Op::Pool { layer, x } => {
                 let needs = pool_needs(layer, shapes[j], grid);
-                let pads = needs[domain.rank()].overhang(shapes[*x]);
+                let pads = needs[partition.rank()].overhang(shapes[*x]);
                 with_halo(vals, *x, &needs, &mut |local| {
                     layer.forward_padded(local, pads)
                 })
@@ -422,7 +427,7 @@ impl<T: Scalar> Network<T> {
         &self,
         tape: &mut Tape<T>,
         dy: Features<T>,
-        domain: &dyn Domain<T>,
+        partition: &dyn Partition<T>,
         grads: &mut Gradients<T>,
         input_grad: bool,
     ) -> Result<Option<Features<T>>> {
@@ -433,8 +438,8 @@ impl<T: Scalar> Network<T> {
             self.param_count(),
             "gradients of another network"
         );
-        let grid = domain.grid();
-        let me = domain.rank();
+        let grid = partition.grid();
+        let me = partition.rank();
         let spans = self.param_spans();
         let mut local_grads = vec![T::ZERO; grads.data.len()];
         let mut g: Vec<Option<Features<T>>> = vec![None; n];
@@ -465,14 +470,14 @@ impl<T: Scalar> Network<T> {
                     let (gw, gb) = split_spans(&mut local_grads, w, b);
                     // The widened input is narrowed back before the input gradient exists: the
                     // two are never held at once.
-                    let local_dims = tape.with_halo(*x, &needs, domain, |local| {
+                    let local_dims = tape.with_halo(*x, &needs, partition, |local| {
                         layer.backward_params(local, &dz, pads, gw, gb);
                         local.dims
                     })?;
                     if wants(*x) {
                         let gl = layer.backward_input(&dz, local_dims, pads);
                         drop(dz);
-                        let gx = domain.gather_adjoint(gl, tape.dims[*x], &needs)?;
+                        let gx = partition.gather_adjoint(gl, tape.dims[*x], &needs)?;
                         accumulate(&mut g[*x], gx);
                     }
                 }
@@ -481,14 +486,14 @@ impl<T: Scalar> Network<T> {
                         transposed_needs(layer, tape.dims[j], tape.dims[*x], grid, me);
                     let (w, b) = spans[j].clone().expect("transposed conv has parameters");
                     let (gw, gb) = split_spans(&mut local_grads, w, b);
-                    let local_dims = tape.with_halo(*x, &needs, domain, |local| {
+                    let local_dims = tape.with_halo(*x, &needs, partition, |local| {
                         layer.backward_params(local, &gy, crop, gw, gb);
                         local.dims
                     })?;
                     if wants(*x) {
                         let gl = layer.backward_input(&gy, local_dims, crop);
                         drop(gy);
-                        let gx = domain.gather_adjoint(gl, tape.dims[*x], &needs)?;
+                        let gx = partition.gather_adjoint(gl, tape.dims[*x], &needs)?;
                         accumulate(&mut g[*x], gx);
                     }
                 }
@@ -497,11 +502,11 @@ impl<T: Scalar> Network<T> {
                         let needs = pool_needs(layer, tape.dims[j], grid);
                         let pads = needs[me].overhang(tape.dims[*x]);
                         // Max pooling's gradient needs the input's values: computed while widened.
-                        let gl = tape.with_halo(*x, &needs, domain, |local| {
+                        let gl = tape.with_halo(*x, &needs, partition, |local| {
                             layer.backward_input(local, &gy, pads)
                         })?;
                         drop(gy);
-                        let gx = domain.gather_adjoint(gl, tape.dims[*x], &needs)?;
+                        let gx = partition.gather_adjoint(gl, tape.dims[*x], &needs)?;
                         accumulate(&mut g[*x], gx);
                     }
                 }
@@ -512,7 +517,7 @@ impl<T: Scalar> Network<T> {
             }
             self.trace_memory("backward", j);
         }
-        domain.sum_over_ranks(&mut local_grads)?;
+        partition.sum_over_ranks(&mut local_grads)?;
         grads
             .data
             .iter_mut()
@@ -679,7 +684,7 @@ impl<T: Scalar> Network<T> {
     }
 
     /// The same network in another precision.
-    pub fn cast<U: Scalar>(&self) -> Network<U> {
+    pub fn cast<U: Float>(&self) -> Network<U> {
         self.map_layers(
             |c| Conv {
                 weight: cast_vec(&c.weight),
@@ -708,7 +713,7 @@ impl<T: Scalar> Network<T> {
     }
 
     /// The same graph with every layer replaced (inflation to 3-D, precision changes).
-    pub fn map_layers<U: Scalar>(
+    pub fn map_layers<U: Float>(
         &self,
         conv: impl Fn(&Conv<T>) -> Conv<U>,
         transposed: impl Fn(&ConvTranspose<T>) -> ConvTranspose<U>,
@@ -749,12 +754,12 @@ impl<T: Scalar> Network<T> {
 /// A layer's weight range and optional bias range in the flat gradients.
 type ParamSpan = (std::ops::Range<usize>, Option<std::ops::Range<usize>>);
 
-fn cast_vec<T: Scalar, U: Scalar>(v: &[T]) -> Vec<U> {
+fn cast_vec<T: Float, U: Float>(v: &[T]) -> Vec<U> {
     v.iter().map(|x| U::from_f64(x.to_f64())).collect()
 }
 
 /// The nodes an op reads.
-fn inputs<T: Scalar>(op: &Op<T>) -> Vec<usize> {
+fn inputs<T: Float>(op: &Op<T>) -> Vec<usize> {
     match op {
         Op::Input { .. } => vec![],
         Op::Conv { x, acc, .. } => std::iter::once(*x).chain(*acc).collect(),
@@ -764,7 +769,7 @@ fn inputs<T: Scalar>(op: &Op<T>) -> Vec<usize> {
 }
 
 /// Every rank's input region for a convolution whose output map has `out_dims`.
-pub fn conv_needs<T: Scalar>(layer: &Conv<T>, out_dims: [usize; 3], grid: Grid) -> Vec<Region> {
+pub fn conv_needs<T: Float>(layer: &Conv<T>, out_dims: [usize; 3], grid: Grid) -> Vec<Region> {
     (0..grid.ranks())
         .map(|r| {
             conv_input_region(
@@ -795,7 +800,7 @@ pub fn pool_needs(layer: &Pool, out_dims: [usize; 3], grid: Grid) -> Vec<Region>
 }
 
 /// Every rank's input region for a transposed convolution, and rank `me`'s window offset.
-pub fn transposed_needs<T: Scalar>(
+pub fn transposed_needs<T: Float>(
     layer: &ConvTranspose<T>,
     out_dims: [usize; 3],
     in_dims: [usize; 3],
@@ -821,7 +826,7 @@ fn halo_voxels(need: &Region, block: &Region, dims: [usize; 3]) -> usize {
     need.volume() - need.intersect(block).volume()
 }
 
-fn accumulate<T: Scalar>(slot: &mut Option<Features<T>>, g: Features<T>) {
+fn accumulate<T: Float>(slot: &mut Option<Features<T>>, g: Features<T>) {
     match slot {
         Some(s) => s.add_assign(&g),
         None => *slot = Some(g),
@@ -848,7 +853,7 @@ fn split_spans<T>(
 mod tests {
     use super::*;
     use crate::nn::kernels::conv::testing::{dot, random_features};
-    use crate::nn::layers::domain::Whole;
+    use crate::nn::layers::partition::Whole;
     use crate::nn::models::test_models::TestModel;
     use crate::nn::{DncnnArch, DrunetArch};
     use rand::{RngExt, SeedableRng};

@@ -10,7 +10,7 @@
 //! Gaussian kernels `k(a, b) = Σ_σ exp(−‖a − b‖² / (2σ))` over a wide range of bandwidths.
 
 use crate::error::{Error, Result};
-use crate::nn::kernels::scalar::Scalar;
+use crate::float::Float;
 
 /// The bandwidths of the released implementation's `mmd_loss`.
 pub const MMD_BANDWIDTHS: [f64; 19] = [
@@ -30,7 +30,7 @@ fn check_len(what: &str, len: usize, rows: usize, cols: usize) -> Result<()> {
 /// the batch. It penalises differences between pairs of pixels, not a global offset, so the
 /// decoder reproduces the shape of the input rather than its absolute intensity. Returns the loss
 /// and its gradient with respect to `xhat`.
-pub fn scale_invariant_mse<T: Scalar>(x: &[T], xhat: &[T], batch: usize) -> Result<(f64, Vec<T>)> {
+pub fn scale_invariant_mse<T: Float>(x: &[T], xhat: &[T], batch: usize) -> Result<(f64, Vec<T>)> {
     if x.len() != xhat.len() || batch == 0 || !x.len().is_multiple_of(batch) {
         return Err(Error::shape(
             "scale-invariant MSE",
@@ -108,7 +108,7 @@ fn centre_normalise_backward(n: &[f64], norms: &[f64], g: &[f64], cols: usize) -
 /// `‖Hcᵀ·Hp‖²_F` (DSN eq. 5) on centred, L2-normalised codes, averaged over the `dim_p·dim_s`
 /// correlations (as the released implementation). Returns the loss and its gradients with respect
 /// to `shared` and `private`.
-pub fn difference_loss<T: Scalar>(
+pub fn difference_loss<T: Float>(
     shared: &[T],
     private: &[T],
     batch: usize,
@@ -167,7 +167,7 @@ pub fn difference_loss<T: Scalar>(
 /// under the kernel `k(a, b) = Σ_σ exp(−‖a − b‖² / (2σ))` (σ in `bandwidths`), biased estimator:
 /// `mean k(x, x') + mean k(y, y') − 2·mean k(x, y)` (DSN's MMD similarity loss). Returns it and its
 /// gradients with respect to `x` and `y`.
-pub fn mmd<T: Scalar>(
+pub fn mmd<T: Float>(
     x: &[T],
     y: &[T],
     dim: usize,

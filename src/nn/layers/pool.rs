@@ -2,7 +2,7 @@
 //! 1-D, 2-D or 3-D feature maps, with their backward passes.
 //!
 //! A pooling window reads the same input region a convolution with the same kernel, stride and
-//! padding reads, so a pooling node of a [`Network`](super::graph::Network) asks its domain for
+//! padding reads, so a pooling node of a [`Network`](super::graph::Network) asks its partition for
 //! that region like a convolution does and runs on one block of a decomposed map unchanged. Padding
 //! follows PyTorch: max pooling pads with −∞ (a padded cell never wins), average pooling pads with
 //! zeros and divides by the whole window (`count_include_pad = True`). Max pooling sends each
@@ -12,8 +12,8 @@
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::float::Float;
 use crate::nn::kernels::conv::{Features, Pads, per_axis};
-use crate::nn::kernels::scalar::Scalar;
 
 /// Which reduction a pooling window applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +79,7 @@ impl Pool {
 
     /// The pooled input; `pads` are the padding cells before and after each axis of `x` (the
     /// layer's own on a whole map, only where the map ends on a block of it).
-    pub fn forward_padded<T: Scalar>(&self, x: &Features<T>, pads: Pads) -> Features<T> {
+    pub fn forward_padded<T: Float>(&self, x: &Features<T>, pads: Pads) -> Features<T> {
         let od = self
             .out_dims_padded(x.dims, pads)
             .expect("pooling window larger than its input");
@@ -104,7 +104,7 @@ impl Pool {
 
     /// The gradient with respect to the input `x` (padded by `pads` in the forward pass) of a loss
     /// whose gradient with respect to the output is `dy`.
-    pub fn backward_input<T: Scalar>(
+    pub fn backward_input<T: Float>(
         &self,
         x: &Features<T>,
         dy: &Features<T>,
@@ -165,7 +165,7 @@ impl Pool {
 }
 
 /// The index (among `cells`) of the first largest value; NaN wins, as in PyTorch.
-fn first_max<T: Scalar>(plane: &[T], cells: &[usize]) -> usize {
+fn first_max<T: Float>(plane: &[T], cells: &[usize]) -> usize {
     let mut best = cells[0];
     for &i in &cells[1..] {
         let (v, b) = (plane[i], plane[best]);

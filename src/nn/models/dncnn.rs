@@ -6,8 +6,8 @@
 use crate::denoise::{Denoiser, check_sigma};
 use crate::error::{Error, Result};
 use crate::nn::kernels::conv::{Conv, Features};
-use crate::nn::layers::domain::{BlockDenoiser, Domain, Grid, Whole};
 use crate::nn::layers::graph::Network;
+use crate::nn::layers::partition::{BlockDenoiser, Grid, Partition, Whole};
 use crate::nn::weights::StateDict;
 use crate::nn::weights::source::{LayerKind, WeightSource};
 use crate::tensor::Tensor;
@@ -230,7 +230,7 @@ impl BlockDenoiser for Dncnn {
         dims: [usize; 3],
         spatial_axes: usize,
         sigma: f32,
-        domain: &dyn Domain<f32>,
+        partition: &dyn Partition<f32>,
     ) -> Result<Features> {
         check_sigma("denoiser", sigma)?;
         if spatial_axes != self.arch.dim || x.channels != self.arch.in_channels {
@@ -240,7 +240,7 @@ impl BlockDenoiser for Dncnn {
                 &[x.channels, spatial_axes],
             ));
         }
-        self.net.forward(x.clone(), dims, domain)
+        self.net.forward(x.clone(), dims, partition)
     }
 
     fn out_channels(&self) -> usize {

@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use crate::denoise::{Denoiser, check_sigma};
 use crate::error::{Error, Result};
 use crate::nn::kernels::conv::{Conv, ConvTranspose, Features};
-use crate::nn::layers::domain::{BlockDenoiser, Domain, Grid, Region, Whole, add_region};
 use crate::nn::layers::graph::Network;
+use crate::nn::layers::partition::{BlockDenoiser, Grid, Partition, Region, Whole, add_region};
 use crate::nn::weights::StateDict;
 use crate::nn::weights::source::{LayerKind, WeightSource, inflate_2d_to_3d};
 use crate::tensor::Tensor;
@@ -329,7 +329,7 @@ impl BlockDenoiser for Drunet {
 
     /// deepinv's DRUNet `forward` (with its size handling) on this rank's block `x` (`C` image
     /// channels) of a batch with `spatial_axes` (2 or 3) axes of global size `dims`; returns this
-    /// rank's block of the output. On one process the domain is [`Whole`] and the block is the
+    /// rank's block of the output. On one process the partition is [`Whole`] and the block is the
     /// whole image.
     fn denoise_block(
         &self,
@@ -337,7 +337,7 @@ impl BlockDenoiser for Drunet {
         dims: [usize; 3],
         spatial_axes: usize,
         sigma: f32,
-        domain: &dyn Domain<f32>,
+        partition: &dyn Partition<f32>,
     ) -> Result<Features> {
         check_sigma("denoiser", sigma)?;
         let net = self.net_for(spatial_axes + 2)?;
@@ -348,10 +348,10 @@ impl BlockDenoiser for Drunet {
                 &[x.channels],
             ));
         }
-        let grid = domain.grid();
-        let me = domain.rank();
+        let grid = partition.grid();
+        let me = partition.rank();
         if runs_whole(net, dims) {
-            return net.forward(with_sigma_channel(x, sigma), dims, domain);
+            return net.forward(with_sigma_channel(x, sigma), dims, partition);
         }
         let spatial = &dims[3 - net.rank()..];
         let out_c = self.arch.out_channels;
@@ -369,13 +369,13 @@ impl BlockDenoiser for Drunet {
             let needs: Vec<Region> = (0..grid.ranks())
                 .map(|r| clamp(grid.block(padded, r)))
                 .collect();
-            let src = domain.gather(x, dims, &needs)?;
+            let src = partition.gather(x, dims, &needs)?;
             let block = grid.block(padded, me);
             let xin = replicate_into(&src, &needs[me], &block);
-            let y = net.forward(with_sigma_channel(&xin, sigma), padded, domain)?;
+            let y = net.forward(with_sigma_channel(&xin, sigma), padded, partition)?;
             // Crop: this rank's block of the output from the blocks of the padded output.
             let needs: Vec<Region> = (0..grid.ranks()).map(|r| grid.block(dims, r)).collect();
-            return Ok(domain.gather(&y, padded, &needs)?.into_owned());
+            return Ok(partition.gather(&y, padded, &needs)?.into_owned());
         }
         // deepinv `test_onesplit(refield=64)`: four corner crops of side (s/2/64 + 1)·64, each
         // denoised alone; each quadrant of the output comes from the crop at its corner.
@@ -392,8 +392,8 @@ impl BlockDenoiser for Drunet {
             let needs: Vec<Region> = (0..grid.ranks())
                 .map(|r| shifted(&grid.block(crop, r), off))
                 .collect();
-            let xc = domain.gather(x, dims, &needs)?;
-            let y = net.forward(with_sigma_channel(&xc, sigma), crop, domain)?;
+            let xc = partition.gather(x, dims, &needs)?;
+            let y = net.forward(with_sigma_channel(&xc, sigma), crop, partition)?;
             // Quadrant rows: top → 0..h/2 (first rows of the crop); bottom → h/2..h (last rows).
             let quadrant = Region {
                 lo: [
@@ -415,7 +415,7 @@ impl BlockDenoiser for Drunet {
             let needs: Vec<Region> = (0..grid.ranks())
                 .map(|r| back(&grid.block(dims, r).intersect(&quadrant)))
                 .collect();
-            let part = domain.gather(&y, crop, &needs)?;
+            let part = partition.gather(&y, crop, &needs)?;
             let at = own.intersect(&quadrant);
             if !at.is_empty() {
                 add_region(&mut out, &own, &part, &at);

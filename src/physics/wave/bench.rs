@@ -11,12 +11,12 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::geometry::Shot;
-use super::model::VelocityModel;
-use super::real::Real;
 use super::solver::{GradientOptions, GradientStrategy, L2Misfit, Solver, SolverSettings};
 use super::stencil::Accuracy;
+use super::velocity::VelocityModel;
 use super::wavelet::ricker;
 use crate::error::Result;
+use crate::float::Float;
 
 /// What to run.
 #[derive(Debug, Clone, Serialize)]

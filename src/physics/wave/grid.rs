@@ -132,7 +132,7 @@ impl Grid {
 
 /// The free surface (deepwave's `boundary="free"`): the field is odd about the guard row `r − 1`,
 /// which holds zero; the guard rows above it take the negated mirror image of the rows below.
-pub(crate) fn fill_free_surface<T: super::real::Real>(field: &mut [T], nx: usize, r: usize) {
+pub(crate) fn fill_free_surface<T: crate::float::Float>(field: &mut [T], nx: usize, r: usize) {
     for g in 0..r {
         let (head, tail) = field.split_at_mut((g + 1) * nx);
         let dst = &mut head[g * nx..];

@@ -18,7 +18,7 @@
 //! same Laplacian as the forward one, and the absorbing-layer terms are deepwave's `backward_cell`
 //! with `v²dt²·λ` replaced by `β`.
 
-use super::real::Real;
+use crate::float::Float;
 
 /// Stencil coefficients and reciprocal spacings.
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +31,7 @@ pub(crate) struct Coefs<T, const R: usize> {
     pub rdx2: T,
 }
 
-impl<T: Real, const R: usize> Coefs<T, R> {
+impl<T: Float, const R: usize> Coefs<T, R> {
     /// Coefficients from the stencil's `c¹ₖ`, `c²ₖ` and `[1/Δy, 1/Δx, 1/Δy², 1/Δx²]`.
     pub fn new(d1: [f64; R], d2: [f64; R], [rdy, rdx, rdy2, rdx2]: [f64; 4]) -> Self {
         Coefs {
@@ -223,7 +223,7 @@ pub(crate) struct Leapfrog<'a, T> {
     pub new: &'a mut [T],
 }
 
-impl<T: Real, const R: usize> Kernel<'_, T, R> {
+impl<T: Float, const R: usize> Kernel<'_, T, R> {
     /// `w` for row `y` of the forward step (ψ into the next buffers, ζ in place) or, with
     /// `ADJOINT`, of the adjoint step (β form, ψ and ζ into the next buffers), and the row's new
     /// time level. Each absorbing-layer segment's leapfrog update follows its `w` while the row is
@@ -553,7 +553,7 @@ impl<T: Real, const R: usize> Kernel<'_, T, R> {
 /// instruction set gives the same bits.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(crate) fn laplacian_leapfrog<T: Real, const R: usize>(
+pub(crate) fn laplacian_leapfrog<T: Float, const R: usize>(
     c: &Coefs<T, R>,
     u: &[T],
     nx: usize,
@@ -605,7 +605,7 @@ struct Window<'a, T, const R: usize> {
     vv: &'a [T],
 }
 
-impl<'a, T: Real, const R: usize> Window<'a, T, R> {
+impl<'a, T: Float, const R: usize> Window<'a, T, R> {
     /// Cells `[x, x + len)` of row `y`.
     #[inline(always)]
     fn new(u: &'a [T], nx: usize, y: usize, x: usize, len: usize, vv: &'a [T]) -> Self {
@@ -642,7 +642,7 @@ impl<'a, T: Real, const R: usize> Window<'a, T, R> {
 
 /// [`laplacian_leapfrog`] on its own (the time reversal of boundary saving), compiled for `isa`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn laplacian_leapfrog_on<T: Real, const R: usize>(
+pub(crate) fn laplacian_leapfrog_on<T: Float, const R: usize>(
     isa: Isa,
     c: &Coefs<T, R>,
     u: &[T],
@@ -657,7 +657,7 @@ pub(crate) fn laplacian_leapfrog_on<T: Real, const R: usize>(
     {
         #[target_feature(enable = "avx512f")]
         #[allow(clippy::too_many_arguments)]
-        fn avx512<T: Real, const R: usize>(
+        fn avx512<T: Float, const R: usize>(
             c: &Coefs<T, R>,
             u: &[T],
             nx: usize,
@@ -671,7 +671,7 @@ pub(crate) fn laplacian_leapfrog_on<T: Real, const R: usize>(
         }
         #[target_feature(enable = "avx2")]
         #[allow(clippy::too_many_arguments)]
-        fn avx2<T: Real, const R: usize>(
+        fn avx2<T: Float, const R: usize>(
             c: &Coefs<T, R>,
             u: &[T],
             nx: usize,
@@ -695,7 +695,13 @@ pub(crate) fn laplacian_leapfrog_on<T: Real, const R: usize>(
 
 /// The leapfrog update of `[x0, x1)` of a row from its `w`.
 #[inline(always)]
-fn leapfrog_segment<T: Real>(leap: &mut Leapfrog<'_, T>, w: &[T], cur: &[T], x0: usize, x1: usize) {
+fn leapfrog_segment<T: Float>(
+    leap: &mut Leapfrog<'_, T>,
+    w: &[T],
+    cur: &[T],
+    x0: usize,
+    x1: usize,
+) {
     if x1 > x0 {
         leapfrog_generic(
             &leap.vv[x0..x1],
@@ -711,7 +717,7 @@ fn leapfrog_segment<T: Real>(leap: &mut Leapfrog<'_, T>, w: &[T], cur: &[T], x0:
 /// one-vector epilogue loop, which covers a 33-cell layer segment; a loop over fixed 16-cell
 /// chunks was vectorised across the chunks with gathers and scatters, several times slower.
 #[inline(always)]
-pub(crate) fn leapfrog_generic<T: Real>(v: &[T], w: &[T], cur: &[T], new: &mut [T]) {
+pub(crate) fn leapfrog_generic<T: Float>(v: &[T], w: &[T], cur: &[T], new: &mut [T]) {
     let n = new.len();
     let (v, w, cur) = (&v[..n], &w[..n], &cur[..n]);
     for i in 0..n {
@@ -724,7 +730,7 @@ mod tests {
     use super::*;
 
     /// Values in [-1, 1) from a fixed-seed xorshift, with exponents spread so that roundings differ.
-    fn field<T: Real>(n: usize, seed: u64) -> Vec<T> {
+    fn field<T: Float>(n: usize, seed: u64) -> Vec<T> {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..n)
             .map(|_| {
@@ -740,7 +746,7 @@ mod tests {
     /// Every row width from 1 to 70 cells, every instruction set the CPU has, f32 and f64, accuracy
     /// 4 and 8: the windowed kernel writes exactly the bits of a plain cell-by-cell loop, touches
     /// no cell outside `[x0, x1)`, and applies the update once per cell.
-    fn check<T: Real, const R: usize>() {
+    fn check<T: Float, const R: usize>() {
         let c = Coefs::<T, R>::new(
             [0.3; R].map(|x| x / 3.0),
             [0.7; R].map(|x| -x / 7.0),

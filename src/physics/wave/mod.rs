@@ -3,9 +3,9 @@
 //! absorbing layers and an optional free surface; forward modelling of shots, the adjoint-state
 //! gradient of a data misfit with respect to the velocity, and the Born operator.
 //!
-//! Kept apart as Devito does: the [`model`] (velocity on a grid), the acquisition [`geometry`]
+//! Kept apart as Devito does: the velocity model ([`velocity`], on a grid), the acquisition [`geometry`]
 //! (source and receiver cells per shot), the [`wavelet`] and the [`solver`]. The solver is generic
-//! over the float type ([`Real`]): `f64` for the parity tests against deepwave, `f32` in production.
+//! over the float type ([`crate::float::Float`]): `f64` for the parity tests against deepwave, `f32` in production.
 //! The inversion loop over ranks is [`crate::fwi`].
 
 pub mod bench;
@@ -13,21 +13,19 @@ pub mod config;
 pub mod geometry;
 mod grid;
 mod kernels;
-pub mod model;
 pub mod pml;
-mod real;
 pub mod resample;
 pub mod solver;
 pub mod stencil;
 mod step;
+pub mod velocity;
 pub mod wavelet;
 
 pub use config::{AcquisitionConfig, Precision, WaveConfig, WaveletConfig};
 pub use geometry::{Acquisition, Cell, Shot};
-pub use model::VelocityModel;
-pub use real::Real;
 pub use solver::{
     Gather, GivenResidual, GradientOptions, GradientStrategy, L2Misfit, Misfit, ShotGradient,
     Solver, SolverSettings, cfl_step_ratio,
 };
 pub use stencil::Accuracy;
+pub use velocity::VelocityModel;

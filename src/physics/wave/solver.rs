@@ -21,13 +21,13 @@ use super::grid::{Grid, fill_free_surface};
 use super::kernels::{
     Axis, Coefs, FlushSubnormals, Isa, Kernel, Leapfrog, laplacian_leapfrog_on, widen_layer_cols,
 };
-use super::model::VelocityModel;
 use super::pml;
-use super::real::Real;
 use super::resample;
 use super::stencil::Accuracy;
 use super::step::{self, Extras, Gradient, State};
+use super::velocity::VelocityModel;
 use crate::error::{Error, Result};
+use crate::float::Float;
 use crate::heap::try_vec;
 
 /// deepwave's default Courant number for the internal time step.
@@ -86,7 +86,7 @@ pub struct Gather<T> {
     pub data: Vec<T>,
 }
 
-impl<T: Real> Gather<T> {
+impl<T: Float> Gather<T> {
     pub fn zeros(receivers: usize, nt: usize) -> Self {
         Gather {
             receivers,
@@ -115,7 +115,7 @@ pub struct L2Misfit<'a, T> {
     pub low_pass: Option<(f64, f64)>,
 }
 
-impl<T: Real> Misfit<T> for L2Misfit<'_, T> {
+impl<T: Float> Misfit<T> for L2Misfit<'_, T> {
     fn evaluate(&self, shot: usize, synthetic: &Gather<T>) -> Result<(f64, Gather<T>)> {
         let obs = self.observed.get(shot).ok_or_else(|| {
             Error::config(
@@ -158,7 +158,7 @@ impl<T: Real> Misfit<T> for L2Misfit<'_, T> {
 /// A given residual (for the adjoint of the Born operator, `Jᵀδd`): loss 0.
 pub struct GivenResidual<'a, T>(pub &'a [Gather<T>]);
 
-impl<T: Real> Misfit<T> for GivenResidual<'_, T> {
+impl<T: Float> Misfit<T> for GivenResidual<'_, T> {
     fn evaluate(&self, shot: usize, _synthetic: &Gather<T>) -> Result<(f64, Gather<T>)> {
         let g = self
             .0
@@ -329,7 +329,7 @@ struct Forward<T> {
     secs: f64,
 }
 
-impl<T: Real> Solver<T> {
+impl<T: Float> Solver<T> {
     /// Builds the propagator for `model`.
     pub fn new(model: &VelocityModel<T>, settings: &SolverSettings) -> Result<Self> {
         let s = settings;

@@ -11,17 +11,17 @@ use super::kernels::{Fields, FlushSubnormals, Isa, Kernel, Leapfrog, RowOut};
 macro_rules! on_isa {
     ($name:ident, $band:ident, ($($arg:ident: $ty:ty),* $(,)?)) => {
         #[allow(clippy::too_many_arguments)]
-        fn $name<T: Real, const R: usize, const ADJOINT: bool>(isa: Isa, $($arg: $ty),*) {
+        fn $name<T: Float, const R: usize, const ADJOINT: bool>(isa: Isa, $($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f")]
                 #[allow(clippy::too_many_arguments)]
-                fn avx512<T: Real, const R: usize, const ADJOINT: bool>($($arg: $ty),*) {
+                fn avx512<T: Float, const R: usize, const ADJOINT: bool>($($arg: $ty),*) {
                     $band::<T, R, ADJOINT>($($arg),*)
                 }
                 #[target_feature(enable = "avx2")]
                 #[allow(clippy::too_many_arguments)]
-                fn avx2<T: Real, const R: usize, const ADJOINT: bool>($($arg: $ty),*) {
+                fn avx2<T: Float, const R: usize, const ADJOINT: bool>($($arg: $ty),*) {
                     $band::<T, R, ADJOINT>($($arg),*)
                 }
                 match isa {
@@ -50,7 +50,7 @@ on_isa!(
         b: &mut BandMut<'_, T>,
     )
 );
-use super::real::Real;
+use crate::float::Float;
 
 /// Rows per parallel task: enough work to amortise scheduling, small enough to balance the heavier
 /// absorbing-layer rows across threads.
@@ -74,7 +74,7 @@ pub(crate) struct State<T> {
     pub zeta_xn: Vec<T>,
 }
 
-impl<T: Real> State<T> {
+impl<T: Float> State<T> {
     pub fn zeros(cells: usize, adjoint: bool) -> Self {
         let z = || vec![T::ZERO; cells];
         let zn = || {
@@ -225,7 +225,7 @@ fn split_bands<'a, T>(
 
 /// One forward step: `state.prev ← u(t+1)` for every row, ψ into the next buffers, ζ in place.
 /// The caller injects sources into `state.prev` and then calls [`State::rotate`].
-pub(crate) fn forward<T: Real, const R: usize>(
+pub(crate) fn forward<T: Float, const R: usize>(
     k: &Kernel<'_, T, R>,
     nz: usize,
     v: &[T],
@@ -275,7 +275,7 @@ pub(crate) fn forward<T: Real, const R: usize>(
 
 /// The bands of one step on the rayon pool, each with subnormals flushed, one scratch row per
 /// worker.
-fn run_bands<T: Real, const R: usize, const ADJOINT: bool>(
+fn run_bands<T: Float, const R: usize, const ADJOINT: bool>(
     k: &Kernel<'_, T, R>,
     fields: Fields<'_, T>,
     v: &[T],
@@ -304,7 +304,7 @@ fn run_bands<T: Real, const R: usize, const ADJOINT: bool>(
 /// The rows of one band of a forward (or, with `ADJOINT`, adjoint) step, inlined into each
 /// instruction-set variant.
 #[inline(always)]
-fn band<T: Real, const R: usize, const ADJOINT: bool>(
+fn band<T: Float, const R: usize, const ADJOINT: bool>(
     k: &Kernel<'_, T, R>,
     fields: Fields<'_, T>,
     v: &[T],
@@ -350,7 +350,7 @@ fn band<T: Real, const R: usize, const ADJOINT: bool>(
 
 /// One adjoint step (β form): `state.prev ← β(t)`, ψ and ζ into the next buffers; with a
 /// gradient, `G += β(t+1)·w_fwd(t)`. The caller injects receiver residuals and rotates.
-pub(crate) fn adjoint<T: Real, const R: usize>(
+pub(crate) fn adjoint<T: Float, const R: usize>(
     k: &Kernel<'_, T, R>,
     nz: usize,
     v: &[T],
@@ -404,7 +404,7 @@ type GradientRow<'a, T> = (&'a mut [T], GradientSource<'a, T>);
 /// The optional outputs of one row, after its leapfrog update.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn tail<T: Real, const R: usize>(
+fn tail<T: Float, const R: usize>(
     k: &Kernel<'_, T, R>,
     y: usize,
     w: &[T],
@@ -467,7 +467,7 @@ fn tail<T: Real, const R: usize>(
 /// injection and receiver recording of step `t0 + l` go there; those rows are not read by a later
 /// level before it returns). The state ends as after `levels` calls of [`forward`] and
 /// [`State::rotate`].
-pub(crate) fn forward_blocked<T: Real, const R: usize>(
+pub(crate) fn forward_blocked<T: Float, const R: usize>(
     k: &Kernel<'_, T, R>,
     nz: usize,
     v: &[T],

@@ -8,7 +8,7 @@ use super::forward::conv_forward;
 use super::im2col::{col2im_add, im2col, im2col_span};
 use super::strips::{SendPtr, gemm_parallelism, grad_strip_rows};
 use super::{Features, Geom};
-use crate::nn::kernels::scalar::Scalar;
+use crate::float::Float;
 use crate::nn::kernels::{patch_dot, patch_gemm};
 
 /// The adjoint of the convolution's linear part, for an input of `in_dims`.
@@ -18,7 +18,7 @@ use crate::nn::kernels::{patch_dot, patch_gemm};
 /// scatter). Otherwise `dx = col2im(Wᵀ · dz)`: strips run one after the other (each strip's product
 /// on all threads), the scatter of each strip in parallel over input channels, so no two threads add
 /// into the same voxel.
-pub(super) fn conv_backward_input<T: Scalar>(
+pub(super) fn conv_backward_input<T: Float>(
     g: &Geom,
     weight: &[T],
     dz: &Features<T>,
@@ -43,7 +43,7 @@ pub(super) fn conv_backward_input<T: Scalar>(
 }
 
 /// `dx = col2im(Wᵀ · dz)`, for any stride (see [`conv_backward_input`]).
-fn conv_backward_input_scatter<T: Scalar>(
+fn conv_backward_input_scatter<T: Float>(
     g: &Geom,
     weight: &[T],
     dz: &Features<T>,
@@ -90,7 +90,7 @@ impl StripProduct {
 /// [`conv_backward_input_scatter`] with the strip product chosen by the caller (tests compare the
 /// two). Every `col` entry is `Σ_co W[co, k] · dz[co, j]` summed in `co` order from zero on either
 /// thread count: the column split moves no term between sums.
-fn conv_backward_input_scatter_with<T: Scalar>(
+fn conv_backward_input_scatter_with<T: Float>(
     kernel: StripProduct,
     g: &Geom,
     weight: &[T],
@@ -162,7 +162,7 @@ fn conv_backward_input_scatter_with<T: Scalar>(
 /// `col (k_len × n) = Wᵀ · dz_strip` by the patch product, `dz_strip` holding `C_out` rows `ld`
 /// apart. The columns are split among the threads in whole 16-lane vectors (a part of every `col`
 /// row each), so both cores work on the strip and every column is the same sum as on one thread.
-fn weights_transposed_times_strip<T: Scalar>(
+fn weights_transposed_times_strip<T: Float>(
     g: &Geom,
     weight: &[T],
     dz_strip: &[T],
@@ -226,7 +226,7 @@ fn flipped_geometry(g: &Geom, pad_lo: [usize; 3]) -> Option<(Geom, [usize; 3])> 
 /// `W'[ci, co, t] = W[co, ci, taps − 1 − t]`: the kernels of `g`'s weights turned half a turn (in
 /// every spatial axis at once, which reverses the flattened taps) with input and output channels
 /// swapped.
-fn flip_kernels<T: Scalar>(g: &Geom, weight: &[T]) -> Vec<T> {
+fn flip_kernels<T: Float>(g: &Geom, weight: &[T]) -> Vec<T> {
     let taps: usize = g.kernel.iter().product();
     let mut out = vec![T::ZERO; weight.len()];
     for co in 0..g.c_out {
@@ -245,7 +245,7 @@ fn flip_kernels<T: Scalar>(g: &Geom, weight: &[T]) -> Vec<T> {
 /// groups (at most 8, in task order), then the groups in order: the result does not depend on the
 /// number of threads. f32 on AVX-512 takes each strip's product as a block of dot products
 /// ([`patch_dot`]); elsewhere the patch matrix is transposed for `gemm`.
-pub(super) fn conv_backward_weight<T: Scalar>(
+pub(super) fn conv_backward_weight<T: Float>(
     g: &Geom,
     x: &Features<T>,
     dz: &Features<T>,
@@ -256,7 +256,7 @@ pub(super) fn conv_backward_weight<T: Scalar>(
 }
 
 /// [`conv_backward_weight`] with the strip product chosen by the caller (tests compare the two).
-fn conv_backward_weight_with<T: Scalar>(
+fn conv_backward_weight_with<T: Float>(
     kernel: StripProduct,
     g: &Geom,
     x: &Features<T>,
@@ -373,7 +373,7 @@ const PATCH_DOT_COLS: usize = 768;
 /// a matrix of several MiB written to and read back from L3. A single group: the whole matrix, its
 /// output channels split among the threads. Each entry is one sum in the kernel's fixed order
 /// either way, so neither choice changes a bit.
-fn patch_dot_strip<T: Scalar>(
+fn patch_dot_strip<T: Float>(
     groups: usize,
     fill: impl Fn(std::ops::Range<usize>, &mut [T]) + Sync,
     dz: &[T],
@@ -423,7 +423,7 @@ fn patch_dot_strip<T: Scalar>(
 
 /// `dst (cols × rows) = srcᵀ` for a row-major `src` of `rows × cols`, in square tiles so that both
 /// sides stay in cache.
-fn transpose<T: Scalar>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
+fn transpose<T: Float>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
     // Whole 8×8 tiles go through a fixed-size array (no bounds checks, contiguous 8-wide reads and
     // writes, which LLVM turns into register shuffles); the element-wise loop was ~18 % of the
     // native backward bench. The ragged edges run element by element.
@@ -456,7 +456,7 @@ fn transpose<T: Scalar>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
 }
 
 /// `grad[c] += Σ_{items, voxels} f[b, c, …]`, accumulated in f64.
-pub(super) fn channel_sums_into<T: Scalar>(f: &Features<T>, grad: &mut [T]) {
+pub(super) fn channel_sums_into<T: Float>(f: &Features<T>, grad: &mut [T]) {
     let s = f.spatial_len();
     let sums: Vec<f64> = (0..f.channels)
         .into_par_iter()

@@ -6,12 +6,12 @@ use rayon::prelude::*;
 use super::im2col::im2col_span;
 use super::strips::{SendPtr, gemm_parallelism, strip_positions, strip_rows};
 use super::{ConvTranspose, Features, Geom};
-use crate::nn::kernels::scalar::Scalar;
+use crate::float::Float;
 use crate::nn::kernels::{patch_gemm, winograd};
 
 /// `out = relu?(W · im2col(x) + bias (+ acc))` with output size `od` and low-side padding `pad_lo`.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn conv_forward<T: Scalar>(
+pub(super) fn conv_forward<T: Float>(
     g: &Geom,
     weight: &[T],
     bias: Option<&[T]>,
@@ -124,7 +124,7 @@ pub(super) fn conv_forward<T: Scalar>(
     out
 }
 
-impl<T: Scalar> ConvTranspose<T> {
+impl<T: Float> ConvTranspose<T> {
     /// kernel = stride, no padding: every output voxel gets exactly one tap of one input voxel.
     pub(super) fn forward_direct(&self, x: &Features<T>, od: [usize; 3]) -> Features<T> {
         let [d, h, w] = x.dims;
@@ -230,7 +230,7 @@ impl<T: Scalar> ConvTranspose<T> {
 }
 
 /// `f[b, c, …] += bias[c]`.
-pub(super) fn add_channel_bias<T: Scalar>(f: &mut Features<T>, bias: &[T]) {
+pub(super) fn add_channel_bias<T: Float>(f: &mut Features<T>, bias: &[T]) {
     let (s, c) = (f.spatial_len(), f.channels);
     if s == 0 {
         return;

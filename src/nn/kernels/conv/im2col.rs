@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::Geom;
-use crate::nn::kernels::scalar::Scalar;
+use crate::float::Float;
 
 /// For kernel tap `k` along one axis: the output positions `lo..hi` (of `n_out`) whose input
 /// position `o·s + k·d − pad` lies inside `0..n_in`.
@@ -29,7 +29,7 @@ fn valid_outputs(
 /// Fills `col[(ci, kz, ky, kx), j]` for the output positions `j` of output rows `r0..r1` (row `r` is
 /// `(oz, oy) = (r / H_out, r % H_out)`), zero where the kernel reaches into the padding.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn im2col<T: Scalar>(
+pub(super) fn im2col<T: Float>(
     g: &Geom,
     pad_lo: [usize; 3],
     x: &[T],
@@ -57,7 +57,7 @@ pub(super) fn im2col<T: Scalar>(
 /// `col[(k − ks.start) · n + j − span.start]`. The forward cuts 1-D signals inside their one row;
 /// the weight gradient builds one register block's rows at a time, in L1.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn im2col_span<T: Scalar>(
+pub(super) fn im2col_span<T: Float>(
     g: &Geom,
     pad_lo: [usize; 3],
     x: &[T],
@@ -124,7 +124,7 @@ pub(super) fn im2col_span<T: Scalar>(
 /// The adjoint of [`im2col`]: adds `col[(ci, kz, ky, kx), j]` into the input voxel each entry was
 /// read from (entries in the padding are dropped). Parallel over input channels.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn col2im_add<T: Scalar>(
+pub(super) fn col2im_add<T: Float>(
     g: &Geom,
     pad_lo: [usize; 3],
     col: &[T],

@@ -32,7 +32,7 @@ pub(crate) mod testing;
 
 use rayon::prelude::*;
 
-use super::scalar::Scalar;
+use crate::float::Float;
 use backward::{channel_sums_into, conv_backward_input, conv_backward_weight};
 use forward::{add_channel_bias, conv_forward};
 
@@ -42,7 +42,7 @@ pub type Pads = [[usize; 2]; 3];
 /// A batch of feature maps `(B, C, D, H, W)` in C order; 2-D maps have `D = 1`, 1-D maps
 /// `D = H = 1`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Features<T: Scalar = f32> {
+pub struct Features<T: Float = f32> {
     pub batch: usize,
     pub channels: usize,
     /// `[D, H, W]`.
@@ -50,7 +50,7 @@ pub struct Features<T: Scalar = f32> {
     pub data: Vec<T>,
 }
 
-impl<T: Scalar> Features<T> {
+impl<T: Float> Features<T> {
     pub fn zeros(batch: usize, channels: usize, dims: [usize; 3]) -> Self {
         Features {
             batch,
@@ -75,7 +75,7 @@ impl<T: Scalar> Features<T> {
     }
 
     /// The same values in another precision.
-    pub fn cast<U: Scalar>(&self) -> Features<U> {
+    pub fn cast<U: Float>(&self) -> Features<U> {
         Features {
             batch: self.batch,
             channels: self.channels,
@@ -134,7 +134,7 @@ pub fn per_axis(rank: usize, k: usize, stride: usize, pad: usize) -> [[usize; 3]
 /// Weights of a convolution: `(C_out, C_in, kd, kh, kw)` row-major (2-D: `kd = 1`; 1-D:
 /// `kd = kh = 1`), optional bias.
 #[derive(Clone, Debug)]
-pub struct Conv<T: Scalar = f32> {
+pub struct Conv<T: Float = f32> {
     pub c_in: usize,
     pub c_out: usize,
     /// `[kd, kh, kw]`.
@@ -149,7 +149,7 @@ pub struct Conv<T: Scalar = f32> {
     pub relu: bool,
 }
 
-impl<T: Scalar> Conv<T> {
+impl<T: Float> Conv<T> {
     /// A `k` (1-D, `rank = 1`), `k×k` (2-D) or `k×k×k` (3-D) convolution with one stride and
     /// padding for every spatial axis and no dilation; `weight` must hold `c_out·c_in·kʳᵃⁿᵏ` values.
     #[allow(clippy::too_many_arguments)]
@@ -293,7 +293,7 @@ impl<T: Scalar> Conv<T> {
 /// A transposed convolution (PyTorch's `ConvTranspose{1,2,3}d`): weights `(C_in, C_out, k…)`
 /// row-major, optional bias. Output size `(i − 1)·s − 2p + d·(k − 1) + 1 + output_padding`.
 #[derive(Clone, Debug)]
-pub struct ConvTranspose<T: Scalar = f32> {
+pub struct ConvTranspose<T: Float = f32> {
     pub c_in: usize,
     pub c_out: usize,
     pub kernel: [usize; 3],
@@ -305,7 +305,7 @@ pub struct ConvTranspose<T: Scalar = f32> {
     pub bias: Option<Vec<T>>,
 }
 
-impl<T: Scalar> ConvTranspose<T> {
+impl<T: Float> ConvTranspose<T> {
     /// Kernel = stride = 2, no padding, no bias (DRUNet's up-sampling), with `rank` spatial axes.
     pub fn new_2x(rank: usize, c_in: usize, c_out: usize, weight: Vec<T>) -> Self {
         let [kernel, stride, pad] = per_axis(rank, 2, 2, 0);

@@ -3,15 +3,15 @@
 use rand::RngExt;
 
 use super::Features;
-use crate::nn::kernels::scalar::Scalar;
+use crate::float::Float;
 
-pub(crate) fn random<T: Scalar>(n: usize, rng: &mut rand::rngs::StdRng) -> Vec<T> {
+pub(crate) fn random<T: Float>(n: usize, rng: &mut rand::rngs::StdRng) -> Vec<T> {
     (0..n)
         .map(|_| T::from_f64(rng.random_range(-1.0f64..1.0)))
         .collect()
 }
 
-pub(crate) fn random_features<T: Scalar>(
+pub(crate) fn random_features<T: Float>(
     batch: usize,
     channels: usize,
     dims: [usize; 3],
@@ -25,7 +25,7 @@ pub(crate) fn random_features<T: Scalar>(
     }
 }
 
-pub(crate) fn dot<T: Scalar>(a: &[T], b: &[T]) -> f64 {
+pub(crate) fn dot<T: Float>(a: &[T], b: &[T]) -> f64 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(a, b)| a.to_f64() * b.to_f64()).sum()
 }

@@ -1,8 +1,8 @@
 //! The velocity model: `v[depth, x]` in m/s on a regular grid with spacings in metres (Devito's
 //! `Model`). Knows nothing of sources, receivers or time stepping.
 
-use super::real::Real;
 use crate::error::{Error, Result};
+use crate::float::Float;
 use crate::tensor::Tensor;
 
 /// Velocity on `nz × nx` cells (row = depth), row-major, with the cell size in metres.
@@ -15,7 +15,7 @@ pub struct VelocityModel<T> {
     pub v: Vec<T>,
 }
 
-impl<T: Real> VelocityModel<T> {
+impl<T: Float> VelocityModel<T> {
     /// A model from row-major values; every velocity must be finite and positive.
     pub fn new(nz: usize, nx: usize, dz_m: f64, dx_m: f64, v: Vec<T>) -> Result<Self> {
         if nz == 0 || nx == 0 {
@@ -90,13 +90,13 @@ impl<T: Real> VelocityModel<T> {
     }
 
     /// The same model with values of another float type.
-    pub fn convert<U: Real>(&self) -> VelocityModel<U> {
+    pub fn convert<U: Float>(&self) -> VelocityModel<U> {
         VelocityModel {
             nz: self.nz,
             nx: self.nx,
             dz_m: self.dz_m,
             dx_m: self.dx_m,
-            v: super::real::convert(&self.v),
+            v: crate::float::convert(&self.v),
         }
     }
 }

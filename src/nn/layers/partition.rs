@@ -2,7 +2,7 @@
 //! ranks (exact spatial decomposition, as in DistDL and the BigConv paper).
 //!
 //! A network ([`super::graph::Network`]) is written once. Before a layer that needs context it asks
-//! its [`Domain`] for the input region its output block needs (derived here from the *output* side:
+//! its [`Partition`] for the input region its output block needs (derived here from the *output* side:
 //! the receptive field of the block, so asymmetric, zero and negative halos come out of the same
 //! formula), and runs the layer on what it gets, padded only where the region leaves the image.
 //! [`Whole`] hands the input over unchanged; `dist::spatial` exchanges halos between ranks. The layer
@@ -11,8 +11,8 @@
 use std::borrow::Cow;
 
 use crate::error::{Error, Result};
+use crate::float::Float;
 use crate::nn::kernels::conv::{ConvTranspose, Features, Pads};
-use crate::nn::kernels::scalar::Scalar;
 
 /// A box of voxels `lo .. hi` per axis `[D, H, W]` in the coordinates of a whole (global) feature
 /// map; it may reach outside the map (into the padding).
@@ -96,7 +96,7 @@ pub fn conv_input_region(
 /// block `out`, and the window offset (`crop_lo` of [`ConvTranspose::forward_window`]) of that
 /// block relative to the region. Input `i` reaches outputs `i·s − p + k·d`, `k < K`; the region
 /// starts low enough that `crop_lo ≥ 0` and never leaves the input (there is no padding to read).
-pub fn transposed_input_region<T: Scalar>(
+pub fn transposed_input_region<T: Float>(
     t: &ConvTranspose<T>,
     out: &Region,
     n_in: [usize; 3],
@@ -246,7 +246,7 @@ fn divisors(n: usize) -> impl Iterator<Item = usize> {
 
 /// Where feature maps live and how a layer gets the input region it needs. Every rank makes the
 /// same calls in the same order (the calls exchange data).
-pub trait Domain<T: Scalar>: Sync {
+pub trait Partition<T: Float>: Sync {
     fn grid(&self) -> Grid;
     fn rank(&self) -> usize;
 
@@ -264,11 +264,11 @@ pub trait Domain<T: Scalar>: Sync {
         needs: &[Region],
     ) -> Result<Cow<'a, Features<T>>>;
 
-    /// [`Domain::gather`] into `x` itself: this rank's block `x` grows in place into its clipped
+    /// [`Partition::gather`] into `x` itself: this rank's block `x` grows in place into its clipped
     /// need, halos received from the neighbours, so a layer holds no second copy of its input.
     /// `Ok(Some(w))`: done, and [`Widened::narrow`] gives the block back afterwards where `x` is
     /// still needed; `Ok(None)`: `x` is unchanged because its need does not contain the block
-    /// (a strided layer's negative halo), and [`Domain::gather`] is the way.
+    /// (a strided layer's negative halo), and [`Partition::gather`] is the way.
     fn widen(
         &self,
         _x: &mut Features<T>,
@@ -278,7 +278,7 @@ pub trait Domain<T: Scalar>: Sync {
         Ok(None)
     }
 
-    /// The adjoint of [`Domain::gather`]: `g` holds a gradient over this rank's clipped need; the
+    /// The adjoint of [`Partition::gather`]: `g` holds a gradient over this rank's clipped need; the
     /// result is the gradient over this rank's block, with every rank's contributions added.
     fn gather_adjoint(
         &self,
@@ -291,7 +291,7 @@ pub trait Domain<T: Scalar>: Sync {
     fn sum_over_ranks(&self, grads: &mut [T]) -> Result<()>;
 }
 
-/// A denoiser that runs on this rank's block of an image decomposed over a [`Domain`].
+/// A denoiser that runs on this rank's block of an image decomposed over a [`Partition`].
 pub trait BlockDenoiser: Send + Sync {
     /// This rank's block of the denoised batch, from this rank's block `x` of a batch with
     /// `spatial_axes` (1 to 3) axes of global size `dims`.
@@ -301,7 +301,7 @@ pub trait BlockDenoiser: Send + Sync {
         dims: [usize; 3],
         spatial_axes: usize,
         sigma: f32,
-        domain: &dyn Domain<f32>,
+        partition: &dyn Partition<f32>,
     ) -> Result<Features<f32>>;
 
     fn out_channels(&self) -> usize;
@@ -322,7 +322,7 @@ pub trait BlockDenoiser: Send + Sync {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Whole;
 
-impl<T: Scalar> Domain<T> for Whole {
+impl<T: Float> Partition<T> for Whole {
     fn grid(&self) -> Grid {
         Grid::single()
     }
@@ -374,7 +374,7 @@ impl<T: Scalar> Domain<T> for Whole {
     }
 }
 
-/// A block widened in place by [`Domain::widen`]: it held `own`, it now holds `want ⊇ own`.
+/// A block widened in place by [`Partition::widen`]: it held `own`, it now holds `want ⊇ own`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Widened {
     pub own: Region,
@@ -383,7 +383,7 @@ pub struct Widened {
 
 impl Widened {
     /// Gives `x` its block back, in place (the halo cells are dropped; the memory shrinks).
-    pub fn narrow<T: Scalar>(&self, x: &mut Features<T>) {
+    pub fn narrow<T: Float>(&self, x: &mut Features<T>) {
         if self.own == self.want {
             return;
         }
@@ -401,7 +401,7 @@ impl Widened {
 /// Grows `x`, which holds `own`, in place to hold `want ⊇ own` (global coordinates): its cells
 /// move to their places in the larger box and every cell of `want` outside `own` is zero. The
 /// buffer grows by exactly the halo (a large one is remapped, not copied, by the allocator).
-pub fn widen_in_place<T: Scalar>(x: &mut Features<T>, own: &Region, want: &Region) {
+pub fn widen_in_place<T: Float>(x: &mut Features<T>, own: &Region, want: &Region) {
     debug_assert!(want.contains(own), "{want:?} does not contain {own:?}");
     if own == want {
         return;
@@ -426,13 +426,13 @@ pub fn widen_in_place<T: Scalar>(x: &mut Features<T>, own: &Region, want: &Regio
 }
 
 /// The part `want` of `x`, which holds the region `x_at` (both in global coordinates).
-pub fn copy_region<T: Scalar>(x: &Features<T>, x_at: &Region, want: &Region) -> Features<T> {
+pub fn copy_region<T: Float>(x: &Features<T>, x_at: &Region, want: &Region) -> Features<T> {
     copy_region_of(&x.data, x.batch, x.channels, x_at, want)
 }
 
 /// [`copy_region`] of `batch × channels` planes held in a plain slice (e.g. a tensor's data, which
 /// then need not be copied into [`Features`] first).
-pub fn copy_region_of<T: Scalar>(
+pub fn copy_region_of<T: Float>(
     data: &[T],
     batch: usize,
     channels: usize,
@@ -449,7 +449,7 @@ pub fn copy_region_of<T: Scalar>(
 /// `dst[region] = src[region]`, where `dst` holds `dst_at` and `src` holds `src_at`, both
 /// containing `region` (global coordinates): a block's own part copied straight into its halo-padded
 /// copy, with no temporary as large as the block.
-pub fn copy_between<T: Scalar>(
+pub fn copy_between<T: Float>(
     dst: &mut Features<T>,
     dst_at: &Region,
     src: &Features<T>,
@@ -463,7 +463,7 @@ pub fn copy_between<T: Scalar>(
 }
 
 /// `dst[src_at] += src`, where `dst` holds `dst_at ⊇ src_at` (global coordinates).
-pub fn add_region<T: Scalar>(
+pub fn add_region<T: Float>(
     dst: &mut Features<T>,
     dst_at: &Region,
     src: &Features<T>,

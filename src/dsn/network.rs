@@ -12,7 +12,7 @@
 //! domain classifier — replicated on every rank, gradients summed over domains) and *private* (one
 //! encoder per domain, held only where the domain is placed).
 //!
-//! Spatial decomposition (`*_on` with a `Domain` of several ranks, `dsn::parallel`): the
+//! Spatial decomposition (`*_on` with a `Partition` of several ranks, `dsn::parallel`): the
 //! convolutional trunks run on each rank's block of their maps with halo exchanges; a trunk's
 //! output is all-gathered where a linear head or the loss needs the whole map (the encoders' last
 //! feature maps, the decoder's images: small next to the trunks' activations), and the gradients
@@ -25,11 +25,11 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::nn::Scalar;
+use crate::float::Float;
 use crate::nn::kernels::conv::{Conv, ConvTranspose, Features, per_axis};
 use crate::nn::layers::dense::{Linear, Mlp, MlpTape, relu, relu_backward, reverse_gradient};
-use crate::nn::layers::domain::{Domain, Region, Whole, copy_region};
 use crate::nn::layers::losses::{difference_loss, scale_invariant_mse};
+use crate::nn::layers::partition::{Partition, Region, Whole, copy_region};
 use crate::nn::layers::pool::{Pool, PoolKind};
 use crate::nn::weights::source::{he, torch_default_bias};
 use crate::nn::{Gradients, Network, Tape};
@@ -217,12 +217,12 @@ impl LossWeights {
 
 /// A convolutional trunk and a linear map of its flattened output to a code.
 #[derive(Clone, Debug)]
-pub struct Encoder<T: Scalar = f32> {
+pub struct Encoder<T: Float = f32> {
     pub trunk: Network<T>,
     pub head: Linear<T>,
 }
 
-struct EncoderTape<T: Scalar> {
+struct EncoderTape<T: Float> {
     trunk: Tape<T>,
     /// The whole trunk output, all-gathered from the ranks' blocks when the trunk ran spatially
     /// decomposed (`None` on one process, where the tape's output is the whole map).
@@ -230,7 +230,7 @@ struct EncoderTape<T: Scalar> {
 }
 
 /// This rank's block of a whole batch `x` (a view on one process).
-fn block_of<'x, T: Scalar>(x: &'x Features<T>, space: &dyn Domain<T>) -> Cow<'x, Features<T>> {
+fn block_of<'x, T: Float>(x: &'x Features<T>, space: &dyn Partition<T>) -> Cow<'x, Features<T>> {
     let whole = Region::whole(x.dims);
     let block = space.block(x.dims);
     if block == whole {
@@ -242,10 +242,10 @@ fn block_of<'x, T: Scalar>(x: &'x Features<T>, space: &dyn Domain<T>) -> Cow<'x,
 
 /// The whole map of `dims` on every rank, from every rank's block `y` (`None` on one process):
 /// each rank's need is the whole map, so the halo exchange becomes an all-gather of the blocks.
-fn gather_whole<T: Scalar>(
+fn gather_whole<T: Float>(
     y: &Features<T>,
     dims: [usize; 3],
-    space: &dyn Domain<T>,
+    space: &dyn Partition<T>,
 ) -> Result<Option<Features<T>>> {
     let ranks = space.grid().ranks();
     if ranks == 1 {
@@ -301,7 +301,7 @@ impl Encoder<f32> {
     }
 }
 
-impl<T: Scalar> Encoder<T> {
+impl<T: Float> Encoder<T> {
     fn param_count(&self) -> usize {
         self.trunk.param_count() + self.head.param_count()
     }
@@ -311,7 +311,11 @@ impl<T: Scalar> Encoder<T> {
     /// needs the whole flattened map, so the blocks of the trunk's output are all-gathered and
     /// every rank of `space` computes the same code (bitwise that of one process: the trunk's
     /// forward pass is, and the head then sees the same numbers).
-    fn forward(&self, x: &Features<T>, space: &dyn Domain<T>) -> Result<(EncoderTape<T>, Vec<T>)> {
+    fn forward(
+        &self,
+        x: &Features<T>,
+        space: &dyn Partition<T>,
+    ) -> Result<(EncoderTape<T>, Vec<T>)> {
         let trunk = self
             .trunk
             .forward_train(block_of(x, space).into_owned(), x.dims, space)?;
@@ -323,7 +327,7 @@ impl<T: Scalar> Encoder<T> {
     }
 
     /// The codes of the whole images `x` without keeping activations (inference).
-    fn code(&self, x: &Features<T>, space: &dyn Domain<T>) -> Result<Vec<T>> {
+    fn code(&self, x: &Features<T>, space: &dyn Partition<T>) -> Result<Vec<T>> {
         let y = self
             .trunk
             .forward(block_of(x, space).into_owned(), x.dims, space)?;
@@ -349,7 +353,7 @@ impl<T: Scalar> Encoder<T> {
         tape: &mut EncoderTape<T>,
         dcode: &[T],
         grads: &mut [T],
-        space: &dyn Domain<T>,
+        space: &dyn Partition<T>,
     ) -> Result<()> {
         let out = tape.gathered.as_ref().unwrap_or(tape.trunk.output());
         let (gt, gh) = grads.split_at_mut(self.trunk.param_count());
@@ -396,7 +400,7 @@ impl<T: Scalar> Encoder<T> {
         p
     }
 
-    fn cast<U: Scalar>(&self) -> Encoder<U> {
+    fn cast<U: Float>(&self) -> Encoder<U> {
         Encoder {
             trunk: self.trunk.cast(),
             head: cast_linear(&self.head),
@@ -404,19 +408,19 @@ impl<T: Scalar> Encoder<T> {
     }
 }
 
-fn cast_linear<T: Scalar, U: Scalar>(l: &Linear<T>) -> Linear<U> {
+fn cast_linear<T: Float, U: Float>(l: &Linear<T>) -> Linear<U> {
     let c = |v: &[T]| v.iter().map(|x| U::from_f64(x.to_f64())).collect();
     Linear::new(l.in_features, l.out_features, c(&l.weight), c(&l.bias))
 }
 
 /// The shared decoder: a linear map of a code to a feature map, then up-sampling convolutions.
 #[derive(Clone, Debug)]
-pub struct Decoder<T: Scalar = f32> {
+pub struct Decoder<T: Float = f32> {
     pub head: Linear<T>,
     pub trunk: Network<T>,
 }
 
-struct DecoderTape<T: Scalar> {
+struct DecoderTape<T: Float> {
     code: Vec<T>,
     hidden: Vec<T>,
     trunk: Tape<T>,
@@ -425,7 +429,7 @@ struct DecoderTape<T: Scalar> {
     gathered: Option<Features<T>>,
 }
 
-impl<T: Scalar> DecoderTape<T> {
+impl<T: Float> DecoderTape<T> {
     /// The whole reconstruction.
     fn output(&self) -> &Features<T> {
         self.gathered.as_ref().unwrap_or(self.trunk.output())
@@ -447,7 +451,7 @@ impl Decoder<f32> {
     }
 }
 
-impl<T: Scalar> Decoder<T> {
+impl<T: Float> Decoder<T> {
     fn param_count(&self) -> usize {
         self.head.param_count() + self.trunk.param_count()
     }
@@ -461,7 +465,7 @@ impl<T: Scalar> Decoder<T> {
         code: Vec<T>,
         batch: usize,
         side4: usize,
-        space: &dyn Domain<T>,
+        space: &dyn Partition<T>,
     ) -> Result<DecoderTape<T>> {
         let mut hidden = self.head.forward(&code, batch);
         relu(&mut hidden);
@@ -495,7 +499,7 @@ impl<T: Scalar> Decoder<T> {
         tape: &mut DecoderTape<T>,
         dimage: Features<T>,
         grads: &mut [T],
-        space: &dyn Domain<T>,
+        space: &dyn Partition<T>,
     ) -> Result<Vec<T>> {
         let batch = dimage.batch;
         let (gh, gt) = grads.split_at_mut(self.head.param_count());
@@ -551,7 +555,7 @@ impl<T: Scalar> Decoder<T> {
         p
     }
 
-    fn cast<U: Scalar>(&self) -> Decoder<U> {
+    fn cast<U: Float>(&self) -> Decoder<U> {
         Decoder {
             head: cast_linear(&self.head),
             trunk: self.trunk.cast(),
@@ -561,14 +565,14 @@ impl<T: Scalar> Decoder<T> {
 
 /// One domain's images (`batch × 1 × side × side`) and, for the source, their labels.
 #[derive(Clone, Debug)]
-pub struct DomainBatch<T: Scalar = f32> {
+pub struct DomainBatch<T: Float = f32> {
     pub domain: usize,
     pub images: Features<T>,
     pub labels: Option<Vec<usize>>,
 }
 
 /// A domain batch's forward pass: its codes, reconstruction, logits and what backward needs.
-pub struct DomainForward<T: Scalar> {
+pub struct DomainForward<T: Float> {
     shared_tape: EncoderTape<T>,
     private_tape: EncoderTape<T>,
     pub shared_code: Vec<T>,
@@ -578,7 +582,7 @@ pub struct DomainForward<T: Scalar> {
     domain_head: MlpTape<T>,
 }
 
-impl<T: Scalar> DomainForward<T> {
+impl<T: Float> DomainForward<T> {
     /// The reconstruction from the shared and private codes together.
     pub fn reconstruction(&self) -> &Features<T> {
         self.decoder.output()
@@ -608,14 +612,14 @@ impl DomainLosses {
 /// Gradients of one domain batch's losses: shared parameters (flat, [`Dsn::shared_params_mut`]
 /// order) and the domain's private encoder's.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DomainGrads<T: Scalar = f32> {
+pub struct DomainGrads<T: Float = f32> {
     pub shared: Vec<T>,
     pub private: Vec<T>,
 }
 
 /// A domain separation network holding the private encoders of the domains placed here.
 #[derive(Clone, Debug)]
-pub struct Dsn<T: Scalar = f32> {
+pub struct Dsn<T: Float = f32> {
     pub arch: DsnArch,
     /// Domains in all (source = 0).
     pub domains: usize,
@@ -628,7 +632,7 @@ pub struct Dsn<T: Scalar = f32> {
 }
 
 /// Seed of a part's initial weights: a function of the run's seed and the part only, so that every
-/// placement of domains on ranks starts from the same weights.
+/// partition of domains on ranks starts from the same weights.
 fn part_seed(seed: u64, part: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(part.wrapping_mul(0xBF58_476D_1CE4_E5B9))
@@ -670,7 +674,7 @@ impl Dsn<f32> {
     }
 }
 
-impl<T: Scalar> Dsn<T> {
+impl<T: Float> Dsn<T> {
     pub fn shared_param_count(&self) -> usize {
         self.shared.param_count()
             + self.decoder.param_count()
@@ -733,7 +737,7 @@ impl<T: Scalar> Dsn<T> {
     }
 
     /// The same network in another precision.
-    pub fn cast<U: Scalar>(&self) -> Dsn<U> {
+    pub fn cast<U: Float>(&self) -> Dsn<U> {
         Dsn {
             arch: self.arch,
             domains: self.domains,
@@ -775,7 +779,11 @@ impl<T: Scalar> Dsn<T> {
 
     /// [`Dsn::classify`] with the shared encoder's trunk decomposed over `space` (every rank of
     /// it passes the whole `images` and gets every prediction).
-    pub fn classify_on(&self, images: &Features<T>, space: &dyn Domain<T>) -> Result<Vec<usize>> {
+    pub fn classify_on(
+        &self,
+        images: &Features<T>,
+        space: &dyn Partition<T>,
+    ) -> Result<Vec<usize>> {
         let code = self.shared.code(images, space)?;
         let logits = self.classifier.forward(&code, images.batch);
         Ok(crate::nn::layers::dense::argmax(&logits, self.arch.classes))
@@ -795,7 +803,7 @@ impl<T: Scalar> Dsn<T> {
         &self,
         domain: usize,
         images: &Features<T>,
-        space: &dyn Domain<T>,
+        space: &dyn Partition<T>,
     ) -> Result<[Vec<T>; 3]> {
         self.check_batch(&DomainBatch {
             domain,
@@ -825,7 +833,7 @@ impl<T: Scalar> Dsn<T> {
     pub fn forward_on(
         &self,
         b: &DomainBatch<T>,
-        space: &dyn Domain<T>,
+        space: &dyn Partition<T>,
     ) -> Result<DomainForward<T>> {
         self.check_batch(b)?;
         let n = b.images.batch;
@@ -864,7 +872,7 @@ impl<T: Scalar> Dsn<T> {
         &self,
         b: &DomainBatch<T>,
         task_weight: f64,
-        space: &dyn Domain<T>,
+        space: &dyn Partition<T>,
     ) -> Result<(f64, Vec<T>)> {
         self.check_batch(b)?;
         let labels = b.labels.as_ref().ok_or_else(|| {
@@ -879,7 +887,7 @@ impl<T: Scalar> Dsn<T> {
             self.arch.classes,
         )?;
         let w = T::from_f64(task_weight);
-        g.iter_mut().for_each(|v| *v = *v * w);
+        g.iter_mut().for_each(|v| *v *= w);
         let mut grads = vec![T::ZERO; self.shared_param_count()];
         let (g_enc, rest) = grads.split_at_mut(self.shared.param_count());
         let (_, rest) = rest.split_at_mut(self.decoder.param_count());
@@ -909,12 +917,12 @@ impl<T: Scalar> Dsn<T> {
         f: &mut DomainForward<T>,
         weights: &LossWeights,
         similarity: SimilarityTerm<'_, T>,
-        space: &dyn Domain<T>,
+        space: &dyn Partition<T>,
     ) -> Result<(DomainLosses, DomainGrads<T>)> {
         let n = b.images.batch;
         let scale = |g: &mut [T], w: f64| {
             let w = T::from_f64(w);
-            g.iter_mut().for_each(|v| *v = *v * w);
+            g.iter_mut().for_each(|v| *v *= w);
         };
         let mut grads = DomainGrads {
             shared: vec![T::ZERO; self.shared_param_count()],
@@ -1027,7 +1035,7 @@ pub type CodeGrads<T> = Vec<(usize, Vec<T>)>;
 /// domain's reported loss (the term of target `t` is reported on `t`; the source reports 0) and,
 /// for each domain in `wanted`, the gradient with respect to its codes. Terms are evaluated and
 /// summed in target order, so every rank computes the same values for the same domain.
-pub fn mmd_terms<T: Scalar>(
+pub fn mmd_terms<T: Float>(
     codes: &[Vec<T>],
     dim: usize,
     weight: f64,
@@ -1321,7 +1329,7 @@ pub(crate) mod tests {
     /// f64.
     #[test]
     fn trunks_on_image_blocks_give_the_whole_image_gradients_in_f64() {
-        use crate::dist::spatial::SpatialDomain;
+        use crate::dist::spatial::SpatialPartition;
         use crate::dist::testutil::on_group;
         use crate::nn::Grid;
         use rand::RngExt;
@@ -1348,7 +1356,7 @@ pub(crate) mod tests {
             lambda: LAMBDA,
             clip_at_chance: true,
         };
-        let pass = |space: &dyn Domain<f64>| {
+        let pass = |space: &dyn Partition<f64>| {
             bs.iter()
                 .map(|b| {
                     let mut f = m.forward_on(b, space).unwrap();
@@ -1364,7 +1372,7 @@ pub(crate) mod tests {
         for shape in [[1, 1, 2], [1, 2, 1], [1, 1, 3], [1, 2, 2]] {
             let grid = Grid { shape };
             let got = on_group(grid.ranks(), |comm| {
-                pass(&SpatialDomain::new(&*comm, grid).unwrap())
+                pass(&SpatialPartition::new(&*comm, grid).unwrap())
             });
             for (r, per_domain) in got.iter().enumerate() {
                 for ((code, l, g, task, classes), (wcode, wl, wg, wtask, wclasses)) in

@@ -1,0 +1,606 @@
+//! The algorithms' problems on the device: the data term of a stack of operators with device twins
+//! ([`DeviceObjective`], L2 fidelity) and the TV prox ([`DeviceTv`]), for `optim::pnp::pnp_loop` on
+//! [`Array`]s whose values stay in the backend's memory for the whole run; [`pnp`] runs the one
+//! PnP loop on them. Their CPU twins are `optim::pnp::HostObjective` and `denoise::tv`.
+
+use std::sync::Arc;
+
+use super::array::Array;
+use super::backend::{Backend, DeviceVec};
+use super::ops::conv::{DeviceBlurStack, DeviceConv, Planes};
+use super::ops::tomography::DeviceTomography;
+use super::ops::{tv, vector};
+use crate::denoise::tv::TvDenoiser;
+use crate::error::{Error, Result};
+use crate::fidelity::{FidelityConfig, Reduction};
+use crate::optim::pnp::{Init, Objective, PnpConfig, pnp_loop, step_size};
+use crate::optim::space::{Iterate, Prox};
+use crate::optim::{IterationCallback, Monitor, Reconstruction};
+use crate::physics::blur::Blur;
+use crate::physics::stack::BlurFusion;
+use crate::physics::tomography::Tomography;
+use crate::physics::{LinearPhysics, StackedLinearPhysics};
+use crate::tensor::Tensor;
+
+/// An operator of a host stack that has a device twin.
+#[derive(Clone, Copy)]
+pub enum HostOperator<'a> {
+    Tomography(&'a Tomography),
+    Blur(&'a Blur),
+}
+
+enum DeviceOperator<B: Backend> {
+    Tomography(DeviceTomography<B>),
+    Blur(DeviceConv<B>),
+}
+
+/// The device twin of a stack: operator by operator, or (as `physics::Stack` does when its
+/// operators are circular blurs of one kernel size) fused.
+enum DeviceOperators<B: Backend> {
+    Each(Vec<DeviceOperator<B>>),
+    FusedBlurs(Box<DeviceBlurStack<B>>),
+}
+
+/// `(planes, channels, dims)` of an image `(B, C, H, W)`.
+fn planes_of(shape: &[usize], op: &str) -> Result<Planes> {
+    match *shape {
+        [b, c, h, w] => Ok(Planes::of_image([b, c, h, w])),
+        _ => Err(Error::config(
+            op,
+            format!("the device operators take images (B, C, H, W), got shape {shape:?}"),
+        )),
+    }
+}
+
+impl<B: Backend> DeviceOperator<B> {
+    fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        match self {
+            DeviceOperator::Tomography(t) => t.forward(backend, x, image.count),
+            DeviceOperator::Blur(c) => {
+                c.forward(backend, x, image.count, image.channels, image.dims)
+            }
+        }
+    }
+
+    fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        match self {
+            DeviceOperator::Tomography(t) => t.adjoint(backend, y, image.count),
+            DeviceOperator::Blur(c) => {
+                c.adjoint(backend, y, image.count, image.channels, image.dims)
+            }
+        }
+    }
+}
+
+/// Adds `parts` in order (`physics::stack::sum_in_order`: `axpy` with 1 adds exactly).
+fn sum_in_order<B: Backend>(
+    backend: &B,
+    parts: Vec<DeviceVec<B, f32>>,
+) -> Result<DeviceVec<B, f32>> {
+    let mut iter = parts.into_iter();
+    let mut acc = iter
+        .next()
+        .ok_or_else(|| Error::Internal("a device stack with nothing to sum".into()))?;
+    for p in iter {
+        vector::axpy(backend, &mut acc, 1.0, &p)?;
+    }
+    Ok(acc)
+}
+
+/// The L2 data term `Σᵢ wᵢ/2‖Aᵢx − yᵢ‖²` of a stack on the device, with its measurements there.
+pub struct DeviceObjective<B: Backend> {
+    backend: Arc<B>,
+    ops: DeviceOperators<B>,
+    ys: Vec<DeviceVec<B, f32>>,
+    /// `wᵢ` of every operator (the fidelity's reduction over σ², as `FidelityConfig::grad`).
+    weights: Vec<f32>,
+    /// `f = value_scale·Σ‖Aᵢx − yᵢ‖²`.
+    value_scale: f64,
+}
+
+impl<B: Backend> DeviceObjective<B> {
+    /// Uploads the operators of a stack and its measurements `ys`. Fails, naming what, for a
+    /// fidelity that is not on the device.
+    pub fn new(
+        backend: &Arc<B>,
+        ops: &[HostOperator<'_>],
+        fidelity: &FidelityConfig,
+        ys: &[Tensor],
+    ) -> Result<Self> {
+        fidelity.validate()?;
+        let FidelityConfig::L2 { sigma, reduction } = *fidelity else {
+            return Err(Error::Unsupported(
+                "fidelity l1 is not on the GPU yet".into(),
+            ));
+        };
+        if ops.len() != ys.len() || ops.is_empty() {
+            return Err(Error::config(
+                "physics",
+                format!("{} measurements for {} operators", ys.len(), ops.len()),
+            ));
+        }
+        let blurs: Option<Vec<&Blur>> = ops
+            .iter()
+            .map(|op| match op {
+                HostOperator::Blur(b) => Some(*b),
+                HostOperator::Tomography(_) => None,
+            })
+            .collect();
+        let fused = blurs.filter(|blurs| {
+            let refs: Vec<&dyn LinearPhysics> =
+                blurs.iter().map(|b| *b as &dyn LinearPhysics).collect();
+            BlurFusion::for_ops(&refs).is_some()
+        });
+        let device_ops = match fused {
+            Some(blurs) => DeviceOperators::FusedBlurs(Box::new(DeviceBlurStack::new(&blurs)?)),
+            None => DeviceOperators::Each(
+                ops.iter()
+                    .map(|op| {
+                        Ok(match op {
+                            HostOperator::Tomography(t) => DeviceOperator::Tomography(
+                                DeviceTomography::new(backend.as_ref(), t)?,
+                            ),
+                            HostOperator::Blur(b) => DeviceOperator::Blur(DeviceConv::from_blur(b)),
+                        })
+                    })
+                    .collect::<Result<_>>()?,
+            ),
+        };
+        let scale = match reduction {
+            Reduction::Sum => 1.0,
+            Reduction::Mean => 1.0 / ys.len() as f64,
+        };
+        let w = scale as f32 / (sigma * sigma);
+        Ok(DeviceObjective {
+            backend: backend.clone(),
+            ops: device_ops,
+            ys: ys
+                .iter()
+                .map(|y| DeviceVec::from_host(backend.as_ref(), y.data()))
+                .collect::<Result<_>>()?,
+            weights: vec![w; ys.len()],
+            value_scale: scale / (2.0 * (sigma as f64).powi(2)),
+        })
+    }
+
+    /// `[Aᵢx]` on the device.
+    fn forward(&self, x: &DeviceVec<B, f32>, image: Planes) -> Result<Vec<DeviceVec<B, f32>>> {
+        let b = self.backend.as_ref();
+        match &self.ops {
+            DeviceOperators::FusedBlurs(stack) => stack.forward(b, x, image),
+            DeviceOperators::Each(ops) => ops.iter().map(|op| op.forward(b, x, image)).collect(),
+        }
+    }
+
+    fn check_measurements(&self, axs: &[DeviceVec<B, f32>]) -> Result<()> {
+        for (ax, y) in axs.iter().zip(&self.ys) {
+            if ax.len() != y.len() {
+                return Err(Error::shape("device measurements", &[ax.len()], &[y.len()]));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> Objective<Array<B>> for DeviceObjective<B> {
+    fn gradient(&self, x: &Array<B>) -> Result<Array<B>> {
+        let image = planes_of(x.shape(), "data fidelity gradient")?;
+        let xv = x.device_values("data fidelity gradient")?;
+        let b = self.backend.as_ref();
+        let grad = match &self.ops {
+            DeviceOperators::FusedBlurs(stack) => {
+                stack.gradient(b, xv, &self.ys, &self.weights, image)?
+            }
+            DeviceOperators::Each(ops) => {
+                let parts = ops
+                    .iter()
+                    .zip(&self.ys)
+                    .zip(&self.weights)
+                    .map(|((op, y), &w)| {
+                        let ax = op.forward(b, xv, image)?;
+                        let mut r = vector::sub(b, &ax, y)?;
+                        vector::scale(b, &mut r, w)?;
+                        op.adjoint(b, &r, image)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                sum_in_order(b, parts)?
+            }
+        };
+        Array::on_device(&self.backend, x.shape(), grad)
+    }
+
+    fn value(&self, x: &Array<B>) -> Result<f64> {
+        let image = planes_of(x.shape(), "data fidelity")?;
+        let axs = self.forward(x.device_values("data fidelity")?, image)?;
+        self.check_measurements(&axs)?;
+        let b = self.backend.as_ref();
+        let mut total = 0.0;
+        for (ax, y) in axs.iter().zip(&self.ys) {
+            let r = vector::sub(b, ax, y)?;
+            total += vector::dot(b, &r, &r)?;
+        }
+        Ok(total * self.value_scale)
+    }
+
+    fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<Array<B>> {
+        let image = planes_of(x_shape, "initial point")?;
+        let b = self.backend.as_ref();
+        let values = match init {
+            Init::Zeros => return Array::zeros(&self.backend, x_shape),
+            Init::Pinv => {
+                return Err(Error::Unsupported(
+                    "init = pinv (CG on the GPU) is not on the GPU yet".into(),
+                ));
+            }
+            Init::Adjoint => match &self.ops {
+                DeviceOperators::FusedBlurs(stack) => {
+                    stack.adjoint(b, &self.ys, &vec![1.0; self.ys.len()], image)?
+                }
+                DeviceOperators::Each(ops) => {
+                    let parts = ops
+                        .iter()
+                        .zip(&self.ys)
+                        .map(|(op, y)| op.adjoint(b, y, image))
+                        .collect::<Result<Vec<_>>>()?;
+                    sum_in_order(b, parts)?
+                }
+            },
+        };
+        Array::on_device(&self.backend, x_shape, values)
+    }
+}
+
+/// The TV prox on the device (`denoise::tv`'s algorithm, `device::ops::tv`).
+pub struct DeviceTv {
+    pub tv: TvDenoiser,
+}
+
+impl<B: Backend> Prox<Array<B>> for DeviceTv {
+    fn denoise(&self, z: &Array<B>, sigma: f32) -> Result<Array<B>> {
+        if !(sigma >= 0.0 && sigma.is_finite()) {
+            return Err(Error::config(
+                "tv.sigma",
+                format!("the noise level must be a finite number ≥ 0, got {sigma}"),
+            ));
+        }
+        let shape = z.shape().to_vec();
+        if !(shape.len() == 4 || shape.len() == 5) {
+            return Err(Error::config(
+                "tv",
+                format!("expected a 4-D or 5-D array, got shape {shape:?}"),
+            ));
+        }
+        if sigma == 0.0 {
+            return z.duplicate();
+        }
+        let Some(backend) = z.backend() else {
+            return Err(Error::Internal(
+                "device tv: given an array in host memory".into(),
+            ));
+        };
+        let planes = shape[0] * shape[1];
+        let (out, _) = tv::tv_prox(
+            backend.as_ref(),
+            &self.tv,
+            z.device_values("tv")?,
+            planes,
+            &shape[2..],
+            sigma,
+        )?;
+        Array::on_device(&backend, &shape, out)
+    }
+}
+
+/// PnP-PGD with TV on the device: the measurements, iterate, gradient and denoiser's fields stay
+/// in `backend`'s memory; the step is derived (when the preset gives none) on the host stack
+/// `host_physics`, the CPU run's own value. The callback sees each iterate in host memory.
+#[allow(clippy::too_many_arguments)]
+pub fn pnp<B: Backend>(
+    backend: &Arc<B>,
+    host_physics: &dyn StackedLinearPhysics,
+    ops: &[HostOperator<'_>],
+    fidelity: &FidelityConfig,
+    denoiser: &TvDenoiser,
+    ys: &[Tensor],
+    x_shape: &[usize],
+    cfg: &PnpConfig,
+    monitor: &Monitor<'_>,
+    on_iter: &mut IterationCallback<'_>,
+) -> Result<Reconstruction> {
+    cfg.validate()?;
+    fidelity.validate()?;
+    let step = step_size(host_physics, fidelity, x_shape, cfg)?;
+    let objective = DeviceObjective::new(backend, ops, fidelity, ys)?;
+    let prox = DeviceTv { tv: *denoiser };
+    let run = pnp_loop(
+        &objective, &prox, x_shape, step, cfg, monitor, on_iter, None,
+    )?;
+    Ok(Reconstruction {
+        x: run.x.into_host()?,
+        history: run.history,
+        stopped: run.stopped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::denoise::Denoiser;
+    use crate::device::emulator::Emulator;
+    use crate::optim::IterationReport;
+    use crate::physics::Stack;
+    use crate::physics::blur::{Padding, gaussian_kernel};
+    use crate::physics::tomography::Angles;
+    use crate::samples::{Sample, generate, natural_image};
+
+    /// The relative L2 distance `‖a − b‖/‖b‖`.
+    fn relative_error(a: &Tensor, b: &Tensor) -> f64 {
+        assert_eq!(a.shape(), b.shape());
+        a.sub(b).norm() / b.norm()
+    }
+
+    fn noisy(shape: &[usize], seed: usize) -> Tensor {
+        Tensor::from_fn(shape, |i| {
+            let t = (i * 7919 + seed * 104_729) as f32;
+            0.5 + 0.3 * (t * 0.013).sin() + 0.1 * ((i * 2_654_435_761) % 1000) as f32 / 1000.0
+        })
+    }
+
+    /// The device TV gives the CPU's bits and stops each plane after the CPU's iteration count, on
+    /// images and volumes of awkward sizes, stopping early or running to the cap.
+    #[test]
+    fn device_tv_is_the_cpu_tv() {
+        let backend = Arc::new(Emulator);
+        for (shape, crit, n_it_max) in [
+            (vec![2, 3, 17, 23], 1e-3f32, 200),
+            (vec![1, 1, 31, 1], 1e-4, 50),
+            (vec![1, 2, 5, 6, 7], 1e-3, 100),
+            (vec![1, 1, 9, 8], 0.0, 12),
+        ] {
+            let tv = TvDenoiser {
+                n_it_max,
+                crit,
+                tau: 0.01,
+                rho: 1.99,
+            };
+            let y = noisy(&shape, shape.len());
+            let cpu = Denoiser::denoise(&tv, &y, 0.1).unwrap();
+            let planes = shape[0] * shape[1];
+            let dims = &shape[2..];
+            let cpu_counts: Vec<usize> = y
+                .planes()
+                .map(|plane| {
+                    let mut out = vec![0.0; plane.len()];
+                    tv.solve_plane(plane, &mut out, dims, 0.1)
+                })
+                .collect();
+            let dev_y = DeviceVec::from_host(backend.as_ref(), y.data()).unwrap();
+            let (out, counts) =
+                tv::tv_prox(backend.as_ref(), &tv, &dev_y, planes, dims, 0.1).unwrap();
+            assert_eq!(counts, cpu_counts, "{shape:?}");
+            assert!(counts.iter().all(|&c| c > 2), "{counts:?}");
+            assert_eq!(
+                out.to_host(backend.as_ref()).unwrap(),
+                cpu.data(),
+                "{shape:?}"
+            );
+            // Through the Prox interface on an Array, with σ = 0 the identity.
+            let z = Array::upload(&backend, &y).unwrap();
+            let prox = DeviceTv { tv };
+            let d = Prox::denoise(&prox, &z, 0.1).unwrap().into_host().unwrap();
+            assert_eq!(d.data(), cpu.data());
+            let same = Prox::denoise(&prox, &z, 0.0).unwrap().into_host().unwrap();
+            assert_eq!(same.data(), y.data());
+            assert!(Prox::denoise(&prox, &z, f32::NAN).is_err());
+        }
+    }
+
+    struct Compared {
+        cpu: Reconstruction,
+        device: Reconstruction,
+    }
+
+    /// Runs PnP+TV on the CPU (`optim::pnp`) and on the emulated device (`device::solve::pnp`).
+    fn run_both(
+        host: &Stack,
+        ops: &[HostOperator<'_>],
+        truth: &Tensor,
+        cfg: &PnpConfig,
+    ) -> Compared {
+        let ys = host.forward(truth).unwrap();
+        let fidelity = FidelityConfig::default();
+        let tv = TvDenoiser {
+            n_it_max: 30,
+            crit: 1e-5,
+            tau: 0.01,
+            rho: 1.99,
+        };
+        let monitor = Monitor {
+            ground_truth: Some(truth),
+            data_range: 1.0,
+            ssim_every: 0,
+        };
+        let mut seen = 0;
+        let mut count = |_: &IterationReport, x: &Tensor| {
+            assert_eq!(x.shape(), truth.shape());
+            seen += 1;
+            ControlFlow::Continue(())
+        };
+        let cpu = crate::optim::pnp(
+            host,
+            &fidelity,
+            &tv,
+            &ys,
+            truth.shape(),
+            cfg,
+            &monitor,
+            &mut count,
+        )
+        .unwrap();
+        let backend = Arc::new(Emulator);
+        let device = pnp(
+            &backend,
+            host,
+            ops,
+            &fidelity,
+            &tv,
+            &ys,
+            truth.shape(),
+            cfg,
+            &monitor,
+            &mut count,
+        )
+        .unwrap();
+        assert_eq!(seen, 2 * cfg.iterations);
+        Compared { cpu, device }
+    }
+
+    use std::ops::ControlFlow;
+
+    /// The two runs agree: final images within `tolerance` (relative L2), every iteration's PSNR
+    /// and relative change within it too.
+    fn assert_close(c: &Compared, tolerance: f64, what: &str) {
+        let e = relative_error(&c.device.x, &c.cpu.x);
+        assert!(
+            e <= tolerance,
+            "{what}: relative error {e:e} > {tolerance:e}"
+        );
+        assert_eq!(c.device.history.len(), c.cpu.history.len());
+        for (d, h) in c.device.history.iter().zip(&c.cpu.history) {
+            let (dp, hp) = (d.psnr_db.unwrap(), h.psnr_db.unwrap());
+            assert!((dp - hp).abs() <= 1e-3, "{what}: PSNR {dp} vs {hp}");
+        }
+        eprintln!("{what}: relative error {e:e}");
+    }
+
+    /// PnP+TV on 2-D tomography: every operation on the device, within float rounding of the CPU.
+    #[test]
+    fn pnp_tv_on_tomography_matches_the_cpu() {
+        let truth = generate(Sample::SheppLogan, &[25], 0).unwrap();
+        let make = || Tomography::new(25, &Angles::Count(19), false, false).unwrap();
+        let (op, host_op) = (make(), make());
+        let host = Stack::new(vec![Box::new(host_op)]).unwrap();
+        for init in [Init::Adjoint, Init::Zeros] {
+            let cfg = PnpConfig {
+                iterations: 6,
+                relaxation: 0.8,
+                clamp: Some([0.0, 1.0]),
+                init,
+                track_objective: true,
+                ..PnpConfig::default()
+            };
+            let c = run_both(&host, &[HostOperator::Tomography(&op)], &truth, &cfg);
+            assert_close(&c, 1e-5, "tomography");
+            for (d, h) in c.device.history.iter().zip(&c.cpu.history) {
+                let (dv, hv) = (d.objective.unwrap(), h.objective.unwrap());
+                assert!(
+                    (dv - hv).abs() <= 1e-5 * hv.abs().max(1e-12),
+                    "objective {dv} vs {hv}"
+                );
+            }
+        }
+    }
+
+    /// PnP+TV on a colour image and a stack of circular Gaussian blurs of one kernel size (fused on
+    /// both sides), and on a stack mixing every padding (operator by operator).
+    #[test]
+    fn pnp_tv_on_blur_stacks_matches_the_cpu() {
+        let truth = natural_image(21, 26, 4);
+        // One kernel size (the larger σ is the same) for the fused stack.
+        let gaussian = |s: f32, angle: f32, padding| {
+            Blur::new(gaussian_kernel([1.6, s], angle), padding).unwrap()
+        };
+        let boxed = |blurs: Vec<Blur>| -> Vec<Box<dyn LinearPhysics>> {
+            blurs
+                .into_iter()
+                .map(|b| Box::new(b) as Box<dyn LinearPhysics>)
+                .collect()
+        };
+        let make_fused = || -> Vec<Blur> {
+            (0..3)
+                .map(|i| gaussian(0.6 + 0.4 * i as f32, 30.0 * i as f32, Padding::Circular))
+                .collect()
+        };
+        let fused = make_fused();
+        let host = Stack::new(boxed(make_fused())).unwrap();
+        assert!(host.is_fused());
+        let ops: Vec<HostOperator> = fused.iter().map(HostOperator::Blur).collect();
+        let cfg = PnpConfig {
+            iterations: 5,
+            ..PnpConfig::default()
+        };
+        assert_close(
+            &run_both(&host, &ops, &truth, &cfg),
+            1e-5,
+            "fused blur stack",
+        );
+
+        let paddings = [
+            Padding::Valid,
+            Padding::Circular,
+            Padding::Replicate,
+            Padding::Reflect,
+            Padding::Constant,
+        ];
+        let make_mixed = || -> Vec<Blur> {
+            paddings
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| gaussian(0.5 + 0.3 * i as f32, 20.0 * i as f32, p))
+                .collect()
+        };
+        let mixed = make_mixed();
+        let host = Stack::new(boxed(make_mixed())).unwrap();
+        assert!(!host.is_fused());
+        let ops: Vec<HostOperator> = mixed.iter().map(HostOperator::Blur).collect();
+        assert_close(
+            &run_both(&host, &ops, &truth, &cfg),
+            1e-5,
+            "blurs of every padding",
+        );
+    }
+
+    /// What the device has no twin for says so by name instead of running on the CPU.
+    #[test]
+    fn missing_device_parts_are_named() {
+        let backend = Arc::new(Emulator);
+        let blur = Blur::new(gaussian_kernel([1.0, 1.0], 0.0), Padding::Circular).unwrap();
+        let y = Tensor::zeros(&[1, 1, 8, 8]);
+        let l1 = FidelityConfig::L1 {
+            reduction: Reduction::Sum,
+        };
+        let e = DeviceObjective::new(
+            &backend,
+            &[HostOperator::Blur(&blur)],
+            &l1,
+            std::slice::from_ref(&y),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("fidelity l1"), "{e}");
+        let objective = DeviceObjective::new(
+            &backend,
+            &[HostOperator::Blur(&blur)],
+            &FidelityConfig::default(),
+            &[y],
+        )
+        .unwrap();
+        let e = objective
+            .initial_point(Init::Pinv, &[1, 1, 8, 8])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("pinv"), "{e}");
+    }
+}
