@@ -1339,24 +1339,35 @@ fn with_runs_under(root: &Path) -> (Harness<'static, Workbench>, TestEnd) {
     (h, end)
 }
 
-fn run_folder(root: &Path, name: &str, recon: f32, truth: f32) -> std::path::PathBuf {
+/// A run folder as a run leaves it: the `.npy` outputs, then `metrics.json` (written last, as runs do).
+fn write_run_folder(
+    root: &Path,
+    name: &str,
+    outputs: &[(&str, tessera::Tensor)],
+    metrics: serde_json::Value,
+) -> std::path::PathBuf {
     let dir = root.join(name);
     std::fs::create_dir_all(&dir).unwrap();
-    tessera::io::write_npy(
-        &dir.join("reconstruction.npy"),
-        &tessera::Tensor::full(&[1, 1, 16, 12], recon),
-    )
-    .unwrap();
-    tessera::io::write_npy(
-        &dir.join("ground_truth.npy"),
-        &tessera::Tensor::full(&[1, 1, 16, 12], truth),
-    )
-    .unwrap();
-    let metrics = format!(
-        r#"{{"name": "{name}", "iterations": 5, "stopped_early": false, "reconstruction": {{"psnr_db": 30.5}}}}"#
-    );
-    std::fs::write(dir.join("metrics.json"), metrics).unwrap();
+    for (file, tensor) in outputs {
+        tessera::io::write_npy(&dir.join(file), tensor).unwrap();
+    }
+    std::fs::write(dir.join("metrics.json"), metrics.to_string()).unwrap();
     dir
+}
+
+/// An imaging run whose reconstruction and ground truth are flat at `recon` and `truth`.
+fn run_folder(root: &Path, name: &str, recon: f32, truth: f32) -> std::path::PathBuf {
+    let flat = |v| tessera::Tensor::full(&[1, 1, 16, 12], v);
+    write_run_folder(
+        root,
+        name,
+        &[
+            ("reconstruction.npy", flat(recon)),
+            ("ground_truth.npy", flat(truth)),
+        ],
+        serde_json::json!({"name": name, "iterations": 5, "stopped_early": false,
+            "reconstruction": {"psnr_db": 30.5}}),
+    )
 }
 
 /// The run history lists the complete runs under the output root (not a staging folder), reopens
@@ -2492,11 +2503,7 @@ fn the_line_profile_starts_at_the_press_and_has_a_curve_per_pane() {
 /// Writes a complete FWI run folder: `epochs` epochs of falling loss and model error, the bundled
 /// FWI preset as the one that ran, and 2-D true and inverted models in m/s.
 fn fwi_run_folder(root: &Path, name: &str, epochs: usize) -> std::path::PathBuf {
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir).unwrap();
     let model = |v: f32| tessera::Tensor::from_fn(&[20, 30], move |i| v + (i % 30) as f32 * 10.0);
-    tessera::io::write_npy(&dir.join("inverted_model.npy"), &model(2000.0)).unwrap();
-    tessera::io::write_npy(&dir.join("true_model.npy"), &model(1500.0)).unwrap();
     let preset = tessera::fwi::FwiPreset::from_toml(tessera::fwi::BUNDLED_FWI[0].1, "test", &[])
         .unwrap()
         .to_toml()
@@ -2507,13 +2514,19 @@ fn fwi_run_folder(root: &Path, name: &str, epochs: usize) -> std::path::PathBuf 
                 "model_error": 0.5 / e as f64, "batch": [], "ranks": [], "secs": 1.0})
         })
         .collect();
-    let metrics = serde_json::json!({
-        "name": "fwi_marmousi", "model_shape": [20, 30], "epochs": epochs,
-        "stopped_early": false, "final_model_error": 0.125, "history": history,
-        "preset": preset,
-    });
-    std::fs::write(dir.join("metrics.json"), metrics.to_string()).unwrap();
-    dir
+    write_run_folder(
+        root,
+        name,
+        &[
+            ("inverted_model.npy", model(2000.0)),
+            ("true_model.npy", model(1500.0)),
+        ],
+        serde_json::json!({
+            "name": "fwi_marmousi", "model_shape": [20, 30], "epochs": epochs,
+            "stopped_early": false, "final_model_error": 0.125, "history": history,
+            "preset": preset,
+        }),
+    )
 }
 
 /// The Runs tab shows an FWI run's epochs and final model error, and reopening a run restores the
@@ -3712,29 +3725,21 @@ fn pane_names_are_whole_with_five_panes() {
     );
 }
 
-/// A run folder as a run writes it, whose `metrics.json` records `preset` (TOML).
+/// A `quick` run whose `metrics.json` records `preset` (TOML).
 fn run_folder_with_preset(
     root: &Path,
     name: &str,
     preset: &str,
     stopped: bool,
 ) -> std::path::PathBuf {
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    tessera::io::write_npy(
-        &dir.join("reconstruction.npy"),
-        &tessera::Tensor::from_fn(&[1, 1, 16, 24], |i| (i % 24) as f32),
+    let ramp = tessera::Tensor::from_fn(&[1, 1, 16, 24], |i| (i % 24) as f32);
+    write_run_folder(
+        root,
+        name,
+        &[("reconstruction.npy", ramp)],
+        serde_json::json!({"name": "quick", "iterations": 5, "stopped_early": stopped,
+            "reconstruction": {"psnr_db": 30.5}, "preset": preset}),
     )
-    .unwrap();
-    let metrics = serde_json::json!({
-        "name": "quick",
-        "iterations": 5,
-        "stopped_early": stopped,
-        "reconstruction": {"psnr_db": 30.5},
-        "preset": preset,
-    });
-    std::fs::write(dir.join("metrics.json"), metrics.to_string()).unwrap();
-    dir
 }
 
 /// The run browser: each run with a thumbnail and its input's name; notes typed on a run are
