@@ -7,7 +7,7 @@
 //!
 //! Modules, split the way egui's demo app is: [`app`] (the window's state and layout, the actions
 //! panels share), [`settings`] (persisted state), [`panels`] (one file per editor panel) and
-//! [`views`] (one file per view: live images, plots, profile, runs) — the seam where a new
+//! [`views`] (one file per view: live images, curves, profile, runs) — the seam where a new
 //! experiment kind adds its own editors and views, see `docs/WORKBENCH.md` —, the backend apart in
 //! [`connection`] (which link is live, starting and attaching) over [`backend`] (the `Backend`
 //! seam, and a channel backend for tests) and [`local`] (`protocol::Client`, a `LocalBackend`

@@ -7,11 +7,11 @@
 //! nothing.
 
 mod colour_bar;
+mod curves;
 mod display_menu;
 mod fwi;
 mod image_pane;
 mod live;
-mod plots;
 mod profile;
 mod report;
 mod runs;
@@ -49,8 +49,8 @@ pub trait View {
 pub fn views() -> Vec<Box<dyn View>> {
     vec![
         Box::new(live::LiveView),
-        Box::new(plots::QualityView),
-        Box::new(plots::TimingView),
+        Box::new(curves::QualityView),
+        Box::new(curves::TimingView),
         Box::new(profile::ProfileView::default()),
         Box::new(report::ReportView::default()),
         Box::new(fwi::FwiModelView),

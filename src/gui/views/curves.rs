@@ -1,4 +1,5 @@
-//! Quality (PSNR, objective) and per-rank timing over iterations. The plots take no mouse-wheel
+//! Curves over iterations: quality (PSNR, objective) and per-rank timing, drawn live with egui_plot
+//! (the PNG figures of reports are `crate::plot`). The plots take no mouse-wheel
 //! input (the wheel scrolls what holds them; drag pans, Ctrl+wheel zooms, double-click resets), and
 //! their axes never shrink to a span that hides the data's scale.
 
