@@ -2633,6 +2633,43 @@ fn an_opened_image_replaces_the_last_runs_panes() {
     assert!(h.query_by_label("Ground truth 40×24").is_some());
 }
 
+/// A NIfTI file states its voxel size: its panes get a scale bar in that unit (64 voxels of 1 mm:
+/// a 10 mm bar, the round length nearest a fifth), on the image; a PNG, which states none, gets
+/// none.
+#[test]
+fn a_nifti_images_panes_have_a_scale_bar_in_its_voxels_unit() {
+    let (mut h, _end) = ready_workbench();
+    let dir = tempfile::tempdir().unwrap();
+    let nifti = dir.path().join("slice.nii.gz");
+    let ramp = tessera::Tensor::from_fn(&[1, 1, 48, 64], |i| (i % 64) as f32 / 64.0);
+    tessera::io::write_nifti(&nifti, &ramp).unwrap();
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(nifti)));
+    step_until(&mut h, "the dropped volume", |wb| {
+        wb.shown_data_size() == Some([64, 48])
+    });
+    h.run_steps(2);
+    let bar = h.get_by_label("10 mm").rect();
+    assert!(
+        h.query_all_by_role(Role::Image)
+            .any(|pane| pane.rect().contains_rect(bar)),
+        "the scale bar {bar:?} lies on a pane"
+    );
+    let png = dir.path().join("photo.png");
+    image::GrayImage::from_fn(40, 24, |x, _| image::Luma([x as u8 * 6]))
+        .save(&png)
+        .unwrap();
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(png)));
+    step_until(&mut h, "the dropped image", |wb| {
+        wb.shown_data_size() == Some([40, 24])
+    });
+    h.run_steps(2);
+    assert!(h.query_by_label_contains(" mm").is_none());
+}
+
 /// Attaching to a server whose last job has ended does not bring that job back (it would be copied
 /// here again and drawn into the document on screen); the window says the server is idle.
 #[test]

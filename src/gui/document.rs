@@ -61,9 +61,11 @@ impl Problem {
 pub struct DataImage {
     /// The source (with seed and dimensionality) the loaded or loading image comes from.
     source: Option<(ImageSource, u64, bool)>,
-    loading: Option<Receiver<Result<Tensor, String>>>,
+    loading: Option<Receiver<Result<(Tensor, Option<[f64; 3]>), String>>>,
     /// The loaded array, `(B, C, H, W)` or `(B, C, D, H, W)`.
     pub loaded: Option<Arc<Tensor>>,
+    /// The loaded file's voxel size along W, H and D in metres, where the file states it (NIfTI).
+    pub voxel_m: Option<[f64; 3]>,
     pub error: Option<String>,
 }
 
@@ -674,14 +676,16 @@ impl Document {
                     self.data.loading = None;
                     changed = true;
                     match r {
-                        Ok(t) => {
+                        Ok((t, voxel_m)) => {
                             let t = Arc::new(t);
                             self.data.error = None;
                             self.data.loaded = Some(t.clone());
+                            self.data.voxel_m = voxel_m;
                             out.push(Loaded::Image(Ok(t)));
                         }
                         Err(e) => {
                             self.data.loaded = None;
+                            self.data.voxel_m = None;
                             self.data.error = Some(e.clone());
                             out.push(Loaded::Image(Err(e)));
                         }
@@ -705,7 +709,9 @@ impl Document {
                     .name("gui-load".into())
                     .spawn(move || {
                         let (source, seed, volumetric) = want;
+                        let voxel_m = source.path.as_deref().and_then(voxel_size_m);
                         let r = crate::job::load_image(&source, volumetric, seed)
+                            .map(|t| (t, voxel_m))
                             .map_err(|e| e.to_string());
                         let _ = tx.send(r);
                         wake();
@@ -714,6 +720,7 @@ impl Document {
                 self.data.loading = Some(rx);
             } else {
                 self.data.loaded = None;
+                self.data.voxel_m = None;
                 self.data.error = None;
                 out.push(Loaded::NoImage);
             }
@@ -849,6 +856,18 @@ fn files_read_by(preset: &Preset) -> Vec<(String, PathBuf)> {
         files.push(("image.path".into(), p.clone()));
     }
     files
+}
+
+/// The voxel size a file states (NIfTI's header), for scale bars; none for other kinds, or where
+/// the header cannot say (the image's own load reports a broken file).
+fn voxel_size_m(path: &Path) -> Option<[f64; 3]> {
+    (crate::io::FileKind::from_path(path) == Some(crate::io::FileKind::Nifti))
+        .then(|| {
+            crate::io::nifti::peek_nifti_voxel_size_m(path)
+                .ok()
+                .flatten()
+        })
+        .flatten()
 }
 
 #[cfg(test)]

@@ -7,8 +7,9 @@
 //! - 4-D (`dim[4] = T > 1`): `(1, T, D, H, W)`, each time point (or volume of a series) a channel;
 //! - dims 5–7 must be 1, otherwise the file is rejected.
 //!
-//! The orientation (qform/sform) and voxel sizes are not interpreted: a reconstruction works in array
-//! coordinates. Data types: uint8, int8, int16, uint16, int32, float32, float64 (codes 2, 256, 4, 512,
+//! The orientation (qform/sform) is not interpreted and a reconstruction works in array coordinates;
+//! the voxel size (`pixdim[1..=3]` in the unit of `xyzt_units`) is read apart, by
+//! [`peek_nifti_voxel_size_m`], for scale bars. Data types: uint8, int8, int16, uint16, int32, float32, float64 (codes 2, 256, 4, 512,
 //! 8, 16, 64); `scl_slope`/`scl_inter` are applied when the slope is non-zero, as the standard says.
 //! The header's claimed size is checked against the bytes actually present before any voxel buffer is
 //! allocated, so a corrupt or malicious header cannot trigger a huge allocation.
@@ -93,9 +94,29 @@ struct Header {
     vox_offset: usize,
     scl_slope: f32,
     scl_inter: f32,
+    /// `pixdim[1..=3]`: the voxel's size along x, y and z in the unit of `xyzt_units`.
+    pixdim: [f32; 3],
+    /// `xyzt_units`: bits 0–2 code the spatial unit.
+    xyzt_units: u8,
 }
 
 impl Header {
+    /// The voxel size along x, y and z in metres, where the header states a spatial unit (metre,
+    /// millimetre or micrometre) and every size is positive and finite; `None` otherwise.
+    fn voxel_size_m(&self) -> Option<[f64; 3]> {
+        let metres_per_unit = match self.xyzt_units & 0x07 {
+            1 => 1.0,
+            2 => 1e-3,
+            3 => 1e-6,
+            _ => return None,
+        };
+        let sizes = self.pixdim.map(|d| f64::from(d) * metres_per_unit);
+        sizes
+            .iter()
+            .all(|d| d.is_finite() && *d > 0.0)
+            .then_some(sizes)
+    }
+
     fn voxel_count(&self) -> Option<usize> {
         self.dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
     }
@@ -214,6 +235,12 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
         vox_offset: vox_offset as usize,
         scl_slope: read_f32(b, 112, be),
         scl_inter: read_f32(b, 116, be),
+        pixdim: [
+            read_f32(b, 80, be),
+            read_f32(b, 84, be),
+            read_f32(b, 88, be),
+        ],
+        xyzt_units: b[123],
     })
 }
 
@@ -229,6 +256,19 @@ pub fn read_nifti(path: &Path) -> Result<Tensor> {
 /// The tensor shape a `.nii` or `.nii.gz` file declares, from its header alone (for a gzip file,
 /// only the header is decompressed), so a job is sized before the volume is loaded.
 pub fn peek_nifti_shape(path: &Path) -> Result<Vec<usize>> {
+    peek_header(path)?
+        .tensor_shape()
+        .map_err(|reason| Error::format(path, reason))
+}
+
+/// The voxel size along x, y and z (the tensor's W, H and D axes) in metres, from the header alone;
+/// `Ok(None)` when the file states no spatial unit or a size that is not positive.
+pub fn peek_nifti_voxel_size_m(path: &Path) -> Result<Option<[f64; 3]>> {
+    Ok(peek_header(path)?.voxel_size_m())
+}
+
+/// Reads and parses the header of a `.nii` or `.nii.gz` file without reading its voxels.
+fn peek_header(path: &Path) -> Result<Header> {
     let file = std::fs::File::open(path).map_err(|e| Error::io("reading", path, e))?;
     let mut raw = std::io::BufReader::new(file);
     let mut magic = [0u8; 2];
@@ -247,9 +287,7 @@ pub fn peek_nifti_shape(path: &Path) -> Result<Vec<usize>> {
         head(&mut { chained })
     }
     .map_err(|e| Error::format(path, format!("corrupt gzip stream ({e})")))?;
-    parse_header(&head)
-        .and_then(|h| h.tensor_shape())
-        .map_err(|reason| Error::format(path, reason))
+    parse_header(&head).map_err(|reason| Error::format(path, reason))
 }
 
 /// Decodes the bytes of a `.nii` or `.nii.gz` file.
@@ -463,6 +501,56 @@ mod tests {
         bytes[70..72].copy_from_slice(&32i16.to_le_bytes());
         let err = parse_header(&bytes).unwrap_err();
         assert!(err.contains("32") && err.contains("complex64"), "{err}");
+    }
+
+    /// Voxel sizes come in metres whatever unit the header states; no unit, or a size that is not
+    /// positive and finite, gives none (a scale bar would lie).
+    #[test]
+    fn voxel_sizes_are_read_in_metres_or_not_at_all() {
+        let mut bytes = encode_nifti(&[4, 3, 2], &[0.0; 24]);
+        for (i, d) in [0.5f32, 0.25, 2.0].iter().enumerate() {
+            bytes[80 + 4 * i..84 + 4 * i].copy_from_slice(&d.to_le_bytes());
+        }
+        let size = |b: &[u8]| parse_header(b).unwrap().voxel_size_m();
+        assert_eq!(size(&bytes), Some([0.5e-3, 0.25e-3, 2e-3]));
+        bytes[123] = 1 | 8;
+        assert_eq!(size(&bytes), Some([0.5, 0.25, 2.0]));
+        bytes[123] = 3;
+        let um = size(&bytes).unwrap();
+        assert!((um[0] - 0.5e-6).abs() < 1e-15, "{um:?}");
+        bytes[123] = 8; // seconds only: no spatial unit
+        assert_eq!(size(&bytes), None);
+        bytes[123] = 2;
+        for bad in [0.0f32, -1.0, f32::NAN, f32::INFINITY] {
+            let mut b = bytes.clone();
+            b[84..88].copy_from_slice(&bad.to_le_bytes());
+            assert_eq!(size(&b), None, "pixdim[2] = {bad}");
+        }
+    }
+
+    /// The peek reads the header of a gzip file as of a plain one, and names a missing file.
+    #[test]
+    fn voxel_sizes_peek_through_gzip() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("v.nii");
+        let mut bytes = encode_nifti(&[4, 3, 2], &[0.0; 24]);
+        bytes[80..84].copy_from_slice(&0.5f32.to_le_bytes());
+        std::fs::write(&plain, &bytes).unwrap();
+        let gz = dir.path().join("v.nii.gz");
+        let mut enc =
+            flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), Default::default());
+        enc.write_all(&bytes).unwrap();
+        enc.finish().unwrap();
+        for p in [&plain, &gz] {
+            assert_eq!(
+                peek_nifti_voxel_size_m(p).unwrap(),
+                Some([0.5e-3, 1e-3, 1e-3])
+            );
+        }
+        let missing = dir.path().join("gone.nii");
+        let err = peek_nifti_voxel_size_m(&missing).unwrap_err().to_string();
+        assert!(err.contains("gone.nii"), "{err}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Colour bars and scale bars under and over the panes: which colour is which value, in which
 //! unit (intensity, m/s), and how long a stretch of the image is where the data has a physical
-//! size (an FWI model's cells in metres).
+//! size (an FWI model's cells, a NIfTI volume's voxels).
 
 use egui::{Color32, Pos2, Rect, Sense, Stroke, Ui, Vec2};
 
@@ -69,6 +69,22 @@ fn value(v: f32) -> String {
     }
 }
 
+/// A length in the unit that keeps its number between 1 and 1000 (5 µm, 0.5 → 500 mm, 50 m, 2 km).
+fn length_text(length_m: f64) -> String {
+    let (value, unit) = if length_m >= 1000.0 {
+        (length_m / 1000.0, "km")
+    } else if length_m >= 1.0 {
+        (length_m, "m")
+    } else if length_m >= 1e-3 {
+        (length_m * 1e3, "mm")
+    } else {
+        (length_m * 1e6, "µm")
+    };
+    // Round lengths only (1, 2 or 5 times a power of ten): rounding hides 0.1 + 0.2 artefacts.
+    let value = (value * 1e3).round() / 1e3;
+    format!("{value} {unit}")
+}
+
 /// Draws a scale bar over `image` (the on-screen rectangle of an image `width_m` metres wide): a
 /// round length near a fifth of the width, bottom left, with its length written above it.
 pub fn scale_bar(ui: &mut Ui, image: Rect, width_m: f64) {
@@ -92,11 +108,7 @@ pub fn scale_bar(ui: &mut Ui, image: Rect, width_m: f64) {
         Stroke::new(5.0, Color32::BLACK),
     );
     painter.line_segment([Pos2::new(x0, y), Pos2::new(x0 + length_px, y)], stroke);
-    let text = if length_m >= 1000.0 {
-        format!("{} km", length_m / 1000.0)
-    } else {
-        format!("{length_m} m")
-    };
+    let text = length_text(length_m);
     let label_rect = Rect::from_min_size(
         Pos2::new(x0, y - 22.0),
         Vec2::new(length_px.max(60.0), 16.0),
@@ -111,4 +123,20 @@ pub fn scale_bar(ui: &mut Ui, image: Rect, width_m: f64) {
                 .background_color(Color32::from_black_alpha(140)),
         ),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::length_text;
+
+    #[test]
+    fn lengths_are_written_in_the_unit_that_fits() {
+        assert_eq!(length_text(2000.0), "2 km");
+        assert_eq!(length_text(50.0), "50 m");
+        assert_eq!(length_text(1.0), "1 m");
+        assert_eq!(length_text(0.5), "500 mm");
+        assert_eq!(length_text(0.002), "2 mm");
+        assert_eq!(length_text(5e-6), "5 µm");
+        assert_eq!(length_text(0.1 + 0.2 - 0.1), "200 mm");
+    }
 }

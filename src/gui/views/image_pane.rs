@@ -42,6 +42,8 @@ pub struct Overlays<'a> {
     /// Visibility and opacity of the crosshair, the profile line and the box (the patch map's
     /// are in `map`).
     pub layers: Layers,
+    /// The whole image's width in metres, where the data states its pixel size: draws a scale bar.
+    pub width_m: Option<f64>,
 }
 
 /// The zoom range: 1/16 of the fitted size to 64 times it.
@@ -175,6 +177,10 @@ pub fn image_pane(
             [to_screen(a.x, a.y), to_screen(b.x, b.y)],
             Stroke::new(2.0, Color32::YELLOW.gamma_multiply(opacity)),
         );
+    }
+    if let Some(width_m) = overlays.width_m {
+        // The bar measures what is in view: zoomed in, that is a part of the image's width.
+        super::colour_bar::scale_bar(ui, image, width_m * f64::from(uv.width()));
     }
     out
 }

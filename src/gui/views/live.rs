@@ -91,6 +91,7 @@ impl View for LiveView {
                                 cross,
                                 empty: empty_note(wb, *slot).as_deref(),
                                 layers,
+                                width_m: width_m(wb, *slot),
                             },
                         );
                         if pane_controls(ui, wb, *slot, pane_rect) {
@@ -155,6 +156,25 @@ impl View for LiveView {
             ));
         }
     }
+}
+
+/// The physical width of `slot`'s whole image, where the document's data states its voxel size
+/// (NIfTI) and the pane shows that data's grid: the image, the ground truth, the reconstruction and
+/// their difference (a slice across W), and the orthogonal cuts (the column cut spans H).
+fn width_m(wb: &Workbench, slot: Slot) -> Option<f64> {
+    let [dx, dy, _] = wb.doc.data.voxel_m?;
+    let spatial = wb.doc.data.spatial();
+    let (extent, voxel) = match slot {
+        Slot::Ortho(2) => (*spatial.iter().rev().nth(1)?, dy),
+        Slot::Data
+        | Slot::GroundTruth
+        | Slot::Reconstruction
+        | Slot::Difference
+        | Slot::Ortho(_) => (*spatial.last()?, dx),
+        _ => return None,
+    };
+    let shown = wb.viewer.shown.get(&slot)?;
+    (shown.full_size.0 as usize == extent).then(|| extent as f64 * voxel)
 }
 
 /// The scrubber through the run's kept previews: the reconstruction pane shows the chosen
