@@ -57,7 +57,7 @@ pub fn not_on_gpu(preset: &Preset, ranks: usize) -> Vec<String> {
     missing
 }
 
-fn physics_kind(config: &PhysicsConfig) -> &'static str {
+pub(crate) fn physics_kind(config: &PhysicsConfig) -> &'static str {
     match config {
         PhysicsConfig::Blur(_) => "blur",
         PhysicsConfig::Blur3d(_) => "blur3d",
@@ -92,10 +92,10 @@ pub fn check(device: Device, preset: &Preset, ranks: usize) -> Result<()> {
     )))
 }
 
-/// What `tessera run` answers to `device`: `Ok` on the CPU; on a GPU, a build without the `cuda`
-/// feature says how to rebuild, a job with components not on the GPU names them all ([`check`]),
-/// and otherwise the run is refused because it does not drive the device loop yet (the library's
-/// `device::solve::pnp` does, and `tessera selftest --device cuda` times it) — never a CPU run.
+/// What `tessera run` answers to `device` before any rank starts: `Ok` on the CPU; on a GPU, a
+/// build without the `cuda` feature says how to rebuild, and a job with components not on the GPU
+/// names them all ([`check`]) — never a CPU run. A job that passes runs on the device (`job` opens
+/// it; a missing GPU or library is its error there).
 pub fn check_run(device: Device, preset: &Preset, ranks: usize) -> Result<()> {
     if !device.is_cuda() {
         return Ok(());
@@ -103,12 +103,7 @@ pub fn check_run(device: Device, preset: &Preset, ranks: usize) -> Result<()> {
     if !cfg!(feature = "cuda") {
         return Err(super::selftest::no_gpu_support(device));
     }
-    check(device, preset, ranks)?;
-    Err(Error::Unsupported(format!(
-        "--device {device}: every component of this job has a device implementation, but \
-         `tessera run` does not drive them yet (issue 28; `tessera selftest --device cuda` runs \
-         them); run on the CPU (--device cpu) meanwhile"
-    )))
+    check(device, preset, ranks)
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::fidelity::FidelityConfig;
 use crate::linalg::deterministic_start;
 use crate::optim::pnp::PnpConfig;
+use crate::optim::space::HostView;
 use crate::optim::{IterationReport, Monitor, Reconstruction};
 use crate::physics::blur::{Blur, gaussian_kernel};
 use crate::physics::conv::Padding;
@@ -683,7 +684,8 @@ impl<B: Backend> Run<'_, B> {
             truth.shape(),
             &cfg,
             &monitor,
-            &mut go_on,
+            // The iterate stays on the device: no preview is asked for.
+            &mut |_: &IterationReport, _: &dyn HostView| ControlFlow::Continue(()),
         )?;
         self.backend.synchronize()?;
         let device_secs = start.elapsed().as_secs_f64();

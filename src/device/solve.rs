@@ -15,8 +15,10 @@ use crate::error::{Error, Result};
 use crate::fidelity::{FidelityConfig, Reduction};
 use crate::optim::pnp::{Init, Objective, PnpConfig, pnp_loop, step_size};
 use crate::optim::space::{Iterate, Prox};
-use crate::optim::{IterationCallback, Monitor, Reconstruction};
+use crate::optim::{Monitor, Reconstruction, ViewCallback};
+use crate::physics::PhysicsConfig;
 use crate::physics::blur::Blur;
+use crate::physics::channels::OperatorSpec;
 use crate::physics::stack::BlurFusion;
 use crate::physics::tomography::Tomography;
 use crate::physics::{LinearPhysics, StackedLinearPhysics};
@@ -29,15 +31,98 @@ pub enum HostOperator<'a> {
     Blur(&'a Blur),
 }
 
-enum DeviceOperator<B: Backend> {
-    Tomography(DeviceTomography<B>),
-    Blur(DeviceConv<B>),
+/// A preset's operator built on the host for its device twin (`HostOperator` borrows it).
+pub enum BuiltOperator {
+    Tomography(Tomography),
+    Blur(Blur),
+}
+
+impl BuiltOperator {
+    /// Builds operator `spec` of a job for images of shape `x_shape`; what has no device twin
+    /// (`device::coverage` refuses such jobs first) says so.
+    pub fn build(spec: &OperatorSpec, x_shape: &[usize]) -> Result<Self> {
+        match (&spec.config, spec.channels) {
+            (PhysicsConfig::Tomography(c), None) => Ok(Self::Tomography(c.build(x_shape)?)),
+            (PhysicsConfig::Blur(c), None) => Ok(Self::Blur(c.build()?)),
+            (_, Some(_)) => Err(Error::Unsupported(
+                "physics split by channel is not on the GPU yet".into(),
+            )),
+            (config, None) => Err(Error::Unsupported(format!(
+                "physics {} is not on the GPU yet",
+                super::coverage::physics_kind(config)
+            ))),
+        }
+    }
+
+    pub fn host(&self) -> HostOperator<'_> {
+        match self {
+            Self::Tomography(t) => HostOperator::Tomography(t),
+            Self::Blur(b) => HostOperator::Blur(b),
+        }
+    }
+}
+
+/// An operator's device twin on images of `Planes`.
+trait DeviceLinear<B: Backend> {
+    fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>>;
+
+    fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>>;
+}
+
+impl<B: Backend> DeviceLinear<B> for DeviceTomography<B> {
+    fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceTomography::forward(self, backend, x, image.count)
+    }
+
+    fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceTomography::adjoint(self, backend, y, image.count)
+    }
+}
+
+impl<B: Backend> DeviceLinear<B> for DeviceConv<B> {
+    fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceConv::forward(self, backend, x, image.count, image.channels, image.dims)
+    }
+
+    fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceConv::adjoint(self, backend, y, image.count, image.channels, image.dims)
+    }
 }
 
 /// The device twin of a stack: operator by operator, or (as `physics::Stack` does when its
 /// operators are circular blurs of one kernel size) fused.
 enum DeviceOperators<B: Backend> {
-    Each(Vec<DeviceOperator<B>>),
+    Each(Vec<Box<dyn DeviceLinear<B>>>),
     FusedBlurs(Box<DeviceBlurStack<B>>),
 }
 
@@ -49,36 +134,6 @@ fn planes_of(shape: &[usize], op: &str) -> Result<Planes> {
             op,
             format!("the device operators take images (B, C, H, W), got shape {shape:?}"),
         )),
-    }
-}
-
-impl<B: Backend> DeviceOperator<B> {
-    fn forward(
-        &self,
-        backend: &B,
-        x: &DeviceVec<B, f32>,
-        image: Planes,
-    ) -> Result<DeviceVec<B, f32>> {
-        match self {
-            DeviceOperator::Tomography(t) => t.forward(backend, x, image.count),
-            DeviceOperator::Blur(c) => {
-                c.forward(backend, x, image.count, image.channels, image.dims)
-            }
-        }
-    }
-
-    fn adjoint(
-        &self,
-        backend: &B,
-        y: &DeviceVec<B, f32>,
-        image: Planes,
-    ) -> Result<DeviceVec<B, f32>> {
-        match self {
-            DeviceOperator::Tomography(t) => t.adjoint(backend, y, image.count),
-            DeviceOperator::Blur(c) => {
-                c.adjoint(backend, y, image.count, image.channels, image.dims)
-            }
-        }
     }
 }
 
@@ -145,12 +200,12 @@ impl<B: Backend> DeviceObjective<B> {
             Some(blurs) => DeviceOperators::FusedBlurs(Box::new(DeviceBlurStack::new(&blurs)?)),
             None => DeviceOperators::Each(
                 ops.iter()
-                    .map(|op| {
+                    .map(|op| -> Result<Box<dyn DeviceLinear<B>>> {
                         Ok(match op {
-                            HostOperator::Tomography(t) => DeviceOperator::Tomography(
-                                DeviceTomography::new(backend.as_ref(), t)?,
-                            ),
-                            HostOperator::Blur(b) => DeviceOperator::Blur(DeviceConv::from_blur(b)),
+                            HostOperator::Tomography(t) => {
+                                Box::new(DeviceTomography::new(backend.as_ref(), t)?)
+                            }
+                            HostOperator::Blur(b) => Box::new(DeviceConv::from_blur(b)),
                         })
                     })
                     .collect::<Result<_>>()?,
@@ -301,9 +356,64 @@ impl<B: Backend> Prox<Array<B>> for DeviceTv {
     }
 }
 
+/// A device that runs a job's algorithm, whatever its backend (`job` holds one per rank).
+pub trait DeviceSolver {
+    /// What the device is, for the log: `NVIDIA H100 80GB HBM3 (cuda:0)`.
+    fn describe(&self) -> String;
+
+    /// [`pnp`] on this device.
+    #[allow(clippy::too_many_arguments)]
+    fn pnp(
+        &self,
+        host_physics: &dyn StackedLinearPhysics,
+        ops: &[HostOperator<'_>],
+        fidelity: &FidelityConfig,
+        denoiser: &TvDenoiser,
+        ys: &[Tensor],
+        x_shape: &[usize],
+        cfg: &PnpConfig,
+        monitor: &Monitor<'_>,
+        on_iter: &mut ViewCallback<'_>,
+    ) -> Result<Reconstruction>;
+}
+
+impl<B: Backend> DeviceSolver for Arc<B> {
+    fn describe(&self) -> String {
+        self.as_ref().describe()
+    }
+
+    fn pnp(
+        &self,
+        host_physics: &dyn StackedLinearPhysics,
+        ops: &[HostOperator<'_>],
+        fidelity: &FidelityConfig,
+        denoiser: &TvDenoiser,
+        ys: &[Tensor],
+        x_shape: &[usize],
+        cfg: &PnpConfig,
+        monitor: &Monitor<'_>,
+        on_iter: &mut ViewCallback<'_>,
+    ) -> Result<Reconstruction> {
+        pnp(
+            self,
+            host_physics,
+            ops,
+            fidelity,
+            denoiser,
+            ys,
+            x_shape,
+            cfg,
+            monitor,
+            on_iter,
+        )
+    }
+}
+
 /// PnP-PGD with TV on the device: the measurements, iterate, gradient and denoiser's fields stay
 /// in `backend`'s memory; the step is derived (when the preset gives none) on the host stack
-/// `host_physics`, the CPU run's own value. The callback sees each iterate in host memory.
+/// `host_physics`, the CPU run's own value. PSNR is computed on the device; the iterate is
+/// downloaded only when the callback asks for it (`HostView::to_host`), for an SSIM that is due,
+/// and at the end.
 #[allow(clippy::too_many_arguments)]
 pub fn pnp<B: Backend>(
     backend: &Arc<B>,
@@ -315,7 +425,7 @@ pub fn pnp<B: Backend>(
     x_shape: &[usize],
     cfg: &PnpConfig,
     monitor: &Monitor<'_>,
-    on_iter: &mut IterationCallback<'_>,
+    on_iter: &mut ViewCallback<'_>,
 ) -> Result<Reconstruction> {
     cfg.validate()?;
     fidelity.validate()?;
@@ -448,18 +558,20 @@ mod tests {
         )
         .unwrap();
         let backend = Arc::new(Emulator);
-        let device = pnp(
-            &backend,
-            host,
-            ops,
-            &fidelity,
-            &tv,
-            &ys,
-            truth.shape(),
-            cfg,
-            &monitor,
-            &mut count,
-        )
+        let device = crate::optim::with_host_iterates(&mut count, |on_iter| {
+            pnp(
+                &backend,
+                host,
+                ops,
+                &fidelity,
+                &tv,
+                &ys,
+                truth.shape(),
+                cfg,
+                &monitor,
+                on_iter,
+            )
+        })
         .unwrap();
         assert_eq!(seen, 2 * cfg.iterations);
         Compared { cpu, device }
