@@ -26,7 +26,7 @@ pub use elastic::{Elastic, Recovery, run_elastic};
 use crate::denoise::Denoiser;
 use crate::denoise::DenoiserConfig;
 use crate::device::Device;
-use crate::device::solve::{BuiltOperator, DeviceSolver, HostOperator};
+use crate::device::solve::{BuiltOperator, DeviceSolver, HostOperator, PnpTv};
 use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
 use crate::dist::patch_map::{PatchMap, TileCost};
 use crate::dist::physics::DistributedStack;
@@ -638,7 +638,7 @@ pub fn run_in_group_with(
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
     preset.validate()?;
-    let device = open_device(preset, comm.rank(), comm.world_size())?;
+    let device = open_device(preset, comm.rank())?;
     run_on(preset, out, comm, inline, device, on_event)
 }
 
@@ -664,11 +664,7 @@ fn run_on(
 /// writes its `--device` there), else the CPU. A GPU is opened only for a job whose every component
 /// is on it (else one error names every missing one, `device::coverage`), and a build without the
 /// `cuda` feature says how to rebuild: never a silent CPU run.
-fn open_device(
-    preset: &Preset,
-    rank: usize,
-    world_size: usize,
-) -> Result<Option<Box<dyn DeviceSolver>>> {
+fn open_device(preset: &Preset, rank: usize) -> Result<Option<Box<dyn DeviceSolver>>> {
     let device = match &preset.distributed.device {
         Some(text) => Device::parse("distributed.device", text)?,
         None => Device::Cpu,
@@ -676,7 +672,7 @@ fn open_device(
     if !device.is_cuda() {
         return Ok(None);
     }
-    crate::device::coverage::check(device, preset, world_size)?;
+    crate::device::coverage::check(device, preset)?;
     // Ranks on one node share its GPUs round robin (`Device::ordinal`).
     let local_rank = std::env::var("LOCAL_RANK")
         .ok()
@@ -1251,17 +1247,18 @@ fn pnp_on_device(
             ));
         }
     };
-    device.pnp(
-        stack,
-        &ops,
-        &preset.fidelity,
-        &tv,
+    let problem = PnpTv {
+        host_physics: stack,
+        ops: &ops,
+        fidelity: &preset.fidelity,
+        denoiser: &tv,
         ys,
         x_shape,
         cfg,
         monitor,
-        on_iter,
-    )
+        ranks: Some(stack),
+    };
+    device.pnp(&problem, on_iter)
 }
 
 /// How the back-projection baseline is formed: FBP for a stack of one tomography operator.

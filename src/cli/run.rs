@@ -74,11 +74,18 @@ pub(super) fn run(
         };
         job::check_inputs(preset, &[], world, here)
             .with_context(|| format!("checking preset {}", loaded.origin))?;
-        tessera::device::coverage::check_run(chosen, preset, world)?;
+        tessera::device::coverage::check_run(chosen, preset)?;
     }
     let elastic = elastic || preset.distributed.elastic;
     if elastic && !launched {
         check_elastic(group)?;
+        if chosen.is_cuda() {
+            // `[distributed] elastic` is named by the device check; this is `--elastic`.
+            bail!(
+                "--device {chosen}: not on the GPU yet: elastic runs (docs/GPU.md); run on the \
+                 CPU (--device cpu) meanwhile"
+            );
+        }
     }
     if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
         let args = strip_option(std::env::args_os().skip(1), "--ranks");

@@ -674,17 +674,21 @@ impl<B: Backend> Run<'_, B> {
         let cpu_secs = start.elapsed().as_secs_f64();
         self.backend.synchronize()?;
         let start = Instant::now();
+        let problem = solve::PnpTv {
+            host_physics: host,
+            ops,
+            fidelity: &fidelity,
+            denoiser: &tv,
+            ys: &ys,
+            x_shape: truth.shape(),
+            cfg: &cfg,
+            monitor: &monitor,
+            ranks: None,
+        };
+        // The iterate stays on the device: no preview is asked for.
         let device = solve::pnp(
             self.shared,
-            host,
-            ops,
-            &fidelity,
-            &tv,
-            &ys,
-            truth.shape(),
-            &cfg,
-            &monitor,
-            // The iterate stays on the device: no preview is asked for.
+            &problem,
             &mut |_: &IterationReport, _: &dyn HostView| ControlFlow::Continue(()),
         )?;
         self.backend.synchronize()?;

@@ -121,28 +121,86 @@ fn a_tomography_job_on_the_device_is_the_cpu_job() {
 /// padding (operator by operator).
 #[test]
 fn blur_stack_jobs_on_the_device_are_the_cpu_jobs() {
-    let blur = |sigma: f32, angle: f32, padding: &str| {
-        format!(
-            "[[physics]]\nkind = \"blur\"\nsigma = [1.6, {sigma}]\nangle_deg = {angle}\npadding = \"{padding}\"\n"
-        )
-    };
-    let preset = |blurs: String| {
-        format!(
-            "version = 1\nname = \"blurs\"\nseed = 1\n[image]\nsample = \"natural\"\nsize = [23, 19]\n{blurs}\
-             [noise]\nkind = \"gaussian\"\nsigma = 0.02\n[denoiser]\nkind = \"tv\"\nn_it_max = 15\n\
-             [algorithm]\nkind = \"pnp\"\niterations = 5\ndenoiser_sigma = 0.02\nclamp = [0.0, 1.0]\n"
-        )
-    };
-    let fused: String = (0..3)
-        .map(|i| blur(0.6 + 0.4 * i as f32, 30.0 * i as f32, "circular"))
-        .collect();
-    assert_same_run(&preset(fused));
-    let mixed: String = ["valid", "circular", "replicate", "reflect", "constant"]
+    assert_same_run(&blurs(&["circular"; 3]));
+    assert_same_run(&blurs(&[
+        "valid",
+        "circular",
+        "replicate",
+        "reflect",
+        "constant",
+    ]));
+}
+
+/// A colour image under one blur per padding of `paddings` (one kernel size: all circular ones
+/// fuse), tracking the objective.
+fn blurs(paddings: &[&str]) -> String {
+    let blurs: String = paddings
         .iter()
         .enumerate()
-        .map(|(i, p)| blur(0.5 + 0.2 * i as f32, 20.0 * i as f32, p))
+        .map(|(i, p)| {
+            format!(
+                "[[physics]]\nkind = \"blur\"\nsigma = [1.6, {}]\nangle_deg = {}\npadding = \"{p}\"\n",
+                0.5 + 0.2 * i as f32,
+                20 * i
+            )
+        })
         .collect();
-    assert_same_run(&preset(mixed));
+    format!(
+        "version = 1\nname = \"blurs\"\nseed = 1\n[image]\nsample = \"natural\"\nsize = [23, 19]\n{blurs}\
+         [noise]\nkind = \"gaussian\"\nsigma = 0.02\n[denoiser]\nkind = \"tv\"\nn_it_max = 15\n\
+         [algorithm]\nkind = \"pnp\"\niterations = 5\ndenoiser_sigma = 0.02\nclamp = [0.0, 1.0]\n\
+         track_objective = true\n"
+    )
+}
+
+/// Two ranks sharing the (emulated) device, each with its operators (0, 2, 4 and 1, 3), their
+/// gradient terms staged through the host and the sockets, give one rank's bits: the result, every
+/// PSNR and every objective value. So do a tomography split by angle, and a fused stack (every rank
+/// applies it whole).
+#[test]
+fn two_device_ranks_give_one_ranks_bits() {
+    use crate::dist::testutil::on_group;
+    let split = format!("{TOMOGRAPHY}[distributed]\nsplit_by_angle = 2\n");
+    let paddings = ["valid", "circular", "replicate", "reflect", "constant"];
+    for text in [blurs(&paddings), split, blurs(&["circular"; 2])] {
+        let preset = Preset::from_toml(&text, "device test", &[]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let runs = |world: usize| {
+            on_group(world, |comm| {
+                let out = RunDir::from(dir.path().join(format!("{world}")).as_path());
+                let mut ignore = |_: JobEvent<'_>| ControlFlow::Continue(());
+                let solver: Box<dyn crate::device::solve::DeviceSolver> =
+                    Box::new(Arc::new(Emulator));
+                run_on(
+                    &preset,
+                    &out,
+                    Box::new(comm),
+                    &[],
+                    Some(solver),
+                    &mut ignore,
+                )
+                .unwrap()
+            })
+        };
+        let one = runs(1).remove(0);
+        let two = runs(2).remove(0);
+        let bits = |s: &JobSummary| -> Vec<(Option<u64>, Option<u64>, u64)> {
+            s.history
+                .iter()
+                .map(|h| {
+                    (
+                        h.psnr_db.map(f64::to_bits),
+                        h.objective.map(f64::to_bits),
+                        h.relative_change.to_bits(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(bits(&two), bits(&one), "{}", preset.name);
+        let read =
+            |run: &str| read_array(&dir.path().join(run).join("reconstruction.npy")).unwrap();
+        assert_eq!(read("2").data(), read("1").data(), "{}", preset.name);
+    }
 }
 
 /// The iterate leaves the device only when asked: for the preview the callback wants (iteration
