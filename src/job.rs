@@ -16,12 +16,17 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+#[cfg(test)]
+mod device_tests;
 mod elastic;
 
 use elastic::{DieAt, DiePoint};
 pub use elastic::{Elastic, Recovery, run_elastic};
 
 use crate::denoise::Denoiser;
+use crate::denoise::DenoiserConfig;
+use crate::device::Device;
+use crate::device::solve::{BuiltOperator, DeviceSolver, HostOperator, PnpTv};
 use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
 use crate::dist::patch_map::{PatchMap, TileCost};
 use crate::dist::physics::DistributedStack;
@@ -33,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::io::{self, METRICS_FILE, RunDir, Staging};
 use crate::metrics;
 use crate::optim::pnp::{PnpConfig, PnpStart};
+use crate::optim::space::HostView;
 use crate::optim::{self, AlgorithmConfig, IterationReport, Monitor, Reconstruction};
 use crate::physics::{PhysicsConfig, StackedLinearPhysics};
 use crate::preset::{ImageSource, MeasurementSource, Preset};
@@ -60,11 +66,13 @@ pub enum JobEvent<'a> {
         truth: Option<&'a Tensor>,
         measurements: &'a [Tensor],
     },
-    /// One iteration finished; `x` is the current reconstruction. `report.times.communication_secs`
-    /// is this rank's time inside collectives during the iteration.
+    /// One iteration finished; `x` is the current reconstruction, in host or device memory: a
+    /// receiver that needs its values (a preview that is due) asks `x.to_host()`, so a device run
+    /// copies the iterate to the host only then. `report.times.communication_secs` is this rank's
+    /// time inside collectives during the iteration.
     Iteration {
         report: &'a IterationReport,
-        x: &'a Tensor,
+        x: &'a dyn HostView,
     },
 }
 
@@ -630,9 +638,58 @@ pub fn run_in_group_with(
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
     preset.validate()?;
+    let device = open_device(preset, comm.rank())?;
+    run_on(preset, out, comm, inline, device, on_event)
+}
+
+/// [`run_in_group_with`] on `device` (`None`: the CPU).
+fn run_on(
+    preset: &Preset,
+    out: &RunDir,
+    comm: Box<dyn Collective>,
+    inline: &InlineArrays,
+    device: Option<Box<dyn DeviceSolver>>,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+) -> Result<JobSummary> {
     let mut carried = Carried::new(out, comm.rank(), false)?;
     carried.die_at = crate::dist::launch::launched_die_hook(comm.rank())?;
+    if let Some(d) = &device {
+        tracing::info!("rank {} computes on {}", comm.rank(), d.describe());
+    }
+    carried.device = device;
     run_generation(preset, out, comm, inline, on_event, &mut carried)
+}
+
+/// The device a rank of a job computes on: the preset's `[distributed] device` (`tessera run`
+/// writes its `--device` there), else the CPU. A GPU is opened only for a job whose every component
+/// is on it (else one error names every missing one, `device::coverage`), and a build without the
+/// `cuda` feature says how to rebuild: never a silent CPU run.
+fn open_device(preset: &Preset, rank: usize) -> Result<Option<Box<dyn DeviceSolver>>> {
+    let device = match &preset.distributed.device {
+        Some(text) => Device::parse("distributed.device", text)?,
+        None => Device::Cpu,
+    };
+    if !device.is_cuda() {
+        return Ok(None);
+    }
+    crate::device::coverage::check(device, preset)?;
+    // Ranks on one node share its GPUs round robin (`Device::ordinal`).
+    let local_rank = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(rank);
+    open_gpu(device, local_rank)
+}
+
+#[cfg(feature = "cuda")]
+fn open_gpu(device: Device, local_rank: usize) -> Result<Option<Box<dyn DeviceSolver>>> {
+    let gpu = Arc::new(crate::cuda::Gpu::open(device, local_rank)?);
+    Ok(Some(Box::new(gpu)))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_gpu(device: Device, _local_rank: usize) -> Result<Option<Box<dyn DeviceSolver>>> {
+    Err(crate::device::selftest::no_gpu_support(device))
 }
 
 /// What the setup of a run computed: carried from one generation of an elastic group to the next
@@ -664,6 +721,8 @@ struct Carried {
     /// When the last loss was seen, until the first iteration after it completes.
     failed_at: Option<Instant>,
     die_at: Option<DieAt>,
+    /// The device the algorithm runs on (`None`: the CPU).
+    device: Option<Box<dyn DeviceSolver>>,
     /// The generations before this one (elastic runs that lost a rank), with this rank's
     /// communication seconds and iteration profiles in them.
     generations: Vec<GenerationTimes>,
@@ -691,16 +750,18 @@ impl Carried {
             recoveries: Vec::new(),
             failed_at: None,
             die_at: None,
+            device: None,
             generations: Vec::new(),
             communication_secs_before: 0.0,
             profiles_before: Vec::new(),
         })
     }
 
-    /// Records a completed iteration.
-    fn completed(&mut self, report: &IterationReport, x: &Tensor) {
+    /// Records a completed iteration (elastic runs copy its iterate to the host).
+    fn completed(&mut self, report: &IterationReport, x: &dyn HostView) -> Result<()> {
         self.history.push(report.clone());
         if self.keep_iterates {
+            let x = &*x.to_host()?;
             // The older of the two iterates kept is dropped: its buffer takes the new one.
             let kept = match self.iterates.len() {
                 2 => match self.iterates.remove(0) {
@@ -719,6 +780,7 @@ impl Carried {
         {
             r.recovery_secs = Some(t.elapsed().as_secs_f64());
         }
+        Ok(())
     }
 
     /// Records the end of a generation of `world_size` ranks that began after iteration `first`
@@ -919,13 +981,19 @@ fn solve_and_report(
         die.check(carried.history.len() + 1, DiePoint::Start);
     }
     let mut profiler = Profiler::start(timed.clone())?;
-    let mut callback = |report: &IterationReport, x: &Tensor| {
+    let device = carried.device.take();
+    // A failed download of the iterate (a device run) ends the run with its error.
+    let mut failed = None;
+    let mut callback = |report: &IterationReport, x: &dyn HostView| {
         profiler.iteration_done(&report.times);
         let now = timed.secs();
         let mut report = report.clone();
         report.times.communication_secs = now - comm_mark;
         comm_mark = now;
-        carried.completed(&report, x);
+        if let Err(e) = carried.completed(&report, x) {
+            failed = Some(e);
+            return ControlFlow::Break(());
+        }
         let flow = on_event(JobEvent::Iteration { report: &report, x });
         iteration_now.store(report.iteration + 1, Ordering::Relaxed);
         if let Some(die) = die_at {
@@ -948,23 +1016,55 @@ fn solve_and_report(
                 iteration: *iteration,
                 x,
             });
-            optim::pnp::pnp_from(
-                &stack,
-                &preset.fidelity,
-                denoiser,
-                ys,
-                x_shape,
-                &cfg,
-                &monitor,
-                &mut callback,
-                start,
-            )
+            match (&device, start) {
+                (Some(device), None) => pnp_on_device(
+                    device.as_ref(),
+                    preset,
+                    &stack,
+                    ys,
+                    x_shape,
+                    &cfg,
+                    &monitor,
+                    &mut callback,
+                ),
+                (Some(_), Some(_)) => Err(Error::Internal(
+                    "a resumed (elastic) run on a device".into(),
+                )),
+                (None, start) => optim::pnp::pnp_from(
+                    &stack,
+                    &preset.fidelity,
+                    denoiser,
+                    ys,
+                    x_shape,
+                    &cfg,
+                    &monitor,
+                    &mut |r: &IterationReport, x: &Tensor| callback(r, x),
+                    start,
+                ),
+            }
             .map(|r| (format!("pnp ({})", denoiser.name()), r))
         }
-        AlgorithmConfig::Cg(cfg) => optim::least_squares(&stack, ys, cfg, &monitor, &mut callback)
-            .map(|r| ("cg least squares".to_string(), r)),
-        AlgorithmConfig::Fbp(_) => run_fbp(fbp_operator, x_shape, ys, &monitor, &mut callback)
-            .map(|r| ("fbp".to_string(), r)),
+        AlgorithmConfig::Cg(cfg) => optim::least_squares(
+            &stack,
+            ys,
+            cfg,
+            &monitor,
+            &mut |r: &IterationReport, x: &Tensor| callback(r, x),
+        )
+        .map(|r| ("cg least squares".to_string(), r)),
+        AlgorithmConfig::Fbp(_) => run_fbp(
+            fbp_operator,
+            x_shape,
+            ys,
+            &monitor,
+            &mut |r: &IterationReport, x: &Tensor| callback(r, x),
+        )
+        .map(|r| ("fbp".to_string(), r)),
+    };
+    carried.device = device;
+    let solved = match failed {
+        Some(e) => Err(e),
+        None => solved,
     };
     let generation_secs = t_solve.elapsed().as_secs_f64();
     let (algorithm, recon) = match solved {
@@ -1110,6 +1210,55 @@ fn solve_and_report(
     io::write_atomic(&staging.path().join(METRICS_FILE), &json)?;
     summary.run_dir = Some(staging.commit(&preset.name)?);
     Ok(summary)
+}
+
+/// PnP on `device` (every component of the preset has a device twin: `open_device` checked): the
+/// preset's operators built on the host for their twins, the measurements `ys` simulated on the
+/// host as for a CPU run, the step from the host stack (the CPU run's value).
+#[allow(clippy::too_many_arguments)]
+fn pnp_on_device(
+    device: &dyn DeviceSolver,
+    preset: &Preset,
+    stack: &DistributedStack,
+    ys: &[Tensor],
+    x_shape: &[usize],
+    cfg: &PnpConfig,
+    monitor: &Monitor<'_>,
+    on_iter: &mut optim::ViewCallback<'_>,
+) -> Result<Reconstruction> {
+    let built = preset
+        .operators()?
+        .iter()
+        .map(|spec| BuiltOperator::build(spec, x_shape))
+        .collect::<Result<Vec<_>>>()?;
+    let ops: Vec<HostOperator<'_>> = built.iter().map(BuiltOperator::host).collect();
+    let tv = match &preset.denoiser {
+        Some(DenoiserConfig::Tv(c)) => c.build()?,
+        Some(other) => {
+            return Err(Error::Unsupported(format!(
+                "denoiser {} is not on the GPU yet",
+                other.kind_name()
+            )));
+        }
+        None => {
+            return Err(Error::config(
+                "denoiser",
+                "the pnp algorithm needs a [denoiser] section",
+            ));
+        }
+    };
+    let problem = PnpTv {
+        host_physics: stack,
+        ops: &ops,
+        fidelity: &preset.fidelity,
+        denoiser: &tv,
+        ys,
+        x_shape,
+        cfg,
+        monitor,
+        ranks: Some(stack),
+    };
+    device.pnp(&problem, on_iter)
 }
 
 /// How the back-projection baseline is formed: FBP for a stack of one tomography operator.

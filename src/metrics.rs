@@ -18,7 +18,7 @@ fn check_pair(op: &str, x: &Tensor, reference: &Tensor) -> Result<()> {
     Ok(())
 }
 
-fn check_range(op: &str, data_range: f32) -> Result<()> {
+pub(crate) fn check_range(op: &str, data_range: f32) -> Result<()> {
     if !(data_range.is_finite() && data_range > 0.0) {
         return Err(Error::config(
             format!("{op}.data_range"),

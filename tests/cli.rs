@@ -769,17 +769,45 @@ fn a_gpu_run_is_refused_by_name_and_never_run_on_the_cpu() {
         ],
     ] {
         let o = tessera(&args, dir.path());
-        assert!(!o.status.success(), "{args:?} ran");
         let e = stderr(&o);
+        assert!(!e.contains("panicked"), "{e}");
         if cfg!(feature = "cuda") {
-            // Every part of `quick` (a circular blur, L2, TV, PnP) has a device twin.
-            assert!(e.contains("does not drive them yet"), "{e}");
+            // Every part of `quick` (a circular blur, L2, TV, PnP) has a device twin, so the run
+            // goes to the GPU: without one (this machine), opening it is the error.
+            if o.status.success() {
+                continue;
+            }
+            // The job itself got as far as opening the device (no refusal before it).
+            assert!(
+                e.contains("running preset") && (e.contains("NVIDIA") || e.contains("GPU")),
+                "{e}"
+            );
+            assert!(!e.contains("not on the GPU yet"), "{e}");
         } else {
+            assert!(!o.status.success(), "{args:?} ran");
             assert!(e.contains("--features cuda"), "{e}");
         }
-        assert!(!e.contains("panicked"), "{e}");
         assert!(!dir.path().join("out").exists(), "{args:?} wrote outputs");
     }
+    // A part that is not on the GPU is named before anything runs, in every build.
+    let o = tessera(
+        &[
+            "run",
+            "quick",
+            "--quiet",
+            "--device",
+            "cuda",
+            "--set",
+            "fidelity.kind=\"l1\"",
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    if cfg!(feature = "cuda") {
+        assert!(e.contains("not on the GPU yet: fidelity l1"), "{e}");
+    }
+    assert!(!dir.path().join("out").exists());
     // The CPU, named, runs as before.
     let o = tessera(
         &[

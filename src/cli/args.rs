@@ -62,8 +62,8 @@ pub(super) enum Command {
         #[arg(long, conflicts_with = "attach")]
         elastic: bool,
         /// Where every rank computes: cpu, cuda (GPU LOCAL_RANK % count) or cuda:N (also
-        /// `[distributed] device`, else TESSERA_DEVICE). A job with parts not on the GPU yet is
-        /// refused with their names; see docs/GPU.md.
+        /// `[distributed] device`, else TESSERA_DEVICE). A job whose every part is on the GPU runs
+        /// there; one with parts not on the GPU yet is refused with their names; see docs/GPU.md.
         #[arg(long, value_name = "DEVICE", conflicts_with = "attach")]
         device: Option<String>,
         /// Submit the preset to a running `tessera serve` at HOST:PORT or unix:PATH instead of

@@ -42,7 +42,18 @@ pub(super) fn run(
         return run_fwi(name, fwi, out, replace, quiet, elastic, group);
     }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
-    let loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let mut loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let configured = match (device, &loaded.preset.distributed.device) {
+        (Some(text), _) => Some(Device::parse("--device", text)?),
+        (None, Some(text)) => Some(Device::parse("distributed.device", text)?),
+        (None, None) => None,
+    };
+    let chosen = Device::chosen(configured)?;
+    // The job opens the device its preset names: `--device` (or TESSERA_DEVICE) goes there. A CPU
+    // run that named no device keeps its preset as it was.
+    if chosen.is_cuda() || loaded.preset.distributed.device.is_some() {
+        loaded.preset.distributed.device = Some(chosen.to_string());
+    }
     let preset = &loaded.preset;
     let placement = place_threads(group, preset.distributed.threads_per_rank)?;
     let out_dir = run_dir(
@@ -63,16 +74,18 @@ pub(super) fn run(
         };
         job::check_inputs(preset, &[], world, here)
             .with_context(|| format!("checking preset {}", loaded.origin))?;
-        let configured = match (device, &preset.distributed.device) {
-            (Some(text), _) => Some(Device::parse("--device", text)?),
-            (None, Some(text)) => Some(Device::parse("distributed.device", text)?),
-            (None, None) => None,
-        };
-        tessera::device::coverage::check_run(Device::chosen(configured)?, preset, world)?;
+        tessera::device::coverage::check_run(chosen, preset)?;
     }
     let elastic = elastic || preset.distributed.elastic;
     if elastic && !launched {
         check_elastic(group)?;
+        if chosen.is_cuda() {
+            // `[distributed] elastic` is named by the device check; this is `--elastic`.
+            bail!(
+                "--device {chosen}: not on the GPU yet: elastic runs (docs/GPU.md); run on the \
+                 CPU (--device cpu) meanwhile"
+            );
+        }
     }
     if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
         let args = strip_option(std::env::args_os().skip(1), "--ranks");

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use super::backend::{Backend, DeviceVec};
 use super::ops::vector;
 use crate::error::{Error, Result};
-use crate::optim::space::Iterate;
+use std::borrow::Cow;
+
+use crate::optim::space::{HostView, Iterate, Truth};
 use crate::tensor::Tensor;
 
 /// Where an [`Array`]'s values live.
@@ -115,6 +117,19 @@ fn mixed(op: &str) -> Error {
     ))
 }
 
+impl<B: Backend> HostView for Array<B> {
+    fn view_shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    fn to_host(&self) -> Result<Cow<'_, Tensor>> {
+        match &self.storage {
+            Storage::Host(t) => Ok(Cow::Borrowed(t)),
+            Storage::Device { .. } => Ok(Cow::Owned(self.to_tensor()?)),
+        }
+    }
+}
+
 impl<B: Backend> Iterate for Array<B> {
     fn shape(&self) -> &[usize] {
         &self.shape
@@ -185,10 +200,42 @@ impl<B: Backend> Iterate for Array<B> {
         }
     }
 
-    fn with_host<R>(&self, f: impl FnOnce(&Tensor) -> R) -> Result<R> {
-        match &self.storage {
-            Storage::Host(t) => Ok(f(t)),
-            Storage::Device { .. } => Ok(f(&self.to_tensor()?)),
+    fn truth_beside<'a>(&self, host: &'a Tensor) -> Result<Truth<'a, Self>> {
+        if host.shape() != self.shape() {
+            return Err(Error::shape("ground truth", &self.shape, host.shape()));
+        }
+        let here = match &self.storage {
+            Storage::Host(_) => None,
+            Storage::Device { backend, .. } => Some(Array::upload(backend, host)?),
+        };
+        Ok(Truth { host, here })
+    }
+
+    /// On the device, for one image (a batch of one): `‖x − truth‖²` by one reduction, a scalar
+    /// download. A batch of several images averages per-image PSNRs (`metrics::psnr`), which needs
+    /// per-image sums that the reductions do not take yet: it is computed on the host.
+    fn psnr(&self, truth: &Truth<'_, Self>, data_range: f32) -> Result<f64> {
+        let one_image = self.shape.len() < 4 || self.shape[0] <= 1;
+        match (&self.storage, &truth.here) {
+            (
+                Storage::Device { values, backend },
+                Some(Array {
+                    storage: Storage::Device { values: tv, .. },
+                    ..
+                }),
+            ) if one_image => {
+                // `truth_beside` checked the shapes.
+                crate::metrics::check_range("psnr", data_range)?;
+                let b = backend.as_ref();
+                let d = vector::sub(b, values, tv)?;
+                let mse = vector::dot(b, &d, &d)? / values.len().max(1) as f64;
+                Ok(if mse == 0.0 {
+                    f64::INFINITY
+                } else {
+                    10.0 * ((data_range as f64).powi(2) / mse).log10()
+                })
+            }
+            _ => crate::metrics::psnr(&*self.to_host()?, truth.host, data_range),
         }
     }
 

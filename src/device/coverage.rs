@@ -20,10 +20,11 @@ fn operator_on_gpu(config: &PhysicsConfig) -> bool {
     )
 }
 
-/// The components of `preset` run by `ranks` ranks that have no device implementation yet, as a
-/// user would name them. Noise is drawn once, on the host, when the measurements are simulated
+/// The components of `preset` that have no device implementation yet, as a user would name them.
+/// Any number of ranks may share the GPUs: their collectives are staged through the host
+/// (`device::solve::DeviceObjective`). Noise is drawn once, on the host, when the measurements are simulated
 /// (before they are uploaded), so it is not a component of the loop and is not listed.
-pub fn not_on_gpu(preset: &Preset, ranks: usize) -> Vec<String> {
+pub fn not_on_gpu(preset: &Preset) -> Vec<String> {
     let mut missing = Vec::new();
     for (i, op) in preset.physics.iter().enumerate() {
         if !operator_on_gpu(op) {
@@ -51,13 +52,14 @@ pub fn not_on_gpu(preset: &Preset, ranks: usize) -> Vec<String> {
         AlgorithmConfig::Cg(_) => missing.push("algorithm cg".into()),
         AlgorithmConfig::Fbp(_) => missing.push("algorithm fbp".into()),
     }
-    if ranks > 1 {
-        missing.push(format!("collectives ({ranks} ranks)"));
+    // The device runs of an elastic group would resume on the CPU (job::run_elastic).
+    if preset.distributed.elastic {
+        missing.push("elastic runs".into());
     }
     missing
 }
 
-fn physics_kind(config: &PhysicsConfig) -> &'static str {
+pub(crate) fn physics_kind(config: &PhysicsConfig) -> &'static str {
     match config {
         PhysicsConfig::Blur(_) => "blur",
         PhysicsConfig::Blur3d(_) => "blur3d",
@@ -75,13 +77,13 @@ fn tiling_kind(kind: TilingKind) -> &'static str {
     }
 }
 
-/// `Ok` when a job of `ranks` ranks can run on `device`: always on the CPU; on a GPU only when
-/// every component has a device implementation, else one error naming them all.
-pub fn check(device: Device, preset: &Preset, ranks: usize) -> Result<()> {
+/// `Ok` when a job can run on `device`: always on the CPU; on a GPU only when every component has
+/// a device implementation, else one error naming them all.
+pub fn check(device: Device, preset: &Preset) -> Result<()> {
     if !device.is_cuda() {
         return Ok(());
     }
-    let missing = not_on_gpu(preset, ranks);
+    let missing = not_on_gpu(preset);
     if missing.is_empty() {
         return Ok(());
     }
@@ -92,23 +94,18 @@ pub fn check(device: Device, preset: &Preset, ranks: usize) -> Result<()> {
     )))
 }
 
-/// What `tessera run` answers to `device`: `Ok` on the CPU; on a GPU, a build without the `cuda`
-/// feature says how to rebuild, a job with components not on the GPU names them all ([`check`]),
-/// and otherwise the run is refused because it does not drive the device loop yet (the library's
-/// `device::solve::pnp` does, and `tessera selftest --device cuda` times it) — never a CPU run.
-pub fn check_run(device: Device, preset: &Preset, ranks: usize) -> Result<()> {
+/// What `tessera run` answers to `device` before any rank starts: `Ok` on the CPU; on a GPU, a
+/// build without the `cuda` feature says how to rebuild, and a job with components not on the GPU
+/// names them all ([`check`]) — never a CPU run. A job that passes runs on the device (`job` opens
+/// it; a missing GPU or library is its error there).
+pub fn check_run(device: Device, preset: &Preset) -> Result<()> {
     if !device.is_cuda() {
         return Ok(());
     }
     if !cfg!(feature = "cuda") {
         return Err(super::selftest::no_gpu_support(device));
     }
-    check(device, preset, ranks)?;
-    Err(Error::Unsupported(format!(
-        "--device {device}: every component of this job has a device implementation, but \
-         `tessera run` does not drive them yet (issue 28; `tessera selftest --device cuda` runs \
-         them); run on the CPU (--device cpu) meanwhile"
-    )))
+    check(device, preset)
 }
 
 #[cfg(test)]
@@ -124,14 +121,13 @@ mod tests {
     #[test]
     fn a_job_names_every_component_not_on_the_gpu() {
         let preset = bundled("tomography2d");
-        assert!(check(Device::Cpu, &preset, 3).is_ok());
-        let missing = not_on_gpu(&bundled("tomography3d"), 1);
+        assert!(check(Device::Cpu, &preset).is_ok());
+        let missing = not_on_gpu(&bundled("tomography3d"));
         assert!(
             missing.contains(&"physics #0 (tomography3d)".to_string()),
             "{missing:?}"
         );
-        // A preset with one of everything that is not on the GPU yet, on two ranks: one error
-        // lists them all.
+        // A preset with one of everything that is not on the GPU yet: one error lists them all.
         let mut preset = bundled("tomography2d");
         preset
             .physics
@@ -145,9 +141,8 @@ mod tests {
             ..Default::default()
         });
         preset.distributed.split_by_channel = Some(3);
-        let e = check(Device::Cuda(None), &preset, 2)
-            .unwrap_err()
-            .to_string();
+        preset.distributed.elastic = true;
+        let e = check(Device::Cuda(None), &preset).unwrap_err().to_string();
         assert!(e.contains("--device cuda: not on the GPU yet: "), "{e}");
         for part in [
             "physics #1 (tomography3d)",
@@ -155,7 +150,7 @@ mod tests {
             "fidelity l1",
             "denoiser median",
             "tiling spatial",
-            "collectives (2 ranks)",
+            "elastic runs",
         ] {
             assert!(e.contains(part), "{part} missing from: {e}");
         }
@@ -172,18 +167,18 @@ mod tests {
             ),
         ] {
             preset.algorithm = algorithm;
-            assert!(not_on_gpu(&preset, 1).contains(&name.to_string()), "{name}");
+            assert!(not_on_gpu(&preset).contains(&name.to_string()), "{name}");
         }
     }
 
-    /// PnP with TV on 2-D tomography or blurs, one rank: every component has a device twin.
+    /// PnP with TV on 2-D tomography or blurs: every component has a device twin.
     #[test]
     fn pnp_tv_on_tomography_or_blurs_is_on_the_gpu() {
         let mut preset = bundled("tomography2d");
         preset.denoiser = Some(DenoiserConfig::Tv(Default::default()));
         preset.tiling = None;
         preset.algorithm = AlgorithmConfig::Pnp(Default::default());
-        assert_eq!(not_on_gpu(&preset, 1), Vec::<String>::new());
-        assert!(check(Device::Cuda(Some(0)), &preset, 1).is_ok());
+        assert_eq!(not_on_gpu(&preset), Vec::<String>::new());
+        assert!(check(Device::Cuda(Some(0)), &preset).is_ok());
     }
 }

@@ -79,6 +79,17 @@ impl Drop for EmulatedBuffer {
 /// The kernels on the CPU; see the module docs.
 pub(crate) struct Emulator;
 
+thread_local! {
+    /// The size in bytes of every download this thread made (tests count the iterate's copies to
+    /// the host; each test runs on its own thread).
+    static DOWNLOADS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The sizes in bytes of the downloads this thread made since the last call, which forgets them.
+pub(crate) fn take_downloads() -> Vec<usize> {
+    DOWNLOADS.with_borrow_mut(std::mem::take)
+}
+
 /// Builds (once per process) and loads the library of one kernel source.
 fn library(source: &'static KernelSource) -> Result<usize> {
     static LIBS: OnceLock<Mutex<HashMap<&'static str, Library>>> = OnceLock::new();
@@ -194,6 +205,7 @@ impl Backend for Emulator {
         }
         // SAFETY: in bounds (checked), distinct allocations.
         unsafe { std::ptr::copy_nonoverlapping(buf.ptr, out.as_mut_ptr(), out.len()) };
+        DOWNLOADS.with_borrow_mut(|d| d.push(out.len()));
         Ok(())
     }
 

@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::fidelity::FidelityConfig;
 use crate::linalg::deterministic_start;
 use crate::optim::pnp::PnpConfig;
+use crate::optim::space::HostView;
 use crate::optim::{IterationReport, Monitor, Reconstruction};
 use crate::physics::blur::{Blur, gaussian_kernel};
 use crate::physics::conv::Padding;
@@ -673,17 +674,22 @@ impl<B: Backend> Run<'_, B> {
         let cpu_secs = start.elapsed().as_secs_f64();
         self.backend.synchronize()?;
         let start = Instant::now();
+        let problem = solve::PnpTv {
+            host_physics: host,
+            ops,
+            fidelity: &fidelity,
+            denoiser: &tv,
+            ys: &ys,
+            x_shape: truth.shape(),
+            cfg: &cfg,
+            monitor: &monitor,
+            ranks: None,
+        };
+        // The iterate stays on the device: no preview is asked for.
         let device = solve::pnp(
             self.shared,
-            host,
-            ops,
-            &fidelity,
-            &tv,
-            &ys,
-            truth.shape(),
-            &cfg,
-            &monitor,
-            &mut go_on,
+            &problem,
+            &mut |_: &IterationReport, _: &dyn HostView| ControlFlow::Continue(()),
         )?;
         self.backend.synchronize()?;
         let device_secs = start.elapsed().as_secs_f64();

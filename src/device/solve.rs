@@ -11,12 +11,16 @@ use super::ops::conv::{DeviceBlurStack, DeviceConv, Planes};
 use super::ops::tomography::DeviceTomography;
 use super::ops::{tv, vector};
 use crate::denoise::tv::TvDenoiser;
+use crate::dist::physics::{DistributedStack, owner};
+use crate::dist::wire;
 use crate::error::{Error, Result};
 use crate::fidelity::{FidelityConfig, Reduction};
 use crate::optim::pnp::{Init, Objective, PnpConfig, pnp_loop, step_size};
 use crate::optim::space::{Iterate, Prox};
-use crate::optim::{IterationCallback, Monitor, Reconstruction};
+use crate::optim::{Monitor, Reconstruction, ViewCallback};
+use crate::physics::PhysicsConfig;
 use crate::physics::blur::Blur;
+use crate::physics::channels::OperatorSpec;
 use crate::physics::stack::BlurFusion;
 use crate::physics::tomography::Tomography;
 use crate::physics::{LinearPhysics, StackedLinearPhysics};
@@ -29,15 +33,99 @@ pub enum HostOperator<'a> {
     Blur(&'a Blur),
 }
 
-enum DeviceOperator<B: Backend> {
-    Tomography(DeviceTomography<B>),
-    Blur(DeviceConv<B>),
+/// A preset's operator built on the host for its device twin (`HostOperator` borrows it).
+pub enum BuiltOperator {
+    Tomography(Tomography),
+    Blur(Blur),
 }
 
-/// The device twin of a stack: operator by operator, or (as `physics::Stack` does when its
-/// operators are circular blurs of one kernel size) fused.
+impl BuiltOperator {
+    /// Builds operator `spec` of a job for images of shape `x_shape`; what has no device twin
+    /// (`device::coverage` refuses such jobs first) says so.
+    pub fn build(spec: &OperatorSpec, x_shape: &[usize]) -> Result<Self> {
+        match (&spec.config, spec.channels) {
+            (PhysicsConfig::Tomography(c), None) => Ok(Self::Tomography(c.build(x_shape)?)),
+            (PhysicsConfig::Blur(c), None) => Ok(Self::Blur(c.build()?)),
+            (_, Some(_)) => Err(Error::Unsupported(
+                "physics split by channel is not on the GPU yet".into(),
+            )),
+            (config, None) => Err(Error::Unsupported(format!(
+                "physics {} is not on the GPU yet",
+                super::coverage::physics_kind(config)
+            ))),
+        }
+    }
+
+    pub fn host(&self) -> HostOperator<'_> {
+        match self {
+            Self::Tomography(t) => HostOperator::Tomography(t),
+            Self::Blur(b) => HostOperator::Blur(b),
+        }
+    }
+}
+
+/// An operator's device twin on images of `Planes`.
+trait DeviceLinear<B: Backend> {
+    fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>>;
+
+    fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>>;
+}
+
+impl<B: Backend> DeviceLinear<B> for DeviceTomography<B> {
+    fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceTomography::forward(self, backend, x, image.count)
+    }
+
+    fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceTomography::adjoint(self, backend, y, image.count)
+    }
+}
+
+impl<B: Backend> DeviceLinear<B> for DeviceConv<B> {
+    fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceConv::forward(self, backend, x, image.count, image.channels, image.dims)
+    }
+
+    fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceConv::adjoint(self, backend, y, image.count, image.channels, image.dims)
+    }
+}
+
+/// The device twin of a stack: operator by operator (this rank's, with their indices in the
+/// stack), or (as `physics::Stack` does when its operators are circular blurs of one kernel size,
+/// on one rank) fused.
 enum DeviceOperators<B: Backend> {
-    Each(Vec<DeviceOperator<B>>),
+    Each(Vec<(usize, Box<dyn DeviceLinear<B>>)>),
     FusedBlurs(Box<DeviceBlurStack<B>>),
 }
 
@@ -49,36 +137,6 @@ fn planes_of(shape: &[usize], op: &str) -> Result<Planes> {
             op,
             format!("the device operators take images (B, C, H, W), got shape {shape:?}"),
         )),
-    }
-}
-
-impl<B: Backend> DeviceOperator<B> {
-    fn forward(
-        &self,
-        backend: &B,
-        x: &DeviceVec<B, f32>,
-        image: Planes,
-    ) -> Result<DeviceVec<B, f32>> {
-        match self {
-            DeviceOperator::Tomography(t) => t.forward(backend, x, image.count),
-            DeviceOperator::Blur(c) => {
-                c.forward(backend, x, image.count, image.channels, image.dims)
-            }
-        }
-    }
-
-    fn adjoint(
-        &self,
-        backend: &B,
-        y: &DeviceVec<B, f32>,
-        image: Planes,
-    ) -> Result<DeviceVec<B, f32>> {
-        match self {
-            DeviceOperator::Tomography(t) => t.adjoint(backend, y, image.count),
-            DeviceOperator::Blur(c) => {
-                c.adjoint(backend, y, image.count, image.channels, image.dims)
-            }
-        }
     }
 }
 
@@ -98,24 +156,35 @@ fn sum_in_order<B: Backend>(
 }
 
 /// The L2 data term `Σᵢ wᵢ/2‖Aᵢx − yᵢ‖²` of a stack on the device, with its measurements there.
-pub struct DeviceObjective<B: Backend> {
+///
+/// With the stack's operators spread over ranks (`ranks`; a fused blur stack is not split: every
+/// rank applies it whole), each rank holds the operators it owns (`dist::physics::owner`) and
+/// their measurements; a sum over the operators stages every term
+/// through the host (device → host → the group's transport → device) and adds them on the device
+/// in operator order, as one rank does: 1 and N ranks give the same bits.
+pub struct DeviceObjective<'g, B: Backend> {
     backend: Arc<B>,
     ops: DeviceOperators<B>,
+    /// The measurements of the operators of `ops`, in their order.
     ys: Vec<DeviceVec<B, f32>>,
+    /// The ranks' stack when the operators are spread over more than one rank.
+    ranks: Option<&'g DistributedStack>,
     /// `wᵢ` of every operator (the fidelity's reduction over σ², as `FidelityConfig::grad`).
     weights: Vec<f32>,
     /// `f = value_scale·Σ‖Aᵢx − yᵢ‖²`.
     value_scale: f64,
 }
 
-impl<B: Backend> DeviceObjective<B> {
-    /// Uploads the operators of a stack and its measurements `ys`. Fails, naming what, for a
-    /// fidelity that is not on the device.
+impl<'g, B: Backend> DeviceObjective<'g, B> {
+    /// Uploads the operators of a stack and its measurements `ys` (of every operator), this rank's
+    /// share when `ranks` spreads them over several. Fails, naming what, for a fidelity that is
+    /// not on the device.
     pub fn new(
         backend: &Arc<B>,
         ops: &[HostOperator<'_>],
         fidelity: &FidelityConfig,
         ys: &[Tensor],
+        ranks: Option<&'g DistributedStack>,
     ) -> Result<Self> {
         fidelity.validate()?;
         let FidelityConfig::L2 { sigma, reduction } = *fidelity else {
@@ -141,17 +210,32 @@ impl<B: Backend> DeviceObjective<B> {
                 blurs.iter().map(|b| *b as &dyn LinearPhysics).collect();
             BlurFusion::for_ops(&refs).is_some()
         });
+        // A fused stack costs about one operator: every rank applies all of it (as the CPU's Gram
+        // kernel), with no communication and one rank's bits. Other stacks are split over ranks.
+        let ranks = ranks.filter(|stack| stack.comm().world_size() > 1 && fused.is_none());
+        let mine: Vec<usize> = match ranks {
+            Some(stack) if stack.len() != ops.len() => {
+                return Err(Error::Internal(format!(
+                    "a device stack of {} operators for a group's stack of {}",
+                    ops.len(),
+                    stack.len()
+                )));
+            }
+            Some(stack) => stack.local_indices(),
+            None => (0..ops.len()).collect(),
+        };
         let device_ops = match fused {
             Some(blurs) => DeviceOperators::FusedBlurs(Box::new(DeviceBlurStack::new(&blurs)?)),
             None => DeviceOperators::Each(
-                ops.iter()
-                    .map(|op| {
-                        Ok(match op {
-                            HostOperator::Tomography(t) => DeviceOperator::Tomography(
-                                DeviceTomography::new(backend.as_ref(), t)?,
-                            ),
-                            HostOperator::Blur(b) => DeviceOperator::Blur(DeviceConv::from_blur(b)),
-                        })
+                mine.iter()
+                    .map(|&i| -> Result<(usize, Box<dyn DeviceLinear<B>>)> {
+                        let op: Box<dyn DeviceLinear<B>> = match ops[i] {
+                            HostOperator::Tomography(t) => {
+                                Box::new(DeviceTomography::new(backend.as_ref(), t)?)
+                            }
+                            HostOperator::Blur(b) => Box::new(DeviceConv::from_blur(b)),
+                        };
+                        Ok((i, op))
                     })
                     .collect::<Result<_>>()?,
             ),
@@ -164,11 +248,12 @@ impl<B: Backend> DeviceObjective<B> {
         Ok(DeviceObjective {
             backend: backend.clone(),
             ops: device_ops,
-            ys: ys
+            ys: mine
                 .iter()
-                .map(|y| DeviceVec::from_host(backend.as_ref(), y.data()))
+                .map(|&i| DeviceVec::from_host(backend.as_ref(), ys[i].data()))
                 .collect::<Result<_>>()?,
-            weights: vec![w; ys.len()],
+            ranks,
+            weights: vec![w; mine.len()],
             value_scale: scale / (2.0 * (sigma as f64).powi(2)),
         })
     }
@@ -178,8 +263,75 @@ impl<B: Backend> DeviceObjective<B> {
         let b = self.backend.as_ref();
         match &self.ops {
             DeviceOperators::FusedBlurs(stack) => stack.forward(b, x, image),
-            DeviceOperators::Each(ops) => ops.iter().map(|op| op.forward(b, x, image)).collect(),
+            DeviceOperators::Each(ops) => {
+                ops.iter().map(|(_, op)| op.forward(b, x, image)).collect()
+            }
         }
+    }
+
+    /// `Σᵢ termᵢ` over every operator of the stack, in operator order, from this rank's `terms`
+    /// (index, values of an image of shape `x_shape`); see the type's docs for more than one rank.
+    fn sum_terms(
+        &self,
+        x_shape: &[usize],
+        terms: Vec<(usize, DeviceVec<B, f32>)>,
+    ) -> Result<DeviceVec<B, f32>> {
+        let b = self.backend.as_ref();
+        let parts = match self.ranks {
+            None => terms.into_iter().map(|(_, t)| t).collect(),
+            Some(stack) => {
+                let staged = terms
+                    .into_iter()
+                    .map(|(i, t)| Ok((i, Tensor::from_vec(x_shape, t.to_host(b)?)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                stack
+                    .gather_indexed(staged)?
+                    .iter()
+                    .map(|t| DeviceVec::from_host(b, t.data()))
+                    .collect::<Result<_>>()?
+            }
+        };
+        sum_in_order(b, parts)
+    }
+
+    /// `Σᵢ valueᵢ` over every operator, in operator order, from this rank's `(index, value)`s.
+    fn sum_values(&self, values: Vec<(usize, f64)>) -> Result<f64> {
+        let all = match self.ranks {
+            None => values,
+            Some(stack) => {
+                let mut slots = vec![None; stack.len()];
+                let gathered: Vec<Vec<(usize, f64)>> =
+                    wire::all_gather_as(stack.comm().as_ref(), "objective terms", &values)?;
+                for (rank, part) in gathered.into_iter().enumerate() {
+                    for (i, v) in part {
+                        match slots.get_mut(i) {
+                            Some(slot @ None) if owner(i, stack.comm().world_size()) == rank => {
+                                *slot = Some(v)
+                            }
+                            _ => {
+                                return Err(Error::bad_peer_data(
+                                    rank,
+                                    format!("an objective term of operator {i} it does not own"),
+                                ));
+                            }
+                        }
+                    }
+                }
+                slots
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        v.map(|v| (i, v)).ok_or_else(|| {
+                            Error::bad_peer_data(
+                                owner(i, stack.comm().world_size()),
+                                format!("sent no objective term of operator {i}"),
+                            )
+                        })
+                    })
+                    .collect::<Result<_>>()?
+            }
+        };
+        Ok(all.into_iter().fold(0.0, |total, (_, v)| total + v))
     }
 
     fn check_measurements(&self, axs: &[DeviceVec<B, f32>]) -> Result<()> {
@@ -192,7 +344,7 @@ impl<B: Backend> DeviceObjective<B> {
     }
 }
 
-impl<B: Backend> Objective<Array<B>> for DeviceObjective<B> {
+impl<B: Backend> Objective<Array<B>> for DeviceObjective<'_, B> {
     fn gradient(&self, x: &Array<B>) -> Result<Array<B>> {
         let image = planes_of(x.shape(), "data fidelity gradient")?;
         let xv = x.device_values("data fidelity gradient")?;
@@ -202,18 +354,18 @@ impl<B: Backend> Objective<Array<B>> for DeviceObjective<B> {
                 stack.gradient(b, xv, &self.ys, &self.weights, image)?
             }
             DeviceOperators::Each(ops) => {
-                let parts = ops
+                let terms = ops
                     .iter()
                     .zip(&self.ys)
                     .zip(&self.weights)
-                    .map(|((op, y), &w)| {
+                    .map(|(((i, op), y), &w)| {
                         let ax = op.forward(b, xv, image)?;
                         let mut r = vector::sub(b, &ax, y)?;
                         vector::scale(b, &mut r, w)?;
-                        op.adjoint(b, &r, image)
+                        Ok((*i, op.adjoint(b, &r, image)?))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                sum_in_order(b, parts)?
+                self.sum_terms(x.shape(), terms)?
             }
         };
         Array::on_device(&self.backend, x.shape(), grad)
@@ -224,12 +376,19 @@ impl<B: Backend> Objective<Array<B>> for DeviceObjective<B> {
         let axs = self.forward(x.device_values("data fidelity")?, image)?;
         self.check_measurements(&axs)?;
         let b = self.backend.as_ref();
-        let mut total = 0.0;
-        for (ax, y) in axs.iter().zip(&self.ys) {
-            let r = vector::sub(b, ax, y)?;
-            total += vector::dot(b, &r, &r)?;
-        }
-        Ok(total * self.value_scale)
+        let indices: Vec<usize> = match &self.ops {
+            DeviceOperators::FusedBlurs(_) => (0..axs.len()).collect(),
+            DeviceOperators::Each(ops) => ops.iter().map(|(i, _)| *i).collect(),
+        };
+        let values = indices
+            .into_iter()
+            .zip(axs.iter().zip(&self.ys))
+            .map(|(i, (ax, y))| {
+                let r = vector::sub(b, ax, y)?;
+                Ok((i, vector::dot(b, &r, &r)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.sum_values(values)? * self.value_scale)
     }
 
     fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<Array<B>> {
@@ -247,12 +406,12 @@ impl<B: Backend> Objective<Array<B>> for DeviceObjective<B> {
                     stack.adjoint(b, &self.ys, &vec![1.0; self.ys.len()], image)?
                 }
                 DeviceOperators::Each(ops) => {
-                    let parts = ops
+                    let terms = ops
                         .iter()
                         .zip(&self.ys)
-                        .map(|(op, y)| op.adjoint(b, y, image))
+                        .map(|((i, op), y)| Ok((*i, op.adjoint(b, y, image)?)))
                         .collect::<Result<Vec<_>>>()?;
-                    sum_in_order(b, parts)?
+                    self.sum_terms(x_shape, terms)?
                 }
             },
         };
@@ -301,26 +460,64 @@ impl<B: Backend> Prox<Array<B>> for DeviceTv {
     }
 }
 
+/// A PnP+TV problem for a device: the host stack (the step `0.99/L` is derived there when `cfg`
+/// gives none, the CPU run's own value), its operators with device twins, the fidelity, the TV
+/// prox, the measurements and the image's shape.
+pub struct PnpTv<'a> {
+    pub host_physics: &'a dyn StackedLinearPhysics,
+    pub ops: &'a [HostOperator<'a>],
+    pub fidelity: &'a FidelityConfig,
+    pub denoiser: &'a TvDenoiser,
+    pub ys: &'a [Tensor],
+    pub x_shape: &'a [usize],
+    pub cfg: &'a PnpConfig,
+    pub monitor: &'a Monitor<'a>,
+    /// The group's stack when its operators are spread over ranks (`None`: this rank holds all).
+    pub ranks: Option<&'a DistributedStack>,
+}
+
+/// A device that runs a job's algorithm, whatever its backend (`job` holds one per rank).
+pub trait DeviceSolver {
+    /// What the device is, for the log: `NVIDIA H100 80GB HBM3 (cuda:0)`.
+    fn describe(&self) -> String;
+
+    /// [`pnp`] on this device.
+    fn pnp(&self, problem: &PnpTv<'_>, on_iter: &mut ViewCallback<'_>) -> Result<Reconstruction>;
+}
+
+impl<B: Backend> DeviceSolver for Arc<B> {
+    fn describe(&self) -> String {
+        self.as_ref().describe()
+    }
+
+    fn pnp(&self, problem: &PnpTv<'_>, on_iter: &mut ViewCallback<'_>) -> Result<Reconstruction> {
+        pnp(self, problem, on_iter)
+    }
+}
+
 /// PnP-PGD with TV on the device: the measurements, iterate, gradient and denoiser's fields stay
-/// in `backend`'s memory; the step is derived (when the preset gives none) on the host stack
-/// `host_physics`, the CPU run's own value. The callback sees each iterate in host memory.
-#[allow(clippy::too_many_arguments)]
+/// in `backend`'s memory. PSNR is computed on the device; the iterate is downloaded only when the
+/// callback asks for it (`HostView::to_host`), for an SSIM that is due, and at the end.
 pub fn pnp<B: Backend>(
     backend: &Arc<B>,
-    host_physics: &dyn StackedLinearPhysics,
-    ops: &[HostOperator<'_>],
-    fidelity: &FidelityConfig,
-    denoiser: &TvDenoiser,
-    ys: &[Tensor],
-    x_shape: &[usize],
-    cfg: &PnpConfig,
-    monitor: &Monitor<'_>,
-    on_iter: &mut IterationCallback<'_>,
+    problem: &PnpTv<'_>,
+    on_iter: &mut ViewCallback<'_>,
 ) -> Result<Reconstruction> {
+    let PnpTv {
+        host_physics,
+        ops,
+        fidelity,
+        denoiser,
+        ys,
+        x_shape,
+        cfg,
+        monitor,
+        ranks,
+    } = *problem;
     cfg.validate()?;
     fidelity.validate()?;
     let step = step_size(host_physics, fidelity, x_shape, cfg)?;
-    let objective = DeviceObjective::new(backend, ops, fidelity, ys)?;
+    let objective = DeviceObjective::new(backend, ops, fidelity, ys, ranks)?;
     let prox = DeviceTv { tv: *denoiser };
     let run = pnp_loop(
         &objective, &prox, x_shape, step, cfg, monitor, on_iter, None,
@@ -448,18 +645,20 @@ mod tests {
         )
         .unwrap();
         let backend = Arc::new(Emulator);
-        let device = pnp(
-            &backend,
-            host,
+        let problem = PnpTv {
+            host_physics: host,
             ops,
-            &fidelity,
-            &tv,
-            &ys,
-            truth.shape(),
+            fidelity: &fidelity,
+            denoiser: &tv,
+            ys: &ys,
+            x_shape: truth.shape(),
             cfg,
-            &monitor,
-            &mut count,
-        )
+            monitor: &monitor,
+            ranks: None,
+        };
+        let device = crate::optim::with_host_iterates(&mut count, |on_iter| {
+            pnp(&backend, &problem, on_iter)
+        })
         .unwrap();
         assert_eq!(seen, 2 * cfg.iterations);
         Compared { cpu, device }
@@ -584,6 +783,7 @@ mod tests {
             &[HostOperator::Blur(&blur)],
             &l1,
             std::slice::from_ref(&y),
+            None,
         )
         .err()
         .unwrap()
@@ -594,6 +794,7 @@ mod tests {
             &[HostOperator::Blur(&blur)],
             &FidelityConfig::default(),
             &[y],
+            None,
         )
         .unwrap();
         let e = objective

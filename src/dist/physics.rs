@@ -194,8 +194,9 @@ impl DistributedStack {
             .collect()
     }
 
-    /// Gathers per-operator tensors from every rank into a global, index-ordered list.
-    fn gather_indexed(&self, local: Vec<(usize, Tensor)>) -> Result<Vec<Tensor>> {
+    /// Gathers per-operator tensors from every rank into a global, index-ordered list (every rank
+    /// gets every operator's; the device ranks stage their terms through it too).
+    pub fn gather_indexed(&self, local: Vec<(usize, Tensor)>) -> Result<Vec<Tensor>> {
         let (world, me) = (self.comm.world_size(), self.comm.rank());
         let mut slots: Vec<Option<Tensor>> = vec![None; self.n_ops];
         if world == 1 {

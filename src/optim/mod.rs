@@ -96,6 +96,33 @@ pub struct IterationReport {
 /// The callback type: sees the report and the current iterate; `Break` stops the algorithm.
 pub type IterationCallback<'a> = dyn FnMut(&IterationReport, &Tensor) -> ControlFlow<()> + 'a;
 
+/// The callback of the loops written for any storage (`optim::pnp::pnp_loop`): the iterate reaches
+/// host memory only if the callback asks for it (`HostView::to_host`), e.g. when a preview is due.
+pub type ViewCallback<'a> =
+    dyn FnMut(&IterationReport, &dyn space::HostView) -> ControlFlow<()> + 'a;
+
+/// Runs `f` with a [`ViewCallback`] that hands every iterate to `on_iter` in host memory (from a
+/// device, one download per iteration); the first failed download ends the run with its error.
+pub fn with_host_iterates<R>(
+    on_iter: &mut IterationCallback<'_>,
+    f: impl FnOnce(&mut ViewCallback<'_>) -> Result<R>,
+) -> Result<R> {
+    let mut failed = None;
+    let out = f(
+        &mut |report: &IterationReport, x: &dyn space::HostView| match x.to_host() {
+            Ok(host) => on_iter(report, &host),
+            Err(e) => {
+                failed = Some(e);
+                ControlFlow::Break(())
+            }
+        },
+    );
+    match failed {
+        Some(e) => Err(e),
+        None => out,
+    }
+}
+
 /// Result of a reconstruction.
 #[derive(Debug, Clone)]
 pub struct Reconstruction {
@@ -122,15 +149,20 @@ impl Monitor<'_> {
             return Ok((None, None));
         };
         let psnr = metrics::psnr(x, gt, self.data_range)?;
-        let ssim = if self.ssim_every > 0
-            && (k.is_multiple_of(self.ssim_every) || last)
-            && metrics::ssim_fits(x.shape())
-        {
+        let ssim = if self.ssim_due(x.shape(), k, last) {
             Some(metrics::ssim(x, gt, self.data_range)?)
         } else {
             None
         };
         Ok((Some(psnr), ssim))
+    }
+
+    /// Whether iteration `k` of an image of `shape` gets an SSIM (it needs the image on the host).
+    pub fn ssim_due(&self, shape: &[usize], k: usize, last: bool) -> bool {
+        self.ground_truth.is_some()
+            && self.ssim_every > 0
+            && (k.is_multiple_of(self.ssim_every) || last)
+            && metrics::ssim_fits(shape)
     }
 }
 

@@ -8,7 +8,9 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::space::{Iterate, Prox};
-use super::{ComponentTimes, IterationCallback, IterationReport, Monitor, Reconstruction};
+use super::{
+    ComponentTimes, IterationCallback, IterationReport, Monitor, Reconstruction, ViewCallback,
+};
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
 use crate::fidelity::FidelityConfig;
@@ -224,9 +226,11 @@ pub fn pnp_from(
         fidelity,
         ys,
     };
-    let run = pnp_loop(
-        &objective, denoiser, x_shape, step, cfg, monitor, on_iter, start,
-    )?;
+    let run = super::with_host_iterates(on_iter, |on_iter| {
+        pnp_loop(
+            &objective, denoiser, x_shape, step, cfg, monitor, on_iter, start,
+        )
+    })?;
     Ok(Reconstruction {
         x: run.x,
         history: run.history,
@@ -244,8 +248,9 @@ pub struct Run<V> {
 
 /// The PnP-PGD iteration for any storage of the iterate (the one loop of host and device runs):
 /// from `start` (the completed iterations and their iterate) or the configured initial point,
-/// with gradient step `step`. The iterate stays in its storage; metrics and the callback see it in
-/// host memory.
+/// with gradient step `step`. The iterate stays in its storage: PSNR is computed there (reductions
+/// against the ground truth, uploaded once), and it reaches host memory only for an SSIM that is due
+/// and when the callback asks for it (`HostView::to_host`).
 #[allow(clippy::too_many_arguments)]
 pub fn pnp_loop<V: Iterate, P: Prox<V> + ?Sized>(
     objective: &dyn Objective<V>,
@@ -254,7 +259,7 @@ pub fn pnp_loop<V: Iterate, P: Prox<V> + ?Sized>(
     step: f32,
     cfg: &PnpConfig,
     monitor: &Monitor<'_>,
-    on_iter: &mut IterationCallback<'_>,
+    on_iter: &mut ViewCallback<'_>,
     start: Option<(usize, V)>,
 ) -> Result<Run<V>> {
     let (first, mut x) = match start {
@@ -266,6 +271,10 @@ pub fn pnp_loop<V: Iterate, P: Prox<V> + ?Sized>(
             }
             (1, x)
         }
+    };
+    let truth = match monitor.ground_truth {
+        Some(t) => Some(x.truth_beside(t)?),
+        None => None,
     };
     let mut history = Vec::with_capacity(cfg.iterations);
     let mut stopped = false;
@@ -297,7 +306,18 @@ pub fn pnp_loop<V: Iterate, P: Prox<V> + ?Sized>(
         let relative_change = next.relative_change(&x)?;
         x = next;
         let last = k == cfg.iterations;
-        let (psnr_db, ssim) = x.with_host(|h| monitor.quality(h, k, last))??;
+        let psnr_db = match &truth {
+            Some(t) => Some(x.psnr(t, monitor.data_range)?),
+            None => None,
+        };
+        let ssim = match &truth {
+            Some(t) if monitor.ssim_due(x.shape(), k, last) => Some(crate::metrics::ssim(
+                &*x.to_host()?,
+                t.host,
+                monitor.data_range,
+            )?),
+            _ => None,
+        };
         let objective_value = if cfg.track_objective {
             Some(objective.value(&x)?)
         } else {
@@ -317,7 +337,7 @@ pub fn pnp_loop<V: Iterate, P: Prox<V> + ?Sized>(
                 ..Default::default()
             },
         };
-        let flow = x.with_host(|h| on_iter(&report, h))?;
+        let flow = on_iter(&report, &x);
         history.push(report);
         if flow.is_break() {
             stopped = true;

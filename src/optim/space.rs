@@ -1,16 +1,51 @@
 //! What the algorithms need of an iterate and a denoiser, so that each loop is written once for
 //! every storage (issue 28): an [`Iterate`] (a `Tensor` in host memory, or `device::Array` whose
 //! values may stay on a GPU for the whole run) and a [`Prox`] (the data term is
-//! `optim::pnp::Objective`). The host implementations call today's `Tensor` code, so CPU runs keep
-//! their bits.
+//! `optim::pnp::Objective`), and a [`HostView`] of the iterate for the per-iteration callback, which
+//! copies a device iterate to host memory only when the callback asks (a preview is due). The host
+//! implementations call today's `Tensor` code, so CPU runs keep their bits.
+
+use std::borrow::Cow;
 
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
+/// An iterate as the per-iteration callback sees it: its values reach host memory only when
+/// asked for (a device iterate is downloaded then; a host one is lent).
+pub trait HostView {
+    fn view_shape(&self) -> &[usize];
+
+    /// The values in host memory: borrowed on the host, a download from a device.
+    fn to_host(&self) -> Result<Cow<'_, Tensor>>;
+}
+
+impl std::fmt::Debug for dyn HostView + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "iterate of shape {:?}", self.view_shape())
+    }
+}
+
+impl HostView for Tensor {
+    fn view_shape(&self) -> &[usize] {
+        self.shape()
+    }
+
+    fn to_host(&self) -> Result<Cow<'_, Tensor>> {
+        Ok(Cow::Borrowed(self))
+    }
+}
+
+/// The ground truth of a run beside its iterate: `host` always, and a copy in the iterate's
+/// storage (`here`) when that is not host memory, uploaded once per run.
+pub struct Truth<'a, V> {
+    pub host: &'a Tensor,
+    pub here: Option<V>,
+}
+
 /// The vector operations of the algorithms' loops; errors come from a device (a failed launch, a
 /// lost GPU) or from mixing storages.
-pub trait Iterate: Sized {
+pub trait Iterate: HostView + Sized {
     fn shape(&self) -> &[usize];
 
     /// An independent copy in the same storage.
@@ -28,9 +63,11 @@ pub trait Iterate: Sized {
     /// `‖self − old‖ / ‖self‖` (0 when `self` is zero), as `optim::relative_change`.
     fn relative_change(&self, old: &Self) -> Result<f64>;
 
-    /// Runs `f` on the values in host memory (a copy from a device, the values themselves on the
-    /// host): metrics against the ground truth and the per-iteration callback.
-    fn with_host<R>(&self, f: impl FnOnce(&Tensor) -> R) -> Result<R>;
+    /// The ground truth `host` beside this iterate: in its storage when that is a device's.
+    fn truth_beside<'a>(&self, host: &'a Tensor) -> Result<Truth<'a, Self>>;
+
+    /// `metrics::psnr(self, truth, data_range)`; a device computes it by reductions there.
+    fn psnr(&self, truth: &Truth<'_, Self>, data_range: f32) -> Result<f64>;
 
     /// The values in host memory (the final result).
     fn into_host(self) -> Result<Tensor>;
@@ -66,8 +103,12 @@ impl Iterate for Tensor {
         Ok(super::relative_change(self, old))
     }
 
-    fn with_host<R>(&self, f: impl FnOnce(&Tensor) -> R) -> Result<R> {
-        Ok(f(self))
+    fn truth_beside<'a>(&self, host: &'a Tensor) -> Result<Truth<'a, Self>> {
+        Ok(Truth { host, here: None })
+    }
+
+    fn psnr(&self, truth: &Truth<'_, Self>, data_range: f32) -> Result<f64> {
+        crate::metrics::psnr(self, truth.host, data_range)
     }
 
     fn into_host(self) -> Result<Tensor> {

@@ -741,11 +741,19 @@ fn run_job(
                     let last = stop || report.iteration >= report.iterations;
                     if last || last_preview.is_none_or(|t| t.elapsed() >= preview_interval) {
                         let t_handoff = Instant::now();
+                        // The iterate reaches host memory here only (a device run's download).
+                        let x = match x.to_host() {
+                            Ok(x) => c.previews.copy_of(&x),
+                            Err(e) => {
+                                exchange_error = Some(e);
+                                return ControlFlow::Break(());
+                            }
+                        };
                         c.previews.latest(PreviewRequest {
                             job,
                             iteration: report.iteration,
                             what: PreviewKind::Reconstruction,
-                            x: c.previews.copy_of(x),
+                            x,
                             max_side: c.preview_max_side,
                         });
                         let spent = t_handoff.elapsed();

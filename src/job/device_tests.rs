@@ -1,0 +1,247 @@
+//! Whole `tessera run` jobs on the emulated device (`device::emulator`: the device code and the
+//! same CUDA C kernels on the CPU) against the same jobs on the CPU: the same output files, and
+//! values equal to float rounding.
+
+use std::ops::ControlFlow;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{JobEvent, JobSummary, run_on};
+use crate::device::emulator::{Emulator, take_downloads};
+use crate::dist::SingleProcess;
+use crate::io::{RunDir, read_array};
+use crate::preset::Preset;
+use crate::tensor::Tensor;
+
+/// Runs `preset` into `dir/name` on the CPU (`device = false`) or the emulated device; `on_event`
+/// sees its events.
+fn run_into(
+    preset: &Preset,
+    dir: &Path,
+    name: &str,
+    device: bool,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+) -> JobSummary {
+    let out = RunDir::from(dir.join(name).as_path());
+    let solver = device.then(|| Box::new(Arc::new(Emulator)) as Box<_>);
+    run_on(preset, &out, Box::new(SingleProcess), &[], solver, on_event).unwrap()
+}
+
+fn relative_error(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.shape(), b.shape());
+    a.sub(b).norm() / b.norm()
+}
+
+/// The device run's outputs are the CPU run's: the same files, the reconstruction within 1e-5
+/// (relative L2), and PSNR/SSIM of every iteration and of metrics.json within 1e-3 dB / 1e-4.
+/// The tolerance is float rounding: the element-wise steps and TV give the CPU's bits, but the
+/// operators' device twins sum in another order (ray sums, FFTs), about 1e-7 relative per
+/// application, which a few iterations of a contractive loop keep near 1e-6.
+fn assert_same_run(preset_toml: &str) {
+    let preset = Preset::from_toml(preset_toml, "device test", &[]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut ignore = |_: JobEvent<'_>| ControlFlow::Continue(());
+    let cpu = run_into(&preset, dir.path(), "cpu", false, &mut ignore);
+    let device = run_into(&preset, dir.path(), "device", true, &mut ignore);
+    assert_eq!(device.outputs, cpu.outputs);
+    assert_eq!(device.algorithm, cpu.algorithm);
+    assert_eq!(device.history.len(), cpu.history.len());
+    for (d, c) in device.history.iter().zip(&cpu.history) {
+        let (dp, cp) = (d.psnr_db.unwrap(), c.psnr_db.unwrap());
+        assert!(
+            (dp - cp).abs() <= 1e-3,
+            "iteration {}: PSNR {dp} vs {cp}",
+            c.iteration
+        );
+        assert_eq!(d.ssim.is_some(), c.ssim.is_some());
+        if let (Some(ds), Some(cs)) = (d.ssim, c.ssim) {
+            assert!((ds - cs).abs() <= 1e-4, "SSIM {ds} vs {cs}");
+        }
+    }
+    let (dq, cq) = (
+        device.reconstruction.as_ref().unwrap(),
+        cpu.reconstruction.as_ref().unwrap(),
+    );
+    assert!((dq.psnr_db - cq.psnr_db).abs() <= 1e-3);
+    let read = |run: &str, file: &str| read_array(&dir.path().join(run).join(file)).unwrap();
+    let e = relative_error(
+        &read("device", "reconstruction.npy"),
+        &read("cpu", "reconstruction.npy"),
+    );
+    assert!(e <= 1e-5, "reconstruction: relative error {e:e}");
+    // The simulated measurements and the truth are the host's, uploaded: the same bits.
+    for file in ["ground_truth.npy", "measurement_0.npy"] {
+        if cpu.outputs.iter().any(|o| o.to_str() == Some(file)) {
+            assert_eq!(
+                read("device", file).data(),
+                read("cpu", file).data(),
+                "{file}"
+            );
+        }
+    }
+    for file in &cpu.outputs {
+        assert!(dir.path().join("device").join(file).is_file(), "{file:?}");
+    }
+}
+
+const TOMOGRAPHY: &str = r#"
+version = 1
+name = "tomography on the device"
+seed = 3
+[image]
+sample = "shepp_logan"
+size = [32, 32]
+[[physics]]
+kind = "tomography"
+angles = 20
+[noise]
+kind = "gaussian"
+sigma = 0.01
+[denoiser]
+kind = "tv"
+n_it_max = 20
+[algorithm]
+kind = "pnp"
+iterations = 8
+denoiser_sigma = 0.01
+init = "adjoint"
+relaxation = 0.9
+clamp = [0.0, 1.0]
+track_objective = true
+[output]
+ssim_every = 4
+"#;
+
+#[test]
+fn a_tomography_job_on_the_device_is_the_cpu_job() {
+    assert_same_run(TOMOGRAPHY);
+}
+
+/// Circular blurs of one kernel size (fused on both sides) on a colour image, then blurs of every
+/// padding (operator by operator).
+#[test]
+fn blur_stack_jobs_on_the_device_are_the_cpu_jobs() {
+    assert_same_run(&blurs(&["circular"; 3]));
+    assert_same_run(&blurs(&[
+        "valid",
+        "circular",
+        "replicate",
+        "reflect",
+        "constant",
+    ]));
+}
+
+/// A colour image under one blur per padding of `paddings` (one kernel size: all circular ones
+/// fuse), tracking the objective.
+fn blurs(paddings: &[&str]) -> String {
+    let blurs: String = paddings
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            format!(
+                "[[physics]]\nkind = \"blur\"\nsigma = [1.6, {}]\nangle_deg = {}\npadding = \"{p}\"\n",
+                0.5 + 0.2 * i as f32,
+                20 * i
+            )
+        })
+        .collect();
+    format!(
+        "version = 1\nname = \"blurs\"\nseed = 1\n[image]\nsample = \"natural\"\nsize = [23, 19]\n{blurs}\
+         [noise]\nkind = \"gaussian\"\nsigma = 0.02\n[denoiser]\nkind = \"tv\"\nn_it_max = 15\n\
+         [algorithm]\nkind = \"pnp\"\niterations = 5\ndenoiser_sigma = 0.02\nclamp = [0.0, 1.0]\n\
+         track_objective = true\n"
+    )
+}
+
+/// Two ranks sharing the (emulated) device, each with its operators (0, 2, 4 and 1, 3), their
+/// gradient terms staged through the host and the sockets, give one rank's bits: the result, every
+/// PSNR and every objective value. So do a tomography split by angle, and a fused stack (every rank
+/// applies it whole).
+#[test]
+fn two_device_ranks_give_one_ranks_bits() {
+    use crate::dist::testutil::on_group;
+    let split = format!("{TOMOGRAPHY}[distributed]\nsplit_by_angle = 2\n");
+    let paddings = ["valid", "circular", "replicate", "reflect", "constant"];
+    for text in [blurs(&paddings), split, blurs(&["circular"; 2])] {
+        let preset = Preset::from_toml(&text, "device test", &[]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let runs = |world: usize| {
+            on_group(world, |comm| {
+                let out = RunDir::from(dir.path().join(format!("{world}")).as_path());
+                let mut ignore = |_: JobEvent<'_>| ControlFlow::Continue(());
+                let solver: Box<dyn crate::device::solve::DeviceSolver> =
+                    Box::new(Arc::new(Emulator));
+                run_on(
+                    &preset,
+                    &out,
+                    Box::new(comm),
+                    &[],
+                    Some(solver),
+                    &mut ignore,
+                )
+                .unwrap()
+            })
+        };
+        let one = runs(1).remove(0);
+        let two = runs(2).remove(0);
+        let bits = |s: &JobSummary| -> Vec<(Option<u64>, Option<u64>, u64)> {
+            s.history
+                .iter()
+                .map(|h| {
+                    (
+                        h.psnr_db.map(f64::to_bits),
+                        h.objective.map(f64::to_bits),
+                        h.relative_change.to_bits(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(bits(&two), bits(&one), "{}", preset.name);
+        let read =
+            |run: &str| read_array(&dir.path().join(run).join("reconstruction.npy")).unwrap();
+        assert_eq!(read("2").data(), read("1").data(), "{}", preset.name);
+    }
+}
+
+/// The iterate leaves the device only when asked: for the preview the callback wants (iteration
+/// 3 here), the SSIMs that are due (`ssim_every = 4`: 4 and 8) and the final result. PSNR, the
+/// relative change and the objective are reductions on the device (scalar downloads).
+#[test]
+fn a_device_job_downloads_the_iterate_only_when_a_preview_or_ssim_is_due() {
+    let preset = Preset::from_toml(TOMOGRAPHY, "device test", &[]).unwrap();
+    let image_bytes = 32 * 32 * 4;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cpu_preview = None;
+    let mut on_cpu = |event: JobEvent<'_>| {
+        if let JobEvent::Iteration { report, x } = event
+            && report.iteration == 3
+        {
+            cpu_preview = Some(x.to_host().unwrap().into_owned());
+        }
+        ControlFlow::Continue(())
+    };
+    run_into(&preset, dir.path(), "cpu", false, &mut on_cpu);
+    take_downloads();
+    let mut preview = None;
+    let mut iterations = 0;
+    let mut on_device = |event: JobEvent<'_>| {
+        if let JobEvent::Iteration { report, x } = event {
+            iterations += 1;
+            if report.iteration == 3 {
+                preview = Some(x.to_host().unwrap().into_owned());
+            }
+        }
+        ControlFlow::Continue(())
+    };
+    run_into(&preset, dir.path(), "device", true, &mut on_device);
+    let downloads = take_downloads();
+    assert_eq!(iterations, 8);
+    let images = downloads.iter().filter(|&&b| b == image_bytes).count();
+    assert_eq!(images, 4, "downloads (bytes): {downloads:?}");
+    assert!(
+        downloads.iter().all(|&b| b == image_bytes || b <= 1024),
+        "a download that is neither the image nor a scalar: {downloads:?}"
+    );
+    let e = relative_error(&preview.unwrap(), &cpu_preview.unwrap());
+    assert!(e <= 1e-5, "preview at iteration 3: relative error {e:e}");
+}
