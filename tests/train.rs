@@ -81,6 +81,9 @@ fn bad_training_presets_name_the_field() {
         ("denoiser={kind=\"tv\"}", "dncnn"),
         ("train.weights=\"../w.safetensors\"", "train.weights"),
         ("train.grid=[2,2]", "grid"),
+        ("train.augment.scales=[0]", "train.augment.scales"),
+        ("train.augment.scales=[1,3]", "largest augmentation scale"),
+        ("train.augment.colour_jitter=1", "colour_jitter"),
     ] {
         let o = run(
             &[
@@ -98,6 +101,26 @@ fn bad_training_presets_name_the_field() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(want), "{set}: {err}");
     }
+}
+
+#[test]
+fn augmented_crops_train_the_same_on_one_and_two_ranks_and_differ_from_plain_crops() {
+    let dir = tempfile::tempdir().unwrap();
+    let augment = "train.augment={flips=true, scales=[1,2], colour_jitter=0.2}";
+    let mut curves = Vec::new();
+    for (n, out, aug) in [("1", "plain", false), ("1", "aug1", true), ("2", "aug2", true)] {
+        let mut args = vec!["train", "train-dncnn", "--ranks", n, "--out", out];
+        args.extend_from_slice(SMALL);
+        if aug {
+            args.extend_from_slice(&["--set", augment]);
+        }
+        run_ok(&args, dir.path(), out);
+        curves.push(losses(&dir.path().join(out)));
+    }
+    for (a, b) in curves[1].iter().zip(&curves[2]) {
+        assert!((a - b).abs() <= 1e-5 * a, "1 vs 2 ranks: {a} vs {b}");
+    }
+    assert_ne!(curves[0][0], curves[1][0], "the augmented batch is the plain one");
 }
 
 #[test]
