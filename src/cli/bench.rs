@@ -86,12 +86,20 @@ fn bench_denoisers(
     };
     let (rows, note) = match runner {
         Ok(r) => {
-            let dir = match &bm3d {
-                Bm3dChoice::In(Some(d)) => d.clone(),
-                _ => std::env::temp_dir().join(format!("tessera-bm3d-{}", std::process::id())),
+            let (dir, keep) = match &bm3d {
+                Bm3dChoice::In(Some(d)) => (d.clone(), true),
+                _ => (
+                    std::env::temp_dir().join(format!("tessera-bm3d-{}", std::process::id())),
+                    false,
+                ),
             };
             say!("BM3D: {} {} in {}", r.python.display(), r.script.display(), dir.display());
-            match eval::psnr_table(&images, sigmas, 0, &extra, Some((&r, &dir))) {
+            let scored = eval::psnr_table(&images, sigmas, 0, &extra, Some((&r, &dir)));
+            if !keep {
+                // Only this run's own temporary folder (named by its process id) is removed.
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            match scored {
                 Ok(rows) => (rows, None),
                 Err(e @ tessera::Error::ChildFailed { .. }) => (
                     eval::psnr_table(&images, sigmas, 0, &extra, None)?,
