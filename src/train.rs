@@ -516,7 +516,10 @@ pub fn train(
                 let what = if foot == d {
                     format!("{c}")
                 } else {
-                    format!("{c} at the largest augmentation scale ({:?})", &foot[3 - axes..])
+                    format!(
+                        "{c} at the largest augmentation scale ({:?})",
+                        &foot[3 - axes..]
+                    )
                 };
                 return Err(Error::config(
                     "train.crop",

@@ -162,12 +162,24 @@ fn rows_short_of_tv() -> (Vec<String>, Vec<String>) {
             .unwrap();
         random_nets.push(ExtraDncnn::load(&path).unwrap());
     }
-    let rows = psnr_table(&held_out_crops(), &[0.02, 0.05, 0.1, 0.2], 30, &random_nets, None).unwrap();
+    let rows = psnr_table(
+        &held_out_crops(),
+        &[0.02, 0.05, 0.1, 0.2],
+        30,
+        &random_nets,
+        None,
+    )
+    .unwrap();
     let (mut short, mut random_wins) = (Vec::new(), Vec::new());
     for r in &rows {
-        let (bundled, random): (Vec<_>, Vec<_>) =
-            r.nets.iter().partition(|(name, _)| !name.starts_with("random_"));
-        let best = bundled.iter().map(|(_, p)| *p).fold(f64::NEG_INFINITY, f64::max);
+        let (bundled, random): (Vec<_>, Vec<_>) = r
+            .nets
+            .iter()
+            .partition(|(name, _)| !name.starts_with("random_"));
+        let best = bundled
+            .iter()
+            .map(|(_, p)| *p)
+            .fold(f64::NEG_INFINITY, f64::max);
         let line = |p: f64| {
             format!(
                 "{} σ {}: {p:.2} dB vs TV {:.2} dB (k {})",

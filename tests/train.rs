@@ -108,7 +108,11 @@ fn augmented_crops_train_the_same_on_one_and_two_ranks_and_differ_from_plain_cro
     let dir = tempfile::tempdir().unwrap();
     let augment = "train.augment={flips=true, scales=[1,2], colour_jitter=0.2}";
     let mut curves = Vec::new();
-    for (n, out, aug) in [("1", "plain", false), ("1", "aug1", true), ("2", "aug2", true)] {
+    for (n, out, aug) in [
+        ("1", "plain", false),
+        ("1", "aug1", true),
+        ("2", "aug2", true),
+    ] {
         let mut args = vec!["train", "train-dncnn", "--ranks", n, "--out", out];
         args.extend_from_slice(SMALL);
         if aug {
@@ -120,7 +124,10 @@ fn augmented_crops_train_the_same_on_one_and_two_ranks_and_differ_from_plain_cro
     for (a, b) in curves[1].iter().zip(&curves[2]) {
         assert!((a - b).abs() <= 1e-5 * a, "1 vs 2 ranks: {a} vs {b}");
     }
-    assert_ne!(curves[0][0], curves[1][0], "the augmented batch is the plain one");
+    assert_ne!(
+        curves[0][0], curves[1][0],
+        "the augmented batch is the plain one"
+    );
 }
 
 #[test]
@@ -346,11 +353,18 @@ fn bench_denoisers_scores_bm3d_from_the_environment_or_says_why_it_is_left_out()
     std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = bench(&venv);
     assert!(out.contains("| BM3D |"), "{out}");
-    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("| camera_128.png")).collect();
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("| camera_128.png"))
+        .collect();
     assert_eq!(rows.len(), 1, "{out}");
     let cells: Vec<&str> = rows[0].split('|').map(str::trim).collect();
     // | image | σ | noisy | TV | wavelet | BM3D | nets |
-    assert_eq!(cells[3], cells[6], "BM3D of the unchanged input is the noisy PSNR: {}", rows[0]);
+    assert_eq!(
+        cells[3], cells[6],
+        "BM3D of the unchanged input is the noisy PSNR: {}",
+        rows[0]
+    );
 }
 
 /// deepinv's `DRUNet` loads the weights `tessera train` writes for the bundled DRUNet's layout (the

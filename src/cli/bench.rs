@@ -93,7 +93,12 @@ fn bench_denoisers(
                     false,
                 ),
             };
-            say!("BM3D: {} {} in {}", r.python.display(), r.script.display(), dir.display());
+            say!(
+                "BM3D: {} {} in {}",
+                r.python.display(),
+                r.script.display(),
+                dir.display()
+            );
             let scored = eval::psnr_table(&images, sigmas, 0, &extra, Some((&r, &dir)));
             if !keep {
                 // Only this run's own temporary folder (named by its process id) is removed.

@@ -166,7 +166,11 @@ pub fn psnr_table(
                         .map(|(&sigma, x)| (im.name.clone(), sigma, x))
                 })
                 .collect();
-            runner.denoise(dir, &inputs)?.into_iter().map(Some).collect()
+            runner
+                .denoise(dir, &inputs)?
+                .into_iter()
+                .map(Some)
+                .collect()
         }
         None => vec![None; images.len() * sigmas.len()],
     }
