@@ -5,7 +5,9 @@ Reads OUT/denoiser.toml and its .safetensors (parsed here with numpy: the safete
 with the same architecture, loads the state dict strictly (every key, every shape), denoises INPUT
 (.npy, (B, C, H, W)) at SIGMA and compares with TESSERA_OUTPUT (.npy from `tessera denoise`).
 
-    ~/.cache/tessera/deepinv-venv/bin/python scripts/check_trained_weights.py OUT INPUT TESSERA_OUTPUT SIGMA
+    ~/.cache/tessera/deepinv-venv/bin/python scripts/check_trained_weights.py OUT INPUT TESSERA_OUTPUT SIGMA [TOLERANCE]
+
+TOLERANCE is the largest max |deepinv - tessera| accepted (default 1e-4).
 """
 import json
 import pathlib
@@ -34,6 +36,7 @@ def read_safetensors(path):
 
 def main():
     out_dir, inp, theirs, sigma = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+    tolerance = float(sys.argv[5]) if len(sys.argv) > 5 else 1e-4
     cfg = tomllib.loads((out_dir / "denoiser.toml").read_text())
     state = read_safetensors(out_dir / cfg["weights"])
     dim = cfg.get("dim") or 2
@@ -55,7 +58,7 @@ def main():
     t = np.load(theirs)
     err = float(np.abs(y - t).max())
     print(f"deepinv {deepinv.__version__} loaded {len(state)} tensors; max |deepinv - tessera| = {err:.3e}")
-    sys.exit(0 if err <= 1e-4 else 1)
+    sys.exit(0 if err <= tolerance else 1)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,15 @@ used for evaluation):
   train/colour/retina                1411x1411 colour CC0 (Mikael Häggström)
   train/grey/brick, grass, gravel    512x512 grey    CC0 (CC0Textures)
   train/grey/coins                   303x384 grey    no known copyright restrictions
+  train/colour/hubble_deep_field     872x1000 colour public domain (NASA)
+  train/grey/cell                    660x550 grey    CC0 (quantitative phase image)
+  train/grey/clock                   300x400 grey    public domain (Stefan van der Walt)
+  train/grey/text                    172x448 grey    public domain (Wikipedia, Corner.png)
+
+Every other photograph in the wheel is left out: moon and page (the docstrings state no licence),
+microaneurysms (102x102, smaller than a scaled training crop), the motorcycle stereo pair and the
+lfw faces (third-party data sets), and the synthetic or binary images (horse, logo, colour wheel,
+chessboards, phantom).
 
 Usage (the benchmark venv from scripts/setup-deepinv.sh; scikit-image is pip-installed into it
 when missing):
@@ -52,6 +61,10 @@ TRAIN = {
     ("grey", "grass"): "CC0 (CC0Textures)",
     ("grey", "gravel"): "CC0 (CC0Textures, Gravel04)",
     ("grey", "coins"): "no known copyright restrictions (Greek coins, Brooklyn Museum)",
+    ("colour", "hubble_deep_field"): "public domain (NASA, Hubble eXtreme Deep Field)",
+    ("grey", "cell"): "CC0 (quantitative phase image, Paul Müller)",
+    ("grey", "clock"): "public domain (photographer Stefan van der Walt)",
+    ("grey", "text"): "public domain (Wikipedia, File:Corner.png)",
 }
 
 # 128x128 crops for tests/fixtures/photos: (name, photo, top row, left column).

@@ -32,6 +32,8 @@ use crate::nn::{Features, Network};
 use crate::optim::adam::Adam;
 use crate::preset::ImageSource;
 
+pub mod augment;
+pub mod bm3d;
 pub mod checkpoint;
 pub mod data;
 pub mod eval;
@@ -98,6 +100,10 @@ pub struct TrainConfig {
     pub checkpoint_every: usize,
     /// Noise levels at which the held-out images are scored; empty = `sigma`.
     pub eval_sigma: Vec<f32>,
+    /// Flips, quarter turns, several crop scales and colour jitter (`[train.augment]`); default:
+    /// none.
+    #[serde(skip_serializing_if = "augment::Augment::is_inactive")]
+    pub augment: augment::Augment,
 }
 
 impl Default for TrainConfig {
@@ -113,6 +119,7 @@ impl Default for TrainConfig {
             weights: "weights.safetensors".into(),
             checkpoint_every: 500,
             eval_sigma: Vec::new(),
+            augment: augment::Augment::default(),
         }
     }
 }
@@ -153,6 +160,13 @@ impl TrainConfig {
             return Err(Error::config(
                 "train.learning_rate",
                 format!("must be a positive number, got {}", self.learning_rate),
+            ));
+        }
+        self.augment.validate()?;
+        if self.augment.is_active() && self.crop.is_none() {
+            return Err(Error::config(
+                "train.augment",
+                "augmentation varies random crops: give `train.crop`",
             ));
         }
         if let Some(g) = &self.grid
@@ -493,15 +507,24 @@ pub fn train(
         Some(c) => {
             let mut d = [1; 3];
             d.iter_mut().skip(3 - axes).for_each(|v| *v = c);
+            let foot = cfg.augment.footprint(d);
             if let Some((im, _)) = images
                 .iter()
                 .zip(&dims)
-                .find(|(_, dm)| (0..3).any(|a| d[a] > dm[a]))
+                .find(|(_, dm)| (0..3).any(|a| foot[a] > dm[a]))
             {
+                let what = if foot == d {
+                    format!("{c}")
+                } else {
+                    format!(
+                        "{c} at the largest augmentation scale ({:?})",
+                        &foot[3 - axes..]
+                    )
+                };
                 return Err(Error::config(
                     "train.crop",
                     format!(
-                        "{c} is larger than the image {} ({:?})",
+                        "{what} is larger than the image {} ({:?})",
                         im.name,
                         im.image.spatial()
                     ),
@@ -596,13 +619,25 @@ pub fn train(
         let mut sigmas = Vec::with_capacity(cfg.batch);
         let plane = block.volume() * channels;
         for b in 0..cfg.batch {
-            let (index, corner) = data::draw_crop(&mut rng, &dims, crop);
-            sigmas.push(cfg.sigma[rng.random_range(0..cfg.sigma.len())]);
-            let at = Region {
-                lo: std::array::from_fn(|a| block.lo[a] + corner[a]),
-                hi: std::array::from_fn(|a| block.hi[a] + corner[a]),
+            let part = if cfg.augment.is_active() {
+                // The whole varied crop on every rank (the same draws), then this rank's block.
+                let scales = &cfg.augment.scales;
+                let scale = scales[rng.random_range(0..scales.len())];
+                let (index, corner) =
+                    data::draw_crop(&mut rng, &dims, augment::scaled(crop, scale));
+                sigmas.push(cfg.sigma[rng.random_range(0..cfg.sigma.len())]);
+                let v = cfg.augment.draw(&mut rng, channels);
+                let whole = augment::crop(&wholes[index], dims[index], corner, scale, crop, &v)?;
+                copy_region(&whole, &Region::whole(crop), &block)
+            } else {
+                let (index, corner) = data::draw_crop(&mut rng, &dims, crop);
+                sigmas.push(cfg.sigma[rng.random_range(0..cfg.sigma.len())]);
+                let at = Region {
+                    lo: std::array::from_fn(|a| block.lo[a] + corner[a]),
+                    hi: std::array::from_fn(|a| block.hi[a] + corner[a]),
+                };
+                copy_region(&wholes[index], &Region::whole(dims[index]), &at)
             };
-            let part = copy_region(&wholes[index], &Region::whole(dims[index]), &at);
             clean.data[b * plane..(b + 1) * plane].copy_from_slice(&part.data);
         }
         let noisy = add_noise(
@@ -826,16 +861,28 @@ pub fn check_finite_weights(sd: &crate::nn::StateDict) -> Result<()> {
 
 /// He-normal weights (std √(2/fan_in), fan_in as PyTorch counts it: `shape[1]·Πkernel`), zero
 /// biases; the last layer's weights scaled by 0.1 so a residual network starts near the identity.
+/// The last convolution of each residual block (DRUNet's `….res.2.weight`) starts at zero, so each
+/// block starts as the identity: with He weights in both convolutions every block doubles the
+/// signal's variance, and DRUNet's 14 blocks and skip additions started its outputs at ~10³ (a
+/// first loss of 10⁵ that took hundreds of steps to come down).
 fn he_initialise(net: &mut Network, seed: u64) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let kinds: Vec<(bool, usize)> = net
+    let kinds: Vec<(bool, bool, usize)> = net
         .params()
         .iter()
-        .map(|(name, shape, _)| (name.ends_with(".bias"), shape[1..].iter().product()))
+        .map(|(name, shape, _)| {
+            (
+                name.ends_with(".bias"),
+                name.ends_with(".res.2.weight"),
+                shape[1..].iter().product(),
+            )
+        })
         .collect();
-    let last_weight = kinds.iter().rposition(|(bias, _)| !bias);
-    for (i, (p, (bias, fan_in))) in net.params_mut().into_iter().zip(kinds).enumerate() {
-        if bias {
+    let last_weight = kinds.iter().rposition(|(bias, _, _)| !bias);
+    for (i, (p, (bias, residual_out, fan_in))) in
+        net.params_mut().into_iter().zip(kinds).enumerate()
+    {
+        if bias || residual_out {
             p.fill(0.0);
         } else {
             let scale = if Some(i) == last_weight { 0.1 } else { 1.0 };
@@ -944,6 +991,33 @@ mod tests {
             .sum::<f64>()
             / n as f64;
         assert!((var - 1.0).abs() < 0.15, "variance {var}");
+    }
+
+    /// A fresh DRUNet's output is of the input's scale (each residual block starts as the
+    /// identity); with He weights in both convolutions of every block it was ~10² – 10³.
+    #[test]
+    fn a_fresh_drunet_starts_at_the_scale_of_its_input() {
+        let cfg = DenoiserConfig::Drunet(crate::nn::DrunetConfig {
+            in_channels: 1,
+            out_channels: 1,
+            nc: vec![16, 32, 64, 128],
+            nb: 2,
+            ..Default::default()
+        });
+        let (net, with_sigma, _) = network(&cfg, Path::new(""), 30).unwrap();
+        assert!(with_sigma);
+        let dims = [1, 32, 32];
+        let mut x = Features::zeros(1, 2, dims);
+        for (i, v) in x.data.iter_mut().enumerate() {
+            *v = if i < 1024 {
+                ((i * 37) % 101) as f32 / 100.0
+            } else {
+                0.1
+            };
+        }
+        let y = net.forward(x, dims, &crate::nn::Whole).unwrap();
+        let rms = (y.data.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / 1024.0).sqrt();
+        assert!(rms < 1.0, "a fresh DRUNet's output has rms {rms}");
     }
 
     #[test]

@@ -81,6 +81,9 @@ fn bad_training_presets_name_the_field() {
         ("denoiser={kind=\"tv\"}", "dncnn"),
         ("train.weights=\"../w.safetensors\"", "train.weights"),
         ("train.grid=[2,2]", "grid"),
+        ("train.augment.scales=[0]", "train.augment.scales"),
+        ("train.augment.scales=[1,3]", "largest augmentation scale"),
+        ("train.augment.colour_jitter=1", "colour_jitter"),
     ] {
         let o = run(
             &[
@@ -98,6 +101,33 @@ fn bad_training_presets_name_the_field() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(want), "{set}: {err}");
     }
+}
+
+#[test]
+fn augmented_crops_train_the_same_on_one_and_two_ranks_and_differ_from_plain_crops() {
+    let dir = tempfile::tempdir().unwrap();
+    let augment = "train.augment={flips=true, scales=[1,2], colour_jitter=0.2}";
+    let mut curves = Vec::new();
+    for (n, out, aug) in [
+        ("1", "plain", false),
+        ("1", "aug1", true),
+        ("2", "aug2", true),
+    ] {
+        let mut args = vec!["train", "train-dncnn", "--ranks", n, "--out", out];
+        args.extend_from_slice(SMALL);
+        if aug {
+            args.extend_from_slice(&["--set", augment]);
+        }
+        run_ok(&args, dir.path(), out);
+        curves.push(losses(&dir.path().join(out)));
+    }
+    for (a, b) in curves[1].iter().zip(&curves[2]) {
+        assert!((a - b).abs() <= 1e-5 * a, "1 vs 2 ranks: {a} vs {b}");
+    }
+    assert_ne!(
+        curves[0][0], curves[1][0],
+        "the augmented batch is the plain one"
+    );
 }
 
 #[test]
@@ -281,4 +311,118 @@ crop = 24
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("seed 9"), "{err}");
+}
+
+/// `tessera bench denoisers` leaves BM3D's column out, saying why, without the benchmark
+/// environment, and with one (here a stand-in "python" that returns each noisy input unchanged,
+/// so that the test stays offline) it writes the noisy inputs, reads the outputs back and scores
+/// them: the BM3D column then equals the noisy column, which shows the inputs went out bit for bit.
+#[test]
+fn bench_denoisers_scores_bm3d_from_the_environment_or_says_why_it_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let photo = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/photos/camera_128.png");
+    let photo = photo.to_str().unwrap();
+    let bench = |venv: &Path| {
+        let o = cli::tessera()
+            .args(["bench", "denoisers", photo, "--sigma", "0.1"])
+            .env("TESSERA_BENCH_VENV", venv)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let none = dir.path().join("no-venv");
+    let out = bench(&none);
+    assert!(
+        out.contains("BM3D's column is left out: no benchmark environment at")
+            && out.contains("no-venv"),
+        "{out}"
+    );
+    assert!(!out.contains("| BM3D |"), "{out}");
+
+    let venv = dir.path().join("venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    let python = venv.join("bin/python");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\ncd \"$2\" && for f in noisy_*.npy; do cp \"$f\" \"bm3d_${f#noisy_}\"; done\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = bench(&venv);
+    assert!(out.contains("| BM3D |"), "{out}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("| camera_128.png"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{out}");
+    let cells: Vec<&str> = rows[0].split('|').map(str::trim).collect();
+    // | image | σ | noisy | TV | wavelet | BM3D | nets |
+    assert_eq!(
+        cells[3], cells[6],
+        "BM3D of the unchanged input is the noisy PSNR: {}",
+        rows[0]
+    );
+}
+
+/// deepinv's `DRUNet` loads the weights `tessera train` writes for the bundled DRUNet's layout (the
+/// grey preset: σ-conditional, nc 16-32-64-128, two blocks per scale, no biases; a few steps, so
+/// the weights are not the initial ones) and gives tessera's output to 1e-5.
+#[test]
+#[ignore = "needs the benchmark environment with deepinv (scripts/setup-deepinv.sh)"]
+fn deepinv_loads_the_trained_drunet_weights_and_gives_our_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let preset = root.join("presets/train-drunet-grey.toml");
+    run_ok(
+        &[
+            "train",
+            preset.to_str().unwrap(),
+            "--quiet",
+            "--out",
+            "grey",
+            "--set",
+            "images=[{sample=\"natural\", size=[160,160], seed=1, grayscale=true}]",
+            "--set",
+            "train.steps=3",
+            "--set",
+            "train.log_every=1",
+        ],
+        dir.path(),
+        "training",
+    );
+    let x = tessera::Tensor::from_fn(&[1, 1, 48, 40], |i| ((i * 7) % 13) as f32 / 13.0);
+    tessera::io::write_array(&dir.path().join("x.npy"), &x).unwrap();
+    run_ok(
+        &[
+            "denoise",
+            "--denoiser",
+            "grey/denoiser.toml",
+            "--sigma",
+            "0.05",
+            "x.npy",
+            "y.npy",
+        ],
+        dir.path(),
+        "denoising",
+    );
+    let venv = std::env::var_os("TESSERA_BENCH_VENV").map_or_else(
+        || Path::new(&std::env::var_os("HOME").unwrap()).join(".cache/tessera/deepinv-venv"),
+        std::path::PathBuf::from,
+    );
+    let o = std::process::Command::new(venv.join("bin/python"))
+        .arg(root.join("scripts/check_trained_weights.py"))
+        .args(["grey", "x.npy", "y.npy", "0.05", "1e-5"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    println!("{said}");
+    assert!(
+        o.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

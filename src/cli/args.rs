@@ -248,16 +248,18 @@ pub(super) enum BenchWhat {
         #[arg(long, value_name = "LATENCY_US,GB_PER_S", value_delimiter = ',')]
         link: Vec<f64>,
     },
-    /// PSNR of the bundled denoisers against TV and wavelets (best of a few strengths) on held-out
-    /// images at a few noise levels: the training presets' held-out generated images (grey and
-    /// colour) and the given photographs (colour ones also as grey); the table of
-    /// assets/weights/README.md.
+    /// PSNR of the bundled denoisers against TV and wavelets (best of a few strengths) and BM3D on
+    /// held-out images at a few noise levels: the training presets' held-out generated images (grey
+    /// and colour) and the given photographs (colour ones also as grey); the table of
+    /// assets/weights/README.md. BM3D runs scripts/bench_bm3d.py in the benchmark environment
+    /// ($TESSERA_BENCH_VENV, default ~/.cache/tessera/deepinv-venv) on the same noisy inputs; without
+    /// it the column is left out and a note says why.
     Denoisers {
         /// Real photographs (e.g. scripts/fetch_photos.py's out/photos/*.png); default: the crops
         /// in tests/fixtures/photos.
         photos: Vec<PathBuf>,
         /// Noise levels (image range 0..1), comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "0.05,0.1,0.2")]
+        #[arg(long, value_delimiter = ',', default_value = "0.02,0.05,0.1,0.2")]
         sigma: Vec<f32>,
         /// Also write the Markdown table to this file.
         #[arg(long)]
@@ -266,6 +268,13 @@ pub(super) enum BenchWhat {
         /// beside the bundled networks, on the images of their channel count; comma-separated.
         #[arg(long, value_delimiter = ',', value_name = "FILE")]
         dncnn: Vec<PathBuf>,
+        /// Leave BM3D out (it takes minutes on full-size photographs).
+        #[arg(long, conflicts_with = "bm3d_dir")]
+        no_bm3d: bool,
+        /// Where the noisy inputs for BM3D and its outputs are written (kept); default: a folder
+        /// under the system's temporary folder.
+        #[arg(long, value_name = "DIR")]
+        bm3d_dir: Option<PathBuf>,
     },
     /// 2-D acoustic wave propagation (forward, forward+adjoint, memory per gradient strategy) on
     /// a Marmousi-sized grid, with the machine's triad memory bandwidth; deepwave's side is

@@ -12,14 +12,22 @@ use super::args::BenchWhat;
 use super::group::{join_group, launch_local_group};
 use super::output::say;
 
+/// Whether `tessera bench denoisers` runs BM3D, and in which exchange folder (default: one under
+/// the system's temporary folder).
+enum Bm3dChoice {
+    Off,
+    In(Option<PathBuf>),
+}
+
 /// `tessera bench denoisers`: the PSNR table of the bundled denoisers.
 fn bench_denoisers(
     photos: Vec<PathBuf>,
     sigmas: &[f32],
     out: Option<PathBuf>,
     dncnn: &[PathBuf],
+    bm3d: Bm3dChoice,
 ) -> Result<()> {
-    use tessera::train::{TrainImage, data, eval};
+    use tessera::train::{TrainImage, bm3d::Runner, data, eval};
     if let Some(bad) = sigmas.iter().find(|s| !(**s > 0.0 && **s <= 1.0)) {
         bail!("--sigma: noise levels must be in (0, 1], got {bad}");
     }
@@ -72,8 +80,48 @@ fn bench_denoisers(
             images.append(&mut grey);
         }
     }
-    let rows = eval::psnr_table(&images, sigmas, 0, &extra)?;
-    let table = eval::markdown(&rows);
+    let runner = match &bm3d {
+        Bm3dChoice::Off => Err("left out (--no-bm3d)".to_string()),
+        Bm3dChoice::In(_) => Runner::from_environment(),
+    };
+    let (rows, note) = match runner {
+        Ok(r) => {
+            let (dir, keep) = match &bm3d {
+                Bm3dChoice::In(Some(d)) => (d.clone(), true),
+                _ => (
+                    std::env::temp_dir().join(format!("tessera-bm3d-{}", std::process::id())),
+                    false,
+                ),
+            };
+            say!(
+                "BM3D: {} {} in {}",
+                r.python.display(),
+                r.script.display(),
+                dir.display()
+            );
+            let scored = eval::psnr_table(&images, sigmas, 0, &extra, Some((&r, &dir)));
+            if !keep {
+                // Only this run's own temporary folder (named by its process id) is removed.
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            match scored {
+                Ok(rows) => (rows, None),
+                Err(e @ tessera::Error::ChildFailed { .. }) => (
+                    eval::psnr_table(&images, sigmas, 0, &extra, None)?,
+                    Some(format!("BM3D failed, so its column is left out: {e}")),
+                ),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(why) => (
+            eval::psnr_table(&images, sigmas, 0, &extra, None)?,
+            Some(format!("BM3D's column is left out: {why}")),
+        ),
+    };
+    let mut table = eval::markdown(&rows);
+    if let Some(note) = note {
+        table.push_str(&format!("\n{note}\n"));
+    }
     say!("{table}");
     if let Some(path) = out {
         io::write_atomic(&path, table.as_bytes())?;
@@ -144,7 +192,16 @@ pub(super) fn bench(what: BenchWhat) -> Result<()> {
             sigma,
             out,
             dncnn,
-        } => bench_denoisers(photos, &sigma, out, &dncnn)?,
+            no_bm3d,
+            bm3d_dir,
+        } => {
+            let bm3d = if no_bm3d {
+                Bm3dChoice::Off
+            } else {
+                Bm3dChoice::In(bm3d_dir)
+            };
+            bench_denoisers(photos, &sigma, out, &dncnn, bm3d)?
+        }
         BenchWhat::Wave {
             nz,
             nx,

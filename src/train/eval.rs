@@ -2,7 +2,8 @@
 //! held-out images (generated ones the training presets never used, and real photographs) with
 //! seeded Gaussian noise at a few σ, denoised by TV and wavelet thresholding (each at the best of a
 //! few strengths, an oracle choice in their favour) and by every bundled DnCNN of the image's
-//! channel count (and by DnCNN weight files given on the command line, to score a fresh training).
+//! channel count (and by DnCNN weight files given on the command line, to score a fresh training),
+//! and by BM3D when the benchmark environment has it ([`super::bm3d`], on the same noisy tensors).
 
 use std::path::Path;
 
@@ -28,6 +29,8 @@ pub struct Row {
     /// Best PSNR and the factor `k` that gave it.
     pub tv: (f64, f32),
     pub wavelet: (f64, f32),
+    /// BM3D (σ given exactly), when it ran.
+    pub bm3d: Option<f64>,
     /// Each bundled network of the image's channel count, then each extra one: name, PSNR.
     pub nets: Vec<(String, f64)>,
 }
@@ -122,39 +125,82 @@ impl ExtraDncnn {
     }
 }
 
+/// The noisy input of image `i` at noise level `j` (`sigma`), seeded by `seed`.
+pub fn noisy_input(clean: &Tensor, seed: u64, i: usize, j: usize, sigma: f32) -> Tensor {
+    let key = super::mix(seed ^ super::EVAL_KEY, ((i as u64) << 32) | j as u64);
+    add_noise(clean, sigma, key)
+}
+
 /// Every image at every σ (noise seeded by `seed`, the image's index and the σ's index), with the
-/// bundled networks and the `extra` ones of the image's channel count.
+/// bundled networks and the `extra` ones of the image's channel count, and BM3D (run in `dir` on
+/// the same noisy inputs) when `bm3d` is given.
 pub fn psnr_table(
     images: &[NamedImage],
     sigmas: &[f32],
     seed: u64,
     extra: &[ExtraDncnn],
+    bm3d: Option<(&super::bm3d::Runner, &Path)>,
 ) -> Result<Vec<Row>> {
     let tv = DenoiserConfig::Tv(TvConfig::default()).build()?;
     let wavelet = DenoiserConfig::Wavelet(WaveletConfig::default()).build()?;
+    let noisy: Vec<Vec<Tensor>> = images
+        .iter()
+        .enumerate()
+        .map(|(i, im)| {
+            sigmas
+                .iter()
+                .enumerate()
+                .map(|(j, &sigma)| noisy_input(&im.image, seed, i, j, sigma))
+                .collect()
+        })
+        .collect();
+    let mut bm3d_out = match bm3d {
+        Some((runner, dir)) => {
+            let inputs: Vec<(String, f32, &Tensor)> = images
+                .iter()
+                .zip(&noisy)
+                .flat_map(|(im, row)| {
+                    sigmas
+                        .iter()
+                        .zip(row)
+                        .map(|(&sigma, x)| (im.name.clone(), sigma, x))
+                })
+                .collect();
+            runner
+                .denoise(dir, &inputs)?
+                .into_iter()
+                .map(Some)
+                .collect()
+        }
+        None => vec![None; images.len() * sigmas.len()],
+    }
+    .into_iter();
     let mut rows = Vec::new();
-    for (i, im) in images.iter().enumerate() {
+    for (im, noisy_row) in images.iter().zip(&noisy) {
         let channels = im.image.shape()[1];
         let mut nets = bundled(channels)?;
         for e in extra.iter().filter(|e| e.channels == channels) {
             nets.push((e.name.clone(), e.config.build()?));
         }
-        for (j, &sigma) in sigmas.iter().enumerate() {
-            let key = super::mix(seed ^ super::EVAL_KEY, ((i as u64) << 32) | j as u64);
-            let noisy = add_noise(&im.image, sigma, key);
+        for (&sigma, noisy) in sigmas.iter().zip(noisy_row) {
+            let bm3d = match bm3d_out.next().flatten() {
+                Some(y) => Some(psnr(&y, &im.image, 1.0)?),
+                None => None,
+            };
             let mut row = Row {
                 image: im.name.clone(),
                 channels,
                 sigma,
-                noisy_db: psnr(&noisy, &im.image, 1.0)?,
-                tv: best(tv.as_ref(), &noisy, &im.image, sigma, TV_FACTORS)?,
-                wavelet: best(wavelet.as_ref(), &noisy, &im.image, sigma, WAVELET_FACTORS)?,
+                noisy_db: psnr(noisy, &im.image, 1.0)?,
+                tv: best(tv.as_ref(), noisy, &im.image, sigma, TV_FACTORS)?,
+                wavelet: best(wavelet.as_ref(), noisy, &im.image, sigma, WAVELET_FACTORS)?,
+                bm3d,
                 nets: Vec::new(),
             };
             for (name, net) in &nets {
                 row.nets.push((
                     name.clone(),
-                    psnr(&net.denoise(&noisy, sigma)?, &im.image, 1.0)?,
+                    psnr(&net.denoise(noisy, sigma)?, &im.image, 1.0)?,
                 ));
             }
             tracing::info!("{} σ {sigma}: {row:?}", im.name);
@@ -164,11 +210,18 @@ pub fn psnr_table(
     Ok(rows)
 }
 
-/// The table as Markdown: one line per image and σ.
+/// The table as Markdown: one line per image and σ (a BM3D column when BM3D ran).
 pub fn markdown(rows: &[Row]) -> String {
-    let mut s = String::from(
-        "| image | σ | noisy | TV (best k) | wavelet db8 (best k) | DnCNN |\n|---|---|---|---|---|---|\n",
-    );
+    let with_bm3d = rows.iter().any(|r| r.bm3d.is_some());
+    let mut s = String::from("| image | σ | noisy | TV (best k) | wavelet db8 (best k) |");
+    if with_bm3d {
+        s.push_str(" BM3D |");
+    }
+    s.push_str(" bundled networks |\n|---|---|---|---|---|");
+    if with_bm3d {
+        s.push_str("---|");
+    }
+    s.push_str("---|\n");
     for r in rows {
         let nets: Vec<String> = r
             .nets
@@ -176,16 +229,16 @@ pub fn markdown(rows: &[Row]) -> String {
             .map(|(n, p)| format!("{p:.2} ({n})"))
             .collect();
         s.push_str(&format!(
-            "| {} | {} | {:.2} | {:.2} (k {}) | {:.2} (k {}) | {} |\n",
-            r.image,
-            r.sigma,
-            r.noisy_db,
-            r.tv.0,
-            r.tv.1,
-            r.wavelet.0,
-            r.wavelet.1,
-            nets.join(", ")
+            "| {} | {} | {:.2} | {:.2} (k {}) | {:.2} (k {}) |",
+            r.image, r.sigma, r.noisy_db, r.tv.0, r.tv.1, r.wavelet.0, r.wavelet.1,
         ));
+        if with_bm3d {
+            match r.bm3d {
+                Some(p) => s.push_str(&format!(" {p:.2} |")),
+                None => s.push_str(" – |"),
+            }
+        }
+        s.push_str(&format!(" {} |\n", nets.join(", ")));
     }
     s
 }
@@ -228,7 +281,7 @@ mod tests {
             name: "ramp".into(),
             image,
         }];
-        let rows = psnr_table(&images, &[0.1], 3, std::slice::from_ref(&extra)).unwrap();
+        let rows = psnr_table(&images, &[0.1], 3, std::slice::from_ref(&extra), None).unwrap();
         let nets = &rows[0].nets;
         assert_eq!(nets.len(), 2, "{nets:?}");
         assert_eq!(nets[0].0, grey.name);
