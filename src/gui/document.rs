@@ -56,12 +56,15 @@ impl Problem {
     }
 }
 
+/// What the loading thread sends: the array and its file's voxel size (W, H, D in metres), or why not.
+type LoadedImage = Result<(Tensor, Option<[f64; 3]>), String>;
+
 /// The Data panel's image (or volume), loaded on a helper thread for display and for remote runs.
 #[derive(Default)]
 pub struct DataImage {
     /// The source (with seed and dimensionality) the loaded or loading image comes from.
     source: Option<(ImageSource, u64, bool)>,
-    loading: Option<Receiver<Result<(Tensor, Option<[f64; 3]>), String>>>,
+    loading: Option<Receiver<LoadedImage>>,
     /// The loaded array, `(B, C, H, W)` or `(B, C, D, H, W)`.
     pub loaded: Option<Arc<Tensor>>,
     /// The loaded file's voxel size along W, H and D in metres, where the file states it (NIfTI).

@@ -174,7 +174,7 @@ fn width_m(wb: &Workbench, slot: Slot) -> Option<f64> {
         _ => return None,
     };
     let shown = wb.viewer.shown.get(&slot)?;
-    (shown.full_size.0 as usize == extent).then(|| extent as f64 * voxel)
+    (shown.full_size.0 as usize == extent).then_some(extent as f64 * voxel)
 }
 
 /// The scrubber through the run's kept previews: the reconstruction pane shows the chosen
