@@ -196,15 +196,7 @@ fn below_min_ranks_the_run_stops_and_names_why() {
     let dir = tempfile::tempdir().unwrap();
     let mut extra = small(ITERATIONS);
     extra.extend(["--set".into(), "distributed.min_ranks=3".into()]);
-    let args = [
-        "run",
-        "multiblur",
-        "--ranks",
-        "3",
-        "--elastic",
-        "--out",
-        "o",
-    ];
+    let args = elastic_3_into_o("multiblur");
     let stderr = failed_run(&args, &extra, "2:2", dir.path());
     assert!(stderr.contains("fewer than min_ranks = 3"), "{stderr}");
 }
@@ -250,15 +242,7 @@ fn below_min_ranks_the_run_stops_with_a_checkpoint_that_resume_finishes_with_the
     let cwd = dir.path();
     reference_run(cwd);
     let extra = checkpointed(&["distributed.min_ranks=3"]);
-    let args = [
-        "run",
-        "multiblur",
-        "--ranks",
-        "3",
-        "--elastic",
-        "--out",
-        "o",
-    ];
+    let args = elastic_3_into_o("multiblur");
     // Rank 2 dies as iteration 4 starts: the survivors completed 3, one past the periodic
     // checkpoint of iteration 2, and the group cannot go on with 2 ranks.
     let stderr = failed_run(&args, &extra, "2:4", cwd);
@@ -371,6 +355,11 @@ fn after_a_full_crash_resume_finishes_with_the_same_bytes() {
     assert!(err.contains("resuming after iteration 2"), "{err}");
     same_bytes_as_reference(cwd, "o");
     assert!(!cwd.join("o.checkpoint").exists());
+}
+
+/// `tessera run PRESET --ranks 3 --elastic --out o`.
+fn elastic_3_into_o(preset: &str) -> [&str; 7] {
+    ["run", preset, "--ranks", "3", "--elastic", "--out", "o"]
 }
 
 /// Runs a group that loses a rank and must fail; checks that it left no run folder `o`; returns its
@@ -631,15 +620,7 @@ fn fwi_below_min_ranks_from_its_preset_stops_with_a_checkpoint_that_resume_finis
     for set in ["distributed.min_ranks=3", "distributed.checkpoint_every=2"] {
         extra.extend(["--set".into(), set.into()]);
     }
-    let args = [
-        "run",
-        "fwi_marmousi",
-        "--ranks",
-        "3",
-        "--elastic",
-        "--out",
-        "o",
-    ];
+    let args = elastic_3_into_o("fwi_marmousi");
     // Rank 1 dies as epoch 4 starts: the survivors completed 3, one past the checkpoint of 2.
     let stderr = failed_run(&args, &extra, "1:4", cwd);
     assert!(stderr.contains("fewer than min_ranks = 3"), "{stderr}");

@@ -38,17 +38,40 @@ impl Continuation {
     }
 }
 
-/// Starts `n` local rank processes of this command (elastic with `elastic`) and waits for them.
-/// An elastic run keeps a checkpoint in a new folder beside its outputs (a resumed one keeps its
-/// own); when the run stops or fails with a checkpoint in place, prints the command that continues
-/// it. `run`: where the outputs go, the preset's name, iterations between checkpoints, quiet.
-fn launch_ranks(
-    n: usize,
-    elastic: Option<dist::launch::ElasticOptions>,
-    (out_dir, name, every, quiet): (&RunDir, &str, usize, bool),
+/// What [`launch_ranks`] needs of a run.
+struct Launch<'a> {
+    /// Where the outputs go and the preset's name (the checkpoint folder is named after them).
+    out_dir: &'a RunDir,
+    name: &'a str,
+    /// Iterations (epochs) between checkpoints.
+    every: usize,
+    quiet: bool,
+    /// Elastic: its `min_ranks`.
+    elastic: Option<usize>,
     unit: dist::elastic::WorkUnit,
-    resume: Option<&Path>,
-) -> Result<()> {
+    resume: Option<&'a Path>,
+}
+
+/// Starts `--ranks N` local rank processes of this command (elastic with `launch.elastic`) and
+/// waits for them. An elastic run keeps a checkpoint in a new folder beside its outputs (a resumed
+/// one keeps its own); when the run stops or fails with a checkpoint in place, prints the command
+/// that continues it.
+fn launch_ranks(group: &GroupArgs, launch: Launch<'_>) -> Result<()> {
+    let Launch {
+        out_dir,
+        name,
+        every,
+        quiet,
+        elastic,
+        unit,
+        resume,
+    } = launch;
+    let n = group.ranks.unwrap_or(1);
+    let elastic = elastic.map(|min_ranks| dist::launch::ElasticOptions {
+        min_ranks,
+        checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
+        unit,
+    });
     let mut args = strip_option(std::env::args_os().skip(1), "--ranks");
     let checkpoints = match (resume, elastic.is_some()) {
         (Some(dir), _) => Some(dir.to_path_buf()),
@@ -183,15 +206,17 @@ pub(super) fn run(
         .distributed
         .checkpoint_every
         .unwrap_or(DEFAULT_CHECKPOINT_EVERY);
-    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
-        let elastic = elastic.then(|| dist::launch::ElasticOptions {
-            min_ranks: preset.distributed.min_ranks.unwrap_or(1),
-            checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
+    if !launched && group.ranks.is_some_and(|n| n > 1) {
+        let launch = Launch {
+            out_dir: &out_dir,
+            name: &preset.name,
+            every,
+            quiet,
+            elastic: elastic.then_some(preset.distributed.min_ranks.unwrap_or(1)),
             unit: dist::elastic::WorkUnit::Iteration,
-        });
-        let run = (&out_dir, preset.name.as_str(), every, quiet);
-        let unit = dist::elastic::WorkUnit::Iteration;
-        return launch_ranks(n, elastic, run, unit, continuation.resume.as_deref());
+            resume: continuation.resume.as_deref(),
+        };
+        return launch_ranks(group, launch);
     }
     let member = match launched && elastic {
         true => dist::elastic::Member::from_env(Duration::from_secs(
@@ -382,15 +407,17 @@ fn run_fwi(
         .distributed
         .checkpoint_every
         .unwrap_or(DEFAULT_CHECKPOINT_EVERY);
-    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
-        let elastic = elastic.then(|| dist::launch::ElasticOptions {
-            min_ranks: preset.distributed.min_ranks.unwrap_or(1),
-            checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
+    if !launched && group.ranks.is_some_and(|n| n > 1) {
+        let launch = Launch {
+            out_dir: &out_dir,
+            name: &preset.name,
+            every,
+            quiet,
+            elastic: elastic.then_some(preset.distributed.min_ranks.unwrap_or(1)),
             unit: dist::elastic::WorkUnit::Epoch,
-        });
-        let run = (&out_dir, preset.name.as_str(), every, quiet);
-        let unit = dist::elastic::WorkUnit::Epoch;
-        return launch_ranks(n, elastic, run, unit, continuation.resume.as_deref());
+            resume: continuation.resume.as_deref(),
+        };
+        return launch_ranks(group, launch);
     }
     let member = match launched && elastic {
         true => dist::elastic::Member::from_env(Duration::from_secs(

@@ -86,6 +86,22 @@ impl Recovery {
         }
     }
 
+    /// [`Recovery::new`] for a rank that saw the failure `since_start` into the run, logged
+    /// (`warn`) as [`Recovery::describe`] says it for `(unit, rank)`.
+    pub fn logged(
+        plan: &Plan,
+        since_start: Duration,
+        failure: &Error,
+        resumed_from: usize,
+        assignment: Assignment,
+        (unit, rank): (WorkUnit, usize),
+    ) -> Recovery {
+        let failed_at_secs = since_start.as_secs_f64();
+        let recovery = Recovery::new(plan, failed_at_secs, failure, resumed_from, assignment);
+        tracing::warn!("{}", recovery.describe(unit, rank));
+        recovery
+    }
+
     /// The log line of this recovery as rank `rank` of the new generation sees it, counting the
     /// run's progress in `unit`.
     pub fn describe(&self, unit: WorkUnit, rank: usize) -> String {

@@ -1166,16 +1166,14 @@ fn elastic_typed<T: Float>(
                 .map(|r| tensor_split(batch, world, r).collect())
                 .collect(),
         };
-        let failed_at_secs = failed_at.duration_since(carried.t_start).as_secs_f64();
-        let recovery = Recovery::new(
+        carried.recoveries.push(Recovery::logged(
             &plan,
-            failed_at_secs,
+            failed_at.duration_since(carried.t_start),
             &failure,
             carried.history.len(),
             assignment,
-        );
-        tracing::warn!("{}", recovery.describe(WorkUnit::Epoch, info.rank));
-        carried.recoveries.push(recovery);
+            (WorkUnit::Epoch, info.rank),
+        ));
         carried.failed_at = Some(failed_at);
         comm = join(&info)?;
     }

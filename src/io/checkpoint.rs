@@ -319,7 +319,7 @@ impl Writer {
     /// Whether a checkpoint is due after `completed` of `total` iterations (none after the last:
     /// the outputs follow at once).
     pub fn due(&self, completed: usize, total: usize) -> bool {
-        completed % self.plan.every == 0 && completed < total
+        completed.is_multiple_of(self.plan.every) && completed < total
     }
 
     /// Writes the checkpoint of `state` after `completed` iterations (epochs); logs its size and

@@ -165,16 +165,14 @@ pub fn run_elastic(
         rewind(&mut carried, preset, &plan)?;
         let info = plan.rank_info(member.slot)?;
         let assignment = assignment(preset, &carried, plan.members.len())?;
-        let failed_at_secs = failed_at.duration_since(carried.t_start).as_secs_f64();
-        let recovery = Recovery::new(
+        carried.recoveries.push(Recovery::logged(
             &plan,
-            failed_at_secs,
+            failed_at.duration_since(carried.t_start),
             &failure,
             carried.history.len(),
             assignment,
-        );
-        tracing::warn!("{}", recovery.describe(WorkUnit::Iteration, info.rank));
-        carried.recoveries.push(recovery);
+            (WorkUnit::Iteration, info.rank),
+        ));
         carried.failed_at = Some(failed_at);
         comm = join(&info)?;
     }
