@@ -116,9 +116,12 @@ fn dispatch(command: Command) -> Result<()> {
             fetch,
             elastic: _,
             device: _,
+            resume: _,
+            checkpoint_dir: _,
             group: _,
         } => {
             let _ = (out, replace);
+            let preset = preset.context("--attach needs a preset")?;
             attach::run(
                 &address,
                 token_file.as_deref(),
@@ -138,11 +141,17 @@ fn dispatch(command: Command) -> Result<()> {
             elastic,
             device,
             attach: None,
+            resume,
+            checkpoint_dir,
             group,
             ..
         } => run::run(
-            &preset,
+            preset.as_deref(),
             &set,
+            run::Continuation {
+                resume,
+                checkpoint_dir,
+            },
             out,
             replace,
             quiet,

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 mod device_tests;
 mod elastic;
 
+pub use elastic::{Checkpoints, Elastic, Recovery, run_elastic};
 use elastic::{DieAt, DiePoint};
-pub use elastic::{Elastic, Recovery, run_elastic};
 
 use crate::denoise::Denoiser;
 use crate::denoise::DenoiserConfig;
@@ -637,18 +637,32 @@ pub fn run_in_group_with(
     inline: &InlineArrays,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
-    preset.validate()?;
-    let device = open_device(preset, comm.rank())?;
-    run_on(preset, out, comm, inline, device, on_event)
+    run_in_group_from(preset, out, comm, inline, None, on_event)
 }
 
-/// [`run_in_group_with`] on `device` (`None`: the CPU).
+/// [`run_in_group_with`] that keeps a checkpoint (`tessera run --resume DIR` without `--elastic`
+/// continues one, and keeps it up to date).
+pub fn run_in_group_from(
+    preset: &Preset,
+    out: &RunDir,
+    comm: Box<dyn Collective>,
+    inline: &InlineArrays,
+    checkpoints: Option<Checkpoints>,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+) -> Result<JobSummary> {
+    preset.validate()?;
+    let device = open_device(preset, comm.rank())?;
+    run_on(preset, out, comm, inline, device, checkpoints, on_event)
+}
+
+/// [`run_in_group_from`] on `device` (`None`: the CPU).
 fn run_on(
     preset: &Preset,
     out: &RunDir,
     comm: Box<dyn Collective>,
     inline: &InlineArrays,
     device: Option<Box<dyn DeviceSolver>>,
+    checkpoints: Option<Checkpoints>,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
     let mut carried = Carried::new(out, comm.rank(), false)?;
@@ -657,6 +671,9 @@ fn run_on(
         tracing::info!("rank {} computes on {}", comm.rank(), d.describe());
     }
     carried.device = device;
+    if let Some(plan) = checkpoints {
+        elastic::start_checkpoints(plan, preset, out, &mut carried)?;
+    }
     run_generation(preset, out, comm, inline, on_event, &mut carried)
 }
 
@@ -728,6 +745,10 @@ struct Carried {
     generations: Vec<GenerationTimes>,
     communication_secs_before: f64,
     profiles_before: Vec<IterationProfile>,
+    /// Runs with checkpoints (elastic or resumed); rank 0 writes them.
+    checkpoints: Option<io::checkpoint::Writer>,
+    /// PnP's step from the checkpoint resumed from.
+    resumed_step: Option<f32>,
 }
 
 impl Carried {
@@ -754,6 +775,8 @@ impl Carried {
             generations: Vec::new(),
             communication_secs_before: 0.0,
             profiles_before: Vec::new(),
+            checkpoints: None,
+            resumed_step: None,
         })
     }
 
@@ -872,13 +895,17 @@ fn run_generation(
                 }
                 BackProjectionMethod::Fbp => None,
             };
-            let pnp_step =
-                match &preset.algorithm {
-                    AlgorithmConfig::Pnp(cfg) if carried.keep_iterates => Some(
-                        optim::pnp::step_size(&stack, &preset.fidelity, &x_shape, cfg)?,
-                    ),
-                    _ => None,
-                };
+            let derive_once = carried.keep_iterates || carried.checkpoints.is_some();
+            let pnp_step = match &preset.algorithm {
+                AlgorithmConfig::Pnp(_) if carried.resumed_step.is_some() => carried.resumed_step,
+                AlgorithmConfig::Pnp(cfg) if derive_once => Some(optim::pnp::step_size(
+                    &stack,
+                    &preset.fidelity,
+                    &x_shape,
+                    cfg,
+                )?),
+                _ => None,
+            };
             carried.setup = Some(Setup {
                 truth,
                 x_shape,
@@ -991,6 +1018,14 @@ fn solve_and_report(
         report.times.communication_secs = now - comm_mark;
         comm_mark = now;
         if let Err(e) = carried.completed(&report, x) {
+            failed = Some(e);
+            return ControlFlow::Break(());
+        }
+        if let Some(writer) = &carried.checkpoints
+            && carried.staging.is_some()
+            && let Err(e) =
+                elastic::checkpoint_if_due(writer, preset, &carried.history, x, setup.pnp_step)
+        {
             failed = Some(e);
             return ControlFlow::Break(());
         }
@@ -1209,6 +1244,9 @@ fn solve_and_report(
         .map_err(|e| Error::Internal(format!("encoding {METRICS_FILE}: {e}")))?;
     io::write_atomic(&staging.path().join(METRICS_FILE), &json)?;
     summary.run_dir = Some(staging.commit(&preset.name)?);
+    if let Some(writer) = &carried.checkpoints {
+        writer.finish();
+    }
     Ok(summary)
 }
 

@@ -66,6 +66,9 @@ pub struct Preset {
     pub distributed: DistributedConfig,
 }
 
+/// Iterations (epochs) between an elastic run's checkpoints when the preset does not say.
+pub const DEFAULT_CHECKPOINT_EVERY: usize = 10;
+
 /// How the experiment is spread over ranks (ignored on one rank, where it changes nothing).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -104,6 +107,10 @@ pub struct DistributedConfig {
     /// The fewest ranks an elastic run may shrink to before it stops (`None`: 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_ranks: Option<usize>,
+    /// Elastic runs write a checkpoint (what `tessera run --resume DIR` continues from) every this
+    /// many iterations (`None`: [`DEFAULT_CHECKPOINT_EVERY`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_every: Option<usize>,
     /// Where every rank computes: `cpu`, `cuda` (GPU `LOCAL_RANK % count`) or `cuda:N`, parsed by
     /// `device::Device` when the run starts (`--device` overrides it; docs/GPU.md).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -460,6 +467,12 @@ impl Preset {
         }
         if self.distributed.min_ranks == Some(0) {
             return Err(Error::config("distributed.min_ranks", "must be at least 1"));
+        }
+        if self.distributed.checkpoint_every == Some(0) {
+            return Err(Error::config(
+                "distributed.checkpoint_every",
+                "must be at least 1 (iterations between checkpoints)",
+            ));
         }
         let splits = [
             (

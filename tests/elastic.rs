@@ -196,17 +196,170 @@ fn below_min_ranks_the_run_stops_and_names_why() {
     let dir = tempfile::tempdir().unwrap();
     let mut extra = small(ITERATIONS);
     extra.extend(["--set".into(), "distributed.min_ranks=3".into()]);
-    let args = [
-        "run",
-        "multiblur",
-        "--ranks",
-        "3",
-        "--elastic",
-        "--out",
-        "o",
-    ];
+    let args = elastic_3_into_o("multiblur");
     let stderr = failed_run(&args, &extra, "2:2", dir.path());
     assert!(stderr.contains("fewer than min_ranks = 3"), "{stderr}");
+}
+
+/// The uninterrupted reference run of `small(ITERATIONS)` in `cwd/reference`.
+fn reference_run(cwd: &Path) {
+    let o = run_with(
+        &["run", "multiblur", "--out", "reference"],
+        &small(ITERATIONS),
+        None,
+        cwd,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Asserts that run folder `dir` holds the reference run's bytes.
+fn same_bytes_as_reference(cwd: &Path, dir: &str) {
+    let want = outputs(&cwd.join("reference"));
+    let got = outputs(&cwd.join(dir));
+    assert!(want.len() >= 4);
+    assert_eq!(
+        want.iter().map(|f| &f.0).collect::<Vec<_>>(),
+        got.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    for ((name, a), (_, b)) in want.iter().zip(&got) {
+        assert!(a == b, "{name} differs in {dir}");
+    }
+}
+
+/// `small(ITERATIONS)` with a checkpoint every 2 iterations and `more` settings.
+fn checkpointed(more: &[&str]) -> Vec<String> {
+    let mut extra = small(ITERATIONS);
+    extra.extend(["--set".into(), "distributed.checkpoint_every=2".into()]);
+    for m in more {
+        extra.extend(["--set".into(), m.to_string()]);
+    }
+    extra
+}
+
+#[test]
+fn below_min_ranks_the_run_stops_with_a_checkpoint_that_resume_finishes_with_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    reference_run(cwd);
+    let extra = checkpointed(&["distributed.min_ranks=3"]);
+    let args = elastic_3_into_o("multiblur");
+    // Rank 2 dies as iteration 4 starts: the survivors completed 3, one past the periodic
+    // checkpoint of iteration 2, and the group cannot go on with 2 ranks.
+    let stderr = failed_run(&args, &extra, "2:4", cwd);
+    assert!(stderr.contains("fewer than min_ranks = 3"), "{stderr}");
+    assert!(
+        stderr.contains("its checkpoint holds iteration 3"),
+        "{stderr}"
+    );
+    let command = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("tessera run --resume"))
+        .unwrap_or_else(|| panic!("no resume command in {stderr}"));
+    assert_eq!(
+        command,
+        "tessera run --resume o.checkpoint --ranks 3 --elastic"
+    );
+    let checkpoint = cwd.join("o.checkpoint/checkpoint.tessera");
+    let bytes = std::fs::read(&checkpoint).unwrap();
+    // Nothing else in the checkpoint's folder (no temporary file left by its atomic writes).
+    assert_eq!(
+        std::fs::read_dir(cwd.join("o.checkpoint")).unwrap().count(),
+        1
+    );
+
+    // Bad checkpoints: an error naming the file, never a panic (exit status 1, not 101).
+    std::fs::create_dir(cwd.join("bad")).unwrap();
+    for (what, content) in [
+        ("truncated", &bytes[..bytes.len() / 2]),
+        (
+            "tessera checkpoint header",
+            &b"random bytes, not a checkpoint"[..],
+        ),
+    ] {
+        std::fs::write(cwd.join("bad/checkpoint.tessera"), content).unwrap();
+        let o = run_with(&["run", "--resume", "bad"], &[], None, cwd);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(what) && err.contains("bad/checkpoint.tessera"),
+            "{err}"
+        );
+    }
+    let o = run_with(
+        &["run", "quick", "--resume", "o.checkpoint"],
+        &[],
+        None,
+        cwd,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("another experiment"), "{err}");
+
+    // The command printed, exactly: the same bytes as the uninterrupted run, and the checkpoint
+    // gone with the run complete.
+    let resume: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let o = run_with(&resume, &["--quiet".into()], None, cwd);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("resuming after iteration 3 from the checkpoint"),
+        "{err}"
+    );
+    same_bytes_as_reference(cwd, "o");
+    assert!(!cwd.join("o.checkpoint").exists());
+    let metrics = read_json(&cwd.join("o/metrics.json"));
+    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
+}
+
+#[test]
+fn after_a_full_crash_resume_finishes_with_the_same_bytes() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    reference_run(cwd);
+    // The launcher leads its own process group, so that the hook's crash (SIGKILL to the whole
+    // group, launcher included, in iteration 4) reaches every process of the run and no other.
+    let o = tessera()
+        .args([
+            "run",
+            "multiblur",
+            "--ranks",
+            "2",
+            "--elastic",
+            "--out",
+            "o",
+        ])
+        .args(checkpointed(&[]))
+        .env("TESSERA_TEST_DIE_AT", "1:4:crash")
+        .current_dir(cwd)
+        .process_group(0)
+        .output()
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&o.status),
+        Some(9),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!cwd.join("o").exists());
+    // On 1 process, not elastic: the checkpoint of iteration 2 (iterations 3 are done again).
+    let o = run_with(
+        &["run", "--resume", "o.checkpoint"],
+        &["-q".into()],
+        None,
+        cwd,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("resuming after iteration 2"), "{err}");
+    same_bytes_as_reference(cwd, "o");
+    assert!(!cwd.join("o.checkpoint").exists());
+}
+
+/// `tessera run PRESET --ranks 3 --elastic --out o`.
+fn elastic_3_into_o(preset: &str) -> [&str; 7] {
+    ["run", preset, "--ranks", "3", "--elastic", "--out", "o"]
 }
 
 /// Runs a group that loses a rank and must fail; checks that it left no run folder `o`; returns its
@@ -358,6 +511,12 @@ fn lose_fwi_rank_and_compare(rank: usize, epoch: usize, point: &str) -> serde_js
         )),
         "{stderr}"
     );
+    // The launcher and the survivors count an inversion's progress in epochs.
+    assert!(
+        stderr.contains(&format!("2 rank(s) resume after epoch {}", epoch - 1)),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("resume after iteration"), "{stderr}");
     let want = outputs(&dir.path().join("reference"));
     let got = outputs(&dir.path().join("elastic"));
     let names = |f: &[(String, Vec<u8>)]| f.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
@@ -443,4 +602,60 @@ fn fwi_elastic_refuses_the_rank_count_dependent_all_reduce_by_name() {
         "{stderr}"
     );
     assert!(!dir.path().join("o").exists());
+}
+
+#[test]
+fn fwi_below_min_ranks_from_its_preset_stops_with_a_checkpoint_that_resume_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    let o = run_with(
+        &["run", "fwi_marmousi", "--out", "reference"],
+        &small_fwi(),
+        None,
+        cwd,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // An inversion preset's own [distributed] sets min_ranks and the checkpoints' interval.
+    let mut extra = small_fwi();
+    for set in ["distributed.min_ranks=3", "distributed.checkpoint_every=2"] {
+        extra.extend(["--set".into(), set.into()]);
+    }
+    let args = elastic_3_into_o("fwi_marmousi");
+    // Rank 1 dies as epoch 4 starts: the survivors completed 3, one past the checkpoint of 2.
+    let stderr = failed_run(&args, &extra, "1:4", cwd);
+    assert!(stderr.contains("fewer than min_ranks = 3"), "{stderr}");
+    assert!(stderr.contains("its checkpoint holds epoch 3"), "{stderr}");
+    let command = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("tessera run --resume"))
+        .unwrap_or_else(|| panic!("no resume command in {stderr}"));
+    assert_eq!(
+        command,
+        "tessera run --resume o.checkpoint --ranks 3 --elastic"
+    );
+    // On 2 ranks, not elastic: the panel of epoch 2 is drawn again from the checkpoint.
+    let o = run_with(
+        &["run", "--resume", "o.checkpoint", "--ranks", "2"],
+        &["-q".into()],
+        None,
+        cwd,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("resuming after epoch 3 from the checkpoint"),
+        "{err}"
+    );
+    let want = outputs(&cwd.join("reference"));
+    let got = outputs(&cwd.join("o"));
+    let names = |f: &[(String, Vec<u8>)]| f.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
+    assert!(want.len() >= 10, "{:?}", names(&want));
+    assert_eq!(names(&want), names(&got));
+    for ((name, a), (_, b)) in want.iter().zip(&got) {
+        assert!(a == b, "{name} differs after the resume");
+    }
+    assert!(!cwd.join("o.checkpoint").exists());
+    let metrics = read_json(&cwd.join("o/metrics.json"));
+    assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
 }

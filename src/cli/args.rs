@@ -41,7 +41,9 @@ pub(super) struct Cli {
 pub(super) enum Command {
     /// Run a preset (a bundled name such as `quick`, or a TOML file).
     Run {
-        preset: String,
+        /// Optional with --resume (the checkpoint holds the preset; if given, it must match).
+        #[arg(required_unless_present = "resume")]
+        preset: Option<String>,
         /// Override a preset value, e.g. `--set algorithm.iterations=10` (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
@@ -66,6 +68,14 @@ pub(super) enum Command {
         /// there; one with parts not on the GPU yet is refused with their names; see docs/GPU.md.
         #[arg(long, value_name = "DEVICE", conflicts_with = "attach")]
         device: Option<String>,
+        /// Continue the run whose checkpoint is in DIR (an elastic run that stopped below
+        /// `distributed.min_ranks`, or crashed); the outputs go where that run's would have, with
+        /// the same bytes. Add --ranks N --elastic to run it as an elastic group again.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["attach", "out", "replace"])]
+        resume: Option<PathBuf>,
+        /// Where an elastic run's ranks keep its checkpoint (set by the launcher).
+        #[arg(long, value_name = "DIR", hide = true, conflicts_with = "resume")]
+        checkpoint_dir: Option<PathBuf>,
         /// Submit the preset to a running `tessera serve` at HOST:PORT or unix:PATH instead of
         /// running it here; progress streams like a local run, the outputs stay on the server.
         #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["out", "replace"])]

@@ -2,7 +2,7 @@
 //! and the summary a finished run prints (also for `--attach`).
 
 use std::ops::ControlFlow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -10,19 +10,114 @@ use anyhow::{Context, Result, bail};
 use tessera::device::Device;
 use tessera::dist::{self, RankInfo};
 use tessera::io::RunDir;
+use tessera::io::checkpoint::{self, RunKind};
+use tessera::io::run_dir::local_timestamp;
 use tessera::job::{self, JobEvent};
-use tessera::preset::Preset;
+use tessera::preset::{DEFAULT_CHECKPOINT_EVERY, LoadedPreset, Preset};
 
 use super::args::GroupArgs;
-use super::group::{
-    join_group, join_with, launch_local_group, place_threads, rank_flags, strip_option,
-};
+use super::group::{join_group, join_with, place_threads, rank_flags, strip_option};
 use super::output::say;
+
+/// How a run continues from a checkpoint: the user's `--resume DIR`, or the folder the launcher
+/// chose for the checkpoints of an elastic run (`--checkpoint-dir`, its ranks' hidden flag).
+pub(super) struct Continuation {
+    pub(super) resume: Option<PathBuf>,
+    pub(super) checkpoint_dir: Option<PathBuf>,
+}
+
+impl Continuation {
+    /// The checkpoints this rank (or single process) keeps, one every `every` iterations.
+    fn checkpoints(self, every: usize) -> Option<job::Checkpoints> {
+        match (self.resume, self.checkpoint_dir) {
+            (Some(dir), _) => Some((dir, true)),
+            (None, Some(dir)) => Some((dir, false)),
+            (None, None) => None,
+        }
+        .map(|(dir, resume)| job::Checkpoints { dir, every, resume })
+    }
+}
+
+/// What [`launch_ranks`] needs of a run.
+struct Launch<'a> {
+    /// Where the outputs go and the preset's name (the checkpoint folder is named after them).
+    out_dir: &'a RunDir,
+    name: &'a str,
+    /// Iterations (epochs) between checkpoints.
+    every: usize,
+    quiet: bool,
+    /// Elastic: its `min_ranks`.
+    elastic: Option<usize>,
+    unit: dist::elastic::WorkUnit,
+    resume: Option<&'a Path>,
+}
+
+/// Starts `--ranks N` local rank processes of this command (elastic with `launch.elastic`) and
+/// waits for them. An elastic run keeps a checkpoint in a new folder beside its outputs (a resumed
+/// one keeps its own); when the run stops or fails with a checkpoint in place, prints the command
+/// that continues it.
+fn launch_ranks(group: &GroupArgs, launch: Launch<'_>) -> Result<()> {
+    let Launch {
+        out_dir,
+        name,
+        every,
+        quiet,
+        elastic,
+        unit,
+        resume,
+    } = launch;
+    let n = group.ranks.unwrap_or(1);
+    let elastic = elastic.map(|min_ranks| dist::launch::ElasticOptions {
+        min_ranks,
+        checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
+        unit,
+    });
+    let mut args = strip_option(std::env::args_os().skip(1), "--ranks");
+    let checkpoints = match (resume, elastic.is_some()) {
+        (Some(dir), _) => Some(dir.to_path_buf()),
+        (None, true) => {
+            let dir = checkpoint::folder_for(out_dir, name, &local_timestamp());
+            if dir.join(checkpoint::CHECKPOINT_FILE).exists() {
+                bail!(
+                    "an earlier run's checkpoint is in {}: continue it with `{}`, or remove that \
+                     folder",
+                    dir.display(),
+                    resume_command(&dir, n)
+                );
+            }
+            args.extend(["--checkpoint-dir".into(), dir.clone().into_os_string()]);
+            Some(dir)
+        }
+        (None, false) => None,
+    };
+    if let Some(dir) = checkpoints.as_ref().filter(|_| !quiet) {
+        eprintln!("checkpoints every {every} {unit}(s) in {}", dir.display());
+    }
+    let launched = match elastic {
+        Some(options) => {
+            dist::launch::launch_elastic(n, &args, options).context("elastic process group")
+        }
+        None => dist::launch::launch(n, &args).context("local process group"),
+    };
+    if launched.is_err()
+        && let Some(dir) = checkpoints
+            .as_ref()
+            .filter(|d| d.join(checkpoint::CHECKPOINT_FILE).exists())
+    {
+        eprintln!(
+            "the run stopped; its checkpoint is in {}; continue it with:\n  {}",
+            dir.display(),
+            resume_command(dir, n)
+        );
+    }
+    launched
+}
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run(
-    name: &str,
+    name: Option<&str>,
     set: &[String],
+    continuation: Continuation,
     out: Option<PathBuf>,
     replace: bool,
     quiet: bool,
@@ -30,19 +125,49 @@ pub(super) fn run(
     device: Option<&str>,
     group: &GroupArgs,
 ) -> Result<()> {
-    if let Some(fwi) = tessera::fwi::FwiPreset::load(name, set)
-        .with_context(|| format!("loading preset `{name}`"))?
-    {
+    let resumed =
+        match &continuation.resume {
+            Some(dir) => Some(checkpoint::read_head(dir).with_context(|| {
+                format!("reading the checkpoint to resume in {}", dir.display())
+            })?),
+            None => None,
+        };
+    let fwi = match (&resumed, name) {
+        (Some(head), name) if head.kind == RunKind::Inversion => Some(resumed_fwi_preset(
+            head,
+            name,
+            set,
+            continuation.resume.as_deref(),
+        )?),
+        (None, Some(name)) => tessera::fwi::FwiPreset::load(name, set)
+            .with_context(|| format!("loading preset `{name}`"))?,
+        _ => None,
+    };
+    if let Some(fwi) = fwi {
         let chosen = Device::chosen(device.map(|d| Device::parse("--device", d)).transpose()?)?;
         if chosen.is_cuda() {
             bail!(
                 "--device {chosen}: not on the GPU yet: fwi (the wave kernels); run on the CPU (--device cpu) meanwhile"
             );
         }
-        return run_fwi(name, fwi, out, replace, quiet, elastic, group);
+        let out_dir = match &resumed {
+            Some(head) => head.destination.run_dir(),
+            None => run_dir(
+                out.or_else(|| fwi.0.output.dir.clone()),
+                replace,
+                &fwi.0.name,
+            )?,
+        };
+        return run_fwi(fwi, out_dir, continuation, quiet, elastic, group);
     }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
-    let mut loaded = Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?;
+    let mut loaded = match (&resumed, name) {
+        (Some(head), name) => resumed_preset(head, name, set, continuation.resume.as_deref())?,
+        (None, Some(name)) => {
+            Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?
+        }
+        (None, None) => bail!("give a preset, or --resume DIR"),
+    };
     let configured = match (device, &loaded.preset.distributed.device) {
         (Some(text), _) => Some(Device::parse("--device", text)?),
         (None, Some(text)) => Some(Device::parse("distributed.device", text)?),
@@ -56,11 +181,14 @@ pub(super) fn run(
     }
     let preset = &loaded.preset;
     let placement = place_threads(group, preset.distributed.threads_per_rank)?;
-    let out_dir = run_dir(
-        out.or_else(|| preset.output.dir.clone()),
-        replace,
-        &preset.name,
-    )?;
+    let out_dir = match &resumed {
+        Some(head) => head.destination.run_dir(),
+        None => run_dir(
+            out.or_else(|| preset.output.dir.clone()),
+            replace,
+            &preset.name,
+        )?,
+    };
     // Checked before any rank starts computing (rank 0 checks again when it stages the run): the
     // output folder, and the inputs against the real image, memory included.
     out_dir.check()?;
@@ -87,18 +215,21 @@ pub(super) fn run(
             );
         }
     }
-    if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
-        let args = strip_option(std::env::args_os().skip(1), "--ranks");
-        if elastic {
-            let options = dist::launch::ElasticOptions {
-                min_ranks: preset.distributed.min_ranks.unwrap_or(1),
-                checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
-            };
-            dist::launch::launch_elastic(n, &args, options).context("elastic process group")?;
-        } else {
-            dist::launch::launch(n, &args).context("local process group")?;
-        }
-        return Ok(());
+    let every = preset
+        .distributed
+        .checkpoint_every
+        .unwrap_or(DEFAULT_CHECKPOINT_EVERY);
+    if !launched && group.ranks.is_some_and(|n| n > 1) {
+        let launch = Launch {
+            out_dir: &out_dir,
+            name: &preset.name,
+            every,
+            quiet,
+            elastic: elastic.then_some(preset.distributed.min_ranks.unwrap_or(1)),
+            unit: dist::elastic::WorkUnit::Iteration,
+            resume: continuation.resume.as_deref(),
+        };
+        return launch_ranks(group, launch);
     }
     let member = match launched && elastic {
         true => dist::elastic::Member::from_env(Duration::from_secs(
@@ -126,6 +257,7 @@ pub(super) fn run(
         }
         ControlFlow::Continue(())
     };
+    let checkpoints = continuation.checkpoints(every);
     let summary = match member {
         Some(member) => {
             let mut join = |info: &RankInfo| join_with(group, info);
@@ -133,9 +265,17 @@ pub(super) fn run(
                 member,
                 join: &mut join,
             };
-            job::run_elastic(preset, &out_dir, comm, &[], elastic, &mut on_event)
+            job::run_elastic(
+                preset,
+                &out_dir,
+                comm,
+                &[],
+                elastic,
+                checkpoints,
+                &mut on_event,
+            )
         }
-        None => job::run_in_group(preset, out_dir, comm, &mut on_event),
+        None => job::run_in_group_from(preset, &out_dir, comm, &[], checkpoints, &mut on_event),
     }
     .with_context(|| format!("running preset {}", loaded.origin))?;
     progress.finish();
@@ -147,6 +287,84 @@ pub(super) fn run(
         say!("  outputs in {}", dir.display());
     }
     Ok(())
+}
+
+/// The preset a checkpoint continues (`head`, read from `dir`): the one it holds, with `set`
+/// applied; a preset named on the command line must be that one.
+fn resumed_preset(
+    head: &checkpoint::Head,
+    name: Option<&str>,
+    set: &[String],
+    dir: Option<&Path>,
+) -> Result<LoadedPreset> {
+    let dir = dir.map(|d| d.display().to_string()).unwrap_or_default();
+    let origin = format!("checkpoint in {dir}");
+    let preset = match name {
+        Some(name) => {
+            Preset::load(name, set).with_context(|| format!("loading preset `{name}`"))?
+        }
+        None => LoadedPreset {
+            preset: Preset::from_toml(&head.preset_toml, &origin, set)?,
+            origin: origin.clone(),
+        },
+    };
+    same_experiment(head, &preset.preset.to_toml()?, &preset.origin, &dir)?;
+    Ok(preset)
+}
+
+/// [`resumed_preset`] for an inversion: (preset, its folder for relative paths, origin).
+fn resumed_fwi_preset(
+    head: &checkpoint::Head,
+    name: Option<&str>,
+    set: &[String],
+    dir: Option<&Path>,
+) -> Result<(tessera::fwi::FwiPreset, PathBuf, String)> {
+    let dir = dir.map(|d| d.display().to_string()).unwrap_or_default();
+    let origin = format!("checkpoint in {dir}");
+    let loaded = match name {
+        Some(name) => tessera::fwi::FwiPreset::load(name, set)
+            .with_context(|| format!("loading preset `{name}`"))?
+            .with_context(|| format!("`{name}` is not an inversion preset, the checkpoint's is"))?,
+        None => (
+            tessera::fwi::FwiPreset::from_toml(&head.preset_toml, &origin, set)?,
+            std::env::current_dir().context("finding the working folder")?,
+            origin.clone(),
+        ),
+    };
+    same_experiment(head, &loaded.0.to_toml()?, &loaded.2, &dir)?;
+    Ok(loaded)
+}
+
+/// Refuses a preset (`preset_toml`, from `origin`) that is not the one the checkpoint in `dir`
+/// continues.
+fn same_experiment(
+    head: &checkpoint::Head,
+    preset_toml: &str,
+    origin: &str,
+    dir: &str,
+) -> Result<()> {
+    let hash = checkpoint::preset_hash(preset_toml);
+    if hash != head.preset_hash {
+        bail!(
+            "the checkpoint in {dir} continues another experiment than {origin} (its preset hash \
+             is {:016x}, this one's {hash:016x}): resume it without a preset or --set values",
+            head.preset_hash
+        );
+    }
+    Ok(())
+}
+
+/// The command that continues the run whose checkpoint is in `dir` on `ranks` elastic ranks.
+fn resume_command(dir: &Path, ranks: usize) -> String {
+    let text = dir.display().to_string();
+    let plain = text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,".contains(c));
+    let quoted = match plain {
+        true => text,
+        false => format!("'{}'", text.replace('\'', r"'\''")),
+    };
+    format!("tessera run --resume {quoted} --ranks {ranks} --elastic")
 }
 
 /// Elastic runs need the local launcher (it decides who is left) and a transport whose groups can
@@ -183,37 +401,36 @@ fn run_dir(out: Option<PathBuf>, replace: bool, name: &str) -> Result<RunDir> {
 /// `tessera run` of a full-waveform inversion preset (the `[fwi]` kind): the same launcher and
 /// process group as imaging runs, a progress bar of epochs.
 fn run_fwi(
-    name: &str,
     (preset, base_dir, origin): (tessera::fwi::FwiPreset, PathBuf, String),
-    out: Option<PathBuf>,
-    replace: bool,
+    out_dir: RunDir,
+    continuation: Continuation,
     quiet: bool,
     elastic: bool,
     group: &GroupArgs,
 ) -> Result<()> {
     use tessera::fwi::FwiEvent;
-    let out_dir = run_dir(
-        out.or_else(|| preset.output.dir.clone()),
-        replace,
-        &preset.name,
-    )?;
     out_dir.check()?;
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     if elastic && !launched {
         check_elastic(group)?;
         tessera::fwi::check_elastic(&preset)
             .with_context(|| format!("checking preset {origin}"))?;
-        let n = group.ranks.unwrap_or(1);
-        let args = strip_option(std::env::args_os().skip(1), "--ranks");
-        let options = dist::launch::ElasticOptions {
-            min_ranks: 1,
-            checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
-        };
-        dist::launch::launch_elastic(n, &args, options).context("elastic process group")?;
-        return Ok(());
     }
-    if launch_local_group(group)? {
-        return Ok(());
+    let every = preset
+        .distributed
+        .checkpoint_every
+        .unwrap_or(DEFAULT_CHECKPOINT_EVERY);
+    if !launched && group.ranks.is_some_and(|n| n > 1) {
+        let launch = Launch {
+            out_dir: &out_dir,
+            name: &preset.name,
+            every,
+            quiet,
+            elastic: elastic.then_some(preset.distributed.min_ranks.unwrap_or(1)),
+            unit: dist::elastic::WorkUnit::Epoch,
+            resume: continuation.resume.as_deref(),
+        };
+        return launch_ranks(group, launch);
     }
     let member = match launched && elastic {
         true => dist::elastic::Member::from_env(Duration::from_secs(
@@ -253,11 +470,30 @@ fn run_fwi(
                 member,
                 join: &mut join,
             };
-            tessera::fwi::run_elastic(&preset, &base_dir, out_dir, comm, elastic, &mut on_event)
+            let checkpoints = continuation.checkpoints(every);
+            tessera::fwi::run_elastic(
+                &preset,
+                &base_dir,
+                out_dir,
+                comm,
+                elastic,
+                checkpoints,
+                &mut on_event,
+            )
         }
-        None => tessera::fwi::run_in_group(&preset, &base_dir, out_dir, comm, &mut on_event),
+        None => {
+            let checkpoints = continuation.checkpoints(every);
+            tessera::fwi::run_in_group_from(
+                &preset,
+                &base_dir,
+                &out_dir,
+                comm,
+                checkpoints,
+                &mut on_event,
+            )
+        }
     }
-    .with_context(|| format!("running preset {origin} ({name})"))?;
+    .with_context(|| format!("running preset {origin}"))?;
     progress.finish();
     if rank != 0 {
         return Ok(());

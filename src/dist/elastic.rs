@@ -63,6 +63,83 @@ pub struct Recovery {
     pub recovery_secs: Option<f64>,
 }
 
+impl Recovery {
+    /// The record of a rank that joined generation `plan` after seeing `failure` at
+    /// `failed_at_secs` (since the run started) and rewound to `resumed_from`.
+    pub fn new(
+        plan: &Plan,
+        failed_at_secs: f64,
+        failure: &Error,
+        resumed_from: usize,
+        assignment: Assignment,
+    ) -> Recovery {
+        Recovery {
+            generation: plan.generation,
+            failed_at_secs,
+            failure: failure.to_string(),
+            lost_ranks: plan.lost_ranks.clone(),
+            lost_slots: plan.lost_slots.clone(),
+            resumed_from,
+            members: plan.members.clone(),
+            assignment,
+            recovery_secs: None,
+        }
+    }
+
+    /// [`Recovery::new`] for a rank that saw the failure `since_start` into the run, logged
+    /// (`warn`) as [`Recovery::describe`] says it for `(unit, rank)`.
+    pub fn logged(
+        plan: &Plan,
+        since_start: Duration,
+        failure: &Error,
+        resumed_from: usize,
+        assignment: Assignment,
+        (unit, rank): (WorkUnit, usize),
+    ) -> Recovery {
+        let failed_at_secs = since_start.as_secs_f64();
+        let recovery = Recovery::new(plan, failed_at_secs, failure, resumed_from, assignment);
+        tracing::warn!("{}", recovery.describe(unit, rank));
+        recovery
+    }
+
+    /// The log line of this recovery as rank `rank` of the new generation sees it, counting the
+    /// run's progress in `unit`.
+    pub fn describe(&self, unit: WorkUnit, rank: usize) -> String {
+        let world = self.members.len();
+        let a = &self.assignment;
+        let shares = match a.batch_positions.is_empty() {
+            true => format!(
+                "operators by rank {:?}, tiles by rank {:?}",
+                a.operators, a.tiles
+            ),
+            false => format!("batch positions by rank {:?}", a.batch_positions),
+        };
+        format!(
+            "generation {}: lost rank(s) {:?} (slots {:?}); {world} rank(s) resume after {unit} {}; \
+             this is rank {rank} of {world}; {shares}",
+            self.generation, self.lost_ranks, self.lost_slots, self.resumed_from
+        )
+    }
+}
+
+/// What an elastic run's progress is counted in: the survivors resume after an iteration
+/// (imaging) or an epoch (an inversion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkUnit {
+    #[default]
+    Iteration,
+    Epoch,
+}
+
+impl std::fmt::Display for WorkUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WorkUnit::Iteration => "iteration",
+            WorkUnit::Epoch => "epoch",
+        })
+    }
+}
+
 /// Failures that mean a peer is gone, after which the survivors may go on.
 pub fn is_loss(e: &Error) -> bool {
     matches!(
@@ -373,6 +450,10 @@ pub enum DiePoint {
     Denoiser,
     /// FWI: with the epoch's shots modelled, as the peers enter the shot gradients' collective.
     Gradients,
+    /// At the iteration's start, the whole run dies at once (a full crash): SIGKILL to the
+    /// launcher's process group — only when the launcher leads its own group, as a test starts it,
+    /// else this rank alone dies.
+    Crash,
 }
 
 /// The test hook [`DIE_AT_ENV`]: rank `rank` of generation 0 dies in iteration `iteration`.
@@ -384,12 +465,12 @@ pub struct DieAt {
 }
 
 impl DieAt {
-    /// Parses `rank:iteration[:start|denoiser|gradients]`.
+    /// Parses `rank:iteration[:start|denoiser|gradients|crash]`.
     pub fn parse(text: &str) -> Result<DieAt> {
         let bad = || {
             Error::config(
                 DIE_AT_ENV,
-                format!("`{text}` is not rank:iteration[:start|denoiser|gradients]"),
+                format!("`{text}` is not rank:iteration[:start|denoiser|gradients|crash]"),
             )
         };
         let parts: Vec<&str> = text.split(':').collect();
@@ -398,6 +479,7 @@ impl DieAt {
             [r, i, "start"] => (r, i, DiePoint::Start),
             [r, i, "denoiser"] => (r, i, DiePoint::Denoiser),
             [r, i, "gradients"] => (r, i, DiePoint::Gradients),
+            [r, i, "crash"] => (r, i, DiePoint::Crash),
             _ => return Err(bad()),
         };
         Ok(DieAt {
@@ -420,15 +502,22 @@ impl DieAt {
     /// Dies (SIGKILL to this process, as an outside kill would) when `iteration` at `point` is the
     /// one named.
     pub fn check(&self, iteration: usize, point: DiePoint) {
-        if iteration == self.iteration && point == self.point {
-            tracing::warn!(
-                "{DIE_AT_ENV}: rank {} dies in iteration {iteration} ({point:?})",
-                self.rank
-            );
-            // SAFETY: kill(2) of this very process.
-            unsafe {
-                libc::kill(libc::getpid(), libc::SIGKILL);
+        let crash = self.point == DiePoint::Crash && point == DiePoint::Start;
+        if iteration != self.iteration || (point != self.point && !crash) {
+            return;
+        }
+        tracing::warn!(
+            "{DIE_AT_ENV}: rank {} dies in iteration {iteration} ({:?})",
+            self.rank,
+            self.point
+        );
+        // SAFETY: getppid/getpgid only read this process's ids; kill(2) of this process, or of
+        // the process group its parent (the launcher) leads, which holds the run's processes only.
+        unsafe {
+            if crash && libc::getpgid(0) == libc::getppid() {
+                libc::kill(0, libc::SIGKILL);
             }
+            libc::kill(libc::getpid(), libc::SIGKILL);
         }
     }
 }
@@ -474,6 +563,41 @@ mod tests {
     }
 
     #[test]
+    fn a_recovery_describes_itself_in_the_run_s_unit() {
+        let survivors = BTreeMap::from([(0, checkin(3)), (2, checkin(3))]);
+        let Verdict::Continue(plan) = decide(1, &[0, 1, 2], &survivors, 1, 1) else {
+            panic!("expected a plan");
+        };
+        let lost = Error::PeerLost {
+            rank: 1,
+            how: "closed its connection".into(),
+        };
+        let fwi = Assignment {
+            operators: Vec::new(),
+            tiles: Vec::new(),
+            batch_positions: vec![vec![0, 1], vec![2, 3]],
+        };
+        let r = Recovery::new(&plan, 1.5, &lost, 3, fwi);
+        assert_eq!((r.generation, r.resumed_from), (1, 3));
+        assert_eq!(r.members, vec![0, 2]);
+        assert_eq!(
+            r.describe(WorkUnit::Epoch, 1),
+            "generation 1: lost rank(s) [1] (slots [1]); 2 rank(s) resume after epoch 3; this is \
+             rank 1 of 2; batch positions by rank [[0, 1], [2, 3]]"
+        );
+        let imaging = Recovery::new(&plan, 1.5, &lost, 3, Assignment::over(2, 3, None));
+        let line = imaging.describe(WorkUnit::Iteration, 0);
+        assert!(
+            line.contains(
+                "resume after iteration 3; this is rank 0 of 2; operators by rank \
+                 [[0, 2], [1]]"
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("epoch"), "{line}");
+    }
+
+    #[test]
     fn die_at_parses_its_points_and_refuses_the_rest() {
         assert_eq!(
             DieAt::parse("2:5").unwrap(),
@@ -487,6 +611,7 @@ mod tests {
             DieAt::parse("1:3:denoiser").unwrap().point,
             DiePoint::Denoiser
         );
+        assert_eq!(DieAt::parse("0:4:crash").unwrap().point, DiePoint::Crash);
         for bad in ["", "2", "a:1", "1:2:later", "1:2:3:4"] {
             assert!(DieAt::parse(bad).is_err(), "{bad}");
         }

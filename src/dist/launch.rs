@@ -17,7 +17,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::elastic::{self, Coordinator, DieAt, Verdict};
+use super::elastic::{self, Coordinator, DieAt, Verdict, WorkUnit};
 use crate::error::{Error, Result};
 
 /// Environment variable set in rank processes started by the launcher.
@@ -25,6 +25,10 @@ pub const LAUNCHED_ENV: &str = "TESSERA_LAUNCHED";
 
 /// How long ranks get to exit after SIGTERM before SIGKILL.
 const GRACE: Duration = Duration::from_secs(3);
+
+/// How long the survivors of an elastic group that cannot go on get to write its checkpoint and
+/// exit before they are stopped.
+const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// How an elastic launcher treats lost ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +38,8 @@ pub struct ElasticOptions {
     /// How long the survivors of a loss get to check in; a live rank process that has not checked
     /// in by then (stopped, hung) is killed and counted as lost.
     pub checkin_timeout: Duration,
+    /// What the run's progress is counted in (the launcher's messages name it).
+    pub unit: WorkUnit,
 }
 
 /// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only.
@@ -291,17 +297,26 @@ fn supervise_elastic(
                         let _ = writeln!(
                             std::io::stderr().lock(),
                             "[launcher] generation {}: rank(s) {:?} lost, {} rank(s) resume after \
-                             iteration {}",
+                             {} {}",
                             plan.generation,
                             plan.lost_slots,
                             plan.members.len(),
+                            options.unit,
                             plan.resume_from
                         );
                         recovering_since = None;
                     }
                     Verdict::Stop { reason } => {
-                        // The ranks end on the verdict themselves; give them a moment to say so.
-                        std::thread::sleep(Duration::from_millis(500));
+                        // The ranks end on the verdict themselves, once a survivor has written
+                        // the run's checkpoint: give them time to, then stop the rest.
+                        let deadline = Instant::now() + STOP_GRACE;
+                        while Instant::now() < deadline
+                            && children
+                                .iter_mut()
+                                .any(|c| matches!(c.try_wait(), Ok(None)))
+                        {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
                         terminate(children);
                         let rank = (0..children.len())
                             .find(|&s| exited[s] && !done[s])

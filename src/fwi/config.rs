@@ -40,6 +40,29 @@ pub struct FwiPreset {
     pub fwi: InversionConfig,
     #[serde(default)]
     pub output: FwiOutputConfig,
+    #[serde(default, skip_serializing_if = "FwiDistributedConfig::is_default")]
+    pub distributed: FwiDistributedConfig,
+}
+
+/// `[distributed]` of an inversion: how far an elastic run (`--elastic`, docs/ELASTIC.md) may
+/// shrink, and how often it writes its checkpoint — the keys of the same names in an imaging
+/// preset's `[distributed]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FwiDistributedConfig {
+    /// The fewest ranks an elastic inversion may shrink to before it stops (`None`: 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_ranks: Option<usize>,
+    /// Epochs between an elastic inversion's checkpoints (`None`:
+    /// [`crate::preset::DEFAULT_CHECKPOINT_EVERY`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_every: Option<usize>,
+}
+
+impl FwiDistributedConfig {
+    fn is_default(&self) -> bool {
+        *self == FwiDistributedConfig::default()
+    }
 }
 
 /// `[model]`: grid spacing, the true model (optional with loaded data) and the starting model.
@@ -304,6 +327,15 @@ impl FwiPreset {
         }
         if self.name.trim().is_empty() {
             return Err(Error::config("name", "must not be empty"));
+        }
+        if self.distributed.min_ranks == Some(0) {
+            return Err(Error::config("distributed.min_ranks", "must be at least 1"));
+        }
+        if self.distributed.checkpoint_every == Some(0) {
+            return Err(Error::config(
+                "distributed.checkpoint_every",
+                "must be at least 1 (epochs between checkpoints)",
+            ));
         }
         positive("model.dz_m", self.model.dz_m)?;
         positive("model.dx_m", self.model.dx_m)?;

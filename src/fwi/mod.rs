@@ -18,4 +18,5 @@ pub mod run;
 pub use config::{BUNDLED_FWI, FwiPreset};
 pub use run::{
     EpochReport, FwiEvent, FwiSummary, RankEpoch, check_elastic, run, run_elastic, run_in_group,
+    run_in_group_from,
 };

@@ -15,13 +15,14 @@ use serde::{Deserialize, Serialize};
 use super::batch::{draw, tensor_split};
 use super::config::{FwiPreset, ModelSource, StartModel};
 use super::load;
-use crate::dist::elastic::{Assignment, DieAt, DiePoint, Elastic, Recovery, is_loss};
+use crate::dist::elastic::{Assignment, DieAt, DiePoint, Elastic, Recovery, WorkUnit, is_loss};
 use crate::dist::launch::launched_die_hook;
 use crate::dist::physics::SumOrder;
 use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, ReduceOp, SingleProcess, wire};
 use crate::error::{Error, Result};
 use crate::float::Float;
+use crate::io::checkpoint::{Checkpoints, RunKind, Writer};
 use crate::io::{self, RunDir, Staging};
 use crate::optim::adam::TorchAdam;
 use crate::physics::wave::config::acquisition_from_cells;
@@ -152,18 +153,32 @@ pub fn run_in_group(
     comm: Box<dyn Collective>,
     on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
 ) -> Result<FwiSummary> {
+    run_in_group_from(preset, base_dir, &out.into(), comm, None, on_event)
+}
+
+/// [`run_in_group`] that keeps a checkpoint (`tessera run --resume DIR` without `--elastic`
+/// continues one, and keeps it up to date).
+pub fn run_in_group_from(
+    preset: &FwiPreset,
+    base_dir: &Path,
+    out: &RunDir,
+    comm: Box<dyn Collective>,
+    checkpoints: Option<Checkpoints>,
+    on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
+) -> Result<FwiSummary> {
     preset.validate()?;
-    let out = out.into();
     match preset.wave.precision {
         Precision::F32 => {
-            let mut carried = Carried::<f32>::new(&out, comm.rank(), false)?;
+            let mut carried = Carried::<f32>::new(out, comm.rank(), false)?;
             carried.die_at = launched_die_hook(comm.rank())?;
-            run_generation(preset, base_dir, &out, comm, &mut carried, on_event)
+            carried.start_checkpoints(checkpoints, preset, out)?;
+            run_generation(preset, base_dir, out, comm, &mut carried, on_event)
         }
         Precision::F64 => {
-            let mut carried = Carried::<f64>::new(&out, comm.rank(), false)?;
+            let mut carried = Carried::<f64>::new(out, comm.rank(), false)?;
             carried.die_at = launched_die_hook(comm.rank())?;
-            run_generation(preset, base_dir, &out, comm, &mut carried, on_event)
+            carried.start_checkpoints(checkpoints, preset, out)?;
+            run_generation(preset, base_dir, out, comm, &mut carried, on_event)
         }
     }
 }
@@ -759,13 +774,43 @@ struct EpochState<T> {
 }
 
 /// What one figure epoch's panel is drawn from. Elastic runs keep these on every rank, so that a
-/// rank that takes over rank 0's role draws the panels its predecessor drew.
+/// rank that takes over rank 0's role draws the panels its predecessor drew (and checkpoints hold
+/// them, for a resumed run to draw them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct FigureEpoch {
     epoch: usize,
     model_error: Option<f64>,
     model: Vec<f32>,
     gradient: Vec<f32>,
     illumination: Option<Vec<f32>>,
+}
+
+impl FigureEpoch {
+    /// The illumination's source and receiver halves (it holds both, one after the other).
+    fn illumination_pair(&self) -> Option<(&[f32], &[f32])> {
+        self.illumination
+            .as_ref()
+            .map(|i| i.split_at(self.model.len()))
+    }
+
+    /// Draws this epoch's panel into `dir` (rank 0, or the rank that took over its role); returns
+    /// the panel's file name.
+    fn draw(
+        &self,
+        dir: &Path,
+        layout: &super::figures::Layout,
+        truth: Option<&[f32]>,
+    ) -> Result<PathBuf> {
+        super::figures::epoch_panel(
+            dir,
+            (self.epoch, self.model_error),
+            layout,
+            truth,
+            &self.model,
+            &self.gradient,
+            self.illumination_pair(),
+        )
+    }
 }
 
 /// What a rank carries across the generations of its group (one generation unless elastic).
@@ -797,9 +842,135 @@ struct Carried<T> {
     /// When the last loss was seen, until the first epoch after it completes.
     failed_at: Option<Instant>,
     die_at: Option<DieAt>,
+    /// Runs with checkpoints (elastic or resumed); the group's rank 0 writes them.
+    checkpoints: Option<Writer>,
+}
+
+/// An inversion's replicated state in its checkpoint: the model and Adam after the last completed
+/// epoch (as f64, exact for either precision), the epochs' reports and the figure epochs' panel
+/// inputs (a resumed run draws those panels again).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct InversionState {
+    history: Vec<EpochReport>,
+    model: Vec<f64>,
+    adam_step: u32,
+    exp_avg: Vec<f64>,
+    exp_avg_sq: Vec<f64>,
+    figure_epochs: Vec<FigureEpoch>,
 }
 
 impl<T: Float> Carried<T> {
+    /// Prepares the checkpoints of a run (elastic or resumed): when resuming, loads the state
+    /// after the checkpoint's last epoch (every rank reads it), else rank 0 writes the first one.
+    fn start_checkpoints(
+        &mut self,
+        plan: Option<Checkpoints>,
+        preset: &FwiPreset,
+        out: &RunDir,
+    ) -> Result<()> {
+        let Some(plan) = plan else {
+            return Ok(());
+        };
+        let writer = Writer::new(plan, RunKind::Inversion, preset.to_toml()?, out)?;
+        // The figure epochs' panel inputs go into every checkpoint.
+        self.keep_states = true;
+        if writer.plan.resume {
+            let found = writer.resumed::<InversionState>(|c| {
+                let s = &c.state;
+                let cells = s.model.len();
+                match (
+                    s.history.len() == c.head.completed,
+                    s.exp_avg.len() == cells && s.exp_avg_sq.len() == cells,
+                ) {
+                    (true, true) => Ok(()),
+                    (false, _) => Err(format!(
+                        "{} reports for {} epochs",
+                        s.history.len(),
+                        c.head.completed
+                    )),
+                    (_, false) => Err("Adam's moments and the model differ in size".into()),
+                }
+            })?;
+            let s = found.state;
+            if !s.history.is_empty() {
+                let [b1, b2] = preset.fwi.betas;
+                let typed = |v: Vec<f64>| v.into_iter().map(T::from_f64).collect::<Vec<T>>();
+                let adam = TorchAdam::from_state(
+                    preset.fwi.learning_rate,
+                    (b1, b2),
+                    preset.fwi.eps,
+                    (s.adam_step, typed(s.exp_avg), typed(s.exp_avg_sq)),
+                )
+                .ok_or_else(|| Error::Internal("Adam's moments differ in length".into()))?;
+                self.state = Some(EpochState {
+                    model: typed(s.model),
+                    adam,
+                });
+                self.history = s.history;
+                self.figure_epochs = s.figure_epochs;
+            }
+        } else if self.staging.is_some() {
+            writer.write(0, self.checkpoint_state())?;
+        }
+        self.checkpoints = Some(writer);
+        Ok(())
+    }
+
+    /// The state after the last completed epoch, as a checkpoint holds it.
+    fn checkpoint_state(&self) -> InversionState {
+        let f64s = |v: &[T]| v.iter().map(|x| x.to_f64()).collect::<Vec<f64>>();
+        let (model, (adam_step, m, v)) = match &self.state {
+            Some(s) => (f64s(&s.model), s.adam.state()),
+            None => (Vec::new(), (0, &[][..], &[][..])),
+        };
+        InversionState {
+            history: self.history.clone(),
+            model,
+            adam_step,
+            exp_avg: f64s(m),
+            exp_avg_sq: f64s(v),
+            figure_epochs: self.figure_epochs.clone(),
+        }
+    }
+
+    /// After a completed epoch (on the group's rank 0): writes the checkpoint when one is due. A
+    /// failed write is only logged: the run goes on, with the previous checkpoint.
+    fn checkpoint_if_due(&self, epochs: usize) {
+        let k = self.history.len();
+        let Some(writer) = self.checkpoints.as_ref().filter(|w| w.due(k, epochs)) else {
+            return;
+        };
+        if self.staging.is_some()
+            && let Err(e) = writer.write(k, self.checkpoint_state())
+        {
+            tracing::warn!(
+                "could not write the checkpoint after epoch {k} (the last one stays): {e}"
+            );
+        }
+    }
+
+    /// When the group cannot go on: this survivor writes its last completed epoch's state as the
+    /// checkpoint, unless the one in place is as recent.
+    fn checkpoint_at_stop(&self) {
+        let Some(writer) = &self.checkpoints else {
+            return;
+        };
+        let (k, on_disk) = (self.history.len(), writer.on_disk());
+        let mut held = on_disk;
+        if k > on_disk {
+            match writer.write(k, self.checkpoint_state()) {
+                Ok(()) => held = k,
+                Err(e) => tracing::warn!("could not write the checkpoint after epoch {k}: {e}"),
+            }
+        }
+        tracing::warn!(
+            "the group stops: its checkpoint holds epoch {held}; this rank had completed {k}, so \
+             {} epoch(s) will be done again on resume: {}",
+            k.saturating_sub(held),
+            writer.path().display()
+        );
+    }
+
     /// Rank 0 stages the run's files before anything is computed (an unwritable destination fails
     /// at once).
     fn new(out: &RunDir, rank: usize, keep_states: bool) -> Result<Carried<T>> {
@@ -825,6 +996,7 @@ impl<T: Float> Carried<T> {
             recoveries: Vec::new(),
             failed_at: None,
             die_at: None,
+            checkpoints: None,
         })
     }
 
@@ -912,14 +1084,16 @@ pub fn run_elastic(
     out: impl Into<RunDir>,
     comm: Box<dyn Collective>,
     elastic: Elastic<'_>,
+    checkpoints: Option<Checkpoints>,
     on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
 ) -> Result<FwiSummary> {
     preset.validate()?;
     check_elastic(preset)?;
     let out = out.into();
+    let run = (base_dir, &out, comm, elastic, checkpoints);
     match preset.wave.precision {
-        Precision::F32 => elastic_typed::<f32>(preset, base_dir, &out, comm, elastic, on_event),
-        Precision::F64 => elastic_typed::<f64>(preset, base_dir, &out, comm, elastic, on_event),
+        Precision::F32 => elastic_typed::<f32>(preset, run, on_event),
+        Precision::F64 => elastic_typed::<f64>(preset, run, on_event),
     }
 }
 
@@ -936,17 +1110,25 @@ pub fn check_elastic(preset: &FwiPreset) -> Result<()> {
     }
 }
 
+/// What an elastic inversion runs with: the preset's folder, where the outputs go, the first
+/// generation's group, how to join the next ones and where its checkpoint is kept.
+type ElasticRun<'a, 'b> = (
+    &'a Path,
+    &'a RunDir,
+    Box<dyn Collective>,
+    Elastic<'b>,
+    Option<Checkpoints>,
+);
+
 fn elastic_typed<T: Float>(
     preset: &FwiPreset,
-    base_dir: &Path,
-    out: &RunDir,
-    mut comm: Box<dyn Collective>,
-    elastic: Elastic<'_>,
+    (base_dir, out, mut comm, elastic, checkpoints): ElasticRun<'_, '_>,
     on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
 ) -> Result<FwiSummary> {
     let Elastic { mut member, join } = elastic;
     let mut carried = Carried::<T>::new(out, comm.rank(), true)?;
     carried.die_at = launched_die_hook(member.slot)?;
+    carried.start_checkpoints(checkpoints, preset, out)?;
     loop {
         let failure = match run_generation(preset, base_dir, out, comm, &mut carried, on_event) {
             Err(e) if is_loss(&e) => e,
@@ -965,7 +1147,13 @@ fn elastic_typed<T: Float>(
             .prepared
             .as_ref()
             .map_or(preset.fwi.batch_size, |p| p.setup.acquisition.len());
-        let plan = member.rejoin(completed, &failure)?;
+        let plan = match member.rejoin(completed, &failure) {
+            Ok(plan) => plan,
+            Err(stop) => {
+                carried.checkpoint_at_stop();
+                return Err(stop);
+            }
+        };
         carried.die_at = None;
         carried.rewind(plan.resume_from)?;
         let info = plan.rank_info(member.slot)?;
@@ -978,27 +1166,14 @@ fn elastic_typed<T: Float>(
                 .map(|r| tensor_split(batch, world, r).collect())
                 .collect(),
         };
-        tracing::warn!(
-            "generation {}: lost rank(s) {:?} (slots {:?}); {world} rank(s) resume after epoch {}; \
-             this is rank {} of {world}; batch positions by rank {:?}",
-            plan.generation,
-            plan.lost_ranks,
-            plan.lost_slots,
-            plan.resume_from,
-            info.rank,
-            assignment.batch_positions
-        );
-        carried.recoveries.push(Recovery {
-            generation: plan.generation,
-            failed_at_secs: failed_at.duration_since(carried.t_start).as_secs_f64(),
-            failure: failure.to_string(),
-            lost_ranks: plan.lost_ranks.clone(),
-            lost_slots: plan.lost_slots.clone(),
-            resumed_from: carried.history.len(),
-            members: plan.members.clone(),
+        carried.recoveries.push(Recovery::logged(
+            &plan,
+            failed_at.duration_since(carried.t_start),
+            &failure,
+            carried.history.len(),
             assignment,
-            recovery_secs: None,
-        });
+            (WorkUnit::Epoch, info.rank),
+        ));
         carried.failed_at = Some(failed_at);
         comm = join(&info)?;
     }
@@ -1061,6 +1236,12 @@ fn run_epochs<T: Float>(
     let t_solve = Instant::now();
     carried.solving_since = Some(t_solve);
     let (mut model, mut adam) = match &carried.state {
+        Some(s) if s.model.len() != cells => {
+            return Err(Error::Internal(format!(
+                "resuming a model of {} cells on a {nz}×{nx} grid",
+                s.model.len()
+            )));
+        }
         Some(s) => (s.model.clone(), s.adam.clone()),
         None => {
             let [b1, b2] = preset.fwi.betas;
@@ -1295,38 +1476,29 @@ fn run_epochs<T: Float>(
             ranks: reports.into_iter().map(|r| r.timing).collect(),
             secs: t_epoch.elapsed().as_secs_f64(),
         };
-        let model_f32 = to_f32(&model);
-        let grad_f32 = to_f32(&g);
-        let illum_f32 = illumination.as_ref().map(|i| to_f32(i));
+        let shown = FigureEpoch {
+            epoch: report.epoch,
+            model_error: report.model_error,
+            model: to_f32(&model),
+            gradient: to_f32(&g),
+            illumination: illumination.as_ref().map(|i| to_f32(i)),
+        };
         if let Some(staging) = carried.staging.as_ref().filter(|_| figures) {
-            let panel = super::figures::epoch_panel(
-                staging.path(),
-                (report.epoch, report.model_error),
-                &layout,
-                truth_f32.as_deref(),
-                &model_f32,
-                &grad_f32,
-                illum_f32.as_ref().map(|i| (&i[..cells], &i[cells..])),
-            )?;
+            let panel = shown.draw(staging.path(), &layout, truth_f32.as_deref())?;
             carried.panels.push((report.epoch, panel));
         }
         carried.stop |= on_event(FwiEvent::Epoch {
             report: &report,
-            model: &model_f32,
-            gradient: &grad_f32,
-            illumination: illum_f32.as_ref().map(|i| (&i[..cells], &i[cells..])),
+            model: &shown.model,
+            gradient: &shown.gradient,
+            illumination: shown.illumination_pair(),
         })
         .is_break();
         if carried.keep_states && figures {
-            carried.figure_epochs.push(FigureEpoch {
-                epoch: report.epoch,
-                model_error: report.model_error,
-                model: model_f32,
-                gradient: grad_f32,
-                illumination: illum_f32,
-            });
+            carried.figure_epochs.push(shown);
         }
         carried.completed(report, &model, &adam);
+        carried.checkpoint_if_due(epochs);
     }
     let solve_secs = carried.solve_secs_before + t_solve.elapsed().as_secs_f64();
     let final_f32 = to_f32(&model);
@@ -1395,15 +1567,7 @@ fn run_epochs<T: Float>(
     // A rank that took over rank 0's role draws the panels its predecessor drew.
     for f in &carried.figure_epochs {
         if !carried.panels.iter().any(|(epoch, _)| *epoch == f.epoch) {
-            let panel = super::figures::epoch_panel(
-                out_dir,
-                (f.epoch, f.model_error),
-                &layout,
-                truth_f32.as_deref(),
-                &f.model,
-                &f.gradient,
-                f.illumination.as_ref().map(|i| (&i[..cells], &i[cells..])),
-            )?;
+            let panel = f.draw(out_dir, &layout, truth_f32.as_deref())?;
             carried.panels.push((f.epoch, panel));
         }
     }
@@ -1414,6 +1578,9 @@ fn run_epochs<T: Float>(
     summary.outputs.push(PathBuf::from(io::METRICS_FILE));
     io::write_json_atomic(&out_dir.join(io::METRICS_FILE), &summary)?;
     summary.run_dir = Some(staging.commit(&preset.name)?);
+    if let Some(writer) = &carried.checkpoints {
+        writer.finish();
+    }
     Ok(summary)
 }
 

@@ -2,7 +2,9 @@
 //!
 //! Everything here maps a file to a [`Tensor`] in deepinv's layout and back. Writers go through
 //! [`write_atomic`] so an interrupted run never leaves a half-written output in place of a good one.
+//! `checkpoint` is the file an elastic run continues from.
 
+pub mod checkpoint;
 pub mod image;
 pub mod nifti;
 pub mod npy;

@@ -397,7 +397,7 @@ fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 /// A name with only letters, digits, `-`, `_` and `.` (others become `_`), for folder names.
-fn file_name_safe(name: &str) -> String {
+pub(super) fn file_name_safe(name: &str) -> String {
     let s: String = name
         .chars()
         .map(|c| {

@@ -24,7 +24,16 @@ fn run_into(
 ) -> JobSummary {
     let out = RunDir::from(dir.join(name).as_path());
     let solver = device.then(|| Box::new(Arc::new(Emulator)) as Box<_>);
-    run_on(preset, &out, Box::new(SingleProcess), &[], solver, on_event).unwrap()
+    run_on(
+        preset,
+        &out,
+        Box::new(SingleProcess),
+        &[],
+        solver,
+        None,
+        on_event,
+    )
+    .unwrap()
 }
 
 fn relative_error(a: &Tensor, b: &Tensor) -> f64 {
@@ -177,6 +186,7 @@ fn two_device_ranks_give_one_ranks_bits() {
                     Box::new(comm),
                     &[],
                     Some(solver),
+                    None,
                     &mut ignore,
                 )
                 .unwrap()

@@ -1,6 +1,8 @@
 //! An elastic imaging run on one rank: run a generation of the group; when a peer is lost, check in
 //! with the launcher ([`crate::dist::elastic::Member`]), rewind to the iteration the survivors
 //! agree on, join the next generation and go on, until the run completes (`docs/ELASTIC.md`).
+//! Its checkpoints ([`Checkpoints`], written by the group's rank 0 every K iterations and by a
+//! survivor when the group stops) are what `tessera run --resume DIR` continues from.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -9,33 +11,137 @@ use std::time::Instant;
 
 use crate::denoise::Denoiser;
 use crate::dist::Collective;
-use crate::dist::elastic::{Assignment, Plan, is_loss};
+use crate::dist::elastic::{Assignment, Plan, WorkUnit, is_loss};
 pub(super) use crate::dist::elastic::{DieAt, DiePoint};
 pub use crate::dist::elastic::{Elastic, Recovery};
 use crate::dist::launch::launched_die_hook;
 use crate::error::{Error, Result};
 use crate::io::RunDir;
-use crate::optim::AlgorithmConfig;
+pub use crate::io::checkpoint::Checkpoints;
+use crate::io::checkpoint::{RunKind, Writer};
+use crate::optim::space::HostView;
+use crate::optim::{AlgorithmConfig, IterationReport};
 use crate::preset::Preset;
 use crate::tensor::Tensor;
 use crate::tiling::Decomposition;
 
+use serde::{Deserialize, Serialize};
+
 use super::{Carried, InlineArrays, JobEvent, JobSummary, run_generation};
 
+/// An imaging run's replicated state in its checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct ImagingState {
+    /// The reports of the completed iterations.
+    history: Vec<IterationReport>,
+    /// PnP's iterate after them, shape and values (`None`: nothing to resume from; CG and FBP
+    /// start over).
+    iterate: Option<(Vec<usize>, Vec<f32>)>,
+    /// PnP's step, derived once.
+    pnp_step: Option<f32>,
+}
+
+impl ImagingState {
+    fn after(history: &[IterationReport], x: Option<&Tensor>, pnp_step: Option<f32>) -> Self {
+        ImagingState {
+            history: history.to_vec(),
+            iterate: x.map(|x| (x.shape().to_vec(), x.data().to_vec())),
+            pnp_step,
+        }
+    }
+}
+
+/// Whether the algorithm resumes from an iterate: PnP does; CG (whose Krylov state is not
+/// carried) and FBP start over.
+fn resumable(preset: &Preset) -> bool {
+    matches!(preset.algorithm, AlgorithmConfig::Pnp(_))
+}
+
+/// Prepares `carried` to write checkpoints of `preset`'s run into `out`; when resuming, loads the
+/// checkpoint (every rank reads it) and sets `carried` after its last iteration, else rank 0 writes
+/// the first one (the preset and where the outputs go).
+pub(super) fn start_checkpoints(
+    plan: Checkpoints,
+    preset: &Preset,
+    out: &RunDir,
+    carried: &mut Carried,
+) -> Result<()> {
+    let writer = Writer::new(plan, RunKind::Imaging, preset.to_toml()?, out)?;
+    if writer.plan.resume {
+        let found = writer.resumed::<ImagingState>(|c| {
+            let (k, state) = (c.head.completed, &c.state);
+            match state.history.len() == k {
+                true => Ok(()),
+                false => Err(format!(
+                    "{} reports for {k} iterations",
+                    state.history.len()
+                )),
+            }
+        })?;
+        let (k, state) = (found.head.completed, found.state);
+        carried.resume = match state.iterate {
+            Some((shape, values)) if k > 0 => {
+                let x = Tensor::from_vec(&shape, values).map_err(|e| {
+                    Error::format(writer.path(), format!("not a usable checkpoint: {e}"))
+                })?;
+                carried.iterates = vec![(k, x.clone())];
+                Some((k, x))
+            }
+            _ => None,
+        };
+        if carried.resume.is_some() {
+            carried.history = state.history;
+        }
+        carried.resumed_step = state.pnp_step;
+    } else if carried.staging.is_some() {
+        writer.write(0, ImagingState::after(&[], None, None))?;
+    }
+    carried.checkpoints = Some(writer);
+    Ok(())
+}
+
+/// After an iteration of a run with checkpoints (on the group's rank 0): writes the checkpoint when
+/// one is due. A failed write is only logged: the run goes on, with the previous checkpoint.
+pub(super) fn checkpoint_if_due(
+    writer: &Writer,
+    preset: &Preset,
+    history: &[IterationReport],
+    x: &dyn HostView,
+    pnp_step: Option<f32>,
+) -> Result<()> {
+    let k = history.len();
+    if !resumable(preset) || !writer.due(k, preset.algorithm.iterations()) {
+        return Ok(());
+    }
+    // Downloaded (from a device) only when a checkpoint is due; a failed download is the run's
+    // failure, a failed write only this checkpoint's.
+    let x = x.to_host()?;
+    if let Err(e) = writer.write(k, ImagingState::after(history, Some(&*x), pnp_step)) {
+        tracing::warn!(
+            "could not write the checkpoint after iteration {k} (the last one stays): {e}"
+        );
+    }
+    Ok(())
+}
+
 /// [`super::run_in_group_with`] for a rank of an elastic group: survives lost peers while the
-/// launcher lets the group go on.
+/// launcher lets the group go on, and keeps a checkpoint in `checkpoints.dir`.
 pub fn run_elastic(
     preset: &Preset,
     out: &RunDir,
     mut comm: Box<dyn Collective>,
     inline: &InlineArrays,
     elastic: Elastic<'_>,
+    checkpoints: Option<Checkpoints>,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
     preset.validate()?;
     let Elastic { mut member, join } = elastic;
     let mut carried = Carried::new(out, comm.rank(), true)?;
     carried.die_at = launched_die_hook(member.slot)?;
+    if let Some(plan) = checkpoints {
+        start_checkpoints(plan, preset, out, &mut carried)?;
+    }
     loop {
         let (world_size, first) = (comm.world_size(), carried.history.len());
         let failure = match run_generation(preset, out, comm, inline, on_event, &mut carried) {
@@ -53,38 +159,55 @@ pub fn run_elastic(
              launcher",
             member.generation
         );
-        let plan = member.rejoin(completed, &failure)?;
+        let plan = match member.rejoin(completed, &failure) {
+            Ok(plan) => plan,
+            Err(stop) => {
+                checkpoint_at_stop(preset, &carried);
+                return Err(stop);
+            }
+        };
         carried.die_at = None;
         rewind(&mut carried, preset, &plan)?;
         let info = plan.rank_info(member.slot)?;
         let assignment = assignment(preset, &carried, plan.members.len())?;
-        tracing::warn!(
-            "generation {}: lost rank(s) {:?} (slots {:?}); {} rank(s) resume after iteration {}; \
-             this is rank {} of {}; operators by rank {:?}, tiles by rank {:?}",
-            plan.generation,
-            plan.lost_ranks,
-            plan.lost_slots,
-            plan.members.len(),
-            plan.resume_from,
-            info.rank,
-            info.world_size,
-            assignment.operators,
-            assignment.tiles
-        );
-        carried.recoveries.push(Recovery {
-            generation: plan.generation,
-            failed_at_secs: failed_at.duration_since(carried.t_start).as_secs_f64(),
-            failure: failure.to_string(),
-            lost_ranks: plan.lost_ranks.clone(),
-            lost_slots: plan.lost_slots.clone(),
-            resumed_from: carried.history.len(),
-            members: plan.members.clone(),
+        carried.recoveries.push(Recovery::logged(
+            &plan,
+            failed_at.duration_since(carried.t_start),
+            &failure,
+            carried.history.len(),
             assignment,
-            recovery_secs: None,
-        });
+            (WorkUnit::Iteration, info.rank),
+        ));
         carried.failed_at = Some(failed_at);
         comm = join(&info)?;
     }
+}
+
+/// When the group cannot go on: this survivor writes its last completed iterate as the checkpoint,
+/// unless the one in place is as recent (every survivor may; each holds a valid state, and the
+/// file is replaced atomically).
+fn checkpoint_at_stop(preset: &Preset, carried: &Carried) {
+    let Some(writer) = &carried.checkpoints else {
+        return;
+    };
+    let step = carried.setup.as_ref().and_then(|s| s.pnp_step);
+    let latest = carried.iterates.last().filter(|_| resumable(preset));
+    let on_disk = writer.on_disk();
+    let mut held = on_disk;
+    if let Some((k, x)) = latest.filter(|(k, _)| *k > on_disk) {
+        let state = ImagingState::after(&carried.history[..*k], Some(x), step);
+        match writer.write(*k, state) {
+            Ok(()) => held = *k,
+            Err(e) => tracing::warn!("could not write the checkpoint after iteration {k}: {e}"),
+        }
+    }
+    tracing::warn!(
+        "the group stops: its checkpoint holds iteration {held}; this rank had completed {}, so \
+         {} iteration(s) will be done again on resume: {}",
+        carried.history.len(),
+        carried.history.len().saturating_sub(held),
+        writer.path().display()
+    );
 }
 
 /// Goes back to the iteration the plan resumes after. PnP resumes from that iterate; CG (whose

@@ -92,6 +92,29 @@ impl<T: Float> TorchAdam<T> {
         }
     }
 
+    /// The step count and the first and second moments (`exp_avg`, `exp_avg_sq`), for checkpoints.
+    pub fn state(&self) -> (u32, &[T], &[T]) {
+        (self.step, &self.exp_avg, &self.exp_avg_sq)
+    }
+
+    /// The optimiser resumed from a checkpoint: its step count and moments as [`TorchAdam::state`]
+    /// gave them (`None` when the moments differ in length).
+    pub fn from_state(
+        lr: f64,
+        betas: (f64, f64),
+        eps: f64,
+        (step, exp_avg, exp_avg_sq): (u32, Vec<T>, Vec<T>),
+    ) -> Option<Self> {
+        (exp_avg.len() == exp_avg_sq.len()).then_some(TorchAdam {
+            lr,
+            betas,
+            eps,
+            step,
+            exp_avg,
+            exp_avg_sq,
+        })
+    }
+
     /// One step: `param ← param − lr/(1−β₁ᵗ) · m / (√v/√(1−β₂ᵗ) + ε)`.
     pub fn step(&mut self, param: &mut [T], grad: &[T]) {
         self.step += 1;
@@ -126,6 +149,36 @@ impl<T: Float> TorchAdam<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn torch_adam_resumed_from_its_state_takes_the_same_steps() {
+        let grads = |k: usize| -> Vec<f32> {
+            (0..5)
+                .map(|i| ((i * 7 + k * 3) % 11) as f32 - 5.0)
+                .collect()
+        };
+        let mut whole = TorchAdam::<f32>::new(5, 0.05, (0.9, 0.99), 1e-8);
+        let mut x = vec![1.0f32; 5];
+        for k in 0..4 {
+            whole.step(&mut x, &grads(k));
+        }
+        let mut first = TorchAdam::<f32>::new(5, 0.05, (0.9, 0.99), 1e-8);
+        let mut y = vec![1.0f32; 5];
+        for k in 0..2 {
+            first.step(&mut y, &grads(k));
+        }
+        let (step, m, v) = first.state();
+        let mut resumed =
+            TorchAdam::from_state(0.05, (0.9, 0.99), 1e-8, (step, m.to_vec(), v.to_vec())).unwrap();
+        for k in 2..4 {
+            resumed.step(&mut y, &grads(k));
+        }
+        assert_eq!(x, y);
+        assert_eq!(whole.state(), resumed.state());
+        assert!(
+            TorchAdam::<f32>::from_state(0.1, (0.9, 0.9), 1e-8, (1, vec![0.0], vec![])).is_none()
+        );
+    }
 
     #[test]
     fn first_steps_move_each_parameter_by_the_learning_rate_against_its_gradient_sign() {
