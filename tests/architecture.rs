@@ -312,7 +312,7 @@ fn no_two_files_of_a_module_use_each_other() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
-    // Module path of every file ("physics::conv"; a folder's mod.rs is the folder).
+    // Module path of every file ("physics::blur_engine"; a folder's mod.rs is the folder).
     let module = |p: &Path| -> Vec<String> {
         let rel = p.strip_prefix(&src).unwrap().with_extension("");
         let mut parts: Vec<String> = rel

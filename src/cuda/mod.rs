@@ -273,7 +273,7 @@ impl Backend for Gpu {
         self.bind()?;
         let (r, _r) = real.device_ptr(&self.stream);
         let (s, _s) = spectrum.device_ptr(&self.stream);
-        // SAFETY: the plan's sizes match the buffers (device::ops::conv allocates them from the
+        // SAFETY: the plan's sizes match the buffers (device::ops::blur_engine allocates them from the
         // same grid and batch); cuFFT runs on this stream.
         unsafe { cudarc::cufft::result::exec_r2c(plan.forward, r as *mut f32, s as *mut _) }
             .map_err(|e| fft::error(&self.label, "forward transform", e))

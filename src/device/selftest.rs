@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::Device;
 use super::backend::{Backend, DeviceVec};
-use super::ops::conv::{DeviceBlurStack, DeviceConv, Planes};
+use super::ops::blur_engine::{DeviceBlurStack, DeviceConv, Planes};
 use super::ops::tomography::DeviceTomography;
 use super::ops::{tv, vector};
 use super::solve::{self, HostOperator};
@@ -27,7 +27,7 @@ use crate::optim::pnp::PnpConfig;
 use crate::optim::space::HostView;
 use crate::optim::{IterationReport, Monitor, Reconstruction};
 use crate::physics::blur::{Blur, gaussian_kernel};
-use crate::physics::conv::Padding;
+use crate::physics::blur_engine::Padding;
 use crate::physics::tomography::{Angles, Tomography};
 use crate::physics::{LinearPhysics, Physics, Stack, StackedLinearPhysics};
 use crate::tensor::Tensor;

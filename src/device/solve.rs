@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::array::Array;
 use super::backend::{Backend, DeviceVec};
-use super::ops::conv::{DeviceBlurStack, DeviceConv, Planes};
+use super::ops::blur_engine::{DeviceBlurStack, DeviceConv, Planes};
 use super::ops::tomography::DeviceTomography;
 use super::ops::{tv, vector};
 use crate::denoise::tv::TvDenoiser;

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::collective::{Collective, ReduceOp};
 use super::{codec, wire};
 use crate::error::{Error, Result};
-use crate::physics::conv::FusionKey;
+use crate::physics::blur_engine::FusionKey;
 use crate::physics::stack::{
     BlurFusion, check_circular_measurements, check_same_shape, sum_in_order,
 };

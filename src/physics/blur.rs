@@ -4,7 +4,7 @@
 //! deepinv 0.5.0 `physics.Blur` / `physics/functional/convolution.py`: a true convolution (the
 //! kernel is flipped relative to torch's correlation), kernel centre at `K/2` per axis, `valid`
 //! output `N−K+1`, `constant` pads with zeros, and the adjoint folds padded samples back (see
-//! [`super::conv`], which holds the arithmetic shared by 2-D and 3-D). Each operator picks the direct
+//! [`super::blur_engine`], which holds the arithmetic shared by 2-D and 3-D). Each operator picks the direct
 //! or the FFT path per input size ([`ConvMethod::Auto`]); both give the same numbers to float
 //! rounding and each is the exact adjoint of itself.
 //!
@@ -16,12 +16,12 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::conv::Conv;
+use super::blur_engine::Conv;
 use super::{LinearPhysics, Physics};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub use super::conv::{ConvMethod, MAX_KERNEL_SIDE, Padding};
+pub use super::blur_engine::{ConvMethod, MAX_KERNEL_SIDE, Padding};
 
 /// Largest Gaussian standard deviation accepted in 2-D, in pixels (kernel side ≈ 6.7σ).
 pub const MAX_SIGMA_PX: f32 = 500.0;

@@ -1,5 +1,5 @@
 //! Multi-threaded real FFTs of 1-, 2- and 3-D arrays, the engine of the FFT convolution path in
-//! [`super::conv`].
+//! [`super::blur_engine`].
 //!
 //! An array of shape `(d0, d1, d2)` (a 2-D image is `(1, H, W)`) is transformed by a real FFT along the
 //! last axis (realfft) and complex FFTs along the others (rustfft). Every complex pass runs on

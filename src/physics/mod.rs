@@ -10,9 +10,9 @@
 
 pub mod blur;
 pub mod blur_bench;
+pub(crate) mod blur_engine;
 pub mod channels;
 pub mod config;
-pub(crate) mod conv;
 pub(crate) mod fft;
 pub mod noise;
 pub mod stack;
@@ -88,16 +88,16 @@ pub trait LinearPhysics: Physics {
 }
 
 /// What [`LinearPhysics::shared_fft`] hands a stack: an operator's convolution engine, opaque outside
-/// `physics` (the stack's fusion reads its [`conv::FusionKey`], Gram kernels and spectra).
+/// `physics` (the stack's fusion reads its [`blur_engine::FusionKey`], Gram kernels and spectra).
 #[derive(Clone, Copy)]
-pub struct SharedFft<'a>(&'a conv::Conv);
+pub struct SharedFft<'a>(&'a blur_engine::Conv);
 
 impl<'a> SharedFft<'a> {
-    pub(crate) fn new(conv: &'a conv::Conv) -> SharedFft<'a> {
+    pub(crate) fn new(conv: &'a blur_engine::Conv) -> SharedFft<'a> {
         SharedFft(conv)
     }
 
-    pub(crate) fn conv(self) -> &'a conv::Conv {
+    pub(crate) fn conv(self) -> &'a blur_engine::Conv {
         self.0
     }
 }

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
-use super::conv::{Conv, FusionKey, MAX_GRAM_LEN};
+use super::blur_engine::{Conv, FusionKey, MAX_GRAM_LEN};
 use super::{LinearPhysics, PINV_ITERS, PINV_TOL, POWER_ITERS, POWER_TOL, SharedFft};
 use crate::error::{Error, Result};
 use crate::linalg;

@@ -1,4 +1,4 @@
-// The FFT path of the convolution engine (device::ops::conv; physics/conv.rs on the CPU): padding
+// The FFT path of the convolution engine (device::ops::blur_engine; physics/blur_engine.rs on the CPU): padding
 // onto the FFT grid, products of spectra, cropping, and the fold that is the padding's adjoint.
 // The FFTs themselves are cuFFT's. Arrays are planes of (depth, height, width) in C order; the
 // padding is given per axis as maps computed on the host by the CPU engine itself (axis_map), so

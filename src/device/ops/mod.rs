@@ -1,9 +1,9 @@
 //! Device operations, each the twin of a CPU operation it is checked against (`super::selftest`):
 //! [`vector`] (the iterate's arithmetic and deterministic reductions, as `Tensor`'s), [`tomography`]
 //! (`physics::tomography`'s forward and exact adjoint), [`conv`] (the blur's FFT path, every
-//! padding, as `physics::conv`). Written once against [`super::backend::Backend`].
+//! padding, as `physics::blur_engine`). Written once against [`super::backend::Backend`].
 
-pub mod conv;
+pub mod blur_engine;
 pub mod tomography;
 pub mod tv;
 pub mod vector;

@@ -529,7 +529,7 @@ impl Conv {
 
     /// The FFT path's geometry for inputs of `dims` with the given circular axes (only meaningful
     /// for circular padding; other paddings pass `[false; 3]`): what a device implementation of the
-    /// same operator needs to reproduce it (`device::ops::conv`).
+    /// same operator needs to reproduce it (`device::ops::blur_engine`).
     pub(crate) fn fft_layout(&self, dims: [usize; 3], circular_axes: [bool; 3]) -> FftLayout {
         let plan = Plan::Fft(circular_axes);
         let out_dims = self.out_dims(dims).expect("shape checked by the operator");

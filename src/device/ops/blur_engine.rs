@@ -1,4 +1,4 @@
-//! The blur's FFT path on the device: [`DeviceConv`] computes `physics::conv::Conv` (deepinv's
+//! The blur's FFT path on the device: [`DeviceConv`] computes `physics::blur_engine::Conv` (deepinv's
 //! convolution, every padding: valid, circular, replicate, reflect, constant) as pad → FFT →
 //! product with the kernel's spectrum → inverse FFT → crop, and its adjoint as zero-pad → FFT →
 //! product with the conjugate spectrum → inverse FFT → fold (the padding's adjoint). The padding
@@ -18,7 +18,7 @@ use crate::device::kernels;
 use crate::error::{Error, Result};
 use crate::physics::LinearPhysics;
 use crate::physics::blur::Blur;
-use crate::physics::conv::{AxisMap, Conv, ConvMethod, Padding};
+use crate::physics::blur_engine::{AxisMap, Conv, ConvMethod, Padding};
 use crate::physics::stack::BlurFusion;
 
 /// Whether `n`'s prime factors are all at most 7.
