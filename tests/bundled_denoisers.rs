@@ -2,7 +2,7 @@
 //! generated image and on a real photograph (tests/fixtures/photos), grey and colour, the bundled
 //! DnCNN gains at least `MARGIN_DB` over the noisy input at σ = 0.1 — which random weights of the
 //! same network do not — and a preset's DnCNN of the bundled architecture without `weights` runs
-//! them.
+//! them; and the rule for PnP's step and denoiser noise level (docs/PNP.md) the presets follow.
 
 use std::path::Path;
 
@@ -10,6 +10,10 @@ use tessera::Tensor;
 use tessera::denoise::DenoiserConfig;
 use tessera::metrics::psnr;
 use tessera::nn::DncnnConfig;
+use tessera::optim::AlgorithmConfig;
+use tessera::optim::pnp::rule_denoiser_sigma;
+use tessera::physics::stack::{Stack, StackedLinearPhysics};
+use tessera::preset::Preset;
 use tessera::train::eval::add_noise;
 
 /// Measured gains at σ = 0.1 on these 128² crops: 7.4 dB (grey generated), 6.2 dB (colour
@@ -259,3 +263,49 @@ fn the_bundled_denoisers_beat_oracle_tuned_tv_on_held_out_crops_and_random_weigh
         short.join("\n")
     );
 }
+
+/// The rule of docs/PNP.md gives the table's step and σ_d for the imaging presets from their
+/// operators' norms and noise levels (the operators built from the presets, the norm by the
+/// power method, as a run derives its step), and `presets/photo_deblur.toml` uses it.
+#[test]
+fn the_documented_step_and_sigma_rule_gives_the_documented_values() {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let photo = here.join("presets/photo_deblur.toml");
+    // (preset, an image shape its operators accept, documented τ, documented σ_d). Circular
+    // blurs' norms do not depend on the image's size, so multiblur's is taken on 128².
+    let documented = [
+        ("quick", vec![1, 3, 128, 128], 0.99, 0.02985),
+        ("multiblur", vec![1, 3, 128, 128], 0.1247, 0.03531),
+        ("tomography2d", vec![1, 1, 256, 256], 4.496e-5, 6.705e-5),
+        (photo.to_str().unwrap(), vec![1, 3, 256, 256], 0.99, 0.0199),
+    ];
+    for (name, x_shape, tau_doc, sigma_doc) in documented {
+        let preset = Preset::load(name, &[]).unwrap().preset;
+        let ops = preset
+            .physics
+            .iter()
+            .map(|c| c.build(&x_shape, None))
+            .collect::<tessera::Result<Vec<_>>>()
+            .unwrap();
+        let stack = Stack::new(ops).unwrap();
+        let noise = preset.noise.as_ref().unwrap().sigma() as f64;
+        let w = preset
+            .fidelity
+            .gradient_weight(StackedLinearPhysics::len(&stack));
+        let tau = 0.99 / (w * StackedLinearPhysics::op_norm_sq(&stack, &x_shape).unwrap());
+        let sigma_d = rule_denoiser_sigma(noise, tau, w);
+        let close = |a: f64, b: f64| (a - b).abs() <= 0.005 * b;
+        assert!(close(tau, tau_doc), "{name}: τ {tau} (documented {tau_doc})");
+        assert!(
+            close(sigma_d, sigma_doc),
+            "{name}: σ_d {sigma_d} (documented {sigma_doc})"
+        );
+        if name.ends_with("photo_deblur.toml") {
+            let AlgorithmConfig::Pnp(pnp) = &preset.algorithm else {
+                panic!("photo_deblur is a PnP preset")
+            };
+            assert!(close(pnp.denoiser_sigma as f64, sigma_d), "{pnp:?}");
+        }
+    }
+}
+
