@@ -367,6 +367,65 @@ fn bench_denoisers_scores_bm3d_from_the_environment_or_says_why_it_is_left_out()
     );
 }
 
+/// `tessera bench denoisers --drunet FILE` scores a σ-conditional DRUNet file (the kind read from
+/// its keys; `--weights` and `--dncnn` are the same option) on the images of its channel count,
+/// beside the bundled DnCNN; a file that is neither kind is an error naming it.
+#[test]
+fn bench_denoisers_scores_a_drunet_weight_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let arch = tessera::nn::DrunetArch {
+        in_channels: 1,
+        out_channels: 1,
+        nc: tessera::nn::bundled::DRUNET_NC,
+        nb: tessera::nn::bundled::DRUNET_NB,
+        dim: 2,
+    };
+    let weights = dir.path().join("drunet_grey.safetensors");
+    tessera::nn::Drunet::random(arch, 2)
+        .unwrap()
+        .network()
+        .state_dict("drunet")
+        .unwrap()
+        .save_safetensors(&weights)
+        .unwrap();
+    let photo = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/photos/camera_128.png");
+    let bench = |option: &str, file: &Path| {
+        cli::tessera()
+            .args(["bench", "denoisers", "--no-bm3d", "--sigma", "0.1", option])
+            .arg(file)
+            .arg(&photo)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let o = bench("--drunet", &weights);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("| camera_128.png"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        row.contains("(dncnn_grey)") && row.contains("(drunet_grey.safetensors)"),
+        "{row}"
+    );
+    // The colour rows have no grey network file to score.
+    let colour = out
+        .lines()
+        .find(|l| l.contains("seed 1000 |"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(!colour.contains("drunet_grey"), "{colour}");
+    let same = bench("--weights", &weights);
+    assert_eq!(String::from_utf8_lossy(&same.stdout), out);
+
+    let junk = dir.path().join("junk.safetensors");
+    std::fs::write(&junk, b"not a safetensors file").unwrap();
+    let o = bench("--drunet", &junk);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("junk.safetensors"), "{err}");
+}
+
 /// deepinv's `DRUNet` loads the weights `tessera train` writes for the bundled DRUNet's layout (the
 /// grey preset: σ-conditional, nc 16-32-64-128, two blocks per scale, no biases; a few steps, so
 /// the weights are not the initial ones) and gives tessera's output to 1e-5.

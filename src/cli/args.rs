@@ -274,10 +274,16 @@ pub(super) enum BenchWhat {
         /// Also write the Markdown table to this file.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// DnCNN weight files (deepinv's key names, e.g. what `tessera train` wrote) to score
-        /// beside the bundled networks, on the images of their channel count; comma-separated.
-        #[arg(long, value_delimiter = ',', value_name = "FILE")]
-        dncnn: Vec<PathBuf>,
+        /// DnCNN or σ-conditional DRUNet weight files (deepinv's key names, e.g. what `tessera
+        /// train` wrote; the kind and architecture are read from the keys) to score beside the
+        /// bundled networks, on the images of their channel count; comma-separated.
+        #[arg(
+            long,
+            visible_aliases = ["dncnn", "drunet"],
+            value_delimiter = ',',
+            value_name = "FILE"
+        )]
+        weights: Vec<PathBuf>,
         /// Leave BM3D out (it takes minutes on full-size photographs).
         #[arg(long, conflicts_with = "bm3d_dir")]
         no_bm3d: bool,

@@ -24,16 +24,16 @@ fn bench_denoisers(
     photos: Vec<PathBuf>,
     sigmas: &[f32],
     out: Option<PathBuf>,
-    dncnn: &[PathBuf],
+    weights: &[PathBuf],
     bm3d: Bm3dChoice,
 ) -> Result<()> {
     use tessera::train::{TrainImage, bm3d::Runner, data, eval};
     if let Some(bad) = sigmas.iter().find(|s| !(**s > 0.0 && **s <= 1.0)) {
         bail!("--sigma: noise levels must be in (0, 1], got {bad}");
     }
-    let extra = dncnn
+    let extra = weights
         .iter()
-        .map(|p| eval::ExtraDncnn::load(p))
+        .map(|p| eval::ExtraNet::load(p))
         .collect::<tessera::Result<Vec<_>>>()?;
     let photos = if photos.is_empty() {
         vec![
@@ -191,7 +191,7 @@ pub(super) fn bench(what: BenchWhat) -> Result<()> {
             photos,
             sigma,
             out,
-            dncnn,
+            weights,
             no_bm3d,
             bm3d_dir,
         } => {
@@ -200,7 +200,7 @@ pub(super) fn bench(what: BenchWhat) -> Result<()> {
             } else {
                 Bm3dChoice::In(bm3d_dir)
             };
-            bench_denoisers(photos, &sigma, out, &dncnn, bm3d)?
+            bench_denoisers(photos, &sigma, out, &weights, bm3d)?
         }
         BenchWhat::Wave {
             nz,

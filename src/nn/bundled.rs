@@ -1,12 +1,20 @@
-//! The denoisers tessera ships: small DnCNNs trained with `tessera train` on generated images
-//! (`presets/train-dncnn-grey.toml`, `presets/train-dncnn-colour.toml`), their weights embedded in
-//! the binary from `assets/weights/` (how they were trained, their licence and a PSNR table
-//! against TV and wavelets: `assets/weights/README.md`). A DnCNN config without `weights` whose
-//! architecture is one of these runs them; `weights = "random"` asks for random weights instead.
+//! The denoisers tessera ships: small DnCNNs trained with `tessera train` on generated images and
+//! photographs (`presets/train-dncnn-grey.toml`, `presets/train-dncnn-colour.toml`), their weights
+//! embedded in the binary from `assets/weights/` (how they were trained, their licence and a PSNR
+//! table against TV, wavelets and BM3D: `assets/weights/README.md`). A DnCNN config without
+//! `weights` whose architecture is one of these runs them; `weights = "random"` asks for random
+//! weights instead.
+//!
+//! The σ-conditional DRUNets (`presets/train-drunet-{grey,colour}.toml`) are still training
+//! (issue #30): [`DRUNET`] lists the bundled ones — none yet — and the same lookup
+//! ([`drunet_for`]) then runs them for a DRUNet config of their architecture, and
+//! [`DRUNET_PREFERRED`] makes them the default neural denoiser. Bundling them is: copy the two files
+//! into `assets/weights/` and add their two entries to [`DRUNET`] (the entries are written below,
+//! commented out).
 
 use std::path::Path;
 
-use super::{DncnnArch, StateDict};
+use super::{DncnnArch, DrunetArch, StateDict};
 use crate::error::Result;
 
 /// `weights = "random"`: seeded random weights (timing only), asked for explicitly.
@@ -51,6 +59,33 @@ pub static DNCNN: [BundledWeights; 2] = [
     },
 ];
 
+/// The architecture of the bundled DRUNets (`presets/train-drunet-{grey,colour}.toml`): channels
+/// of the four scales and residual blocks per scale.
+pub const DRUNET_NC: [usize; 4] = [16, 32, 64, 128];
+pub const DRUNET_NB: usize = 2;
+
+/// The bundled σ-conditional DRUNets: none until the training of issue #30 finishes. Then:
+///
+/// ```text
+/// BundledWeights {
+///     name: "drunet_grey",
+///     preset: "presets/train-drunet-grey.toml",
+///     channels: 1,
+///     bytes: include_bytes!("../../assets/weights/drunet_grey.safetensors"),
+/// },
+/// BundledWeights {
+///     name: "drunet_colour",
+///     preset: "presets/train-drunet-colour.toml",
+///     channels: 3,
+///     bytes: include_bytes!("../../assets/weights/drunet_colour.safetensors"),
+/// },
+/// ```
+pub static DRUNET: [BundledWeights; 0] = [];
+
+/// Whether the bundled DRUNets are the neural denoiser to offer first (the workbench's "drunet"
+/// choice then starts on their architecture): once both are bundled.
+pub const DRUNET_PREFERRED: bool = DRUNET.len() == 2;
+
 impl BundledWeights {
     /// Where the weights live in the repository.
     pub fn path(&self) -> String {
@@ -86,6 +121,24 @@ pub fn dncnn_for(arch: &DncnnArch) -> Option<&'static BundledWeights> {
     DNCNN.iter().find(|b| b.channels == arch.in_channels)
 }
 
+/// The bundled DRUNet of architecture `arch` (2-D, the bundled scales and blocks, equal in and out
+/// channels), if there is one.
+pub fn drunet_for(arch: &DrunetArch) -> Option<&'static BundledWeights> {
+    drunet_in(&DRUNET, arch)
+}
+
+/// [`drunet_for`] over the list `bundled`.
+fn drunet_in<'a>(bundled: &'a [BundledWeights], arch: &DrunetArch) -> Option<&'a BundledWeights> {
+    if arch.nc != DRUNET_NC
+        || arch.nb != DRUNET_NB
+        || arch.dim != 2
+        || arch.in_channels != arch.out_channels
+    {
+        return None;
+    }
+    bundled.iter().find(|b| b.channels == arch.in_channels)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +160,56 @@ mod tests {
                 .unwrap();
             let deeper = DncnnArch { depth: 9, ..arch };
             assert!(dncnn_for(&deeper).is_none());
+        }
+    }
+
+    /// The path a bundled DRUNet takes (found by architecture, parsed from embedded bytes, built)
+    /// on a file of the trained layout — what `tessera train presets/train-drunet-grey.toml`
+    /// writes, here with seeded weights — loads every parameter bit for bit and gives the same
+    /// output as the network that wrote it.
+    #[test]
+    fn a_bundled_drunet_of_the_trained_layout_loads_exactly() {
+        use crate::nn::Drunet;
+        let dir = tempfile::tempdir().unwrap();
+        for channels in [1, 3] {
+            let arch = DrunetArch {
+                in_channels: channels,
+                out_channels: channels,
+                nc: DRUNET_NC,
+                nb: DRUNET_NB,
+                dim: 2,
+            };
+            let trained = Drunet::random(arch.clone(), 7).unwrap();
+            let written = trained.network().state_dict("drunet").unwrap();
+            let path = dir.path().join(format!("drunet_{channels}.safetensors"));
+            written.save_safetensors(&path).unwrap();
+            // Embedded bytes live as long as the binary.
+            let bytes: &'static [u8] = Vec::leak(std::fs::read(&path).unwrap());
+            let list = [BundledWeights {
+                name: "drunet_test",
+                preset: "presets/train-drunet-grey.toml",
+                channels,
+                bytes,
+            }];
+            let found = drunet_in(&list, &arch).expect("the trained layout is the bundled one");
+            let read = found.state_dict().unwrap();
+            let keys = |d: &StateDict| d.keys().map(String::from).collect::<Vec<_>>();
+            assert_eq!(keys(&read), keys(&written));
+            for k in written.keys() {
+                assert_eq!(read.get(k), written.get(k), "{k}");
+            }
+            let loaded = Drunet::from_state_dict(arch.clone(), read, false).unwrap();
+            let x = crate::Tensor::from_fn(&[1, channels, 24, 16], |i| (i % 13) as f32 / 13.0);
+            use crate::denoise::Denoiser;
+            assert_eq!(
+                loaded.denoise(&x, 0.05).unwrap(),
+                trained.denoise(&x, 0.05).unwrap()
+            );
+            let wider = DrunetArch {
+                nc: [32, 64, 128, 256],
+                ..arch
+            };
+            assert!(drunet_in(&list, &wider).is_none());
         }
     }
 }

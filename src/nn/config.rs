@@ -90,8 +90,10 @@ impl TorchScriptConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct DrunetConfig {
     /// A `.pth` or `.safetensors` state_dict; relative paths are relative to the preset's folder.
-    /// tessera bundles no DRUNet weights: without a file (or with `"random"`, which says it is
-    /// meant) the network has seeded random weights (timing only; without `"random"` it warns).
+    /// `"bundled"` (also what no `weights` means for the bundled architecture, once tessera bundles
+    /// DRUNets — `crate::nn::bundled::DRUNET`, none yet); otherwise without a file (or with
+    /// `"random"`, which says it is meant) the network has seeded random weights (timing only;
+    /// without `"random"` it warns).
     #[serde(alias = "pretrained")]
     pub weights: Option<PathBuf>,
     /// Image channels, 1 ..= 64 (default 3).
@@ -284,9 +286,14 @@ impl DrunetConfig {
     /// noise-level channel.
     pub(crate) fn network_to_train(&self, base_dir: &Path) -> Result<(DrunetArch, Network, bool)> {
         self.validate()?;
-        let dict = weights_file(&self.weights)
-            .map(|p| load_weights(p, base_dir))
-            .transpose()?;
+        let dict = match weights_file(&self.weights) {
+            Some(p) => Some(load_weights(p, base_dir)?),
+            None if names(&self.weights, super::bundled::BUNDLED) => self
+                .bundled_weights()?
+                .map(|b| b.state_dict())
+                .transpose()?,
+            None => None,
+        };
         let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "m_head.weight");
         let arch = self.arch(dim);
         let loaded = dict.is_some();
@@ -338,13 +345,46 @@ impl DrunetConfig {
                 "inflating needs 2-D `weights`",
             ));
         }
-        if names(&self.weights, super::bundled::BUNDLED) {
+        self.bundled_weights()?;
+        super::models::drunet::check_arch(&self.arch(self.dim.unwrap_or(2)))
+    }
+
+    /// The bundled architecture (`crate::nn::bundled::DRUNET_NC`, `DRUNET_NB`) with `channels`
+    /// image channels, running the bundled weights once they are bundled.
+    pub fn bundled(channels: usize) -> Self {
+        DrunetConfig {
+            in_channels: channels,
+            out_channels: channels,
+            nc: super::bundled::DRUNET_NC.to_vec(),
+            nb: super::bundled::DRUNET_NB,
+            ..DrunetConfig::default()
+        }
+    }
+
+    /// The bundled weights this config runs: asked for with `"bundled"` (an error when there are
+    /// none for the architecture), or by giving no `weights` for a bundled architecture.
+    fn bundled_weights(&self) -> Result<Option<&'static super::bundled::BundledWeights>> {
+        let asked = names(&self.weights, super::bundled::BUNDLED);
+        if !asked && self.weights.is_some() {
+            return Ok(None);
+        }
+        let found = super::bundled::drunet_for(&self.arch(self.dim.unwrap_or(2)));
+        if asked && found.is_none() {
+            let why = if super::bundled::DRUNET.is_empty() {
+                "tessera bundles no DRUNet weights yet (it bundles DnCNNs: kind = \"dncnn\", depth 8, nf 32)".to_string()
+            } else {
+                format!(
+                    "no bundled DRUNet of this architecture: tessera bundles nc {:?}, nb {}, 1 or 3 channels, 2-D",
+                    super::bundled::DRUNET_NC,
+                    super::bundled::DRUNET_NB
+                )
+            };
             return Err(Error::config(
                 "denoiser.weights",
-                "tessera bundles no DRUNet weights (it bundles DnCNNs: kind = \"dncnn\", depth 8, nf 32); give a weights file, or \"random\"",
+                format!("{why}; give a weights file, or \"random\""),
             ));
         }
-        super::models::drunet::check_arch(&self.arch(self.dim.unwrap_or(2)))
+        Ok(found)
     }
 
     fn arch(&self, dim: usize) -> DrunetArch {
@@ -364,13 +404,18 @@ impl DrunetConfig {
     /// Validates, loads the weights (relative paths against `base_dir`) and builds the network.
     pub fn build(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
         self.validate()?;
-        let dict = match weights_file(&self.weights) {
-            Some(p) => Some(load_weights(p, base_dir)?),
-            None if names(&self.weights, super::bundled::RANDOM) => {
-                tracing::info!("DRUNet: random weights, as asked (`weights = \"random\"`)");
+        let dict = match (weights_file(&self.weights), self.bundled_weights()?) {
+            (Some(p), _) => Some(load_weights(p, base_dir)?),
+            (None, Some(b)) => {
+                tracing::info!("DRUNet: {}", b.describe());
+                Some(b.state_dict()?)
+            }
+            (None, None) => {
+                if names(&self.weights, super::bundled::RANDOM) {
+                    tracing::info!("DRUNet: random weights, as asked (`weights = \"random\"`)");
+                }
                 None
             }
-            None => None,
         };
         let dim = resolve_dim(self.dim, self.inflate_3d, dict.as_ref(), "m_head.weight");
         let arch = self.arch(dim);

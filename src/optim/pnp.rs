@@ -139,6 +139,16 @@ pub fn step_size(
     Ok((0.99 / l) as f32)
 }
 
+/// The documented rule for PnP's denoiser noise level (docs/PNP.md): `σ_d = σ_n·√(τ·w)`, for noise
+/// of standard deviation `noise_sigma` (σ_n) on the measurements, gradient step `step` (τ) and the
+/// fidelity's gradient weight `gradient_weight` (w, 1 for the default L2). Why: one PnP-PGD step
+/// is the proximal step of `w·½‖Ax − y‖² + w·σ_n²·φ` for the prior `−log p = φ`, and a denoiser
+/// at noise level σ_d is the prox of `σ_d²·φ`; so `σ_d² = τ·w·σ_n²`. With the default step
+/// `τ = 0.99/(w‖A‖²)` it is `σ_n·√0.99/‖A‖`: the measurement noise as it reaches the image.
+pub fn rule_denoiser_sigma(noise_sigma: f64, step: f64, gradient_weight: f64) -> f64 {
+    noise_sigma * (step * gradient_weight).sqrt()
+}
+
 /// The data term `f` with its measurements: gradient, value and the algorithms' starting points.
 pub trait Objective<V> {
     /// `∇f(x)` (a subgradient for L1).

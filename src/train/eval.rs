@@ -2,15 +2,15 @@
 //! held-out images (generated ones the training presets never used, and real photographs) with
 //! seeded Gaussian noise at a few σ, denoised by TV and wavelet thresholding (each at the best of a
 //! few strengths, an oracle choice in their favour) and by every bundled DnCNN of the image's
-//! channel count (and by DnCNN weight files given on the command line, to score a fresh training),
-//! and by BM3D when the benchmark environment has it ([`super::bm3d`], on the same noisy tensors).
+//! channel count (and by DnCNN or σ-conditional DRUNet weight files given on the command line, to
+//! score a training in progress), and by BM3D when the benchmark environment has it ([`super::bm3d`], on the same noisy tensors).
 
 use std::path::Path;
 
 use crate::denoise::{Denoiser, DenoiserConfig, TvConfig, WaveletConfig};
 use crate::error::{Error, Result};
 use crate::metrics::psnr;
-use crate::nn::{DncnnConfig, StateDict};
+use crate::nn::{DncnnConfig, DrunetConfig, StateDict};
 use crate::tensor::Tensor;
 
 use super::data::NamedImage;
@@ -44,15 +44,19 @@ pub fn add_noise(clean: &Tensor, sigma: f32, key: u64) -> Tensor {
     x
 }
 
-/// The bundled networks for `channels` channels, built.
+/// The bundled networks for `channels` channels (DnCNNs, then DRUNets), built.
 fn bundled(channels: usize) -> Result<Vec<(String, Box<dyn Denoiser>)>> {
-    crate::nn::bundled::DNCNN
+    use crate::nn::bundled::{DNCNN, DRUNET};
+    let dncnn = DNCNN
         .iter()
-        .filter(|b| b.channels == channels)
-        .map(|b| {
-            let cfg = DenoiserConfig::Dncnn(crate::nn::DncnnConfig::bundled(channels));
-            Ok((b.name.to_string(), cfg.build()?))
-        })
+        .map(|b| (b, DenoiserConfig::Dncnn(DncnnConfig::bundled(channels))));
+    let drunet = DRUNET
+        .iter()
+        .map(|b| (b, DenoiserConfig::Drunet(DrunetConfig::bundled(channels))));
+    dncnn
+        .chain(drunet)
+        .filter(|(b, _)| b.channels == channels)
+        .map(|(b, cfg)| Ok((b.name.to_string(), cfg.build()?)))
         .collect()
 }
 
@@ -74,55 +78,115 @@ fn best(
     Ok(top)
 }
 
-/// A DnCNN weight file to score beside the bundled networks (e.g. one `tessera train` just wrote):
-/// its architecture (channels, depth, features, biases) read from deepinv's key names.
-pub struct ExtraDncnn {
+/// A weight file to score beside the bundled networks (e.g. one `tessera train` just wrote): a
+/// DnCNN or a σ-conditional DRUNet, told apart and sized (channels, depth or scales, features,
+/// blocks, biases) by deepinv's key names.
+pub struct ExtraNet {
     pub name: String,
     pub channels: usize,
     config: DenoiserConfig,
 }
 
-impl ExtraDncnn {
+impl ExtraNet {
     pub fn load(path: &Path) -> Result<Self> {
         let dict = StateDict::load(path)?;
-        let shape = |key: &str| {
-            dict.get(key).map(|t| t.shape().to_vec()).ok_or_else(|| {
-                Error::format(
-                    path,
-                    format!("not a DnCNN state_dict (deepinv's names): no `{key}`"),
-                )
-            })
+        let config = if dict.get("m_head.weight").is_some() {
+            DenoiserConfig::Drunet(drunet_config(path, &dict)?)
+        } else {
+            DenoiserConfig::Dncnn(dncnn_config(path, &dict)?)
         };
-        let first = shape("in_conv.weight")?;
-        if first.len() != 4 {
-            return Err(Error::format(
-                path,
-                format!("in_conv.weight has shape {first:?}; a 2-D DnCNN's is (nf, C, k, k)"),
-            ));
-        }
-        let hidden = dict
-            .keys()
-            .filter(|k| k.starts_with("conv_list.") && k.ends_with(".weight"))
-            .count();
-        let config = DncnnConfig {
-            weights: Some(path.to_path_buf()),
-            in_channels: first[1],
-            out_channels: shape("out_conv.weight")?[0],
-            depth: hidden + 2,
-            nf: first[0],
-            bias: dict.get("in_conv.bias").is_some(),
-            ..DncnnConfig::default()
+        let channels = match &config {
+            DenoiserConfig::Drunet(c) => c.in_channels,
+            DenoiserConfig::Dncnn(c) => c.in_channels,
+            _ => {
+                return Err(Error::Internal(
+                    "an extra network is a DnCNN or a DRUNet".into(),
+                ));
+            }
         };
         let name = path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        Ok(ExtraDncnn {
+        Ok(ExtraNet {
             name,
-            channels: config.in_channels,
-            config: DenoiserConfig::Dncnn(config),
+            channels,
+            config,
         })
     }
+
+    /// The denoiser configuration the file was read as.
+    pub fn config(&self) -> &DenoiserConfig {
+        &self.config
+    }
+}
+
+/// The shape of `key` in `dict`, of `rank` axes; an error naming the file and the key otherwise.
+fn key_shape(
+    path: &Path,
+    dict: &StateDict,
+    key: &str,
+    rank: usize,
+    what: &str,
+) -> Result<Vec<usize>> {
+    let shape = dict.get(key).map(|t| t.shape().to_vec()).ok_or_else(|| {
+        Error::format(
+            path,
+            format!("not a {what} state_dict (deepinv's names): no `{key}`"),
+        )
+    })?;
+    if shape.len() != rank {
+        return Err(Error::format(
+            path,
+            format!("{key} has shape {shape:?}; a 2-D {what}'s has {rank} axes"),
+        ));
+    }
+    Ok(shape)
+}
+
+fn dncnn_config(path: &Path, dict: &StateDict) -> Result<DncnnConfig> {
+    let first = key_shape(path, dict, "in_conv.weight", 4, "DnCNN")?;
+    let hidden = dict
+        .keys()
+        .filter(|k| k.starts_with("conv_list.") && k.ends_with(".weight"))
+        .count();
+    Ok(DncnnConfig {
+        weights: Some(path.to_path_buf()),
+        in_channels: first[1],
+        out_channels: key_shape(path, dict, "out_conv.weight", 4, "DnCNN")?[0],
+        depth: hidden + 2,
+        nf: first[0],
+        bias: dict.get("in_conv.bias").is_some(),
+        ..DncnnConfig::default()
+    })
+}
+
+/// deepinv's DRUNet: `m_head` takes the image channels plus the noise-level map; the scales'
+/// channels are the heads' outputs of `m_down1..3` and `m_body`; `nb` counts `m_body`'s blocks.
+fn drunet_config(path: &Path, dict: &StateDict) -> Result<DrunetConfig> {
+    let head = key_shape(path, dict, "m_head.weight", 4, "DRUNet")?;
+    if head[1] < 2 {
+        return Err(Error::format(
+            path,
+            format!("m_head.weight has shape {head:?}: no channel left for the noise level"),
+        ));
+    }
+    let mut nc = Vec::with_capacity(4);
+    for scale in ["m_down1", "m_down2", "m_down3", "m_body"] {
+        nc.push(key_shape(path, dict, &format!("{scale}.0.res.0.weight"), 4, "DRUNet")?[0]);
+    }
+    let nb = dict
+        .keys()
+        .filter(|k| k.starts_with("m_body.") && k.ends_with(".res.0.weight"))
+        .count();
+    Ok(DrunetConfig {
+        weights: Some(path.to_path_buf()),
+        in_channels: head[1] - 1,
+        out_channels: key_shape(path, dict, "m_tail.weight", 4, "DRUNet")?[0],
+        nc,
+        nb,
+        ..DrunetConfig::default()
+    })
 }
 
 /// The noisy input of image `i` at noise level `j` (`sigma`), seeded by `seed`.
@@ -138,7 +202,7 @@ pub fn psnr_table(
     images: &[NamedImage],
     sigmas: &[f32],
     seed: u64,
-    extra: &[ExtraDncnn],
+    extra: &[ExtraNet],
     bm3d: Option<(&super::bm3d::Runner, &Path)>,
 ) -> Result<Vec<Row>> {
     let tv = DenoiserConfig::Tv(TvConfig::default()).build()?;
@@ -258,7 +322,7 @@ mod tests {
         assert_eq!(grey.channels, 1);
         let path = dir.path().join("copy.safetensors");
         grey.state_dict().unwrap().save_safetensors(&path).unwrap();
-        let extra = ExtraDncnn::load(&path).unwrap();
+        let extra = ExtraNet::load(&path).unwrap();
         assert_eq!(
             (extra.name.as_str(), extra.channels),
             ("copy.safetensors", 1)
@@ -291,7 +355,74 @@ mod tests {
         other.insert("weight", Tensor::zeros(&[2, 2]));
         let bad = dir.path().join("other.safetensors");
         other.save_safetensors(&bad).unwrap();
-        let err = ExtraDncnn::load(&bad).err().unwrap().to_string();
+        let err = ExtraNet::load(&bad).err().unwrap().to_string();
         assert!(err.contains("in_conv.weight"), "{err}");
+    }
+
+    /// A DRUNet file of the trained layout (`presets/train-drunet-grey.toml`'s architecture) is
+    /// read as a DRUNet of that architecture and scored with σ given, exactly as the same weights
+    /// built from a config; a DRUNet file without its noise-level channel is an error.
+    #[test]
+    fn an_extra_drunet_file_is_read_as_its_architecture_and_scored_with_sigma() {
+        use crate::nn::bundled::{DRUNET_NB, DRUNET_NC};
+        use crate::nn::{Drunet, DrunetArch};
+        let dir = tempfile::tempdir().unwrap();
+        let arch = DrunetArch {
+            in_channels: 1,
+            out_channels: 1,
+            nc: DRUNET_NC,
+            nb: DRUNET_NB,
+            dim: 2,
+        };
+        let dict = Drunet::random(arch, 4)
+            .unwrap()
+            .network()
+            .state_dict("drunet")
+            .unwrap();
+        let path = dir.path().join("drunet_grey.safetensors");
+        dict.save_safetensors(&path).unwrap();
+        let extra = ExtraNet::load(&path).unwrap();
+        assert_eq!(extra.channels, 1);
+        let DenoiserConfig::Drunet(cfg) = extra.config() else {
+            panic!("not read as a DRUNet: {:?}", extra.config())
+        };
+        assert_eq!(
+            (cfg.nc.as_slice(), cfg.nb, cfg.out_channels),
+            (DRUNET_NC.as_slice(), DRUNET_NB, 1)
+        );
+
+        let image = Tensor::from_fn(&[1, 1, 32, 24], |i| ((i * 37) % 101) as f32 / 100.0);
+        let images = [NamedImage {
+            name: "ramp".into(),
+            image: image.clone(),
+        }];
+        let rows = psnr_table(&images, &[0.1], 3, std::slice::from_ref(&extra), None).unwrap();
+        let (name, db) = rows[0].nets.last().unwrap();
+        assert_eq!(name, "drunet_grey.safetensors");
+        let noisy = noisy_input(&image, 3, 0, 0, 0.1);
+        let direct = DenoiserConfig::Drunet(DrunetConfig {
+            weights: Some(path.clone()),
+            in_channels: 1,
+            out_channels: 1,
+            nc: DRUNET_NC.to_vec(),
+            nb: DRUNET_NB,
+            ..DrunetConfig::default()
+        })
+        .build()
+        .unwrap();
+        let sigma_matters = direct.denoise(&noisy, 0.2).unwrap();
+        let out = direct.denoise(&noisy, 0.1).unwrap();
+        assert_eq!(*db, psnr(&out, &image, 1.0).unwrap());
+        assert!(
+            sigma_matters.max_abs_diff(&out) > 0.0,
+            "σ must reach the network"
+        );
+
+        let mut headless = dict.clone();
+        headless.insert("m_head.weight", Tensor::zeros(&[16, 1, 3, 3]));
+        let bad = dir.path().join("headless.safetensors");
+        headless.save_safetensors(&bad).unwrap();
+        let err = ExtraNet::load(&bad).err().unwrap().to_string();
+        assert!(err.contains("noise level"), "{err}");
     }
 }

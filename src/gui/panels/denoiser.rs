@@ -91,8 +91,16 @@ fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             ("gaussian", || {
                 Some(DenoiserConfig::Gaussian(GaussianConfig::default()))
             }),
+            // The bundled architecture once its weights are bundled (issue #30), so that picking
+            // "drunet" runs trained weights; until then deepinv's default architecture.
             ("drunet", || {
-                Some(DenoiserConfig::Drunet(DrunetConfig::default()))
+                Some(DenoiserConfig::Drunet(
+                    if crate::nn::bundled::DRUNET_PREFERRED {
+                        DrunetConfig::bundled(3)
+                    } else {
+                        DrunetConfig::default()
+                    },
+                ))
             }),
             ("dncnn", || {
                 Some(DenoiserConfig::Dncnn(DncnnConfig::bundled(3)))
