@@ -350,9 +350,14 @@ fn resumed_fwi_preset(
         Some(name) => tessera::fwi::FwiPreset::load(name, set)
             .with_context(|| format!("loading preset `{name}`"))?
             .with_context(|| format!("`{name}` is not an inversion preset, the checkpoint's is"))?,
+        // The preset's relative paths resolve against the folder the first run resolved them
+        // against (its preset file's), not this working folder.
         None => (
             tessera::fwi::FwiPreset::from_toml(&head.preset_toml, &origin, set)?,
-            std::env::current_dir().context("finding the working folder")?,
+            match &head.preset_dir {
+                Some(folder) => folder.clone(),
+                None => std::env::current_dir().context("finding the working folder")?,
+            },
             origin.clone(),
         ),
     };
