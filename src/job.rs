@@ -245,6 +245,10 @@ pub struct JobSummary {
     /// ranks' times and profiles above are their sums; absent when there was one generation).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub generations: Vec<GenerationTimes>,
+    /// Runs continued from a checkpoint (`tessera run --resume DIR`): which one, and after which
+    /// iteration (absent for a run that started from the beginning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<io::checkpoint::Resumed>,
     /// The files of the run, relative to its folder (`metrics.json` last).
     pub outputs: Vec<PathBuf>,
     /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
@@ -749,6 +753,8 @@ struct Carried {
     checkpoints: Option<io::checkpoint::Writer>,
     /// PnP's step from the checkpoint resumed from.
     resumed_step: Option<f32>,
+    /// The checkpoint resumed from, for `metrics.json`.
+    resumed: Option<io::checkpoint::Resumed>,
 }
 
 impl Carried {
@@ -777,6 +783,7 @@ impl Carried {
             profiles_before: Vec::new(),
             checkpoints: None,
             resumed_step: None,
+            resumed: None,
         })
     }
 
@@ -1197,6 +1204,7 @@ fn solve_and_report(
         halo_exchange,
         recoveries: carried.recoveries.clone(),
         generations,
+        resumed: carried.resumed.clone(),
         outputs: Vec::new(),
         run_dir: None,
         preset: preset.to_toml()?,

@@ -226,6 +226,19 @@ fn same_bytes_as_reference(cwd: &Path, dir: &str) {
     }
 }
 
+/// Asserts that `metrics` records a resume from the checkpoint in folder `o.checkpoint` after
+/// `after` completed `unit`s.
+fn assert_resumed(metrics: &serde_json::Value, unit: &str, after: usize) {
+    let r = &metrics["resumed"];
+    assert_eq!(r["unit"], unit, "{r}");
+    assert_eq!(r["after"].as_u64(), Some(after as u64), "{r}");
+    let checkpoint = Path::new(r["checkpoint"].as_str().unwrap());
+    assert!(
+        checkpoint.is_absolute() && checkpoint.ends_with("o.checkpoint/checkpoint.tessera"),
+        "{r}"
+    );
+}
+
 /// `small(ITERATIONS)` with a checkpoint every 2 iterations and `more` settings.
 fn checkpointed(more: &[&str]) -> Vec<String> {
     let mut extra = small(ITERATIONS);
@@ -310,6 +323,9 @@ fn below_min_ranks_the_run_stops_with_a_checkpoint_that_resume_finishes_with_the
     assert!(!cwd.join("o.checkpoint").exists());
     let metrics = read_json(&cwd.join("o/metrics.json"));
     assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
+    assert_resumed(&metrics, "iteration", 3);
+    let reference = read_json(&cwd.join("reference/metrics.json"));
+    assert!(reference.get("resumed").is_none(), "{reference}");
 }
 
 #[test]
@@ -355,6 +371,7 @@ fn after_a_full_crash_resume_finishes_with_the_same_bytes() {
     assert!(err.contains("resuming after iteration 2"), "{err}");
     same_bytes_as_reference(cwd, "o");
     assert!(!cwd.join("o.checkpoint").exists());
+    assert_resumed(&read_json(&cwd.join("o/metrics.json")), "iteration", 2);
 }
 
 /// `tessera run PRESET --ranks 3 --elastic --out o`.
@@ -448,6 +465,7 @@ fn an_elastic_run_without_a_loss_matches_and_records_no_recovery() {
     );
     let metrics = read_json(&dir.path().join("two/metrics.json"));
     assert!(metrics.get("recoveries").is_none(), "{metrics}");
+    assert!(metrics.get("resumed").is_none(), "{metrics}");
 }
 
 const EPOCHS: usize = 5;
@@ -647,15 +665,86 @@ fn fwi_below_min_ranks_from_its_preset_stops_with_a_checkpoint_that_resume_finis
         err.contains("resuming after epoch 3 from the checkpoint"),
         "{err}"
     );
-    let want = outputs(&cwd.join("reference"));
-    let got = outputs(&cwd.join("o"));
+    same_fwi_outputs(&cwd.join("reference"), &cwd.join("o"));
+    assert!(!cwd.join("o.checkpoint").exists());
+    let metrics = read_json(&cwd.join("o/metrics.json"));
+    assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
+    assert_resumed(&metrics, "epoch", 3);
+}
+
+/// The inversion's files compared by name and bytes: `got` holds `want`'s outputs.
+fn same_fwi_outputs(want: &Path, got: &Path) {
+    let want = outputs(want);
+    let got = outputs(got);
     let names = |f: &[(String, Vec<u8>)]| f.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
     assert!(want.len() >= 10, "{:?}", names(&want));
     assert_eq!(names(&want), names(&got));
     for ((name, a), (_, b)) in want.iter().zip(&got) {
         assert!(a == b, "{name} differs after the resume");
     }
+}
+
+#[test]
+fn fwi_resume_reads_the_presets_files_from_its_folder_not_the_working_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    // A true model in a file beside an inversion preset that names it by a relative path: the
+    // bundled inversion's model, written by a run of it.
+    let o = run_with(
+        &["run", "fwi_marmousi", "--out", "bundled"],
+        &small_fwi(),
+        None,
+        cwd,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::create_dir(cwd.join("p")).unwrap();
+    std::fs::copy(cwd.join("bundled/true_model.npy"), cwd.join("p/truth.npy")).unwrap();
+    let bundled = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/presets/fwi_marmousi.toml"
+    ))
+    .unwrap();
+    let start = bundled.find("[model.truth]").unwrap();
+    let end = start + bundled[start..].find("\n\n").unwrap();
+    let preset = format!(
+        "{}[model.truth]\nkind = \"file\"\npath = \"truth.npy\"{}",
+        &bundled[..start],
+        &bundled[end..]
+    );
+    std::fs::write(cwd.join("p/inv.toml"), preset).unwrap();
+    // small_fwi() without the bundled model's size (the file gives it).
+    let sets = small_fwi();
+    let mut extra: Vec<String> = vec![sets[0].clone()];
+    for pair in sets[1..].chunks(2) {
+        if !pair[1].starts_with("model.truth") {
+            extra.extend_from_slice(pair);
+        }
+    }
+    let o = run_with(
+        &["run", "p/inv.toml", "--out", "reference"],
+        &extra,
+        None,
+        cwd,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    for set in ["distributed.min_ranks=3", "distributed.checkpoint_every=2"] {
+        extra.extend(["--set".into(), set.into()]);
+    }
+    let stderr = failed_run(&elastic_3_into_o("p/inv.toml"), &extra, "1:4", cwd);
+    assert!(stderr.contains("its checkpoint holds epoch 3"), "{stderr}");
+    // Resumed from another working folder, which has no `truth.npy`: the preset's file is read
+    // from the preset's folder, the outputs go where the first run's would have.
+    std::fs::create_dir(cwd.join("elsewhere")).unwrap();
+    let o = run_with(
+        &["run", "--resume", "../o.checkpoint"],
+        &["-q".into()],
+        None,
+        &cwd.join("elsewhere"),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    same_fwi_outputs(&cwd.join("reference"), &cwd.join("o"));
     assert!(!cwd.join("o.checkpoint").exists());
-    let metrics = read_json(&cwd.join("o/metrics.json"));
-    assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
+    assert_resumed(&read_json(&cwd.join("o/metrics.json")), "epoch", 3);
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use tessera::device::Device;
+use tessera::dist::elastic::{Member, WorkUnit};
 use tessera::dist::{self, RankInfo};
 use tessera::io::RunDir;
 use tessera::io::checkpoint::{self, RunKind};
@@ -38,79 +39,118 @@ impl Continuation {
     }
 }
 
-/// What [`launch_ranks`] needs of a run.
+/// A preset's run as the launcher of its rank processes sees it.
 struct Launch<'a> {
     /// Where the outputs go and the preset's name (the checkpoint folder is named after them).
     out_dir: &'a RunDir,
     name: &'a str,
     /// Iterations (epochs) between checkpoints.
     every: usize,
-    quiet: bool,
-    /// Elastic: its `min_ranks`.
-    elastic: Option<usize>,
-    unit: dist::elastic::WorkUnit,
-    resume: Option<&'a Path>,
+    /// Elastic runs stop below this many ranks.
+    min_ranks: usize,
+    unit: WorkUnit,
 }
 
-/// Starts `--ranks N` local rank processes of this command (elastic with `launch.elastic`) and
-/// waits for them. An elastic run keeps a checkpoint in a new folder beside its outputs (a resumed
-/// one keeps its own); when the run stops or fails with a checkpoint in place, prints the command
-/// that continues it.
-fn launch_ranks(group: &GroupArgs, launch: Launch<'_>) -> Result<()> {
-    let Launch {
-        out_dir,
-        name,
-        every,
-        quiet,
-        elastic,
-        unit,
-        resume,
-    } = launch;
-    let n = group.ranks.unwrap_or(1);
-    let elastic = elastic.map(|min_ranks| dist::launch::ElasticOptions {
-        min_ranks,
-        checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
-        unit,
-    });
-    let mut args = strip_option(std::env::args_os().skip(1), "--ranks");
-    let checkpoints = match (resume, elastic.is_some()) {
-        (Some(dir), _) => Some(dir.to_path_buf()),
-        (None, true) => {
-            let dir = checkpoint::folder_for(out_dir, name, &local_timestamp());
-            if dir.join(checkpoint::CHECKPOINT_FILE).exists() {
-                bail!(
-                    "an earlier run's checkpoint is in {}: continue it with `{}`, or remove that \
-                     folder",
-                    dir.display(),
-                    resume_command(&dir, n)
-                );
+impl<'a> Launch<'a> {
+    /// The run of preset `name` into `out_dir`, with its `[distributed]` `checkpoint_every` and
+    /// `min_ranks` (`keys`: imaging and inversion presets have their own sections, with these keys
+    /// alike), counting its progress in `unit`.
+    fn new(
+        out_dir: &'a RunDir,
+        name: &'a str,
+        (every, min_ranks): (Option<usize>, Option<usize>),
+        unit: WorkUnit,
+    ) -> Launch<'a> {
+        Launch {
+            out_dir,
+            name,
+            every: every.unwrap_or(DEFAULT_CHECKPOINT_EVERY),
+            min_ranks: min_ranks.unwrap_or(1),
+            unit,
+        }
+    }
+
+    /// This process's part of the run. The process that launches `--ranks N` starts them, waits
+    /// for them and returns `None` (the run is over); a rank, or a single process, gets the
+    /// checkpoints' interval and, in an elastic run a launcher started, its link to that launcher.
+    fn start(
+        &self,
+        group: &GroupArgs,
+        (elastic, quiet): (bool, bool),
+        continuation: &Continuation,
+    ) -> Result<Option<(usize, Option<Member>)>> {
+        let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+        if !launched && group.ranks.is_some_and(|n| n > 1) {
+            let resume = continuation.resume.as_deref();
+            self.launch_ranks(group, elastic, quiet, resume)?;
+            return Ok(None);
+        }
+        let member = match launched && elastic {
+            true => Member::from_env(Duration::from_secs(2 * group.rendezvous_timeout as u64))
+                .context("reaching the elastic launcher")?,
+            false => None,
+        };
+        Ok(Some((self.every, member)))
+    }
+
+    /// Starts `--ranks N` local rank processes of this command (`elastic` or not) and waits for
+    /// them. An elastic run keeps a checkpoint in a new folder beside its outputs (one resumed from
+    /// `resume` keeps that one); when the run stops or fails with a checkpoint in place, prints the
+    /// command that continues it.
+    fn launch_ranks(
+        &self,
+        group: &GroupArgs,
+        elastic: bool,
+        quiet: bool,
+        resume: Option<&Path>,
+    ) -> Result<()> {
+        let (every, unit) = (self.every, self.unit);
+        let n = group.ranks.unwrap_or(1);
+        let elastic = elastic.then(|| dist::launch::ElasticOptions {
+            min_ranks: self.min_ranks,
+            checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
+            unit,
+        });
+        let mut args = strip_option(std::env::args_os().skip(1), "--ranks");
+        let checkpoints = match (resume, elastic.is_some()) {
+            (Some(dir), _) => Some(dir.to_path_buf()),
+            (None, true) => {
+                let dir = checkpoint::folder_for(self.out_dir, self.name, &local_timestamp());
+                if dir.join(checkpoint::CHECKPOINT_FILE).exists() {
+                    bail!(
+                        "an earlier run's checkpoint is in {}: continue it with `{}`, or remove \
+                         that folder",
+                        dir.display(),
+                        resume_command(&dir, n)
+                    );
+                }
+                args.extend(["--checkpoint-dir".into(), dir.clone().into_os_string()]);
+                Some(dir)
             }
-            args.extend(["--checkpoint-dir".into(), dir.clone().into_os_string()]);
-            Some(dir)
+            (None, false) => None,
+        };
+        if let Some(dir) = checkpoints.as_ref().filter(|_| !quiet) {
+            eprintln!("checkpoints every {every} {unit}(s) in {}", dir.display());
         }
-        (None, false) => None,
-    };
-    if let Some(dir) = checkpoints.as_ref().filter(|_| !quiet) {
-        eprintln!("checkpoints every {every} {unit}(s) in {}", dir.display());
-    }
-    let launched = match elastic {
-        Some(options) => {
-            dist::launch::launch_elastic(n, &args, options).context("elastic process group")
+        let launched = match elastic {
+            Some(options) => {
+                dist::launch::launch_elastic(n, &args, options).context("elastic process group")
+            }
+            None => dist::launch::launch(n, &args).context("local process group"),
+        };
+        if launched.is_err()
+            && let Some(dir) = checkpoints
+                .as_ref()
+                .filter(|d| d.join(checkpoint::CHECKPOINT_FILE).exists())
+        {
+            eprintln!(
+                "the run stopped; its checkpoint is in {}; continue it with:\n  {}",
+                dir.display(),
+                resume_command(dir, n)
+            );
         }
-        None => dist::launch::launch(n, &args).context("local process group"),
-    };
-    if launched.is_err()
-        && let Some(dir) = checkpoints
-            .as_ref()
-            .filter(|d| d.join(checkpoint::CHECKPOINT_FILE).exists())
-    {
-        eprintln!(
-            "the run stopped; its checkpoint is in {}; continue it with:\n  {}",
-            dir.display(),
-            resume_command(dir, n)
-        );
+        launched
     }
-    launched
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -215,28 +255,13 @@ pub(super) fn run(
             );
         }
     }
-    let every = preset
-        .distributed
-        .checkpoint_every
-        .unwrap_or(DEFAULT_CHECKPOINT_EVERY);
-    if !launched && group.ranks.is_some_and(|n| n > 1) {
-        let launch = Launch {
-            out_dir: &out_dir,
-            name: &preset.name,
-            every,
-            quiet,
-            elastic: elastic.then_some(preset.distributed.min_ranks.unwrap_or(1)),
-            unit: dist::elastic::WorkUnit::Iteration,
-            resume: continuation.resume.as_deref(),
-        };
-        return launch_ranks(group, launch);
-    }
-    let member = match launched && elastic {
-        true => dist::elastic::Member::from_env(Duration::from_secs(
-            2 * group.rendezvous_timeout as u64,
-        ))
-        .context("reaching the elastic launcher")?,
-        false => None,
+    let keys = (
+        preset.distributed.checkpoint_every,
+        preset.distributed.min_ranks,
+    );
+    let launch = Launch::new(&out_dir, &preset.name, keys, WorkUnit::Iteration);
+    let Some((every, member)) = launch.start(group, (elastic, quiet), &continuation)? else {
+        return Ok(());
     };
     let comm = join_group(group)?;
     let rank = comm.rank();
@@ -325,9 +350,14 @@ fn resumed_fwi_preset(
         Some(name) => tessera::fwi::FwiPreset::load(name, set)
             .with_context(|| format!("loading preset `{name}`"))?
             .with_context(|| format!("`{name}` is not an inversion preset, the checkpoint's is"))?,
+        // The preset's relative paths resolve against the folder the first run resolved them
+        // against (its preset file's), not this working folder.
         None => (
             tessera::fwi::FwiPreset::from_toml(&head.preset_toml, &origin, set)?,
-            std::env::current_dir().context("finding the working folder")?,
+            match &head.preset_dir {
+                Some(folder) => folder.clone(),
+                None => std::env::current_dir().context("finding the working folder")?,
+            },
             origin.clone(),
         ),
     };
@@ -416,28 +446,13 @@ fn run_fwi(
         tessera::fwi::check_elastic(&preset)
             .with_context(|| format!("checking preset {origin}"))?;
     }
-    let every = preset
-        .distributed
-        .checkpoint_every
-        .unwrap_or(DEFAULT_CHECKPOINT_EVERY);
-    if !launched && group.ranks.is_some_and(|n| n > 1) {
-        let launch = Launch {
-            out_dir: &out_dir,
-            name: &preset.name,
-            every,
-            quiet,
-            elastic: elastic.then_some(preset.distributed.min_ranks.unwrap_or(1)),
-            unit: dist::elastic::WorkUnit::Epoch,
-            resume: continuation.resume.as_deref(),
-        };
-        return launch_ranks(group, launch);
-    }
-    let member = match launched && elastic {
-        true => dist::elastic::Member::from_env(Duration::from_secs(
-            2 * group.rendezvous_timeout as u64,
-        ))
-        .context("reaching the elastic launcher")?,
-        false => None,
+    let keys = (
+        preset.distributed.checkpoint_every,
+        preset.distributed.min_ranks,
+    );
+    let launch = Launch::new(&out_dir, &preset.name, keys, WorkUnit::Epoch);
+    let Some((every, member)) = launch.start(group, (elastic, quiet), &continuation)? else {
+        return Ok(());
     };
     // Before anything computes: N local ranks share the cores instead of each starting a thread
     // per core (the shots of one rank are modelled on its threads).

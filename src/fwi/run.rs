@@ -22,7 +22,7 @@ use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, ReduceOp, SingleProcess, wire};
 use crate::error::{Error, Result};
 use crate::float::Float;
-use crate::io::checkpoint::{Checkpoints, RunKind, Writer};
+use crate::io::checkpoint::{Checkpoints, Resumed, RunKind, Writer};
 use crate::io::{self, RunDir, Staging};
 use crate::optim::adam::TorchAdam;
 use crate::physics::wave::config::acquisition_from_cells;
@@ -118,6 +118,10 @@ pub struct FwiSummary {
     /// sums the generations' solve times.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recoveries: Vec<Recovery>,
+    /// Runs continued from a checkpoint (`tessera run --resume DIR`): which one, and after which
+    /// epoch (absent for a run that started from the beginning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<Resumed>,
     /// The files of the run, relative to its folder (`metrics.json` last).
     pub outputs: Vec<PathBuf>,
     /// The run's folder once complete (rank 0; not in `metrics.json`, which lives in it).
@@ -171,13 +175,13 @@ pub fn run_in_group_from(
         Precision::F32 => {
             let mut carried = Carried::<f32>::new(out, comm.rank(), false)?;
             carried.die_at = launched_die_hook(comm.rank())?;
-            carried.start_checkpoints(checkpoints, preset, out)?;
+            carried.start_checkpoints(checkpoints, preset, base_dir, out)?;
             run_generation(preset, base_dir, out, comm, &mut carried, on_event)
         }
         Precision::F64 => {
             let mut carried = Carried::<f64>::new(out, comm.rank(), false)?;
             carried.die_at = launched_die_hook(comm.rank())?;
-            carried.start_checkpoints(checkpoints, preset, out)?;
+            carried.start_checkpoints(checkpoints, preset, base_dir, out)?;
             run_generation(preset, base_dir, out, comm, &mut carried, on_event)
         }
     }
@@ -844,6 +848,8 @@ struct Carried<T> {
     die_at: Option<DieAt>,
     /// Runs with checkpoints (elastic or resumed); the group's rank 0 writes them.
     checkpoints: Option<Writer>,
+    /// The checkpoint resumed from, for `metrics.json`.
+    resumed: Option<Resumed>,
 }
 
 /// An inversion's replicated state in its checkpoint: the model and Adam after the last completed
@@ -860,18 +866,21 @@ struct InversionState {
 }
 
 impl<T: Float> Carried<T> {
-    /// Prepares the checkpoints of a run (elastic or resumed): when resuming, loads the state
-    /// after the checkpoint's last epoch (every rank reads it), else rank 0 writes the first one.
+    /// Prepares the checkpoints of a run (elastic or resumed) of `preset` (its relative paths
+    /// against `base_dir`): when resuming, loads the state after the checkpoint's last epoch
+    /// (every rank reads it), else rank 0 writes the first one.
     fn start_checkpoints(
         &mut self,
         plan: Option<Checkpoints>,
         preset: &FwiPreset,
+        base_dir: &Path,
         out: &RunDir,
     ) -> Result<()> {
         let Some(plan) = plan else {
             return Ok(());
         };
-        let writer = Writer::new(plan, RunKind::Inversion, preset.to_toml()?, out)?;
+        let toml = preset.to_toml()?;
+        let writer = Writer::new(plan, RunKind::Inversion, toml, Some(base_dir), out)?;
         // The figure epochs' panel inputs go into every checkpoint.
         self.keep_states = true;
         if writer.plan.resume {
@@ -892,6 +901,7 @@ impl<T: Float> Carried<T> {
                 }
             })?;
             let s = found.state;
+            self.resumed = Some(writer.resumed_record(s.history.len()));
             if !s.history.is_empty() {
                 let [b1, b2] = preset.fwi.betas;
                 let typed = |v: Vec<f64>| v.into_iter().map(T::from_f64).collect::<Vec<T>>();
@@ -997,6 +1007,7 @@ impl<T: Float> Carried<T> {
             failed_at: None,
             die_at: None,
             checkpoints: None,
+            resumed: None,
         })
     }
 
@@ -1128,7 +1139,7 @@ fn elastic_typed<T: Float>(
     let Elastic { mut member, join } = elastic;
     let mut carried = Carried::<T>::new(out, comm.rank(), true)?;
     carried.die_at = launched_die_hook(member.slot)?;
-    carried.start_checkpoints(checkpoints, preset, out)?;
+    carried.start_checkpoints(checkpoints, preset, base_dir, out)?;
     loop {
         let failure = match run_generation(preset, base_dir, out, comm, &mut carried, on_event) {
             Err(e) if is_loss(&e) => e,
@@ -1524,6 +1535,7 @@ fn run_epochs<T: Float>(
         solve_secs,
         history,
         recoveries: carried.recoveries.clone(),
+        resumed: carried.resumed.clone(),
         outputs: Vec::new(),
         run_dir: None,
         preset: preset.to_toml()?,

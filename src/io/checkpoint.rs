@@ -20,7 +20,7 @@ pub const CHECKPOINT_FILE: &str = "checkpoint.tessera";
 /// The first bytes of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"TSRCKPT\n";
 /// Bumped whenever [`Checkpoint`] or a state stored in it changes its encoding.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Magic, version, body length, body hash.
 const HEADER_BYTES: usize = 8 + 4 + 8 + 8;
 
@@ -77,8 +77,25 @@ pub struct Head {
     /// [`preset_hash`] of `preset_toml`, to compare with a preset named on the command line.
     pub preset_hash: u64,
     pub destination: Destination,
+    /// The folder the preset's relative paths resolve against, absolute: an inversion preset's
+    /// own folder, so that a resume from another working folder reads the same files (`None`
+    /// for an imaging preset, whose paths are made absolute when it is loaded).
+    pub preset_dir: Option<PathBuf>,
     /// The iterations (epochs) completed; the state is the one after the last of them.
     pub completed: usize,
+}
+
+/// A run continued from a checkpoint (`tessera run --resume DIR`), as its `metrics.json` records
+/// it under `resumed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resumed {
+    /// The checkpoint's file, absolute.
+    pub checkpoint: PathBuf,
+    /// What the run counts in: "iteration" (imaging) or "epoch" (inversion).
+    pub unit: String,
+    /// The iterations (epochs) the checkpoint held, which the resumed run did not compute again
+    /// (0 when the algorithm starts over: CG, FBP).
+    pub after: usize,
 }
 
 /// A whole checkpoint: [`Head`] and the run's replicated state.
@@ -257,14 +274,25 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// The writer of checkpoints of a run of `kind` of the resolved preset `preset_toml` whose
-    /// outputs go to `out`.
+    /// The writer of checkpoints of a run of `kind` of the resolved preset `preset_toml` (its
+    /// relative paths against `preset_dir`) whose outputs go to `out`.
     pub fn new(
         plan: Checkpoints,
         kind: RunKind,
         preset_toml: String,
+        preset_dir: Option<&Path>,
         out: &RunDir,
     ) -> Result<Writer> {
+        let preset_dir = preset_dir
+            .map(|d| {
+                // An empty folder is the working folder (a preset found there by name).
+                let d = match d.as_os_str().is_empty() {
+                    true => Path::new("."),
+                    false => d,
+                };
+                std::path::absolute(d).map_err(|e| Error::io("finding the preset's folder", d, e))
+            })
+            .transpose()?;
         Ok(Writer {
             plan,
             head: Head {
@@ -273,9 +301,20 @@ impl Writer {
                 preset_hash: preset_hash(&preset_toml),
                 preset_toml,
                 destination: Destination::of(out)?,
+                preset_dir,
                 completed: 0,
             },
         })
+    }
+
+    /// The record of a run resumed from this writer's checkpoint after `after` iterations (epochs).
+    pub fn resumed_record(&self, after: usize) -> Resumed {
+        let path = self.path();
+        Resumed {
+            checkpoint: std::path::absolute(&path).unwrap_or(path),
+            unit: self.head.kind.unit().into(),
+            after,
+        }
     }
 
     /// The checkpoint's file.
@@ -385,6 +424,7 @@ mod tests {
                     path: "/tmp/out".into(),
                     replace: false,
                 },
+                preset_dir: None,
                 completed: 4,
             },
             state: vec![1.0, -2.5, 3.25],

@@ -66,7 +66,7 @@ pub(super) fn start_checkpoints(
     out: &RunDir,
     carried: &mut Carried,
 ) -> Result<()> {
-    let writer = Writer::new(plan, RunKind::Imaging, preset.to_toml()?, out)?;
+    let writer = Writer::new(plan, RunKind::Imaging, preset.to_toml()?, None, out)?;
     if writer.plan.resume {
         let found = writer.resumed::<ImagingState>(|c| {
             let (k, state) = (c.head.completed, &c.state);
@@ -93,6 +93,7 @@ pub(super) fn start_checkpoints(
             carried.history = state.history;
         }
         carried.resumed_step = state.pnp_step;
+        carried.resumed = Some(writer.resumed_record(carried.resume.as_ref().map_or(0, |r| r.0)));
     } else if carried.staging.is_some() {
         writer.write(0, ImagingState::after(&[], None, None))?;
     }
