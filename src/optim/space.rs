@@ -57,6 +57,12 @@ pub trait Iterate: HostView + Sized {
     /// `a·self` as a new value.
     fn scaled(&self, a: f32) -> Result<Self>;
 
+    /// Zeros of this shape, in the same storage.
+    fn zeros_like(&self) -> Result<Self>;
+
+    /// `⟨self, x⟩` accumulated in f64 (`Tensor::dot`; a device reduces in its own order).
+    fn dot(&self, x: &Self) -> Result<f64>;
+
     /// Clamps every value into `[lo, hi]`.
     fn clamp(&mut self, lo: f32, hi: f32) -> Result<()>;
 
@@ -92,6 +98,17 @@ impl Iterate for Tensor {
 
     fn scaled(&self, a: f32) -> Result<Self> {
         Ok(Tensor::scaled(self, a))
+    }
+
+    fn zeros_like(&self) -> Result<Self> {
+        Ok(Tensor::zeros_like(self))
+    }
+
+    fn dot(&self, x: &Self) -> Result<f64> {
+        if Tensor::shape(self) != Tensor::shape(x) {
+            return Err(Error::shape("dot", Tensor::shape(self), Tensor::shape(x)));
+        }
+        Ok(Tensor::dot(self, x))
     }
 
     fn clamp(&mut self, lo: f32, hi: f32) -> Result<()> {
