@@ -1636,19 +1636,17 @@ fn a_lying_server_cannot_truncate_or_create_files_outside_the_fetch_folder() {
 #[test]
 fn a_submitted_preset_on_the_gpu_is_refused_by_name_before_the_ranks() {
     let (_backend, client, _dir) = local(2);
-    let with = |overrides: &[&str]| {
-        let mut all = vec!["algorithm.iterations=2".to_string()];
-        all.extend(overrides.iter().map(|s| s.to_string()));
-        Preset::load("quick", &all)
-            .unwrap()
-            .preset
-            .to_toml()
-            .unwrap()
+    let on = |device: &str, l1: bool| {
+        let mut preset = Preset::from_toml(&quick(2), "quick", &[]).unwrap();
+        preset.distributed.device = Some(device.into());
+        if l1 {
+            preset.fidelity = tessera::fidelity::FidelityConfig::L1 {
+                reduction: Default::default(),
+            };
+        }
+        preset.to_toml().unwrap()
     };
-    submit(
-        &client,
-        with(&["distributed.device=\"cuda\"", "fidelity.kind=\"l1\""]),
-    );
+    submit(&client, on("cuda", true));
     let events = until(&client, is_end);
     if cfg!(feature = "cuda") {
         failed_with(&events, &["--device cuda: not on the GPU yet: fidelity l1"]);
@@ -1659,7 +1657,7 @@ fn a_submitted_preset_on_the_gpu_is_refused_by_name_before_the_ranks() {
         !events.iter().any(|e| matches!(e, Event::Started { .. })),
         "{events:?}"
     );
-    submit(&client, with(&["distributed.device=\"cpu\""]));
+    submit(&client, on("cpu", false));
     let events = until(&client, is_end);
     assert!(
         matches!(events.last(), Some(Event::Finished { job: 2, .. })),

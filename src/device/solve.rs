@@ -879,19 +879,35 @@ mod tests {
         .unwrap()
         .to_string();
         assert!(e.contains("fidelity l1"), "{e}");
-        let objective = DeviceObjective::new(
-            &backend,
-            &[HostOperator::Blur(&blur)],
-            &FidelityConfig::default(),
-            &[y],
-            None,
-        )
-        .unwrap();
-        let e = objective
-            .initial_point(Init::Pinv, &[1, 1, 8, 8])
-            .err()
+    }
+
+    /// `init = pinv` is CG on the device: the host stack's `pinv` to float rounding on a
+    /// well-conditioned blur (the CG's sums run in another order), zeros for zero measurements.
+    #[test]
+    fn pinv_on_the_device_is_the_host_stacks() {
+        let backend = Arc::new(Emulator);
+        let blur = || Blur::new(gaussian_kernel([0.6, 0.6], 0.0), Padding::Circular).unwrap();
+        let (device_blur, shape) = (blur(), [1, 1, 13, 11]);
+        let stack = Stack::new(vec![Box::new(blur())]).unwrap();
+        let y = stack.ops()[0].forward(&noisy(&shape, 4)).unwrap();
+        let pinv = |y: &Tensor| {
+            DeviceObjective::new(
+                &backend,
+                &[HostOperator::Blur(&device_blur)],
+                &FidelityConfig::default(),
+                std::slice::from_ref(y),
+                None,
+            )
             .unwrap()
-            .to_string();
-        assert!(e.contains("pinv"), "{e}");
+            .initial_point(Init::Pinv, &shape)
+            .unwrap()
+            .into_host()
+            .unwrap()
+        };
+        let host = stack.pinv(std::slice::from_ref(&y)).unwrap();
+        let e = relative_error(&pinv(&y), &host);
+        assert!(e <= 1e-4, "pinv: relative error {e:e}");
+        let zero = pinv(&Tensor::zeros(&shape));
+        assert!(zero.data().iter().all(|&v| v == 0.0));
     }
 }

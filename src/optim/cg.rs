@@ -166,18 +166,7 @@ pub fn cg_loop<V: Iterate>(
     };
     let report_iteration = |k: usize, x: &V, _residual: f64| -> Result<bool> {
         let last = k == cfg.iterations;
-        let psnr_db = match &truth {
-            Some(t) => Some(x.psnr(t, monitor.data_range)?),
-            None => None,
-        };
-        let ssim = match &truth {
-            Some(t) if monitor.ssim_due(x.shape(), k, last) => Some(crate::metrics::ssim(
-                &*x.to_host()?,
-                t.host,
-                monitor.data_range,
-            )?),
-            _ => None,
-        };
+        let (psnr_db, ssim) = super::space::quality(x, truth.as_ref(), monitor, k, last)?;
         let total = t_iter.elapsed().as_secs_f64();
         let report = IterationReport {
             iteration: k,

@@ -133,6 +133,30 @@ impl Iterate for Tensor {
     }
 }
 
+/// PSNR of `x` against `truth` (computed in `x`'s storage) and, when one is due at iteration `k`
+/// (`Monitor::ssim_due`), its SSIM (the iterate is downloaded for it); `None`s without a truth.
+pub fn quality<V: Iterate>(
+    x: &V,
+    truth: Option<&Truth<'_, V>>,
+    monitor: &super::Monitor<'_>,
+    k: usize,
+    last: bool,
+) -> Result<(Option<f64>, Option<f64>)> {
+    let Some(t) = truth else {
+        return Ok((None, None));
+    };
+    let psnr_db = x.psnr(t, monitor.data_range)?;
+    let ssim = match monitor.ssim_due(x.shape(), k, last) {
+        true => Some(crate::metrics::ssim(
+            &*x.to_host()?,
+            t.host,
+            monitor.data_range,
+        )?),
+        false => None,
+    };
+    Ok((Some(psnr_db), ssim))
+}
+
 /// A denoiser (a proximal operator) on iterates `V`.
 pub trait Prox<V> {
     /// `D(z, σ)`.
