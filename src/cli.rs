@@ -164,8 +164,16 @@ fn dispatch(command: Command) -> Result<()> {
             listen,
             token_file,
             out,
+            device,
             group,
-        } => serve::serve(socket, listen, token_file.as_deref(), out, &group),
+        } => serve::serve(
+            socket,
+            listen,
+            token_file.as_deref(),
+            out,
+            device.as_deref(),
+            &group,
+        ),
         Command::Presets { files } => presets::presets(&files),
         Command::Apply {
             physics,
@@ -203,16 +211,20 @@ fn dispatch(command: Command) -> Result<()> {
             attach: Some(address),
             token_file,
             fetch,
+            device,
             ..
-        } => attach::run(
-            &address,
-            token_file.as_deref(),
-            &preset,
-            &set,
-            fetch,
-            quiet,
-            resume,
-        ),
+        } => {
+            train::check_device(&preset, &set, device.as_deref())?;
+            attach::run(
+                &address,
+                token_file.as_deref(),
+                &preset,
+                &set,
+                fetch,
+                quiet,
+                resume,
+            )
+        }
         Command::Train {
             preset,
             set,
@@ -221,9 +233,11 @@ fn dispatch(command: Command) -> Result<()> {
             resume,
             quiet,
             attach: None,
+            device,
             group,
             ..
         } => {
+            train::check_device(&preset, &set, device.as_deref())?;
             let control = tessera::train::RunControl {
                 stop_after,
                 resume: resume.is_some(),

@@ -26,7 +26,7 @@ use elastic::{DieAt, DiePoint};
 use crate::denoise::Denoiser;
 use crate::denoise::DenoiserConfig;
 use crate::device::Device;
-use crate::device::solve::{BuiltOperator, DeviceSolver, HostOperator, PnpTv};
+use crate::device::solve::{BuiltOperator, DeviceSolver, HostOperator, LeastSquares, PnpTv};
 use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
 use crate::dist::patch_map::{PatchMap, TileCost};
 use crate::dist::physics::DistributedStack;
@@ -39,7 +39,7 @@ use crate::io::{self, METRICS_FILE, RunDir, Staging};
 use crate::metrics;
 use crate::optim::pnp::{PnpConfig, PnpStart};
 use crate::optim::space::HostView;
-use crate::optim::{self, AlgorithmConfig, IterationReport, Monitor, Reconstruction};
+use crate::optim::{self, AlgorithmConfig, CgConfig, IterationReport, Monitor, Reconstruction};
 use crate::physics::{PhysicsConfig, StackedLinearPhysics};
 use crate::preset::{ImageSource, MeasurementSource, Preset};
 use crate::samples;
@@ -1086,13 +1086,25 @@ fn solve_and_report(
             }
             .map(|r| (format!("pnp ({})", denoiser.name()), r))
         }
-        AlgorithmConfig::Cg(cfg) => optim::least_squares(
-            &stack,
-            ys,
-            cfg,
-            &monitor,
-            &mut |r: &IterationReport, x: &Tensor| callback(r, x),
-        )
+        AlgorithmConfig::Cg(cfg) => match &device {
+            Some(device) => cg_on_device(
+                device.as_ref(),
+                preset,
+                &stack,
+                ys,
+                x_shape,
+                cfg,
+                &monitor,
+                &mut callback,
+            ),
+            None => optim::least_squares(
+                &stack,
+                ys,
+                cfg,
+                &monitor,
+                &mut |r: &IterationReport, x: &Tensor| callback(r, x),
+            ),
+        }
         .map(|r| ("cg least squares".to_string(), r)),
         AlgorithmConfig::Fbp(_) => run_fbp(
             fbp_operator,
@@ -1258,6 +1270,41 @@ fn solve_and_report(
     Ok(summary)
 }
 
+/// The preset's operators built on the host for their device twins.
+fn device_operators(preset: &Preset, x_shape: &[usize]) -> Result<Vec<BuiltOperator>> {
+    preset
+        .operators()?
+        .iter()
+        .map(|spec| BuiltOperator::build(spec, x_shape))
+        .collect()
+}
+
+/// CG least squares on `device` (`open_device` checked that the operators have device twins), from
+/// the measurements `ys` simulated on the host as for a CPU run.
+#[allow(clippy::too_many_arguments)]
+fn cg_on_device(
+    device: &dyn DeviceSolver,
+    preset: &Preset,
+    stack: &DistributedStack,
+    ys: &[Tensor],
+    x_shape: &[usize],
+    cfg: &CgConfig,
+    monitor: &Monitor<'_>,
+    on_iter: &mut optim::ViewCallback<'_>,
+) -> Result<Reconstruction> {
+    let built = device_operators(preset, x_shape)?;
+    let ops: Vec<HostOperator<'_>> = built.iter().map(BuiltOperator::host).collect();
+    let problem = LeastSquares {
+        ops: &ops,
+        ys,
+        x_shape,
+        cfg,
+        monitor,
+        ranks: Some(stack),
+    };
+    device.cg(&problem, on_iter)
+}
+
 /// PnP on `device` (every component of the preset has a device twin: `open_device` checked): the
 /// preset's operators built on the host for their twins, the measurements `ys` simulated on the
 /// host as for a CPU run, the step from the host stack (the CPU run's value).
@@ -1272,11 +1319,7 @@ fn pnp_on_device(
     monitor: &Monitor<'_>,
     on_iter: &mut optim::ViewCallback<'_>,
 ) -> Result<Reconstruction> {
-    let built = preset
-        .operators()?
-        .iter()
-        .map(|spec| BuiltOperator::build(spec, x_shape))
-        .collect::<Result<Vec<_>>>()?;
+    let built = device_operators(preset, x_shape)?;
     let ops: Vec<HostOperator<'_>> = built.iter().map(BuiltOperator::host).collect();
     let tv = match &preset.denoiser {
         Some(DenoiserConfig::Tv(c)) => c.build()?,

@@ -823,3 +823,43 @@ fn a_gpu_run_is_refused_by_name_and_never_run_on_the_cpu() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// `tessera train --device cuda` is refused before anything runs, in every build, naming what
+/// training lacks on the GPU for the preset's network; a bad device name is refused naming the
+/// flag, on `train` and on `serve` (before any group forms).
+#[test]
+fn training_on_a_gpu_is_refused_naming_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = tessera(
+        &[
+            "train",
+            "train-dncnn-grey",
+            "--device",
+            "cuda",
+            "--out",
+            "trained",
+        ],
+        dir.path(),
+    );
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    for part in [
+        "--device cuda: not on the GPU yet: training dncnn",
+        "cuDNN",
+        "the adam optimiser",
+        "--device cpu",
+    ] {
+        assert!(e.contains(part), "{part} missing from: {e}");
+    }
+    assert!(!dir.path().join("trained").exists());
+    for args in [
+        vec!["train", "train-dncnn-grey", "--device", "tpu"],
+        vec!["serve", "--socket", "s.sock", "--device", "tpu"],
+    ] {
+        let o = tessera(&args, dir.path());
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{args:?}: {e}");
+        assert!(e.contains("--device") && e.contains("cuda:N"), "{e}");
+    }
+}

@@ -1629,3 +1629,39 @@ fn a_lying_server_cannot_truncate_or_create_files_outside_the_fetch_folder() {
     );
     server.join().unwrap();
 }
+
+/// A preset's `[distributed] device` is honoured as `tessera run` honours it: a job with parts not
+/// on the GPU fails at submission with the same listing (a build without the `cuda` feature says
+/// how to rebuild), before any rank starts, and the backend takes the next (CPU) job.
+#[test]
+fn a_submitted_preset_on_the_gpu_is_refused_by_name_before_the_ranks() {
+    let (_backend, client, _dir) = local(2);
+    let on = |device: &str, l1: bool| {
+        let mut preset = Preset::from_toml(&quick(2), "quick", &[]).unwrap();
+        preset.distributed.device = Some(device.into());
+        if l1 {
+            preset.fidelity = tessera::fidelity::FidelityConfig::L1 {
+                reduction: Default::default(),
+            };
+        }
+        preset.to_toml().unwrap()
+    };
+    submit(&client, on("cuda", true));
+    let events = until(&client, is_end);
+    if cfg!(feature = "cuda") {
+        failed_with(&events, &["--device cuda: not on the GPU yet: fidelity l1"]);
+    } else {
+        failed_with(&events, &["--features cuda"]);
+    }
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Started { .. })),
+        "{events:?}"
+    );
+    submit(&client, on("cpu", false));
+    let events = until(&client, is_end);
+    assert!(
+        matches!(events.last(), Some(Event::Finished { job: 2, .. })),
+        "{:?}",
+        events.last()
+    );
+}

@@ -109,6 +109,11 @@ pub(super) enum Command {
         /// Folder for job outputs: each job writes into a new DIR/YYYYMMDD-HHMMSS-PRESET-N.
         #[arg(long, default_value = "out/serve")]
         out: PathBuf,
+        /// Where every job computes: cpu, cuda (GPU LOCAL_RANK % count) or cuda:N, over a
+        /// submitted preset's `[distributed] device` (default: the preset's, else
+        /// TESSERA_DEVICE). A job with parts not on the GPU yet is refused with their names.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
         #[command(flatten)]
         group: GroupArgs,
     },
@@ -172,6 +177,11 @@ pub(super) enum Command {
         /// With --attach: copy the run's outputs from the server into this (new) folder.
         #[arg(long, value_name = "DIR", requires = "attach")]
         fetch: Option<PathBuf>,
+        /// Where training computes: cpu, cuda or cuda:N (default TESSERA_DEVICE, else the CPU).
+        /// Training is not on the GPU yet: a GPU is refused naming what is missing
+        /// (docs/GPU.md).
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
         #[command(flatten)]
         group: GroupArgs,
     },

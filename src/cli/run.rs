@@ -185,11 +185,7 @@ pub(super) fn run(
     };
     if let Some(fwi) = fwi {
         let chosen = Device::chosen(device.map(|d| Device::parse("--device", d)).transpose()?)?;
-        if chosen.is_cuda() {
-            bail!(
-                "--device {chosen}: not on the GPU yet: fwi (the wave kernels); run on the CPU (--device cpu) meanwhile"
-            );
-        }
+        tessera::device::coverage::check_fwi(chosen)?;
         let out_dir = match &resumed {
             Some(head) => head.destination.run_dir(),
             None => run_dir(
@@ -208,17 +204,9 @@ pub(super) fn run(
         }
         (None, None) => bail!("give a preset, or --resume DIR"),
     };
-    let configured = match (device, &loaded.preset.distributed.device) {
-        (Some(text), _) => Some(Device::parse("--device", text)?),
-        (None, Some(text)) => Some(Device::parse("distributed.device", text)?),
-        (None, None) => None,
-    };
-    let chosen = Device::chosen(configured)?;
-    // The job opens the device its preset names: `--device` (or TESSERA_DEVICE) goes there. A CPU
-    // run that named no device keeps its preset as it was.
-    if chosen.is_cuda() || loaded.preset.distributed.device.is_some() {
-        loaded.preset.distributed.device = Some(chosen.to_string());
-    }
+    // The job opens the device its preset names: `--device` (or TESSERA_DEVICE) goes there.
+    let flag = device.map(|d| Device::parse("--device", d)).transpose()?;
+    let chosen = tessera::device::coverage::place(flag, &mut loaded.preset)?;
     let preset = &loaded.preset;
     let placement = place_threads(group, preset.distributed.threads_per_rank)?;
     let out_dir = match &resumed {

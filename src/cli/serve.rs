@@ -18,9 +18,14 @@ pub(super) fn serve(
     listen: Option<String>,
     token_file: Option<&Path>,
     out: PathBuf,
+    device: Option<&str>,
     group: &GroupArgs,
 ) -> Result<()> {
     use tessera::serve::{Endpoint, ServeOptions};
+    // A bad name fails before the group forms; a job's device is checked when it is submitted.
+    let device = device
+        .map(|d| tessera::device::Device::parse("--device", d))
+        .transpose()?;
     let endpoint = match (socket, listen) {
         (Some(p), _) => Endpoint::Unix(p),
         (None, Some(l)) if l.parse::<u16>().is_ok() => Endpoint::Tcp(format!("127.0.0.1:{l}")),
@@ -62,6 +67,7 @@ pub(super) fn serve(
         out_dir: out,
         ranks_here: info.local_world_size,
         op_timeout: Some(Duration::from_secs(group.op_timeout as u64)),
+        device,
     };
     tessera::serve::serve(comm, &opts).context("tessera serve")
 }

@@ -9,6 +9,27 @@ use tessera::dist;
 use super::args::GroupArgs;
 use super::group::{join_group, launch_local_group, place_threads};
 
+/// Refuses training on a GPU (`--device`, else `TESSERA_DEVICE`) before anything runs: training is
+/// not on the GPU yet, and the error names every missing part for the preset's network.
+pub(super) fn check_device(name: &str, set: &[String], device: Option<&str>) -> Result<()> {
+    use tessera::device::{Device, coverage};
+    let chosen = Device::chosen(device.map(|d| Device::parse("--device", d)).transpose()?)?;
+    if !chosen.is_cuda() {
+        return Ok(());
+    }
+    let loading = || format!("loading training preset `{name}`");
+    let model = match tessera::dsn::run::DsnPreset::load(name, set).with_context(loading)? {
+        Some(_) => "multidsn",
+        None => tessera::train::TrainPreset::load(name, set)
+            .with_context(loading)?
+            .0
+            .denoiser
+            .kind_name(),
+    };
+    coverage::check_training(chosen, model)?;
+    Ok(())
+}
+
 pub(super) fn train(
     name: &str,
     set: &[String],

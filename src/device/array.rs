@@ -174,6 +174,24 @@ impl<B: Backend> Iterate for Array<B> {
         }
     }
 
+    fn zeros_like(&self) -> Result<Self> {
+        match &self.storage {
+            Storage::Host(t) => Ok(Array::host(t.zeros_like())),
+            Storage::Device { backend, .. } => Array::zeros(backend, &self.shape),
+        }
+    }
+
+    fn dot(&self, x: &Self) -> Result<f64> {
+        self.same_shape("dot", x)?;
+        match (&self.storage, &x.storage) {
+            (Storage::Host(a), Storage::Host(b)) => Ok(a.dot(b)),
+            (Storage::Device { values, backend }, Storage::Device { values: xv, .. }) => {
+                vector::dot(backend.as_ref(), values, xv)
+            }
+            _ => Err(mixed("dot")),
+        }
+    }
+
     fn clamp(&mut self, lo: f32, hi: f32) -> Result<()> {
         match &mut self.storage {
             Storage::Host(t) => {

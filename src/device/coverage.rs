@@ -7,7 +7,7 @@ use super::Device;
 use crate::denoise::DenoiserConfig;
 use crate::error::{Error, Result};
 use crate::fidelity::FidelityConfig;
-use crate::optim::{AlgorithmConfig, Init};
+use crate::optim::AlgorithmConfig;
 use crate::physics::PhysicsConfig;
 use crate::preset::Preset;
 use crate::tiling::TilingKind;
@@ -37,19 +37,17 @@ pub fn not_on_gpu(preset: &Preset) -> Vec<String> {
     if let FidelityConfig::L1 { .. } = preset.fidelity {
         missing.push("fidelity l1".into());
     }
+    // Only PnP runs the denoiser (a CG or FBP preset's section is not used).
     match &preset.denoiser {
         Some(DenoiserConfig::Tv(_)) | None => {}
+        Some(_) if !matches!(preset.algorithm, AlgorithmConfig::Pnp(_)) => {}
         Some(denoiser) => missing.push(format!("denoiser {}", denoiser.kind_name())),
     }
     if let Some(tiling) = &preset.tiling {
         missing.push(format!("tiling {}", tiling_kind(tiling.kind)));
     }
     match &preset.algorithm {
-        AlgorithmConfig::Pnp(c) if c.init == Init::Pinv => {
-            missing.push("algorithm pnp with init = pinv".into());
-        }
-        AlgorithmConfig::Pnp(_) => {}
-        AlgorithmConfig::Cg(_) => missing.push("algorithm cg".into()),
+        AlgorithmConfig::Pnp(_) | AlgorithmConfig::Cg(_) => {}
         AlgorithmConfig::Fbp(_) => missing.push("algorithm fbp".into()),
     }
     // The device runs of an elastic group would resume on the CPU (job::run_elastic).
@@ -80,11 +78,12 @@ fn tiling_kind(kind: TilingKind) -> &'static str {
 /// `Ok` when a job can run on `device`: always on the CPU; on a GPU only when every component has
 /// a device implementation, else one error naming them all.
 pub fn check(device: Device, preset: &Preset) -> Result<()> {
-    if !device.is_cuda() {
-        return Ok(());
-    }
-    let missing = not_on_gpu(preset);
-    if missing.is_empty() {
+    refuse_missing(device, not_on_gpu(preset))
+}
+
+/// `Ok` on the CPU or when nothing is `missing`; else the one error that names it all.
+fn refuse_missing(device: Device, missing: Vec<String>) -> Result<()> {
+    if !device.is_cuda() || missing.is_empty() {
         return Ok(());
     }
     Err(Error::Unsupported(format!(
@@ -92,6 +91,43 @@ pub fn check(device: Device, preset: &Preset) -> Result<()> {
          (--device cpu) meanwhile",
         missing.join(", ")
     )))
+}
+
+/// The device a job runs on: `flag` (`--device` of `run` or `serve`), else the preset's
+/// `[distributed] device`, else `TESSERA_DEVICE`, else the CPU. It is written into the preset's
+/// `[distributed] device`, which `job` opens, unless the job stays on the CPU and the preset named
+/// no device (then the preset is left as it was).
+pub fn place(flag: Option<Device>, preset: &mut Preset) -> Result<Device> {
+    let configured = match (flag, &preset.distributed.device) {
+        (Some(device), _) => Some(device),
+        (None, Some(text)) => Some(Device::parse("distributed.device", text)?),
+        (None, None) => None,
+    };
+    let chosen = Device::chosen(configured)?;
+    if chosen.is_cuda() || preset.distributed.device.is_some() {
+        preset.distributed.device = Some(chosen.to_string());
+    }
+    Ok(chosen)
+}
+
+/// A full-waveform inversion on `device`: the wave kernels are not on the GPU yet.
+pub fn check_fwi(device: Device) -> Result<()> {
+    refuse_missing(device, vec!["fwi (the wave kernels)".into()])
+}
+
+/// Training on `device` (`tessera train`, a training job sent to `tessera serve`): `Ok` on the CPU;
+/// on a GPU, one error naming every part of training that is not there yet, for the network
+/// `model` (`drunet`, `dncnn`, `multidsn`). The device PnP's TV and operators do not train.
+pub fn check_training(device: Device, model: &str) -> Result<()> {
+    refuse_missing(
+        device,
+        vec![
+            format!("training {model}: the network's forward and backward (cuDNN convolutions)"),
+            "the adam optimiser".into(),
+            "the training batches (crops, noise, augmentation)".into(),
+            "the spatial decomposition's halo exchange".into(),
+        ],
+    )
 }
 
 /// What `tessera run` answers to `device` before any rank starts: `Ok` on the CPU; on a GPU, a
@@ -155,30 +191,81 @@ mod tests {
             assert!(e.contains(part), "{part} missing from: {e}");
         }
         assert!(!e.contains("physics #0"), "{e}");
-        for (algorithm, name) in [
-            (AlgorithmConfig::Cg(Default::default()), "algorithm cg"),
-            (AlgorithmConfig::Fbp(Default::default()), "algorithm fbp"),
-            (
-                AlgorithmConfig::Pnp(crate::optim::PnpConfig {
-                    init: Init::Pinv,
-                    ..Default::default()
-                }),
-                "algorithm pnp with init = pinv",
-            ),
-        ] {
-            preset.algorithm = algorithm;
-            assert!(not_on_gpu(&preset).contains(&name.to_string()), "{name}");
-        }
+        preset.algorithm = AlgorithmConfig::Fbp(Default::default());
+        assert!(not_on_gpu(&preset).contains(&"algorithm fbp".to_string()));
     }
 
-    /// PnP with TV on 2-D tomography or blurs: every component has a device twin.
+    /// The device chosen for a job goes into its preset (what `job` opens); a CPU job whose
+    /// preset named none leaves it as it was; a bad name is refused naming where it came from.
     #[test]
-    fn pnp_tv_on_tomography_or_blurs_is_on_the_gpu() {
+    fn the_chosen_device_is_written_into_the_preset() {
+        let mut preset = bundled("quick");
+        let before = preset.clone();
+        if std::env::var_os("TESSERA_DEVICE").is_none() {
+            assert_eq!(place(None, &mut preset).unwrap(), Device::Cpu);
+            assert_eq!(preset, before);
+        }
+        assert_eq!(place(Some(Device::Cpu), &mut preset).unwrap(), Device::Cpu);
+        assert_eq!(preset, before);
+        let gpu = place(Some(Device::Cuda(Some(1))), &mut preset).unwrap();
+        assert_eq!(gpu, Device::Cuda(Some(1)));
+        assert_eq!(preset.distributed.device.as_deref(), Some("cuda:1"));
+        // The flag wins over the preset; the preset's own device is used without one.
+        assert_eq!(place(Some(Device::Cpu), &mut preset).unwrap(), Device::Cpu);
+        assert_eq!(preset.distributed.device.as_deref(), Some("cpu"));
+        preset.distributed.device = Some("cuda".into());
+        assert_eq!(place(None, &mut preset).unwrap(), Device::Cuda(None));
+        preset.distributed.device = Some("tpu".into());
+        let e = place(None, &mut preset).unwrap_err().to_string();
+        assert!(e.contains("distributed.device") && e.contains("tpu"), "{e}");
+    }
+
+    /// Training and FWI on a GPU are refused naming what is missing; the CPU passes.
+    #[test]
+    fn training_and_fwi_on_a_gpu_name_what_is_missing() {
+        assert!(check_training(Device::Cpu, "drunet").is_ok());
+        assert!(check_fwi(Device::Cpu).is_ok());
+        let e = check_training(Device::Cuda(None), "drunet")
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "--device cuda: not on the GPU yet: training drunet",
+            "cuDNN",
+            "adam",
+            "crops, noise, augmentation",
+            "--device cpu",
+        ] {
+            assert!(e.contains(part), "{part} missing from: {e}");
+        }
+        let e = check_fwi(Device::Cuda(Some(0))).unwrap_err().to_string();
+        assert!(
+            e.contains("--device cuda:0: not on the GPU yet: fwi (the wave kernels)"),
+            "{e}"
+        );
+    }
+
+    /// PnP with TV (any init, `pinv` included) and CG least squares on 2-D tomography or blurs:
+    /// every component has a device twin.
+    #[test]
+    fn pnp_tv_and_cg_on_tomography_or_blurs_are_on_the_gpu() {
         let mut preset = bundled("tomography2d");
         preset.denoiser = Some(DenoiserConfig::Tv(Default::default()));
         preset.tiling = None;
-        preset.algorithm = AlgorithmConfig::Pnp(Default::default());
+        for algorithm in [
+            AlgorithmConfig::Pnp(Default::default()),
+            AlgorithmConfig::Pnp(crate::optim::PnpConfig {
+                init: crate::optim::Init::Pinv,
+                ..Default::default()
+            }),
+            AlgorithmConfig::Cg(Default::default()),
+        ] {
+            preset.algorithm = algorithm;
+            assert_eq!(not_on_gpu(&preset), Vec::<String>::new());
+            assert!(check(Device::Cuda(Some(0)), &preset).is_ok());
+        }
+        // CG takes no denoiser; a preset's leftover one is not run, so it is not listed.
+        preset.algorithm = AlgorithmConfig::Cg(Default::default());
+        preset.denoiser = Some(DenoiserConfig::Median(Default::default()));
         assert_eq!(not_on_gpu(&preset), Vec::<String>::new());
-        assert!(check(Device::Cuda(Some(0)), &preset).is_ok());
     }
 }

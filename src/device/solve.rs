@@ -1,7 +1,8 @@
 //! The algorithms' problems on the device: the data term of a stack of operators with device twins
-//! ([`DeviceObjective`], L2 fidelity) and the TV prox ([`DeviceTv`]), for `optim::pnp::pnp_loop` on
-//! [`Array`]s whose values stay in the backend's memory for the whole run; [`pnp`] runs the one
-//! PnP loop on them. Their CPU twins are `optim::pnp::HostObjective` and `denoise::tv`.
+//! ([`DeviceObjective`], L2 fidelity, and its normal operator `Σ AᵢᵀAᵢ`) and the TV prox
+//! ([`DeviceTv`]), for `optim::pnp::pnp_loop` and `optim::cg::cg_loop` on [`Array`]s whose values
+//! stay in the backend's memory for the whole run; [`pnp`] and [`cg`] run the one PnP and CG loops
+//! on them. Their CPU twins are `optim::pnp::HostObjective`, the host stack and `denoise::tv`.
 
 use std::sync::Arc;
 
@@ -15,15 +16,16 @@ use crate::dist::physics::{DistributedStack, owner};
 use crate::dist::wire;
 use crate::error::{Error, Result};
 use crate::fidelity::{FidelityConfig, Reduction};
+use crate::optim::cg::{CgConfig, NormalOperator, cg_loop, conjugate_gradient};
 use crate::optim::pnp::{Init, Objective, PnpConfig, pnp_loop, step_size};
 use crate::optim::space::{Iterate, Prox};
 use crate::optim::{Monitor, Reconstruction, ViewCallback};
-use crate::physics::PhysicsConfig;
 use crate::physics::blur::Blur;
 use crate::physics::channels::OperatorSpec;
 use crate::physics::stack::BlurFusion;
 use crate::physics::tomography::Tomography;
 use crate::physics::{LinearPhysics, StackedLinearPhysics};
+use crate::physics::{PINV_ITERS, PINV_TOL, PhysicsConfig};
 use crate::tensor::Tensor;
 
 /// An operator of a host stack that has a device twin.
@@ -334,6 +336,26 @@ impl<'g, B: Backend> DeviceObjective<'g, B> {
         Ok(all.into_iter().fold(0.0, |total, (_, v)| total + v))
     }
 
+    /// `Σ Aᵢᵀyᵢ` over the stack, in operator order (`StackedLinearPhysics::adjoint`).
+    pub fn adjoint_of_measurements(&self, x_shape: &[usize]) -> Result<Array<B>> {
+        let image = planes_of(x_shape, "adjoint")?;
+        let b = self.backend.as_ref();
+        let values = match &self.ops {
+            DeviceOperators::FusedBlurs(stack) => {
+                stack.adjoint(b, &self.ys, &vec![1.0; self.ys.len()], image)?
+            }
+            DeviceOperators::Each(ops) => {
+                let terms = ops
+                    .iter()
+                    .zip(&self.ys)
+                    .map(|((i, op), y)| Ok((*i, op.adjoint(b, y, image)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                self.sum_terms(x_shape, terms)?
+            }
+        };
+        Array::on_device(&self.backend, x_shape, values)
+    }
+
     fn check_measurements(&self, axs: &[DeviceVec<B, f32>]) -> Result<()> {
         for (ax, y) in axs.iter().zip(&self.ys) {
             if ax.len() != y.len() {
@@ -392,30 +414,41 @@ impl<B: Backend> Objective<Array<B>> for DeviceObjective<'_, B> {
     }
 
     fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<Array<B>> {
-        let image = planes_of(x_shape, "initial point")?;
+        match init {
+            Init::Zeros => Array::zeros(&self.backend, x_shape),
+            Init::Adjoint => self.adjoint_of_measurements(x_shape),
+            // `StackedLinearPhysics::pinv`: CG on the normal equations, on the device.
+            Init::Pinv => conjugate_gradient(
+                &self.adjoint_of_measurements(x_shape)?,
+                PINV_ITERS,
+                PINV_TOL,
+                |v| self.normal(v),
+                |_, _, _| Ok(true),
+            ),
+        }
+    }
+}
+
+impl<B: Backend> NormalOperator<Array<B>> for DeviceObjective<'_, B> {
+    /// `Σ AᵢᵀAᵢ v`: the fused stack's Gram kernel (unit weights, as the CPU's), or each operator's
+    /// `Aᵀ(Av)` summed over the stack in operator order.
+    fn normal(&self, v: &Array<B>) -> Result<Array<B>> {
+        let image = planes_of(v.shape(), "normal operator")?;
+        let vv = v.device_values("normal operator")?;
         let b = self.backend.as_ref();
-        let values = match init {
-            Init::Zeros => return Array::zeros(&self.backend, x_shape),
-            Init::Pinv => {
-                return Err(Error::Unsupported(
-                    "init = pinv (CG on the GPU) is not on the GPU yet".into(),
-                ));
+        let values = match &self.ops {
+            DeviceOperators::FusedBlurs(stack) => {
+                stack.gram_apply(b, vv, &vec![1.0; self.ys.len()], image)?
             }
-            Init::Adjoint => match &self.ops {
-                DeviceOperators::FusedBlurs(stack) => {
-                    stack.adjoint(b, &self.ys, &vec![1.0; self.ys.len()], image)?
-                }
-                DeviceOperators::Each(ops) => {
-                    let terms = ops
-                        .iter()
-                        .zip(&self.ys)
-                        .map(|((i, op), y)| Ok((*i, op.adjoint(b, y, image)?)))
-                        .collect::<Result<Vec<_>>>()?;
-                    self.sum_terms(x_shape, terms)?
-                }
-            },
+            DeviceOperators::Each(ops) => {
+                let terms = ops
+                    .iter()
+                    .map(|(i, op)| Ok((*i, op.adjoint(b, &op.forward(b, vv, image)?, image)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                self.sum_terms(v.shape(), terms)?
+            }
         };
-        Array::on_device(&self.backend, x_shape, values)
+        Array::on_device(&self.backend, v.shape(), values)
     }
 }
 
@@ -483,6 +516,13 @@ pub trait DeviceSolver {
 
     /// [`pnp`] on this device.
     fn pnp(&self, problem: &PnpTv<'_>, on_iter: &mut ViewCallback<'_>) -> Result<Reconstruction>;
+
+    /// [`cg`] on this device.
+    fn cg(
+        &self,
+        problem: &LeastSquares<'_>,
+        on_iter: &mut ViewCallback<'_>,
+    ) -> Result<Reconstruction>;
 }
 
 impl<B: Backend> DeviceSolver for Arc<B> {
@@ -492,6 +532,14 @@ impl<B: Backend> DeviceSolver for Arc<B> {
 
     fn pnp(&self, problem: &PnpTv<'_>, on_iter: &mut ViewCallback<'_>) -> Result<Reconstruction> {
         pnp(self, problem, on_iter)
+    }
+
+    fn cg(
+        &self,
+        problem: &LeastSquares<'_>,
+        on_iter: &mut ViewCallback<'_>,
+    ) -> Result<Reconstruction> {
+        cg(self, problem, on_iter)
     }
 }
 
@@ -522,6 +570,48 @@ pub fn pnp<B: Backend>(
     let run = pnp_loop(
         &objective, &prox, x_shape, step, cfg, monitor, on_iter, None,
     )?;
+    Ok(Reconstruction {
+        x: run.x.into_host()?,
+        history: run.history,
+        stopped: run.stopped,
+    })
+}
+
+/// A CG least-squares problem for a device: the stack's operators with device twins, their
+/// measurements, the image's shape.
+pub struct LeastSquares<'a> {
+    pub ops: &'a [HostOperator<'a>],
+    pub ys: &'a [Tensor],
+    pub x_shape: &'a [usize],
+    pub cfg: &'a CgConfig,
+    pub monitor: &'a Monitor<'a>,
+    /// The group's stack when its operators are spread over ranks (`None`: this rank holds all).
+    pub ranks: Option<&'a DistributedStack>,
+}
+
+/// CG least squares on the device (`optim::cg::cg_loop`): the measurements, iterate, residual,
+/// search direction and its image stay in `backend`'s memory; the host gets the reductions'
+/// scalars, PSNR (a reduction there too), the iterate when the callback asks for it or an SSIM is
+/// due, and the result.
+pub fn cg<B: Backend>(
+    backend: &Arc<B>,
+    problem: &LeastSquares<'_>,
+    on_iter: &mut ViewCallback<'_>,
+) -> Result<Reconstruction> {
+    let LeastSquares {
+        ops,
+        ys,
+        x_shape,
+        cfg,
+        monitor,
+        ranks,
+    } = *problem;
+    cfg.validate()?;
+    // Least squares weighs every operator alike (`optim::least_squares`): the unit L2 data term's
+    // operators and measurements, of which CG uses `Σ AᵢᵀAᵢ` and `Σ Aᵢᵀyᵢ`.
+    let objective = DeviceObjective::new(backend, ops, &FidelityConfig::default(), ys, ranks)?;
+    let b = objective.adjoint_of_measurements(x_shape)?;
+    let run = cg_loop(&objective, b, cfg, monitor, on_iter)?;
     Ok(Reconstruction {
         x: run.x.into_host()?,
         history: run.history,
@@ -789,19 +879,35 @@ mod tests {
         .unwrap()
         .to_string();
         assert!(e.contains("fidelity l1"), "{e}");
-        let objective = DeviceObjective::new(
-            &backend,
-            &[HostOperator::Blur(&blur)],
-            &FidelityConfig::default(),
-            &[y],
-            None,
-        )
-        .unwrap();
-        let e = objective
-            .initial_point(Init::Pinv, &[1, 1, 8, 8])
-            .err()
+    }
+
+    /// `init = pinv` is CG on the device: the host stack's `pinv` to float rounding on a
+    /// well-conditioned blur (the CG's sums run in another order), zeros for zero measurements.
+    #[test]
+    fn pinv_on_the_device_is_the_host_stacks() {
+        let backend = Arc::new(Emulator);
+        let blur = || Blur::new(gaussian_kernel([0.6, 0.6], 0.0), Padding::Circular).unwrap();
+        let (device_blur, shape) = (blur(), [1, 1, 13, 11]);
+        let stack = Stack::new(vec![Box::new(blur())]).unwrap();
+        let y = stack.ops()[0].forward(&noisy(&shape, 4)).unwrap();
+        let pinv = |y: &Tensor| {
+            DeviceObjective::new(
+                &backend,
+                &[HostOperator::Blur(&device_blur)],
+                &FidelityConfig::default(),
+                std::slice::from_ref(y),
+                None,
+            )
             .unwrap()
-            .to_string();
-        assert!(e.contains("pinv"), "{e}");
+            .initial_point(Init::Pinv, &shape)
+            .unwrap()
+            .into_host()
+            .unwrap()
+        };
+        let host = stack.pinv(std::slice::from_ref(&y)).unwrap();
+        let e = relative_error(&pinv(&y), &host);
+        assert!(e <= 1e-4, "pinv: relative error {e:e}");
+        let zero = pinv(&Tensor::zeros(&shape));
+        assert!(zero.data().iter().all(|&v| v == 0.0));
     }
 }

@@ -316,18 +316,7 @@ pub fn pnp_loop<V: Iterate, P: Prox<V> + ?Sized>(
         let relative_change = next.relative_change(&x)?;
         x = next;
         let last = k == cfg.iterations;
-        let psnr_db = match &truth {
-            Some(t) => Some(x.psnr(t, monitor.data_range)?),
-            None => None,
-        };
-        let ssim = match &truth {
-            Some(t) if monitor.ssim_due(x.shape(), k, last) => Some(crate::metrics::ssim(
-                &*x.to_host()?,
-                t.host,
-                monitor.data_range,
-            )?),
-            _ => None,
-        };
+        let (psnr_db, ssim) = super::space::quality(&x, truth.as_ref(), monitor, k, last)?;
         let objective_value = if cfg.track_objective {
             Some(objective.value(&x)?)
         } else {

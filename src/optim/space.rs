@@ -57,6 +57,12 @@ pub trait Iterate: HostView + Sized {
     /// `a·self` as a new value.
     fn scaled(&self, a: f32) -> Result<Self>;
 
+    /// Zeros of this shape, in the same storage.
+    fn zeros_like(&self) -> Result<Self>;
+
+    /// `⟨self, x⟩` accumulated in f64 (`Tensor::dot`; a device reduces in its own order).
+    fn dot(&self, x: &Self) -> Result<f64>;
+
     /// Clamps every value into `[lo, hi]`.
     fn clamp(&mut self, lo: f32, hi: f32) -> Result<()>;
 
@@ -94,6 +100,17 @@ impl Iterate for Tensor {
         Ok(Tensor::scaled(self, a))
     }
 
+    fn zeros_like(&self) -> Result<Self> {
+        Ok(Tensor::zeros_like(self))
+    }
+
+    fn dot(&self, x: &Self) -> Result<f64> {
+        if Tensor::shape(self) != Tensor::shape(x) {
+            return Err(Error::shape("dot", Tensor::shape(self), Tensor::shape(x)));
+        }
+        Ok(Tensor::dot(self, x))
+    }
+
     fn clamp(&mut self, lo: f32, hi: f32) -> Result<()> {
         Tensor::clamp(self, lo, hi);
         Ok(())
@@ -114,6 +131,30 @@ impl Iterate for Tensor {
     fn into_host(self) -> Result<Tensor> {
         Ok(self)
     }
+}
+
+/// PSNR of `x` against `truth` (computed in `x`'s storage) and, when one is due at iteration `k`
+/// (`Monitor::ssim_due`), its SSIM (the iterate is downloaded for it); `None`s without a truth.
+pub fn quality<V: Iterate>(
+    x: &V,
+    truth: Option<&Truth<'_, V>>,
+    monitor: &super::Monitor<'_>,
+    k: usize,
+    last: bool,
+) -> Result<(Option<f64>, Option<f64>)> {
+    let Some(t) = truth else {
+        return Ok((None, None));
+    };
+    let psnr_db = x.psnr(t, monitor.data_range)?;
+    let ssim = match monitor.ssim_due(x.shape(), k, last) {
+        true => Some(crate::metrics::ssim(
+            &*x.to_host()?,
+            t.host,
+            monitor.data_range,
+        )?),
+        false => None,
+    };
+    Ok((Some(psnr_db), ssim))
 }
 
 /// A denoiser (a proximal operator) on iterates `V`.

@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::device::{Device, coverage};
 use crate::dist::physics::owner;
 use crate::dist::{Collective, wire};
 use crate::error::{Error, Result};
@@ -87,6 +88,9 @@ pub struct ServeOptions {
     /// The group's operation timeout while a job runs (`--op-timeout`). Between jobs ranks wait
     /// for the next one without a timeout: an idle backend is not a hung peer.
     pub op_timeout: Option<Duration>,
+    /// Where every job computes (`tessera serve --device`), over a preset's `[distributed]
+    /// device`; `None`: the preset's, else `TESSERA_DEVICE`, else the CPU (as `tessera run`).
+    pub device: Option<Device>,
 }
 
 /// Smallest and largest preview side a client may ask for; 0 means the default.
@@ -431,7 +435,7 @@ fn coordinate(
     loop {
         let mut queued = hub.next_job();
         let job = queued.job;
-        let submission = match precheck(&mut queued, &out, (world, opts.ranks_here)) {
+        let submission = match precheck(&mut queued, &out, (world, opts.ranks_here), opts.device) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("job {job} refused: {e}");
@@ -547,11 +551,15 @@ fn ended(job: JobId, outcome: Outcome, cancel: &AtomicBool) -> Event {
 
 /// Checks a submission on rank 0 before any rank sees it: the preset, its inline arrays, its
 /// inputs against the real image (see [`job::check_inputs`]; an FWI job's files are read, and
-/// their errors reported, by rank 0 at its start), a training job's memory and the output folder.
+/// their errors reported, by rank 0 at its start), a training job's memory, the output folder, and
+/// the device the job runs on (`device`, the server's `--device`, else the preset's): written into
+/// an imaging preset (every rank opens it), and a job with parts not on the GPU is refused naming
+/// them all, as `tessera run` refuses it.
 fn precheck(
     queued: &mut hub::QueuedJob,
     out: &RunDir,
     (world, ranks_here): (usize, usize),
+    device: Option<Device>,
 ) -> Result<Submission> {
     let mut submission = Submission::parse(
         &queued.preset_toml,
@@ -562,11 +570,16 @@ fn precheck(
         Submission::Imaging(preset, inline) => {
             // Relative paths in a submission are the server's, from its working directory.
             preset.resolve_paths(Path::new(""))?;
+            let chosen = coverage::place(device, preset)?;
+            coverage::check_run(chosen, preset)?;
             job::check_inputs(preset, inline, world, ranks_here)?;
         }
-        Submission::Train(t) => t.check_memory(world, ranks_here)?,
+        Submission::Train(t) => {
+            coverage::check_training(Device::chosen(device)?, t.model())?;
+            t.check_memory(world, ranks_here)?
+        }
         // Sized on rank 0 once its models are read (see `fwi::run_in_group`): the job fails there.
-        Submission::Fwi(..) => {}
+        Submission::Fwi(..) => coverage::check_fwi(Device::chosen(device)?)?,
     }
     if let Some(dir) = &queued.resume_from {
         if !matches!(&submission, Submission::Train(t) if t.resumes()) {

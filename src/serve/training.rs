@@ -50,6 +50,14 @@ impl TrainJob {
         }
     }
 
+    /// The network it trains, as `device::coverage::check_training` names it.
+    pub(super) fn model(&self) -> &str {
+        match self {
+            TrainJob::Denoiser(p) => p.denoiser.kind_name(),
+            TrainJob::Dsn(_) => "multidsn",
+        }
+    }
+
     pub(super) fn to_toml(&self) -> Result<String> {
         match self {
             TrainJob::Denoiser(p) => p.to_toml(),
