@@ -833,7 +833,7 @@ fn training_on_a_gpu_is_refused_naming_what_is_missing() {
     let o = tessera(
         &[
             "train",
-            "train-dncnn-grey",
+            "train-dncnn",
             "--device",
             "cuda",
             "--out",
@@ -854,7 +854,7 @@ fn training_on_a_gpu_is_refused_naming_what_is_missing() {
     }
     assert!(!dir.path().join("trained").exists());
     for args in [
-        vec!["train", "train-dncnn-grey", "--device", "tpu"],
+        vec!["train", "train-dncnn", "--device", "tpu"],
         vec!["serve", "--socket", "s.sock", "--device", "tpu"],
     ] {
         let o = tessera(&args, dir.path());
