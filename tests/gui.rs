@@ -3738,6 +3738,20 @@ fn pane_names_are_whole_with_five_panes() {
         "Reconstruction − compared run",
         "Compared:",
     ];
+    // The compared run's captions come a frame or more after its difference image (its folder
+    // is read off the UI thread): wait for every one before measuring.
+    let start = Instant::now();
+    while !names.iter().all(|name| {
+        h.query_all_by_label_contains(name)
+            .any(|n| n.accesskit_node().role() == Role::Label)
+    }) {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "timed out waiting for the five panes' captions"
+        );
+        h.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
     for name in names {
         let width = h.ctx.fonts_mut(|f| {
             f.layout_no_wrap(name.to_string(), font.clone(), egui::Color32::WHITE)
