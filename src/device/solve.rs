@@ -570,11 +570,7 @@ pub fn pnp<B: Backend>(
     let run = pnp_loop(
         &objective, &prox, x_shape, step, cfg, monitor, on_iter, None,
     )?;
-    Ok(Reconstruction {
-        x: run.x.into_host()?,
-        history: run.history,
-        stopped: run.stopped,
-    })
+    run.into_reconstruction()
 }
 
 /// A CG least-squares problem for a device: the stack's operators with device twins, their
@@ -612,11 +608,7 @@ pub fn cg<B: Backend>(
     let objective = DeviceObjective::new(backend, ops, &FidelityConfig::default(), ys, ranks)?;
     let b = objective.adjoint_of_measurements(x_shape)?;
     let run = cg_loop(&objective, b, cfg, monitor, on_iter)?;
-    Ok(Reconstruction {
-        x: run.x.into_host()?,
-        history: run.history,
-        stopped: run.stopped,
-    })
+    run.into_reconstruction()
 }
 
 #[cfg(test)]

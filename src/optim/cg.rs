@@ -130,11 +130,7 @@ pub fn least_squares(
     let run = super::with_host_iterates(on_iter, |on_iter| {
         cg_loop(physics, b, cfg, monitor, on_iter)
     })?;
-    Ok(Reconstruction {
-        x: run.x,
-        history: run.history,
-        stopped: run.stopped,
-    })
+    run.into_reconstruction()
 }
 
 /// CG least squares `(Σ AᵢᵀAᵢ + λI) x = b` (`b = Σ Aᵢᵀyᵢ`) for any storage of the iterate (the one

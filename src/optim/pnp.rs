@@ -241,11 +241,7 @@ pub fn pnp_from(
             &objective, denoiser, x_shape, step, cfg, monitor, on_iter, start,
         )
     })?;
-    Ok(Reconstruction {
-        x: run.x,
-        history: run.history,
-        stopped: run.stopped,
-    })
+    run.into_reconstruction()
 }
 
 /// What [`pnp_loop`] ends with: the last iterate, in its storage.
@@ -254,6 +250,17 @@ pub struct Run<V> {
     pub history: Vec<IterationReport>,
     /// Whether the callback stopped the run early.
     pub stopped: bool,
+}
+
+impl<V: Iterate> Run<V> {
+    /// The run as the algorithms' result: the iterate in host memory (a download for a device's).
+    pub fn into_reconstruction(self) -> Result<Reconstruction> {
+        Ok(Reconstruction {
+            x: self.x.into_host()?,
+            history: self.history,
+            stopped: self.stopped,
+        })
+    }
 }
 
 /// The PnP-PGD iteration for any storage of the iterate (the one loop of host and device runs):

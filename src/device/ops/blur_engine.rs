@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{expect_len, int_arg, len_arg};
+use super::{crop_grids, expect_len, int_arg, len_arg};
 use crate::device::backend::{Arg, Backend, DeviceVec, LaunchConfig};
 use crate::device::kernels;
 use crate::error::{Error, Result};
@@ -281,30 +281,7 @@ impl<B: Backend> DeviceConv<B> {
         full: &DeviceVec<B, f32>,
         planes: usize,
     ) -> Result<DeviceVec<B, f32>> {
-        let out_len = l.out_dims.iter().product::<usize>();
-        let y = DeviceVec::zeros(backend, planes * out_len)?;
-        let [od, oh, ow] = l.out_dims.map(|n| Arg::I32(n as i32));
-        let [gd, gh, gw] = l.grid.map(|n| Arg::I32(n as i32));
-        let [cd, ch, cw] = l.crop.map(|n| Arg::I32(n as i32));
-        backend.launch(
-            &kernels::CONV_CROP,
-            LaunchConfig::elementwise(planes * out_len),
-            &[
-                full.arg(),
-                y.arg(),
-                od,
-                oh,
-                ow,
-                gd,
-                gh,
-                gw,
-                cd,
-                ch,
-                cw,
-                Arg::I64(len_arg(planes)),
-            ],
-        )?;
-        Ok(y)
+        crop_grids(backend, full, l.grid, l.out_dims, l.crop, planes)
     }
 
     /// The input-side image of the adjoint from the grid after the inverse transform: the fold.

@@ -8,7 +8,8 @@ pub mod tomography;
 pub mod tv;
 pub mod vector;
 
-use super::backend::{Backend, DeviceVec};
+use super::backend::{Arg, Backend, DeviceVec, LaunchConfig};
+use super::kernels;
 use crate::error::{Error, Result};
 
 /// Fails unless `v` holds `expected` values; `op` names the operation.
@@ -36,4 +37,41 @@ pub(crate) fn int_arg(what: &str, n: usize) -> Result<i32> {
             "{what} = {n} is larger than the device kernels take (2³¹ − 1)"
         ))
     })
+}
+
+/// The `out` window at `offset` of each of `planes` grids of `grid` cells (D, H, W): the crop after
+/// an inverse FFT, shared by the blur's `A` and FBP's filtered sinogram.
+pub(crate) fn crop_grids<B: Backend>(
+    backend: &B,
+    full: &DeviceVec<B, f32>,
+    grid: [usize; 3],
+    out: [usize; 3],
+    offset: [usize; 3],
+    planes: usize,
+) -> Result<DeviceVec<B, f32>> {
+    expect_len("device crop", full, planes * grid.iter().product::<usize>())?;
+    let out_len = out.iter().product::<usize>();
+    let y = DeviceVec::zeros(backend, planes * out_len)?;
+    // Every extent is that of an allocated grid, which `int_arg` has checked where it was planned.
+    let ints = |v: [usize; 3]| v.map(|n| Arg::I32(n as i32));
+    let ([od, oh, ow], [gd, gh, gw], [cd, ch, cw]) = (ints(out), ints(grid), ints(offset));
+    backend.launch(
+        &kernels::CONV_CROP,
+        LaunchConfig::elementwise(planes * out_len),
+        &[
+            full.arg(),
+            y.arg(),
+            od,
+            oh,
+            ow,
+            gd,
+            gh,
+            gw,
+            cd,
+            ch,
+            cw,
+            Arg::I64(len_arg(planes)),
+        ],
+    )?;
+    Ok(y)
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::vector::{scale, transpose};
-use super::{expect_len, int_arg, len_arg};
+use super::{crop_grids, expect_len, int_arg, len_arg};
 use crate::device::backend::{Arg, Backend, DeviceVec, LaunchConfig};
 use crate::device::kernels;
 use crate::error::{Error, Result};
@@ -273,27 +273,13 @@ impl<B: Backend> DeviceTomography<B> {
             ],
         )?;
         backend.fft_inverse(&plan, spec.buffer(), padded.buffer())?;
-        let filtered = DeviceVec::<B, f32>::zeros(backend, planes * na * nd)?;
-        let [od, oh, ow] = ints([1, na, nd]);
-        let [cd, ch, cw] = ints([0, 0, 0]);
-        let [gd, gh, gw] = ints([1, na, len]);
-        backend.launch(
-            &kernels::CONV_CROP,
-            LaunchConfig::elementwise(planes * na * nd),
-            &[
-                padded.arg(),
-                filtered.arg(),
-                od,
-                oh,
-                ow,
-                gd,
-                gh,
-                gw,
-                cd,
-                ch,
-                cw,
-                Arg::I64(len_arg(planes)),
-            ],
+        let filtered = crop_grids(
+            backend,
+            &padded,
+            [1, na, len],
+            [1, na, nd],
+            [0, 0, 0],
+            planes,
         )?;
         let sinogram = transpose(backend, &filtered, na, nd, planes)?;
         let mut x = self.adjoint(backend, &sinogram, planes)?;
