@@ -115,20 +115,23 @@ PY
 }
 runs=$out/runs
 mkdir -p "$runs"
-# cg_preset NAME DAMPING: the bundled preset NAME up to its [denoiser], then a CG [algorithm].
-cg_preset() {
+# algorithm_preset NAME LABEL ALGORITHM: the bundled preset NAME up to its [denoiser], then the
+# [algorithm] section ALGORITHM (printf escapes), as $runs/LABEL-NAME.toml.
+algorithm_preset() {
   {
-    sed '/^\[denoiser\]/,$d' "$here/../presets/$1.toml" | sed "s/^name = .*/name = \"cg-$1\"/"
-    printf '[algorithm]\nkind = "cg"\niterations = 15\ntol = 1e-9\ndamping = %s\n' "$2"
-  } >"$runs/cg-$1.toml"
-  echo "$runs/cg-$1.toml"
+    sed '/^\[denoiser\]/,$d' "$here/../presets/$1.toml" | sed "s/^name = .*/name = \"$2-$1\"/"
+    printf '%b\n' "$3"
+  } >"$runs/$2-$1.toml"
+  echo "$runs/$2-$1.toml"
 }
-quick_cg=$(cg_preset quick 0.05)
-tomography_cg=$(cg_preset tomography2d 0.05)
-for preset in quick tomography2d "$quick_cg" "$tomography_cg"; do
+cg='[algorithm]\nkind = "cg"\niterations = 15\ntol = 1e-9\ndamping = 0.05'
+quick_cg=$(algorithm_preset quick cg "$cg")
+tomography_cg=$(algorithm_preset tomography2d cg "$cg")
+tomography_fbp=$(algorithm_preset tomography2d fbp '[algorithm]\nkind = "fbp"')
+for preset in quick tomography2d "$quick_cg" "$tomography_cg" "$tomography_fbp"; do
   label=$(basename "$preset" .toml)
   set_args=()
-  case "$label" in cg-*) ;; *) set_args=(--set algorithm.iterations=20) ;; esac
+  case "$label" in cg-* | fbp-*) ;; *) set_args=(--set algorithm.iterations=20) ;; esac
   if [ "$label" = tomography2d ]; then set_args+=(--set 'algorithm.init="adjoint"'); fi
   for where in cpu cuda cuda-2; do
     device=${where%-2}

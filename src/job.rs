@@ -1108,6 +1108,7 @@ fn solve_and_report(
         .map(|r| ("cg least squares".to_string(), r)),
         AlgorithmConfig::Fbp(_) => run_fbp(
             fbp_operator,
+            device.as_deref(),
             x_shape,
             ys,
             &monitor,
@@ -1251,7 +1252,7 @@ fn solve_and_report(
         summary.reconstruction = Some(quality(&recon.x)?);
         let baseline = match adjoint_mean {
             Some(x) => x.clone(),
-            None => fbp(fbp_operator, x_shape, ys)?,
+            None => fbp(fbp_operator, None, x_shape, ys)?,
         };
         summary.back_projection = Some(BackProjection {
             method: back_projection_method(fbp_operator),
@@ -1360,9 +1361,22 @@ fn back_projection_method(fbp_operator: Option<&PhysicsConfig>) -> BackProjectio
 
 /// The filtered back-projection `A†y` of a stack of one whole tomography operator
 /// ([`Preset::fbp_operator`]).
-fn fbp(operator: Option<&PhysicsConfig>, x_shape: &[usize], ys: &[Tensor]) -> Result<Tensor> {
+/// FBP of the one tomography operator's sinogram, on `device` when there is one (2-D only:
+/// `device::coverage` refuses a 3-D operator on a GPU before the job starts).
+fn fbp(
+    operator: Option<&PhysicsConfig>,
+    device: Option<&dyn DeviceSolver>,
+    x_shape: &[usize],
+    ys: &[Tensor],
+) -> Result<Tensor> {
     match (operator, ys) {
-        (Some(PhysicsConfig::Tomography(c)), [y]) => c.build(x_shape)?.fbp(y),
+        (Some(PhysicsConfig::Tomography(c)), [y]) => match device {
+            Some(device) => device.fbp(&c.build(x_shape)?, y),
+            None => c.build(x_shape)?.fbp(y),
+        },
+        (Some(PhysicsConfig::Tomography3d(_)), _) if device.is_some() => Err(Error::Internal(
+            "3-D tomography reached FBP on a device past the coverage check".into(),
+        )),
         (Some(PhysicsConfig::Tomography3d(c)), [y]) => c.build(x_shape)?.fbp(y),
         _ => Err(Error::config(
             "algorithm.kind",
@@ -1373,13 +1387,14 @@ fn fbp(operator: Option<&PhysicsConfig>, x_shape: &[usize], ys: &[Tensor]) -> Re
 
 fn run_fbp(
     operator: Option<&PhysicsConfig>,
+    device: Option<&dyn DeviceSolver>,
     x_shape: &[usize],
     ys: &[Tensor],
     monitor: &Monitor<'_>,
     on_iter: &mut optim::IterationCallback<'_>,
 ) -> Result<Reconstruction> {
     let t = Instant::now();
-    let x = fbp(operator, x_shape, ys)?;
+    let x = fbp(operator, device, x_shape, ys)?;
     let (psnr_db, ssim) = monitor.quality(&x, 1, true)?;
     let report = IterationReport {
         iteration: 1,

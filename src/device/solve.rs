@@ -24,7 +24,7 @@ use crate::physics::blur::Blur;
 use crate::physics::channels::OperatorSpec;
 use crate::physics::stack::BlurFusion;
 use crate::physics::tomography::Tomography;
-use crate::physics::{LinearPhysics, StackedLinearPhysics};
+use crate::physics::{LinearPhysics, Physics, StackedLinearPhysics};
 use crate::physics::{PINV_ITERS, PINV_TOL, PhysicsConfig};
 use crate::tensor::Tensor;
 
@@ -523,6 +523,9 @@ pub trait DeviceSolver {
         problem: &LeastSquares<'_>,
         on_iter: &mut ViewCallback<'_>,
     ) -> Result<Reconstruction>;
+
+    /// [`fbp`] on this device.
+    fn fbp(&self, op: &Tomography, y: &Tensor) -> Result<Tensor>;
 }
 
 impl<B: Backend> DeviceSolver for Arc<B> {
@@ -540,6 +543,10 @@ impl<B: Backend> DeviceSolver for Arc<B> {
         on_iter: &mut ViewCallback<'_>,
     ) -> Result<Reconstruction> {
         cg(self, problem, on_iter)
+    }
+
+    fn fbp(&self, op: &Tomography, y: &Tensor) -> Result<Tensor> {
+        fbp(self, op, y)
     }
 }
 
@@ -571,6 +578,32 @@ pub fn pnp<B: Backend>(
         &objective, &prox, x_shape, step, cfg, monitor, on_iter, None,
     )?;
     run.into_reconstruction()
+}
+
+/// Filtered back-projection of the sinograms `y` (`[B, C, detectors, angles]`) with `op` on the
+/// device: `physics::tomography::Tomography::fbp`'s filter and back-projection as kernels (the ramp
+/// filter through cuFFT). One pass, so only the sinograms go up and the images come back.
+pub fn fbp<B: Backend>(backend: &Arc<B>, op: &Tomography, y: &Tensor) -> Result<Tensor> {
+    let &[batch, channels, ..] = y.shape() else {
+        return Err(Error::shape(
+            "device fbp",
+            &[1, 1, op.n_det(), op.angles_deg().len()],
+            y.shape(),
+        ));
+    };
+    let width = op.img_width();
+    let expected = op.output_shape(&[batch, channels, width, width])?;
+    if y.shape() != expected.as_slice() {
+        return Err(Error::shape("device fbp", &expected, y.shape()));
+    }
+    let device_op = DeviceTomography::new(backend.as_ref(), op)?;
+    let planes = batch * channels;
+    let sinograms = DeviceVec::from_host(backend.as_ref(), y.data())?;
+    let images = device_op.fbp(backend.as_ref(), &sinograms, planes)?;
+    Tensor::from_vec(
+        &[batch, channels, width, width],
+        images.to_host(backend.as_ref())?,
+    )
 }
 
 /// A CG least-squares problem for a device: the stack's operators with device twins, their
