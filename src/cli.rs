@@ -112,8 +112,7 @@ fn dispatch(command: Command) -> Result<()> {
             replace,
             quiet,
             attach: Some(address),
-            token_file,
-            fetch,
+            attached,
             elastic: _,
             device: _,
             resume: _,
@@ -122,15 +121,7 @@ fn dispatch(command: Command) -> Result<()> {
         } => {
             let _ = (out, replace);
             let preset = preset.context("--attach needs a preset")?;
-            attach::run(
-                &address,
-                token_file.as_deref(),
-                &preset,
-                &set,
-                fetch,
-                quiet,
-                None,
-            )
+            attach::run(&address, attached, &preset, &set, quiet, None)
         }
         Command::Run {
             preset,
@@ -209,21 +200,12 @@ fn dispatch(command: Command) -> Result<()> {
             quiet,
             resume,
             attach: Some(address),
-            token_file,
-            fetch,
+            attached,
             device,
             ..
         } => {
             train::check_device(&preset, &set, device.as_deref())?;
-            attach::run(
-                &address,
-                token_file.as_deref(),
-                &preset,
-                &set,
-                fetch,
-                quiet,
-                resume,
-            )
+            attach::run(&address, attached, &preset, &set, quiet, resume)
         }
         Command::Train {
             preset,

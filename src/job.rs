@@ -28,6 +28,7 @@ use crate::denoise::DenoiserConfig;
 use crate::device::Device;
 use crate::device::solve::{BuiltOperator, DeviceSolver, HostOperator, LeastSquares, PnpTv};
 use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
+use crate::dist::elastic::Recoveries;
 use crate::dist::patch_map::{PatchMap, TileCost};
 use crate::dist::physics::DistributedStack;
 use crate::dist::profile::{IterationProfile, Profiler};
@@ -738,9 +739,7 @@ struct Carried {
     /// The iteration (and its iterate) the next generation resumes after.
     resume: Option<(usize, Tensor)>,
     started: bool,
-    recoveries: Vec<Recovery>,
-    /// When the last loss was seen, until the first iteration after it completes.
-    failed_at: Option<Instant>,
+    recoveries: Recoveries,
     die_at: Option<DieAt>,
     /// The device the algorithm runs on (`None`: the CPU).
     device: Option<Box<dyn DeviceSolver>>,
@@ -774,8 +773,7 @@ impl Carried {
             iterates: Vec::new(),
             resume: None,
             started: false,
-            recoveries: Vec::new(),
-            failed_at: None,
+            recoveries: Recoveries::new(t_start),
             die_at: None,
             device: None,
             generations: Vec::new(),
@@ -805,11 +803,7 @@ impl Carried {
             };
             self.iterates.push((report.iteration, kept));
         }
-        if let Some(t) = self.failed_at.take()
-            && let Some(r) = self.recoveries.last_mut()
-        {
-            r.recovery_secs = Some(t.elapsed().as_secs_f64());
-        }
+        self.recoveries.work_completed();
         Ok(())
     }
 
@@ -824,7 +818,7 @@ impl Carried {
         mut profiles: Vec<IterationProfile>,
     ) {
         self.generations.push(GenerationTimes {
-            generation: self.recoveries.last().map_or(0, |r| r.generation),
+            generation: self.recoveries.generation(),
             world_size,
             first_iteration: first,
             last_iteration: self.history.len(),
@@ -1185,7 +1179,7 @@ fn solve_and_report(
     let mut generations = std::mem::take(&mut carried.generations);
     if !generations.is_empty() {
         generations.push(GenerationTimes {
-            generation: carried.recoveries.last().map_or(0, |r| r.generation),
+            generation: carried.recoveries.generation(),
             world_size,
             first_iteration,
             last_iteration: history.len(),
@@ -1215,7 +1209,7 @@ fn solve_and_report(
         history,
         tiles: Vec::new(),
         halo_exchange,
-        recoveries: carried.recoveries.clone(),
+        recoveries: carried.recoveries.list().to_vec(),
         generations,
         resumed: carried.resumed.clone(),
         outputs: Vec::new(),

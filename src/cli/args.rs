@@ -80,12 +80,8 @@ pub(super) enum Command {
         /// running it here; progress streams like a local run, the outputs stay on the server.
         #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["out", "replace"])]
         attach: Option<String>,
-        /// With --attach over TCP: the server's token file (default ~/.config/tessera/serve-token).
-        #[arg(long, requires = "attach")]
-        token_file: Option<PathBuf>,
-        /// With --attach: copy the run's outputs from the server into this (new) folder.
-        #[arg(long, value_name = "DIR", requires = "attach")]
-        fetch: Option<PathBuf>,
+        #[command(flatten)]
+        attached: AttachArgs,
         #[command(flatten)]
         group: GroupArgs,
     },
@@ -171,12 +167,8 @@ pub(super) enum Command {
         /// image, starting weights, domain folders — are read where the server runs).
         #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["out", "stop_after"])]
         attach: Option<String>,
-        /// With --attach over TCP: the server's token file (default ~/.config/tessera/serve-token).
-        #[arg(long, requires = "attach")]
-        token_file: Option<PathBuf>,
-        /// With --attach: copy the run's outputs from the server into this (new) folder.
-        #[arg(long, value_name = "DIR", requires = "attach")]
-        fetch: Option<PathBuf>,
+        #[command(flatten)]
+        attached: AttachArgs,
         /// Where training computes: cpu, cuda or cuda:N (default TESSERA_DEVICE, else the CPU).
         /// Training is not on the GPU yet: a GPU is refused naming what is missing
         /// (docs/GPU.md).
@@ -391,6 +383,17 @@ pub(super) enum BenchWhat {
         #[command(flatten)]
         group: GroupArgs,
     },
+}
+
+/// How a preset submitted with `--attach` reaches the server and what comes back from it.
+#[derive(clap::Args, Debug, Default)]
+pub(super) struct AttachArgs {
+    /// With --attach over TCP: the server's token file (default ~/.config/tessera/serve-token).
+    #[arg(long, requires = "attach")]
+    pub(super) token_file: Option<PathBuf>,
+    /// With --attach: copy the run's outputs from the server into this (new) folder.
+    #[arg(long, value_name = "DIR", requires = "attach")]
+    pub(super) fetch: Option<PathBuf>,
 }
 
 /// Where this process sits in a process group. Under torchrun, srun or mpirun the environment says

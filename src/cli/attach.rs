@@ -20,6 +20,7 @@ use tessera::protocol::{
     IterationReport, LogLevel, LossPoint, MAX_FILES_BYTES, Request, TrainPlan,
 };
 
+use super::args::AttachArgs;
 use super::output::{complain, say};
 
 /// A progress bar on a terminal; without one (under a launcher, in a log file) about ten lines
@@ -142,12 +143,11 @@ impl Progress {
 
 /// Submits the preset (or, with `resume`, continues the stopped training run in that folder on
 /// the server), streams its progress, and fails unless the job finishes.
-pub fn run(
+pub(super) fn run(
     address: &str,
-    token_file: Option<&Path>,
+    AttachArgs { token_file, fetch }: AttachArgs,
     name: &str,
     set: &[String],
-    fetch: Option<PathBuf>,
     quiet: bool,
     resume: Option<PathBuf>,
 ) -> Result<()> {
@@ -157,7 +157,7 @@ pub fn run(
         BackendAddr::Unix(_) => None,
         BackendAddr::Tcp(_) => {
             let path = match token_file {
-                Some(f) => f.to_path_buf(),
+                Some(f) => f,
                 None => super::serve::default_token_file()?,
             };
             Some(Token::from_file(&path).context("the server's token")?)

@@ -13,7 +13,7 @@
 //! Design: `docs/ELASTIC.md`.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -86,22 +86,6 @@ impl Recovery {
         }
     }
 
-    /// [`Recovery::new`] for a rank that saw the failure `since_start` into the run, logged
-    /// (`warn`) as [`Recovery::describe`] says it for `(unit, rank)`.
-    pub fn logged(
-        plan: &Plan,
-        since_start: Duration,
-        failure: &Error,
-        resumed_from: usize,
-        assignment: Assignment,
-        (unit, rank): (WorkUnit, usize),
-    ) -> Recovery {
-        let failed_at_secs = since_start.as_secs_f64();
-        let recovery = Recovery::new(plan, failed_at_secs, failure, resumed_from, assignment);
-        tracing::warn!("{}", recovery.describe(unit, rank));
-        recovery
-    }
-
     /// The log line of this recovery as rank `rank` of the new generation sees it, counting the
     /// run's progress in `unit`.
     pub fn describe(&self, unit: WorkUnit, rank: usize) -> String {
@@ -119,6 +103,61 @@ impl Recovery {
              this is rank {rank} of {world}; {shares}",
             self.generation, self.lost_ranks, self.lost_slots, self.resumed_from
         )
+    }
+}
+
+/// The losses one rank of an elastic run recovered from, in order, and the moment of the latest
+/// until its first unit of work after it completes (the time it took to recover).
+#[derive(Debug, Clone)]
+pub struct Recoveries {
+    run_started: Instant,
+    list: Vec<Recovery>,
+    recovering_since: Option<Instant>,
+}
+
+impl Recoveries {
+    pub fn new(run_started: Instant) -> Recoveries {
+        Recoveries {
+            run_started,
+            list: Vec::new(),
+            recovering_since: None,
+        }
+    }
+
+    /// Records [`Recovery::new`] for this rank, which saw `failure` at `failed_at`, joined
+    /// generation `plan` and rewound to `resumed_from`; logged (`warn`) as
+    /// [`Recovery::describe`] says it for `(unit, rank)`.
+    pub fn record(
+        &mut self,
+        plan: &Plan,
+        (failed_at, failure): (Instant, &Error),
+        resumed_from: usize,
+        assignment: Assignment,
+        (unit, rank): (WorkUnit, usize),
+    ) {
+        let failed_at_secs = failed_at.duration_since(self.run_started).as_secs_f64();
+        let recovery = Recovery::new(plan, failed_at_secs, failure, resumed_from, assignment);
+        tracing::warn!("{}", recovery.describe(unit, rank));
+        self.list.push(recovery);
+        self.recovering_since = Some(failed_at);
+    }
+
+    /// A unit of work completed: the first since a loss ends that recovery.
+    pub fn work_completed(&mut self) {
+        if let Some(t) = self.recovering_since.take()
+            && let Some(r) = self.list.last_mut()
+        {
+            r.recovery_secs = Some(t.elapsed().as_secs_f64());
+        }
+    }
+
+    pub fn list(&self) -> &[Recovery] {
+        &self.list
+    }
+
+    /// The generation this rank is in (0 before any loss).
+    pub fn generation(&self) -> u32 {
+        self.list.last().map_or(0, |r| r.generation)
     }
 }
 
@@ -562,8 +601,8 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn a_recovery_describes_itself_in_the_run_s_unit() {
+    /// The plan of ranks 0 and 2 after rank 1 of 3 was lost after iteration 3, and its error.
+    fn losing_rank_1_of_3() -> (Plan, Error) {
         let survivors = BTreeMap::from([(0, checkin(3)), (2, checkin(3))]);
         let Verdict::Continue(plan) = decide(1, &[0, 1, 2], &survivors, 1, 1) else {
             panic!("expected a plan");
@@ -572,6 +611,12 @@ mod tests {
             rank: 1,
             how: "closed its connection".into(),
         };
+        (plan, lost)
+    }
+
+    #[test]
+    fn a_recovery_describes_itself_in_the_run_s_unit() {
+        let (plan, lost) = losing_rank_1_of_3();
         let fwi = Assignment {
             operators: Vec::new(),
             tiles: Vec::new(),
@@ -595,6 +640,31 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains("epoch"), "{line}");
+    }
+
+    #[test]
+    fn recoveries_time_each_loss_from_the_run_s_start_to_the_first_work_after_it() {
+        let (plan, lost) = losing_rank_1_of_3();
+        let started = Instant::now();
+        let mut recoveries = Recoveries::new(started);
+        recoveries.work_completed();
+        assert_eq!(recoveries.generation(), 0);
+        let failed_at = started + Duration::from_millis(1500);
+        let assignment = Assignment::over(2, 3, None);
+        let unit = (WorkUnit::Iteration, 0);
+        recoveries.record(&plan, (failed_at, &lost), 3, assignment, unit);
+        assert_eq!(recoveries.generation(), 1);
+        let [r] = recoveries.list() else {
+            panic!("expected one recovery");
+        };
+        assert_eq!((r.failed_at_secs, r.recovery_secs), (1.5, None));
+        recoveries.work_completed();
+        let timed = recoveries.list()[0].recovery_secs;
+        assert!(timed.is_some());
+        // Only the first unit of work after the loss ends its recovery.
+        std::thread::sleep(Duration::from_millis(2));
+        recoveries.work_completed();
+        assert_eq!(recoveries.list()[0].recovery_secs, timed);
     }
 
     #[test]

@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use super::batch::{draw, tensor_split};
 use super::config::{FwiPreset, ModelSource, StartModel};
 use super::load;
-use crate::dist::elastic::{Assignment, DieAt, DiePoint, Elastic, Recovery, WorkUnit, is_loss};
+use crate::dist::elastic::{
+    Assignment, DieAt, DiePoint, Elastic, Recoveries, Recovery, WorkUnit, is_loss,
+};
 use crate::dist::launch::launched_die_hook;
 use crate::dist::physics::SumOrder;
 use crate::dist::timed::TimedCollective;
@@ -819,7 +821,6 @@ impl FigureEpoch {
 
 /// What a rank carries across the generations of its group (one generation unless elastic).
 struct Carried<T> {
-    t_start: Instant,
     staging: Option<Staging>,
     /// Elastic runs: keep the states of the last two epochs and the figure epochs' panel inputs.
     keep_states: bool,
@@ -842,9 +843,7 @@ struct Carried<T> {
     /// Solve time of the generations before this one, and when this one's began.
     solve_secs_before: f64,
     solving_since: Option<Instant>,
-    recoveries: Vec<Recovery>,
-    /// When the last loss was seen, until the first epoch after it completes.
-    failed_at: Option<Instant>,
+    recoveries: Recoveries,
     die_at: Option<DieAt>,
     /// Runs with checkpoints (elastic or resumed); the group's rank 0 writes them.
     checkpoints: Option<Writer>,
@@ -985,7 +984,6 @@ impl<T: Float> Carried<T> {
     /// at once).
     fn new(out: &RunDir, rank: usize, keep_states: bool) -> Result<Carried<T>> {
         Ok(Carried {
-            t_start: Instant::now(),
             staging: match rank {
                 0 => Some(Staging::create(out)?),
                 _ => None,
@@ -1003,8 +1001,7 @@ impl<T: Float> Carried<T> {
             peak_bytes: 0,
             solve_secs_before: 0.0,
             solving_since: None,
-            recoveries: Vec::new(),
-            failed_at: None,
+            recoveries: Recoveries::new(Instant::now()),
             die_at: None,
             checkpoints: None,
             resumed: None,
@@ -1029,11 +1026,7 @@ impl<T: Float> Carried<T> {
             };
             self.previous = self.state.replace(next);
         }
-        if let Some(t) = self.failed_at.take()
-            && let Some(r) = self.recoveries.last_mut()
-        {
-            r.recovery_secs = Some(t.elapsed().as_secs_f64());
-        }
+        self.recoveries.work_completed();
     }
 
     /// Goes back to the state after epoch `k` (the least that the survivors completed). Before
@@ -1177,15 +1170,13 @@ fn elastic_typed<T: Float>(
                 .map(|r| tensor_split(batch, world, r).collect())
                 .collect(),
         };
-        carried.recoveries.push(Recovery::logged(
+        carried.recoveries.record(
             &plan,
-            failed_at.duration_since(carried.t_start),
-            &failure,
+            (failed_at, &failure),
             carried.history.len(),
             assignment,
             (WorkUnit::Epoch, info.rank),
-        ));
-        carried.failed_at = Some(failed_at);
+        );
         comm = join(&info)?;
     }
 }
@@ -1534,7 +1525,7 @@ fn run_epochs<T: Float>(
         setup_secs: *setup_secs,
         solve_secs,
         history,
-        recoveries: carried.recoveries.clone(),
+        recoveries: carried.recoveries.list().to_vec(),
         resumed: carried.resumed.clone(),
         outputs: Vec::new(),
         run_dir: None,
@@ -1678,62 +1669,37 @@ mod tests {
         assert!(parts.total_bytes() < 1 << 30, "{parts}");
         assert!(parts.total_bytes() > 8 << 20, "{parts}");
         // A spacing of 1e-300 m: no overflow in the step count, an error naming it.
-        let tiny = FwiPreset::load("fwi_marmousi", &["model.dx_m=1e-300".into()])
-            .unwrap()
-            .unwrap()
-            .0;
-        let err = run(
-            &tiny,
-            Path::new(""),
-            tempfile::tempdir().unwrap().path().join("o").as_path(),
-            &mut |_| ControlFlow::Continue(()),
-        )
-        .unwrap_err()
-        .to_string();
+        let err = refusal("model.dx_m=1e-300");
         assert!(err.contains("internal steps"), "{err}");
         // Named as given, not as 300 digits, and the steps it would take, not a saturated count.
         assert!(
             err.contains("1e-300 m") && err.contains("1.667e301 internal steps") && err.len() < 400,
             "{err}"
         );
-        for (set, field) in [
-            ("fwi.smooth_gradient_cells=1e9", "fwi.smooth_gradient_cells"),
-            ("model.start.sigma_cells=1e9", "model.start.sigma_cells"),
+        for (set, field, why) in [
+            (
+                "fwi.smooth_gradient_cells=1e9",
+                "fwi.smooth_gradient_cells",
+                "at most 240",
+            ),
+            (
+                "model.start.sigma_cells=1e9",
+                "model.start.sigma_cells",
+                "at most 240",
+            ),
+            (
+                "fwi.freeze_rows=100000",
+                "fwi.freeze_rows",
+                "none to invert",
+            ),
+            (
+                "model.start.keep_rows=1000000",
+                "model.start.keep_rows",
+                "none to invert",
+            ),
         ] {
-            let wide = FwiPreset::load("fwi_marmousi", &[set.into()])
-                .unwrap()
-                .unwrap()
-                .0;
-            let err = run(
-                &wide,
-                Path::new(""),
-                tempfile::tempdir().unwrap().path().join("o").as_path(),
-                &mut |_| ControlFlow::Continue(()),
-            )
-            .unwrap_err()
-            .to_string();
-            assert!(err.contains(field) && err.contains("at most 240"), "{err}");
-        }
-        for (set, field) in [
-            ("fwi.freeze_rows=100000", "fwi.freeze_rows"),
-            ("model.start.keep_rows=1000000", "model.start.keep_rows"),
-        ] {
-            let all = FwiPreset::load("fwi_marmousi", &[set.into()])
-                .unwrap()
-                .unwrap()
-                .0;
-            let err = run(
-                &all,
-                Path::new(""),
-                tempfile::tempdir().unwrap().path().join("o").as_path(),
-                &mut |_| ControlFlow::Continue(()),
-            )
-            .unwrap_err()
-            .to_string();
-            assert!(
-                err.contains(field) && err.contains("none to invert"),
-                "{err}"
-            );
+            let err = refusal(set);
+            assert!(err.contains(field) && err.contains(why), "{err}");
         }
         let err = FwiPreset::load(
             "fwi_marmousi",
@@ -1742,5 +1708,21 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("fwi.stages[0].epochs"), "{err}");
+    }
+
+    /// The error of running `fwi_marmousi` with `set`, which the run must refuse.
+    fn refusal(set: &str) -> String {
+        let preset = FwiPreset::load("fwi_marmousi", &[set.into()])
+            .unwrap()
+            .unwrap()
+            .0;
+        run(
+            &preset,
+            Path::new(""),
+            tempfile::tempdir().unwrap().path().join("o").as_path(),
+            &mut |_| ControlFlow::Continue(()),
+        )
+        .unwrap_err()
+        .to_string()
     }
 }

@@ -149,7 +149,7 @@ pub fn run_elastic(
             Err(e) if is_loss(&e) => e,
             done => return done,
         };
-        if carried.generations.len() == carried.recoveries.len() {
+        if carried.generations.len() == carried.recoveries.list().len() {
             // It failed before its first iteration began (in its setup or the profiler's start).
             carried.close_generation(world_size, first, 0.0, 0.0, Vec::new());
         }
@@ -171,15 +171,13 @@ pub fn run_elastic(
         rewind(&mut carried, preset, &plan)?;
         let info = plan.rank_info(member.slot)?;
         let assignment = assignment(preset, &carried, plan.members.len())?;
-        carried.recoveries.push(Recovery::logged(
+        carried.recoveries.record(
             &plan,
-            failed_at.duration_since(carried.t_start),
-            &failure,
+            (failed_at, &failure),
             carried.history.len(),
             assignment,
             (WorkUnit::Iteration, info.rank),
-        ));
-        carried.failed_at = Some(failed_at);
+        );
         comm = join(&info)?;
     }
 }
