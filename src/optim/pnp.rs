@@ -528,41 +528,33 @@ mod tests {
         };
         let fidelity = FidelityConfig::default();
         let mut go_on = |_: &IterationReport, _: &Tensor| ControlFlow::Continue(());
-        let recorder = SigmaRecorder(Default::default());
-        pnp(
-            &stack,
-            &fidelity,
-            &recorder,
-            &ys,
-            truth.shape(),
-            &cfg,
-            &monitor,
-            &mut go_on,
-        )
-        .unwrap();
-        let seen = recorder.0.lock().unwrap().clone();
         let want: Vec<f32> = (1..=6).map(|k| cfg.denoiser_sigma_at(k)).collect();
-        assert_eq!(seen, want);
-        assert!(seen[0] > 0.15 && seen[5] == 0.01, "{seen:?}");
-
-        let recorder = SigmaRecorder(Default::default());
-        let start = PnpStart {
-            iteration: 2,
-            x: &truth,
-        };
-        pnp_from(
-            &stack,
-            &fidelity,
-            &recorder,
-            &ys,
-            truth.shape(),
-            &cfg,
-            &monitor,
-            &mut go_on,
-            Some(start),
-        )
-        .unwrap();
-        assert_eq!(*recorder.0.lock().unwrap(), want[2..].to_vec());
+        assert!(want[0] > 0.15 && want[5] == 0.01, "{want:?}");
+        for resumed_after in [None, Some(2)] {
+            let recorder = SigmaRecorder(Default::default());
+            let start = resumed_after.map(|iteration| PnpStart {
+                iteration,
+                x: &truth,
+            });
+            pnp_from(
+                &stack,
+                &fidelity,
+                &recorder,
+                &ys,
+                truth.shape(),
+                &cfg,
+                &monitor,
+                &mut go_on,
+                start,
+            )
+            .unwrap();
+            let first = resumed_after.unwrap_or(0);
+            assert_eq!(
+                *recorder.0.lock().unwrap(),
+                want[first..],
+                "{resumed_after:?}"
+            );
+        }
     }
 
     /// A schedule that cannot end on `denoiser_sigma` is refused by name; a preset without a
