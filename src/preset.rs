@@ -245,6 +245,7 @@ pub const BUNDLED: &[(&str, &str)] = &[
     ("multiblur", include_str!("../presets/multiblur.toml")),
     ("tomography2d", include_str!("../presets/tomography2d.toml")),
     ("tomography3d", include_str!("../presets/tomography3d.toml")),
+    ("photo_deblur", include_str!("../presets/photo_deblur.toml")),
     (
         "scaling_colour",
         include_str!("../presets/scaling_colour.toml"),

@@ -1,5 +1,6 @@
 //! Built-in sample data, so that no experiment has to download anything: the Shepp–Logan phantom in
-//! 2-D and 3-D, and a procedurally generated colour "natural" image.
+//! 2-D and 3-D, a procedurally generated colour "natural" image, and one real photograph (a 256²
+//! crop of `astronaut`, public domain, embedded in the binary).
 //!
 //! These are ground truths `x` at the start of the flow: a preset names a [`Sample`], [`generate`]
 //! makes the tensor, the physics simulates a measurement from it, and metrics compare the
@@ -30,7 +31,16 @@ pub enum Sample {
     SheppLogan3d,
     /// [`natural_image`]: `(1, 3, H, W)`.
     Natural,
+    /// [`astronaut`]: `(1, 3, 256, 256)`, the photograph of the `photo_deblur` preset.
+    Astronaut,
 }
+
+/// The side of the embedded [`Sample::Astronaut`] crop, in pixels.
+pub const ASTRONAUT_SIZE: usize = 256;
+
+/// `presets/photos/astronaut_256.png`: rows 30–285, columns 140–395 of scikit-image's `astronaut`
+/// (public domain, NASA; held out from the bundled denoisers' training), 8-bit RGB.
+const ASTRONAUT_PNG: &[u8] = include_bytes!("../presets/photos/astronaut_256.png");
 
 /// Smallest and largest size per axis accepted by [`generate`].
 pub const MIN_SIZE: usize = 8;
@@ -50,14 +60,19 @@ pub fn generate(sample: Sample, size: &[usize], seed: u64) -> Result<Tensor> {
         Sample::SheppLogan => shepp_logan(dims[0]),
         Sample::SheppLogan3d => shepp_logan_3d(dims[0]),
         Sample::Natural => natural_image(dims[0], dims[1], seed),
+        Sample::Astronaut => astronaut()?,
     })
 }
 
 /// The shape `(1, C, …)` [`generate`] returns for `sample` at `size` (checked as it checks it),
 /// without generating it: what a job's memory estimate needs first.
 pub fn shape(sample: Sample, size: &[usize]) -> Result<Vec<usize>> {
-    let channels = if sample == Sample::Natural { 3 } else { 1 };
+    let channels = if colour(sample) { 3 } else { 1 };
     Ok([vec![1, channels], checked_dims(sample, size)?].concat())
+}
+
+fn colour(sample: Sample) -> bool {
+    matches!(sample, Sample::Natural | Sample::Astronaut)
 }
 
 /// The spatial dimensions of `sample` at `size`, or the error naming what does not fit.
@@ -75,11 +90,13 @@ fn checked_dims(sample: Sample, size: &[usize]) -> Result<Vec<usize>> {
         (Sample::SheppLogan3d, [n] | [n, _, _]) if all_equal(*n) => vec![*n, *n, *n],
         (Sample::Natural, [n]) => vec![*n, *n],
         (Sample::Natural, [h, w]) => vec![*h, *w],
+        (Sample::Astronaut, [n] | [n, _]) if all_equal(ASTRONAUT_SIZE) => vec![*n, *n],
         _ => {
             let expected = match sample {
                 Sample::SheppLogan => "[N] or [N, N] (the phantom is square)",
                 Sample::SheppLogan3d => "[N] or [N, N, N] (the phantom is cubic)",
                 Sample::Natural => "[N] or [H, W]",
+                Sample::Astronaut => "[256] or [256, 256] (the photograph is a fixed crop)",
             };
             return Err(Error::config(
                 FIELD,
@@ -87,10 +104,11 @@ fn checked_dims(sample: Sample, size: &[usize]) -> Result<Vec<usize>> {
             ));
         }
     };
-    let elements = dims.iter().try_fold(
-        if sample == Sample::Natural { 3usize } else { 1 },
-        |n, &d| n.checked_mul(d),
-    );
+    let elements = dims
+        .iter()
+        .try_fold(if colour(sample) { 3usize } else { 1 }, |n, &d| {
+            n.checked_mul(d)
+        });
     if elements.is_none_or(|n| n > MAX_ELEMENTS) {
         return Err(Error::config(
             FIELD,
@@ -98,6 +116,27 @@ fn checked_dims(sample: Sample, size: &[usize]) -> Result<Vec<usize>> {
         ));
     }
     Ok(dims)
+}
+
+/// The embedded photograph as `(1, 3, 256, 256)` in [0, 1] (8-bit values / 255).
+pub fn astronaut() -> Result<Tensor> {
+    let rgb = image::load_from_memory_with_format(ASTRONAUT_PNG, image::ImageFormat::Png)
+        .map_err(|e| Error::Internal(format!("the embedded astronaut photograph: {e}")))?
+        .into_rgb8();
+    let (w, h) = (rgb.width() as usize, rgb.height() as usize);
+    if (w, h) != (ASTRONAUT_SIZE, ASTRONAUT_SIZE) {
+        return Err(Error::Internal(format!(
+            "the embedded astronaut photograph is {w}x{h}, not {ASTRONAUT_SIZE}²"
+        )));
+    }
+    let plane = w * h;
+    let mut data = vec![0.0f32; 3 * plane];
+    for (i, px) in rgb.pixels().enumerate() {
+        for c in 0..3 {
+            data[c * plane + i] = f32::from(px.0[c]) / 255.0;
+        }
+    }
+    Tensor::from_vec(&[1, 3, h, w], data)
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -24,7 +24,13 @@ fn presets_lists_and_validates_the_bundled_presets() {
     let o = tessera(&["presets"], dir.path());
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    for name in ["quick", "multiblur", "tomography2d", "tomography3d"] {
+    for name in [
+        "quick",
+        "multiblur",
+        "tomography2d",
+        "tomography3d",
+        "photo_deblur",
+    ] {
         assert!(out.contains(name), "{name} missing from:\n{out}");
     }
     assert!(!out.contains("INVALID"), "{out}");
@@ -63,6 +69,39 @@ fn run_writes_outputs_and_metrics() {
     assert!(metrics["reconstruction"]["psnr_db"].as_f64().unwrap() > 10.0);
     let x = read_npy(&res.join("reconstruction.npy")).unwrap();
     assert_eq!(x.shape(), &[1, 3, 128, 128]);
+}
+
+/// `photo_deblur` is bundled with its photograph: it runs from an empty folder, on the pixels of
+/// `presets/photos/astronaut_256.png`, and the preset file runs the same problem.
+#[test]
+fn photo_deblur_runs_from_any_folder_on_the_embedded_photograph() {
+    let dir = tempfile::tempdir().unwrap();
+    fn args<'a>(preset: &'a str, out: &'a str) -> [&'a str; 7] {
+        [
+            "run",
+            preset,
+            "--quiet",
+            "--set",
+            "algorithm.iterations=2",
+            "--out",
+            out,
+        ]
+    }
+    let o = tessera(&args("photo_deblur", "bundled"), dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let photo = tessera::io::read_array(&here.join("presets/photos/astronaut_256.png")).unwrap();
+    let truth = read_npy(&dir.path().join("bundled/ground_truth.npy")).unwrap();
+    assert_eq!(truth.shape(), &[1, 3, 256, 256]);
+    assert_eq!(photo.shape(), truth.shape());
+    assert_eq!(truth.data(), photo.data());
+
+    let file = here.join("presets/photo_deblur.toml");
+    let o = tessera(&args(file.to_str().unwrap(), "file"), dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let from_file = read_npy(&dir.path().join("file/reconstruction.npy")).unwrap();
+    let bundled = read_npy(&dir.path().join("bundled/reconstruction.npy")).unwrap();
+    assert_eq!(from_file.data(), bundled.data());
 }
 
 #[test]

@@ -223,6 +223,25 @@ fn names(weights: &Option<PathBuf>, name: &str) -> bool {
     weights.as_deref() == Some(Path::new(name))
 }
 
+/// The bundled weights a config with `weights` runs: those `find` returns for its architecture
+/// when it asks for `"bundled"` or gives no `weights`; `None` when it names a file or `"random"`.
+/// Asking for `"bundled"` where `find` has none is a config error whose message is `missing()`.
+fn bundled_weights_for(
+    weights: &Option<PathBuf>,
+    find: impl FnOnce() -> Option<&'static super::bundled::BundledWeights>,
+    missing: impl FnOnce() -> String,
+) -> Result<Option<&'static super::bundled::BundledWeights>> {
+    let asked = names(weights, super::bundled::BUNDLED);
+    if !asked && weights.is_some() {
+        return Ok(None);
+    }
+    let found = find();
+    if asked && found.is_none() {
+        return Err(Error::config("denoiser.weights", missing()));
+    }
+    Ok(found)
+}
+
 impl DncnnConfig {
     /// The bundled architecture with `channels` image channels (grey 1, colour 3), running the
     /// bundled weights: the workbench's and the presets' default DnCNN.
@@ -239,22 +258,17 @@ impl DncnnConfig {
     /// The bundled weights this config runs: asked for with `"bundled"` (an error when there are
     /// none for the architecture), or by giving no `weights` for a bundled architecture.
     fn bundled_weights(&self) -> Result<Option<&'static super::bundled::BundledWeights>> {
-        let asked = names(&self.weights, super::bundled::BUNDLED);
-        if !asked && self.weights.is_some() {
-            return Ok(None);
-        }
-        let found = super::bundled::dncnn_for(&self.arch(self.dim.unwrap_or(2)));
-        if asked && found.is_none() {
-            return Err(Error::config(
-                "denoiser.weights",
+        bundled_weights_for(
+            &self.weights,
+            || super::bundled::dncnn_for(&self.arch(self.dim.unwrap_or(2))),
+            || {
                 format!(
                     "no bundled weights for this DnCNN: tessera bundles depth {}, nf {}, 1 or 3 channels, 2-D (give a weights file, or \"random\")",
                     super::bundled::DNCNN_DEPTH,
                     super::bundled::DNCNN_NF
-                ),
-            ));
-        }
-        Ok(found)
+                )
+            },
+        )
     }
 
     /// The architecture and graph `tessera train` trains: with a weights file or `"bundled"`, those
@@ -364,27 +378,22 @@ impl DrunetConfig {
     /// The bundled weights this config runs: asked for with `"bundled"` (an error when there are
     /// none for the architecture), or by giving no `weights` for a bundled architecture.
     fn bundled_weights(&self) -> Result<Option<&'static super::bundled::BundledWeights>> {
-        let asked = names(&self.weights, super::bundled::BUNDLED);
-        if !asked && self.weights.is_some() {
-            return Ok(None);
-        }
-        let found = super::bundled::drunet_for(&self.arch(self.dim.unwrap_or(2)));
-        if asked && found.is_none() {
-            let why = if super::bundled::DRUNET.is_empty() {
-                "tessera bundles no DRUNet weights yet (it bundles DnCNNs: kind = \"dncnn\", depth 8, nf 32)".to_string()
-            } else {
-                format!(
-                    "no bundled DRUNet of this architecture: tessera bundles nc {:?}, nb {}, 1 or 3 channels, 2-D",
-                    super::bundled::DRUNET_NC,
-                    super::bundled::DRUNET_NB
-                )
-            };
-            return Err(Error::config(
-                "denoiser.weights",
-                format!("{why}; give a weights file, or \"random\""),
-            ));
-        }
-        Ok(found)
+        bundled_weights_for(
+            &self.weights,
+            || super::bundled::drunet_for(&self.arch(self.dim.unwrap_or(2))),
+            || {
+                let why = if super::bundled::DRUNET.is_empty() {
+                    "tessera bundles no DRUNet weights yet (it bundles DnCNNs: kind = \"dncnn\", depth 8, nf 32)".to_string()
+                } else {
+                    format!(
+                        "no bundled DRUNet of this architecture: tessera bundles nc {:?}, nb {}, 1 or 3 channels, 2-D",
+                        super::bundled::DRUNET_NC,
+                        super::bundled::DRUNET_NB
+                    )
+                };
+                format!("{why}; give a weights file, or \"random\"")
+            },
+        )
     }
 
     fn arch(&self, dim: usize) -> DrunetArch {

@@ -29,6 +29,47 @@ pub enum Init {
     Pinv,
 }
 
+/// How the denoiser's noise level σ_d changes over the iterations (docs/PNP.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SigmaSchedule {
+    /// `denoiser_sigma` at every iteration.
+    #[default]
+    Constant,
+    /// deepinv's DPIR schedule: σ_d falls geometrically from `sigma_start` at the first iteration
+    /// to `denoiser_sigma` at iteration `sigma_schedule_iterations` (deepinv's
+    /// `logspace(log10(s1), log10(σ), K)`), and stays there. A large σ_d early removes the
+    /// measurement noise and the blur's ringing the gradient steps bring in while the iterate is
+    /// far from a clean image; the small one at the end keeps detail.
+    Dpir,
+}
+
+/// DPIR's first noise level, 49/255 (deepinv's `get_DPIR_params`, `s1`).
+pub const DPIR_SIGMA_START: f32 = 49.0 / 255.0;
+
+/// DPIR's number of iterations over which σ_d falls (deepinv's default `max_iter`).
+pub const DPIR_SCHEDULE_ITERATIONS: usize = 8;
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+fn is_dpir_start(sigma: &f32) -> bool {
+    *sigma == DPIR_SIGMA_START
+}
+
+fn is_dpir_iterations(n: &usize) -> bool {
+    *n == DPIR_SCHEDULE_ITERATIONS
+}
+
+fn dpir_sigma_start() -> f32 {
+    DPIR_SIGMA_START
+}
+
+fn dpir_schedule_iterations() -> usize {
+    DPIR_SCHEDULE_ITERATIONS
+}
+
 /// Parameters of PnP proximal gradient.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -36,8 +77,21 @@ pub struct PnpConfig {
     pub iterations: usize,
     /// Gradient step τ; `None` means 0.99/L.
     pub step: Option<f32>,
-    /// Noise level σ_d handed to the denoiser.
+    /// Noise level σ_d handed to the denoiser (the last one, with a `sigma_schedule`).
     pub denoiser_sigma: f32,
+    /// How σ_d changes over the iterations; left out of a written preset when constant, so that
+    /// presets without a schedule keep their bytes.
+    #[serde(skip_serializing_if = "is_default")]
+    pub sigma_schedule: SigmaSchedule,
+    /// With `sigma_schedule = "dpir"`: σ_d at the first iteration.
+    #[serde(default = "dpir_sigma_start", skip_serializing_if = "is_dpir_start")]
+    pub sigma_start: f32,
+    /// With `sigma_schedule = "dpir"`: the iteration at which σ_d reaches `denoiser_sigma`.
+    #[serde(
+        default = "dpir_schedule_iterations",
+        skip_serializing_if = "is_dpir_iterations"
+    )]
+    pub sigma_schedule_iterations: usize,
     /// Relaxation β ∈ (0, 1]; 1 is plain PnP-PGD.
     pub relaxation: f32,
     /// Clamp every iterate into [lo, hi].
@@ -55,6 +109,9 @@ impl Default for PnpConfig {
             iterations: 50,
             step: None,
             denoiser_sigma: 0.05,
+            sigma_schedule: SigmaSchedule::Constant,
+            sigma_start: DPIR_SIGMA_START,
+            sigma_schedule_iterations: DPIR_SCHEDULE_ITERATIONS,
             relaxation: 1.0,
             clamp: None,
             init: Init::Adjoint,
@@ -86,6 +143,26 @@ impl PnpConfig {
                 format!("must be a finite number ≥ 0, got {}", self.denoiser_sigma),
             ));
         }
+        if self.sigma_schedule == SigmaSchedule::Dpir {
+            if !(self.sigma_start > 0.0 && self.sigma_start.is_finite()) {
+                return Err(Error::config(
+                    "algorithm.sigma_start",
+                    format!("must be a finite number > 0, got {}", self.sigma_start),
+                ));
+            }
+            if self.denoiser_sigma <= 0.0 {
+                return Err(Error::config(
+                    "algorithm.denoiser_sigma",
+                    "must be > 0 with sigma_schedule = \"dpir\" (σ_d falls geometrically to it)",
+                ));
+            }
+            if self.sigma_schedule_iterations == 0 {
+                return Err(Error::config(
+                    "algorithm.sigma_schedule_iterations",
+                    "must be at least 1",
+                ));
+            }
+        }
         if !(self.relaxation > 0.0 && self.relaxation <= 1.0) {
             return Err(Error::config(
                 "algorithm.relaxation",
@@ -101,6 +178,25 @@ impl PnpConfig {
             ));
         }
         Ok(())
+    }
+}
+
+impl PnpConfig {
+    /// σ_d at iteration `k` (1-based): `denoiser_sigma`, or with the DPIR schedule
+    /// `σ_start·(σ_d/σ_start)^((k−1)/(K−1))` for `k ≤ K`, then `denoiser_sigma`.
+    pub fn denoiser_sigma_at(&self, k: usize) -> f32 {
+        match self.sigma_schedule {
+            SigmaSchedule::Constant => self.denoiser_sigma,
+            SigmaSchedule::Dpir => {
+                let last = self.sigma_schedule_iterations;
+                if k >= last || last <= 1 {
+                    return self.denoiser_sigma;
+                }
+                let t = (k.max(1) - 1) as f64 / (last - 1) as f64;
+                let (start, end) = (f64::from(self.sigma_start), f64::from(self.denoiser_sigma));
+                (start * (end / start).powf(t)) as f32
+            }
+        }
     }
 }
 
@@ -303,7 +399,7 @@ pub fn pnp_loop<V: Iterate, P: Prox<V> + ?Sized>(
         let gradient_secs = super::secs(t_grad);
 
         let t_den = Instant::now();
-        let d = denoiser.denoise(&z, cfg.denoiser_sigma)?;
+        let d = denoiser.denoise(&z, cfg.denoiser_sigma_at(k))?;
         if d.shape() != x.shape() {
             return Err(Error::shape("denoiser output", x.shape(), d.shape()));
         }
@@ -368,6 +464,123 @@ mod tests {
     use crate::physics::blur::{Blur, Padding, gaussian_kernel};
     use crate::physics::stack::Stack;
     use std::ops::ControlFlow;
+
+    /// Records the σ_d of every call and returns its input.
+    struct SigmaRecorder(std::sync::Mutex<Vec<f32>>);
+
+    impl Denoiser for SigmaRecorder {
+        fn name(&self) -> String {
+            "sigma recorder".into()
+        }
+
+        fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor> {
+            self.0.lock().unwrap().push(sigma);
+            Ok(x.clone())
+        }
+    }
+
+    fn dpir(start: f32, end: f32, iterations: usize) -> PnpConfig {
+        PnpConfig {
+            denoiser_sigma: end,
+            sigma_schedule: SigmaSchedule::Dpir,
+            sigma_start: start,
+            sigma_schedule_iterations: iterations,
+            ..PnpConfig::default()
+        }
+    }
+
+    /// The DPIR schedule is deepinv's `logspace(log10(σ_start), log10(σ_d), K)`, then σ_d held;
+    /// without a schedule every iteration gets `denoiser_sigma`.
+    #[test]
+    fn dpir_schedule_falls_geometrically_to_denoiser_sigma_then_holds() {
+        let cfg = dpir(0.16, 0.01, 5);
+        // logspace(log10 0.16, log10 0.01, 5): ratio (1/16)^(1/4) = 1/2 per iteration.
+        let expected = [0.16, 0.08, 0.04, 0.02, 0.01, 0.01, 0.01];
+        for (k, want) in (1..).zip(expected) {
+            let got = cfg.denoiser_sigma_at(k);
+            assert!((got - want).abs() < 1e-7, "iteration {k}: {got} != {want}");
+        }
+        assert_eq!(
+            cfg.denoiser_sigma_at(5),
+            0.01,
+            "ends exactly on denoiser_sigma"
+        );
+        assert_eq!(dpir(0.2, 0.03, 1).denoiser_sigma_at(1), 0.03);
+        let constant = PnpConfig {
+            denoiser_sigma: 0.02,
+            ..PnpConfig::default()
+        };
+        assert!((1..50).all(|k| constant.denoiser_sigma_at(k) == 0.02));
+        let defaults: PnpConfig = toml::from_str("sigma_schedule = \"dpir\"").unwrap();
+        assert_eq!(defaults.sigma_start, 49.0 / 255.0);
+        assert_eq!(defaults.sigma_schedule_iterations, 8);
+    }
+
+    /// The loop hands the denoiser the scheduled σ_d of each iteration, and a resumed run goes on
+    /// with the σ_d of the iterations it runs.
+    #[test]
+    fn pnp_hands_the_denoiser_the_scheduled_sigma() {
+        let blur = Blur::new(gaussian_kernel([1.0, 1.0], 0.0), Padding::Circular).unwrap();
+        let stack = Stack::new(vec![Box::new(blur)]).unwrap();
+        let truth = crate::samples::generate(crate::samples::Sample::SheppLogan, &[16], 3).unwrap();
+        let ys = vec![stack.ops()[0].forward(&truth).unwrap()];
+        let cfg = PnpConfig {
+            iterations: 6,
+            ..dpir(0.16, 0.01, 5)
+        };
+        let monitor = Monitor {
+            ground_truth: None,
+            data_range: 1.0,
+            ssim_every: 0,
+        };
+        let fidelity = FidelityConfig::default();
+        let mut go_on = |_: &IterationReport, _: &Tensor| ControlFlow::Continue(());
+        let want: Vec<f32> = (1..=6).map(|k| cfg.denoiser_sigma_at(k)).collect();
+        assert!(want[0] > 0.15 && want[5] == 0.01, "{want:?}");
+        for resumed_after in [None, Some(2)] {
+            let recorder = SigmaRecorder(Default::default());
+            let start = resumed_after.map(|iteration| PnpStart {
+                iteration,
+                x: &truth,
+            });
+            pnp_from(
+                &stack,
+                &fidelity,
+                &recorder,
+                &ys,
+                truth.shape(),
+                &cfg,
+                &monitor,
+                &mut go_on,
+                start,
+            )
+            .unwrap();
+            let first = resumed_after.unwrap_or(0);
+            assert_eq!(
+                *recorder.0.lock().unwrap(),
+                want[first..],
+                "{resumed_after:?}"
+            );
+        }
+    }
+
+    /// A schedule that cannot end on `denoiser_sigma` is refused by name; a preset without a
+    /// schedule writes none of its fields.
+    #[test]
+    fn dpir_schedule_is_validated_and_absent_from_presets_without_it() {
+        let err = dpir(0.2, 0.0, 8).validate().unwrap_err().to_string();
+        assert!(err.contains("algorithm.denoiser_sigma"), "{err}");
+        let err = dpir(-1.0, 0.02, 8).validate().unwrap_err().to_string();
+        assert!(err.contains("algorithm.sigma_start"), "{err}");
+        let err = dpir(0.2, 0.02, 0).validate().unwrap_err().to_string();
+        assert!(err.contains("algorithm.sigma_schedule_iterations"), "{err}");
+        assert!(dpir(0.2, 0.02, 8).validate().is_ok());
+        let written = toml::to_string(&PnpConfig::default()).unwrap();
+        assert!(!written.contains("sigma_s"), "{written}");
+        let written = toml::to_string(&dpir(0.2, 0.02, 6)).unwrap();
+        let back: PnpConfig = toml::from_str(&written).unwrap();
+        assert_eq!(back, dpir(0.2, 0.02, 6));
+    }
 
     /// A run resumed from iteration k's iterate ends with the bits of the uninterrupted run.
     #[test]

@@ -49,6 +49,7 @@ impl EditorPanel for DataPanel {
             &[
                 (Sample::Natural, "natural image"),
                 (Sample::SheppLogan, "Shepp-Logan"),
+                (Sample::Astronaut, "astronaut photograph (256²)"),
             ]
         };
         egui::ComboBox::from_label("sample")

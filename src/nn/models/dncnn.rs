@@ -189,10 +189,7 @@ impl Denoiser for Dncnn {
             "dncnn({}D, {}→{} channels, depth {}, nf {}",
             a.dim, a.in_channels, a.out_channels, a.depth, a.nf
         );
-        match &self.weights_from {
-            Some(src) => format!("{what}, weights {src})"),
-            None => format!("{what}, RANDOM WEIGHTS: output is meaningless)"),
-        }
+        super::described(what, self.weights_from.as_deref())
     }
 
     fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor> {

@@ -457,10 +457,7 @@ impl Denoiser for Drunet {
             "drunet({}D, {}→{} channels, nc {:?}, nb {}",
             a.dim, a.in_channels, a.out_channels, a.nc, a.nb
         );
-        match &self.weights_from {
-            Some(src) => format!("{what}, weights {src})"),
-            None => format!("{what}, RANDOM WEIGHTS: output is meaningless)"),
-        }
+        super::described(what, self.weights_from.as_deref())
     }
 
     fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor> {

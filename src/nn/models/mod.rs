@@ -5,3 +5,12 @@
 pub mod dncnn;
 pub mod drunet;
 pub mod test_models;
+
+/// A network's name for logs and reports: `what` (its kind and architecture, an open parenthesis)
+/// closed with where its weights came from, or a warning that they are random.
+fn described(what: String, weights_from: Option<&str>) -> String {
+    match weights_from {
+        Some(src) => format!("{what}, weights {src})"),
+        None => format!("{what}, RANDOM WEIGHTS: output is meaningless)"),
+    }
+}
