@@ -1244,13 +1244,19 @@ fn solve_and_report(
             })
         };
         summary.reconstruction = Some(quality(&recon.x)?);
-        let baseline = match adjoint_mean {
-            Some(x) => x.clone(),
-            None => fbp(fbp_operator, None, x_shape, ys)?,
+        let computed;
+        let baseline = match (adjoint_mean, &preset.algorithm) {
+            (Some(x), _) => x,
+            // An FBP job's reconstruction is the baseline itself (on its device, if any).
+            (None, AlgorithmConfig::Fbp(_)) => &recon.x,
+            (None, _) => {
+                computed = fbp(fbp_operator, None, x_shape, ys)?;
+                &computed
+            }
         };
         summary.back_projection = Some(BackProjection {
             method: back_projection_method(fbp_operator),
-            quality: quality(&baseline)?,
+            quality: quality(baseline)?,
         });
     }
     summary.outputs = write_outputs(staging.path(), preset, truth, &recon, ys, volumetric)?;
@@ -1354,9 +1360,8 @@ fn back_projection_method(fbp_operator: Option<&PhysicsConfig>) -> BackProjectio
 }
 
 /// The filtered back-projection `A†y` of a stack of one whole tomography operator
-/// ([`Preset::fbp_operator`]).
-/// FBP of the one tomography operator's sinogram, on `device` when there is one (2-D only:
-/// `device::coverage` refuses a 3-D operator on a GPU before the job starts).
+/// ([`Preset::fbp_operator`]), on `device` when there is one (2-D only: `device::coverage` refuses
+/// a 3-D operator on a GPU before the job starts).
 fn fbp(
     operator: Option<&PhysicsConfig>,
     device: Option<&dyn DeviceSolver>,

@@ -118,25 +118,19 @@ fn checked_dims(sample: Sample, size: &[usize]) -> Result<Vec<usize>> {
     Ok(dims)
 }
 
-/// The embedded photograph as `(1, 3, 256, 256)` in [0, 1] (8-bit values / 255).
+/// The embedded photograph as `(1, 3, 256, 256)` in [0, 1] (8-bit values / 255), decoded by the
+/// image reader every PNG input goes through.
 pub fn astronaut() -> Result<Tensor> {
-    let rgb = image::load_from_memory_with_format(ASTRONAUT_PNG, image::ImageFormat::Png)
-        .map_err(|e| Error::Internal(format!("the embedded astronaut photograph: {e}")))?
-        .into_rgb8();
-    let (w, h) = (rgb.width() as usize, rgb.height() as usize);
-    if (w, h) != (ASTRONAUT_SIZE, ASTRONAUT_SIZE) {
+    let photo = crate::io::image::decode_image(ASTRONAUT_PNG)
+        .map_err(|e| Error::Internal(format!("the embedded astronaut photograph: {e}")))?;
+    let expected = [1, 3, ASTRONAUT_SIZE, ASTRONAUT_SIZE];
+    if photo.shape() != expected {
         return Err(Error::Internal(format!(
-            "the embedded astronaut photograph is {w}x{h}, not {ASTRONAUT_SIZE}²"
+            "the embedded astronaut photograph is {:?}, not {expected:?}",
+            photo.shape()
         )));
     }
-    let plane = w * h;
-    let mut data = vec![0.0f32; 3 * plane];
-    for (i, px) in rgb.pixels().enumerate() {
-        for c in 0..3 {
-            data[c * plane + i] = f32::from(px.0[c]) / 255.0;
-        }
-    }
-    Tensor::from_vec(&[1, 3, h, w], data)
+    Ok(photo)
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -179,9 +179,7 @@ impl PnpConfig {
         }
         Ok(())
     }
-}
 
-impl PnpConfig {
     /// σ_d at iteration `k` (1-based): `denoiser_sigma`, or with the DPIR schedule
     /// `σ_start·(σ_d/σ_start)^((k−1)/(K−1))` for `k ≤ K`, then `denoiser_sigma`.
     pub fn denoiser_sigma_at(&self, k: usize) -> f32 {
