@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 mod device_tests;
 mod elastic;
 
-pub use elastic::{Checkpoints, Elastic, Recovery, run_elastic};
+pub use elastic::{Checkpoints, Elastic, Recovery, run_elastic, run_elastic_lent};
 use elastic::{DieAt, DiePoint};
 
 use crate::denoise::Denoiser;
@@ -74,7 +74,55 @@ pub enum JobEvent<'a> {
     Iteration {
         report: &'a IterationReport,
         x: &'a dyn HostView,
+        /// The ranks that computed the iteration, for a receiver's own exchange after it.
+        ranks: IterationRanks<'a>,
     },
+}
+
+/// The group of ranks that computed an iteration (an elastic run's current generation), lent to
+/// the receiver of [`JobEvent::Iteration`] for an exchange of its own (serve's stop flag and
+/// per-rank times). The exchange is part of the run: a lost peer fails it as it fails the
+/// iteration's collectives, so the run ends with that error after this iteration, and an elastic
+/// run recovers from it like from any other (an exchange on a group of the receiver's own would
+/// meet the loss where the run cannot).
+pub struct IterationRanks<'a> {
+    comm: &'a dyn Collective,
+    failed: &'a mut Option<Error>,
+}
+
+impl IterationRanks<'_> {
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.comm.world_size()
+    }
+
+    /// Every rank's `value` in rank order (`what` names it in errors). A failure ends the run
+    /// with its error once the receiver returns, and comes back as `Break`.
+    pub fn all_gather<T: Serialize + serde::de::DeserializeOwned>(
+        &mut self,
+        what: &str,
+        value: &T,
+    ) -> ControlFlow<(), Vec<T>> {
+        match crate::dist::wire::all_gather_as(self.comm, what, value) {
+            Ok(values) => ControlFlow::Continue(values),
+            Err(e) => {
+                *self.failed = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for IterationRanks<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IterationRanks")
+            .field("rank", &self.comm.rank())
+            .field("world_size", &self.comm.world_size())
+            .finish()
+    }
 }
 
 /// Quality of one image against the ground truth.
@@ -754,6 +802,10 @@ struct Carried {
     resumed_step: Option<f32>,
     /// The checkpoint resumed from, for `metrics.json`.
     resumed: Option<io::checkpoint::Resumed>,
+    /// Whether the group a generation ran on is handed back when it ends without losing a rank
+    /// (serve lends its group to each job), into `group`.
+    keep_group: bool,
+    group: Option<Box<dyn Collective>>,
 }
 
 impl Carried {
@@ -782,6 +834,8 @@ impl Carried {
             checkpoints: None,
             resumed_step: None,
             resumed: None,
+            keep_group: false,
+            group: None,
         })
     }
 
@@ -830,7 +884,10 @@ impl Carried {
     }
 }
 
-/// One generation of the run: the whole run unless an elastic group loses a rank.
+/// One generation of the run: the whole run unless an elastic group loses a rank. With
+/// `carried.keep_group`, a generation that did not lose a rank (it completed, or failed for a
+/// reason of its own) hands its group back in `carried.group`; one that lost a rank drops it here,
+/// which closes its links, so every survivor leaves the collective it waits in.
 fn run_generation(
     preset: &Preset,
     out: &RunDir,
@@ -839,12 +896,32 @@ fn run_generation(
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
     carried: &mut Carried,
 ) -> Result<JobSummary> {
+    let timed = Arc::new(TimedCollective::new(comm));
+    let result = generation_on(preset, out, &timed, inline, on_event, carried);
+    if carried.keep_group && !result.as_ref().is_err_and(crate::dist::elastic::is_loss) {
+        // Every clone (stack, denoiser) ended with the generation.
+        carried.group = Arc::try_unwrap(timed).ok().map(TimedCollective::into_inner);
+        if carried.group.is_none() {
+            tracing::error!("a job's group is still in use after the job: it cannot be lent again");
+        }
+    }
+    result
+}
+
+/// [`run_generation`] on its timed group.
+fn generation_on(
+    preset: &Preset,
+    out: &RunDir,
+    timed: &Arc<TimedCollective>,
+    inline: &InlineArrays,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+    carried: &mut Carried,
+) -> Result<JobSummary> {
     let t_generation = Instant::now();
-    if comm.rank() == 0 && carried.staging.is_none() {
+    if timed.rank() == 0 && carried.staging.is_none() {
         // The lowest surviving rank takes rank 0's role, staging folder included.
         carried.staging = Some(Staging::create(out)?);
     }
-    let timed = Arc::new(TimedCollective::new(comm));
     let comm: Arc<dyn Collective> = timed.clone();
     let rank = comm.rank();
     let volumetric = preset.is_volumetric();
@@ -924,7 +1001,7 @@ fn run_generation(
     let result = solve_and_report(
         preset,
         comm,
-        &timed,
+        timed,
         stack,
         &setup,
         on_event,
@@ -1030,7 +1107,17 @@ fn solve_and_report(
             failed = Some(e);
             return ControlFlow::Break(());
         }
-        let flow = on_event(JobEvent::Iteration { report: &report, x });
+        let flow = on_event(JobEvent::Iteration {
+            report: &report,
+            x,
+            ranks: IterationRanks {
+                comm: timed.inner(),
+                failed: &mut failed,
+            },
+        });
+        if failed.is_some() {
+            return ControlFlow::Break(());
+        }
         iteration_now.store(report.iteration + 1, Ordering::Relaxed);
         if let Some(die) = die_at {
             die.check(report.iteration + 1, DiePoint::Start);

@@ -1665,3 +1665,245 @@ fn a_submitted_preset_on_the_gpu_is_refused_by_name_before_the_ranks() {
         events.last()
     );
 }
+
+/// A backend's stderr in a file, printed when the test fails (the ranks' logs say why).
+struct Stderr(std::path::PathBuf);
+
+impl Stderr {
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.0).unwrap_or_default()
+    }
+}
+
+impl Drop for Stderr {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- the backend's stderr ---\n{}", self.text());
+        }
+    }
+}
+
+/// `tessera serve --listen 127.0.0.1:0 ARGS…` with `env` set, its stderr in `dir/NAME.stderr`.
+fn serve_logged(
+    dir: &std::path::Path,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> (std::process::Child, BackendAddr, Stderr) {
+    let path = dir.join(format!("{name}.stderr"));
+    let file = std::fs::File::create(&path).unwrap();
+    let (child, addr) = serve_tcp::serve_tcp_with(args, |c| {
+        c.stderr(file);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+    });
+    (child, addr, Stderr(path))
+}
+
+/// multiblur at a test's size (8 operators, 6 tiles, PnP), as tests/elastic.rs runs it.
+fn small_multiblur(iterations: usize) -> String {
+    Preset::load(
+        "multiblur",
+        &[
+            "image.size=[48,64]".into(),
+            format!("algorithm.iterations={iterations}"),
+            "tiling.patch_size=24".into(),
+            "tiling.overlap=4".into(),
+            "output.save_measurements=true".into(),
+        ],
+    )
+    .unwrap()
+    .preset
+    .to_toml()
+    .unwrap()
+}
+
+/// Every output of a finished job but `metrics.json` (timings differ), by name.
+fn job_outputs(end: &Event) -> (Vec<(String, Vec<u8>)>, serde_json::Value) {
+    let Event::Finished {
+        run_dir,
+        outputs,
+        summary_json,
+        ..
+    } = end
+    else {
+        panic!("expected Finished, got {end:?}");
+    };
+    let mut files: Vec<(String, Vec<u8>)> = outputs
+        .iter()
+        .filter(|p| p.as_os_str() != "metrics.json")
+        .map(|p| {
+            (
+                p.display().to_string(),
+                std::fs::read(run_dir.join(p)).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    (files, serde_json::from_str(summary_json).unwrap())
+}
+
+const ELASTIC_ITERATIONS: usize = 6;
+
+/// Runs the small multiblur job on a fresh backend (`ranks`, `--elastic` or not; `die_at` for
+/// `TESSERA_TEST_DIE_AT`) and returns the backend (still serving), a client, the job's events.
+fn elastic_backend_job(
+    dir: &std::path::Path,
+    name: &str,
+    args: &[&str],
+    die_at: Option<String>,
+) -> (std::process::Child, Client, Stderr, Vec<Event>, BackendAddr) {
+    let (token_file, token) = serve_tcp::token_file(dir);
+    let out = dir.join(format!("{name}-out"));
+    let mut all = vec![
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--log",
+        "info",
+    ];
+    all.extend_from_slice(args);
+    let env: Vec<(&str, String)> = die_at
+        .into_iter()
+        .map(|d| ("TESSERA_TEST_DIE_AT", d))
+        .collect();
+    let (child, addr, stderr) = serve_logged(dir, name, &all, &env);
+    let client = Client::connect(&addr, Some(token)).unwrap();
+    submit(&client, small_multiblur(ELASTIC_ITERATIONS));
+    let events = until(&client, is_end);
+    (child, client, stderr, events, addr)
+}
+
+/// A seeded iteration in 2..=ELASTIC_ITERATIONS-1: work is redone after the loss and left.
+fn seeded_iteration(seed: u64) -> usize {
+    let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33;
+    2 + (mixed as usize) % (ELASTIC_ITERATIONS - 2)
+}
+
+#[test]
+fn an_elastic_backend_survives_a_lost_rank_with_the_same_bytes_and_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // The reference: the same job on an uninterrupted backend of one rank (N ranks give 1 rank's
+    // bytes).
+    let (mut plain, _c, _log, events, _) = elastic_backend_job(dir.path(), "reference", &[], None);
+    let (want, _) = job_outputs(events.last().unwrap());
+    plain.kill().unwrap();
+    plain.wait().unwrap();
+    assert!(
+        want.len() >= 4,
+        "{:?}",
+        want.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+
+    for (seed, point) in [(29, "start"), (6, "denoiser")] {
+        let k = seeded_iteration(seed);
+        let die = format!("2:{k}:{point}");
+        let name = format!("elastic-{point}");
+        let (mut child, client, stderr, events, addr) = elastic_backend_job(
+            dir.path(),
+            &name,
+            &["--ranks", "3", "--elastic"],
+            Some(die.clone()),
+        );
+        let (got, summary) = job_outputs(events.last().unwrap());
+        assert_eq!(
+            want.iter().map(|f| &f.0).collect::<Vec<_>>(),
+            got.iter().map(|f| &f.0).collect::<Vec<_>>()
+        );
+        for ((name, a), (_, b)) in want.iter().zip(&got) {
+            assert!(a == b, "{name} differs after losing rank 2 at {die}");
+        }
+        // The client saw the recovery as a log line, not a failure.
+        let recovered = events.iter().any(|e| {
+            matches!(e, Event::Log { message, .. }
+                if message.contains("generation 1: lost rank(s) [2]"))
+        });
+        assert!(recovered, "no recovery line among {events:#?}");
+        assert_eq!(summary["world_size"], 2, "{summary}");
+        let recoveries = summary["recoveries"].as_array().unwrap();
+        assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+        assert_eq!(recoveries[0]["lost_slots"], serde_json::json!([2]));
+        assert_eq!(recoveries[0]["resumed_from"], k - 1, "{summary}");
+        let text = stderr.text();
+        assert!(
+            text.contains("[launcher] rank 2 was killed by signal 9 (SIGKILL)"),
+            "{text}"
+        );
+
+        // The backend serves on, on the two ranks left: a later job completes there, and a new
+        // client is welcomed by the group as it is.
+        submit(&client, quick(3));
+        let events = until(&client, is_end);
+        assert!(
+            matches!(events.last(), Some(Event::Finished { job: 2, .. })),
+            "{:?}",
+            events.last()
+        );
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, Event::Started { world_size: 2, .. })),
+            "{events:#?}"
+        );
+        let (_, token) = serve_tcp::token_file(dir.path());
+        let other = Client::connect(&addr, Some(token)).unwrap();
+        assert_eq!(other.welcome().world_size, 2);
+        assert_eq!(other.welcome().devices.len(), 2);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
+#[test]
+fn an_elastic_backend_refuses_what_is_not_elastic_and_stops_when_rank_0_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, token) = serve_tcp::token_file(dir.path());
+    let out = dir.path().join("out");
+    let (mut child, addr, stderr) = serve_logged(
+        dir.path(),
+        "rank0",
+        &[
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--ranks",
+            "2",
+            "--elastic",
+        ],
+        &[("TESSERA_TEST_DIE_AT", "0:2".into())],
+    );
+    let client = Client::connect(&addr, Some(token)).unwrap();
+    // Refused at submission, by name, before any rank computes.
+    submit(&client, training_preset("train-dncnn", &[]));
+    let events = until(&client, is_end);
+    match events.last() {
+        Some(Event::Failed { error, .. }) => assert!(
+            error.contains("denoiser training does not run on a `tessera serve --elastic` backend"),
+            "{error}"
+        ),
+        other => panic!("expected Failed, got {other:?}"),
+    }
+    // Rank 0 holds the clients: its loss stops the backend, and the launcher says why.
+    submit(&client, quick(4));
+    let deadline = Instant::now() + serve_local::WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match client.events().recv_timeout(left) {
+            Ok(ClientEvent::Event(Event::Finished { .. })) => panic!("the job finished"),
+            Ok(ClientEvent::Event(_)) => {}
+            Ok(ClientEvent::Disconnected(_)) => break,
+            Err(e) => panic!("no disconnection: {e}"),
+        }
+    }
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    let text = stderr.text();
+    assert!(
+        text.contains("[launcher] rank 0 was killed by signal 9 (SIGKILL)")
+            && text.contains("control socket"),
+        "{text}"
+    );
+}

@@ -110,6 +110,12 @@ pub(super) enum Command {
         /// TESSERA_DEVICE). A job with parts not on the GPU yet is refused with their names.
         #[arg(long, value_name = "DEVICE")]
         device: Option<String>,
+        /// With --ranks N: imaging jobs survive a lost rank other than rank 0 (rank 0 holds the
+        /// control socket: its loss stops the backend); the others re-form the group, finish the
+        /// job with the same result and serve the next jobs. Inversion and training jobs are
+        /// refused by name. See docs/ELASTIC.md.
+        #[arg(long)]
+        elastic: bool,
         #[command(flatten)]
         group: GroupArgs,
     },
@@ -398,7 +404,7 @@ pub(super) struct AttachArgs {
 
 /// Where this process sits in a process group. Under torchrun, srun or mpirun the environment says
 /// it; `--ranks N` starts N local ranks instead.
-#[derive(clap::Args, Debug, Default)]
+#[derive(clap::Args, Debug, Default, Clone)]
 pub(super) struct GroupArgs {
     /// Start N rank processes of this binary on this machine, wired over local sockets (1 ..= 256).
     #[arg(long, value_name = "N", value_parser = number_in::<1, 256>)]

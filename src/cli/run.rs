@@ -110,6 +110,7 @@ impl<'a> Launch<'a> {
             min_ranks: self.min_ranks,
             checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
             unit,
+            slot0_essential: None,
         });
         let mut args = strip_option(std::env::args_os().skip(1), "--ranks");
         let checkpoints = match (resume, elastic.is_some()) {
@@ -272,10 +273,10 @@ pub(super) fn run(
     };
     let checkpoints = continuation.checkpoints(every);
     let summary = match member {
-        Some(member) => {
+        Some(mut member) => {
             let mut join = |info: &RankInfo| join_with(group, info);
             let elastic = job::Elastic {
-                member,
+                member: &mut member,
                 join: &mut join,
             };
             job::run_elastic(
@@ -387,7 +388,7 @@ fn resume_command(dir: &Path, ranks: usize) -> String {
 
 /// Elastic runs need the local launcher (it decides who is left) and a transport whose groups can
 /// be formed again: `--ranks N` on sockets.
-fn check_elastic(group: &GroupArgs) -> Result<()> {
+pub(super) fn check_elastic(group: &GroupArgs) -> Result<()> {
     if group.ranks.is_none_or(|n| n < 2) {
         bail!(
             "--elastic (or [distributed] elastic) needs --ranks N with N ≥ 2: the local launcher \
@@ -467,10 +468,10 @@ fn run_fwi(
         ControlFlow::Continue(())
     };
     let summary = match member {
-        Some(member) => {
+        Some(mut member) => {
             let mut join = |info: &RankInfo| join_with(group, info);
             let elastic = dist::elastic::Elastic {
-                member,
+                member: &mut member,
                 join: &mut join,
             };
             let checkpoints = continuation.checkpoints(every);

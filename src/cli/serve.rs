@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use tessera::dist::{self, RankInfo};
 
 use super::args::GroupArgs;
-use super::group::{join_group, place_threads, rank_flags, strip_option};
+use super::group::{join_group, join_with, place_threads, rank_flags, strip_option};
 
 /// Default control address of `tessera serve` (loopback: reach it from elsewhere by SSH tunnel).
 const DEFAULT_LISTEN: &str = "127.0.0.1:7341";
@@ -18,21 +18,30 @@ pub(super) fn serve(
     listen: Option<String>,
     token_file: Option<&Path>,
     out: PathBuf,
-    device: Option<&str>,
+    (device, elastic): (Option<&str>, bool),
     group: &GroupArgs,
 ) -> Result<()> {
-    use tessera::serve::{Endpoint, ServeOptions};
+    use tessera::serve::{ElasticBackend, Endpoint, ServeOptions};
     // A bad name fails before the group forms; a job's device is checked when it is submitted.
     let device = device
         .map(|d| tessera::device::Device::parse("--device", d))
         .transpose()?;
+    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if elastic && !launched {
+        super::run::check_elastic(group)?;
+        if let Some(d) = device.as_ref().filter(|d| d.is_cuda()) {
+            bail!(
+                "--device {d} with --elastic: elastic jobs are not on the GPU yet (docs/GPU.md); \
+                 serve on the CPU (--device cpu) meanwhile"
+            );
+        }
+    }
     let endpoint = match (socket, listen) {
         (Some(p), _) => Endpoint::Unix(p),
         (None, Some(l)) if l.parse::<u16>().is_ok() => Endpoint::Tcp(format!("127.0.0.1:{l}")),
         (None, Some(l)) => Endpoint::Tcp(l),
         (None, None) => Endpoint::Tcp(DEFAULT_LISTEN.into()),
     };
-    let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     // TCP clients need the token; only rank 0 listens, but every rank checks the file so that a
     // bad one fails before the group forms.
     let token = match &endpoint {
@@ -55,11 +64,35 @@ pub(super) fn serve(
     };
     if let Some(n) = group.ranks.filter(|&n| n > 1 && !launched) {
         let args = strip_option(std::env::args_os().skip(1), "--ranks");
-        dist::launch::launch(n, &args).context("local process group")?;
+        if elastic {
+            let options = dist::launch::ElasticOptions {
+                min_ranks: 1,
+                checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
+                unit: dist::elastic::WorkUnit::Iteration,
+                slot0_essential: Some(SLOT0_ESSENTIAL),
+            };
+            dist::launch::launch_elastic(n, &args, options).context("elastic serve group")?;
+        } else {
+            dist::launch::launch(n, &args).context("local process group")?;
+        }
         return Ok(());
     }
     place_threads(group, None)?;
     let comm = join_group(group)?;
+    let elastic = match launched && elastic {
+        true => {
+            let timeout = Duration::from_secs(2 * group.rendezvous_timeout as u64);
+            let member = dist::elastic::Member::from_env(timeout)
+                .context("reaching the elastic launcher")?
+                .context("--elastic: this rank was not started by an elastic launcher")?;
+            let group = group.clone();
+            Some(ElasticBackend {
+                member,
+                join: Box::new(move |info: &RankInfo| join_with(&group, info)),
+            })
+        }
+        false => None,
+    };
     let info = RankInfo::discover(&rank_flags(group))?;
     let opts = ServeOptions {
         endpoint,
@@ -69,8 +102,13 @@ pub(super) fn serve(
         op_timeout: Some(Duration::from_secs(group.op_timeout as u64)),
         device,
     };
-    tessera::serve::serve(comm, &opts).context("tessera serve")
+    tessera::serve::serve(comm, &opts, elastic).context("tessera serve")
 }
+
+/// Why an elastic backend cannot survive the loss of rank 0 (the launcher's message).
+const SLOT0_ESSENTIAL: &str = "it holds the backend's control socket, its clients' connections \
+     and the job queue, which no other rank can take over, so the backend stops (start it again; \
+     the clients see the connection close)";
 
 /// `$XDG_CONFIG_HOME/tessera/serve-token`, else `~/.config/tessera/serve-token` (the folder is
 /// created private).

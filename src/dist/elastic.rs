@@ -35,7 +35,8 @@ pub const DIE_AT_ENV: &str = "TESSERA_TEST_DIE_AT";
 
 /// How an elastic rank reaches the launcher and joins each new generation of its group.
 pub struct Elastic<'a> {
-    pub member: Member,
+    /// Lent, not given: a backend's member goes on through its jobs (its generation with it).
+    pub member: &'a mut Member,
     /// Joins the group a plan describes, with the transport and timeouts of the first generation.
     pub join: &'a mut dyn FnMut(&RankInfo) -> Result<Box<dyn Collective>>,
 }

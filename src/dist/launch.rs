@@ -40,6 +40,11 @@ pub struct ElasticOptions {
     pub checkin_timeout: Duration,
     /// What the run's progress is counted in (the launcher's messages name it).
     pub unit: WorkUnit,
+    /// Why the group cannot go on without slot 0 (`tessera serve`: it holds the control socket,
+    /// the clients' connections and the job queue, which no other rank can take over): its loss
+    /// then stops every rank and the launcher's error names it and this reason. `None`: slot 0 is
+    /// survived like any other (the lowest survivor takes its role).
+    pub slot0_essential: Option<&'static str>,
 }
 
 /// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only.
@@ -246,6 +251,19 @@ fn supervise_elastic(
             match reap(children, slot, true)? {
                 Reaped::Running => {}
                 Reaped::Succeeded => (exited[slot], done[slot]) = (true, true),
+                Reaped::Lost(status) if slot == 0 && options.slot0_essential.is_some() => {
+                    let why = options.slot0_essential.unwrap_or_default();
+                    let _ = writeln!(
+                        std::io::stderr().lock(),
+                        "[launcher] rank 0 {}: {why}; stopping every rank",
+                        describe(status)
+                    );
+                    terminate(children);
+                    return Err(Error::PeerLost {
+                        rank: 0,
+                        how: format!("{}: {why}", describe(status)),
+                    });
+                }
                 Reaped::Lost(status) => {
                     exited[slot] = true;
                     let _ = writeln!(

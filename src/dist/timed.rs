@@ -108,6 +108,17 @@ impl TimedCollective {
         }
     }
 
+    /// The collective it times: for exchanges that are not part of the computation (serve's
+    /// per-iteration record), which neither its times nor its call log should count.
+    pub fn inner(&self) -> &dyn Collective {
+        self.inner.as_ref()
+    }
+
+    /// The collective it timed, given back once nothing else holds this one.
+    pub fn into_inner(self) -> Box<dyn Collective> {
+        self.inner
+    }
+
     /// Seconds spent in collectives so far.
     pub fn secs(&self) -> f64 {
         self.nanos.load(Ordering::Relaxed) as f64 * 1e-9

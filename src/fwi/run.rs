@@ -1129,7 +1129,7 @@ fn elastic_typed<T: Float>(
     (base_dir, out, mut comm, elastic, checkpoints): ElasticRun<'_, '_>,
     on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
 ) -> Result<FwiSummary> {
-    let Elastic { mut member, join } = elastic;
+    let Elastic { member, join } = elastic;
     let mut carried = Carried::<T>::new(out, comm.rank(), true)?;
     carried.die_at = launched_die_hook(member.slot)?;
     carried.start_checkpoints(checkpoints, preset, base_dir, out)?;

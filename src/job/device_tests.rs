@@ -333,7 +333,7 @@ fn a_device_job_downloads_the_iterate_only_when_a_preview_or_ssim_is_due() {
     let dir = tempfile::tempdir().unwrap();
     let mut cpu_preview = None;
     let mut on_cpu = |event: JobEvent<'_>| {
-        if let JobEvent::Iteration { report, x } = event
+        if let JobEvent::Iteration { report, x, .. } = event
             && report.iteration == 3
         {
             cpu_preview = Some(x.to_host().unwrap().into_owned());
@@ -345,7 +345,7 @@ fn a_device_job_downloads_the_iterate_only_when_a_preview_or_ssim_is_due() {
     let mut preview = None;
     let mut iterations = 0;
     let mut on_device = |event: JobEvent<'_>| {
-        if let JobEvent::Iteration { report, x } = event {
+        if let JobEvent::Iteration { report, x, .. } = event {
             iterations += 1;
             if report.iteration == 3 {
                 preview = Some(x.to_host().unwrap().into_owned());

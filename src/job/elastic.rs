@@ -130,24 +130,86 @@ pub(super) fn checkpoint_if_due(
 pub fn run_elastic(
     preset: &Preset,
     out: &RunDir,
-    mut comm: Box<dyn Collective>,
+    comm: Box<dyn Collective>,
     inline: &InlineArrays,
     elastic: Elastic<'_>,
     checkpoints: Option<Checkpoints>,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
-    preset.validate()?;
-    let Elastic { mut member, join } = elastic;
-    let mut carried = Carried::new(out, comm.rank(), true)?;
-    carried.die_at = launched_die_hook(member.slot)?;
-    if let Some(plan) = checkpoints {
-        start_checkpoints(plan, preset, out, &mut carried)?;
-    }
+    elastic_loop(
+        preset,
+        (out, inline),
+        comm,
+        (elastic, checkpoints),
+        on_event,
+        None,
+    )
+}
+
+/// [`run_elastic`] on a group that outlives the job (`tessera serve --elastic` lends its group to
+/// each job): also gives back the group the job ended on — the one it was given, or the last
+/// generation's after a loss — unless the group cannot go on (`None`: it stopped, or was lost).
+/// No checkpoints: a job that stops below the group's minimum ends with its error.
+pub fn run_elastic_lent(
+    preset: &Preset,
+    out: &RunDir,
+    comm: Box<dyn Collective>,
+    inline: &InlineArrays,
+    elastic: Elastic<'_>,
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+) -> (Result<JobSummary>, Option<Box<dyn Collective>>) {
+    let mut group = None;
+    let result = elastic_loop(
+        preset,
+        (out, inline),
+        comm,
+        (elastic, None),
+        on_event,
+        Some(&mut group),
+    );
+    (result, group)
+}
+
+/// The generations of an elastic job; `keep` receives the group it ended on when the caller keeps
+/// it ([`run_elastic_lent`]; filled unless the group cannot go on).
+fn elastic_loop(
+    preset: &Preset,
+    (out, inline): (&RunDir, &InlineArrays),
+    mut comm: Box<dyn Collective>,
+    (elastic, checkpoints): (Elastic<'_>, Option<Checkpoints>),
+    on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
+    mut keep: Option<&mut Option<Box<dyn Collective>>>,
+) -> Result<JobSummary> {
+    let Elastic { member, join } = elastic;
+    let prepared = preset.validate().and_then(|()| {
+        let mut carried = Carried::new(out, comm.rank(), true)?;
+        carried.die_at = launched_die_hook(member.slot)?;
+        if let Some(plan) = checkpoints {
+            start_checkpoints(plan, preset, out, &mut carried)?;
+        }
+        Ok(carried)
+    });
+    let mut carried = match prepared {
+        Ok(carried) => carried,
+        Err(e) => {
+            // Nothing ran on the group: it is whole.
+            if let Some(keep) = keep {
+                *keep = Some(comm);
+            }
+            return Err(e);
+        }
+    };
+    carried.keep_group = keep.is_some();
     loop {
         let (world_size, first) = (comm.world_size(), carried.history.len());
         let failure = match run_generation(preset, out, comm, inline, on_event, &mut carried) {
             Err(e) if is_loss(&e) => e,
-            done => return done,
+            done => {
+                if let Some(keep) = keep.as_deref_mut() {
+                    *keep = carried.group.take();
+                }
+                return done;
+            }
         };
         if carried.generations.len() == carried.recoveries.list().len() {
             // It failed before its first iteration began (in its setup or the profiler's start).

@@ -55,7 +55,8 @@ const MAX_SOURCES: usize = 4096;
 pub struct Door {
     /// Required on TCP connections.
     pub token: Option<Token>,
-    pub welcome: Event,
+    /// Shared with the job loop, which updates it when an elastic backend's group shrinks.
+    pub welcome: Arc<std::sync::Mutex<Event>>,
 }
 
 /// Where a connection comes from, for counting failed logins.
@@ -517,9 +518,14 @@ fn admit(stream: Stream, client: String, hub: &Arc<Hub>, door: &Door, clients: &
         return;
     }
     let mut stream = stream;
+    let welcome = door
+        .welcome
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     if stream.set_nonblocking(false).is_err()
         || stream.set_write_timeout(Some(HANDSHAKE_DEADLINE)).is_err()
-        || frame::write_message(&mut stream, &door.welcome, MAX_FRAME_BYTES).is_err()
+        || frame::write_message(&mut stream, &welcome, MAX_FRAME_BYTES).is_err()
         || stream.set_write_timeout(None).is_err()
     {
         stream.shutdown();

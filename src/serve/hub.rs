@@ -97,7 +97,8 @@ struct State {
 pub struct Hub {
     state: Mutex<State>,
     queue_cv: Condvar,
-    pub world_size: usize,
+    /// The group's size now (an elastic backend's shrinks when it loses a rank).
+    world_size: AtomicUsize,
     /// Jobs and bytes the queue holds at most ([`MAX_QUEUED_JOBS`], [`MAX_QUEUED_BYTES`]).
     queue_limits: (usize, usize),
 }
@@ -143,9 +144,14 @@ impl Hub {
                 ..Default::default()
             }),
             queue_cv: Condvar::new(),
-            world_size,
+            world_size: AtomicUsize::new(world_size),
             queue_limits: (MAX_QUEUED_JOBS, MAX_QUEUED_BYTES),
         }
+    }
+
+    /// The group's size from now on (an elastic backend's, after a lost rank).
+    pub fn set_world_size(&self, world_size: usize) {
+        self.world_size.store(world_size, Ordering::SeqCst);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -454,7 +460,7 @@ impl Hub {
     pub fn status(&self) -> Event {
         let s = self.lock();
         Event::Status {
-            world_size: self.world_size,
+            world_size: self.world_size.load(Ordering::SeqCst),
             running: s.running,
             done: s.done.clone(),
         }

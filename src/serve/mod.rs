@@ -4,10 +4,11 @@
 //! Every rank runs [`serve`]. Rank 0 (the coordinator) accepts connections ([`accept`]: a Unix
 //! socket for this user only, or TCP with a token), queues submitted jobs, and for each job
 //! broadcasts `RankCommand::Run` (preset TOML, inline arrays); the other ranks loop on that
-//! broadcast. All ranks then run `job::run_in_group_with`. After every iteration the ranks exchange
-//! one tiny record each (`all_gather` of a stop flag and this iteration's gradient, denoiser and
-//! communication seconds), so a cancel set on rank 0 stops every rank at the same iteration and rank
-//! 0 learns the per-rank times it streams. Rank 0 turns job events into protocol events through
+//! broadcast. All ranks then run `job::run_in_group_with` (on an elastic backend,
+//! `job::run_elastic_lent`: see [`ElasticBackend`]). After every iteration the ranks exchange one
+//! tiny record each (`all_gather` of a stop flag and this iteration's gradient, denoiser and
+//! communication seconds, on the iteration's own group: `job::IterationRanks`), so a cancel set on
+//! rank 0 stops every rank at the same iteration and rank 0 learns the per-rank times it streams. Rank 0 turns job events into protocol events through
 //! [`hub::Hub`] (history for re-attach, fan-out to clients) and [`preview::PreviewWorker`]
 //! (downsampling off the ranks' path). Every job ends with exactly one of `Finished`, `Cancelled`
 //! or `Failed`, and writes into a folder of its own (`<out>/<YYYYMMDD-HHMMSS>-<preset>-<n>`, staged
@@ -39,17 +40,19 @@ pub mod logs;
 pub mod preview;
 mod training;
 
+use std::cell::RefCell;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::device::{Device, coverage};
+use crate::dist::elastic::Member;
 use crate::dist::physics::owner;
-use crate::dist::{Collective, wire};
+use crate::dist::{Collective, RankInfo, wire};
 use crate::error::{Error, Result};
 use crate::fwi::{FwiEvent, FwiPreset, FwiSummary};
 use crate::io::RunDir;
@@ -116,14 +119,99 @@ enum RankCommand {
     Shutdown,
 }
 
-/// Runs the server on this rank until the process is stopped (or the group breaks).
-pub fn serve(comm: Box<dyn Collective>, opts: &ServeOptions) -> Result<()> {
+/// How the ranks of a `tessera serve --elastic` backend go on after one is lost
+/// (docs/ELASTIC.md): each imaging job runs as an elastic run, and the group it ends on serves
+/// the next jobs.
+pub struct ElasticBackend {
+    /// This rank's link to the launcher, which decides who is left.
+    pub member: Member,
+    /// Joins a generation the launcher planned, with the first generation's transport and
+    /// timeouts.
+    pub join: Box<dyn FnMut(&RankInfo) -> Result<Box<dyn Collective>>>,
+}
+
+/// Runs the server on this rank until the process is stopped (or the group breaks); `elastic`:
+/// this rank's part in an elastic backend.
+pub fn serve(
+    comm: Box<dyn Collective>,
+    opts: &ServeOptions,
+    elastic: Option<ElasticBackend>,
+) -> Result<()> {
     let comm: Arc<dyn Collective> = Arc::from(comm);
     let devices = gather_devices(comm.as_ref())?;
-    if comm.rank() != 0 {
-        return follow(comm, &devices, opts);
+    let group = Group {
+        comm: RefCell::new(Some(comm)),
+        elastic: elastic.map(RefCell::new),
+    };
+    if group.get()?.rank() != 0 {
+        return follow(&group, devices, opts);
     }
-    coordinate(comm, devices, opts)
+    coordinate(&group, devices, opts)
+}
+
+/// The backend's group, lent to each job. An elastic job takes it whole: no other handle may keep
+/// it alive, so that a rank that meets a loss drops it and its links close, and every survivor
+/// leaves the collective it waits in; the job gives back the generation it ended on.
+struct Group {
+    comm: RefCell<Option<Arc<dyn Collective>>>,
+    elastic: Option<RefCell<ElasticBackend>>,
+}
+
+impl Group {
+    /// The group now; an error when an elastic job lost it for good (the launcher stopped it, or
+    /// a new generation could not be formed: the job's own error says which).
+    fn get(&self) -> Result<Arc<dyn Collective>> {
+        self.comm.borrow().clone().ok_or_else(|| {
+            Error::Internal(
+                "the backend's group is gone: an elastic job could not re-form it".into(),
+            )
+        })
+    }
+
+    fn is_elastic(&self) -> bool {
+        self.elastic.is_some()
+    }
+
+    /// Runs `job` on the group as the only holder of it ([`job::run_elastic_lent`] on an elastic
+    /// backend); returns its result and whether the group was re-formed (a rank was lost).
+    fn run_elastic<T>(
+        &self,
+        job: impl FnOnce(
+            Box<dyn Collective>,
+            job::Elastic<'_>,
+        ) -> (Result<T>, Option<Box<dyn Collective>>),
+    ) -> (Result<T>, bool) {
+        let Some(elastic) = &self.elastic else {
+            return (
+                Err(Error::Internal("an elastic job on a plain backend".into())),
+                false,
+            );
+        };
+        let Some(comm) = self.comm.borrow_mut().take() else {
+            return (
+                Err(Error::Internal("an elastic job without its group".into())),
+                false,
+            );
+        };
+        let lent = Arc::downgrade(&comm);
+        let mut elastic = elastic.borrow_mut();
+        let ElasticBackend { member, join } = &mut *elastic;
+        let (result, back) = job(
+            Box::new(comm),
+            job::Elastic {
+                member,
+                join: join.as_mut(),
+            },
+        );
+        // The group lent is alive only when no rank was lost (a loss drops it): then `back` is a
+        // handle to it, else the new generation's group.
+        let (comm, regrouped) = match (lent.upgrade(), back) {
+            (Some(lent), _) => (Some(lent), false),
+            (None, back) => (back.map(Arc::from), true),
+        };
+        *self.comm.borrow_mut() = comm;
+        (result, regrouped)
+    }
 }
 
 /// Where every rank computes, in rank order.
@@ -137,15 +225,18 @@ fn gather_devices(comm: &dyn Collective) -> Result<Vec<RankDevice>> {
 }
 
 /// Ranks ≠ 0: run whatever rank 0 broadcasts.
-fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions) -> Result<()> {
+fn follow(group: &Group, mut devices: Vec<RankDevice>, opts: &ServeOptions) -> Result<()> {
     let out = RunDir::Unique {
         root: opts.out_dir.clone(),
     };
     loop {
         let mut buf = Vec::new();
-        comm.set_op_timeout(None)?;
-        comm.broadcast(&mut buf, 0)?;
-        comm.set_op_timeout(opts.op_timeout)?;
+        {
+            let comm = group.get()?;
+            comm.set_op_timeout(None)?;
+            comm.broadcast(&mut buf, 0)?;
+            comm.set_op_timeout(opts.op_timeout)?;
+        }
         let (job, preset_toml, inline, files, resume_from) =
             match wire::decode_from::<RankCommand>(0, "job command", &buf)? {
                 RankCommand::Shutdown => return Ok(()),
@@ -158,17 +249,27 @@ fn follow(comm: Arc<dyn Collective>, devices: &[RankDevice], opts: &ServeOptions
                 } => (job, preset_toml, inline, files, resume_from),
             };
         let ctx = JobContext {
-            comm: &comm,
+            group,
             job,
-            devices,
+            devices: &devices,
             coordinator: None,
         };
         // The same checks as rank 0's precheck, which passed: a difference (a file missing on
         // this host) fails the job on this rank, and `settle` tells the others.
-        let result = Submission::parse(&preset_toml, inline, files)
-            .and_then(|s| s.run(&ctx, &out, resume_from.as_deref()));
+        let (result, regrouped) = match Submission::parse(&preset_toml, inline, files) {
+            Ok(s) => s.run(&ctx, &out, resume_from.as_deref()),
+            Err(e) => (Err(e), false),
+        };
+        // A job that cannot re-form its group ends this rank with its error.
+        let comm = match group.get() {
+            Ok(comm) => comm,
+            Err(_) => return result.map(|_| ()),
+        };
         if let Err(e) = settle(comm.as_ref(), result)? {
             tracing::warn!("job {job} failed: {e}");
+        }
+        if regrouped {
+            devices = gather_devices(comm.as_ref())?;
         }
     }
 }
@@ -275,27 +376,32 @@ impl Submission {
     }
 
     /// Runs the submission on this rank; `resume_from` (training only, checked by [`precheck`]):
-    /// the stopped run to continue.
+    /// the stopped run to continue. Also says whether the job re-formed the group (an elastic
+    /// backend's job that lost a rank).
     fn run(
         &self,
         ctx: &JobContext<'_>,
         out: &RunDir,
         resume_from: Option<&Path>,
-    ) -> Result<Outcome> {
+    ) -> (Result<Outcome>, bool) {
         match self {
             Submission::Imaging(preset, inline) => {
-                run_job(ctx, preset, inline, out).map(|s| Outcome::of_job(&s))
+                let (result, regrouped) = run_job(ctx, preset, inline, out);
+                (result.map(|s| Outcome::of_job(&s)), regrouped)
             }
             Submission::Fwi(preset, files) => {
-                // Removed when the job ends, however it ends.
-                let folder = match files.is_empty() {
-                    true => None,
-                    false => Some(inputs::JobFolder::write(files, ctx.job)?),
+                let run = || {
+                    // Removed when the job ends, however it ends.
+                    let folder = match files.is_empty() {
+                        true => None,
+                        false => Some(inputs::JobFolder::write(files, ctx.job)?),
+                    };
+                    let base_dir = folder.as_ref().map_or(Path::new(""), |f| f.path());
+                    run_fwi_job(ctx, preset, base_dir, out).map(|s| Outcome::of_fwi(&s))
                 };
-                let base_dir = folder.as_ref().map_or(Path::new(""), |f| f.path());
-                run_fwi_job(ctx, preset, base_dir, out).map(|s| Outcome::of_fwi(&s))
+                (run(), false)
             }
-            Submission::Train(t) => t.run(ctx, out, resume_from),
+            Submission::Train(t) => (t.run(ctx, out, resume_from), false),
         }
     }
 }
@@ -355,11 +461,7 @@ fn inline_tensors(inline: Vec<InlineArray>) -> Result<Vec<(String, Tensor)>> {
 }
 
 /// Rank 0: the control socket, the hub, the preview worker and the job loop.
-fn coordinate(
-    comm: Arc<dyn Collective>,
-    devices: Vec<RankDevice>,
-    opts: &ServeOptions,
-) -> Result<()> {
+fn coordinate(group: &Group, mut devices: Vec<RankDevice>, opts: &ServeOptions) -> Result<()> {
     let listener = match &opts.endpoint {
         Endpoint::Unix(p) => Listener::bind_unix(p)?,
         Endpoint::Tcp(a) if opts.token.is_none() => {
@@ -375,7 +477,10 @@ fn coordinate(
         Endpoint::Tcp(a) => Listener::bind_tcp(a, true)?,
     };
     let addr = listener.addr();
-    let world = comm.world_size();
+    let (mut world, transport) = {
+        let comm = group.get()?;
+        (comm.world_size(), comm.transport())
+    };
     let hub = Arc::new(Hub::new(world));
 
     let (log_tx, log_rx) = std::sync::mpsc::sync_channel::<logs::LogLine>(1024);
@@ -396,16 +501,18 @@ fn coordinate(
             .map_err(|e| Error::io("starting the log thread", "thread", e))?;
     }
 
+    let welcome = |world_size, devices: &[RankDevice]| Event::Welcome {
+        protocol: PROTOCOL_VERSION,
+        server: format!("tessera {}", env!("CARGO_PKG_VERSION")),
+        world_size,
+        devices: devices.to_vec(),
+        backend: transport.into(),
+    };
     let door = accept::Door {
         token: opts.token.clone(),
-        welcome: Event::Welcome {
-            protocol: PROTOCOL_VERSION,
-            server: format!("tessera {}", env!("CARGO_PKG_VERSION")),
-            world_size: world,
-            devices: devices.clone(),
-            backend: comm.transport().into(),
-        },
+        welcome: Arc::new(Mutex::new(welcome(world, &devices))),
     };
+    let greeting = door.welcome.clone();
     {
         let hub = hub.clone();
         std::thread::Builder::new()
@@ -435,7 +542,10 @@ fn coordinate(
     loop {
         let mut queued = hub.next_job();
         let job = queued.job;
-        let submission = match precheck(&mut queued, &out, (world, opts.ranks_here), opts.device) {
+        // All of an elastic backend's ranks are local (its launcher started them).
+        let here = (world, opts.ranks_here.min(world));
+        let submission = match precheck(&mut queued, &out, here, (opts.device, group.is_elastic()))
+        {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("job {job} refused: {e}");
@@ -457,7 +567,7 @@ fn coordinate(
             files: submission.files().to_vec(),
             resume_from: queued.resume_from.clone(),
         })?;
-        comm.broadcast(&mut command, 0)?;
+        group.get()?.broadcast(&mut command, 0)?;
         drop(command);
         tracing::info!(
             "job {job} ({}) starts on {world} rank(s)",
@@ -465,7 +575,7 @@ fn coordinate(
         );
         let cancel = queued.cancel;
         let ctx = JobContext {
-            comm: &comm,
+            group,
             job,
             devices: &devices,
             coordinator: Some(Coordinator {
@@ -478,8 +588,13 @@ fn coordinate(
                 },
             }),
         };
-        let result = submission.run(&ctx, &out, queued.resume_from.as_deref());
-        match settle(comm.as_ref(), result) {
+        let (result, regrouped) = submission.run(&ctx, &out, queued.resume_from.as_deref());
+        let settled = match group.get() {
+            Ok(comm) => settle(comm.as_ref(), result),
+            // An elastic job whose group could not go on: its error ends the backend.
+            Err(lost) => Err(result.err().unwrap_or(lost)),
+        };
+        match settled {
             Ok(Ok(outcome)) => hub.end(job, &ended(job, outcome, &cancel)),
             Ok(Err(e)) => {
                 tracing::error!("job {job} failed: {e}");
@@ -505,6 +620,21 @@ fn coordinate(
                 std::thread::sleep(Duration::from_millis(300));
                 return Err(e);
             }
+        }
+        if regrouped {
+            // The survivors of a lost rank serve the next jobs: clients see the group as it is.
+            devices = gather_devices(group.get()?.as_ref())?;
+            world = devices.len();
+            hub.set_world_size(world);
+            *greeting.lock().unwrap_or_else(|p| p.into_inner()) = welcome(world, &devices);
+            tracing::warn!(
+                "the backend goes on with {world} rank(s): {}",
+                devices
+                    .iter()
+                    .map(|d| format!("rank {} on {}", d.rank, d.host))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
     }
 }
@@ -559,19 +689,29 @@ fn precheck(
     queued: &mut hub::QueuedJob,
     out: &RunDir,
     (world, ranks_here): (usize, usize),
-    device: Option<Device>,
+    (device, elastic): (Option<Device>, bool),
 ) -> Result<Submission> {
     let mut submission = Submission::parse(
         &queued.preset_toml,
         queued.inline.clone(),
         std::mem::take(&mut queued.files),
     )?;
+    if elastic {
+        check_elastic(&submission)?;
+    }
     match &mut submission {
         Submission::Imaging(preset, inline) => {
             // Relative paths in a submission are the server's, from its working directory.
             preset.resolve_paths(Path::new(""))?;
             let chosen = coverage::place(device, preset)?;
             coverage::check_run(chosen, preset)?;
+            if elastic {
+                // The rules of `tessera run --elastic` (a job on the GPU is not elastic yet),
+                // without changing the preset the job records.
+                let mut as_elastic = (**preset).clone();
+                as_elastic.distributed.elastic = true;
+                coverage::check_run(chosen, &as_elastic)?;
+            }
             job::check_inputs(preset, inline, world, ranks_here)?;
         }
         Submission::Train(t) => {
@@ -598,6 +738,40 @@ fn precheck(
     Ok(submission)
 }
 
+/// On an elastic backend, what is not elastic yet is refused by name before any rank sees it.
+fn check_elastic(submission: &Submission) -> Result<()> {
+    let (field, what) = match submission {
+        Submission::Imaging(preset, _) => match preset.distributed.min_ranks {
+            Some(n) if n > 1 => {
+                return Err(Error::config(
+                    "distributed.min_ranks",
+                    format!(
+                        "{n}: a `tessera serve --elastic` backend goes on down to one rank and \
+                         keeps no checkpoint to resume a stopped job from; remove min_ranks, or \
+                         run the preset with `tessera run PRESET --ranks N --elastic`"
+                    ),
+                ));
+            }
+            _ => return Ok(()),
+        },
+        Submission::Fwi(..) => ("fwi", "an inversion"),
+        Submission::Train(_) => ("train", "denoiser training"),
+    };
+    Err(Error::config(
+        field,
+        format!(
+            "{what} does not run on a `tessera serve --elastic` backend yet (only imaging jobs \
+             survive a lost rank there; docs/ELASTIC.md): submit `{}` to a backend started \
+             without --elastic{}",
+            submission.name(),
+            match submission {
+                Submission::Fwi(..) => ", or run it with `tessera run PRESET --ranks N --elastic`",
+                _ => "",
+            }
+        ),
+    ))
+}
+
 struct Coordinator<'a> {
     hub: &'a Hub,
     previews: &'a PreviewWorker,
@@ -606,7 +780,7 @@ struct Coordinator<'a> {
 }
 
 struct JobContext<'a> {
-    comm: &'a Arc<dyn Collective>,
+    group: &'a Group,
     job: JobId,
     devices: &'a [RankDevice],
     /// Rank 0 only.
@@ -648,14 +822,15 @@ fn patch_map(preset: &Preset, image_shape: &[usize], world: usize) -> Option<Pat
     .map(|m| PatchMap::from(&m))
 }
 
-/// Runs one job on this rank with the collective stop/timing exchange after every iteration.
+/// Runs one job on this rank with the collective stop/timing exchange after every iteration (on
+/// the job's own group, [`job::IterationRanks`]: an elastic job recovers from a loss there too);
+/// an elastic backend runs it as an elastic run. Also says whether the group was re-formed.
 fn run_job(
     ctx: &JobContext<'_>,
     preset: &Preset,
     inline: &[(String, Tensor)],
     out: &RunDir,
-) -> Result<JobSummary> {
-    let comm = ctx.comm;
+) -> (Result<JobSummary>, bool) {
     let job = ctx.job;
     let mut exchange_error: Option<Error> = None;
     let mut exchange_secs = 0.0;
@@ -714,7 +889,11 @@ fn run_job(
                 }
                 ControlFlow::Continue(())
             }
-            JobEvent::Iteration { report, x } => {
+            JobEvent::Iteration {
+                report,
+                x,
+                mut ranks,
+            } => {
                 iterations_seen += 1;
                 let t_exchange = Instant::now();
                 let stop_here = ctx
@@ -728,14 +907,11 @@ fn run_job(
                     denoiser_secs: t.denoiser_secs,
                     communication_secs: t.communication_secs,
                 };
-                let records = wire::all_gather_as(comm.as_ref(), "iteration record", &mine);
+                let records = ranks.all_gather("iteration record", &mine);
                 exchange_secs += t_exchange.elapsed().as_secs_f64();
-                let records = match records {
-                    Ok(r) => r,
-                    Err(e) => {
-                        exchange_error = Some(e);
-                        return ControlFlow::Break(());
-                    }
+                // A failure ends the job with its error (the job holds it).
+                let ControlFlow::Continue(records) = records else {
+                    return ControlFlow::Break(());
                 };
                 let stop = records.iter().any(|r| r.stop);
                 if let Some(c) = &ctx.coordinator {
@@ -783,9 +959,20 @@ fn run_job(
             }
         }
     };
-    let result = job::run_in_group_with(preset, out, Box::new(comm.clone()), inline, &mut on_event);
+    let (result, regrouped) = match ctx.group.is_elastic() {
+        true => ctx.group.run_elastic(|comm, elastic| {
+            job::run_elastic_lent(preset, out, comm, inline, elastic, &mut on_event)
+        }),
+        false => match ctx.group.get() {
+            Ok(comm) => (
+                job::run_in_group_with(preset, out, Box::new(comm), inline, &mut on_event),
+                false,
+            ),
+            Err(e) => (Err(e), false),
+        },
+    };
     if let Some(e) = exchange_error {
-        return Err(e);
+        return (Err(e), regrouped);
     }
     if ctx.coordinator.is_some() && iterations_seen > 0 {
         let n = iterations_seen as f64;
@@ -796,7 +983,7 @@ fn run_job(
             handoff_secs / n * 1e6,
         );
     }
-    result
+    (result, regrouped)
 }
 
 /// Runs one FWI job on this rank. The loop itself stops every rank at the same epoch (rank 0
@@ -889,7 +1076,44 @@ fn run_fwi_job(
         preset,
         base_dir,
         out.clone(),
-        Box::new(ctx.comm.clone()),
+        Box::new(ctx.group.get()?),
         &mut on_event,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(toml: &str) -> Submission {
+        Submission::parse(toml, Vec::new(), Vec::new()).unwrap()
+    }
+
+    fn bundled(name: &str, set: &[&str]) -> String {
+        let set: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+        Preset::load(name, &set).unwrap().preset.to_toml().unwrap()
+    }
+
+    #[test]
+    fn an_elastic_backend_refuses_by_name_what_is_not_elastic() {
+        assert!(check_elastic(&parsed(&bundled("quick", &[]))).is_ok());
+        assert!(check_elastic(&parsed(&bundled("quick", &["distributed.min_ranks=1"]))).is_ok());
+        let e = check_elastic(&parsed(&bundled("quick", &["distributed.min_ranks=2"])))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("distributed.min_ranks") && e.contains("down to one rank"),
+            "{e}"
+        );
+        let train = crate::train::TrainPreset::load("train-dncnn", &[])
+            .unwrap()
+            .0;
+        let e = check_elastic(&parsed(&train.to_toml().unwrap()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("denoiser training does not run on a `tessera serve --elastic` backend"),
+            "{e}"
+        );
+    }
 }

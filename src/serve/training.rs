@@ -118,7 +118,7 @@ impl TrainJob {
                     &Event::TrainStarted {
                         job,
                         name: self.name().to_string(),
-                        world_size: ctx.comm.world_size(),
+                        world_size: ctx.group.get()?.world_size(),
                         devices: ctx.devices.to_vec(),
                         plan: self.plan(),
                     },
@@ -147,7 +147,8 @@ impl TrainJob {
                 .as_ref()
                 .is_some_and(|c| c.cancel.load(Ordering::SeqCst))
         };
-        let comm = ctx.comm.as_ref();
+        let group = ctx.group.get()?;
+        let comm = group.as_ref();
         let base = Path::new("");
         let (stopped_early, steps, summary) = match self {
             TrainJob::Denoiser(p) => {
