@@ -127,8 +127,11 @@ pub struct ElasticBackend {
     pub member: Member,
     /// Joins a generation the launcher planned, with the first generation's transport and
     /// timeouts.
-    pub join: Box<dyn FnMut(&RankInfo) -> Result<Box<dyn Collective>>>,
+    pub join: Box<JoinGeneration>,
 }
+
+/// How a rank joins a generation of its group (the `join` of [`job::Elastic`]).
+pub type JoinGeneration = dyn FnMut(&RankInfo) -> Result<Box<dyn Collective>>;
 
 /// Runs the server on this rank until the process is stopped (or the group breaks); `elastic`:
 /// this rank's part in an elastic backend.
