@@ -152,6 +152,37 @@ step "tomography2d from pinv cpu" "$bin" run tomography2d --quiet --replace \
 step "tomography2d from pinv: GPU against CPU" compare "$runs/tomography2d-pinv-cuda" \
   "$runs/tomography2d-pinv-cpu" 2e-3
 
+section "Device memory per rank: each GPU run's peak against the estimate it was admitted with"
+# metrics.json's `devices` (docs/GPU.md): per rank the GPU, the most its buffers and cuFFT's work
+# areas held during the job, the estimate checked against the free memory before it started, and
+# the GPU's total. A peak above its estimate fails the step (the estimate must bound it).
+device_memory() {
+  "$py" - "$@" <<'PY'
+import json
+import sys
+mib = lambda b: b / 2**20
+over = 0
+print(f"{'run':<36} {'rank':>4}  {'device':<34} {'peak MiB':>9} {'estimate MiB':>12} {'ratio':>6} {'total MiB':>10}")
+for path in sys.argv[1:]:
+    with open(path) as f:
+        devices = json.load(f).get("devices", [])
+    if not devices:
+        print(f"{path}: no devices recorded")
+        over = 1
+    for d in devices:
+        run = path.split("/")[-2]
+        ratio = d["estimated_bytes"] / max(d["peak_bytes"], 1)
+        print(f"{run:<36} {d['rank']:>4}  {d['name'] + ' (' + d['device'] + ')':<34} "
+              f"{mib(d['peak_bytes']):>9.2f} {mib(d['estimated_bytes']):>12.2f} {ratio:>6.2f} "
+              f"{mib(d['total_bytes']):>10.0f}")
+        if d["peak_bytes"] > d["estimated_bytes"]:
+            print(f"  peak above the estimate on rank {d['rank']}")
+            over = 1
+sys.exit(over)
+PY
+}
+step "device memory" device_memory "$runs"/*-cuda/metrics.json "$runs"/*-cuda-2/metrics.json
+
 section "Not yet in this check"
 cat >>"$report" <<'MD'
 The self-test's timing table holds issue 28's PnP+TV workloads (tomography 2048² with 100 angles,

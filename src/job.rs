@@ -179,6 +179,23 @@ pub struct RankTimes {
     pub iterations: Vec<IterationProfile>,
 }
 
+/// One rank's device in a run on a GPU (`metrics.json`'s `devices`, absent from CPU runs): what it
+/// is, its memory, and the most the job's buffers held on it against the estimate it was admitted
+/// with (`memory::device_job`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankDeviceUse {
+    pub rank: usize,
+    /// The device's name: `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// `cuda:0`.
+    pub device: String,
+    pub total_bytes: u64,
+    /// The most bytes this rank's buffers held on the device at once during the job.
+    pub peak_bytes: u64,
+    /// The estimate per rank checked against the free memory before the job started.
+    pub estimated_bytes: u64,
+}
+
 /// The bytes one spatial denoiser call moved per exchange, summed over ranks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HaloExchange {
@@ -287,6 +304,9 @@ pub struct JobSummary {
     /// the predicted halo volume (`None` for other denoisers).
     #[serde(default)]
     pub halo_exchange: Option<HaloExchange>,
+    /// Runs on a device: each rank's device and the memory the job used there (absent on the CPU).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<RankDeviceUse>,
     /// Elastic runs: each recovery from a lost rank (absent when there was none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recoveries: Vec<Recovery>,
@@ -718,16 +738,78 @@ fn run_on(
     checkpoints: Option<Checkpoints>,
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> Result<JobSummary> {
+    // Before any work (the run's folder included): a job that does not fit the device is refused.
+    let device_estimate = match &device {
+        Some(d) => Some(fit_on_device(d.as_ref(), preset, inline, comm.as_ref())?),
+        None => None,
+    };
     let mut carried = Carried::new(out, comm.rank(), false)?;
     carried.die_at = crate::dist::launch::launched_die_hook(comm.rank())?;
     if let Some(d) = &device {
         tracing::info!("rank {} computes on {}", comm.rank(), d.describe());
+        d.start_job();
     }
     carried.device = device;
+    carried.device_estimate_bytes = device_estimate.unwrap_or(0);
     if let Some(plan) = checkpoints {
         elastic::start_checkpoints(plan, preset, out, &mut carried)?;
     }
     run_generation(preset, out, comm, inline, on_event, &mut carried)
+}
+
+/// The job's device memory estimate on this rank (`device::solve::footprint`, for the ranks of this
+/// machine that share the device) against the device's free memory, before any work; returns the
+/// estimate per rank. Every rank learns every rank's verdict, so a refusal on one rank fails the
+/// job on all of them (no rank waits for a peer that refused).
+fn fit_on_device(
+    device: &dyn DeviceSolver,
+    preset: &Preset,
+    inline: &InlineArrays,
+    comm: &dyn Collective,
+) -> Result<u64> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let mine = (|| -> Result<u64> {
+        let x_shape = truth_shape(&preset.image, preset.is_volumetric(), inline)?;
+        let parts = crate::device::solve::footprint(preset, &x_shape, world, rank)?;
+        let memory = device.memory()?;
+        let here = crate::memory::ranks_here(world);
+        // Ranks of this machine on this rank's GPU (`Device::ordinal`: round robin, or all on one).
+        let pinned = matches!(
+            preset
+                .distributed
+                .device
+                .as_deref()
+                .map(|t| Device::parse("distributed.device", t)),
+            Some(Ok(Device::Cuda(Some(_))))
+        );
+        let sharing = match pinned {
+            true => here,
+            false => here.div_ceil(memory.device_count.max(1)),
+        };
+        let estimate = crate::memory::device_job(parts, sharing);
+        estimate.check_device(
+            &format!("{} ({})", memory.name, memory.label),
+            memory.free_bytes,
+            memory.total_bytes,
+        )?;
+        tracing::debug!(rank, %estimate, "the job fits the device");
+        Ok(estimate.per_rank_bytes())
+    })();
+    let verdict: Option<String> = mine.as_ref().err().map(|e| e.to_string());
+    let verdicts: Vec<Option<String>> =
+        crate::dist::wire::all_gather_as(comm, "device memory verdicts", &verdict)?;
+    let estimate = mine?;
+    match verdicts
+        .into_iter()
+        .enumerate()
+        .find_map(|(r, v)| v.map(|v| (r, v)))
+    {
+        Some((r, reason)) => Err(Error::Device {
+            device: format!("rank {r}"),
+            reason,
+        }),
+        None => Ok(estimate),
+    }
 }
 
 /// The device a rank of a job computes on: the preset's `[distributed] device` (`tessera run`
@@ -791,6 +873,8 @@ struct Carried {
     die_at: Option<DieAt>,
     /// The device the algorithm runs on (`None`: the CPU).
     device: Option<Box<dyn DeviceSolver>>,
+    /// The job's device memory estimate per rank it was admitted with.
+    device_estimate_bytes: u64,
     /// The generations before this one (elastic runs that lost a rank), with this rank's
     /// communication seconds and iteration profiles in them.
     generations: Vec<GenerationTimes>,
@@ -828,6 +912,7 @@ impl Carried {
             recoveries: Recoveries::new(t_start),
             die_at: None,
             device: None,
+            device_estimate_bytes: 0,
             generations: Vec::new(),
             communication_secs_before: 0.0,
             profiles_before: Vec::new(),
@@ -1245,11 +1330,43 @@ fn solve_and_report(
     let tile_times = tile_clock.map(|c| c.times()).unwrap_or_default();
     let traffic = traffic.and_then(|t| t.lock().expect("traffic lock").clone());
     let communication_secs = mine.communication_secs;
-    let gathered: Vec<(RankTimes, Vec<TileTime>, Option<HaloTraffic>)> =
-        crate::dist::wire::all_gather_as(comm.as_ref(), "timings", &(mine, tile_times, traffic))?;
+    let device_use = match &carried.device {
+        Some(d) => {
+            let m = d.memory()?;
+            tracing::info!(
+                "rank {rank}: the job's peak on {} ({}) was {} of {} (estimated {})",
+                m.name,
+                m.label,
+                crate::error::human_bytes(m.peak_bytes),
+                crate::error::human_bytes(m.total_bytes),
+                crate::error::human_bytes(carried.device_estimate_bytes)
+            );
+            Some(RankDeviceUse {
+                rank,
+                name: m.name,
+                device: m.label,
+                total_bytes: m.total_bytes,
+                peak_bytes: m.peak_bytes,
+                estimated_bytes: carried.device_estimate_bytes,
+            })
+        }
+        None => None,
+    };
+    type Gathered = (
+        RankTimes,
+        Vec<TileTime>,
+        Option<HaloTraffic>,
+        Option<RankDeviceUse>,
+    );
+    let gathered: Vec<Gathered> = crate::dist::wire::all_gather_as(
+        comm.as_ref(),
+        "timings",
+        &(mine, tile_times, traffic, device_use),
+    )?;
     let halo_exchange = HaloExchange::from_ranks(gathered.iter().map(|g| g.2.as_ref()))?;
+    let devices: Vec<RankDeviceUse> = gathered.iter().filter_map(|g| g.3.clone()).collect();
     let (mut ranks, tile_times): (Vec<RankTimes>, Vec<Vec<TileTime>>) =
-        gathered.into_iter().map(|(r, t, _)| (r, t)).unzip();
+        gathered.into_iter().map(|(r, t, _, _)| (r, t)).unzip();
     for (r, mut iterations) in ranks.iter_mut().zip(profiles) {
         iterations
             .iter_mut()
@@ -1296,6 +1413,7 @@ fn solve_and_report(
         history,
         tiles: Vec::new(),
         halo_exchange,
+        devices,
         recoveries: carried.recoveries.list().to_vec(),
         generations,
         resumed: carried.resumed.clone(),

@@ -278,6 +278,29 @@ impl Parts {
     }
 }
 
+/// A device job's memory per rank: the named parts of `device::solve::footprint`, for the
+/// `ranks_on_device` ranks of this machine that share the device.
+pub fn device_job(parts: Vec<(String, u64)>, ranks_on_device: usize) -> Parts {
+    Parts {
+        job: "device job",
+        parts,
+        ranks_here: ranks_on_device.max(1) as u64,
+    }
+}
+
+impl Parts {
+    /// Fails, naming the estimate, the free memory and `device` (`NVIDIA H100 80GB HBM3 (cuda:0)`),
+    /// when the job needs more than the device's `free_bytes` of `total_bytes`.
+    pub fn check_device(&self, device: &str, free_bytes: u64, total_bytes: u64) -> Result<()> {
+        let detail = format!(
+            "{device} has {} free of {}; {self}",
+            human(free_bytes),
+            human(total_bytes)
+        );
+        fits(self.total_bytes(), free_bytes, &detail)
+    }
+}
+
 impl std::fmt::Display for Parts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let parts: Vec<String> = self

@@ -93,6 +93,7 @@ mod tests {
                 name: "test".into(),
                 image_shape: vec![1, 1, 64, 64],
                 tiles: Vec::new(),
+                devices: Vec::new(),
                 world_size: ranks,
                 solve_secs: 0.0,
                 reconstruction: None,

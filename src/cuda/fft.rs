@@ -2,14 +2,19 @@
 //! one plan pair (R2C, C2R) per grid and batch size, on the device's stream.
 
 use cudarc::cufft::{result, sys};
+use std::sync::Arc;
+
 use cudarc::driver::CudaStream;
 
+use crate::device::backend::{Charge, MemoryMeter};
 use crate::error::{Error, Result};
 
 /// A forward (R2C) and an inverse (C2R) cuFFT plan for one grid and batch.
 pub struct FftPlans {
     pub(super) forward: sys::cufftHandle,
     pub(super) inverse: sys::cufftHandle,
+    /// The work areas cuFFT allocated for the two plans, on the device's meter.
+    _work: Charge,
 }
 
 // SAFETY: cuFFT handles may be used from any thread; the backend serialises their use on one stream.
@@ -26,7 +31,13 @@ pub(super) fn error(device: &str, what: &str, e: result::CufftError) -> Error {
 impl FftPlans {
     /// Plans for `batch` transforms of `grid` (C order); leading axes of length 1 are dropped, so a
     /// 2-D image is a rank-2 transform.
-    pub fn new(device: &str, stream: &CudaStream, grid: [usize; 3], batch: usize) -> Result<Self> {
+    pub fn new(
+        device: &str,
+        stream: &CudaStream,
+        meter: &Arc<MemoryMeter>,
+        grid: [usize; 3],
+        batch: usize,
+    ) -> Result<Self> {
         let first = grid.iter().position(|&n| n > 1).unwrap_or(2);
         let mut dims = grid[first..]
             .iter()
@@ -67,7 +78,25 @@ impl FftPlans {
                 return Err(e);
             }
         };
-        Ok(FftPlans { forward, inverse })
+        // SAFETY: both plans were made above; cuFFT allocated their work areas with them.
+        let work =
+            unsafe { result::get_size(forward).and_then(|f| Ok(f + result::get_size(inverse)?)) };
+        let work = match work {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                // SAFETY: created above and not used elsewhere.
+                unsafe {
+                    let _ = result::destroy(forward);
+                    let _ = result::destroy(inverse);
+                }
+                return Err(error(device, "reading the plans' work size", e));
+            }
+        };
+        Ok(FftPlans {
+            forward,
+            inverse,
+            _work: meter.charge(work as u64),
+        })
     }
 }
 

@@ -16,7 +16,7 @@ use cudarc::driver::{
 };
 
 use crate::device::Device;
-use crate::device::backend::{Arg, Backend, LaunchConfig};
+use crate::device::backend::{Arg, Backend, LaunchConfig, MemoryMeter};
 use crate::device::kernels::Kernel;
 use crate::device::selftest::{self, Level, Report};
 use crate::error::{Error, Result};
@@ -30,6 +30,10 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    /// The bytes this rank's buffers and FFT work areas hold on the GPU.
+    meter: Arc<MemoryMeter>,
+    /// GPUs on this machine.
+    count: usize,
 }
 
 impl Gpu {
@@ -79,6 +83,8 @@ impl Gpu {
             stream,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            meter: MemoryMeter::new(),
+            count: count.max(1) as usize,
         })
     }
 
@@ -188,6 +194,23 @@ impl Backend for Gpu {
         )
     }
 
+    fn identity(&self) -> (String, String) {
+        (self.name.clone(), self.label.clone())
+    }
+
+    fn memory_info(&self) -> Result<(u64, u64)> {
+        let (free, total) = self.memory()?;
+        Ok((free as u64, total as u64))
+    }
+
+    fn meter(&self) -> &Arc<MemoryMeter> {
+        &self.meter
+    }
+
+    fn device_count(&self) -> usize {
+        self.count
+    }
+
     fn alloc_zeroed(&self, bytes: usize) -> Result<CudaSlice<u8>> {
         self.stream
             .alloc_zeros::<u8>(alloc_len(bytes))
@@ -261,7 +284,7 @@ impl Backend for Gpu {
 
     fn fft_plan(&self, grid: [usize; 3], batch: usize) -> Result<fft::FftPlans> {
         self.bind()?;
-        fft::FftPlans::new(&self.label, &self.stream, grid, batch)
+        fft::FftPlans::new(&self.label, &self.stream, &self.meter, grid, batch)
     }
 
     fn fft_forward(

@@ -280,7 +280,7 @@ mod tests {
     /// value to f64 rounding (the norms); mixing storages is an error, not a panic.
     #[test]
     fn device_storage_matches_the_host_storage() {
-        let backend = Arc::new(Emulator);
+        let backend = Arc::new(Emulator::new().unwrap());
         let shape = [1, 3, 17, 23];
         let (a, b) = (sample(&shape, 1), sample(&shape, 2));
         let mut host = Array::<Emulator>::host(a.clone());

@@ -7,6 +7,8 @@
 //! argument order and buffer sizes are tested on machines without a GPU.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::Pod;
 
@@ -58,6 +60,21 @@ pub trait Backend: Send + Sync + 'static {
     /// What this device is, for reports: `NVIDIA H100 80GB HBM3 (cuda:0)`.
     fn describe(&self) -> String;
 
+    /// The device's name and label, for `metrics.json`: (`NVIDIA H100 80GB HBM3`, `cuda:0`).
+    fn identity(&self) -> (String, String);
+
+    /// The device's free and total memory now, bytes (a GPU's `cuMemGetInfo`: what every process
+    /// on it leaves free).
+    fn memory_info(&self) -> Result<(u64, u64)>;
+
+    /// The bytes this backend's buffers hold, counted where they are allocated and freed.
+    fn meter(&self) -> &Arc<MemoryMeter>;
+
+    /// Devices of this kind on the machine (ranks share them round robin: `Device::ordinal`).
+    fn device_count(&self) -> usize {
+        1
+    }
+
     /// `bytes` zeroed bytes.
     fn alloc_zeroed(&self, bytes: usize) -> Result<Self::Buffer>;
 
@@ -104,28 +121,87 @@ pub trait Backend: Send + Sync + 'static {
     fn synchronize(&self) -> Result<()>;
 }
 
+/// The device memory one backend's buffers hold: the bytes in use and their peak since the last
+/// [`MemoryMeter::reset_peak`]. Every device buffer is a [`DeviceVec`] (or a GPU's FFT work area),
+/// which charges the meter when it is allocated and releases it when it is dropped, on the GPU and
+/// on the emulator alike; a rank has one backend, so this is the rank's device memory.
+#[derive(Debug, Default)]
+pub struct MemoryMeter {
+    in_use: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl MemoryMeter {
+    pub fn new() -> Arc<MemoryMeter> {
+        Arc::new(MemoryMeter::default())
+    }
+
+    /// Counts `bytes` as allocated until the returned charge is dropped.
+    pub fn charge(self: &Arc<Self>, bytes: u64) -> Charge {
+        let now = self.in_use.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        Charge {
+            meter: self.clone(),
+            bytes,
+        }
+    }
+
+    pub fn in_use_bytes(&self) -> u64 {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes in use at once since the last reset.
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Starts a new peak from what is in use now (a job's peak starts with the job).
+    pub fn reset_peak(&self) {
+        self.peak.store(self.in_use_bytes(), Ordering::Relaxed);
+    }
+}
+
+/// Bytes counted by a [`MemoryMeter`] while this lives.
+#[derive(Debug)]
+pub struct Charge {
+    meter: Arc<MemoryMeter>,
+    bytes: u64,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.meter.in_use.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 /// A typed array in a backend's memory.
 pub struct DeviceVec<B: Backend, T: Pod> {
+    // Declared before the charge: the memory is freed, then uncounted.
     buf: B::Buffer,
     len: usize,
+    _charge: Charge,
     _element: PhantomData<T>,
 }
 
 impl<B: Backend, T: Pod> DeviceVec<B, T> {
     /// `len` zeros.
     pub fn zeros(backend: &B, len: usize) -> Result<Self> {
+        let bytes = len * size_of::<T>();
         Ok(DeviceVec {
-            buf: backend.alloc_zeroed(len * size_of::<T>())?,
+            buf: backend.alloc_zeroed(bytes)?,
             len,
+            _charge: backend.meter().charge(bytes as u64),
             _element: PhantomData,
         })
     }
 
     /// A copy of `host` on the device.
     pub fn from_host(backend: &B, host: &[T]) -> Result<Self> {
+        let bytes = std::mem::size_of_val(host);
         Ok(DeviceVec {
             buf: backend.upload(bytemuck::cast_slice(host))?,
             len: host.len(),
+            _charge: backend.meter().charge(bytes as u64),
             _element: PhantomData,
         })
     }

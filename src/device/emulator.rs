@@ -9,11 +9,11 @@ use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustfft::num_complex::Complex32;
 
-use super::backend::{Arg, Backend, LaunchConfig};
+use super::backend::{Arg, Backend, LaunchConfig, MemoryMeter};
 use super::kernels::{KERNELS, Kernel, KernelSource};
 use crate::error::{Error, Result};
 use crate::physics::fft::RealFft3;
@@ -76,8 +76,51 @@ impl Drop for EmulatedBuffer {
     }
 }
 
-/// The kernels on the CPU; see the module docs.
-pub(crate) struct Emulator;
+/// The kernels on the CPU; see the module docs. Its memory is the host's, counted as a GPU's
+/// would be, against a total that stands for the GPU's ([`Emulator::new`]).
+pub(crate) struct Emulator {
+    meter: Arc<MemoryMeter>,
+    total_bytes: u64,
+}
+
+/// The emulated GPU's memory when `TESSERA_EMULATOR_MEMORY` does not say: an H100's 80 GiB.
+pub(crate) const DEFAULT_MEMORY_BYTES: u64 = 80 << 30;
+
+impl Emulator {
+    /// An emulated GPU with `TESSERA_EMULATOR_MEMORY` bytes (a number of bytes, or with a binary
+    /// suffix: `512MiB`, `2GiB`), else [`DEFAULT_MEMORY_BYTES`]; a value that does not parse is an
+    /// error naming it.
+    pub(crate) fn new() -> Result<Emulator> {
+        let total_bytes = match std::env::var("TESSERA_EMULATOR_MEMORY") {
+            Ok(text) => parse_bytes(&text).ok_or_else(|| {
+                Error::config(
+                    "TESSERA_EMULATOR_MEMORY",
+                    format!("expected bytes such as 2147483648 or 2GiB, got `{text}`"),
+                )
+            })?,
+            Err(_) => DEFAULT_MEMORY_BYTES,
+        };
+        Ok(Emulator::with_memory(total_bytes))
+    }
+
+    /// An emulated GPU with `total_bytes` of memory.
+    pub(crate) fn with_memory(total_bytes: u64) -> Emulator {
+        Emulator {
+            meter: MemoryMeter::new(),
+            total_bytes,
+        }
+    }
+}
+
+/// `123`, `64KiB`, `512MiB`, `2GiB` as bytes.
+fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, shift) = [("KiB", 10), ("MiB", 20), ("GiB", 30), ("TiB", 40)]
+        .iter()
+        .find_map(|(suffix, shift)| text.strip_suffix(suffix).map(|d| (d.trim(), *shift)))
+        .unwrap_or((text, 0));
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
 
 thread_local! {
     /// The size in bytes of every download this thread made (tests count the iterate's copies to
@@ -186,6 +229,19 @@ impl Backend for Emulator {
 
     fn describe(&self) -> String {
         "CPU emulator (g++)".into()
+    }
+
+    fn identity(&self) -> (String, String) {
+        ("CPU emulator (g++)".into(), "emulator".into())
+    }
+
+    fn memory_info(&self) -> Result<(u64, u64)> {
+        let used = self.meter.in_use_bytes();
+        Ok((self.total_bytes.saturating_sub(used), self.total_bytes))
+    }
+
+    fn meter(&self) -> &Arc<MemoryMeter> {
+        &self.meter
     }
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<EmulatedBuffer> {
@@ -310,5 +366,20 @@ impl Backend for Emulator {
 
     fn synchronize(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emulated_memory_sizes_parse() {
+        assert_eq!(parse_bytes("123"), Some(123));
+        assert_eq!(parse_bytes(" 2GiB "), Some(2 << 30));
+        assert_eq!(parse_bytes("512 MiB"), Some(512 << 20));
+        for bad in ["", "2GB", "-1", "x", "99999999999TiB"] {
+            assert_eq!(parse_bytes(bad), None, "{bad}");
+        }
     }
 }

@@ -889,7 +889,7 @@ mod tests {
     /// The whole self-test, on the kernels compiled for the CPU: every check within tolerance.
     #[test]
     fn selftest_passes_on_the_emulator() {
-        let report = run(&Arc::new(Emulator), Level::Quick).unwrap();
+        let report = run(&Arc::new(Emulator::new().unwrap()), Level::Quick).unwrap();
         println!("{}", report.table());
         assert!(report.checks.len() > 50);
         assert_eq!(report.failures(), 0, "{}", report.table());

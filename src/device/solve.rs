@@ -509,10 +509,32 @@ pub struct PnpTv<'a> {
     pub ranks: Option<&'a DistributedStack>,
 }
 
+/// A device's memory as a job sees it: what the device is, its free and total memory, and what
+/// this rank's buffers hold now and at most since the job started ([`DeviceSolver::start_job`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// `cuda:0`.
+    pub label: String,
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+    pub in_use_bytes: u64,
+    pub peak_bytes: u64,
+    /// Devices of this kind on the machine.
+    pub device_count: usize,
+}
+
 /// A device that runs a job's algorithm, whatever its backend (`job` holds one per rank).
 pub trait DeviceSolver {
     /// What the device is, for the log: `NVIDIA H100 80GB HBM3 (cuda:0)`.
     fn describe(&self) -> String;
+
+    /// The device's memory now (see [`DeviceMemory`]).
+    fn memory(&self) -> Result<DeviceMemory>;
+
+    /// A job starts: its peak starts from what is in use now.
+    fn start_job(&self);
 
     /// [`pnp`] on this device.
     fn pnp(&self, problem: &PnpTv<'_>, on_iter: &mut ViewCallback<'_>) -> Result<Reconstruction>;
@@ -531,6 +553,25 @@ pub trait DeviceSolver {
 impl<B: Backend> DeviceSolver for Arc<B> {
     fn describe(&self) -> String {
         self.as_ref().describe()
+    }
+
+    fn memory(&self) -> Result<DeviceMemory> {
+        let (name, label) = self.identity();
+        let (free_bytes, total_bytes) = self.memory_info()?;
+        let meter = self.meter();
+        Ok(DeviceMemory {
+            name,
+            label,
+            free_bytes,
+            total_bytes,
+            in_use_bytes: meter.in_use_bytes(),
+            peak_bytes: meter.peak_bytes(),
+            device_count: self.device_count(),
+        })
+    }
+
+    fn start_job(&self) {
+        self.meter().reset_peak();
     }
 
     fn pnp(&self, problem: &PnpTv<'_>, on_iter: &mut ViewCallback<'_>) -> Result<Reconstruction> {
@@ -644,6 +685,187 @@ pub fn cg<B: Backend>(
     run.into_reconstruction()
 }
 
+const F32: u64 = 4;
+
+/// Floats of an array of `shape`.
+fn elems(shape: &[usize]) -> u64 {
+    shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64))
+}
+
+/// What one rank of a device job holds in the device's memory at its peak, as named parts in bytes
+/// (`memory::device_job` sums them and checks them against the device's free memory before the
+/// job starts). It follows the device code's buffers: the measurements of the operators this rank
+/// owns, the operators' tables (rays, masks, kernel spectra, exactly as they are uploaded), the
+/// algorithm's images (iterate, gradient, CG's vectors, TV's fields), one image per operator term
+/// alive before a sum (every operator's when the terms are staged through the host), and the
+/// largest work buffers of one operator application (padded grids and spectra); a GPU adds
+/// cuFFT's work areas, about one batch of spectra. `x_shape` is the image's `(B, C, H, W)`;
+/// `world` ranks share the operators as `dist::physics::owner` does.
+pub fn footprint(
+    preset: &crate::preset::Preset,
+    x_shape: &[usize],
+    world: usize,
+    rank: usize,
+) -> Result<Vec<(String, u64)>> {
+    let image = planes_of(x_shape, "device memory estimate")?;
+    let image_floats = elems(x_shape);
+    let planes = image.count as u64;
+    let specs = preset.operators()?;
+    let built = specs
+        .iter()
+        .map(|spec| BuiltOperator::build(spec, x_shape))
+        .collect::<Result<Vec<_>>>()?;
+    let measurement_floats = built
+        .iter()
+        .map(|op| {
+            let shape = match op {
+                BuiltOperator::Tomography(t) => t.output_shape(x_shape)?,
+                BuiltOperator::Blur(b) => b.output_shape(x_shape)?,
+            };
+            Ok(elems(&shape))
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    // (resident floats, work floats of one application) per operator.
+    let sizes: Vec<(u64, u64)> = built
+        .iter()
+        .map(|op| match op {
+            BuiltOperator::Tomography(t) => {
+                let g = t.device_geometry();
+                let (nd, na) = (g.n_det as u64, g.n_angles as u64);
+                let len = crate::physics::tomography::ramp_len(g.n_det) as u64;
+                let rays =
+                    g.ray_row0.len() + g.ray_col0.len() + g.ray_count.len() + g.ray_first.len();
+                let resident = (rays + g.step_row.len() + g.step_col.len()) as u64
+                    + g.mask.as_ref().map_or(1, |m| m.len() as u64)
+                    + 2 * len
+                    + 1
+                    + na
+                    + len;
+                let (w, stride) = (g.width as u64, g.stride as u64);
+                // Forward: the bordered image and the sinogram; adjoint: the sinogram by angle
+                // and the image.
+                let work = planes * (stride * stride + nd * na).max(2 * nd * na + w * w);
+                (resident, work)
+            }
+            BuiltOperator::Blur(b) => {
+                let (grid, spectrum) = super::ops::blur_engine::blur_grid(b, image.dims);
+                let (g, s) = (elems(&grid), 2 * spectrum as u64);
+                let kernels = b.conv().channels() as u64;
+                // The kernel spectra stay; the placed kernels and the maps are small beside them.
+                let resident = kernels * (s + g) + 4 * grid.iter().sum::<usize>() as u64;
+                // A padded grid and its spectrum, then the spectrum and the inverse grid, then the
+                // grid and the cropped or folded result.
+                let work = planes * (g + s);
+                (resident, work)
+            }
+        })
+        .collect();
+    let blurs: Option<Vec<&Blur>> = built
+        .iter()
+        .map(|op| match op {
+            BuiltOperator::Blur(b) => Some(b),
+            BuiltOperator::Tomography(_) => None,
+        })
+        .collect();
+    let fused = blurs.is_some_and(|blurs| {
+        let refs: Vec<&dyn LinearPhysics> =
+            blurs.iter().map(|b| *b as &dyn LinearPhysics).collect();
+        BlurFusion::for_ops(&refs).is_some()
+    });
+    let n = built.len();
+    let split = world > 1 && !fused;
+    let mine: Vec<usize> = match split {
+        true => (0..n).filter(|&i| owner(i, world) == rank).collect(),
+        false => (0..n).collect(),
+    };
+    let mut parts = Vec::new();
+    let floats = |f: u64| f.saturating_mul(F32);
+    let fbp = matches!(preset.algorithm, crate::optim::AlgorithmConfig::Fbp(_));
+    if fbp {
+        let Some(BuiltOperator::Tomography(t)) = built.first() else {
+            return Err(Error::config(
+                "algorithm.kind",
+                "fbp needs exactly one tomography operator",
+            ));
+        };
+        let g = t.device_geometry();
+        let (nd, na, w) = (g.n_det as u64, g.n_angles as u64, g.width as u64);
+        let len = crate::physics::tomography::ramp_len(g.n_det) as u64;
+        parts.push(("sinograms".to_string(), floats(measurement_floats[0])));
+        parts.push((
+            "the operator's rays and filter".to_string(),
+            floats(sizes[0].0),
+        ));
+        // The sinograms by column, zero-padded, their spectra, the filtered grid, its crop and
+        // transpose, then the back-projection's own work and the image.
+        let work = planes * (nd * na + na * len + na * (len + 2) + na * len + 2 * nd * na);
+        parts.push(("filtering work buffers".to_string(), floats(work)));
+        parts.push((
+            "the back-projection and the image".to_string(),
+            floats(planes * (nd * na + 2 * w * w)),
+        ));
+        parts.push((
+            "FFT work areas (a GPU's cuFFT)".to_string(),
+            floats(planes * na * (len + 2)),
+        ));
+        return Ok(parts);
+    }
+    let measurements: u64 = mine.iter().map(|&i| measurement_floats[i]).sum();
+    parts.push((
+        format!("measurements of {} operator(s)", mine.len()),
+        floats(measurements),
+    ));
+    let mut resident: u64 = mine.iter().map(|&i| sizes[i].0).sum();
+    if fused {
+        // The weighted Gram kernel's convolution, on the same grid as the operators.
+        resident += sizes.first().map_or(0, |s| s.0);
+    }
+    parts.push((
+        "operator tables and kernel spectra".to_string(),
+        floats(resident),
+    ));
+    let pnp = matches!(preset.algorithm, crate::optim::AlgorithmConfig::Pnp(_));
+    // PnP: iterate, previous iterate, gradient, step, denoised, and the start; CG: x, r, p, Ap, b
+    // and the normal operator's result.
+    let mut algorithm = 6 * image_floats;
+    if pnp {
+        // TV: the primal copies (x2, x̄, δ) and the dual field of one value per axis.
+        let axes = x_shape.len().saturating_sub(2) as u64;
+        algorithm += (3 + axes) * image_floats;
+    }
+    parts.push((
+        match pnp {
+            true => "iterate, gradient and TV fields".to_string(),
+            false => "CG's vectors".to_string(),
+        },
+        floats(algorithm),
+    ));
+    let terms = match (fused, split) {
+        // The forward images of every operator (the objective) and the adjoints' spectra.
+        (true, _) => measurement_floats.iter().sum::<u64>() + 2 * image_floats,
+        // This rank's terms, then every operator's, uploaded from the host.
+        (false, true) => (mine.len() + n) as u64 * image_floats,
+        (false, false) => n as u64 * image_floats,
+    };
+    parts.push(("operator terms before their sum".to_string(), floats(terms)));
+    let work = mine.iter().map(|&i| sizes[i].1).max().unwrap_or(0)
+        + mine
+            .iter()
+            .map(|&i| measurement_floats[i])
+            .max()
+            .unwrap_or(0)
+            * 2;
+    parts.push(("one operator's work buffers".to_string(), floats(work)));
+    let fft = match fused || built.iter().any(|op| matches!(op, BuiltOperator::Blur(_))) {
+        true => mine.iter().map(|&i| sizes[i].1).max().unwrap_or(0) / 2,
+        false => 0,
+    };
+    if fft > 0 {
+        parts.push(("FFT work areas (a GPU's cuFFT)".to_string(), floats(fft)));
+    }
+    Ok(parts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -672,7 +894,7 @@ mod tests {
     /// images and volumes of awkward sizes, stopping early or running to the cap.
     #[test]
     fn device_tv_is_the_cpu_tv() {
-        let backend = Arc::new(Emulator);
+        let backend = Arc::new(Emulator::new().unwrap());
         for (shape, crit, n_it_max) in [
             (vec![2, 3, 17, 23], 1e-3f32, 200),
             (vec![1, 1, 31, 1], 1e-4, 50),
@@ -759,7 +981,7 @@ mod tests {
             &mut count,
         )
         .unwrap();
-        let backend = Arc::new(Emulator);
+        let backend = Arc::new(Emulator::new().unwrap());
         let problem = PnpTv {
             host_physics: host,
             ops,
@@ -887,7 +1109,7 @@ mod tests {
     /// What the device has no twin for says so by name instead of running on the CPU.
     #[test]
     fn missing_device_parts_are_named() {
-        let backend = Arc::new(Emulator);
+        let backend = Arc::new(Emulator::new().unwrap());
         let blur = Blur::new(gaussian_kernel([1.0, 1.0], 0.0), Padding::Circular).unwrap();
         let y = Tensor::zeros(&[1, 1, 8, 8]);
         let l1 = FidelityConfig::L1 {
@@ -910,7 +1132,7 @@ mod tests {
     /// well-conditioned blur (the CG's sums run in another order), zeros for zero measurements.
     #[test]
     fn pinv_on_the_device_is_the_host_stacks() {
-        let backend = Arc::new(Emulator);
+        let backend = Arc::new(Emulator::new().unwrap());
         let blur = || Blur::new(gaussian_kernel([0.6, 0.6], 0.0), Padding::Circular).unwrap();
         let (device_blur, shape) = (blur(), [1, 1, 13, 11]);
         let stack = Stack::new(vec![Box::new(blur())]).unwrap();

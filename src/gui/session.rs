@@ -169,6 +169,20 @@ impl TrainRun {
     }
 }
 
+/// The ranks' devices in a job's `metrics.json` (`job::JobSummary::devices`): none for a CPU run,
+/// a training job's summary, an older server's or one that does not parse (the Timing tab reports
+/// a broken file; the device table is then just absent).
+pub fn devices_of(summary_json: &str) -> Vec<crate::job::RankDeviceUse> {
+    #[derive(serde::Deserialize)]
+    struct Devices {
+        #[serde(default)]
+        devices: Vec<crate::job::RankDeviceUse>,
+    }
+    serde_json::from_str::<Devices>(summary_json)
+        .map(|d| d.devices)
+        .unwrap_or_default()
+}
+
 /// The state the panels draw.
 #[derive(Debug, Default)]
 pub struct Session {
@@ -189,6 +203,9 @@ pub struct Session {
     /// The finished (or stopped) run's folder on the backend's machine.
     pub run_dir: Option<PathBuf>,
     pub summary_json: Option<String>,
+    /// The finished run's devices and their memory, per rank (from its `metrics.json`; empty for
+    /// a run on the CPU).
+    pub devices_used: Vec<crate::job::RankDeviceUse>,
     pub log: Vec<LogLine>,
     /// After a remote attach: adopt the next job that starts (the server replays the running one).
     pub adopt_next_job: bool,
@@ -264,6 +281,7 @@ impl Session {
         self.outputs.clear();
         self.run_dir = None;
         self.summary_json = None;
+        self.devices_used.clear();
         self.patch_map = None;
         self.error = None;
     }
@@ -522,6 +540,7 @@ impl Session {
                 self.outputs = outputs.iter().map(|o| run_dir.join(o)).collect();
                 self.training_ended(Some(&run_dir), Some(&summary_json));
                 self.run_dir = Some(run_dir);
+                self.devices_used = devices_of(&summary_json);
                 self.summary_json = Some(summary_json);
             }
             Event::Cancelled {
@@ -544,6 +563,7 @@ impl Session {
                 }
                 self.training_ended(run_dir.as_deref(), summary_json.as_deref());
                 self.run_dir = run_dir;
+                self.devices_used = summary_json.as_deref().map(devices_of).unwrap_or_default();
                 self.summary_json = summary_json;
             }
             Event::Failed { job, error } => {
@@ -595,6 +615,7 @@ impl Session {
         self.outputs.clear();
         self.run_dir = None;
         self.summary_json = None;
+        self.devices_used.clear();
         self.patch_map = None;
         self.operators.clear();
         self.image_shape.clear();
@@ -707,5 +728,44 @@ mod tests {
         assert!(matches!(s.state(), JobState::Failed { .. }));
         assert!(s.error.as_deref().unwrap().contains("broken pipe"));
         assert!(!s.is_busy());
+    }
+
+    /// A finished job's `metrics.json` gives the Distribution panel each rank's device (the fields
+    /// a device run adds); a CPU run's, an older server's and a broken one give none, and the next
+    /// submission forgets them.
+    #[test]
+    fn a_finished_runs_devices_are_decoded_from_its_metrics() {
+        let device = r#"{"name": "x", "world_size": 2, "devices": [
+            {"rank": 0, "name": "NVIDIA H100 80GB HBM3", "device": "cuda:0",
+             "total_bytes": 85899345920, "peak_bytes": 1048576, "estimated_bytes": 2097152},
+            {"rank": 1, "name": "NVIDIA H100 80GB HBM3", "device": "cuda:0",
+             "total_bytes": 85899345920, "peak_bytes": 524288, "estimated_bytes": 1048576}]}"#;
+        let decoded = devices_of(device);
+        assert_eq!(decoded.len(), 2);
+        assert_eq!(decoded[1].rank, 1);
+        assert_eq!(decoded[0].device, "cuda:0");
+        assert_eq!(decoded[0].total_bytes, 80 << 30);
+        assert_eq!(decoded[1].peak_bytes, 1 << 19);
+        assert_eq!(decoded[0].estimated_bytes, 2 << 20);
+        for none in [
+            r#"{"name": "cpu run", "world_size": 1}"#,
+            "{}",
+            "not json",
+            r#"{"devices": 3}"#,
+        ] {
+            assert!(devices_of(none).is_empty(), "{none}");
+        }
+        let mut s = Session::default();
+        s.submitted();
+        s.apply(Event::Accepted { job: 4 });
+        s.apply(Event::Finished {
+            job: 4,
+            run_dir: "/tmp/run".into(),
+            outputs: vec![],
+            summary_json: device.into(),
+        });
+        assert_eq!(s.devices_used, decoded);
+        s.submitted();
+        assert!(s.devices_used.is_empty());
     }
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{JobEvent, JobSummary, run_on};
+use crate::device::backend::Backend;
 use crate::device::emulator::{Emulator, take_downloads};
 use crate::dist::SingleProcess;
 use crate::io::{RunDir, read_array};
@@ -23,7 +24,7 @@ fn run_into(
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
 ) -> JobSummary {
     let out = RunDir::from(dir.join(name).as_path());
-    let solver = device.then(|| Box::new(Arc::new(Emulator)) as Box<_>);
+    let solver = device.then(|| Box::new(Arc::new(Emulator::new().unwrap())) as Box<_>);
     run_on(
         preset,
         &out,
@@ -266,7 +267,7 @@ fn two_device_ranks_give_one_ranks_bits() {
                 let out = RunDir::from(dir.path().join(format!("{world}")).as_path());
                 let mut ignore = |_: JobEvent<'_>| ControlFlow::Continue(());
                 let solver: Box<dyn crate::device::solve::DeviceSolver> =
-                    Box::new(Arc::new(Emulator));
+                    Box::new(Arc::new(Emulator::new().unwrap()));
                 run_on(
                     &preset,
                     &out,
@@ -364,4 +365,198 @@ fn a_device_job_downloads_the_iterate_only_when_a_preview_or_ssim_is_due() {
     );
     let e = relative_error(&preview.unwrap(), &cpu_preview.unwrap());
     assert!(e <= 1e-5, "preview at iteration 3: relative error {e:e}");
+}
+
+/// The memory a device job is admitted with on one rank of one (`memory::device_job` of
+/// `device::solve::footprint`), bytes.
+fn admitted_bytes(preset: &Preset) -> u64 {
+    let x_shape = super::truth_shape(&preset.image, preset.is_volumetric(), &[]).unwrap();
+    let parts = crate::device::solve::footprint(preset, &x_shape, 1, 0).unwrap();
+    crate::memory::device_job(parts, 1).per_rank_bytes()
+}
+
+/// `preset` on `backend` (an emulated device of a chosen size) into `dir/name`.
+fn run_on_emulator(
+    preset: &Preset,
+    dir: &Path,
+    name: &str,
+    backend: &Arc<Emulator>,
+) -> crate::error::Result<JobSummary> {
+    let out = RunDir::from(dir.join(name).as_path());
+    let mut ignore = |_: JobEvent<'_>| ControlFlow::Continue(());
+    run_on(
+        preset,
+        &out,
+        Box::new(SingleProcess),
+        &[],
+        Some(Box::new(backend.clone())),
+        None,
+        &mut ignore,
+    )
+}
+
+/// The jobs the device runs: PnP+TV and CG on a tomography and on blur stacks (fused, and of
+/// every padding), FBP on an even and an odd tomography.
+fn device_jobs() -> Vec<(&'static str, String)> {
+    let damped = format!("{CG}\ndamping = 0.05");
+    let fbp = "[algorithm]\nkind = \"fbp\"";
+    let paddings = ["valid", "circular", "replicate", "reflect", "constant"];
+    let odd = TOMOGRAPHY
+        .replace("size = [32, 32]", "size = [33, 33]")
+        .replace("angles = 20", "angles = 17");
+    vec![
+        ("pnp+tv tomography", TOMOGRAPHY.to_string()),
+        ("cg tomography", with_algorithm(TOMOGRAPHY, &damped)),
+        ("pnp+tv fused blurs", blurs(&["circular"; 3])),
+        ("pnp+tv blurs of every padding", blurs(&paddings)),
+        (
+            "cg blurs of every padding",
+            with_algorithm(&blurs(&paddings), &damped),
+        ),
+        ("fbp", with_algorithm(TOMOGRAPHY, fbp)),
+        ("fbp 33² with 17 angles", with_algorithm(&odd, fbp)),
+    ]
+}
+
+/// A device with one byte less than the job's estimate refuses it before any work, with a message
+/// naming the estimate, the free memory and the device: nothing allocated on the device, no run
+/// folder. A device with exactly the estimate runs it, and its `metrics.json` says so.
+#[test]
+fn a_job_that_does_not_fit_the_device_is_refused_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (what, text) in device_jobs() {
+        let preset = Preset::from_toml(&text, "device test", &[]).unwrap();
+        let need = admitted_bytes(&preset);
+        let small = Arc::new(Emulator::with_memory(need - 1));
+        let e = run_on_emulator(&preset, dir.path(), "small", &small)
+            .unwrap_err()
+            .to_string();
+        let human = crate::error::human_bytes;
+        for part in [
+            "not enough memory".to_string(),
+            format!("the job needs {}", human(need)),
+            format!("CPU emulator (g++) (emulator) has {} free", human(need - 1)),
+            "device job: ≈".to_string(),
+            "measurements".to_string(),
+        ] {
+            if what.starts_with("fbp") && part == "measurements" {
+                continue;
+            }
+            assert!(e.contains(&part), "{what}: `{part}` missing from: {e}");
+        }
+        assert_eq!(
+            small.meter().peak_bytes(),
+            0,
+            "{what}: allocated before refusing"
+        );
+        assert!(!dir.path().join("small").exists(), "{what}");
+        let exact = Arc::new(Emulator::with_memory(need));
+        let summary = run_on_emulator(&preset, dir.path(), what, &exact).unwrap();
+        let [device] = summary.devices.as_slice() else {
+            panic!("{what}: devices {:?}", summary.devices);
+        };
+        assert_eq!(device.estimated_bytes, need, "{what}");
+        assert_eq!(device.total_bytes, need, "{what}");
+        assert_eq!(
+            (device.name.as_str(), device.device.as_str()),
+            ("CPU emulator (g++)", "emulator")
+        );
+        assert!(
+            device.peak_bytes > 0 && device.peak_bytes <= need,
+            "{what}: {device:?}"
+        );
+    }
+}
+
+/// How much the estimate may exceed what a job's buffers measured at their peak on the device.
+/// The estimate counts the largest buffers of each phase as if they were alive together (and a
+/// GPU's cuFFT work areas, which the emulator does not allocate), so it is an upper bound; within
+/// this factor it stays useful for admitting jobs.
+const ESTIMATE_FACTOR: f64 = 3.0;
+
+/// For every job the device runs, the estimate it was admitted with is an upper bound of the
+/// device memory its buffers held at their peak (measured by the backend's meter), and at most
+/// [`ESTIMATE_FACTOR`] times it; on two ranks sharing the device too (operators split 3 + 2).
+#[test]
+fn the_estimate_bounds_the_measured_peak() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |what: &str, d: &super::RankDeviceUse| {
+        let ratio = d.estimated_bytes as f64 / d.peak_bytes as f64;
+        eprintln!(
+            "{what} (rank {}): peak {} B, estimate {} B, ratio {ratio:.2}",
+            d.rank, d.peak_bytes, d.estimated_bytes
+        );
+        assert!(
+            d.peak_bytes <= d.estimated_bytes && ratio <= ESTIMATE_FACTOR,
+            "{what}: {d:?} (ratio {ratio:.2})"
+        );
+    };
+    for (what, text) in device_jobs() {
+        let preset = Preset::from_toml(&text, "device test", &[]).unwrap();
+        let backend = Arc::new(Emulator::new().unwrap());
+        let summary = run_on_emulator(&preset, dir.path(), what, &backend).unwrap();
+        check(what, &summary.devices[0]);
+    }
+    use crate::dist::testutil::on_group;
+    let paddings = ["valid", "circular", "replicate", "reflect", "constant"];
+    let split = format!("{TOMOGRAPHY}[distributed]\nsplit_by_angle = 2\n");
+    for (what, text) in [
+        ("2 ranks: pnp+tv blurs of every padding", blurs(&paddings)),
+        (
+            "2 ranks: cg on a tomography split by angle",
+            with_algorithm(&split, CG),
+        ),
+    ] {
+        let preset = Preset::from_toml(&text, "device test", &[]).unwrap();
+        let out = dir.path().join(what);
+        let summaries = on_group(2, |comm| {
+            let mut ignore = |_: JobEvent<'_>| ControlFlow::Continue(());
+            let solver: Box<dyn crate::device::solve::DeviceSolver> =
+                Box::new(Arc::new(Emulator::new().unwrap()));
+            run_on(
+                &preset,
+                &RunDir::from(out.as_path()),
+                Box::new(comm),
+                &[],
+                Some(solver),
+                None,
+                &mut ignore,
+            )
+            .unwrap()
+        });
+        let devices = &summaries[0].devices;
+        assert_eq!(devices.len(), 2, "{what}");
+        for (r, d) in devices.iter().enumerate() {
+            assert_eq!(d.rank, r);
+            check(what, d);
+        }
+    }
+}
+
+/// A device run's `metrics.json` holds each rank's device, which decodes as the summary's; a CPU
+/// run's has no such field (its file is as before). The workbench's decoding of both is
+/// `gui::session`'s test.
+#[test]
+fn metrics_json_carries_the_device_only_for_device_runs() {
+    let preset = Preset::from_toml(TOMOGRAPHY, "device test", &[]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut ignore = |_: JobEvent<'_>| ControlFlow::Continue(());
+    let cpu = run_into(&preset, dir.path(), "cpu", false, &mut ignore);
+    let device = run_into(&preset, dir.path(), "device", true, &mut ignore);
+    assert!(cpu.devices.is_empty());
+    let metrics = |run: &JobSummary| {
+        std::fs::read_to_string(run.run_dir.as_ref().unwrap().join("metrics.json")).unwrap()
+    };
+    let (cpu_json, device_json) = (metrics(&cpu), metrics(&device));
+    assert!(!cpu_json.contains("\"devices\""), "{cpu_json}");
+    let value: serde_json::Value = serde_json::from_str(&device_json).unwrap();
+    let d = &value["devices"][0];
+    assert_eq!(d["name"], "CPU emulator (g++)");
+    assert_eq!(d["device"], "emulator");
+    for field in ["total_bytes", "peak_bytes", "estimated_bytes"] {
+        assert!(d[field].as_u64().is_some_and(|b| b > 0), "{field}: {d}");
+    }
+    let decoded: Vec<super::RankDeviceUse> =
+        serde_json::from_value(value["devices"].clone()).unwrap();
+    assert_eq!(decoded, device.devices);
 }

@@ -119,6 +119,9 @@ pub struct RunMetrics {
     /// Measured denoiser cost per tile (tiled denoisers; empty otherwise or in older runs).
     #[serde(default)]
     pub tiles: Vec<TileCost>,
+    /// Each rank's device and its memory in a run on a GPU (empty for CPU runs and older runs).
+    #[serde(default)]
+    pub devices: Vec<crate::job::RankDeviceUse>,
 }
 
 impl RunMetrics {

@@ -95,6 +95,20 @@ impl<B: Backend> Layout<B> {
     }
 }
 
+/// The axes a circular convolution transforms on the image's own length (see the module docs).
+fn circular_axes(conv: &Conv, dims: [usize; 3]) -> [bool; 3] {
+    let circular = conv.padding() == Padding::Circular;
+    dims.map(|n| circular && smooth(n))
+}
+
+/// The FFT grid of `blur` on inputs of `dims` and its spectrum's complex values per plane, as
+/// [`DeviceConv`] will allocate them (for the memory estimate of a device job, before any).
+pub fn blur_grid(blur: &Blur, dims: [usize; 3]) -> ([usize; 3], usize) {
+    let conv = blur.conv();
+    let grid = conv.fft_layout(dims, circular_axes(conv, dims)).grid;
+    (grid, grid[0] * grid[1] * (grid[2] / 2 + 1))
+}
+
 /// A convolution (one kernel, or one per channel) on the device; see the module docs.
 pub struct DeviceConv<B: Backend> {
     conv: Conv,
@@ -139,8 +153,7 @@ impl<B: Backend> DeviceConv<B> {
             return Ok(l.clone());
         }
         self.out_dims(dims)?;
-        let circular = self.conv.padding() == Padding::Circular;
-        let circ = dims.map(|n| circular && smooth(n));
+        let circ = circular_axes(&self.conv, dims);
         let plain = self.conv.fft_layout(dims, circ);
         let grid = plain.grid;
         for n in grid {

@@ -1,7 +1,8 @@
 //! Distribution: how an imaging experiment shares its work among the ranks — operators cut by
 //! angle or by channel so that more ranks than `[[physics]]` entries share the gradient, how
 //! measurements are gathered and sums formed, per-rank noise streams and threads per rank. These
-//! are properties of the experiment: 1 rank runs the same split stack as N.
+//! are properties of the experiment: 1 rank runs the same split stack as N. Below them, the
+//! devices the last run computed on, per rank, with the memory it used there (a run on a GPU).
 
 use egui::Ui;
 
@@ -10,6 +11,7 @@ use crate::dist::physics::{GatherStrategy, SumOrder};
 use crate::dist::placement::MAX_THREADS_PER_RANK;
 use crate::gui::Workbench;
 use crate::gui::widgets::{combo, number};
+use crate::job::RankDeviceUse;
 
 pub struct DistributionPanel;
 
@@ -89,8 +91,35 @@ impl EditorPanel for DistributionPanel {
             changed |= number(ui, "threads per rank", t, 1.0, 1..=MAX_THREADS_PER_RANK);
         }
         problem_here(ui, wb, "distributed");
+        device_lines(ui, &wb.session.devices_used);
         changed
     }
+}
+
+/// Each rank's device of the last run and the memory the job used there.
+fn device_lines(ui: &mut Ui, devices: &[RankDeviceUse]) {
+    if devices.is_empty() {
+        return;
+    }
+    ui.separator();
+    ui.strong("devices of the last run");
+    for d in devices {
+        ui.label(device_line(d));
+    }
+}
+
+/// `rank 0: NVIDIA H100 80GB HBM3 (cuda:0), 1.2 GiB used of 80.0 GiB (estimated 2.0 GiB)`.
+pub(crate) fn device_line(d: &RankDeviceUse) -> String {
+    let human = crate::error::human_bytes;
+    format!(
+        "rank {}: {} ({}), {} used of {} (estimated {})",
+        d.rank,
+        d.name,
+        d.device,
+        human(d.peak_bytes),
+        human(d.total_bytes),
+        human(d.estimated_bytes)
+    )
 }
 
 /// An optional count of parts: a checkbox that turns it on (at 2 parts) or off, and its field.

@@ -1,6 +1,8 @@
 //! Timing: the report of the run on screen — a local run, or a remote one once its files are
 //! copied here — as the figures `tessera report` draws ([`scaling::run_figures`], one function for
-//! both), rendered to images on a helper thread and shown as textures; and "Export report", which
+//! both), rendered to images on a helper thread and shown as textures, with each rank's device and
+//! its memory (peak of total, and the estimate the job was admitted with) for a run on a GPU; and
+//! "Export report", which
 //! writes `report.html` and its PNG files into the run folder (or a typed folder) on a helper
 //! thread and says where in the window.
 
@@ -11,10 +13,15 @@ use egui::{ColorImage, TextureHandle, TextureOptions, Ui};
 
 use super::{Place, View};
 use crate::gui::Workbench;
+use crate::job::RankDeviceUse;
 use crate::scaling::{self, Run, RunMetrics};
 
-/// Figures drawn off the UI thread: (stem, caption, width, height, RGB bytes).
-type Drawn = Vec<(String, String, usize, usize, Vec<u8>)>;
+/// Figures drawn off the UI thread: (stem, caption, width, height, RGB bytes), and the ranks'
+/// devices of a run on a GPU.
+type Drawn = (
+    Vec<(String, String, usize, usize, Vec<u8>)>,
+    Vec<RankDeviceUse>,
+);
 
 #[derive(Default)]
 pub struct ReportView {
@@ -22,6 +29,8 @@ pub struct ReportView {
     folder: Option<PathBuf>,
     drawing: Option<Receiver<Result<Drawn, String>>>,
     figures: Vec<(String, String, TextureHandle)>,
+    /// The ranks' devices of the run on screen (empty for a CPU run).
+    devices: Vec<RankDeviceUse>,
     error: Option<String>,
     /// Typed destination of the export; empty: the run folder.
     export_to: String,
@@ -33,6 +42,7 @@ pub struct ReportView {
 /// The figures of the run in `folder`, as `tessera report` draws them.
 fn draw(folder: &Path) -> Result<Drawn, String> {
     let metrics = RunMetrics::load(folder).map_err(|e| e.to_string())?;
+    let devices = metrics.devices.clone();
     let run = Run {
         config: scaling::Configuration {
             size: None,
@@ -43,19 +53,38 @@ fn draw(folder: &Path) -> Result<Drawn, String> {
         workload: None,
     };
     let figures = scaling::run_figures(std::slice::from_ref(&run)).map_err(|e| e.to_string())?;
-    Ok(figures
+    let figures = figures
         .into_iter()
         .map(|(stem, caption, image)| {
             let (w, h) = (image.width as usize, image.height as usize);
             (stem, caption, w, h, image.data)
         })
-        .collect())
+        .collect();
+    Ok((figures, devices))
+}
+
+/// One row per rank of a run on a GPU: the device, the most its buffers held of the device's
+/// memory, and the estimate the job was admitted with.
+fn device_rows(devices: &[RankDeviceUse]) -> Vec<[String; 4]> {
+    let human = crate::error::human_bytes;
+    devices
+        .iter()
+        .map(|d| {
+            [
+                format!("rank {}", d.rank),
+                format!("{} ({})", d.name, d.device),
+                format!("{} of {}", human(d.peak_bytes), human(d.total_bytes)),
+                human(d.estimated_bytes),
+            ]
+        })
+        .collect()
 }
 
 impl ReportView {
     /// Starts drawing the figures of `folder` (or clears them without a run on screen).
     fn show(&mut self, folder: Option<PathBuf>, wake: impl Fn() + Send + 'static) {
         self.figures.clear();
+        self.devices.clear();
         self.error = None;
         self.exported = None;
         self.drawing = None;
@@ -77,7 +106,8 @@ impl ReportView {
     fn poll(&mut self, ctx: &egui::Context) {
         if let Some(rx) = &self.drawing {
             match rx.try_recv() {
-                Ok(Ok(drawn)) => {
+                Ok(Ok((drawn, devices))) => {
+                    self.devices = devices;
                     self.figures = drawn
                         .into_iter()
                         .map(|(stem, caption, w, h, rgb)| {
@@ -201,6 +231,24 @@ impl View for ReportView {
             ui.colored_label(ui.visuals().error_fg_color, format!("no figures: {e}"));
             return;
         }
+        if !self.devices.is_empty() {
+            ui.strong("Device memory per rank");
+            egui::Grid::new("device memory")
+                .striped(true)
+                .show(ui, |ui| {
+                    for h in ["rank", "device", "peak of total", "estimate"] {
+                        ui.strong(h);
+                    }
+                    ui.end_row();
+                    for row in device_rows(&self.devices) {
+                        for cell in row {
+                            ui.label(cell);
+                        }
+                        ui.end_row();
+                    }
+                });
+            ui.add_space(6.0);
+        }
         if !self.figures.is_empty() {
             ui.label(format!("{} figures", self.figures.len()));
         }
@@ -211,5 +259,32 @@ impl View for ReportView {
             ui.small(caption);
             ui.add_space(6.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_rows_name_the_device_and_its_memory() {
+        let rows = device_rows(&[RankDeviceUse {
+            rank: 1,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            device: "cuda:0".into(),
+            total_bytes: 80 << 30,
+            peak_bytes: 3 << 20,
+            estimated_bytes: 5 << 20,
+        }]);
+        let h = crate::error::human_bytes;
+        assert_eq!(
+            rows,
+            vec![[
+                "rank 1".to_string(),
+                "NVIDIA H100 80GB HBM3 (cuda:0)".to_string(),
+                format!("{} of {}", h(3 << 20), h(80 << 30)),
+                h(5 << 20),
+            ]]
+        );
     }
 }
