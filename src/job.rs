@@ -24,9 +24,10 @@ pub use elastic::{Checkpoints, Elastic, Recovery, run_elastic, run_elastic_lent}
 use elastic::{DieAt, DiePoint};
 
 use crate::denoise::Denoiser;
-use crate::denoise::DenoiserConfig;
 use crate::device::Device;
-use crate::device::solve::{BuiltOperator, DeviceSolver, HostOperator, LeastSquares, PnpTv};
+use crate::device::solve::{
+    BuiltOperator, DeviceDenoiser, DeviceSolver, HostOperator, LeastSquares, PnpProblem,
+};
 use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
 use crate::dist::elastic::Recoveries;
 use crate::dist::patch_map::{PatchMap, TileCost};
@@ -1330,9 +1331,17 @@ fn solve_and_report(
     let tile_times = tile_clock.map(|c| c.times()).unwrap_or_default();
     let traffic = traffic.and_then(|t| t.lock().expect("traffic lock").clone());
     let communication_secs = mine.communication_secs;
-    let device_use = match &carried.device {
-        Some(d) => {
-            let m = d.memory()?;
+    // A failed reading leaves this rank out of `devices` rather than failing here, before the
+    // gather its peers wait in: the job's results stand.
+    let device_use = match carried.device.as_ref().map(|d| d.memory()) {
+        Some(Err(e)) => {
+            tracing::warn!(
+                "rank {rank}: the device's memory could not be read after the job ({e}); \
+                 metrics.json leaves this rank out of `devices`"
+            );
+            None
+        }
+        Some(Ok(m)) => {
             tracing::info!(
                 "rank {rank}: the job's peak on {} ({}) was {} of {} (estimated {})",
                 m.name,
@@ -1527,14 +1536,8 @@ fn pnp_on_device(
 ) -> Result<Reconstruction> {
     let built = device_operators(preset, x_shape)?;
     let ops: Vec<HostOperator<'_>> = built.iter().map(BuiltOperator::host).collect();
-    let tv = match &preset.denoiser {
-        Some(DenoiserConfig::Tv(c)) => c.build()?,
-        Some(other) => {
-            return Err(Error::Unsupported(format!(
-                "denoiser {} is not on the GPU yet",
-                other.kind_name()
-            )));
-        }
+    let denoiser = match &preset.denoiser {
+        Some(config) => DeviceDenoiser::from_config(config)?,
         None => {
             return Err(Error::config(
                 "denoiser",
@@ -1542,11 +1545,11 @@ fn pnp_on_device(
             ));
         }
     };
-    let problem = PnpTv {
+    let problem = PnpProblem {
         host_physics: stack,
         ops: &ops,
         fidelity: &preset.fidelity,
-        denoiser: &tv,
+        denoiser: &denoiser,
         ys,
         x_shape,
         cfg,

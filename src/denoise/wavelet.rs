@@ -243,6 +243,58 @@ pub fn wavedec(
     Ok(decompose(x, Grid::new(dims), wavelet, levels))
 }
 
+/// The levels actually applied to a plane of `grid` (see the module doc): each level's input grid
+/// and that grid padded to even on the transformed axes; the next level's input is the padded grid
+/// halved.
+fn plan(grid: Grid, levels: usize) -> Vec<(Grid, Grid)> {
+    let mut out = Vec::new();
+    let mut cur = grid;
+    for _ in 0..levels {
+        if cur.transformed().any(|a| cur.dims[a] < 2) {
+            break;
+        }
+        let padded = cur.padded();
+        out.push((cur, padded));
+        cur = padded.halved();
+    }
+    out
+}
+
+/// One level of the transform of a plane, for the device's twin (`device::ops::wavelet`), as
+/// `[D, H, W]` (`D = 1` for images): the approximation the level starts from, that grid padded to
+/// even on the transformed axes, and the padded grid halved (the next level's approximation, the
+/// low corner of the level's coefficients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LevelShape {
+    pub grid: [usize; 3],
+    pub padded: [usize; 3],
+    pub half: [usize; 3],
+}
+
+/// The levels [`WaveletDenoiser`] applies to a plane of `dims` (`[H, W]` or `[D, H, W]`).
+pub(crate) fn level_shapes(dims: &[usize], levels: usize) -> Result<Vec<LevelShape>> {
+    if !(dims.len() == 2 || dims.len() == 3) {
+        return Err(Error::Internal(format!(
+            "wavelet levels: planes of 2 or 3 axes, got {dims:?}"
+        )));
+    }
+    Ok(plan(Grid::new(dims), levels)
+        .into_iter()
+        .map(|(grid, padded)| LevelShape {
+            grid: grid.dims,
+            padded: padded.dims,
+            half: padded.halved().dims,
+        })
+        .collect())
+}
+
+/// The periodised analysis taps of `wavelet` for an axis of even length `n` (`n ≥ 2`), in the
+/// order the CPU sums them: `(offset, h, g)` with `a[k] = Σ h·x[(2k + offset) mod n]` and
+/// `d[k] = Σ g·x[…]`.
+pub(crate) fn periodic_taps(wavelet: WaveletKind, n: usize) -> Vec<(usize, f32, f32)> {
+    Taps::new(wavelet, n).all
+}
+
 fn decompose(x: &[f32], grid: Grid, wavelet: WaveletKind, levels: usize) -> WaveletCoeffs {
     let mut out = WaveletCoeffs {
         wavelet,
@@ -250,12 +302,7 @@ fn decompose(x: &[f32], grid: Grid, wavelet: WaveletKind, levels: usize) -> Wave
         approx: x.to_vec(),
         approx_grid: grid,
     };
-    for _ in 0..levels {
-        let cur = out.approx_grid;
-        if cur.transformed().any(|a| cur.dims[a] < 2) {
-            break;
-        }
-        let padded = cur.padded();
+    for (cur, padded) in plan(grid, levels) {
         let mut buf = vec![0.0; padded.len()];
         copy_box(&out.approx, cur, &mut buf, padded, true);
         let mut scratch = vec![0.0; buf.len()];

@@ -39,7 +39,7 @@ pub fn not_on_gpu(preset: &Preset) -> Vec<String> {
     }
     // Only PnP runs the denoiser (a CG or FBP preset's section is not used).
     match &preset.denoiser {
-        Some(DenoiserConfig::Tv(_)) | None => {}
+        Some(DenoiserConfig::Tv(_) | DenoiserConfig::Wavelet(_)) | None => {}
         Some(_) if !matches!(preset.algorithm, AlgorithmConfig::Pnp(_)) => {}
         Some(denoiser) => missing.push(format!("denoiser {}", denoiser.kind_name())),
     }

@@ -41,8 +41,13 @@ pub static TV: KernelSource = KernelSource {
     source: include_str!("kernels/tv.cu"),
 };
 
+pub static WAVELET: KernelSource = KernelSource {
+    file: "wavelet.cu",
+    source: include_str!("kernels/wavelet.cu"),
+};
+
 /// Every source, for compilation checks.
-pub static SOURCES: [&KernelSource; 4] = [&VECTOR, &TOMOGRAPHY, &CONV, &TV];
+pub static SOURCES: [&KernelSource; 5] = [&VECTOR, &TOMOGRAPHY, &CONV, &TV, &WAVELET];
 
 const fn kernel(source: &'static KernelSource, name: &'static str) -> Kernel {
     Kernel {
@@ -77,9 +82,13 @@ pub static SPECTRUM_MULTIPLY: Kernel = kernel(&CONV, "tsr_spectrum_multiply");
 pub static TV_PRIMAL: Kernel = kernel(&TV, "tsr_tv_primal");
 pub static TV_DUAL: Kernel = kernel(&TV, "tsr_tv_dual");
 pub static TV_PLANE_SUMS: Kernel = with_barriers(&TV, "tsr_tv_plane_sums");
+pub static WAVELET_COPY_BOX: Kernel = kernel(&WAVELET, "tsr_wav_copy_box");
+pub static WAVELET_FORWARD: Kernel = kernel(&WAVELET, "tsr_wav_forward");
+pub static WAVELET_INVERSE: Kernel = kernel(&WAVELET, "tsr_wav_inverse");
+pub static WAVELET_THRESHOLD: Kernel = kernel(&WAVELET, "tsr_wav_threshold");
 
 /// Every kernel, for the checks that each one compiles and is found in its module.
-pub static KERNELS: [&Kernel; 17] = [
+pub static KERNELS: [&Kernel; 21] = [
     &AXPY,
     &SCALE,
     &SUB,
@@ -97,6 +106,10 @@ pub static KERNELS: [&Kernel; 17] = [
     &TV_PRIMAL,
     &TV_DUAL,
     &TV_PLANE_SUMS,
+    &WAVELET_COPY_BOX,
+    &WAVELET_FORWARD,
+    &WAVELET_INVERSE,
+    &WAVELET_THRESHOLD,
 ];
 
 #[cfg(test)]

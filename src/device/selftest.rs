@@ -16,10 +16,11 @@ use super::Device;
 use super::backend::{Backend, DeviceVec};
 use super::ops::blur_engine::{DeviceBlurStack, DeviceConv, Planes};
 use super::ops::tomography::DeviceTomography;
-use super::ops::{tv, vector};
+use super::ops::{tv, vector, wavelet};
 use super::solve::{self, HostOperator};
 use crate::denoise::Denoiser;
 use crate::denoise::tv::TvDenoiser;
+use crate::denoise::wavelet::{Threshold, WaveletDenoiser, WaveletKind};
 use crate::error::{Error, Result};
 use crate::fidelity::FidelityConfig;
 use crate::linalg::deterministic_start;
@@ -674,11 +675,12 @@ impl<B: Backend> Run<'_, B> {
         let cpu_secs = start.elapsed().as_secs_f64();
         self.backend.synchronize()?;
         let start = Instant::now();
-        let problem = solve::PnpTv {
+        let denoiser = solve::DeviceDenoiser::Tv(tv);
+        let problem = solve::PnpProblem {
             host_physics: host,
             ops,
             fidelity: &fidelity,
-            denoiser: &tv,
+            denoiser: &denoiser,
             ys: &ys,
             x_shape: truth.shape(),
             cfg: &cfg,
@@ -716,6 +718,28 @@ impl<B: Backend> Run<'_, B> {
             rel_error(&dev.to_host(b)?, cpu.data()),
             start,
         );
+
+        // Wavelet thresholding: odd sides (each level extends them), a volume, db8 on an axis
+        // shorter than its filter.
+        for (shape, levels) in [(&[1usize, 3, 23, 17][..], 3), (&[1, 1, 9, 12, 7][..], 2)] {
+            let start = Instant::now();
+            let y = deterministic_start(shape, 37);
+            let w = WaveletDenoiser {
+                wavelet: WaveletKind::Db8,
+                levels,
+                threshold: Threshold::Soft,
+            };
+            let cpu = w.denoise(&y, 0.1)?;
+            let planes = shape[0] * shape[1];
+            let dev = wavelet::wavelet_denoise(b, &w, &self.upload(&y)?, planes, &shape[2..], 0.1)?;
+            let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+            self.record(
+                "wavelet db8 soft",
+                &format!("{}, {levels} levels", dims.join("×")),
+                rel_error(&dev.to_host(b)?, cpu.data()),
+                start,
+            );
+        }
 
         let start = Instant::now();
         let width = 33;

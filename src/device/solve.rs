@@ -1,8 +1,9 @@
 //! The algorithms' problems on the device: the data term of a stack of operators with device twins
-//! ([`DeviceObjective`], L2 fidelity, and its normal operator `Σ AᵢᵀAᵢ`) and the TV prox
-//! ([`DeviceTv`]), for `optim::pnp::pnp_loop` and `optim::cg::cg_loop` on [`Array`]s whose values
-//! stay in the backend's memory for the whole run; [`pnp`] and [`cg`] run the one PnP and CG loops
-//! on them. Their CPU twins are `optim::pnp::HostObjective`, the host stack and `denoise::tv`.
+//! ([`DeviceObjective`], L2 fidelity, and its normal operator `Σ AᵢᵀAᵢ`) and the denoisers
+//! ([`DeviceDenoiser`]: TV and wavelets), for `optim::pnp::pnp_loop` and `optim::cg::cg_loop` on
+//! [`Array`]s whose values stay in the backend's memory for the whole run; [`pnp`] and [`cg`] run
+//! the one PnP and CG loops on them. Their CPU twins are `optim::pnp::HostObjective`, the host
+//! stack, `denoise::tv` and `denoise::wavelet`.
 
 use std::sync::Arc;
 
@@ -10,8 +11,10 @@ use super::array::Array;
 use super::backend::{Backend, DeviceVec};
 use super::ops::blur_engine::{DeviceBlurStack, DeviceConv, Planes};
 use super::ops::tomography::DeviceTomography;
-use super::ops::{tv, vector};
+use super::ops::{tv, vector, wavelet};
+use crate::denoise::DenoiserConfig;
 use crate::denoise::tv::TvDenoiser;
+use crate::denoise::wavelet::WaveletDenoiser;
 use crate::dist::physics::{DistributedStack, owner};
 use crate::dist::wire;
 use crate::error::{Error, Result};
@@ -452,55 +455,75 @@ impl<B: Backend> NormalOperator<Array<B>> for DeviceObjective<'_, B> {
     }
 }
 
-/// The TV prox on the device (`denoise::tv`'s algorithm, `device::ops::tv`).
-pub struct DeviceTv {
-    pub tv: TvDenoiser,
+/// A denoiser that runs on the device: the TV prox (`denoise::tv`'s algorithm, `device::ops::tv`)
+/// or wavelet thresholding (`denoise::wavelet`'s, `device::ops::wavelet`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DeviceDenoiser {
+    Tv(TvDenoiser),
+    Wavelet(WaveletDenoiser),
 }
 
-impl<B: Backend> Prox<Array<B>> for DeviceTv {
-    fn denoise(&self, z: &Array<B>, sigma: f32) -> Result<Array<B>> {
-        if !(sigma >= 0.0 && sigma.is_finite()) {
-            return Err(Error::config(
-                "tv.sigma",
-                format!("the noise level must be a finite number ≥ 0, got {sigma}"),
-            ));
+impl DeviceDenoiser {
+    /// The preset's `[denoiser]` on the device, or an error naming a denoiser that is not there.
+    pub fn from_config(config: &DenoiserConfig) -> Result<DeviceDenoiser> {
+        match config {
+            DenoiserConfig::Tv(c) => Ok(DeviceDenoiser::Tv(c.build()?)),
+            DenoiserConfig::Wavelet(c) => Ok(DeviceDenoiser::Wavelet(c.build()?)),
+            other => Err(Error::Unsupported(format!(
+                "denoiser {} is not on the GPU yet",
+                other.kind_name()
+            ))),
         }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            DeviceDenoiser::Tv(_) => "tv",
+            DeviceDenoiser::Wavelet(_) => "wavelet",
+        }
+    }
+}
+
+impl<B: Backend> Prox<Array<B>> for DeviceDenoiser {
+    fn denoise(&self, z: &Array<B>, sigma: f32) -> Result<Array<B>> {
+        let name = self.name();
+        crate::denoise::check_sigma(name, sigma)?;
         let shape = z.shape().to_vec();
         if !(shape.len() == 4 || shape.len() == 5) {
             return Err(Error::config(
-                "tv",
+                name,
                 format!("expected a 4-D or 5-D array, got shape {shape:?}"),
             ));
         }
-        if sigma == 0.0 {
-            return z.duplicate();
-        }
         let Some(backend) = z.backend() else {
-            return Err(Error::Internal(
-                "device tv: given an array in host memory".into(),
-            ));
+            return Err(Error::Internal(format!(
+                "device {name}: given an array in host memory"
+            )));
         };
         let planes = shape[0] * shape[1];
-        let (out, _) = tv::tv_prox(
-            backend.as_ref(),
-            &self.tv,
-            z.device_values("tv")?,
-            planes,
-            &shape[2..],
-            sigma,
-        )?;
+        let values = z.device_values(name)?;
+        let out = match self {
+            // The CPU's TV returns its input unchanged at σ = 0.
+            DeviceDenoiser::Tv(_) if sigma == 0.0 => return z.duplicate(),
+            DeviceDenoiser::Tv(t) => {
+                tv::tv_prox(backend.as_ref(), t, values, planes, &shape[2..], sigma)?.0
+            }
+            DeviceDenoiser::Wavelet(w) => {
+                wavelet::wavelet_denoise(backend.as_ref(), w, values, planes, &shape[2..], sigma)?
+            }
+        };
         Array::on_device(&backend, &shape, out)
     }
 }
 
-/// A PnP+TV problem for a device: the host stack (the step `0.99/L` is derived there when `cfg`
-/// gives none, the CPU run's own value), its operators with device twins, the fidelity, the TV
-/// prox, the measurements and the image's shape.
-pub struct PnpTv<'a> {
+/// A PnP problem for a device: the host stack (the step `0.99/L` is derived there when `cfg`
+/// gives none, the CPU run's own value), its operators with device twins, the fidelity, the
+/// denoiser, the measurements and the image's shape.
+pub struct PnpProblem<'a> {
     pub host_physics: &'a dyn StackedLinearPhysics,
     pub ops: &'a [HostOperator<'a>],
     pub fidelity: &'a FidelityConfig,
-    pub denoiser: &'a TvDenoiser,
+    pub denoiser: &'a DeviceDenoiser,
     pub ys: &'a [Tensor],
     pub x_shape: &'a [usize],
     pub cfg: &'a PnpConfig,
@@ -537,7 +560,11 @@ pub trait DeviceSolver {
     fn start_job(&self);
 
     /// [`pnp`] on this device.
-    fn pnp(&self, problem: &PnpTv<'_>, on_iter: &mut ViewCallback<'_>) -> Result<Reconstruction>;
+    fn pnp(
+        &self,
+        problem: &PnpProblem<'_>,
+        on_iter: &mut ViewCallback<'_>,
+    ) -> Result<Reconstruction>;
 
     /// [`cg`] on this device.
     fn cg(
@@ -574,7 +601,11 @@ impl<B: Backend> DeviceSolver for Arc<B> {
         self.meter().reset_peak();
     }
 
-    fn pnp(&self, problem: &PnpTv<'_>, on_iter: &mut ViewCallback<'_>) -> Result<Reconstruction> {
+    fn pnp(
+        &self,
+        problem: &PnpProblem<'_>,
+        on_iter: &mut ViewCallback<'_>,
+    ) -> Result<Reconstruction> {
         pnp(self, problem, on_iter)
     }
 
@@ -591,15 +622,15 @@ impl<B: Backend> DeviceSolver for Arc<B> {
     }
 }
 
-/// PnP-PGD with TV on the device: the measurements, iterate, gradient and denoiser's fields stay
+/// PnP-PGD on the device: the measurements, iterate, gradient and denoiser's fields stay
 /// in `backend`'s memory. PSNR is computed on the device; the iterate is downloaded only when the
 /// callback asks for it (`HostView::to_host`), for an SSIM that is due, and at the end.
 pub fn pnp<B: Backend>(
     backend: &Arc<B>,
-    problem: &PnpTv<'_>,
+    problem: &PnpProblem<'_>,
     on_iter: &mut ViewCallback<'_>,
 ) -> Result<Reconstruction> {
-    let PnpTv {
+    let PnpProblem {
         host_physics,
         ops,
         fidelity,
@@ -614,9 +645,8 @@ pub fn pnp<B: Backend>(
     fidelity.validate()?;
     let step = step_size(host_physics, fidelity, x_shape, cfg)?;
     let objective = DeviceObjective::new(backend, ops, fidelity, ys, ranks)?;
-    let prox = DeviceTv { tv: *denoiser };
     let run = pnp_loop(
-        &objective, &prox, x_shape, step, cfg, monitor, on_iter, None,
+        &objective, denoiser, x_shape, step, cfg, monitor, on_iter, None,
     )?;
     run.into_reconstruction()
 }
@@ -828,18 +858,24 @@ pub fn footprint(
     // PnP: iterate, previous iterate, gradient, step, denoised, and the start; CG: x, r, p, Ap, b
     // and the normal operator's result.
     let mut algorithm = 6 * image_floats;
+    let mut label = "CG's vectors";
     if pnp {
-        // TV: the primal copies (x2, x̄, δ) and the dual field of one value per axis.
-        let axes = x_shape.len().saturating_sub(2) as u64;
-        algorithm += (3 + axes) * image_floats;
+        match &preset.denoiser {
+            Some(DenoiserConfig::Wavelet(w)) => {
+                let w = w.build()?;
+                let dims = &x_shape[2..];
+                algorithm += wavelet::work_floats(dims, w.levels, image.count)?;
+                label = "iterate, gradient and wavelet coefficients";
+            }
+            _ => {
+                // TV: the primal copies (x2, x̄, δ) and the dual field of one value per axis.
+                let axes = x_shape.len().saturating_sub(2) as u64;
+                algorithm += (3 + axes) * image_floats;
+                label = "iterate, gradient and TV fields";
+            }
+        }
     }
-    parts.push((
-        match pnp {
-            true => "iterate, gradient and TV fields".to_string(),
-            false => "CG's vectors".to_string(),
-        },
-        floats(algorithm),
-    ));
+    parts.push((label.to_string(), floats(algorithm)));
     let terms = match (fused, split) {
         // The forward images of every operator (the objective) and the adjoints' spectra.
         (true, _) => measurement_floats.iter().sum::<u64>() + 2 * image_floats,
@@ -930,13 +966,83 @@ mod tests {
             );
             // Through the Prox interface on an Array, with σ = 0 the identity.
             let z = Array::upload(&backend, &y).unwrap();
-            let prox = DeviceTv { tv };
+            let prox = DeviceDenoiser::Tv(tv);
             let d = Prox::denoise(&prox, &z, 0.1).unwrap().into_host().unwrap();
             assert_eq!(d.data(), cpu.data());
             let same = Prox::denoise(&prox, &z, 0.0).unwrap().into_host().unwrap();
             assert_eq!(same.data(), y.data());
             assert!(Prox::denoise(&prox, &z, f32::NAN).is_err());
         }
+    }
+
+    /// Device wavelet thresholding gives the CPU's bits: every mother wavelet, soft and hard, on
+    /// images and volumes of odd, even and tiny sides (a level stops early, an axis shorter than
+    /// the filter folds its taps), through the op and through the `Prox` interface.
+    #[test]
+    fn device_wavelets_are_the_cpu_wavelets() {
+        use crate::denoise::wavelet::{Threshold, WaveletKind};
+        let backend = Arc::new(Emulator::new().unwrap());
+        let cases: [(&[usize], WaveletKind, usize, Threshold); 6] = [
+            (&[2, 3, 37, 29], WaveletKind::Db8, 3, Threshold::Soft),
+            (&[1, 1, 64, 48], WaveletKind::Db4, 4, Threshold::Hard),
+            (&[1, 2, 5, 3], WaveletKind::Db8, 5, Threshold::Soft),
+            (&[1, 1, 1, 9], WaveletKind::Haar, 2, Threshold::Soft),
+            (&[1, 1, 9, 11, 7], WaveletKind::Db4, 2, Threshold::Soft),
+            (&[1, 2, 4, 6, 8], WaveletKind::Haar, 3, Threshold::Hard),
+        ];
+        for (shape, wavelet, levels, threshold) in cases {
+            let w = WaveletDenoiser {
+                wavelet,
+                levels,
+                threshold,
+            };
+            let y = noisy(shape, shape.len() + levels);
+            let planes = shape[0] * shape[1];
+            let dev_y = DeviceVec::from_host(backend.as_ref(), y.data()).unwrap();
+            for ths in [0.0, 0.05, 0.3] {
+                let cpu = Denoiser::denoise(&w, &y, ths).unwrap();
+                let out = wavelet::wavelet_denoise(
+                    backend.as_ref(),
+                    &w,
+                    &dev_y,
+                    planes,
+                    &shape[2..],
+                    ths,
+                )
+                .unwrap();
+                assert_eq!(
+                    out.to_host(backend.as_ref()).unwrap(),
+                    cpu.data(),
+                    "{shape:?} {wavelet:?} {levels} {threshold:?} {ths}"
+                );
+            }
+            let z = Array::upload(&backend, &y).unwrap();
+            let prox = DeviceDenoiser::Wavelet(w);
+            let d = Prox::denoise(&prox, &z, 0.05).unwrap().into_host().unwrap();
+            assert_eq!(d.data(), Denoiser::denoise(&w, &y, 0.05).unwrap().data());
+            assert!(Prox::denoise(&prox, &z, -1.0).is_err());
+        }
+        // The estimate of the work buffers covers what the op allocates beyond its input.
+        let meter = backend.meter();
+        let shape = [2, 3, 37, 29];
+        let w = WaveletDenoiser {
+            wavelet: WaveletKind::Db8,
+            levels: 3,
+            threshold: Threshold::Soft,
+        };
+        let y = noisy(&shape, 7);
+        let dev_y = DeviceVec::from_host(backend.as_ref(), y.data()).unwrap();
+        meter.reset_peak();
+        let before = meter.in_use_bytes();
+        let out =
+            wavelet::wavelet_denoise(backend.as_ref(), &w, &dev_y, 6, &shape[2..], 0.1).unwrap();
+        let used = meter.peak_bytes() - before;
+        let estimate = 4 * wavelet::work_floats(&shape[2..], 3, 6).unwrap();
+        assert!(
+            used > 0 && used <= estimate,
+            "used {used} B, estimated {estimate} B"
+        );
+        drop(out);
     }
 
     struct Compared {
@@ -982,11 +1088,12 @@ mod tests {
         )
         .unwrap();
         let backend = Arc::new(Emulator::new().unwrap());
-        let problem = PnpTv {
+        let denoiser = DeviceDenoiser::Tv(tv);
+        let problem = PnpProblem {
             host_physics: host,
             ops,
             fidelity: &fidelity,
-            denoiser: &tv,
+            denoiser: &denoiser,
             ys: &ys,
             x_shape: truth.shape(),
             cfg,

@@ -137,6 +137,27 @@ fn a_tomography_job_on_the_device_is_the_cpu_job() {
     assert_same_run(TOMOGRAPHY);
 }
 
+/// `preset` with its TV `[denoiser]` replaced by wavelet thresholding.
+fn with_wavelets(preset: &str, wavelet: &str, levels: usize) -> String {
+    preset.replace(
+        "[denoiser]\nkind = \"tv\"\nn_it_max = 20\n",
+        &format!("[denoiser]\nkind = \"wavelet\"\nwavelet = \"{wavelet}\"\nlevels = {levels}\n"),
+    )
+}
+
+#[test]
+fn a_pnp_wavelet_job_on_the_device_is_the_cpu_job() {
+    let text = with_wavelets(TOMOGRAPHY, "db8", 3);
+    assert!(text.contains("kind = \"wavelet\""), "{text}");
+    assert_same_run(&text);
+    // An odd image (every level extends an axis) and hard thresholding.
+    let odd = with_wavelets(TOMOGRAPHY, "db4", 2)
+        .replace("size = [32, 32]", "size = [33, 33]")
+        .replace("[algorithm]", "threshold = \"hard\"\n[algorithm]");
+    assert!(odd.contains("threshold = \"hard\""), "{odd}");
+    assert_same_run(&odd);
+}
+
 /// `preset` with its `[algorithm]` section replaced by `algorithm` (and no denoiser when CG).
 fn with_algorithm(preset: &str, algorithm: &str) -> String {
     let start = preset.find("[algorithm]").unwrap();
@@ -396,7 +417,7 @@ fn run_on_emulator(
 }
 
 /// The jobs the device runs: PnP+TV and CG on a tomography and on blur stacks (fused, and of
-/// every padding), FBP on an even and an odd tomography.
+/// every padding), PnP with wavelets on a tomography, FBP on an even and an odd tomography.
 fn device_jobs() -> Vec<(&'static str, String)> {
     let damped = format!("{CG}\ndamping = 0.05");
     let fbp = "[algorithm]\nkind = \"fbp\"";
@@ -406,6 +427,10 @@ fn device_jobs() -> Vec<(&'static str, String)> {
         .replace("angles = 20", "angles = 17");
     vec![
         ("pnp+tv tomography", TOMOGRAPHY.to_string()),
+        (
+            "pnp+wavelet tomography",
+            with_wavelets(TOMOGRAPHY, "db8", 3),
+        ),
         ("cg tomography", with_algorithm(TOMOGRAPHY, &damped)),
         ("pnp+tv fused blurs", blurs(&["circular"; 3])),
         ("pnp+tv blurs of every padding", blurs(&paddings)),

@@ -1,12 +1,14 @@
 //! Device operations, each the twin of a CPU operation it is checked against (`super::selftest`):
 //! [`vector`] (the iterate's arithmetic and deterministic reductions, as `Tensor`'s), [`tomography`]
 //! (`physics::tomography`'s forward and exact adjoint), [`conv`] (the blur's FFT path, every
-//! padding, as `physics::blur_engine`). Written once against [`super::backend::Backend`].
+//! padding, as `physics::blur_engine`), [`tv`] and [`wavelet`] (the denoisers `denoise::tv` and
+//! `denoise::wavelet`). Written once against [`super::backend::Backend`].
 
 pub mod blur_engine;
 pub mod tomography;
 pub mod tv;
 pub mod vector;
+pub mod wavelet;
 
 use super::backend::{Arg, Backend, DeviceVec, LaunchConfig};
 use super::kernels;
