@@ -767,3 +767,18 @@ fn fwi_resume_reads_the_presets_files_from_its_folder_not_the_working_folder() {
     assert!(!cwd.join("o.checkpoint").exists());
     assert_resumed(&read_json(&cwd.join("o/metrics.json")), "epoch", 3);
 }
+
+/// A recovery as `metrics.json` held it before the launcher's moment of the loss was recorded (the
+/// record of a 4-rank tomography2d run of commit 112c8e1) still reads, without those times.
+#[test]
+fn a_recovery_recorded_before_the_loss_times_still_reads() {
+    let old = r#"{"generation":1,"failed_at_secs":26.591222087,
+        "failure":"rank 3 closed its connection (it exited or was killed)","lost_ranks":[2],
+        "lost_slots":[2],"resumed_from":2,"members":[0,1,3],
+        "assignment":{"operators":[[0],[],[]],"tiles":[[],[],[]]},"recovery_secs":0.62083616}"#;
+    let r: tessera::job::Recovery = serde_json::from_str(old).unwrap();
+    assert_eq!((r.lost_at_secs, r.since_loss_secs), (None, None));
+    assert_eq!((r.resumed_from, r.recovery_secs), (2, Some(0.62083616)));
+    let again = serde_json::to_value(&r).unwrap();
+    assert!(again["since_loss_secs"].is_null(), "{again}");
+}
