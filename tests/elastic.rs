@@ -57,6 +57,24 @@ fn outputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// A recovery's times: from this rank's failure (`failed_at_secs`, `recovery_secs`) and from the
+/// launcher's sight of the loss (`lost_at_secs`, `since_loss_secs`), both to the end of the first
+/// iteration (epoch) after it, the same instant on the same clock.
+fn assert_timed_from_the_loss(r: &serde_json::Value) {
+    let secs = |f: &str| {
+        r[f].as_f64()
+            .unwrap_or_else(|| panic!("no {f} in the recovery: {r}"))
+    };
+    let (failed_at, recovery) = (secs("failed_at_secs"), secs("recovery_secs"));
+    let (lost_at, since_loss) = (secs("lost_at_secs"), secs("since_loss_secs"));
+    assert!(recovery > 0.0 && since_loss > 0.0 && lost_at > 0.0, "{r}");
+    let (end, end_from_loss) = (failed_at + recovery, lost_at + since_loss);
+    assert!(
+        (end - end_from_loss).abs() < 1e-3,
+        "{end} vs {end_from_loss}: {r}"
+    );
+}
+
 /// A seeded iteration in 2..=ITERATIONS-1 (never the first or last, so work is redone and left).
 fn seeded_iteration(seed: u64) -> usize {
     let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33;
@@ -123,7 +141,7 @@ fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Val
     // Dying at the start of iteration k: everyone completed k-1; inside iteration k's denoiser
     // (before its collective): likewise.
     assert_eq!(resumed, k - 1, "{r}");
-    assert!(r["recovery_secs"].as_f64().unwrap() > 0.0, "{r}");
+    assert_timed_from_the_loss(r);
     let operators: Vec<u64> = r["assignment"]["operators"]
         .as_array()
         .unwrap()
@@ -556,6 +574,7 @@ fn lose_fwi_rank_and_compare(rank: usize, epoch: usize, point: &str) -> serde_js
         epoch - 1,
         "{r}"
     );
+    assert_timed_from_the_loss(r);
     // 4 shots over 2 ranks.
     assert_eq!(
         r["assignment"]["batch_positions"],
@@ -747,4 +766,19 @@ fn fwi_resume_reads_the_presets_files_from_its_folder_not_the_working_folder() {
     same_fwi_outputs(&cwd.join("reference"), &cwd.join("o"));
     assert!(!cwd.join("o.checkpoint").exists());
     assert_resumed(&read_json(&cwd.join("o/metrics.json")), "epoch", 3);
+}
+
+/// A recovery as `metrics.json` held it before the launcher's moment of the loss was recorded (the
+/// record of a 4-rank tomography2d run of commit 112c8e1) still reads, without those times.
+#[test]
+fn a_recovery_recorded_before_the_loss_times_still_reads() {
+    let old = r#"{"generation":1,"failed_at_secs":26.591222087,
+        "failure":"rank 3 closed its connection (it exited or was killed)","lost_ranks":[2],
+        "lost_slots":[2],"resumed_from":2,"members":[0,1,3],
+        "assignment":{"operators":[[0],[],[]],"tiles":[[],[],[]]},"recovery_secs":0.62083616}"#;
+    let r: tessera::job::Recovery = serde_json::from_str(old).unwrap();
+    assert_eq!((r.lost_at_secs, r.since_loss_secs), (None, None));
+    assert_eq!((r.resumed_from, r.recovery_secs), (2, Some(0.62083616)));
+    let again = serde_json::to_value(&r).unwrap();
+    assert!(again["since_loss_secs"].is_null(), "{again}");
 }

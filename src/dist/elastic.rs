@@ -60,8 +60,19 @@ pub struct Recovery {
     pub members: Vec<usize>,
     /// The new owners of operators, tiles or shots, by new rank.
     pub assignment: Assignment,
-    /// Seconds from the loss to the end of the first iteration after it (`None`: none was left).
+    /// Seconds from the loss (as this rank saw it: `failed_at_secs`) to the end of the first
+    /// iteration after it (`None`: none was left).
     pub recovery_secs: Option<f64>,
+    /// When the launcher saw the loss (it reaped the lost rank's process, or — when no process
+    /// had ended — the first survivor checked in), seconds since the run started on this rank's
+    /// clock; the launcher polls every 20 ms. `None` in records from before it was kept.
+    #[serde(default)]
+    pub lost_at_secs: Option<f64>,
+    /// Seconds from `lost_at_secs` to the end of the first iteration (epoch) completed after the
+    /// recovery: detection, check-in, re-forming the group and the redone work together (`None`:
+    /// none was left, or an older record).
+    #[serde(default)]
+    pub since_loss_secs: Option<f64>,
 }
 
 impl Recovery {
@@ -84,6 +95,8 @@ impl Recovery {
             members: plan.members.clone(),
             assignment,
             recovery_secs: None,
+            lost_at_secs: None,
+            since_loss_secs: None,
         }
     }
 
@@ -113,7 +126,8 @@ impl Recovery {
 pub struct Recoveries {
     run_started: Instant,
     list: Vec<Recovery>,
-    recovering_since: Option<Instant>,
+    /// Since when the latest recovery runs: this rank's failure, and the launcher's loss.
+    recovering_since: Option<(Instant, Option<Instant>)>,
 }
 
 impl Recoveries {
@@ -136,19 +150,28 @@ impl Recoveries {
         assignment: Assignment,
         (unit, rank): (WorkUnit, usize),
     ) {
-        let failed_at_secs = failed_at.duration_since(self.run_started).as_secs_f64();
-        let recovery = Recovery::new(plan, failed_at_secs, failure, resumed_from, assignment);
+        let since_start = |t: Instant| t.duration_since(self.run_started).as_secs_f64();
+        let mut recovery = Recovery::new(
+            plan,
+            since_start(failed_at),
+            failure,
+            resumed_from,
+            assignment,
+        );
+        let lost_at = plan.lost_at();
+        recovery.lost_at_secs = lost_at.map(since_start);
         tracing::warn!("{}", recovery.describe(unit, rank));
         self.list.push(recovery);
-        self.recovering_since = Some(failed_at);
+        self.recovering_since = Some((failed_at, lost_at));
     }
 
     /// A unit of work completed: the first since a loss ends that recovery.
     pub fn work_completed(&mut self) {
-        if let Some(t) = self.recovering_since.take()
+        if let Some((failed_at, lost_at)) = self.recovering_since.take()
             && let Some(r) = self.list.last_mut()
         {
-            r.recovery_secs = Some(t.elapsed().as_secs_f64());
+            r.recovery_secs = Some(failed_at.elapsed().as_secs_f64());
+            r.since_loss_secs = lost_at.map(|t| t.elapsed().as_secs_f64());
         }
     }
 
@@ -213,9 +236,22 @@ pub struct Plan {
     pub master_port: u16,
     /// The iteration every member resumes after (the minimum the survivors completed).
     pub resume_from: usize,
+    /// How long before publishing this plan the launcher saw the loss (it reaped a lost rank, or
+    /// the first survivor checked in): with `received_at`, when the loss happened on a member's
+    /// clock, for the recovery's `lost_at_secs` and `since_loss_secs`.
+    pub since_loss: Duration,
+    /// When this member received the plan (not sent: set by [`Member::rejoin`]).
+    #[serde(skip)]
+    pub received_at: Option<Instant>,
 }
 
 impl Plan {
+    /// When the launcher saw the loss, on this member's clock (`None`: a plan it did not receive).
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.received_at
+            .map(|t| t.checked_sub(self.since_loss).unwrap_or(t))
+    }
+
     /// The new rank of `slot` (`None`: not a member).
     pub fn rank_of(&self, slot: usize) -> Option<usize> {
         self.members.iter().position(|&s| s == slot)
@@ -299,11 +335,15 @@ impl Member {
         self.client
             .set(&checkin_key(next, self.slot), &wire::encode(&checkin)?)?;
         let bytes = self.client.get(&verdict_key(next), self.verdict_timeout)?;
+        let received_at = Instant::now();
         let verdict: Verdict = wire::decode_from(0, "elastic verdict", &bytes)?;
         match verdict {
             Verdict::Continue(plan) if plan.rank_of(self.slot).is_some() => {
                 self.generation = next;
-                Ok(plan)
+                Ok(Plan {
+                    received_at: Some(received_at),
+                    ..plan
+                })
             }
             Verdict::Continue(plan) => Err(Error::Internal(format!(
                 "the launcher left slot {} out of generation {next} ({:?})",
@@ -375,14 +415,19 @@ impl Coordinator {
     }
 
     /// Decides the next generation from the survivors' check-ins (every live member's) and
-    /// publishes it; `master_port` is the new group's store port.
+    /// publishes it; `master_port` is the new group's store port, `since_loss` how long ago the
+    /// launcher saw the loss.
     pub fn publish(
         &mut self,
         survivors: &BTreeMap<usize, Checkin>,
         master_port: u16,
+        since_loss: Duration,
     ) -> Result<Verdict> {
         let next = self.generation + 1;
-        let verdict = decide(next, &self.members, survivors, self.min_ranks, master_port);
+        let mut verdict = decide(next, &self.members, survivors, self.min_ranks, master_port);
+        if let Verdict::Continue(plan) = &mut verdict {
+            plan.since_loss = since_loss;
+        }
         self.client
             .set(&verdict_key(next), &wire::encode(&verdict)?)?;
         if let Verdict::Continue(plan) = &verdict {
@@ -441,6 +486,8 @@ pub fn decide(
         lost_slots,
         master_port,
         resume_from,
+        since_loss: Duration::ZERO,
+        received_at: None,
     })
 }
 
@@ -645,12 +692,17 @@ mod tests {
 
     #[test]
     fn recoveries_time_each_loss_from_the_run_s_start_to_the_first_work_after_it() {
-        let (plan, lost) = losing_rank_1_of_3();
-        let started = Instant::now();
+        let (mut plan, lost) = losing_rank_1_of_3();
+        // Started 3 s ago, so the moments below are past and their elapsed times not zero.
+        let started = Instant::now() - Duration::from_secs(3);
         let mut recoveries = Recoveries::new(started);
         recoveries.work_completed();
         assert_eq!(recoveries.generation(), 0);
         let failed_at = started + Duration::from_millis(1500);
+        // The launcher saw the loss 0.25 s before the survivor's failure and 1 s before this
+        // survivor received the plan.
+        plan.received_at = Some(started + Duration::from_millis(2250));
+        plan.since_loss = Duration::from_secs(1);
         let assignment = Assignment::over(2, 3, None);
         let unit = (WorkUnit::Iteration, 0);
         recoveries.record(&plan, (failed_at, &lost), 3, assignment, unit);
@@ -659,13 +711,22 @@ mod tests {
             panic!("expected one recovery");
         };
         assert_eq!((r.failed_at_secs, r.recovery_secs), (1.5, None));
+        assert_eq!((r.lost_at_secs, r.since_loss_secs), (Some(1.25), None));
+        std::thread::sleep(Duration::from_millis(5));
         recoveries.work_completed();
-        let timed = recoveries.list()[0].recovery_secs;
-        assert!(timed.is_some());
+        let r = recoveries.list()[0].clone();
+        let (timed, since_loss) = (r.recovery_secs.unwrap(), r.since_loss_secs.unwrap());
+        // Both end at the same instant; the launcher's loss came 0.25 s before this rank's.
+        let now = started.elapsed().as_secs_f64();
+        assert!(timed > 0.0 && timed <= now - 1.5 + 1e-6, "{timed}");
+        assert!(
+            (since_loss - timed - 0.25).abs() < 0.01,
+            "{since_loss} vs {timed}"
+        );
         // Only the first unit of work after the loss ends its recovery.
         std::thread::sleep(Duration::from_millis(2));
         recoveries.work_completed();
-        assert_eq!(recoveries.list()[0].recovery_secs, timed);
+        assert_eq!(recoveries.list()[0], r);
     }
 
     #[test]
@@ -716,13 +777,24 @@ mod tests {
                 }
                 std::thread::sleep(Duration::from_millis(5));
             };
-            coordinator.publish(&survivors, 4321).unwrap();
+            let since_loss = Duration::from_millis(250);
+            coordinator.publish(&survivors, 4321, since_loss).unwrap();
             handles
                 .into_iter()
                 .map(|h| h.join().unwrap().unwrap())
                 .collect::<Vec<_>>()
         });
-        assert_eq!(plans[0], plans[1]);
+        // Each member dates the loss on its own clock: the launcher's delay before its receipt.
+        for plan in &plans {
+            assert_eq!(plan.since_loss, Duration::from_millis(250));
+            let received = plan.received_at.expect("a received plan is dated");
+            assert_eq!(plan.lost_at(), Some(received - plan.since_loss));
+        }
+        let sent = |p: &Plan| Plan {
+            received_at: None,
+            ..p.clone()
+        };
+        assert_eq!(sent(&plans[0]), sent(&plans[1]));
         assert_eq!(plans[0].members, vec![0, 2]);
         assert_eq!(plans[0].master_port, 4321);
         assert_eq!(coordinator.members(), &[0, 2]);
