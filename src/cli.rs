@@ -1,5 +1,5 @@
 //! Command-line interface: `run`, `serve`, `presets`, `apply`, `denoise`, `train`, `bench`, `report`,
-//! `selftest`;
+//! `selftest`, and the hidden `relay` of the multi-host rehearsal;
 //! no subcommand opens the workbench (`tessera::gui`).
 //!
 //! A thin layer over the library: `args` holds what clap parses, this file dispatches each
@@ -15,6 +15,7 @@ mod bench;
 mod group;
 mod output;
 mod presets;
+mod relay;
 mod run;
 mod selftest;
 mod serve;
@@ -177,6 +178,19 @@ fn dispatch(command: Command) -> Result<()> {
             output,
         } => apply::apply(&physics, adjoint, input_shape, noisy, seed, &input, &output),
         Command::Bench { what } => bench::bench(what),
+        Command::Relay {
+            delay,
+            listen,
+            to,
+            to_net,
+            ready_file,
+        } => relay::relay(
+            &delay,
+            &listen,
+            to,
+            to_net.as_deref(),
+            ready_file.as_deref(),
+        ),
         Command::Report { run_dir, out } => {
             let out = out.unwrap_or_else(|| run_dir.clone());
             let page = tessera::scaling::write_run_report(&run_dir, &out)

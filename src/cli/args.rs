@@ -145,6 +145,32 @@ pub(super) enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
+    /// A TCP relay holding every byte for --delay in each direction: the link latency of
+    /// scripts/netns-hosts.sh --delay where the kernel has no sch_netem (docs/DISTRIBUTED.md).
+    #[command(hide = true)]
+    Relay {
+        /// One-way delay, in tc's units: 1ms, 0.1ms, 100us, 0.
+        #[arg(long)]
+        delay: String,
+        /// Where to listen: IP:PORT or IP:FIRST-LAST (repeatable).
+        #[arg(long, required = true)]
+        listen: Vec<String>,
+        /// Relay every connection to this address.
+        #[arg(
+            long,
+            value_name = "IP:PORT",
+            required_unless_present = "to_net",
+            conflicts_with = "to_net"
+        )]
+        to: Option<std::net::SocketAddr>,
+        /// Relay each connection to the address it dialled moved into this IPv4 network (host
+        /// bits and port kept), e.g. 10.213.1.0/24.
+        #[arg(long, value_name = "A.B.C.D/N")]
+        to_net: Option<String>,
+        /// Create this file once every address is listening.
+        #[arg(long, value_name = "FILE")]
+        ready_file: Option<PathBuf>,
+    },
     /// Train a native DnCNN/DRUNet denoiser (a training preset: bundled `train-dncnn`, or a TOML
     /// file; each batch is split over the ranks by exact spatial decomposition), or a Multi-DSN
     /// classifier (a `kind = "dsn"` preset: bundled `dsn_shapes`, `dsn_shapes7`; domains on ranks).

@@ -21,6 +21,7 @@ pub mod patch_map;
 pub mod physics;
 pub mod placement;
 pub mod profile;
+pub mod relay;
 pub mod sockets;
 pub mod spatial;
 pub mod spatial_memory;
