@@ -93,7 +93,9 @@ fn the_quick_preset_on_three_namespace_hosts_1ms_apart_equals_one_process() {
     assert!(opened.len() >= 8, "{output}");
     for host in ["10.213.0.1", "10.213.0.2", "10.213.0.3"] {
         assert!(
-            opened.iter().any(|l| l.contains(&format!("(dialled {host}:"))),
+            opened
+                .iter()
+                .any(|l| l.contains(&format!("(dialled {host}:"))),
             "no connection to {host} through the relay:\n{output}"
         );
     }
