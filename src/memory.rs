@@ -193,7 +193,7 @@ fn estimate_with(
 
 /// DRUNet (deepinv's layout, no biases): parameters, and floats alive per input voxel at the
 /// peak — the skip tensors of the four scales, two working tensors at full resolution, and the
-/// input with its noise-level channel.
+/// input with its noise-level channel (three times over in the opponent colour space).
 pub fn drunet(c: &DrunetConfig, d: u32) -> (u64, u64) {
     let k = 3u64.pow(d);
     let nc: Vec<u64> = c.nc.iter().map(|&n| n as u64).collect();
@@ -206,7 +206,9 @@ pub fn drunet(c: &DrunetConfig, d: u32) -> (u64, u64) {
         params += 2 * blocks(nc[s]) + 2 * nc[s] * nc[s + 1] * down;
     }
     let skips: u64 = (0..4).map(|s| nc[s] / down.pow(s as u32).max(1)).sum();
-    (params, 2 * skips + 2 * nc[0] + cin + 1)
+    // In the opponent colour space each colour pixel is three one-channel items, in one batch.
+    let items = if c.opponent_colour { 3 } else { 1 };
+    (params, items * (2 * skips + 2 * nc[0] + cin + 1))
 }
 
 /// DnCNN (deepinv's layout): parameters, and floats alive per voxel (two hidden tensors).

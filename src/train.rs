@@ -300,6 +300,13 @@ impl TrainPreset {
         match &self.denoiser {
             DenoiserConfig::Dncnn(c) => c.validate(),
             DenoiserConfig::Drunet(c) => {
+                if c.opponent_colour {
+                    return Err(Error::config(
+                        "denoiser.opponent_colour",
+                        "tessera train trains the one-channel network itself, on grey images: \
+                         leave opponent_colour out (it is for denoising colour images with it)",
+                    ));
+                }
                 if self.train.crop.is_some_and(|c| c % 8 != 0 || c < 32) {
                     return Err(Error::config(
                         "train.crop",

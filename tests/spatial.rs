@@ -171,3 +171,54 @@ fn the_bytes_every_layer_exchanges_are_in_the_metrics_and_equal_the_predicted_ha
         }
     }
 }
+
+/// A one-channel DRUNet on the colour image in the opponent colour space (how the bundled colour
+/// denoiser runs) decomposes like the network itself: 2 and 2×2 rank processes give the untiled
+/// reconstruction, and every layer's exchange moves the predicted halo — three one-channel items
+/// per colour image.
+#[test]
+fn spatial_tiling_of_a_grey_network_in_the_opponent_colour_space_equals_the_untiled_one() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.toml"), PRESET).unwrap();
+    let opponent = [
+        "--set",
+        "denoiser.in_channels=1",
+        "--set",
+        "denoiser.out_channels=1",
+        "--set",
+        "denoiser.opponent_colour=true",
+        "--set",
+        "image.size=[64,96]",
+    ];
+    let mut untiled = vec!["run", "p.toml", "--quiet", "--out", "untiled"];
+    untiled.extend(opponent);
+    let out = run(&untiled, dir.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reference = read_array(&dir.path().join("untiled/reconstruction.npy")).unwrap();
+    assert_eq!(reference.shape(), &[1, 3, 64, 96]);
+    for (ranks, grid) in [("2", None), ("4", Some("[2,2]"))] {
+        let out_dir = format!("opponent{ranks}");
+        let out = run_spatial(dir.path(), ranks, grid, &out_dir, &opponent);
+        assert!(
+            out.status.success(),
+            "{ranks} ranks: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = read_array(&dir.path().join(&out_dir).join("reconstruction.npy")).unwrap();
+        let err = got.max_abs_diff(&reference);
+        assert!(err <= 1e-5, "{ranks} ranks: max difference {err}");
+        let metrics = cli::read_json(&dir.path().join(&out_dir).join("metrics.json"));
+        let layers = metrics["halo_exchange"]["layers"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert!(layers.len() >= 10, "{} exchanges", layers.len());
+        for l in &layers {
+            assert_eq!(l["sent_bytes"], l["predicted_bytes"], "{ranks} ranks: {l}");
+        }
+    }
+}

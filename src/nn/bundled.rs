@@ -5,12 +5,10 @@
 //! `weights` whose architecture is one of these runs them; `weights = "random"` asks for random
 //! weights instead.
 //!
-//! The σ-conditional DRUNets (`presets/train-drunet-{grey,colour}.toml`) are still training
-//! (issue #30): [`DRUNET`] lists the bundled ones — none yet — and the same lookup
-//! ([`drunet_for`]) then runs them for a DRUNet config of their architecture, and
-//! [`DRUNET_PREFERRED`] makes them the default neural denoiser. Bundling them is: copy the two files
-//! into `assets/weights/` and add their two entries to [`DRUNET`] (the entries are written below,
-//! commented out).
+//! The σ-conditional DRUNet (`presets/train-drunet-grey.toml`, issue #30) is bundled the same
+//! way ([`DRUNET`], found by [`drunet_for`]) and is the default neural denoiser
+//! ([`DRUNET_PREFERRED`]); on colour images it runs in the opponent colour space
+//! ([`super::opponent`]).
 
 use std::path::Path;
 
@@ -64,27 +62,20 @@ pub static DNCNN: [BundledWeights; 2] = [
 pub const DRUNET_NC: [usize; 4] = [16, 32, 64, 128];
 pub const DRUNET_NB: usize = 2;
 
-/// The bundled σ-conditional DRUNets: none until the training of issue #30 finishes. Then:
-///
-/// ```text
-/// BundledWeights {
-///     name: "drunet_grey",
-///     preset: "presets/train-drunet-grey.toml",
-///     channels: 1,
-///     bytes: include_bytes!("../../assets/weights/drunet_grey.safetensors"),
-/// },
-/// BundledWeights {
-///     name: "drunet_colour",
-///     preset: "presets/train-drunet-colour.toml",
-///     channels: 3,
-///     bytes: include_bytes!("../../assets/weights/drunet_colour.safetensors"),
-/// },
-/// ```
-pub static DRUNET: [BundledWeights; 0] = [];
+/// The bundled σ-conditional DRUNet: one grey network. Colour images run it in the opponent
+/// colour space (`DrunetConfig::bundled(3)`, [`super::opponent`]), which beat a DRUNet of the same
+/// size trained on colour (`presets/train-drunet-colour.toml`) on every held-out row (the table in
+/// `assets/weights/README.md`), at half the weights.
+pub static DRUNET: [BundledWeights; 1] = [BundledWeights {
+    name: "drunet_grey",
+    preset: "presets/train-drunet-grey.toml",
+    channels: 1,
+    bytes: include_bytes!("../../assets/weights/drunet_grey.safetensors"),
+}];
 
-/// Whether the bundled DRUNets are the neural denoiser to offer first (the workbench's "drunet"
-/// choice then starts on their architecture): once both are bundled.
-pub const DRUNET_PREFERRED: bool = DRUNET.len() == 2;
+/// Whether the bundled DRUNet is the neural denoiser to offer first (the workbench's "drunet"
+/// choice starts on its architecture).
+pub const DRUNET_PREFERRED: bool = !DRUNET.is_empty();
 
 impl BundledWeights {
     /// Where the weights live in the repository.
@@ -160,6 +151,57 @@ mod tests {
                 .unwrap();
             let deeper = DncnnArch { depth: 9, ..arch };
             assert!(dncnn_for(&deeper).is_none());
+        }
+    }
+
+    /// The bundled grey DRUNet is found for the bundled grey architecture and for the colour
+    /// one (the same network in the opponent colour space), loads every tensor, and denoises:
+    /// both configs build, keep shapes and bring a noisy image closer to the clean one.
+    #[test]
+    fn the_bundled_drunet_denoises_grey_and_colour_images() {
+        use crate::nn::DrunetConfig;
+        let grey = DrunetConfig::bundled(1);
+        let colour = DrunetConfig::bundled(3);
+        assert!(colour.opponent_colour && colour.in_channels == 1);
+        assert_eq!((grey.image_channels(), colour.image_channels()), (1, 3));
+        for (cfg, channels) in [(grey, 1), (colour, 3)] {
+            let arch = DrunetArch {
+                in_channels: 1,
+                out_channels: 1,
+                nc: DRUNET_NC,
+                nb: DRUNET_NB,
+                dim: 2,
+            };
+            assert_eq!(drunet_for(&arch).map(|b| b.name), Some("drunet_grey"));
+            let d = cfg.build(Path::new(".")).unwrap();
+            assert!(d.name().contains("drunet_grey"), "{}", d.name());
+            let clean = crate::Tensor::from_fn(&[1, channels, 40, 48], |i| {
+                let (y, x) = ((i / 48) % 40, i % 48);
+                0.2 + 0.6 * (((x / 8 + y / 8) % 2) as f32) + 0.01 * (i % channels) as f32
+            });
+            // Uniform noise of standard deviation 0.1 from a fixed hash of the index.
+            let mut noisy = clean.clone();
+            for (i, v) in noisy.data_mut().iter_mut().enumerate() {
+                let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+                *v += 0.1 * 3f32.sqrt() * (2.0 * h as f32 / (1u64 << 24) as f32 - 1.0);
+            }
+            let out = d.denoise(&noisy, 0.1).unwrap();
+            assert_eq!(out.shape(), clean.shape());
+            let psnr = |a: &crate::Tensor| {
+                let mse = a
+                    .data()
+                    .iter()
+                    .zip(clean.data())
+                    .map(|(p, q)| (p - q).powi(2))
+                    .sum::<f32>()
+                    / a.numel() as f32;
+                -10.0 * mse.log10()
+            };
+            let (before, after) = (psnr(&noisy), psnr(&out));
+            assert!(
+                after > before + 3.0,
+                "{channels} channels: {before:.2} → {after:.2} dB"
+            );
         }
     }
 

@@ -115,6 +115,11 @@ pub struct DrunetConfig {
     pub device: Option<TorchDevice>,
     /// Seed of the random weights used without a `weights` file.
     pub seed: u64,
+    /// Run a one-channel network on RGB images, in the opponent colour space (`nn::opponent`):
+    /// `in_channels` and `out_channels` are then the network's 1, and images have 3 channels. The
+    /// bundled colour DRUNet is the bundled grey one run this way.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub opponent_colour: bool,
 }
 
 impl Default for DrunetConfig {
@@ -130,6 +135,7 @@ impl Default for DrunetConfig {
             engine: Engine::Native,
             device: None,
             seed: 0,
+            opponent_colour: false,
         }
     }
 }
@@ -359,19 +365,43 @@ impl DrunetConfig {
                 "inflating needs 2-D `weights`",
             ));
         }
+        if self.opponent_colour && (self.in_channels, self.out_channels) != (1, 1) {
+            return Err(Error::config(
+                "denoiser.opponent_colour",
+                format!(
+                    "runs a one-channel network on each opponent channel of an RGB image: \
+                     in_channels and out_channels must be 1 (the network's), got {} and {}",
+                    self.in_channels, self.out_channels
+                ),
+            ));
+        }
         self.bundled_weights()?;
         super::models::drunet::check_arch(&self.arch(self.dim.unwrap_or(2)))
     }
 
-    /// The bundled architecture (`crate::nn::bundled::DRUNET_NC`, `DRUNET_NB`) with `channels`
-    /// image channels, running the bundled weights once they are bundled.
+    /// The bundled denoiser for images of `channels` channels: the bundled architecture
+    /// (`crate::nn::bundled::DRUNET_NC`, `DRUNET_NB`) with one channel, on colour images (3) in
+    /// the opponent colour space, running the bundled grey weights.
     pub fn bundled(channels: usize) -> Self {
+        let opponent_colour = channels == 3;
+        let net_channels = if opponent_colour { 1 } else { channels };
         DrunetConfig {
-            in_channels: channels,
-            out_channels: channels,
+            in_channels: net_channels,
+            out_channels: net_channels,
             nc: super::bundled::DRUNET_NC.to_vec(),
             nb: super::bundled::DRUNET_NB,
+            opponent_colour,
             ..DrunetConfig::default()
+        }
+    }
+
+    /// The channels of the images this denoiser takes: 3 in the opponent colour space, else the
+    /// network's.
+    pub fn image_channels(&self) -> usize {
+        if self.opponent_colour {
+            3
+        } else {
+            self.in_channels
         }
     }
 
@@ -386,7 +416,7 @@ impl DrunetConfig {
                     "tessera bundles no DRUNet weights yet (it bundles DnCNNs: kind = \"dncnn\", depth 8, nf 32)".to_string()
                 } else {
                     format!(
-                        "no bundled DRUNet of this architecture: tessera bundles nc {:?}, nb {}, 1 or 3 channels, 2-D",
+                        "no bundled DRUNet of this architecture: tessera bundles nc {:?}, nb {}, one channel, 2-D (for colour images with opponent_colour = true)",
                         super::bundled::DRUNET_NC,
                         super::bundled::DRUNET_NB
                     )
@@ -410,8 +440,17 @@ impl DrunetConfig {
         }
     }
 
-    /// Validates, loads the weights (relative paths against `base_dir`) and builds the network.
+    /// Validates, loads the weights (relative paths against `base_dir`) and builds the network
+    /// (in the opponent colour space with `opponent_colour`).
     pub fn build(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
+        let net = self.build_network(base_dir)?;
+        Ok(match self.opponent_colour {
+            true => Box::new(super::opponent::OpponentColour::new(net)),
+            false => net,
+        })
+    }
+
+    fn build_network(&self, base_dir: &Path) -> Result<Box<dyn Denoiser>> {
         self.validate()?;
         let dict = match (weights_file(&self.weights), self.bundled_weights()?) {
             (Some(p), _) => Some(load_weights(p, base_dir)?),

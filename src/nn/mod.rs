@@ -10,6 +10,7 @@
 //!
 //! ```text
 //! config, bundled, device, torch   preset configs → live denoisers on an engine; shipped weights
+//!   opponent                       a one-channel network on colour images (opponent colour space)
 //!   models                         DRUNet, DnCNN, the spatial study's test networks
 //!   layers                         graph (forward, backward), partition (blocks, halos), pool, dense, losses
 //!   kernels                        conv (im2col strips), patch_gemm, patch_dot, winograd, simd
@@ -25,6 +26,7 @@ pub mod device;
 pub mod kernels;
 pub mod layers;
 pub mod models;
+pub mod opponent;
 pub mod weights;
 
 #[cfg(feature = "torch")]

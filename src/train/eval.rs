@@ -1,9 +1,10 @@
 //! The PSNR table of the bundled denoisers (`tessera bench denoisers`, `assets/weights/README.md`):
 //! held-out images (generated ones the training presets never used, and real photographs) with
 //! seeded Gaussian noise at a few σ, denoised by TV and wavelet thresholding (each at the best of a
-//! few strengths, an oracle choice in their favour) and by every bundled DnCNN of the image's
+//! few strengths, an oracle choice in their favour) and by every bundled network of the image's
 //! channel count (and by DnCNN or σ-conditional DRUNet weight files given on the command line, to
-//! score a training in progress), and by BM3D when the benchmark environment has it ([`super::bm3d`], on the same noisy tensors).
+//! score a training in progress; a grey DRUNet also scores colour images in the opponent colour
+//! space), and by BM3D when the benchmark environment has it ([`super::bm3d`], on the same noisy tensors).
 
 use std::path::Path;
 
@@ -44,20 +45,33 @@ pub fn add_noise(clean: &Tensor, sigma: f32, key: u64) -> Tensor {
     x
 }
 
-/// The bundled networks for `channels` channels (DnCNNs, then DRUNets), built.
+/// The bundled networks for `channels` channels (DnCNNs, then DRUNets; on colour images the grey
+/// DRUNet runs in the opponent colour space), built.
 fn bundled(channels: usize) -> Result<Vec<(String, Box<dyn Denoiser>)>> {
     use crate::nn::bundled::{DNCNN, DRUNET};
-    let dncnn = DNCNN
-        .iter()
-        .map(|b| (b, DenoiserConfig::Dncnn(DncnnConfig::bundled(channels))));
-    let drunet = DRUNET
-        .iter()
-        .map(|b| (b, DenoiserConfig::Drunet(DrunetConfig::bundled(channels))));
+    let dncnn = DNCNN.iter().filter(|b| b.channels == channels).map(|b| {
+        (
+            b.name.to_string(),
+            DenoiserConfig::Dncnn(DncnnConfig::bundled(channels)),
+        )
+    });
+    let drunet = DRUNET.iter().filter_map(|b| {
+        let cfg = DrunetConfig::bundled(channels);
+        (b.channels == cfg.in_channels)
+            .then(|| (net_name(b.name, &cfg), DenoiserConfig::Drunet(cfg)))
+    });
     dncnn
         .chain(drunet)
-        .filter(|(b, _)| b.channels == channels)
-        .map(|(b, cfg)| Ok((b.name.to_string(), cfg.build()?)))
+        .map(|(name, cfg)| Ok((name, cfg.build()?)))
         .collect()
+}
+
+/// A DRUNet's name in the table: its file's, marked when it runs in the opponent colour space.
+fn net_name(name: &str, cfg: &DrunetConfig) -> String {
+    match cfg.opponent_colour {
+        true => format!("{name} (opponent colour)"),
+        false => name.to_string(),
+    }
 }
 
 /// The best PSNR of `d` over strengths `k·σ`.
@@ -118,6 +132,27 @@ impl ExtraNet {
     /// The denoiser configuration the file was read as.
     pub fn config(&self) -> &DenoiserConfig {
         &self.config
+    }
+
+    /// How the file denoises images of `channels` channels, and its name in the table: as read
+    /// for its own channel count; a one-channel DRUNet also on colour images, in the opponent
+    /// colour space; `None` otherwise.
+    pub fn for_channels(&self, channels: usize) -> Option<(String, DenoiserConfig)> {
+        if self.channels == channels {
+            return Some((self.name.clone(), self.config.clone()));
+        }
+        match &self.config {
+            DenoiserConfig::Drunet(c)
+                if c.in_channels == 1 && c.out_channels == 1 && channels == 3 =>
+            {
+                let cfg = DrunetConfig {
+                    opponent_colour: true,
+                    ..c.clone()
+                };
+                Some((net_name(&self.name, &cfg), DenoiserConfig::Drunet(cfg)))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -243,8 +278,8 @@ pub fn psnr_table(
     for (im, noisy_row) in images.iter().zip(&noisy) {
         let channels = im.image.shape()[1];
         let mut nets = bundled(channels)?;
-        for e in extra.iter().filter(|e| e.channels == channels) {
-            nets.push((e.name.clone(), e.config.build()?));
+        for (name, cfg) in extra.iter().filter_map(|e| e.for_channels(channels)) {
+            nets.push((name, cfg.build()?));
         }
         for (&sigma, noisy) in sigmas.iter().zip(noisy_row) {
             let bm3d = match bm3d_out.next().flatten() {
@@ -347,9 +382,11 @@ mod tests {
         }];
         let rows = psnr_table(&images, &[0.1], 3, std::slice::from_ref(&extra), None).unwrap();
         let nets = &rows[0].nets;
-        assert_eq!(nets.len(), 2, "{nets:?}");
+        // The bundled DnCNN and DRUNet, then the copy.
+        assert_eq!(nets.len(), 3, "{nets:?}");
         assert_eq!(nets[0].0, grey.name);
-        assert_eq!(nets[0].1, nets[1].1);
+        assert_eq!(nets[1].0, "drunet_grey");
+        assert_eq!(nets[0].1, nets[2].1);
 
         let mut other = StateDict::new("other");
         other.insert("weight", Tensor::zeros(&[2, 2]));
@@ -417,6 +454,37 @@ mod tests {
             sigma_matters.max_abs_diff(&out) > 0.0,
             "σ must reach the network"
         );
+
+        // On a colour image the grey file scores in the opponent colour space, as the bundled
+        // colour denoiser does; a colour DRUNet file does not score grey images.
+        let colour = Tensor::from_fn(&[1, 3, 32, 24], |i| ((i * 41) % 103) as f32 / 102.0);
+        let images = [NamedImage {
+            name: "colour ramp".into(),
+            image: colour.clone(),
+        }];
+        let rows = psnr_table(&images, &[0.1], 3, std::slice::from_ref(&extra), None).unwrap();
+        let names: Vec<&str> = rows[0].nets.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "dncnn_colour",
+                "drunet_grey (opponent colour)",
+                "drunet_grey.safetensors (opponent colour)"
+            ]
+        );
+        let DenoiserConfig::Drunet(grey_cfg) = extra.config() else {
+            unreachable!()
+        };
+        let opponent = DenoiserConfig::Drunet(DrunetConfig {
+            opponent_colour: true,
+            ..grey_cfg.clone()
+        })
+        .build()
+        .unwrap();
+        let noisy = noisy_input(&colour, 3, 0, 0, 0.1);
+        let out = opponent.denoise(&noisy, 0.1).unwrap();
+        assert_eq!(rows[0].nets[2].1, psnr(&out, &colour, 1.0).unwrap());
+        assert!(extra.for_channels(2).is_none());
 
         let mut headless = dict.clone();
         headless.insert("m_head.weight", Tensor::zeros(&[16, 1, 3, 3]));

@@ -91,8 +91,8 @@ fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             ("gaussian", || {
                 Some(DenoiserConfig::Gaussian(GaussianConfig::default()))
             }),
-            // The bundled architecture once its weights are bundled (issue #30), so that picking
-            // "drunet" runs trained weights; until then deepinv's default architecture.
+            // The bundled architecture (issue #30), so that picking "drunet" runs trained weights
+            // (on colour images the grey network in the opponent colour space).
             ("drunet", || {
                 Some(DenoiserConfig::Drunet(
                     if crate::nn::bundled::DRUNET_PREFERRED {
@@ -150,6 +150,12 @@ fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             }
             changed |= number(ui, "in channels", &mut c.in_channels, 1.0, 1..=64);
             changed |= number(ui, "out channels", &mut c.out_channels, 1.0, 1..=64);
+            changed |= ui
+                .checkbox(
+                    &mut c.opponent_colour,
+                    "one-channel network on colour (opponent colour space)",
+                )
+                .changed();
             changed |= number(ui, "blocks per scale (nb)", &mut c.nb, 1.0, 1..=64);
             ui.label(format!("channels per scale (nc): {:?}", c.nc));
         }
