@@ -58,6 +58,10 @@ pub struct Recovery {
     pub resumed_from: usize,
     /// The members' slots in their new rank order.
     pub members: Vec<usize>,
+    /// The members that joined this generation without state (replacements of lost ranks,
+    /// `docs/ELASTIC.md`, "Replacements"); absent from records written before they existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joined: Vec<usize>,
     /// The new owners of operators, tiles or shots, by new rank.
     pub assignment: Assignment,
     /// Seconds from the loss (as this rank saw it: `failed_at_secs`) to the end of the first
@@ -93,6 +97,7 @@ impl Recovery {
             lost_slots: plan.lost_slots.clone(),
             resumed_from,
             members: plan.members.clone(),
+            joined: plan.joined.clone(),
             assignment,
             recovery_secs: None,
             lost_at_secs: None,
@@ -232,6 +237,9 @@ pub struct Plan {
     /// The ranks (of the previous generation) that were lost, and their slots.
     pub lost_ranks: Vec<usize>,
     pub lost_slots: Vec<usize>,
+    /// The members that join without state (replacements the launcher started), after the
+    /// survivors in `members`: they hold no iteration and receive the state of `resume_from`.
+    pub joined: Vec<usize>,
     /// Port of the new group's own rendezvous store, hosted by its rank 0.
     pub master_port: u16,
     /// The iteration every member resumes after (the minimum the survivors completed).
@@ -291,6 +299,10 @@ pub enum Verdict {
 
 fn checkin_key(generation: u32, slot: usize) -> String {
     format!("elastic/{generation}/checkin/{slot}")
+}
+
+fn join_key(generation: u32, slot: usize) -> String {
+    format!("elastic/{generation}/join/{slot}")
 }
 
 fn verdict_key(generation: u32) -> String {
@@ -357,6 +369,43 @@ impl Member {
     }
 }
 
+impl Member {
+    /// A replacement's check-in: this process (a fresh slot the launcher started after a loss)
+    /// asks to join generation `generation` without state, and waits for the launcher's plan.
+    pub fn join_as_replacement(&mut self, generation: u32) -> Result<Plan> {
+        self.client
+            .set(&join_key(generation, self.slot), &wire::encode(&self.slot)?)?;
+        let bytes = self
+            .client
+            .get(&verdict_key(generation), self.verdict_timeout)?;
+        let received_at = Instant::now();
+        let verdict: Verdict = wire::decode_from(0, "elastic verdict", &bytes)?;
+        match verdict {
+            Verdict::Continue(plan) if plan.joined.contains(&self.slot) => {
+                self.generation = generation;
+                Ok(Plan {
+                    received_at: Some(received_at),
+                    ..plan
+                })
+            }
+            Verdict::Continue(plan) => Err(Error::PeerLost {
+                rank: self.slot,
+                how: format!(
+                    "was started to replace a lost rank, but generation {generation} formed \
+                     without it ({:?})",
+                    plan.members
+                ),
+            }),
+            Verdict::Stop { reason } => Err(Error::PeerLost {
+                rank: self.slot,
+                how: format!(
+                    "was started to replace a lost rank in a group that cannot go on: {reason}"
+                ),
+            }),
+        }
+    }
+}
+
 /// The launcher's side: the store that outlives every rank and the members of each generation.
 pub struct Coordinator {
     server: StoreServer,
@@ -414,17 +463,46 @@ impl Coordinator {
         Ok(found)
     }
 
-    /// Decides the next generation from the survivors' check-ins (every live member's) and
-    /// publishes it; `master_port` is the new group's store port, `since_loss` how long ago the
-    /// launcher saw the loss.
+    /// Which of `slots` (replacements the launcher started) asked to join the next generation.
+    pub fn joining(&mut self, slots: &[usize]) -> Result<Vec<usize>> {
+        let next = self.generation + 1;
+        let mut found = Vec::new();
+        for &slot in slots {
+            let key = join_key(next, slot);
+            if self
+                .client
+                .wait(std::slice::from_ref(&key), Duration::ZERO)?
+                .is_ok()
+            {
+                found.push(slot);
+            }
+        }
+        Ok(found)
+    }
+
+    /// The generation the next plan forms (a replacement checks in for it).
+    pub fn next_generation(&self) -> u32 {
+        self.generation + 1
+    }
+
+    /// Decides the next generation from the survivors' check-ins (every live member's) and the
+    /// replacements that asked to join, and publishes it; `master_port` is the new group's store
+    /// port, `since_loss` how long ago the launcher saw the loss.
     pub fn publish(
         &mut self,
         survivors: &BTreeMap<usize, Checkin>,
+        joiners: &[usize],
         master_port: u16,
         since_loss: Duration,
     ) -> Result<Verdict> {
         let next = self.generation + 1;
-        let mut verdict = decide(next, &self.members, survivors, self.min_ranks, master_port);
+        let mut verdict = decide(
+            next,
+            &self.members,
+            (survivors, joiners),
+            self.min_ranks,
+            master_port,
+        );
         if let Verdict::Continue(plan) = &mut verdict {
             plan.since_loss = since_loss;
         }
@@ -438,15 +516,25 @@ impl Coordinator {
     }
 }
 
-/// The verdict on generation `generation` given the previous members and the survivors'
-/// check-ins (pure, for tests).
+/// The verdict on generation `generation` given the previous members, the survivors' check-ins and
+/// the replacements that asked to join (pure, for tests). Joiners hold no iteration: the resume
+/// iteration is the survivors' minimum, and they follow the survivors (whose ranks stay in their
+/// old order) in slot order. A generation needs a survivor (only survivors hold the state) and
+/// `min_ranks` members, joiners included.
 pub fn decide(
     generation: u32,
     members: &[usize],
-    survivors: &BTreeMap<usize, Checkin>,
+    (survivors, joiners): (&BTreeMap<usize, Checkin>, &[usize]),
     min_ranks: usize,
     master_port: u16,
 ) -> Verdict {
+    let mut joined: Vec<usize> = joiners
+        .iter()
+        .copied()
+        .filter(|s| !members.contains(s) && !survivors.contains_key(s))
+        .collect();
+    joined.sort_unstable();
+    joined.dedup();
     // (rank in the previous generation, slot) of the members kept and lost.
     let (kept, lost): (Vec<_>, Vec<_>) = members
         .iter()
@@ -465,12 +553,21 @@ pub fn decide(
             reason: format!("the group failed without losing a rank ({failure})"),
         };
     }
-    if kept.len() < min_ranks {
+    if kept.is_empty() {
+        return Verdict::Stop {
+            reason: format!(
+                "rank(s) {lost_ranks:?} were lost and none remain to hand the run's state to \
+                 the {} replacement(s)",
+                joined.len()
+            ),
+        };
+    }
+    if kept.len() + joined.len() < min_ranks {
         return Verdict::Stop {
             reason: format!(
                 "rank(s) {lost_ranks:?} were lost and only {} remain, fewer than min_ranks = \
                  {min_ranks}",
-                kept.len()
+                kept.len() + joined.len()
             ),
         };
     }
@@ -481,7 +578,12 @@ pub fn decide(
         .unwrap_or(0);
     Verdict::Continue(Plan {
         generation,
-        members: kept.into_iter().map(|(_, s): (usize, usize)| s).collect(),
+        members: kept
+            .into_iter()
+            .map(|(_, s): (usize, usize)| s)
+            .chain(joined.iter().copied())
+            .collect(),
+        joined,
         lost_ranks,
         lost_slots,
         master_port,
@@ -625,7 +727,7 @@ mod tests {
     #[test]
     fn survivors_keep_their_order_and_resume_from_the_least_completed_iteration() {
         let survivors = BTreeMap::from([(0, checkin(7)), (3, checkin(6)), (1, checkin(7))]);
-        let Verdict::Continue(plan) = decide(1, &[0, 1, 2, 3], &survivors, 1, 4000) else {
+        let Verdict::Continue(plan) = decide(1, &[0, 1, 2, 3], (&survivors, &[]), 1, 4000) else {
             panic!("expected a plan");
         };
         assert_eq!(plan.members, vec![0, 1, 3]);
@@ -639,20 +741,123 @@ mod tests {
     fn a_group_below_min_ranks_or_without_a_loss_stops() {
         let one = BTreeMap::from([(1, checkin(3))]);
         assert!(matches!(
-            decide(1, &[0, 1, 2], &one, 2, 1),
+            decide(1, &[0, 1, 2], (&one, &[]), 2, 1),
             Verdict::Stop { reason } if reason.contains("min_ranks = 2")
         ));
         let all = BTreeMap::from([(0, checkin(3)), (1, checkin(3))]);
         assert!(matches!(
-            decide(1, &[0, 1], &all, 1, 1),
+            decide(1, &[0, 1], (&all, &[]), 1, 1),
             Verdict::Stop { reason } if reason.contains("without losing")
         ));
+    }
+
+    #[test]
+    fn replacements_follow_the_survivors_and_do_not_move_the_resume_iteration() {
+        // Slot 1 of 3 was lost; slot 3 replaces it. Survivors completed 5 and 4 iterations.
+        let survivors = BTreeMap::from([(2, checkin(4)), (0, checkin(5))]);
+        let Verdict::Continue(plan) = decide(1, &[0, 1, 2], (&survivors, &[3]), 3, 1) else {
+            panic!("expected a plan");
+        };
+        assert_eq!(plan.members, vec![0, 2, 3]);
+        assert_eq!(plan.joined, vec![3]);
+        assert_eq!((&plan.lost_ranks, &plan.lost_slots), (&vec![1], &vec![1]));
+        assert_eq!(plan.resume_from, 4);
+        assert_eq!(
+            (plan.rank_of(0), plan.rank_of(2), plan.rank_of(3)),
+            (Some(0), Some(1), Some(2))
+        );
+        // Joiners count toward min_ranks, in slot order; a member's slot is never taken as a
+        // joiner (the launcher never reuses a slot).
+        let Verdict::Continue(plan) = decide(2, &[0, 2, 3], (&survivors, &[5, 4, 2, 4]), 4, 1)
+        else {
+            panic!("expected a plan");
+        };
+        assert_eq!(plan.members, vec![0, 2, 4, 5]);
+        assert_eq!(plan.joined, vec![4, 5]);
+        assert_eq!(plan.lost_slots, vec![3]);
+        // Without joiners the same loss is below min_ranks = 3.
+        assert!(matches!(
+            decide(1, &[0, 1, 2], (&survivors, &[]), 3, 1),
+            Verdict::Stop { reason } if reason.contains("min_ranks = 3")
+        ));
+    }
+
+    #[test]
+    fn replacements_alone_cannot_carry_on_the_run() {
+        let none = BTreeMap::new();
+        assert!(matches!(
+            decide(1, &[0, 1], (&none, &[2, 3]), 1, 1),
+            Verdict::Stop { reason } if reason.contains("none remain")
+        ));
+        // A group that failed without a loss stops, joiners or not.
+        let all = BTreeMap::from([(0, checkin(3)), (1, checkin(3))]);
+        assert!(matches!(
+            decide(1, &[0, 1], (&all, &[2]), 1, 1),
+            Verdict::Stop { reason } if reason.contains("without losing")
+        ));
+    }
+
+    #[test]
+    fn a_replacement_joins_the_plan_the_survivors_receive() {
+        let mut coordinator = Coordinator::start(2, 1).unwrap();
+        let member = |slot| Member {
+            client: StoreClient::connect(&coordinator.addr(), Duration::from_secs(5)).unwrap(),
+            slot,
+            generation: 0,
+            verdict_timeout: Duration::from_secs(5),
+        };
+        let (mut survivor, mut replacement) = (member(0), member(2));
+        let lost = Error::PeerLost {
+            rank: 1,
+            how: "closed its connection".into(),
+        };
+        let generation = coordinator.next_generation();
+        let (kept, joined) = std::thread::scope(|s| {
+            let kept = s.spawn(|| survivor.rejoin(2, &lost));
+            let joined = s.spawn(|| replacement.join_as_replacement(generation));
+            let (survivors, joiners) = loop {
+                let found = coordinator.checked_in(&[0]).unwrap();
+                let joiners = coordinator.joining(&[2]).unwrap();
+                if found.len() == 1 && joiners.len() == 1 {
+                    break (found, joiners);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            coordinator
+                .publish(&survivors, &joiners, 4321, Duration::ZERO)
+                .unwrap();
+            (
+                kept.join().unwrap().unwrap(),
+                joined.join().unwrap().unwrap(),
+            )
+        });
+        assert_eq!(kept.members, vec![0, 2]);
+        assert_eq!((kept.joined.clone(), kept.resume_from), (vec![2], 2));
+        assert_eq!(kept.members, joined.members);
+        assert_eq!(coordinator.members(), &[0, 2]);
+        assert_eq!((survivor.generation, replacement.generation), (1, 1));
+        let r = Recovery::new(&kept, 0.5, &lost, 2, Assignment::over(2, 2, None));
+        assert_eq!(r.joined, vec![2]);
+        // The record says who joined; a record without joiners keeps its old JSON.
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["joined"], serde_json::json!([2]));
+        let old = Recovery::new(
+            &losing_rank_1_of_3().0,
+            0.5,
+            &lost,
+            2,
+            Assignment::over(2, 2, None),
+        );
+        let json = serde_json::to_value(&old).unwrap();
+        assert!(json.get("joined").is_none(), "{json}");
+        let back: Recovery = serde_json::from_value(json).unwrap();
+        assert!(back.joined.is_empty());
     }
 
     /// The plan of ranks 0 and 2 after rank 1 of 3 was lost after iteration 3, and its error.
     fn losing_rank_1_of_3() -> (Plan, Error) {
         let survivors = BTreeMap::from([(0, checkin(3)), (2, checkin(3))]);
-        let Verdict::Continue(plan) = decide(1, &[0, 1, 2], &survivors, 1, 1) else {
+        let Verdict::Continue(plan) = decide(1, &[0, 1, 2], (&survivors, &[]), 1, 1) else {
             panic!("expected a plan");
         };
         let lost = Error::PeerLost {
@@ -778,7 +983,9 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(5));
             };
             let since_loss = Duration::from_millis(250);
-            coordinator.publish(&survivors, 4321, since_loss).unwrap();
+            coordinator
+                .publish(&survivors, &[], 4321, since_loss)
+                .unwrap();
             handles
                 .into_iter()
                 .map(|h| h.join().unwrap().unwrap())
@@ -820,7 +1027,7 @@ mod tests {
                 .filter(|&&s| lost_mask & (1 << s) == 0)
                 .map(|&s| (s, checkin(completed[s])))
                 .collect();
-            let verdict = decide(1, &members, &survivors, 1, 1);
+            let verdict = decide(1, &members, (&survivors, &[]), 1, 1);
             let plan = match verdict {
                 Verdict::Continue(plan) => plan,
                 Verdict::Stop { .. } => {

@@ -310,7 +310,7 @@ fn supervise_elastic(
                     let _ = children[slot].wait();
                     exited[slot] = true;
                 }
-                match coordinator.publish(&survivors, free_port()?, since.elapsed())? {
+                match coordinator.publish(&survivors, &[], free_port()?, since.elapsed())? {
                     Verdict::Continue(plan) => {
                         let _ = writeln!(
                             std::io::stderr().lock(),
