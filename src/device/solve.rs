@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::array::Array;
 use super::backend::{Backend, DeviceVec};
 use super::ops::blur_engine::{DeviceBlurStack, DeviceConv, Planes};
-use super::ops::tomography::DeviceTomography;
+use super::ops::tomography::{DeviceTomography, DeviceTomography3d};
 use super::ops::{tv, vector, wavelet};
 use crate::denoise::DenoiserConfig;
 use crate::denoise::tv::TvDenoiser;
@@ -27,6 +27,7 @@ use crate::physics::blur::Blur;
 use crate::physics::channels::OperatorSpec;
 use crate::physics::stack::BlurFusion;
 use crate::physics::tomography::Tomography;
+use crate::physics::tomography3d::Tomography3d;
 use crate::physics::{LinearPhysics, Physics, StackedLinearPhysics};
 use crate::physics::{PINV_ITERS, PINV_TOL, PhysicsConfig};
 use crate::tensor::Tensor;
@@ -35,12 +36,14 @@ use crate::tensor::Tensor;
 #[derive(Clone, Copy)]
 pub enum HostOperator<'a> {
     Tomography(&'a Tomography),
+    Tomography3d(&'a Tomography3d),
     Blur(&'a Blur),
 }
 
 /// A preset's operator built on the host for its device twin (`HostOperator` borrows it).
 pub enum BuiltOperator {
     Tomography(Tomography),
+    Tomography3d(Tomography3d),
     Blur(Blur),
 }
 
@@ -50,6 +53,7 @@ impl BuiltOperator {
     pub fn build(spec: &OperatorSpec, x_shape: &[usize]) -> Result<Self> {
         match (&spec.config, spec.channels) {
             (PhysicsConfig::Tomography(c), None) => Ok(Self::Tomography(c.build(x_shape)?)),
+            (PhysicsConfig::Tomography3d(c), None) => Ok(Self::Tomography3d(c.build(x_shape)?)),
             (PhysicsConfig::Blur(c), None) => Ok(Self::Blur(c.build()?)),
             (_, Some(_)) => Err(Error::Unsupported(
                 "physics split by channel is not on the GPU yet".into(),
@@ -61,9 +65,19 @@ impl BuiltOperator {
         }
     }
 
+    /// A tomography's 2-D operator of every plane: a 2-D one itself, a 3-D one's slice operator.
+    fn tomography(&self) -> Option<&Tomography> {
+        match self {
+            Self::Tomography(t) => Some(t),
+            Self::Tomography3d(t) => Some(t.slice_operator()),
+            Self::Blur(_) => None,
+        }
+    }
+
     pub fn host(&self) -> HostOperator<'_> {
         match self {
             Self::Tomography(t) => HostOperator::Tomography(t),
+            Self::Tomography3d(t) => HostOperator::Tomography3d(t),
             Self::Blur(b) => HostOperator::Blur(b),
         }
     }
@@ -93,7 +107,7 @@ impl<B: Backend> DeviceLinear<B> for DeviceTomography<B> {
         x: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
-        DeviceTomography::forward(self, backend, x, image.count)
+        DeviceTomography::forward(self, backend, x, flat("tomography", image)?)
     }
 
     fn adjoint(
@@ -102,7 +116,38 @@ impl<B: Backend> DeviceLinear<B> for DeviceTomography<B> {
         y: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
-        DeviceTomography::adjoint(self, backend, y, image.count)
+        DeviceTomography::adjoint(self, backend, y, flat("tomography", image)?)
+    }
+}
+
+/// The planes of a 2-D operator's images, or an error for volumes.
+fn flat(op: &str, image: Planes) -> Result<usize> {
+    match image.dims {
+        [1, _, _] => Ok(image.count),
+        [d, h, w] => Err(Error::config(
+            op,
+            format!("a 2-D operator takes images (B, C, H, W), got volumes of {d}×{h}×{w}"),
+        )),
+    }
+}
+
+impl<B: Backend> DeviceLinear<B> for DeviceTomography3d<B> {
+    fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceTomography3d::forward(self, backend, x, image.count, image.dims[0])
+    }
+
+    fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceTomography3d::adjoint(self, backend, y, image.count, image.dims[0])
     }
 }
 
@@ -134,13 +179,22 @@ enum DeviceOperators<B: Backend> {
     FusedBlurs(Box<DeviceBlurStack<B>>),
 }
 
-/// `(planes, channels, dims)` of an image `(B, C, H, W)`.
+/// `(planes, channels, dims)` of an image `(B, C, H, W)` or a volume `(B, C, D, H, W)` (`B·C`
+/// planes of `[D, H, W]`; each operator checks that it takes such planes).
 fn planes_of(shape: &[usize], op: &str) -> Result<Planes> {
     match *shape {
         [b, c, h, w] => Ok(Planes::of_image([b, c, h, w])),
+        [b, c, d, h, w] => Ok(Planes {
+            count: b * c,
+            channels: c,
+            dims: [d, h, w],
+        }),
         _ => Err(Error::config(
             op,
-            format!("the device operators take images (B, C, H, W), got shape {shape:?}"),
+            format!(
+                "the device operators take images (B, C, H, W) or volumes (B, C, D, H, W), \
+                 got shape {shape:?}"
+            ),
         )),
     }
 }
@@ -207,7 +261,7 @@ impl<'g, B: Backend> DeviceObjective<'g, B> {
             .iter()
             .map(|op| match op {
                 HostOperator::Blur(b) => Some(*b),
-                HostOperator::Tomography(_) => None,
+                HostOperator::Tomography(_) | HostOperator::Tomography3d(_) => None,
             })
             .collect();
         let fused = blurs.filter(|blurs| {
@@ -237,6 +291,9 @@ impl<'g, B: Backend> DeviceObjective<'g, B> {
                         let op: Box<dyn DeviceLinear<B>> = match ops[i] {
                             HostOperator::Tomography(t) => {
                                 Box::new(DeviceTomography::new(backend.as_ref(), t)?)
+                            }
+                            HostOperator::Tomography3d(t) => {
+                                Box::new(DeviceTomography3d::new(backend.as_ref(), t)?)
                             }
                             HostOperator::Blur(b) => Box::new(DeviceConv::from_blur(b)),
                         };
@@ -574,7 +631,7 @@ pub trait DeviceSolver {
     ) -> Result<Reconstruction>;
 
     /// [`fbp`] on this device.
-    fn fbp(&self, op: &Tomography, y: &Tensor) -> Result<Tensor>;
+    fn fbp(&self, op: HostOperator<'_>, y: &Tensor) -> Result<Tensor>;
 }
 
 impl<B: Backend> DeviceSolver for Arc<B> {
@@ -617,7 +674,7 @@ impl<B: Backend> DeviceSolver for Arc<B> {
         cg(self, problem, on_iter)
     }
 
-    fn fbp(&self, op: &Tomography, y: &Tensor) -> Result<Tensor> {
+    fn fbp(&self, op: HostOperator<'_>, y: &Tensor) -> Result<Tensor> {
         fbp(self, op, y)
     }
 }
@@ -651,30 +708,45 @@ pub fn pnp<B: Backend>(
     run.into_reconstruction()
 }
 
-/// Filtered back-projection of the sinograms `y` (`[B, C, detectors, angles]`) with `op` on the
-/// device: `physics::tomography::Tomography::fbp`'s filter and back-projection as kernels (the ramp
-/// filter through cuFFT). One pass, so only the sinograms go up and the images come back.
-pub fn fbp<B: Backend>(backend: &Arc<B>, op: &Tomography, y: &Tensor) -> Result<Tensor> {
-    let &[batch, channels, ..] = y.shape() else {
-        return Err(Error::shape(
-            "device fbp",
-            &[1, 1, op.n_det(), op.angles_deg().len()],
-            y.shape(),
-        ));
+/// Filtered back-projection of the sinograms `y` with the tomography `op` on the device:
+/// `[B, C, detectors, angles]` → `[B, C, W, W]` for a 2-D one, `[B, C, D, detectors, angles]` →
+/// `[B, C, D, W, W]` slice by slice for a 3-D one: `physics::tomography::Tomography::fbp`'s
+/// filter and back-projection as kernels (the ramp filter through cuFFT). One pass, so only the
+/// sinograms go up and the images come back.
+pub fn fbp<B: Backend>(backend: &Arc<B>, op: HostOperator<'_>, y: &Tensor) -> Result<Tensor> {
+    let (slice_op, lead) = match op {
+        HostOperator::Tomography(t) => (t, 2),
+        HostOperator::Tomography3d(t) => (t.slice_operator(), 3),
+        HostOperator::Blur(_) => {
+            return Err(Error::config(
+                "algorithm.kind",
+                "fbp needs exactly one tomography operator",
+            ));
+        }
     };
-    let width = op.img_width();
-    let expected = op.output_shape(&[batch, channels, width, width])?;
-    if y.shape() != expected.as_slice() {
-        return Err(Error::shape("device fbp", &expected, y.shape()));
+    let (width, n_det, n_angles) = (
+        slice_op.img_width(),
+        slice_op.n_det(),
+        slice_op.angles_deg().len(),
+    );
+    let s = y.shape();
+    let mut expected: Vec<usize> = s.iter().take(lead).copied().collect();
+    expected.resize(lead, 1);
+    expected.extend([n_det, n_angles]);
+    if s != expected.as_slice() {
+        return Err(Error::shape("device fbp", &expected, s));
     }
-    let device_op = DeviceTomography::new(backend.as_ref(), op)?;
-    let planes = batch * channels;
+    let mut image_shape = expected[..lead].to_vec();
+    image_shape.extend([width, width]);
     let sinograms = DeviceVec::from_host(backend.as_ref(), y.data())?;
-    let images = device_op.fbp(backend.as_ref(), &sinograms, planes)?;
-    Tensor::from_vec(
-        &[batch, channels, width, width],
-        images.to_host(backend.as_ref())?,
-    )
+    let b = backend.as_ref();
+    let images = match op {
+        HostOperator::Tomography3d(t) => {
+            DeviceTomography3d::new(b, t)?.fbp(b, &sinograms, s[0] * s[1], s[2])?
+        }
+        _ => DeviceTomography::new(b, slice_op)?.fbp(b, &sinograms, s[0] * s[1])?,
+    };
+    Tensor::from_vec(&image_shape, images.to_host(b)?)
 }
 
 /// A CG least-squares problem for a device: the stack's operators with device twins, their
@@ -722,6 +794,26 @@ fn elems(shape: &[usize]) -> u64 {
     shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64))
 }
 
+/// (resident floats, work floats of one application over `slices` planes) of a tomography's
+/// plane engine (`device::ops::tomography`), as it uploads and allocates them.
+fn tomography_floats(t: &Tomography, slices: u64) -> (u64, u64) {
+    let g = t.device_geometry();
+    let (nd, na) = (g.n_det as u64, g.n_angles as u64);
+    let len = crate::physics::tomography::ramp_len(g.n_det) as u64;
+    let rays = g.ray_row0.len() + g.ray_col0.len() + g.ray_count.len() + g.ray_first.len();
+    let resident = (rays + g.step_row.len() + g.step_col.len()) as u64
+        + g.mask.as_ref().map_or(1, |m| m.len() as u64)
+        + 2 * len
+        + 1
+        + na
+        + len;
+    let (w, stride) = (g.width as u64, g.stride as u64);
+    // Forward: the bordered image and the sinogram; adjoint: the sinogram by angle
+    // and the image.
+    let work = slices * (stride * stride + nd * na).max(2 * nd * na + w * w);
+    (resident, work)
+}
+
 /// What one rank of a device job holds in the device's memory at its peak, as named parts in bytes
 /// (`memory::device_job` sums them and checks them against the device's free memory before the
 /// job starts). It follows the device code's buffers: the measurements of the operators this rank
@@ -740,6 +832,8 @@ pub fn footprint(
     let image = planes_of(x_shape, "device memory estimate")?;
     let image_floats = elems(x_shape);
     let planes = image.count as u64;
+    // A tomography's planes: a 3-D one's slices (`B·C·D`), a 2-D one's images (`D = 1`).
+    let slices = planes * image.dims[0] as u64;
     let specs = preset.operators()?;
     let built = specs
         .iter()
@@ -750,6 +844,7 @@ pub fn footprint(
         .map(|op| {
             let shape = match op {
                 BuiltOperator::Tomography(t) => t.output_shape(x_shape)?,
+                BuiltOperator::Tomography3d(t) => t.output_shape(x_shape)?,
                 BuiltOperator::Blur(b) => b.output_shape(x_shape)?,
             };
             Ok(elems(&shape))
@@ -759,24 +854,8 @@ pub fn footprint(
     let sizes: Vec<(u64, u64)> = built
         .iter()
         .map(|op| match op {
-            BuiltOperator::Tomography(t) => {
-                let g = t.device_geometry();
-                let (nd, na) = (g.n_det as u64, g.n_angles as u64);
-                let len = crate::physics::tomography::ramp_len(g.n_det) as u64;
-                let rays =
-                    g.ray_row0.len() + g.ray_col0.len() + g.ray_count.len() + g.ray_first.len();
-                let resident = (rays + g.step_row.len() + g.step_col.len()) as u64
-                    + g.mask.as_ref().map_or(1, |m| m.len() as u64)
-                    + 2 * len
-                    + 1
-                    + na
-                    + len;
-                let (w, stride) = (g.width as u64, g.stride as u64);
-                // Forward: the bordered image and the sinogram; adjoint: the sinogram by angle
-                // and the image.
-                let work = planes * (stride * stride + nd * na).max(2 * nd * na + w * w);
-                (resident, work)
-            }
+            BuiltOperator::Tomography(t) => tomography_floats(t, slices),
+            BuiltOperator::Tomography3d(t) => tomography_floats(t.slice_operator(), slices),
             BuiltOperator::Blur(b) => {
                 let (grid, spectrum) = super::ops::blur_engine::blur_grid(b, image.dims);
                 let (g, s) = (elems(&grid), 2 * spectrum as u64);
@@ -794,7 +873,7 @@ pub fn footprint(
         .iter()
         .map(|op| match op {
             BuiltOperator::Blur(b) => Some(b),
-            BuiltOperator::Tomography(_) => None,
+            BuiltOperator::Tomography(_) | BuiltOperator::Tomography3d(_) => None,
         })
         .collect();
     let fused = blurs.is_some_and(|blurs| {
@@ -812,7 +891,10 @@ pub fn footprint(
     let floats = |f: u64| f.saturating_mul(F32);
     let fbp = matches!(preset.algorithm, crate::optim::AlgorithmConfig::Fbp(_));
     if fbp {
-        let Some(BuiltOperator::Tomography(t)) = built.first() else {
+        let (Some(t), 1) = (
+            built.first().and_then(BuiltOperator::tomography),
+            built.len(),
+        ) else {
             return Err(Error::config(
                 "algorithm.kind",
                 "fbp needs exactly one tomography operator",
@@ -828,15 +910,15 @@ pub fn footprint(
         ));
         // The sinograms by column, zero-padded, their spectra, the filtered grid, its crop and
         // transpose, then the back-projection's own work and the image.
-        let work = planes * (nd * na + na * len + na * (len + 2) + na * len + 2 * nd * na);
+        let work = slices * (nd * na + na * len + na * (len + 2) + na * len + 2 * nd * na);
         parts.push(("filtering work buffers".to_string(), floats(work)));
         parts.push((
             "the back-projection and the image".to_string(),
-            floats(planes * (nd * na + 2 * w * w)),
+            floats(slices * (nd * na + 2 * w * w)),
         ));
         parts.push((
             "FFT work areas (a GPU's cuFFT)".to_string(),
-            floats(planes * na * (len + 2)),
+            floats(slices * na * (len + 2)),
         ));
         return Ok(parts);
     }
