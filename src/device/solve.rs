@@ -1008,6 +1008,92 @@ mod tests {
         })
     }
 
+    /// 3-D tomography on the device: forward, adjoint and FBP of every slice in one call are the
+    /// 2-D engine's on each slice alone (the same bits: the batching over `B·C·D` is exact), and
+    /// the CPU's `Tomography3d` within the 2-D self-test's tolerance (float rounding of the ray
+    /// sums and FFTs), on odd widths, `D = 1`, `B·C > 1`, circle and normalize on and off; the
+    /// device's adjoint is its forward's transpose (dot test). FBP through `fbp`, as a job calls it.
+    #[test]
+    fn device_tomography3d_is_the_cpu_one_slice_by_slice() {
+        let backend = Arc::new(Emulator::new().unwrap());
+        let b = backend.as_ref();
+        let cases: [(usize, usize, bool, bool, [usize; 3]); 5] = [
+            (17, 7, false, false, [1, 1, 1]),
+            (16, 9, true, false, [2, 1, 3]),
+            (13, 5, false, true, [1, 2, 4]),
+            (2, 3, false, true, [1, 1, 2]),
+            (21, 11, true, true, [3, 2, 2]),
+        ];
+        for (seed, (width, angles, circle, normalize, [batch, channels, depth])) in
+            cases.into_iter().enumerate()
+        {
+            let what = format!(
+                "{batch}×{channels}×{depth}×{width}², {angles} angles, circle {circle}, normalize {normalize}"
+            );
+            let op = Tomography3d::new(width, &Angles::Count(angles), circle, normalize).unwrap();
+            let dev = DeviceTomography3d::new(b, &op).unwrap();
+            let x = noisy(&[batch, channels, depth, width, width], seed);
+            let y_cpu = op.forward(&x).unwrap();
+            let y = noisy(y_cpu.shape(), seed + 10);
+            let (dx, dy) = (
+                DeviceVec::from_host(b, x.data()).unwrap(),
+                DeviceVec::from_host(b, y.data()).unwrap(),
+            );
+            let volumes = batch * channels;
+            let ax = dev.forward(b, &dx, volumes, depth).unwrap();
+            let aty = dev.adjoint(b, &dy, volumes, depth).unwrap();
+            let fbp_dev = fbp(&backend, HostOperator::Tomography3d(&op), &y).unwrap();
+            // Each slice alone through the 2-D engine.
+            let plane = dev.slice_operator();
+            let (n_img, n_sino) = (width * width, plane.n_det() * plane.n_angles());
+            let (mut ax1, mut aty1, mut fbp1) = (Vec::new(), Vec::new(), Vec::new());
+            for k in 0..volumes * depth {
+                let xs = DeviceVec::from_host(b, &x.data()[k * n_img..(k + 1) * n_img]).unwrap();
+                let ys = DeviceVec::from_host(b, &y.data()[k * n_sino..(k + 1) * n_sino]).unwrap();
+                ax1.extend(plane.forward(b, &xs, 1).unwrap().to_host(b).unwrap());
+                aty1.extend(plane.adjoint(b, &ys, 1).unwrap().to_host(b).unwrap());
+                fbp1.extend(plane.fbp(b, &ys, 1).unwrap().to_host(b).unwrap());
+            }
+            let ax_host = ax.to_host(b).unwrap();
+            let aty_host = aty.to_host(b).unwrap();
+            assert_eq!(ax_host, ax1, "{what}: forward");
+            assert_eq!(aty_host, aty1, "{what}: adjoint");
+            assert_eq!(fbp_dev.data(), &fbp1[..], "{what}: fbp");
+            let x_shape = x.shape().to_vec();
+            let as_tensor = |shape: &[usize], v: Vec<f32>| Tensor::from_vec(shape, v).unwrap();
+            let errors = [
+                relative_error(&as_tensor(y_cpu.shape(), ax_host), &y_cpu),
+                relative_error(&as_tensor(&x_shape, aty_host), &op.adjoint(&y).unwrap()),
+                relative_error(&fbp_dev, &op.fbp(&y).unwrap()),
+            ];
+            println!("{what}: forward, adjoint, fbp relative errors {errors:?}");
+            for (e, part) in errors.iter().zip(["forward", "adjoint", "fbp"]) {
+                assert!(
+                    *e <= crate::device::selftest::TOLERANCE,
+                    "{what}: {part}: {e:e}"
+                );
+            }
+            assert_eq!(fbp_dev.shape(), x.shape(), "{what}");
+            let lhs = vector::dot(b, &ax, &dy).unwrap();
+            let rhs = vector::dot(b, &dx, &aty).unwrap();
+            let scale = vector::norm(b, &ax).unwrap() * vector::norm(b, &dy).unwrap();
+            assert!(
+                (lhs - rhs).abs() <= 1e-5 * scale,
+                "{what}: dot test {lhs} vs {rhs}"
+            );
+        }
+        // Bad shapes are errors naming what was wrong, never a panic.
+        let op = Tomography3d::new(9, &Angles::Count(4), false, false).unwrap();
+        let wrong = Tensor::zeros(&[1, 1, 2, 9, 4]);
+        let e = fbp(&backend, HostOperator::Tomography3d(&op), &wrong)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("device fbp"), "{e}");
+        let dev = DeviceTomography3d::new(b, &op).unwrap();
+        let short = DeviceVec::<Emulator, f32>::zeros(b, 9 * 9).unwrap();
+        assert!(dev.forward(b, &short, 1, 2).is_err());
+    }
+
     /// The device TV gives the CPU's bits and stops each plane after the CPU's iteration count, on
     /// images and volumes of awkward sizes, stopping early or running to the cap.
     #[test]
