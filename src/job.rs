@@ -1568,8 +1568,7 @@ fn back_projection_method(fbp_operator: Option<&PhysicsConfig>) -> BackProjectio
 }
 
 /// The filtered back-projection `A†y` of a stack of one whole tomography operator
-/// ([`Preset::fbp_operator`]), on `device` when there is one (2-D only: `device::coverage` refuses
-/// a 3-D operator on a GPU before the job starts).
+/// ([`Preset::fbp_operator`]), 2-D or 3-D, on `device` when there is one.
 fn fbp(
     operator: Option<&PhysicsConfig>,
     device: Option<&dyn DeviceSolver>,
@@ -1578,13 +1577,13 @@ fn fbp(
 ) -> Result<Tensor> {
     match (operator, ys) {
         (Some(PhysicsConfig::Tomography(c)), [y]) => match device {
-            Some(device) => device.fbp(&c.build(x_shape)?, y),
+            Some(device) => device.fbp(HostOperator::Tomography(&c.build(x_shape)?), y),
             None => c.build(x_shape)?.fbp(y),
         },
-        (Some(PhysicsConfig::Tomography3d(_)), _) if device.is_some() => Err(Error::Internal(
-            "3-D tomography reached FBP on a device past the coverage check".into(),
-        )),
-        (Some(PhysicsConfig::Tomography3d(c)), [y]) => c.build(x_shape)?.fbp(y),
+        (Some(PhysicsConfig::Tomography3d(c)), [y]) => match device {
+            Some(device) => device.fbp(HostOperator::Tomography3d(&c.build(x_shape)?), y),
+            None => c.build(x_shape)?.fbp(y),
+        },
         _ => Err(Error::config(
             "algorithm.kind",
             "fbp needs exactly one tomography operator",

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::Device;
 use super::backend::{Backend, DeviceVec};
 use super::ops::blur_engine::{DeviceBlurStack, DeviceConv, Planes};
-use super::ops::tomography::DeviceTomography;
+use super::ops::tomography::{DeviceTomography, DeviceTomography3d};
 use super::ops::{tv, vector, wavelet};
 use super::solve::{self, HostOperator};
 use crate::denoise::Denoiser;
@@ -30,6 +30,7 @@ use crate::optim::{IterationReport, Monitor, Reconstruction};
 use crate::physics::blur::{Blur, gaussian_kernel};
 use crate::physics::blur_engine::Padding;
 use crate::physics::tomography::{Angles, Tomography};
+use crate::physics::tomography3d::Tomography3d;
 use crate::physics::{LinearPhysics, Physics, Stack, StackedLinearPhysics};
 use crate::tensor::Tensor;
 
@@ -443,6 +444,45 @@ impl<B: Backend> Run<'_, B> {
             let dy = self.upload(&y)?;
             self.compare("tomography fbp", &case, op.fbp(&y)?.data(), || {
                 dev.fbp(b, &dy, planes)?.to_host(b)
+            })?;
+        }
+        self.tomography3d()
+    }
+
+    /// 3-D tomography (every slice through the 2-D engine at once): odd widths, one slice, several
+    /// volumes and channels, circle and normalize.
+    fn tomography3d(&mut self) -> Result<()> {
+        let mut cases: Vec<(usize, usize, bool, bool, [usize; 3])> = vec![
+            (17, 7, false, false, [1, 1, 1]),
+            (13, 5, true, true, [2, 1, 3]),
+            (23, 11, false, true, [1, 2, 5]),
+        ];
+        if self.level == Level::Full {
+            cases.push((127, 90, true, false, [1, 1, 64]));
+        }
+        for (width, angles, circle, normalize, [batch, channels, depth]) in cases {
+            let op = Tomography3d::new(width, &Angles::Count(angles), circle, normalize)?;
+            let dev = DeviceTomography3d::new(self.backend, &op)?;
+            let volumes = batch * channels;
+            let case = format!(
+                "{batch}×{channels}×{depth}×{width}², {angles} angles{}{}",
+                if circle { ", circle" } else { "" },
+                if normalize { ", normalized" } else { "" }
+            );
+            let x = deterministic_start(&[batch, channels, depth, width, width], width as u64);
+            let b = self.backend;
+            self.linear(
+                "tomography3d",
+                &case,
+                &op,
+                &x,
+                &|x| dev.forward(b, x, volumes, depth),
+                &|y| dev.adjoint(b, y, volumes, depth),
+            )?;
+            let y = op.forward(&x)?;
+            let dy = self.upload(&y)?;
+            self.compare("tomography3d fbp", &case, op.fbp(&y)?.data(), || {
+                dev.fbp(b, &dy, volumes, depth)?.to_host(b)
             })?;
         }
         Ok(())

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::array::Array;
 use super::backend::{Backend, DeviceVec};
 use super::ops::blur_engine::{DeviceBlurStack, DeviceConv, Planes};
-use super::ops::tomography::DeviceTomography;
+use super::ops::tomography::{DeviceTomography, DeviceTomography3d};
 use super::ops::{tv, vector, wavelet};
 use crate::denoise::DenoiserConfig;
 use crate::denoise::tv::TvDenoiser;
@@ -27,6 +27,7 @@ use crate::physics::blur::Blur;
 use crate::physics::channels::OperatorSpec;
 use crate::physics::stack::BlurFusion;
 use crate::physics::tomography::Tomography;
+use crate::physics::tomography3d::Tomography3d;
 use crate::physics::{LinearPhysics, Physics, StackedLinearPhysics};
 use crate::physics::{PINV_ITERS, PINV_TOL, PhysicsConfig};
 use crate::tensor::Tensor;
@@ -35,12 +36,14 @@ use crate::tensor::Tensor;
 #[derive(Clone, Copy)]
 pub enum HostOperator<'a> {
     Tomography(&'a Tomography),
+    Tomography3d(&'a Tomography3d),
     Blur(&'a Blur),
 }
 
 /// A preset's operator built on the host for its device twin (`HostOperator` borrows it).
 pub enum BuiltOperator {
     Tomography(Tomography),
+    Tomography3d(Tomography3d),
     Blur(Blur),
 }
 
@@ -50,6 +53,7 @@ impl BuiltOperator {
     pub fn build(spec: &OperatorSpec, x_shape: &[usize]) -> Result<Self> {
         match (&spec.config, spec.channels) {
             (PhysicsConfig::Tomography(c), None) => Ok(Self::Tomography(c.build(x_shape)?)),
+            (PhysicsConfig::Tomography3d(c), None) => Ok(Self::Tomography3d(c.build(x_shape)?)),
             (PhysicsConfig::Blur(c), None) => Ok(Self::Blur(c.build()?)),
             (_, Some(_)) => Err(Error::Unsupported(
                 "physics split by channel is not on the GPU yet".into(),
@@ -61,9 +65,19 @@ impl BuiltOperator {
         }
     }
 
+    /// A tomography's 2-D operator of every plane: a 2-D one itself, a 3-D one's slice operator.
+    fn tomography(&self) -> Option<&Tomography> {
+        match self {
+            Self::Tomography(t) => Some(t),
+            Self::Tomography3d(t) => Some(t.slice_operator()),
+            Self::Blur(_) => None,
+        }
+    }
+
     pub fn host(&self) -> HostOperator<'_> {
         match self {
             Self::Tomography(t) => HostOperator::Tomography(t),
+            Self::Tomography3d(t) => HostOperator::Tomography3d(t),
             Self::Blur(b) => HostOperator::Blur(b),
         }
     }
@@ -93,7 +107,7 @@ impl<B: Backend> DeviceLinear<B> for DeviceTomography<B> {
         x: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
-        DeviceTomography::forward(self, backend, x, image.count)
+        DeviceTomography::forward(self, backend, x, flat("tomography", image)?)
     }
 
     fn adjoint(
@@ -102,7 +116,38 @@ impl<B: Backend> DeviceLinear<B> for DeviceTomography<B> {
         y: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
-        DeviceTomography::adjoint(self, backend, y, image.count)
+        DeviceTomography::adjoint(self, backend, y, flat("tomography", image)?)
+    }
+}
+
+/// The planes of a 2-D operator's images, or an error for volumes.
+fn flat(op: &str, image: Planes) -> Result<usize> {
+    match image.dims {
+        [1, _, _] => Ok(image.count),
+        [d, h, w] => Err(Error::config(
+            op,
+            format!("a 2-D operator takes images (B, C, H, W), got volumes of {d}×{h}×{w}"),
+        )),
+    }
+}
+
+impl<B: Backend> DeviceLinear<B> for DeviceTomography3d<B> {
+    fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceTomography3d::forward(self, backend, x, image.count, image.dims[0])
+    }
+
+    fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<DeviceVec<B, f32>> {
+        DeviceTomography3d::adjoint(self, backend, y, image.count, image.dims[0])
     }
 }
 
@@ -134,13 +179,22 @@ enum DeviceOperators<B: Backend> {
     FusedBlurs(Box<DeviceBlurStack<B>>),
 }
 
-/// `(planes, channels, dims)` of an image `(B, C, H, W)`.
+/// `(planes, channels, dims)` of an image `(B, C, H, W)` or a volume `(B, C, D, H, W)` (`B·C`
+/// planes of `[D, H, W]`; each operator checks that it takes such planes).
 fn planes_of(shape: &[usize], op: &str) -> Result<Planes> {
     match *shape {
         [b, c, h, w] => Ok(Planes::of_image([b, c, h, w])),
+        [b, c, d, h, w] => Ok(Planes {
+            count: b * c,
+            channels: c,
+            dims: [d, h, w],
+        }),
         _ => Err(Error::config(
             op,
-            format!("the device operators take images (B, C, H, W), got shape {shape:?}"),
+            format!(
+                "the device operators take images (B, C, H, W) or volumes (B, C, D, H, W), \
+                 got shape {shape:?}"
+            ),
         )),
     }
 }
@@ -207,7 +261,7 @@ impl<'g, B: Backend> DeviceObjective<'g, B> {
             .iter()
             .map(|op| match op {
                 HostOperator::Blur(b) => Some(*b),
-                HostOperator::Tomography(_) => None,
+                HostOperator::Tomography(_) | HostOperator::Tomography3d(_) => None,
             })
             .collect();
         let fused = blurs.filter(|blurs| {
@@ -237,6 +291,9 @@ impl<'g, B: Backend> DeviceObjective<'g, B> {
                         let op: Box<dyn DeviceLinear<B>> = match ops[i] {
                             HostOperator::Tomography(t) => {
                                 Box::new(DeviceTomography::new(backend.as_ref(), t)?)
+                            }
+                            HostOperator::Tomography3d(t) => {
+                                Box::new(DeviceTomography3d::new(backend.as_ref(), t)?)
                             }
                             HostOperator::Blur(b) => Box::new(DeviceConv::from_blur(b)),
                         };
@@ -574,7 +631,7 @@ pub trait DeviceSolver {
     ) -> Result<Reconstruction>;
 
     /// [`fbp`] on this device.
-    fn fbp(&self, op: &Tomography, y: &Tensor) -> Result<Tensor>;
+    fn fbp(&self, op: HostOperator<'_>, y: &Tensor) -> Result<Tensor>;
 }
 
 impl<B: Backend> DeviceSolver for Arc<B> {
@@ -617,7 +674,7 @@ impl<B: Backend> DeviceSolver for Arc<B> {
         cg(self, problem, on_iter)
     }
 
-    fn fbp(&self, op: &Tomography, y: &Tensor) -> Result<Tensor> {
+    fn fbp(&self, op: HostOperator<'_>, y: &Tensor) -> Result<Tensor> {
         fbp(self, op, y)
     }
 }
@@ -651,30 +708,45 @@ pub fn pnp<B: Backend>(
     run.into_reconstruction()
 }
 
-/// Filtered back-projection of the sinograms `y` (`[B, C, detectors, angles]`) with `op` on the
-/// device: `physics::tomography::Tomography::fbp`'s filter and back-projection as kernels (the ramp
-/// filter through cuFFT). One pass, so only the sinograms go up and the images come back.
-pub fn fbp<B: Backend>(backend: &Arc<B>, op: &Tomography, y: &Tensor) -> Result<Tensor> {
-    let &[batch, channels, ..] = y.shape() else {
-        return Err(Error::shape(
-            "device fbp",
-            &[1, 1, op.n_det(), op.angles_deg().len()],
-            y.shape(),
-        ));
+/// Filtered back-projection of the sinograms `y` with the tomography `op` on the device:
+/// `[B, C, detectors, angles]` → `[B, C, W, W]` for a 2-D one, `[B, C, D, detectors, angles]` →
+/// `[B, C, D, W, W]` slice by slice for a 3-D one: `physics::tomography::Tomography::fbp`'s
+/// filter and back-projection as kernels (the ramp filter through cuFFT). One pass, so only the
+/// sinograms go up and the images come back.
+pub fn fbp<B: Backend>(backend: &Arc<B>, op: HostOperator<'_>, y: &Tensor) -> Result<Tensor> {
+    let (slice_op, lead) = match op {
+        HostOperator::Tomography(t) => (t, 2),
+        HostOperator::Tomography3d(t) => (t.slice_operator(), 3),
+        HostOperator::Blur(_) => {
+            return Err(Error::config(
+                "algorithm.kind",
+                "fbp needs exactly one tomography operator",
+            ));
+        }
     };
-    let width = op.img_width();
-    let expected = op.output_shape(&[batch, channels, width, width])?;
-    if y.shape() != expected.as_slice() {
-        return Err(Error::shape("device fbp", &expected, y.shape()));
+    let (width, n_det, n_angles) = (
+        slice_op.img_width(),
+        slice_op.n_det(),
+        slice_op.angles_deg().len(),
+    );
+    let s = y.shape();
+    let mut expected: Vec<usize> = s.iter().take(lead).copied().collect();
+    expected.resize(lead, 1);
+    expected.extend([n_det, n_angles]);
+    if s != expected.as_slice() {
+        return Err(Error::shape("device fbp", &expected, s));
     }
-    let device_op = DeviceTomography::new(backend.as_ref(), op)?;
-    let planes = batch * channels;
+    let mut image_shape = expected[..lead].to_vec();
+    image_shape.extend([width, width]);
     let sinograms = DeviceVec::from_host(backend.as_ref(), y.data())?;
-    let images = device_op.fbp(backend.as_ref(), &sinograms, planes)?;
-    Tensor::from_vec(
-        &[batch, channels, width, width],
-        images.to_host(backend.as_ref())?,
-    )
+    let b = backend.as_ref();
+    let images = match op {
+        HostOperator::Tomography3d(t) => {
+            DeviceTomography3d::new(b, t)?.fbp(b, &sinograms, s[0] * s[1], s[2])?
+        }
+        _ => DeviceTomography::new(b, slice_op)?.fbp(b, &sinograms, s[0] * s[1])?,
+    };
+    Tensor::from_vec(&image_shape, images.to_host(b)?)
 }
 
 /// A CG least-squares problem for a device: the stack's operators with device twins, their
@@ -722,6 +794,26 @@ fn elems(shape: &[usize]) -> u64 {
     shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64))
 }
 
+/// (resident floats, work floats of one application over `slices` planes) of a tomography's
+/// plane engine (`device::ops::tomography`), as it uploads and allocates them.
+fn tomography_floats(t: &Tomography, slices: u64) -> (u64, u64) {
+    let g = t.device_geometry();
+    let (nd, na) = (g.n_det as u64, g.n_angles as u64);
+    let len = crate::physics::tomography::ramp_len(g.n_det) as u64;
+    let rays = g.ray_row0.len() + g.ray_col0.len() + g.ray_count.len() + g.ray_first.len();
+    let resident = (rays + g.step_row.len() + g.step_col.len()) as u64
+        + g.mask.as_ref().map_or(1, |m| m.len() as u64)
+        + 2 * len
+        + 1
+        + na
+        + len;
+    let (w, stride) = (g.width as u64, g.stride as u64);
+    // Forward: the bordered image and the sinogram; adjoint: the sinogram by angle
+    // and the image.
+    let work = slices * (stride * stride + nd * na).max(2 * nd * na + w * w);
+    (resident, work)
+}
+
 /// What one rank of a device job holds in the device's memory at its peak, as named parts in bytes
 /// (`memory::device_job` sums them and checks them against the device's free memory before the
 /// job starts). It follows the device code's buffers: the measurements of the operators this rank
@@ -740,6 +832,8 @@ pub fn footprint(
     let image = planes_of(x_shape, "device memory estimate")?;
     let image_floats = elems(x_shape);
     let planes = image.count as u64;
+    // A tomography's planes: a 3-D one's slices (`B·C·D`), a 2-D one's images (`D = 1`).
+    let slices = planes * image.dims[0] as u64;
     let specs = preset.operators()?;
     let built = specs
         .iter()
@@ -750,6 +844,7 @@ pub fn footprint(
         .map(|op| {
             let shape = match op {
                 BuiltOperator::Tomography(t) => t.output_shape(x_shape)?,
+                BuiltOperator::Tomography3d(t) => t.output_shape(x_shape)?,
                 BuiltOperator::Blur(b) => b.output_shape(x_shape)?,
             };
             Ok(elems(&shape))
@@ -759,24 +854,8 @@ pub fn footprint(
     let sizes: Vec<(u64, u64)> = built
         .iter()
         .map(|op| match op {
-            BuiltOperator::Tomography(t) => {
-                let g = t.device_geometry();
-                let (nd, na) = (g.n_det as u64, g.n_angles as u64);
-                let len = crate::physics::tomography::ramp_len(g.n_det) as u64;
-                let rays =
-                    g.ray_row0.len() + g.ray_col0.len() + g.ray_count.len() + g.ray_first.len();
-                let resident = (rays + g.step_row.len() + g.step_col.len()) as u64
-                    + g.mask.as_ref().map_or(1, |m| m.len() as u64)
-                    + 2 * len
-                    + 1
-                    + na
-                    + len;
-                let (w, stride) = (g.width as u64, g.stride as u64);
-                // Forward: the bordered image and the sinogram; adjoint: the sinogram by angle
-                // and the image.
-                let work = planes * (stride * stride + nd * na).max(2 * nd * na + w * w);
-                (resident, work)
-            }
+            BuiltOperator::Tomography(t) => tomography_floats(t, slices),
+            BuiltOperator::Tomography3d(t) => tomography_floats(t.slice_operator(), slices),
             BuiltOperator::Blur(b) => {
                 let (grid, spectrum) = super::ops::blur_engine::blur_grid(b, image.dims);
                 let (g, s) = (elems(&grid), 2 * spectrum as u64);
@@ -794,7 +873,7 @@ pub fn footprint(
         .iter()
         .map(|op| match op {
             BuiltOperator::Blur(b) => Some(b),
-            BuiltOperator::Tomography(_) => None,
+            BuiltOperator::Tomography(_) | BuiltOperator::Tomography3d(_) => None,
         })
         .collect();
     let fused = blurs.is_some_and(|blurs| {
@@ -812,7 +891,10 @@ pub fn footprint(
     let floats = |f: u64| f.saturating_mul(F32);
     let fbp = matches!(preset.algorithm, crate::optim::AlgorithmConfig::Fbp(_));
     if fbp {
-        let Some(BuiltOperator::Tomography(t)) = built.first() else {
+        let (Some(t), 1) = (
+            built.first().and_then(BuiltOperator::tomography),
+            built.len(),
+        ) else {
             return Err(Error::config(
                 "algorithm.kind",
                 "fbp needs exactly one tomography operator",
@@ -828,15 +910,15 @@ pub fn footprint(
         ));
         // The sinograms by column, zero-padded, their spectra, the filtered grid, its crop and
         // transpose, then the back-projection's own work and the image.
-        let work = planes * (nd * na + na * len + na * (len + 2) + na * len + 2 * nd * na);
+        let work = slices * (nd * na + na * len + na * (len + 2) + na * len + 2 * nd * na);
         parts.push(("filtering work buffers".to_string(), floats(work)));
         parts.push((
             "the back-projection and the image".to_string(),
-            floats(planes * (nd * na + 2 * w * w)),
+            floats(slices * (nd * na + 2 * w * w)),
         ));
         parts.push((
             "FFT work areas (a GPU's cuFFT)".to_string(),
-            floats(planes * na * (len + 2)),
+            floats(slices * na * (len + 2)),
         ));
         return Ok(parts);
     }
@@ -924,6 +1006,92 @@ mod tests {
             let t = (i * 7919 + seed * 104_729) as f32;
             0.5 + 0.3 * (t * 0.013).sin() + 0.1 * ((i * 2_654_435_761) % 1000) as f32 / 1000.0
         })
+    }
+
+    /// 3-D tomography on the device: forward, adjoint and FBP of every slice in one call are the
+    /// 2-D engine's on each slice alone (the same bits: the batching over `B·C·D` is exact), and
+    /// the CPU's `Tomography3d` within the 2-D self-test's tolerance (float rounding of the ray
+    /// sums and FFTs), on odd widths, `D = 1`, `B·C > 1`, circle and normalize on and off; the
+    /// device's adjoint is its forward's transpose (dot test). FBP through `fbp`, as a job calls it.
+    #[test]
+    fn device_tomography3d_is_the_cpu_one_slice_by_slice() {
+        let backend = Arc::new(Emulator::new().unwrap());
+        let b = backend.as_ref();
+        let cases: [(usize, usize, bool, bool, [usize; 3]); 5] = [
+            (17, 7, false, false, [1, 1, 1]),
+            (16, 9, true, false, [2, 1, 3]),
+            (13, 5, false, true, [1, 2, 4]),
+            (2, 3, false, true, [1, 1, 2]),
+            (21, 11, true, true, [3, 2, 2]),
+        ];
+        for (seed, (width, angles, circle, normalize, [batch, channels, depth])) in
+            cases.into_iter().enumerate()
+        {
+            let what = format!(
+                "{batch}×{channels}×{depth}×{width}², {angles} angles, circle {circle}, normalize {normalize}"
+            );
+            let op = Tomography3d::new(width, &Angles::Count(angles), circle, normalize).unwrap();
+            let dev = DeviceTomography3d::new(b, &op).unwrap();
+            let x = noisy(&[batch, channels, depth, width, width], seed);
+            let y_cpu = op.forward(&x).unwrap();
+            let y = noisy(y_cpu.shape(), seed + 10);
+            let (dx, dy) = (
+                DeviceVec::from_host(b, x.data()).unwrap(),
+                DeviceVec::from_host(b, y.data()).unwrap(),
+            );
+            let volumes = batch * channels;
+            let ax = dev.forward(b, &dx, volumes, depth).unwrap();
+            let aty = dev.adjoint(b, &dy, volumes, depth).unwrap();
+            let fbp_dev = fbp(&backend, HostOperator::Tomography3d(&op), &y).unwrap();
+            // Each slice alone through the 2-D engine.
+            let plane = dev.slice_operator();
+            let (n_img, n_sino) = (width * width, plane.n_det() * plane.n_angles());
+            let (mut ax1, mut aty1, mut fbp1) = (Vec::new(), Vec::new(), Vec::new());
+            for k in 0..volumes * depth {
+                let xs = DeviceVec::from_host(b, &x.data()[k * n_img..(k + 1) * n_img]).unwrap();
+                let ys = DeviceVec::from_host(b, &y.data()[k * n_sino..(k + 1) * n_sino]).unwrap();
+                ax1.extend(plane.forward(b, &xs, 1).unwrap().to_host(b).unwrap());
+                aty1.extend(plane.adjoint(b, &ys, 1).unwrap().to_host(b).unwrap());
+                fbp1.extend(plane.fbp(b, &ys, 1).unwrap().to_host(b).unwrap());
+            }
+            let ax_host = ax.to_host(b).unwrap();
+            let aty_host = aty.to_host(b).unwrap();
+            assert_eq!(ax_host, ax1, "{what}: forward");
+            assert_eq!(aty_host, aty1, "{what}: adjoint");
+            assert_eq!(fbp_dev.data(), &fbp1[..], "{what}: fbp");
+            let x_shape = x.shape().to_vec();
+            let as_tensor = |shape: &[usize], v: Vec<f32>| Tensor::from_vec(shape, v).unwrap();
+            let errors = [
+                relative_error(&as_tensor(y_cpu.shape(), ax_host), &y_cpu),
+                relative_error(&as_tensor(&x_shape, aty_host), &op.adjoint(&y).unwrap()),
+                relative_error(&fbp_dev, &op.fbp(&y).unwrap()),
+            ];
+            println!("{what}: forward, adjoint, fbp relative errors {errors:?}");
+            for (e, part) in errors.iter().zip(["forward", "adjoint", "fbp"]) {
+                assert!(
+                    *e <= crate::device::selftest::TOLERANCE,
+                    "{what}: {part}: {e:e}"
+                );
+            }
+            assert_eq!(fbp_dev.shape(), x.shape(), "{what}");
+            let lhs = vector::dot(b, &ax, &dy).unwrap();
+            let rhs = vector::dot(b, &dx, &aty).unwrap();
+            let scale = vector::norm(b, &ax).unwrap() * vector::norm(b, &dy).unwrap();
+            assert!(
+                (lhs - rhs).abs() <= 1e-5 * scale,
+                "{what}: dot test {lhs} vs {rhs}"
+            );
+        }
+        // Bad shapes are errors naming what was wrong, never a panic.
+        let op = Tomography3d::new(9, &Angles::Count(4), false, false).unwrap();
+        let wrong = Tensor::zeros(&[1, 1, 2, 9, 4]);
+        let e = fbp(&backend, HostOperator::Tomography3d(&op), &wrong)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("device fbp"), "{e}");
+        let dev = DeviceTomography3d::new(b, &op).unwrap();
+        let short = DeviceVec::<Emulator, f32>::zeros(b, 9 * 9).unwrap();
+        assert!(dev.forward(b, &short, 1, 2).is_err());
     }
 
     /// The device TV gives the CPU's bits and stops each plane after the CPU's iteration count, on

@@ -4,6 +4,11 @@
 //! forward (the device dot test). The adjoint gathers per pixel instead of scattering per ray: no
 //! atomics, and the same bits on every run. FBP filters the sinogram along the detector with the
 //! CPU's ramp filter (zero-padded, cuFFT), then back-projects.
+//!
+//! [`DeviceTomography3d`] is `physics::tomography3d::Tomography3d` on the device: its slice
+//! operator's [`DeviceTomography`] is the plane engine, launched over all `B·C·D` slices at once
+//! (the 3-D layouts are the 2-D ones with `D` folded into the planes), so the geometry is the CPU
+//! slice operator's and the two cannot drift apart.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +19,7 @@ use crate::device::backend::{Arg, Backend, DeviceVec, LaunchConfig};
 use crate::device::kernels;
 use crate::error::{Error, Result};
 use crate::physics::tomography::{Tomography, ramp_fourier_filter, ramp_len};
+use crate::physics::tomography3d::Tomography3d;
 
 /// Detector cells per block of the forward projection.
 const RAYS_PER_BLOCK: u32 = 128;
@@ -108,7 +114,7 @@ impl<B: Backend> DeviceTomography<B> {
     fn check_planes(&self, planes: usize) -> Result<()> {
         if planes > MAX_PLANES {
             return Err(Error::Unsupported(format!(
-                "device tomography takes at most {MAX_PLANES} planes (B·C) at once, got {planes}"
+                "device tomography takes at most {MAX_PLANES} planes (B·C, or B·C·D slices of volumes) at once, got {planes}"
             )));
         }
         Ok(())
@@ -298,5 +304,71 @@ impl<B: Backend> DeviceTomography<B> {
 
     pub fn width(&self) -> usize {
         self.width
+    }
+}
+
+/// A [`Tomography3d`] on the device: volumes `(B, C, D, W, W)` ↔ sinograms
+/// `(B, C, D, N_det, N_angles)`, each axial slice through the 2-D [`DeviceTomography`] of the CPU's
+/// slice operator, every slice of a call in the same launches.
+pub struct DeviceTomography3d<B: Backend> {
+    slices: DeviceTomography<B>,
+}
+
+impl<B: Backend> DeviceTomography3d<B> {
+    /// Uploads the geometry of `op`'s slice operator.
+    pub fn new(backend: &B, op: &Tomography3d) -> Result<Self> {
+        Ok(DeviceTomography3d {
+            slices: DeviceTomography::new(backend, op.slice_operator())?,
+        })
+    }
+
+    /// `volumes` (`B·C`) volumes of `depth` slices: as many planes for the 2-D engine.
+    fn slices(&self, volumes: usize, depth: usize) -> Result<usize> {
+        volumes.checked_mul(depth).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "device tomography3d: {volumes} volumes of {depth} slices overflow"
+            ))
+        })
+    }
+
+    /// Sinograms of `volumes` volumes of `depth` slices.
+    pub fn forward(
+        &self,
+        backend: &B,
+        x: &DeviceVec<B, f32>,
+        volumes: usize,
+        depth: usize,
+    ) -> Result<DeviceVec<B, f32>> {
+        let slices = self.slices(volumes, depth)?;
+        self.slices.forward(backend, x, slices)
+    }
+
+    /// The exact adjoint of [`Self::forward`].
+    pub fn adjoint(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        volumes: usize,
+        depth: usize,
+    ) -> Result<DeviceVec<B, f32>> {
+        let slices = self.slices(volumes, depth)?;
+        self.slices.adjoint(backend, y, slices)
+    }
+
+    /// Slice-by-slice filtered back-projection (`Tomography3d::fbp`).
+    pub fn fbp(
+        &self,
+        backend: &B,
+        y: &DeviceVec<B, f32>,
+        volumes: usize,
+        depth: usize,
+    ) -> Result<DeviceVec<B, f32>> {
+        let slices = self.slices(volumes, depth)?;
+        self.slices.fbp(backend, y, slices)
+    }
+
+    /// The 2-D engine of every slice.
+    pub fn slice_operator(&self) -> &DeviceTomography<B> {
+        &self.slices
     }
 }
