@@ -253,14 +253,23 @@ mod tests {
         }
     }
 
+    /// What the inner denoiser was handed: the batch and the noise level.
+    struct Seen {
+        x: Tensor,
+        sigma: f32,
+    }
+
     /// Records what the inner denoiser is handed.
-    struct Probe(std::sync::Mutex<Vec<(Vec<usize>, f32, Vec<f32>)>>);
+    struct Probe(std::sync::Mutex<Vec<Seen>>);
     impl Denoiser for Probe {
         fn name(&self) -> String {
             "probe".into()
         }
         fn denoise(&self, x: &Tensor, sigma: f32) -> Result<Tensor> {
-            let seen = (x.shape().to_vec(), sigma, x.data().to_vec());
+            let seen = Seen {
+                x: x.clone(),
+                sigma,
+            };
             self.0.lock().unwrap().push(seen);
             Ok(x.clone())
         }
@@ -284,8 +293,8 @@ mod tests {
         let x = colour_batch(&[2, 3, 4, 6]);
         d.denoise(&x, 0.2).unwrap();
         let seen = probe.0.lock().unwrap();
-        let (shape, sigma, data) = &seen[0];
-        assert_eq!(shape, &vec![6, 1, 4, 6]);
+        let (shape, sigma, data) = (seen[0].x.shape(), seen[0].sigma, seen[0].x.data());
+        assert_eq!(shape, &[6, 1, 4, 6]);
         assert!((sigma - 0.2 / 3f32.sqrt()).abs() < 1e-7);
         let s = 24;
         for b in 0..2 {
