@@ -368,8 +368,9 @@ fn bench_denoisers_scores_bm3d_from_the_environment_or_says_why_it_is_left_out()
 }
 
 /// `tessera bench denoisers --drunet FILE` scores a σ-conditional DRUNet file (the kind read from
-/// its keys; `--weights` and `--dncnn` are the same option) on the images of its channel count,
-/// beside the bundled DnCNN; a file that is neither kind is an error naming it.
+/// its keys; `--weights` and `--dncnn` are the same option) on the images of its channel count
+/// (a grey one also on colour images, in the opponent colour space), beside the bundled networks;
+/// a file that is neither kind is an error naming it.
 #[test]
 fn bench_denoisers_scores_a_drunet_weight_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -406,15 +407,22 @@ fn bench_denoisers_scores_a_drunet_weight_file() {
         .find(|l| l.starts_with("| camera_128.png"))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(
-        row.contains("(dncnn_grey)") && row.contains("(drunet_grey.safetensors)"),
+        row.contains("(dncnn_grey)")
+            && row.contains("(drunet_grey)")
+            && row.contains("(drunet_grey.safetensors)"),
         "{row}"
     );
-    // The colour rows have no grey network file to score.
+    // The colour rows score the grey file (and the bundled grey DRUNet) in the opponent colour
+    // space.
     let colour = out
         .lines()
         .find(|l| l.contains("seed 1000 |"))
         .unwrap_or_else(|| panic!("{out}"));
-    assert!(!colour.contains("drunet_grey"), "{colour}");
+    assert!(
+        colour.contains("(drunet_grey (opponent colour))")
+            && colour.contains("(drunet_grey.safetensors (opponent colour))"),
+        "{colour}"
+    );
     let same = bench("--weights", &weights);
     assert_eq!(String::from_utf8_lossy(&same.stdout), out);
 
