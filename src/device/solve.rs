@@ -320,6 +320,11 @@ impl<'g, B: Backend> DeviceObjective<'g, B> {
         })
     }
 
+    /// The fidelity's weight `w`, the same for every operator (see `new`).
+    fn weight(&self) -> f32 {
+        self.weights.first().copied().unwrap_or(1.0)
+    }
+
     /// `[Aᵢx]` on the device.
     fn forward(&self, x: &DeviceVec<B, f32>, image: Planes) -> Result<Vec<DeviceVec<B, f32>>> {
         let b = self.backend.as_ref();
@@ -486,6 +491,16 @@ impl<B: Backend> Objective<Array<B>> for DeviceObjective<'_, B> {
                 |_, _, _| Ok(true),
             ),
         }
+    }
+
+    /// The host's `w·Σ AᵢᵀAᵢ v` (every operator has the same weight `w`, the fidelity's).
+    fn weighted_normal(&self, v: &Array<B>) -> Result<Array<B>> {
+        let normal = self.normal(v)?;
+        normal.scaled(self.weight())
+    }
+
+    fn weighted_adjoint_of_measurements(&self, x_shape: &[usize]) -> Result<Array<B>> {
+        self.adjoint_of_measurements(x_shape)?.scaled(self.weight())
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use cg::{CgConfig, least_squares};
-pub use pnp::{Init, PnpConfig, SigmaSchedule, pnp};
+pub use pnp::{Init, PnpConfig, SigmaSchedule, Splitting, pnp};
 
 use crate::error::Result;
 use crate::metrics;

@@ -1,7 +1,11 @@
-//! Plug-and-play proximal gradient descent (deepinv's `PnP` with `optim_algo="PGD"`):
+//! Plug-and-play with a denoiser as the prior's proximal step, in one of two splittings:
 //!
-//! `zₖ = xₖ − τ∇f(xₖ)`, `xₖ₊₁ = (1 − β)xₖ + β·D(zₖ, σ_d)`, optionally clamped,
-//! with `τ = 0.99/L` when not given, `L` the Lipschitz constant of ∇f (‖A‖²/σ² for L2).
+//! - proximal gradient descent (deepinv's `PnP` with `optim_algo="PGD"`, the default):
+//!   `zₖ = xₖ − τ∇f(xₖ)`, `xₖ₊₁ = (1 − β)xₖ + β·D(zₖ, σ_d)`, optionally clamped, with
+//!   `τ = 0.99/L` when not given, `L` the Lipschitz constant of ∇f (‖A‖²/σ² for L2);
+//! - half-quadratic splitting (deepinv's `HQS`, the iteration of DPIR):
+//!   `zₖ = prox_{γₖf}(xₖ)`, then the same denoising step, with the data term's proximal step solved
+//!   by conjugate gradient on its normal equations and `γₖ = (σₖ/σ_d)²/λ` (docs/PNP.md).
 
 use std::time::Instant;
 
@@ -44,6 +48,22 @@ pub enum SigmaSchedule {
     Dpir,
 }
 
+/// How a PnP iteration treats the data term (docs/PNP.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Splitting {
+    /// A gradient step `x − τ∇f(x)` (proximal gradient descent).
+    #[default]
+    Pgd,
+    /// The data term's proximal step `argmin_z f(z) + ‖z − x‖²/(2γ)` (half-quadratic splitting,
+    /// DPIR's), solved by CG on `(γ·w·Σ AᵢᵀAᵢ + I) z = γ·w·Σ Aᵢᵀyᵢ + x`; L2 fidelity only.
+    Hqs,
+}
+
+/// DPIR's weight λ of the prior against the data term (deepinv's `get_DPIR_params`: its prox step
+/// is `γₖ = (σₖ/σ_d)²/λ` with λ = 0.23).
+pub const DPIR_LAMBDA: f32 = 0.23;
+
 /// DPIR's first noise level, 49/255 (deepinv's `get_DPIR_params`, `s1`).
 pub const DPIR_SIGMA_START: f32 = 49.0 / 255.0;
 
@@ -70,6 +90,29 @@ fn dpir_schedule_iterations() -> usize {
     DPIR_SCHEDULE_ITERATIONS
 }
 
+fn is_dpir_lambda(lambda: &f32) -> bool {
+    *lambda == DPIR_LAMBDA
+}
+
+fn dpir_lambda() -> f32 {
+    DPIR_LAMBDA
+}
+
+/// CG iterations of one HQS data step at most (deepinv's `max_iter_prox`-like bound; a blur's
+/// well-damped system converges in tens).
+pub const HQS_CG_ITERATIONS: usize = 100;
+
+/// CG's relative residual at which an HQS data step stops.
+pub const HQS_CG_TOL: f64 = 1e-6;
+
+fn is_hqs_cg_iterations(n: &usize) -> bool {
+    *n == HQS_CG_ITERATIONS
+}
+
+fn hqs_cg_iterations() -> usize {
+    HQS_CG_ITERATIONS
+}
+
 /// Parameters of PnP proximal gradient.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -92,6 +135,21 @@ pub struct PnpConfig {
         skip_serializing_if = "is_dpir_iterations"
     )]
     pub sigma_schedule_iterations: usize,
+    /// The data step: a gradient step (`pgd`, the default) or its proximal step (`hqs`); left out
+    /// of a written preset when `pgd`.
+    #[serde(skip_serializing_if = "is_default")]
+    pub splitting: Splitting,
+    /// With `splitting = "hqs"`: the prior's weight λ; the data step at iteration k is
+    /// `γₖ = (σₖ/σ_d)²/λ` with σₖ the scheduled noise level (DPIR's 0.23 by default).
+    #[serde(default = "dpir_lambda", skip_serializing_if = "is_dpir_lambda")]
+    pub hqs_lambda: f32,
+    /// With `splitting = "hqs"`: CG iterations of one data step at most (it stops earlier at a
+    /// relative residual of 10⁻⁶).
+    #[serde(
+        default = "hqs_cg_iterations",
+        skip_serializing_if = "is_hqs_cg_iterations"
+    )]
+    pub hqs_cg_iterations: usize,
     /// Relaxation β ∈ (0, 1]; 1 is plain PnP-PGD.
     pub relaxation: f32,
     /// Clamp every iterate into [lo, hi].
@@ -112,6 +170,9 @@ impl Default for PnpConfig {
             sigma_schedule: SigmaSchedule::Constant,
             sigma_start: DPIR_SIGMA_START,
             sigma_schedule_iterations: DPIR_SCHEDULE_ITERATIONS,
+            splitting: Splitting::Pgd,
+            hqs_lambda: DPIR_LAMBDA,
+            hqs_cg_iterations: HQS_CG_ITERATIONS,
             relaxation: 1.0,
             clamp: None,
             init: Init::Adjoint,
@@ -163,6 +224,29 @@ impl PnpConfig {
                 ));
             }
         }
+        if self.splitting == Splitting::Hqs {
+            if !(self.hqs_lambda > 0.0 && self.hqs_lambda.is_finite()) {
+                return Err(Error::config(
+                    "algorithm.hqs_lambda",
+                    format!("must be a finite number > 0, got {}", self.hqs_lambda),
+                ));
+            }
+            if self.denoiser_sigma <= 0.0 {
+                return Err(Error::config(
+                    "algorithm.denoiser_sigma",
+                    "must be > 0 with splitting = \"hqs\" (the data step γₖ = (σₖ/σ_d)²/λ divides by it)",
+                ));
+            }
+            if self.hqs_cg_iterations == 0 || self.hqs_cg_iterations > 100_000 {
+                return Err(Error::config(
+                    "algorithm.hqs_cg_iterations",
+                    format!(
+                        "must be between 1 and 100000, got {}",
+                        self.hqs_cg_iterations
+                    ),
+                ));
+            }
+        }
         if !(self.relaxation > 0.0 && self.relaxation <= 1.0) {
             return Err(Error::config(
                 "algorithm.relaxation",
@@ -195,6 +279,33 @@ impl PnpConfig {
                 (start * (end / start).powf(t)) as f32
             }
         }
+    }
+}
+
+impl PnpConfig {
+    /// deepinv's DPIR for measurements with Gaussian noise of level `noise_sigma`
+    /// (`deepinv.optim.DPIR`, `get_DPIR_params`): 8 iterations of half-quadratic splitting with σ_d
+    /// falling geometrically from 49/255 to `max(noise_sigma, 0.01)`, the data step
+    /// `γₖ = (σₖ/σ_d)²/0.23`, starting from `Σ Aᵢᵀyᵢ`. The documented rule of tessera's presets
+    /// with a σ-conditional denoiser (docs/PNP.md).
+    pub fn dpir(noise_sigma: f32) -> PnpConfig {
+        PnpConfig {
+            iterations: DPIR_SCHEDULE_ITERATIONS,
+            denoiser_sigma: noise_sigma.max(0.01),
+            sigma_schedule: SigmaSchedule::Dpir,
+            sigma_start: DPIR_SIGMA_START,
+            sigma_schedule_iterations: DPIR_SCHEDULE_ITERATIONS,
+            splitting: Splitting::Hqs,
+            hqs_lambda: DPIR_LAMBDA,
+            init: Init::Adjoint,
+            ..PnpConfig::default()
+        }
+    }
+
+    /// The HQS data step at iteration `k`: `γₖ = (σₖ/σ_d)²/λ`, σₖ = [`Self::denoiser_sigma_at`].
+    pub fn hqs_gamma_at(&self, k: usize) -> f32 {
+        let ratio = f64::from(self.denoiser_sigma_at(k)) / f64::from(self.denoiser_sigma);
+        (ratio * ratio / f64::from(self.hqs_lambda)) as f32
     }
 }
 
@@ -253,6 +364,50 @@ pub trait Objective<V> {
 
     /// The starting point `init` for an image of shape `x_shape`.
     fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<V>;
+
+    /// `w·Σ AᵢᵀAᵢ v`, the normal operator of the L2 term `f = w/2·Σ‖Aᵢx − yᵢ‖²` (HQS's data
+    /// step); an error naming the fidelity for a data term without one (L1).
+    fn weighted_normal(&self, v: &V) -> Result<V>;
+
+    /// `w·Σ Aᵢᵀyᵢ` of the L2 term, for an image of shape `x_shape`.
+    fn weighted_adjoint_of_measurements(&self, x_shape: &[usize]) -> Result<V>;
+}
+
+/// The L2 weight `w` of a fidelity for HQS's data step: the other fidelities have no normal
+/// equations, and are refused by name.
+pub fn hqs_weight(fidelity: &FidelityConfig, n_ops: usize) -> Result<f32> {
+    match fidelity {
+        FidelityConfig::L2 { .. } => Ok(fidelity.gradient_weight(n_ops) as f32),
+        FidelityConfig::L1 { .. } => Err(Error::config(
+            "algorithm.splitting",
+            "\"hqs\" needs the l2 fidelity (its data step solves normal equations); use \"pgd\" with l1",
+        )),
+    }
+}
+
+/// HQS's data step `argmin_z f(z) + ‖z − x‖²/(2γ)` for `f = w/2·Σ‖Aᵢz − yᵢ‖²`: CG from zero on
+/// `(γ·w·Σ AᵢᵀAᵢ + I) z = γ·(w·Σ Aᵢᵀyᵢ) + x` (`rhs_data` = `w·Σ Aᵢᵀyᵢ`, computed once per run),
+/// in `conjugate_gradient`'s order, so the same bits on any number of ranks.
+pub fn hqs_data_step<V: Iterate>(
+    objective: &dyn Objective<V>,
+    rhs_data: &V,
+    x: &V,
+    gamma: f32,
+    max_iter: usize,
+) -> Result<V> {
+    let mut rhs = rhs_data.scaled(gamma)?;
+    rhs.axpy(1.0, x)?;
+    super::cg::conjugate_gradient(
+        &rhs,
+        max_iter,
+        HQS_CG_TOL,
+        |v| {
+            let mut out = objective.weighted_normal(v)?.scaled(gamma)?;
+            out.axpy(1.0, v)?;
+            Ok(out)
+        },
+        |_, _, _| Ok(true),
+    )
 }
 
 /// The data term on the host: a stack of operators, a fidelity and host measurements.
@@ -273,6 +428,24 @@ impl Objective<Tensor> for HostObjective<'_> {
 
     fn initial_point(&self, init: Init, x_shape: &[usize]) -> Result<Tensor> {
         initial_point(self.physics, self.ys, x_shape, init)
+    }
+
+    fn weighted_normal(&self, v: &Tensor) -> Result<Tensor> {
+        let w = hqs_weight(self.fidelity, self.ys.len())?;
+        Ok(self.physics.adjoint_forward(v)?.scaled(w))
+    }
+
+    fn weighted_adjoint_of_measurements(&self, x_shape: &[usize]) -> Result<Tensor> {
+        let w = hqs_weight(self.fidelity, self.ys.len())?;
+        let b = self.physics.adjoint(self.ys)?;
+        if b.shape() != x_shape {
+            return Err(Error::shape(
+                "adjoint of the measurements",
+                x_shape,
+                b.shape(),
+            ));
+        }
+        Ok(b.scaled(w))
     }
 }
 
@@ -387,13 +560,29 @@ pub fn pnp_loop<V: Iterate, P: Prox<V> + ?Sized>(
         Some(t) => Some(x.truth_beside(t)?),
         None => None,
     };
+    let rhs_data = match cfg.splitting {
+        Splitting::Pgd => None,
+        Splitting::Hqs => Some(objective.weighted_adjoint_of_measurements(x_shape)?),
+    };
     let mut history = Vec::with_capacity(cfg.iterations);
     let mut stopped = false;
     for k in first..=cfg.iterations {
         let t_grad = Instant::now();
-        let grad = objective.gradient(&x)?;
-        let mut z = x.duplicate()?;
-        z.axpy(-step, &grad)?;
+        let z = match &rhs_data {
+            None => {
+                let grad = objective.gradient(&x)?;
+                let mut z = x.duplicate()?;
+                z.axpy(-step, &grad)?;
+                z
+            }
+            Some(rhs_data) => hqs_data_step(
+                objective,
+                rhs_data,
+                &x,
+                cfg.hqs_gamma_at(k),
+                cfg.hqs_cg_iterations,
+            )?,
+        };
         let gradient_secs = super::secs(t_grad);
 
         let t_den = Instant::now();
@@ -580,26 +769,34 @@ mod tests {
         assert_eq!(back, dpir(0.2, 0.02, 6));
     }
 
-    /// A run resumed from iteration k's iterate ends with the bits of the uninterrupted run.
+    /// A run resumed from iteration k's iterate ends with the bits of the uninterrupted run, with
+    /// either splitting.
     #[test]
     fn resumed_run_ends_with_the_uninterrupted_bits() {
-        let blur = |s: f32| Blur::new(gaussian_kernel([s, s], 0.0), Padding::Circular).unwrap();
-        let stack = Stack::new(vec![Box::new(blur(1.0)), Box::new(blur(2.0))]).unwrap();
-        let truth = crate::samples::generate(crate::samples::Sample::SheppLogan, &[24], 3).unwrap();
-        let ys = vec![
-            stack.ops()[0].forward(&truth).unwrap(),
-            stack.ops()[1].forward(&truth).unwrap(),
-        ];
+        let (stack, ys, truth) = two_blurs(24);
         let denoiser = GaussianDenoiser {
             sigma_px: 0.0,
             px_per_sigma: 8.0,
         };
-        let cfg = PnpConfig {
-            iterations: 7,
-            ..PnpConfig::default()
-        };
+        for splitting in [Splitting::Pgd, Splitting::Hqs] {
+            let cfg = PnpConfig {
+                iterations: 7,
+                splitting,
+                ..dpir(0.2, 0.02, 5)
+            };
+            resumed_run_matches(&stack, &ys, &truth, &denoiser, &cfg);
+        }
+    }
+
+    fn resumed_run_matches(
+        stack: &Stack,
+        ys: &[Tensor],
+        truth: &Tensor,
+        denoiser: &dyn Denoiser,
+        cfg: &PnpConfig,
+    ) {
         let monitor = Monitor {
-            ground_truth: Some(&truth),
+            ground_truth: Some(truth),
             data_range: 1.0,
             ssim_every: 0,
         };
@@ -612,12 +809,12 @@ mod tests {
             ControlFlow::Continue(())
         };
         let whole = pnp(
-            &stack,
+            stack,
             &fidelity,
-            &denoiser,
-            &ys,
+            denoiser,
+            ys,
             truth.shape(),
-            &cfg,
+            cfg,
             &monitor,
             &mut keep,
         )
@@ -629,12 +826,12 @@ mod tests {
             x: &x4,
         };
         let resumed = pnp_from(
-            &stack,
+            stack,
             &fidelity,
-            &denoiser,
-            &ys,
+            denoiser,
+            ys,
             truth.shape(),
-            &cfg,
+            cfg,
             &monitor,
             &mut count,
             Some(start),
@@ -642,10 +839,171 @@ mod tests {
         .unwrap();
         assert_eq!(resumed.history.len(), 3);
         assert_eq!(resumed.history[0].iteration, 5);
-        assert_eq!(resumed.x.data(), whole.x.data());
+        assert_eq!(resumed.x.data(), whole.x.data(), "{:?}", cfg.splitting);
         assert_eq!(
             resumed.history[2].psnr_db.map(f64::to_bits),
             whole.history[6].psnr_db.map(f64::to_bits)
+        );
+    }
+
+    /// Two circular blurs and a Shepp–Logan image with its noiseless measurements.
+    fn two_blurs(n: usize) -> (Stack, Vec<Tensor>, Tensor) {
+        let blur = |s: f32| Blur::new(gaussian_kernel([s, s], 0.0), Padding::Circular).unwrap();
+        let stack = Stack::new(vec![Box::new(blur(1.0)), Box::new(blur(2.0))]).unwrap();
+        let truth = crate::samples::generate(crate::samples::Sample::SheppLogan, &[n], 3).unwrap();
+        let ys = stack.forward(&truth).unwrap();
+        (stack, ys, truth)
+    }
+
+    /// HQS's data step solves its normal equations: `γ·w·Σ AᵢᵀAᵢ z + z = γ·w·Σ Aᵢᵀyᵢ + x` holds
+    /// to CG's tolerance for a fidelity whose weight is not 1 (σ 0.5, mean over 2 operators: w = 2),
+    /// and the loop's first iterate with an identity denoiser is that step from the initial point.
+    #[test]
+    fn hqs_data_step_is_the_proximal_step_of_the_l2_term() {
+        let (stack, ys, truth) = two_blurs(20);
+        let fidelity = FidelityConfig::L2 {
+            sigma: 0.5,
+            reduction: crate::fidelity::Reduction::Mean,
+        };
+        let objective = HostObjective {
+            physics: &stack,
+            fidelity: &fidelity,
+            ys: &ys,
+        };
+        let w = hqs_weight(&fidelity, 2).unwrap();
+        assert_eq!(w, 2.0);
+        let x = Tensor::from_fn(truth.shape(), |i| ((i * 7919) % 101) as f32 / 100.0);
+        let rhs_data = objective
+            .weighted_adjoint_of_measurements(truth.shape())
+            .unwrap();
+        for gamma in [0.05f32, 1.0, 40.0] {
+            let z = hqs_data_step(&objective, &rhs_data, &x, gamma, 500).unwrap();
+            let normal = stack.adjoint_forward(&z).unwrap();
+            let aty = stack.adjoint(&ys).unwrap();
+            let (mut res, mut scale) = (0.0f64, 0.0f64);
+            for i in 0..z.data().len() {
+                let lhs =
+                    f64::from(gamma * w) * f64::from(normal.data()[i]) + f64::from(z.data()[i]);
+                let rhs = f64::from(gamma * w) * f64::from(aty.data()[i]) + f64::from(x.data()[i]);
+                res += (lhs - rhs).powi(2);
+                scale += rhs.powi(2);
+            }
+            let rel = (res / scale).sqrt();
+            assert!(rel < 1e-5, "γ {gamma}: relative residual {rel:e}");
+        }
+
+        let cfg = PnpConfig {
+            iterations: 1,
+            splitting: Splitting::Hqs,
+            ..dpir(0.2, 0.02, 4)
+        };
+        let monitor = Monitor {
+            ground_truth: None,
+            data_range: 1.0,
+            ssim_every: 0,
+        };
+        let recorder = SigmaRecorder(Default::default());
+        let mut go_on = |_: &IterationReport, _: &Tensor| ControlFlow::Continue(());
+        let run = pnp(
+            &stack,
+            &fidelity,
+            &recorder,
+            &ys,
+            truth.shape(),
+            &cfg,
+            &monitor,
+            &mut go_on,
+        )
+        .unwrap();
+        let x0 = stack.adjoint(&ys).unwrap();
+        let want = hqs_data_step(&objective, &rhs_data, &x0, cfg.hqs_gamma_at(1), 100).unwrap();
+        assert_eq!(run.x.data(), want.data());
+        assert_eq!(*recorder.0.lock().unwrap(), vec![cfg.denoiser_sigma_at(1)]);
+    }
+
+    /// γₖ follows deepinv's DPIR: `λ·γₖ = (σₖ/σ_d)²`, so `1/λ` once σ_d is reached, and the same
+    /// `1/λ` at every iteration without a schedule.
+    #[test]
+    fn hqs_step_follows_the_sigma_schedule() {
+        let cfg = PnpConfig {
+            splitting: Splitting::Hqs,
+            ..dpir(0.16, 0.01, 5)
+        };
+        for (k, ratio) in (1..).zip([16.0f32, 8.0, 4.0, 2.0, 1.0, 1.0]) {
+            let want = ratio * ratio / DPIR_LAMBDA;
+            let got = cfg.hqs_gamma_at(k);
+            assert!(
+                (got - want).abs() <= 1e-5 * want,
+                "iteration {k}: {got} != {want}"
+            );
+        }
+        let constant = PnpConfig {
+            splitting: Splitting::Hqs,
+            hqs_lambda: 0.5,
+            ..PnpConfig::default()
+        };
+        assert!((1..10).all(|k| constant.hqs_gamma_at(k) == 2.0));
+    }
+
+    /// HQS's parameters are validated by name, L1 is refused by name, and a PGD preset writes
+    /// none of HQS's fields (its bytes do not change).
+    #[test]
+    fn hqs_is_validated_and_absent_from_presets_without_it() {
+        let hqs = |lambda: f32, sigma: f32, cg: usize| PnpConfig {
+            splitting: Splitting::Hqs,
+            hqs_lambda: lambda,
+            denoiser_sigma: sigma,
+            hqs_cg_iterations: cg,
+            ..PnpConfig::default()
+        };
+        for (cfg, field) in [
+            (hqs(0.0, 0.02, 100), "algorithm.hqs_lambda"),
+            (hqs(f32::NAN, 0.02, 100), "algorithm.hqs_lambda"),
+            (hqs(0.23, 0.0, 100), "algorithm.denoiser_sigma"),
+            (hqs(0.23, 0.02, 0), "algorithm.hqs_cg_iterations"),
+        ] {
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{err}");
+        }
+        assert!(hqs(0.23, 0.02, 100).validate().is_ok());
+        let (stack, ys, truth) = two_blurs(12);
+        let l1 = FidelityConfig::L1 {
+            reduction: Default::default(),
+        };
+        let monitor = Monitor {
+            ground_truth: None,
+            data_range: 1.0,
+            ssim_every: 0,
+        };
+        let mut go_on = |_: &IterationReport, _: &Tensor| ControlFlow::Continue(());
+        let err = pnp(
+            &stack,
+            &l1,
+            &SigmaRecorder(Default::default()),
+            &ys,
+            truth.shape(),
+            &hqs(0.23, 0.02, 100),
+            &monitor,
+            &mut go_on,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("algorithm.splitting") && err.contains("l1"),
+            "{err}"
+        );
+        let written = toml::to_string(&PnpConfig::default()).unwrap();
+        assert!(
+            !written.contains("hqs") && !written.contains("splitting"),
+            "{written}"
+        );
+        let written = toml::to_string(&hqs(0.3, 0.02, 50)).unwrap();
+        let back: PnpConfig = toml::from_str(&written).unwrap();
+        assert_eq!(back, hqs(0.3, 0.02, 50));
+        let defaults: PnpConfig = toml::from_str("splitting = \"hqs\"").unwrap();
+        assert_eq!(
+            (defaults.hqs_lambda, defaults.hqs_cg_iterations),
+            (0.23, 100)
         );
     }
 }
