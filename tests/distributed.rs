@@ -21,15 +21,30 @@ const SMALL: &[&str] = &[
     "tiling.overlap=8",
 ];
 
+/// With either PnP splitting: PGD, and HQS (DPIR's schedule), whose data step is a CG solve on
+/// the ranks' stack of 8 blurs.
 #[test]
 fn one_two_and_three_ranks_give_identical_reconstructions() {
+    let hqs: &[&str] = &[
+        "--set",
+        "algorithm.splitting=\"hqs\"",
+        "--set",
+        "algorithm.sigma_schedule=\"dpir\"",
+    ];
+    for splitting in [&[][..], hqs] {
+        ranks_agree(splitting);
+    }
+}
+
+fn ranks_agree(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let mut outputs = Vec::new();
     for n in ["1", "2", "3"] {
         let out = format!("o{n}");
         let mut args = vec!["run", "multiblur", "--ranks", n, "--out", &out];
         args.extend_from_slice(SMALL);
-        run_ok(&args, dir.path(), &format!("{n} ranks"));
+        args.extend_from_slice(extra);
+        run_ok(&args, dir.path(), &format!("{n} ranks {extra:?}"));
         outputs.push(std::fs::read(dir.path().join(&out).join("reconstruction.npy")).unwrap());
         let metrics = read_json(&dir.path().join(&out).join("metrics.json"));
         assert_eq!(metrics["world_size"], n.parse::<u64>().unwrap());
@@ -38,8 +53,8 @@ fn one_two_and_three_ranks_give_identical_reconstructions() {
             n.parse::<usize>().unwrap()
         );
     }
-    assert_eq!(outputs[0], outputs[1], "2 ranks differ from 1");
-    assert_eq!(outputs[0], outputs[2], "3 ranks differ from 1");
+    assert_eq!(outputs[0], outputs[1], "2 ranks differ from 1 {extra:?}");
+    assert_eq!(outputs[0], outputs[2], "3 ranks differ from 1 {extra:?}");
 }
 
 /// metrics.json profiles every rank's every iteration (phases, communication, idle, peak memory)
