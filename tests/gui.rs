@@ -2789,6 +2789,56 @@ fn switching_denoiser_kind_keeps_each_kinds_values() {
     assert_eq!(tv_iterations(h.state()), Some(20));
 }
 
+/// The algorithm panel's "DPIR rule" button sets deepinv's DPIR from the preset's noise level
+/// (quick: σ_n 0.03), keeping the clamp; the splitting combo goes back to PGD, whose step controls
+/// show again; and the submitted preset carries what the panel shows.
+#[test]
+fn the_dpir_rule_button_sets_hqs_from_the_noise_level() {
+    use tessera::optim::{AlgorithmConfig, PnpConfig, Splitting};
+    let (mut h, end) = ready_workbench();
+    assert!(
+        h.query_by_role_and_label(Role::CheckBox, "step 0.99/L")
+            .is_some()
+    );
+    h.get_by_role_and_label(Role::Button, "DPIR rule (σ_n 0.03)")
+        .click();
+    h.run_steps(2);
+    let AlgorithmConfig::Pnp(pnp) = h.state().doc.preset.algorithm.clone() else {
+        panic!("quick is a PnP preset")
+    };
+    assert_eq!(
+        pnp,
+        PnpConfig {
+            clamp: Some([0.0, 1.0]),
+            ..PnpConfig::dpir(0.03)
+        }
+    );
+    assert!(
+        h.query_by_role_and_label(Role::CheckBox, "step 0.99/L")
+            .is_none()
+    );
+    h.get_by_role_and_label(Role::Button, "Run").click();
+    h.run_steps(2);
+    let Request::Submit { preset_toml, .. } = next_request(&end) else {
+        panic!("Run submits the preset")
+    };
+    let sent = tessera::preset::Preset::from_toml(&preset_toml, "sent", &[]).unwrap();
+    assert_eq!(sent.algorithm, AlgorithmConfig::Pnp(pnp));
+    send(&end, Event::Accepted { job: 1 });
+    h.get_by_role_and_label(Role::ComboBox, "splitting").click();
+    h.run_steps(2);
+    h.get_by_label("gradient step (PGD)").click();
+    h.run_steps(2);
+    let AlgorithmConfig::Pnp(pnp) = &h.state().doc.preset.algorithm else {
+        panic!("quick is a PnP preset")
+    };
+    assert_eq!(pnp.splitting, Splitting::Pgd);
+    assert!(
+        h.query_by_role_and_label(Role::CheckBox, "step 0.99/L")
+            .is_some()
+    );
+}
+
 /// A training document opens on its own tab (not on the imaging views' Profile tab, which it has
 /// no use for), and an FWI document on its Inversion tab.
 #[test]
