@@ -383,16 +383,32 @@ impl DrunetConfig {
     /// (`crate::nn::bundled::DRUNET_NC`, `DRUNET_NB`) with one channel, on colour images (3) in
     /// the opponent colour space, running the bundled grey weights.
     pub fn bundled(channels: usize) -> Self {
-        let opponent_colour = channels == 3;
-        let net_channels = if opponent_colour { 1 } else { channels };
-        DrunetConfig {
-            in_channels: net_channels,
-            out_channels: net_channels,
+        let grey = DrunetConfig {
+            in_channels: 1,
+            out_channels: 1,
             nc: super::bundled::DRUNET_NC.to_vec(),
             nb: super::bundled::DRUNET_NB,
-            opponent_colour,
             ..DrunetConfig::default()
+        };
+        grey.for_image_channels(channels).unwrap_or(DrunetConfig {
+            in_channels: channels,
+            out_channels: channels,
+            ..grey
+        })
+    }
+
+    /// This network on images of `channels` channels: itself for its own channel count, a
+    /// one-channel network in the opponent colour space for colour images (the one place that
+    /// decides it: the bundled DRUNet and `tessera bench denoisers --drunet` use it), `None`
+    /// otherwise.
+    pub fn for_image_channels(&self, channels: usize) -> Option<DrunetConfig> {
+        if self.image_channels() == channels {
+            return Some(self.clone());
         }
+        (self.in_channels == 1 && self.out_channels == 1 && channels == 3).then(|| DrunetConfig {
+            opponent_colour: true,
+            ..self.clone()
+        })
     }
 
     /// The channels of the images this denoiser takes: 3 in the opponent colour space, else the
@@ -615,5 +631,28 @@ mod tests {
             TorchDevice::Cuda(0)
         );
         assert_eq!(TorchDevice::Cuda(3).to_string(), "cuda:3");
+    }
+
+    /// A one-channel DRUNet runs colour images in the opponent colour space, and nothing else
+    /// changes channel counts; the bundled configs are that decision's.
+    #[test]
+    fn a_grey_drunet_takes_colour_images_in_the_opponent_space_only() {
+        let net = |c: usize| DrunetConfig {
+            in_channels: c,
+            out_channels: c,
+            ..DrunetConfig::default()
+        };
+        let opponent = net(1).for_image_channels(3).unwrap();
+        assert!(opponent.opponent_colour && opponent.in_channels == 1);
+        assert_eq!(opponent.image_channels(), 3);
+        assert_eq!(net(1).for_image_channels(1), Some(net(1)));
+        assert_eq!(net(3).for_image_channels(3), Some(net(3)));
+        assert_eq!(net(1).for_image_channels(2), None);
+        assert_eq!(net(3).for_image_channels(1), None);
+        assert_eq!(opponent.for_image_channels(3), Some(opponent.clone()));
+        assert_eq!(opponent.for_image_channels(1), None);
+        assert!(DrunetConfig::bundled(3).opponent_colour);
+        assert_eq!(DrunetConfig::bundled(1).image_channels(), 1);
+        assert_eq!(DrunetConfig::bundled(2).in_channels, 2);
     }
 }

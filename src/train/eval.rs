@@ -142,13 +142,8 @@ impl ExtraNet {
             return Some((self.name.clone(), self.config.clone()));
         }
         match &self.config {
-            DenoiserConfig::Drunet(c)
-                if c.in_channels == 1 && c.out_channels == 1 && channels == 3 =>
-            {
-                let cfg = DrunetConfig {
-                    opponent_colour: true,
-                    ..c.clone()
-                };
+            DenoiserConfig::Drunet(c) => {
+                let cfg = c.for_image_channels(channels)?;
                 Some((net_name(&self.name, &cfg), DenoiserConfig::Drunet(cfg)))
             }
             _ => None,
