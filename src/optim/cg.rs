@@ -8,8 +8,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::pnp::Run;
-use super::space::Iterate;
+use super::space::{Iterate, Run};
 use super::{
     ComponentTimes, IterationCallback, IterationReport, Monitor, Reconstruction, ViewCallback,
 };

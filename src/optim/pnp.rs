@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::space::{Iterate, Prox};
+use super::space::{Iterate, Prox, Run};
 use super::{
     ComponentTimes, IterationCallback, IterationReport, Monitor, Reconstruction, ViewCallback,
 };
@@ -509,25 +509,6 @@ pub fn pnp_from(
         )
     })?;
     run.into_reconstruction()
-}
-
-/// What [`pnp_loop`] ends with: the last iterate, in its storage.
-pub struct Run<V> {
-    pub x: V,
-    pub history: Vec<IterationReport>,
-    /// Whether the callback stopped the run early.
-    pub stopped: bool,
-}
-
-impl<V: Iterate> Run<V> {
-    /// The run as the algorithms' result: the iterate in host memory (a download for a device's).
-    pub fn into_reconstruction(self) -> Result<Reconstruction> {
-        Ok(Reconstruction {
-            x: self.x.into_host()?,
-            history: self.history,
-            stopped: self.stopped,
-        })
-    }
 }
 
 /// The PnP-PGD iteration for any storage of the iterate (the one loop of host and device runs):

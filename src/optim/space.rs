@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 
+use super::{IterationReport, Reconstruction};
 use crate::denoise::Denoiser;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -166,5 +167,24 @@ pub trait Prox<V> {
 impl<D: Denoiser + ?Sized> Prox<Tensor> for D {
     fn denoise(&self, z: &Tensor, sigma: f32) -> Result<Tensor> {
         Denoiser::denoise(self, z, sigma)
+    }
+}
+
+/// What an algorithm's loop (`pnp::pnp_loop`, `cg::cg_loop`) ends with: the last iterate, in its storage.
+pub struct Run<V> {
+    pub x: V,
+    pub history: Vec<IterationReport>,
+    /// Whether the callback stopped the run early.
+    pub stopped: bool,
+}
+
+impl<V: Iterate> Run<V> {
+    /// The run as the algorithms' result: the iterate in host memory (a download for a device's).
+    pub fn into_reconstruction(self) -> Result<Reconstruction> {
+        Ok(Reconstruction {
+            x: self.x.into_host()?,
+            history: self.history,
+            stopped: self.stopped,
+        })
     }
 }
