@@ -625,7 +625,8 @@ mod tests {
         ) {
             let r: Result<Checkpoint<Vec<f32>>> =
                 decode_handover(1, &bytes, RunKind::Imaging, "name = \"q\"\n");
-            prop_assert!(matches!(r, Err(Error::BadPeerData { rank: 1, .. })));
+            let from_rank_1 = matches!(r, Err(Error::BadPeerData { rank: 1, .. }));
+            prop_assert!(from_rank_1, "not bad data from rank 1");
         }
     }
 }
