@@ -209,6 +209,119 @@ fn losing_rank_0_moves_its_role_and_keeps_every_byte() {
     );
 }
 
+/// `--respawn`: rank 1 of 3 is killed at the start of a seeded iteration; the launcher starts a
+/// replacement (slot 3), which joins the next generation with the state rank 0 hands it, and the
+/// run finishes on 3 ranks with every byte of an uninterrupted run.
+fn replace_rank_1_and_compare(seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = small(ITERATIONS);
+    let reference = ["run", "multiblur", "--out", "reference"];
+    let o = run_with(&reference, &extra, None, dir.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let k = seeded_iteration(seed);
+    let die = format!("1:{k}:start");
+    let respawn = [
+        "run",
+        "multiblur",
+        "--ranks",
+        "3",
+        "--elastic",
+        "--respawn",
+        "--out",
+        "elastic",
+    ];
+    let o = run_with(&respawn, &extra, Some(&die), dir.path());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "die at {die}: {stderr}");
+    for said in [
+        "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
+        "[launcher] rank 3 started to replace rank 1 in generation 1",
+        "[launcher] generation 1: rank(s) [1] lost, replacement(s) [3] joined, 3 rank(s)",
+    ] {
+        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
+    }
+    let want = outputs(&dir.path().join("reference"));
+    let got = outputs(&dir.path().join("elastic"));
+    assert!(want.len() >= 4);
+    assert_eq!(
+        want.iter().map(|f| &f.0).collect::<Vec<_>>(),
+        got.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    for ((name, a), (_, b)) in want.iter().zip(&got) {
+        assert!(a == b, "{name} differs after replacing rank 1 at {die}");
+    }
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 3);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
+    let recoveries = metrics["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    let r = &recoveries[0];
+    assert_eq!(r["lost_slots"], serde_json::json!([1]));
+    assert_eq!(r["members"], serde_json::json!([0, 2, 3]));
+    assert_eq!(r["joined"], serde_json::json!([3]));
+    assert_eq!(r["resumed_from"].as_u64().unwrap() as usize, k - 1, "{r}");
+    let generations = metrics["generations"].as_array().unwrap();
+    let sizes: Vec<u64> = generations
+        .iter()
+        .map(|g| g["world_size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [3, 3], "{generations:?}");
+    assert_eq!(metrics["ranks"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn a_replacement_for_lost_rank_1_finishes_on_3_ranks_with_every_byte() {
+    replace_rank_1_and_compare(29);
+}
+
+#[test]
+fn a_replacement_after_the_first_iteration_gets_the_iterate_of_iteration_1() {
+    // Seed 1 kills rank 1 at the start of iteration 2: the hand-over holds iteration 1's iterate.
+    assert_eq!(
+        seeded_iteration(1),
+        2,
+        "pick a seed that kills in iteration 2"
+    );
+    replace_rank_1_and_compare(1);
+}
+
+#[test]
+fn respawn_without_elastic_or_for_an_inversion_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_with(
+        &["run", "quick", "--ranks", "2", "--respawn"],
+        &small(2),
+        None,
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(stderr.contains("--respawn needs --elastic"), "{stderr}");
+    let o = run_with(
+        &[
+            "run",
+            "fwi_marmousi",
+            "--ranks",
+            "3",
+            "--elastic",
+            "--respawn",
+        ],
+        &[],
+        None,
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--respawn: an inversion does not take replacements"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("out").exists(),
+        "a refused run writes nothing"
+    );
+}
+
 #[test]
 fn below_min_ranks_the_run_stops_and_names_why() {
     let dir = tempfile::tempdir().unwrap();

@@ -63,6 +63,12 @@ pub(super) enum Command {
         /// `distributed.min_ranks` is the fewest ranks to go on with). See docs/ELASTIC.md.
         #[arg(long, conflicts_with = "attach")]
         elastic: bool,
+        /// With --ranks N --elastic: start a fresh rank process for each one lost, which joins
+        /// the next generation with the state the group's rank 0 hands it, so the run finishes on
+        /// N ranks with the same result (at most N replacements per run, then the group shrinks).
+        /// Imaging presets only. See docs/ELASTIC.md.
+        #[arg(long, conflicts_with = "attach")]
+        respawn: bool,
         /// Where every rank computes: cpu, cuda (GPU LOCAL_RANK % count) or cuda:N (also
         /// `[distributed] device`, else TESSERA_DEVICE). A job whose every part is on the GPU runs
         /// there; one with parts not on the GPU yet is refused with their names; see docs/GPU.md.

@@ -49,6 +49,8 @@ struct Launch<'a> {
     /// Elastic runs stop below this many ranks.
     min_ranks: usize,
     unit: WorkUnit,
+    /// Elastic runs replace each lost rank (`--respawn`).
+    respawn: bool,
 }
 
 impl<'a> Launch<'a> {
@@ -67,6 +69,7 @@ impl<'a> Launch<'a> {
             every: every.unwrap_or(DEFAULT_CHECKPOINT_EVERY),
             min_ranks: min_ranks.unwrap_or(1),
             unit,
+            respawn: false,
         }
     }
 
@@ -111,6 +114,7 @@ impl<'a> Launch<'a> {
             checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
             unit,
             slot0_essential: None,
+            respawn: self.respawn,
         });
         let mut args = strip_option(std::env::args_os().skip(1), "--ranks");
         let checkpoints = match (resume, elastic.is_some()) {
@@ -162,7 +166,7 @@ pub(super) fn run(
     out: Option<PathBuf>,
     replace: bool,
     quiet: bool,
-    elastic: bool,
+    (elastic, respawn): (bool, bool),
     device: Option<&str>,
     group: &GroupArgs,
 ) -> Result<()> {
@@ -195,6 +199,13 @@ pub(super) fn run(
                 &fwi.0.name,
             )?,
         };
+        if respawn {
+            bail!(
+                "--respawn: an inversion does not take replacements yet (the hand-over of its \
+                 model, Adam state and panels to a new rank is not written); run it with \
+                 --elastic alone, which survives lost ranks on the others (docs/ELASTIC.md)"
+            );
+        }
         return run_fwi(fwi, out_dir, continuation, quiet, elastic, group);
     }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
@@ -234,6 +245,12 @@ pub(super) fn run(
         tessera::device::coverage::check_run(chosen, preset)?;
     }
     let elastic = elastic || preset.distributed.elastic;
+    if respawn && !elastic {
+        bail!(
+            "--respawn needs --elastic (or [distributed] elastic): a replacement joins the group \
+             that the survivors of a loss re-form, which only an elastic run does"
+        );
+    }
     if elastic && !launched {
         check_elastic(group)?;
         if chosen.is_cuda() {
@@ -248,11 +265,28 @@ pub(super) fn run(
         preset.distributed.checkpoint_every,
         preset.distributed.min_ranks,
     );
-    let launch = Launch::new(&out_dir, &preset.name, keys, WorkUnit::Iteration);
-    let Some((every, member)) = launch.start(group, (elastic, quiet), &continuation)? else {
+    let mut launch = Launch::new(&out_dir, &preset.name, keys, WorkUnit::Iteration);
+    launch.respawn = respawn;
+    let Some((every, mut member)) = launch.start(group, (elastic, quiet), &continuation)? else {
         return Ok(());
     };
-    let comm = join_group(group)?;
+    // A replacement (`--respawn`) joins the generation the launcher started it for, not the first.
+    let (comm, joined) = match member.as_mut().and_then(|m| Some((m.replaces_into?, m))) {
+        Some((generation, member)) => {
+            let plan = member
+                .join_as_replacement(generation)
+                .context("joining the run as a replacement")?;
+            let info = plan.rank_info(member.slot)?;
+            let comm = join_with(group, &info).with_context(|| {
+                format!(
+                    "joining generation {generation} as rank {} of {}",
+                    info.rank, info.world_size
+                )
+            })?;
+            (comm, Some(plan))
+        }
+        None => (join_group(group)?, None),
+    };
     let rank = comm.rank();
     if rank == 0 && !quiet {
         eprintln!("threads: {placement}");
@@ -278,6 +312,7 @@ pub(super) fn run(
             let elastic = job::Elastic {
                 member: &mut member,
                 join: &mut join,
+                joined,
             };
             job::run_elastic(
                 preset,
@@ -473,6 +508,7 @@ fn run_fwi(
             let elastic = dist::elastic::Elastic {
                 member: &mut member,
                 join: &mut join,
+                joined: None,
             };
             let checkpoints = continuation.checkpoints(every);
             tessera::fwi::run_elastic(

@@ -70,6 +70,7 @@ pub(super) fn serve(
                 checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
                 unit: dist::elastic::WorkUnit::Iteration,
                 slot0_essential: Some(SLOT0_ESSENTIAL),
+                respawn: false,
             };
             dist::launch::launch_elastic(n, &args, options).context("elastic serve group")?;
         } else {

@@ -29,6 +29,9 @@ use crate::tiling::TilePlan;
 pub const STORE_ENV: &str = "TESSERA_ELASTIC_STORE";
 /// A rank process's slot: its rank in generation 0, kept for life.
 pub const SLOT_ENV: &str = "TESSERA_ELASTIC_SLOT";
+/// Set in a replacement process the launcher started after a loss (`--respawn`): the generation
+/// it joins, without state ([`Member::join_as_replacement`]).
+pub const JOIN_ENV: &str = "TESSERA_ELASTIC_JOIN";
 /// Test hook: `rank:iteration[:point]` makes that rank (numbered as when the run started) kill
 /// itself (SIGKILL), once.
 pub const DIE_AT_ENV: &str = "TESSERA_TEST_DIE_AT";
@@ -39,6 +42,9 @@ pub struct Elastic<'a> {
     pub member: &'a mut Member,
     /// Joins the group a plan describes, with the transport and timeouts of the first generation.
     pub join: &'a mut dyn FnMut(&RankInfo) -> Result<Box<dyn Collective>>,
+    /// A replacement (`--respawn`): the plan of the generation it joined without state; it
+    /// receives the run's state from the new rank 0 before the generation's first iteration.
+    pub joined: Option<Plan>,
 }
 
 /// One recovery from a lost rank, as the log and `metrics.json` record it.
@@ -317,6 +323,8 @@ pub struct Member {
     pub generation: u32,
     /// How long a survivor waits for the launcher's verdict.
     verdict_timeout: Duration,
+    /// A replacement ([`JOIN_ENV`]): the generation it is to join without state.
+    pub replaces_into: Option<u32>,
 }
 
 impl Member {
@@ -328,11 +336,18 @@ impl Member {
         let slot = slot
             .parse()
             .map_err(|_| Error::config(SLOT_ENV, format!("`{slot}` is not a rank")))?;
+        let replaces_into = match std::env::var(JOIN_ENV) {
+            Ok(g) => Some(g.parse().map_err(|_| {
+                Error::config(JOIN_ENV, format!("`{g}` is not a generation number"))
+            })?),
+            Err(_) => None,
+        };
         Ok(Some(Member {
             client: StoreClient::connect(&addr, timeout)?,
             slot,
             generation: 0,
             verdict_timeout: timeout,
+            replaces_into,
         }))
     }
 
@@ -805,6 +820,7 @@ mod tests {
             slot,
             generation: 0,
             verdict_timeout: Duration::from_secs(5),
+            replaces_into: None,
         };
         let (mut survivor, mut replacement) = (member(0), member(2));
         let lost = Error::PeerLost {
@@ -963,6 +979,7 @@ mod tests {
                 slot,
                 generation: 0,
                 verdict_timeout: Duration::from_secs(5),
+                replaces_into: None,
             })
             .collect();
         members.remove(1);

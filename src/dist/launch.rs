@@ -9,7 +9,8 @@
 //! Elastic runs ([`launch_elastic`]): a rank killed by a signal is a *loss*, not a failure: the
 //! others are left running, check in with the launcher's [`Coordinator`] and go on as the next
 //! generation of the group (`docs/ELASTIC.md`). A rank that exits with an error status still stops
-//! everything, as does a group that shrinks below `min_ranks`.
+//! everything, as does a group that shrinks below `min_ranks`. With `respawn`, each lost rank is
+//! replaced by a fresh process in a new slot that joins the next generation (at most N per run).
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -45,6 +46,11 @@ pub struct ElasticOptions {
     /// then stops every rank and the launcher's error names it and this reason. `None`: slot 0 is
     /// survived like any other (the lowest survivor takes its role).
     pub slot0_essential: Option<&'static str>,
+    /// Start a replacement for each lost rank (`--respawn`): a process in the next unused slot
+    /// that joins the next generation ([`elastic::JOIN_ENV`]); at most as many as the run started
+    /// with, those that die before they join included, so a rank that crashes at start-up cannot
+    /// loop. Once they are spent the group goes on shrinking.
+    pub respawn: bool,
 }
 
 /// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only.
@@ -78,57 +84,69 @@ fn launch_with(world: usize, args: &[OsString], elastic: Option<ElasticOptions>)
     };
     let mut children: Vec<Child> = Vec::with_capacity(world);
     let mut pipes = Vec::new();
-    for rank in 0..world {
-        let mut cmd = Command::new(&exe);
-        cmd.args(args)
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", world.to_string())
-            .env("LOCAL_RANK", rank.to_string())
-            .env("LOCAL_WORLD_SIZE", world.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
-            .env(LAUNCHED_ENV, "1")
-            .env_remove(elastic::STORE_ENV)
-            .env_remove(elastic::SLOT_ENV)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(c) = &coordinator {
-            cmd.env(elastic::STORE_ENV, c.addr())
-                .env(elastic::SLOT_ENV, rank.to_string());
-        }
-        die_with_parent(&mut cmd);
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                terminate(&mut children);
-                return Err(Error::io("starting rank process (process limit?)", &exe, e));
+    let store = coordinator.as_ref().map(Coordinator::addr);
+    // Starts the process of `slot` (a replacement joins generation `join`) and forwards its output.
+    // A replacement's `RANK`/`LOCAL_RANK` are those the rank it replaces started with (its place on
+    // this host, its share of the cores); its rank in the group comes from its generation's plan.
+    let mut start =
+        |slot: usize, join: Option<(u32, usize)>, children: &mut Vec<Child>| -> Result<()> {
+            let place = join.map_or(slot, |(_, place)| place);
+            let mut cmd = Command::new(&exe);
+            cmd.args(args)
+                .env("RANK", place.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("LOCAL_RANK", place.to_string())
+                .env("LOCAL_WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env(LAUNCHED_ENV, "1")
+                .env_remove(elastic::STORE_ENV)
+                .env_remove(elastic::SLOT_ENV)
+                .env_remove(elastic::JOIN_ENV)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if let Some(addr) = &store {
+                cmd.env(elastic::STORE_ENV, addr)
+                    .env(elastic::SLOT_ENV, slot.to_string());
             }
-        };
-        {
-            let mut e = std::io::stderr().lock();
-            let _ = writeln!(e, "[launcher] rank {rank}: pid {}", child.id());
-        }
-        let out = child.stdout.take().expect("piped");
-        let err = child.stderr.take().expect("piped");
-        children.push(child);
-        for forwarded in [forward(out, rank, false), forward(err, rank, true)] {
-            match forwarded {
-                Ok(p) => pipes.push(p),
-                Err(e) => {
-                    terminate(&mut children);
-                    return Err(Error::io(
+            if let Some((generation, _)) = join {
+                cmd.env(elastic::JOIN_ENV, generation.to_string());
+            }
+            die_with_parent(&mut cmd);
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| Error::io("starting rank process (process limit?)", &exe, e))?;
+            {
+                let mut e = std::io::stderr().lock();
+                let _ = writeln!(e, "[launcher] rank {slot}: pid {}", child.id());
+            }
+            let out = child.stdout.take().expect("piped");
+            let err = child.stderr.take().expect("piped");
+            children.push(child);
+            for forwarded in [forward(out, slot, false), forward(err, slot, true)] {
+                pipes.push(forwarded.map_err(|e| {
+                    Error::io(
                         "starting a thread to forward a rank's output (process or thread limit?)",
-                        format!("rank {rank}"),
+                        format!("rank {slot}"),
                         e,
-                    ));
-                }
+                    )
+                })?);
             }
+            Ok(())
+        };
+    for rank in 0..world {
+        if let Err(e) = start(rank, None, &mut children) {
+            terminate(&mut children);
+            return Err(e);
         }
     }
     let result = match (coordinator, elastic) {
         (Some(coordinator), Some(options)) => {
-            supervise_elastic(&mut children, coordinator, options)
+            let mut replace = |slot: usize, join: (u32, usize), children: &mut Vec<Child>| {
+                start(slot, Some(join), children)
+            };
+            supervise_elastic(&mut children, coordinator, options, &mut replace)
         }
         _ => supervise(&mut children),
     };
@@ -232,15 +250,27 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
+/// Starts the replacement process of `slot`, which joins generation `.0` in the place (generation-0
+/// rank) `.1` of the rank it replaces, into `children`.
+type Replace<'a> = dyn FnMut(usize, (u32, usize), &mut Vec<Child>) -> Result<()> + 'a;
+
 /// Waits for all ranks of an elastic run: a rank killed by a signal is lost and the survivors are
-/// led into the next generation; a rank that exits with an error stops everything.
+/// led into the next generation (with a replacement for it when `options.respawn`); a rank that
+/// exits with an error stops everything. `children` is indexed by slot and grows by replacements.
 fn supervise_elastic(
-    children: &mut [Child],
+    children: &mut Vec<Child>,
     mut coordinator: Coordinator,
     options: ElasticOptions,
+    replace: &mut Replace<'_>,
 ) -> Result<()> {
+    let world = children.len();
     let mut exited = vec![false; children.len()];
     let mut done = vec![false; children.len()];
+    // Replacements started and not yet in a generation, and how many were started in all.
+    let mut pending: Vec<usize> = Vec::new();
+    let mut started_replacements = 0;
+    // Each slot's place: its generation-0 rank, or the place of the rank it replaced.
+    let mut place: Vec<usize> = (0..world).collect();
     // Since when the survivors of a loss (or of a failed collective) are checking in.
     let mut recovering_since: Option<Instant> = None;
     loop {
@@ -264,6 +294,17 @@ fn supervise_elastic(
                         how: format!("{}: {why}", describe(status)),
                     });
                 }
+                Reaped::Lost(status) if pending.contains(&slot) => {
+                    // A replacement that died before it joined: it was never a member, so nothing
+                    // is recovered; it counts against the limit and is not replaced.
+                    exited[slot] = true;
+                    pending.retain(|&s| s != slot);
+                    let _ = writeln!(
+                        std::io::stderr().lock(),
+                        "[launcher] replacement rank {slot} {} before it joined",
+                        describe(status)
+                    );
+                }
                 Reaped::Lost(status) => {
                     exited[slot] = true;
                     let _ = writeln!(
@@ -272,6 +313,31 @@ fn supervise_elastic(
                         describe(status)
                     );
                     recovering_since.get_or_insert_with(Instant::now);
+                    if options.respawn && started_replacements < world {
+                        let new = children.len();
+                        let generation = coordinator.next_generation();
+                        if let Err(e) = replace(new, (generation, place[slot]), children) {
+                            terminate(children);
+                            return Err(e);
+                        }
+                        place.push(place[slot]);
+                        started_replacements += 1;
+                        exited.push(false);
+                        done.push(false);
+                        pending.push(new);
+                        let _ = writeln!(
+                            std::io::stderr().lock(),
+                            "[launcher] rank {new} started to replace rank {slot} in generation \
+                             {generation} (--respawn: replacement {started_replacements} of at \
+                             most {world})"
+                        );
+                    } else if options.respawn {
+                        let _ = writeln!(
+                            std::io::stderr().lock(),
+                            "[launcher] rank {slot} is not replaced: the run's {world} \
+                             replacement(s) are spent (--respawn); the group shrinks"
+                        );
+                    }
                 }
             }
         }
@@ -296,9 +362,11 @@ fn supervise_elastic(
                     std::io::stderr().lock(),
                     "[launcher] the run completed before the lost rank(s) ended"
                 );
+                terminate(children);
                 return Ok(());
             }
-            if survivors.len() == live.len() || late {
+            let joiners = coordinator.joining(&pending)?;
+            if (survivors.len() == live.len() && joiners.len() == pending.len()) || late {
                 for &slot in live.iter().filter(|s| !survivors.contains_key(s)) {
                     let _ = writeln!(
                         std::io::stderr().lock(),
@@ -310,12 +378,28 @@ fn supervise_elastic(
                     let _ = children[slot].wait();
                     exited[slot] = true;
                 }
-                match coordinator.publish(&survivors, &[], free_port()?, since.elapsed())? {
+                for &slot in pending.iter().filter(|s| !joiners.contains(s)) {
+                    let _ = writeln!(
+                        std::io::stderr().lock(),
+                        "[launcher] replacement rank {slot} did not ask to join within {:.0} s: \
+                         killed",
+                        options.checkin_timeout.as_secs_f64()
+                    );
+                    let _ = children[slot].kill();
+                    let _ = children[slot].wait();
+                    exited[slot] = true;
+                }
+                pending.clear();
+                match coordinator.publish(&survivors, &joiners, free_port()?, since.elapsed())? {
                     Verdict::Continue(plan) => {
+                        let joined = match plan.joined.is_empty() {
+                            true => String::new(),
+                            false => format!(", replacement(s) {:?} joined", plan.joined),
+                        };
                         let _ = writeln!(
                             std::io::stderr().lock(),
-                            "[launcher] generation {}: rank(s) {:?} lost, {} rank(s) resume after \
-                             {} {}",
+                            "[launcher] generation {}: rank(s) {:?} lost{joined}, {} rank(s) \
+                             resume after {} {}",
                             plan.generation,
                             plan.lost_slots,
                             plan.members.len(),

@@ -1129,7 +1129,23 @@ fn elastic_typed<T: Float>(
     (base_dir, out, mut comm, elastic, checkpoints): ElasticRun<'_, '_>,
     on_event: &mut dyn FnMut(FwiEvent<'_>) -> ControlFlow<()>,
 ) -> Result<FwiSummary> {
-    let Elastic { member, join } = elastic;
+    let Elastic {
+        member,
+        join,
+        joined,
+    } = elastic;
+    if let Some(plan) = joined {
+        // The CLI refuses `--respawn` for an inversion; a replacement that gets here anyway ends
+        // with this error rather than run without the state.
+        return Err(Error::config(
+            "--respawn",
+            format!(
+                "an inversion does not take replacements yet (generation {} joined slot(s) {:?}; \
+                 docs/ELASTIC.md)",
+                plan.generation, plan.joined
+            ),
+        ));
+    }
     let mut carried = Carried::<T>::new(out, comm.rank(), true)?;
     carried.die_at = launched_die_hook(member.slot)?;
     carried.start_checkpoints(checkpoints, preset, base_dir, out)?;

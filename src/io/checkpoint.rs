@@ -209,6 +209,57 @@ pub fn decode_head(path: &Path, bytes: &[u8]) -> Result<Head> {
     Ok(head)
 }
 
+/// The state a run's rank 0 hands a replacement that joins its group (`--respawn`): the checkpoint
+/// of `completed` iterations (epochs) as a checkpoint file holds it, so that the group has one
+/// encoding of its state, not written to disk.
+pub fn encode_handover<S: Serialize>(
+    kind: RunKind,
+    preset_toml: String,
+    out: &RunDir,
+    completed: usize,
+    state: S,
+) -> Result<Vec<u8>> {
+    encode(&Checkpoint {
+        head: Head {
+            tessera_version: env!("CARGO_PKG_VERSION").into(),
+            kind,
+            preset_hash: preset_hash(&preset_toml),
+            preset_toml,
+            destination: Destination::of(out)?,
+            preset_dir: None,
+            completed,
+        },
+        state,
+    })
+}
+
+/// Decodes the state rank `from` handed over ([`encode_handover`]) as a peer's bytes: anything that
+/// is not a checkpoint of `kind`, of this tessera, of the preset `preset_toml` is
+/// [`Error::BadPeerData`] naming the sender, never a panic.
+pub fn decode_handover<S: DeserializeOwned>(
+    from: usize,
+    bytes: &[u8],
+    kind: RunKind,
+    preset_toml: &str,
+) -> Result<Checkpoint<S>> {
+    let what = "the run's state it handed over";
+    let found: Checkpoint<S> = decode(Path::new(what), bytes, kind).map_err(|e| match e {
+        Error::Format { reason, .. } => Error::bad_peer_data(from, format!("{what}: {reason}")),
+        other => other,
+    })?;
+    if found.head.preset_hash != preset_hash(preset_toml) {
+        return Err(Error::bad_peer_data(
+            from,
+            format!(
+                "{what} is of another experiment (preset hash {:016x}, this rank's {:016x})",
+                found.head.preset_hash,
+                preset_hash(preset_toml)
+            ),
+        ));
+    }
+    Ok(found)
+}
+
 /// Reads the checkpoint in folder `dir`.
 pub fn read<S: DeserializeOwned>(dir: &Path, kind: RunKind) -> Result<Checkpoint<S>> {
     let path = dir.join(CHECKPOINT_FILE);
@@ -530,6 +581,52 @@ mod tests {
             let e = decode::<Vec<f32>>(Path::new("ck"), &forged, RunKind::Imaging);
             let is_format = matches!(e, Err(Error::Format { .. }));
             prop_assert!(is_format, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_handover_decodes_as_a_peer_s_bytes_and_hostile_ones_name_the_sender() {
+        let out = RunDir::Exact {
+            path: "o".into(),
+            replace: false,
+        };
+        let preset = "name = \"quick\"\n";
+        let bytes =
+            encode_handover(RunKind::Imaging, preset.into(), &out, 3, vec![1.0f32, 2.0]).unwrap();
+        let got: Checkpoint<Vec<f32>> =
+            decode_handover(2, &bytes, RunKind::Imaging, preset).unwrap();
+        assert_eq!((got.head.completed, got.state), (3, vec![1.0, 2.0]));
+        let bad_peer = |r: Result<Checkpoint<Vec<f32>>>| match r {
+            Err(Error::BadPeerData { rank: 2, what }) => what,
+            other => panic!("not bad data from rank 2: {other:?}"),
+        };
+        let what = bad_peer(decode_handover(
+            2,
+            &bytes,
+            RunKind::Imaging,
+            "name = \"x\"\n",
+        ));
+        assert!(what.contains("another experiment"), "{what}");
+        let what = bad_peer(decode_handover(2, &bytes, RunKind::Inversion, preset));
+        assert!(what.contains("another kind"), "{what}");
+        for n in [0, 7, 27, bytes.len() / 2, bytes.len() - 1] {
+            let what = bad_peer(decode_handover(2, &bytes[..n], RunKind::Imaging, preset));
+            assert!(what.contains("handed over"), "{what}");
+        }
+        let mut flipped = bytes.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        bad_peer(decode_handover(2, &flipped, RunKind::Imaging, preset));
+    }
+
+    proptest! {
+        #[test]
+        fn hostile_handover_bytes_are_an_error_naming_the_sender(
+            bytes in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let r: Result<Checkpoint<Vec<f32>>> =
+                decode_handover(1, &bytes, RunKind::Imaging, "name = \"q\"\n");
+            let from_rank_1 = matches!(r, Err(Error::BadPeerData { rank: 1, .. }));
+            prop_assert!(from_rank_1, "not bad data from rank 1");
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::dist::launch::launched_die_hook;
 use crate::error::{Error, Result};
 use crate::io::RunDir;
 pub use crate::io::checkpoint::Checkpoints;
-use crate::io::checkpoint::{RunKind, Writer};
+use crate::io::checkpoint::{Checkpoint, RunKind, Writer, decode_handover, encode_handover};
 use crate::optim::space::HostView;
 use crate::optim::{AlgorithmConfig, IterationReport};
 use crate::preset::Preset;
@@ -180,11 +180,17 @@ fn elastic_loop(
     on_event: &mut dyn FnMut(JobEvent<'_>) -> ControlFlow<()>,
     mut keep: Option<&mut Option<Box<dyn Collective>>>,
 ) -> Result<JobSummary> {
-    let Elastic { member, join } = elastic;
+    let Elastic {
+        member,
+        join,
+        joined,
+    } = elastic;
     let prepared = preset.validate().and_then(|()| {
         let mut carried = Carried::new(out, comm.rank(), true)?;
         carried.die_at = launched_die_hook(member.slot)?;
-        if let Some(plan) = checkpoints {
+        if let Some(mut plan) = checkpoints {
+            // A replacement takes the state its new rank 0 hands over, not the file's.
+            plan.resume &= joined.is_none();
             start_checkpoints(plan, preset, out, &mut carried)?;
         }
         Ok(carried)
@@ -200,9 +206,19 @@ fn elastic_loop(
         }
     };
     carried.keep_group = keep.is_some();
+    // The plan of a generation that replacements join: its state is handed over first.
+    let mut handing_over = joined;
     loop {
         let (world_size, first) = (comm.world_size(), carried.history.len());
-        let failure = match run_generation(preset, out, comm, inline, on_event, &mut carried) {
+        let handed = match handing_over.take() {
+            Some(plan) => hand_over(&*comm, preset, out, &plan, &mut carried),
+            None => Ok(()),
+        };
+        let generation = match handed {
+            Ok(()) => run_generation(preset, out, comm, inline, on_event, &mut carried),
+            Err(e) => Err(e),
+        };
+        let failure = match generation {
             Err(e) if is_loss(&e) => e,
             done => {
                 if let Some(keep) = keep.as_deref_mut() {
@@ -241,7 +257,113 @@ fn elastic_loop(
             (WorkUnit::Iteration, info.rank),
         );
         comm = join(&info)?;
+        if !plan.joined.is_empty() {
+            handing_over = Some(plan);
+        }
     }
+}
+
+/// The start of a generation that replacements joined (`plan.joined`, after the survivors): its
+/// rank 0 (a survivor) sends each of them the replicated state of the iteration the generation
+/// resumes after, encoded as a checkpoint encodes it; a replacement decodes it as a peer's bytes.
+/// Then every member prepares the run again as generation 0 does (the image, the measurements and
+/// the ground truth, with the collectives that needs) — the replacements hold none of it — except
+/// PnP's step, which is the one handed over: the same bits as the survivors'.
+fn hand_over(
+    comm: &dyn Collective,
+    preset: &Preset,
+    out: &RunDir,
+    plan: &Plan,
+    carried: &mut Carried,
+) -> Result<()> {
+    let rank = comm.rank();
+    let joiners: Vec<usize> = plan
+        .joined
+        .iter()
+        .filter_map(|&s| plan.rank_of(s))
+        .collect();
+    if joiners.contains(&rank) {
+        let bytes = comm.recv(0)?;
+        let state = receive_state(0, &bytes, preset, plan.resume_from)?;
+        carried.history = state.history;
+        (carried.resume, carried.iterates) = match state.iterate {
+            Some((shape, values)) if plan.resume_from > 0 => {
+                let x = Tensor::from_vec(&shape, values).map_err(|e| {
+                    Error::bad_peer_data(0, format!("the iterate it handed over: {e}"))
+                })?;
+                (
+                    Some((plan.resume_from, x.clone())),
+                    vec![(plan.resume_from, x)],
+                )
+            }
+            _ => (None, Vec::new()),
+        };
+        carried.resumed_step = state.pnp_step;
+        carried.started = true;
+        tracing::info!(
+            "joined generation {} as rank {rank} (a replacement): resuming after iteration {} \
+             with the state rank 0 handed over",
+            plan.generation,
+            plan.resume_from
+        );
+    } else {
+        let step = carried.setup.as_ref().and_then(|s| s.pnp_step);
+        if rank == 0 {
+            let k = carried.history.len();
+            let x = carried.resume.as_ref().map(|(_, x)| x);
+            let state = ImagingState::after(&carried.history, x, step);
+            let bytes = encode_handover(RunKind::Imaging, preset.to_toml()?, out, k, state)?;
+            for &to in &joiners {
+                comm.send(to, &bytes)?;
+            }
+            tracing::info!(
+                "generation {}: handed the state after iteration {k} ({} bytes) to the \
+                 replacement(s) {:?}",
+                plan.generation,
+                bytes.len(),
+                plan.joined
+            );
+        }
+        carried.resumed_step = step.or(carried.resumed_step);
+    }
+    carried.setup = None;
+    Ok(())
+}
+
+/// Decodes the state rank `from` handed over for a generation that resumes after `resume_from`
+/// (a peer's bytes: anything else is [`Error::BadPeerData`] naming it).
+fn receive_state(
+    from: usize,
+    bytes: &[u8],
+    preset: &Preset,
+    resume_from: usize,
+) -> Result<ImagingState> {
+    let found: Checkpoint<ImagingState> =
+        decode_handover(from, bytes, RunKind::Imaging, &preset.to_toml()?)?;
+    let (k, state) = (found.head.completed, found.state);
+    let expected = if resumable(preset) { resume_from } else { 0 };
+    if k != expected || state.history.len() != k {
+        return Err(Error::bad_peer_data(
+            from,
+            format!(
+                "the state it handed over is after iteration {k} with {} reports; the \
+                 generation resumes after iteration {expected}",
+                state.history.len()
+            ),
+        ));
+    }
+    if let Some((shape, values)) = &state.iterate
+        && shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(values.len())
+    {
+        return Err(Error::bad_peer_data(
+            from,
+            format!(
+                "the iterate it handed over has shape {shape:?} and {} values",
+                values.len()
+            ),
+        ));
+    }
+    Ok(state)
 }
 
 /// When the group cannot go on: this survivor writes its last completed iterate as the checkpoint,
@@ -349,5 +471,68 @@ impl Denoiser for Dying {
 
     fn as_block_denoiser(&self) -> Option<&dyn crate::nn::BlockDenoiser> {
         self.inner.as_block_denoiser()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pnp_preset() -> Preset {
+        let preset = Preset::from_toml(crate::preset::BUNDLED[0].1, "quick", &[]).unwrap();
+        assert!(resumable(&preset), "quick is a PnP preset");
+        preset
+    }
+
+    fn state_bytes(preset: &Preset, k: usize, state: &ImagingState) -> Vec<u8> {
+        let out = RunDir::Exact {
+            path: "o".into(),
+            replace: false,
+        };
+        encode_handover(RunKind::Imaging, preset.to_toml().unwrap(), &out, k, state).unwrap()
+    }
+
+    #[test]
+    fn a_replacement_receives_the_state_of_the_resume_iteration_or_names_the_sender() {
+        let preset = pnp_preset();
+        let report = IterationReport {
+            iteration: 1,
+            iterations: 2,
+            psnr_db: Some(20.0),
+            ssim: None,
+            objective: None,
+            relative_change: 0.1,
+            times: Default::default(),
+        };
+        let good = ImagingState {
+            history: vec![report.clone(), report.clone()],
+            iterate: Some((vec![1, 1, 2, 2], vec![0.5; 4])),
+            pnp_step: Some(0.25),
+        };
+        let got = receive_state(0, &state_bytes(&preset, 2, &good), &preset, 2).unwrap();
+        assert_eq!(got, good);
+        let bad = |bytes: &[u8], resume_from| match receive_state(0, bytes, &preset, resume_from) {
+            Err(Error::BadPeerData { rank: 0, what }) => what,
+            other => panic!("not bad data from rank 0: {other:?}"),
+        };
+        // Another iteration than the generation resumes after.
+        let what = bad(&state_bytes(&preset, 2, &good), 3);
+        assert!(what.contains("resumes after iteration 3"), "{what}");
+        // An iterate whose values do not fill its shape, even one whose size overflows.
+        for shape in [vec![1, 1, 2, 3], vec![usize::MAX, 2]] {
+            let mut wrong = good.clone();
+            wrong.iterate = Some((shape, vec![0.5; 4]));
+            let what = bad(&state_bytes(&preset, 2, &wrong), 2);
+            assert!(what.contains("iterate"), "{what}");
+        }
+        // Truncated, corrupted and random bytes.
+        let bytes = state_bytes(&preset, 2, &good);
+        for n in [0, 5, 28, bytes.len() - 3] {
+            bad(&bytes[..n], 2);
+        }
+        let mut flipped = bytes.clone();
+        flipped[40] ^= 0x55;
+        bad(&flipped, 2);
+        bad(&[7u8; 300], 2);
     }
 }

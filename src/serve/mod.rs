@@ -204,6 +204,7 @@ impl Group {
             job::Elastic {
                 member,
                 join: join.as_mut(),
+                joined: None,
             },
         );
         // The group lent is alive only when no rank was lost (a loss drops it): then `back` is a
