@@ -1991,6 +1991,9 @@ fn the_distribution_panel_splits_operators_and_a_dsn_sets_its_ranks_per_domain()
         h.query_by_label("channel parts").is_none(),
         "closed by default"
     );
+    // The algorithm section above is closed, so the distribution panel's controls are in view.
+    h.get_by_label("Algorithm").click();
+    h.run_steps(2);
     h.get_by_label("Distribution over ranks").click();
     h.run_steps(2);
     h.get_by_role_and_label(Role::CheckBox, "split operators by channel")
