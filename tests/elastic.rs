@@ -81,6 +81,25 @@ fn seeded_iteration(seed: u64) -> usize {
     2 + (mixed as usize) % (ITERATIONS - 2)
 }
 
+/// The elastic run's outputs (`DIR/elastic`) are the reference's (`DIR/reference`) byte for
+/// byte, metrics.json aside (`outputs`); `after` says what happened to the run.
+fn same_outputs(dir: &Path, after: &str) {
+    let want = outputs(&dir.join("reference"));
+    let got = outputs(&dir.join("elastic"));
+    assert!(
+        want.len() >= 4,
+        "{:?}",
+        want.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        want.iter().map(|f| &f.0).collect::<Vec<_>>(),
+        got.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    for ((name, a), (_, b)) in want.iter().zip(&got) {
+        assert!(a == b, "{name} differs after {after}");
+    }
+}
+
 /// Runs the uninterrupted reference (1 rank, no elastic) and the elastic run that loses `rank` at
 /// `point`; checks the bytes and the recovery in metrics.json; returns that metrics.json.
 fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Value {
@@ -114,20 +133,7 @@ fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Val
         stderr.contains("WARN") && !stderr.contains('\u{1b}'),
         "colour codes or no warning in piped logs: {stderr:?}"
     );
-    let want = outputs(&dir.path().join("reference"));
-    let got = outputs(&dir.path().join("elastic"));
-    assert!(
-        want.len() >= 4,
-        "{:?}",
-        want.iter().map(|f| &f.0).collect::<Vec<_>>()
-    );
-    assert_eq!(
-        want.iter().map(|f| &f.0).collect::<Vec<_>>(),
-        got.iter().map(|f| &f.0).collect::<Vec<_>>()
-    );
-    for ((name, a), (_, b)) in want.iter().zip(&got) {
-        assert!(a == b, "{name} differs after losing rank {rank} at {die}");
-    }
+    same_outputs(dir.path(), &format!("losing rank {rank} at {die}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 2);
     assert_eq!(metrics["iterations"], ITERATIONS);
@@ -240,16 +246,7 @@ fn replace_rank_1_and_compare(seed: u64) {
     ] {
         assert!(stderr.contains(said), "no `{said}` in: {stderr}");
     }
-    let want = outputs(&dir.path().join("reference"));
-    let got = outputs(&dir.path().join("elastic"));
-    assert!(want.len() >= 4);
-    assert_eq!(
-        want.iter().map(|f| &f.0).collect::<Vec<_>>(),
-        got.iter().map(|f| &f.0).collect::<Vec<_>>()
-    );
-    for ((name, a), (_, b)) in want.iter().zip(&got) {
-        assert!(a == b, "{name} differs after replacing rank 1 at {die}");
-    }
+    same_outputs(dir.path(), &format!("replacing rank 1 at {die}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 3);
     assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);

@@ -85,6 +85,27 @@ pub struct Head {
     pub completed: usize,
 }
 
+impl Head {
+    /// The head of this tessera version for a run of `preset_toml` writing into `out`.
+    fn new(
+        kind: RunKind,
+        preset_toml: String,
+        out: &RunDir,
+        preset_dir: Option<PathBuf>,
+        completed: usize,
+    ) -> Result<Head> {
+        Ok(Head {
+            tessera_version: env!("CARGO_PKG_VERSION").into(),
+            kind,
+            preset_hash: preset_hash(&preset_toml),
+            preset_toml,
+            destination: Destination::of(out)?,
+            preset_dir,
+            completed,
+        })
+    }
+}
+
 /// A run continued from a checkpoint (`tessera run --resume DIR`), as its `metrics.json` records
 /// it under `resumed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -220,15 +241,7 @@ pub fn encode_handover<S: Serialize>(
     state: S,
 ) -> Result<Vec<u8>> {
     encode(&Checkpoint {
-        head: Head {
-            tessera_version: env!("CARGO_PKG_VERSION").into(),
-            kind,
-            preset_hash: preset_hash(&preset_toml),
-            preset_toml,
-            destination: Destination::of(out)?,
-            preset_dir: None,
-            completed,
-        },
+        head: Head::new(kind, preset_toml, out, None, completed)?,
         state,
     })
 }
@@ -346,15 +359,7 @@ impl Writer {
             .transpose()?;
         Ok(Writer {
             plan,
-            head: Head {
-                tessera_version: env!("CARGO_PKG_VERSION").into(),
-                kind,
-                preset_hash: preset_hash(&preset_toml),
-                preset_toml,
-                destination: Destination::of(out)?,
-                preset_dir,
-                completed: 0,
-            },
+            head: Head::new(kind, preset_toml, out, preset_dir, 0)?,
         })
     }
 
