@@ -9,7 +9,8 @@
 # come from the machine's Python environment ($TESSERA_PYTHON, else /opt/torch/.venv, else python3:
 # a CUDA PyTorch's wheels carry NVRTC, cuFFT, cuBLAS, cuDNN and NCCL) through scripts/cuda-env.sh.
 # Steps: the machine (GPU, driver, libraries), `tessera selftest --device cuda`, then the presets
-# `quick` and `tomography2d` (PnP+TV) and both with CG least squares instead, through `tessera run
+# `quick` with PnP+TV (its bundled DRUNet is not on the GPU yet) and `tomography2d` (PnP+TV), and
+# both with CG least squares instead, through `tessera run
 # --device cuda` (1 and 2 ranks) against CPU runs (numpy from that Python compares them). Everything goes
 # to one report, $OUT/device-check.md (OUT defaults to ./device-check-out), with the self-test's
 # JSON and the full log beside it. The exit status is the first failing step's.
@@ -125,10 +126,14 @@ algorithm_preset() {
   echo "$runs/$2-$1.toml"
 }
 cg='[algorithm]\nkind = "cg"\niterations = 15\ntol = 1e-9\ndamping = 0.05'
+# quick's own denoiser is the bundled DRUNet, which `--device cuda` refuses by name (docs/GPU.md):
+# its PnP+TV twin is the preset it was before (TV of 20 inner iterations, PGD at sigma_d 0.03).
+tv='[denoiser]\nkind = "tv"\nn_it_max = 20\n\n[algorithm]\nkind = "pnp"\niterations = 30\ndenoiser_sigma = 0.03\ninit = "adjoint"\nclamp = [0.0, 1.0]'
+quick_tv=$(algorithm_preset quick tv "$tv")
 quick_cg=$(algorithm_preset quick cg "$cg")
 tomography_cg=$(algorithm_preset tomography2d cg "$cg")
 tomography_fbp=$(algorithm_preset tomography2d fbp '[algorithm]\nkind = "fbp"')
-for preset in quick tomography2d "$quick_cg" "$tomography_cg" "$tomography_fbp"; do
+for preset in "$quick_tv" tomography2d "$quick_cg" "$tomography_cg" "$tomography_fbp"; do
   label=$(basename "$preset" .toml)
   set_args=()
   case "$label" in cg-* | fbp-*) ;; *) set_args=(--set algorithm.iterations=20) ;; esac

@@ -638,14 +638,19 @@ pub struct BuiltDenoiser {
     pub traffic: Option<crate::dist::spatial::TrafficProbe>,
 }
 
-/// Builds the denoiser of a preset; with `[tiling]` its tiles are spread over the group's ranks
-/// (or, for "spatial", its blocks). Without tiling every rank denoises the whole image (the same
-/// result on each).
-pub fn build_denoiser(preset: &Preset, comm: Arc<dyn Collective>) -> Result<Option<BuiltDenoiser>> {
+/// Builds the denoiser of a preset for images of `channels` channels
+/// (`DenoiserConfig::for_image_channels`); with `[tiling]` its tiles are spread over the group's
+/// ranks (or, for "spatial", its blocks). Without tiling every rank denoises the whole image (the
+/// same result on each).
+pub fn build_denoiser(
+    preset: &Preset,
+    channels: usize,
+    comm: Arc<dyn Collective>,
+) -> Result<Option<BuiltDenoiser>> {
     let Some(cfg) = &preset.denoiser else {
         return Ok(None);
     };
-    let inner = cfg.build()?;
+    let inner = cfg.for_image_channels(channels).build()?;
     let Some(t) = &preset.tiling else {
         return Ok(Some(BuiltDenoiser {
             denoiser: inner,
@@ -1122,7 +1127,7 @@ fn solve_and_report(
     let truth = truth.as_ref();
     let operator_names = stack.names();
     let iteration_now = Arc::new(AtomicUsize::new(carried.history.len() + 1));
-    let (denoiser, tile_clock, traffic) = match build_denoiser(preset, comm.clone())? {
+    let (denoiser, tile_clock, traffic) = match build_denoiser(preset, x_shape[1], comm.clone())? {
         Some(built) => {
             let inner = match carried.die_at {
                 Some(die) => elastic::dying(built.denoiser, die, iteration_now.clone()),

@@ -569,12 +569,13 @@ pub fn fwi(s: &FwiSize, ranks_here: usize) -> Parts {
 mod tests {
     use super::*;
 
+    /// The quick preset at `size`² with its `[denoiser]` table replaced by `denoiser` (TOML lines).
     fn preset(denoiser: &str, size: usize) -> Preset {
         let text = crate::preset::BUNDLED[0]
             .1
-            .replace("kind = \"tv\"\nn_it_max = 20", denoiser)
             .replace("size = [128, 128]", &format!("size = [{size}, {size}]"));
-        Preset::from_toml(&text, "test", &[]).unwrap()
+        let table = format!("denoiser={{{}}}", denoiser.replace('\n', ", "));
+        Preset::from_toml(&text, "test", &[table]).unwrap()
     }
 
     #[test]
@@ -595,7 +596,7 @@ mod tests {
         );
         let e = estimate(&drunet, &x, 3 * 128 * 128, 2, 2).unwrap();
         assert!(e.check_fits(24 << 30).is_err(), "{e}");
-        let quick = preset("kind = \"tv\"\nn_it_max = 20", 128);
+        let quick = Preset::load("quick", &[]).unwrap().preset;
         let e = estimate(&quick, &x, 3 * 128 * 128, 1, 1).unwrap();
         assert!(e.total_bytes() < 64 << 20, "{e}");
         e.check_fits(available_bytes().unwrap()).unwrap();

@@ -698,7 +698,7 @@ pub fn parse_versioned<T: serde::de::DeserializeOwned>(
         }
     }
     value.try_into().map_err(|e: toml::de::Error| {
-        // `--set denoiser.kind="dncnn"` keeps TV's `n_it_max` beside it: say how to switch kinds.
+        // `--set denoiser.kind="dncnn"` keeps DRUNet's `nc` beside it: say how to switch kinds.
         let hint = overrides
             .iter()
             .filter_map(|o| o.split_once('=')?.0.trim().strip_suffix(".kind"))
@@ -788,7 +788,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("n_it_max") && e.contains("--set 'denoiser={kind = \"…\"}'"),
+            e.contains("unknown field") && e.contains("--set 'denoiser={kind = \"…\"}'"),
             "{e}"
         );
         // The way it shows works.
@@ -986,8 +986,8 @@ mod tests {
             )
             .replace("sigma = [2.0, 1.0]\n", "kernel_file = \"k.npy\"\n")
             .replace(
-                "kind = \"tv\"\nn_it_max = 20",
-                "kind = \"drunet\"\nweights = \"/abs/drunet.pth\"",
+                "opponent_colour = true",
+                "opponent_colour = true\nweights = \"/abs/drunet.pth\"",
             );
         let file = dir.path().join("exp.toml");
         std::fs::write(&file, text).unwrap();

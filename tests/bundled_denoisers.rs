@@ -319,8 +319,9 @@ fn assert_beat_tv(images: &[tessera::train::data::NamedImage]) {
 
 /// The PGD rule of docs/PNP.md gives the table's step and σ_d for the imaging presets from their
 /// operators' norms and noise levels (the operators built from the presets, the norm by the
-/// power method, as a run derives its step), and `presets/photo_deblur.toml`, whose denoiser is
-/// the σ-conditional DRUNet, follows the DPIR rule (`PnpConfig::dpir` of its noise level).
+/// power method, as a run derives its step), and the presets whose denoiser is the σ-conditional
+/// DRUNet (`quick`, `presets/photo_deblur.toml`) follow the DPIR rule (`PnpConfig::dpir` of their
+/// noise level).
 #[test]
 fn the_documented_step_and_sigma_rule_gives_the_documented_values() {
     let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -362,15 +363,15 @@ fn the_documented_step_and_sigma_rule_gives_the_documented_values() {
             close(sigma_d, sigma_doc),
             "{name}: σ_d {sigma_d} (documented {sigma_doc})"
         );
-        if name.ends_with("photo_deblur.toml") {
+        if name == "quick" || name.ends_with("photo_deblur.toml") {
             let AlgorithmConfig::Pnp(pnp) = &preset.algorithm else {
-                panic!("photo_deblur is a PnP preset")
+                panic!("{name} is a PnP preset")
             };
             let rule = tessera::optim::PnpConfig {
                 clamp: Some([0.0, 1.0]),
                 ..tessera::optim::PnpConfig::dpir(noise as f32)
             };
-            assert_eq!(*pnp, rule);
+            assert_eq!(*pnp, rule, "{name}");
             assert!(matches!(
                 preset.denoiser,
                 Some(DenoiserConfig::Drunet(ref d)) if d.weights.is_none() && d.opponent_colour

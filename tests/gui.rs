@@ -50,7 +50,9 @@ fn workbench(links: Vec<Link>, state: AppState) -> Workbench {
 /// only what is on screen), the FWI presets' row in the Presets panel included.
 fn harness(wb: Workbench) -> Harness<'static, Workbench> {
     Harness::builder()
-        .with_size([1400.0, 1100.0])
+        // Tall enough that quick's editor (the bundled DRUNet's and HQS's controls) fits beside
+        // the distribution and tiling panels without scrolling.
+        .with_size([1400.0, 1600.0])
         .build_ui_state(|ui, wb: &mut Workbench| wb.ui(ui), wb)
 }
 
@@ -494,7 +496,7 @@ fn quick_preset_on_a_real_two_rank_backend() {
     assert_eq!(h.state().session.backend.as_ref().unwrap().world_size, 2);
     run_to_a_reconstruction(&mut h);
     let wb = h.state();
-    assert_eq!(wb.session.history.len(), 30, "quick runs 30 iterations");
+    assert_eq!(wb.session.history.len(), 8, "quick runs 8 iterations");
     let psnr = wb
         .session
         .latest_psnr()
@@ -813,7 +815,7 @@ fn loaded_measurements_run_on_a_real_backend_without_a_ground_truth() {
     });
     assert_eq!(h.state().shown_measurement(0), Some([128, 128]));
     run_to_a_reconstruction(&mut h);
-    assert_eq!(h.state().session.history.len(), 30);
+    assert_eq!(h.state().session.history.len(), 8);
     assert_eq!(h.state().session.latest_psnr(), None, "no ground truth");
     assert!(h.query_by_label("PSNR —").is_some());
 }
@@ -1474,6 +1476,10 @@ fn shortcuts_run_and_stop() {
 fn spatial_tiling_from_the_panel_equals_the_untiled_run() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = quick_on_local_backend(&dir.path().join("out"), 2);
+    let wb = h.state_mut();
+    wb.doc.preset.denoiser = Some(tessera::denoise::DenoiserConfig::Tv(Default::default()));
+    wb.edited();
+    h.run_steps(2);
     h.get_by_role_and_label(Role::CheckBox, "tiled denoiser")
         .click();
     h.run_steps(2);
@@ -2772,33 +2778,60 @@ fn a_difference_of_mismatched_sizes_says_why() {
     );
 }
 
-/// Trying another denoiser and coming back keeps the parameters the first one had (quick's TV
-/// runs 20 iterations, not TV's default 300).
+/// Trying another denoiser and coming back keeps the parameters the first one had (quick's
+/// DRUNet is the bundled one: nc 16–128 on opponent colour channels, not the default 64–512 on
+/// RGB).
 #[test]
 fn switching_denoiser_kind_keeps_each_kinds_values() {
     use tessera::denoise::DenoiserConfig;
     let (mut h, _end) = ready_workbench();
-    let tv_iterations = |wb: &Workbench| match &wb.doc.preset.denoiser {
-        Some(DenoiserConfig::Tv(c)) => Some(c.n_it_max),
+    let drunet = |wb: &Workbench| match &wb.doc.preset.denoiser {
+        Some(DenoiserConfig::Drunet(c)) => Some((c.nc.clone(), c.opponent_colour)),
         _ => None,
     };
-    assert_eq!(tv_iterations(h.state()), Some(20));
-    for kind in ["drunet", "tv"] {
+    let bundled = Some((vec![16, 32, 64, 128], true));
+    assert_eq!(drunet(h.state()), bundled);
+    // No weights file on the bundled architecture: the bundled weights, not a random network.
+    assert!(
+        h.query_by_label_contains("no weights file: bundled weights drunet_grey")
+            .is_some()
+    );
+    assert!(h.query_by_label_contains("random network").is_none());
+    for kind in ["tv", "drunet"] {
         h.get_by_role_and_label(Role::ComboBox, "denoiser").click();
         h.run_steps(2);
         h.get_by_label(kind).click();
         h.run_steps(2);
     }
-    assert_eq!(tv_iterations(h.state()), Some(20));
+    assert_eq!(drunet(h.state()), bundled);
 }
 
-/// The algorithm panel's "DPIR rule" button sets deepinv's DPIR from the preset's noise level
-/// (quick: σ_n 0.03), keeping the clamp; the splitting combo goes back to PGD, whose step controls
-/// show again; and the submitted preset carries what the panel shows.
+/// The algorithm panel's splitting combo switches quick (deepinv's DPIR rule for its noise level
+/// σ_n 0.03) to PGD, whose step controls show; the "DPIR rule" button sets the rule again from
+/// the noise level, keeping the clamp, and hides them; and the submitted preset carries what the
+/// panel shows.
 #[test]
 fn the_dpir_rule_button_sets_hqs_from_the_noise_level() {
     use tessera::optim::{AlgorithmConfig, PnpConfig, Splitting};
     let (mut h, end) = ready_workbench();
+    let rule = PnpConfig {
+        clamp: Some([0.0, 1.0]),
+        ..PnpConfig::dpir(0.03)
+    };
+    let pnp = |wb: &Workbench| match &wb.doc.preset.algorithm {
+        AlgorithmConfig::Pnp(pnp) => pnp.clone(),
+        other => panic!("quick is a PnP preset, not {other:?}"),
+    };
+    assert_eq!(pnp(h.state()), rule);
+    assert!(
+        h.query_by_role_and_label(Role::CheckBox, "step 0.99/L")
+            .is_none()
+    );
+    h.get_by_role_and_label(Role::ComboBox, "splitting").click();
+    h.run_steps(2);
+    h.get_by_label("gradient step (PGD)").click();
+    h.run_steps(2);
+    assert_eq!(pnp(h.state()).splitting, Splitting::Pgd);
     assert!(
         h.query_by_role_and_label(Role::CheckBox, "step 0.99/L")
             .is_some()
@@ -2806,16 +2839,7 @@ fn the_dpir_rule_button_sets_hqs_from_the_noise_level() {
     h.get_by_role_and_label(Role::Button, "DPIR rule (σ_n 0.03)")
         .click();
     h.run_steps(2);
-    let AlgorithmConfig::Pnp(pnp) = h.state().doc.preset.algorithm.clone() else {
-        panic!("quick is a PnP preset")
-    };
-    assert_eq!(
-        pnp,
-        PnpConfig {
-            clamp: Some([0.0, 1.0]),
-            ..PnpConfig::dpir(0.03)
-        }
-    );
+    assert_eq!(pnp(h.state()), rule);
     assert!(
         h.query_by_role_and_label(Role::CheckBox, "step 0.99/L")
             .is_none()
@@ -2826,20 +2850,8 @@ fn the_dpir_rule_button_sets_hqs_from_the_noise_level() {
         panic!("Run submits the preset")
     };
     let sent = tessera::preset::Preset::from_toml(&preset_toml, "sent", &[]).unwrap();
-    assert_eq!(sent.algorithm, AlgorithmConfig::Pnp(pnp));
+    assert_eq!(sent.algorithm, AlgorithmConfig::Pnp(rule));
     send(&end, Event::Accepted { job: 1 });
-    h.get_by_role_and_label(Role::ComboBox, "splitting").click();
-    h.run_steps(2);
-    h.get_by_label("gradient step (PGD)").click();
-    h.run_steps(2);
-    let AlgorithmConfig::Pnp(pnp) = &h.state().doc.preset.algorithm else {
-        panic!("quick is a PnP preset")
-    };
-    assert_eq!(pnp.splitting, Splitting::Pgd);
-    assert!(
-        h.query_by_role_and_label(Role::CheckBox, "step 0.99/L")
-            .is_some()
-    );
 }
 
 /// A training document opens on its own tab (not on the imaging views' Profile tab, which it has

@@ -55,9 +55,13 @@ fn weights_are_counted_exactly_as_deepinv_lays_them_out() {
 
 /// The quick preset with a DnCNN of 1000 layers of 4096 channels (≈ 600 GB of weights).
 fn absurd_preset(dir: &Path) -> PathBuf {
-    let text = tessera::preset::BUNDLED[0].1.replace(
-        "kind = \"tv\"\nn_it_max = 20",
-        "kind = \"dncnn\"\ndepth = 1000\nnf = 4096",
+    let quick = tessera::preset::BUNDLED[0].1;
+    let denoiser = quick.find("[denoiser]").unwrap();
+    let algorithm = quick.find("[algorithm]").unwrap();
+    let text = format!(
+        "{}[denoiser]\nkind = \"dncnn\"\ndepth = 1000\nnf = 4096\n\n{}",
+        &quick[..denoiser],
+        &quick[algorithm..]
     );
     let path = dir.join("absurd.toml");
     std::fs::write(&path, text).unwrap();

@@ -990,7 +990,7 @@ fn headless_attach_over_tcp_needs_the_token_and_sends_local_images_along() {
             "sample = \"natural\"\nsize = [128, 128]",
             "path = \"photo.npy\"",
         )
-        .replace("iterations = 30", "iterations = 2");
+        .replace("iterations = 8", "iterations = 2");
     std::fs::write(client_dir.join("exp.toml"), text).unwrap();
     let address = addr.to_string();
     let attach = |token: &std::path::Path| {

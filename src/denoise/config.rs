@@ -98,6 +98,19 @@ impl DenoiserConfig {
         .into_iter()
     }
 
+    /// This denoiser on images of `channels` channels: a one-channel DRUNet in the opponent colour
+    /// space runs grey images without it (`DrunetConfig::for_image_channels`); every other config
+    /// is itself (a channel mismatch is then the denoiser's error, naming it).
+    pub fn for_image_channels(&self, channels: usize) -> DenoiserConfig {
+        match self {
+            DenoiserConfig::Drunet(c) => match c.for_image_channels(channels) {
+                Some(adapted) => DenoiserConfig::Drunet(adapted),
+                None => self.clone(),
+            },
+            _ => self.clone(),
+        }
+    }
+
     /// Validates and builds the denoiser. Its files are read as named: relative paths are relative
     /// to the working directory, so a config read from a file is resolved first
     /// (`crate::preset::Preset::load` does it for presets).

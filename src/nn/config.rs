@@ -263,7 +263,7 @@ impl DncnnConfig {
 
     /// The bundled weights this config runs: asked for with `"bundled"` (an error when there are
     /// none for the architecture), or by giving no `weights` for a bundled architecture.
-    fn bundled_weights(&self) -> Result<Option<&'static super::bundled::BundledWeights>> {
+    pub fn bundled_weights(&self) -> Result<Option<&'static super::bundled::BundledWeights>> {
         bundled_weights_for(
             &self.weights,
             || super::bundled::dncnn_for(&self.arch(self.dim.unwrap_or(2))),
@@ -397,16 +397,18 @@ impl DrunetConfig {
         })
     }
 
-    /// This network on images of `channels` channels: itself for its own channel count, a
-    /// one-channel network in the opponent colour space for colour images (the one place that
-    /// decides it: the bundled DRUNet and `tessera bench denoisers --drunet` use it), `None`
-    /// otherwise.
+    /// This network on images of `channels` channels: itself for its own channel count; a
+    /// one-channel network in the opponent colour space for colour images, and on grey images
+    /// without it (so a preset of the bundled grey DRUNet on colour, like `quick`, also runs a
+    /// grey image); `None` otherwise. It is the one place that decides it: jobs, the bundled
+    /// DRUNet and `tessera bench denoisers --drunet` use it.
     pub fn for_image_channels(&self, channels: usize) -> Option<DrunetConfig> {
         if self.image_channels() == channels {
             return Some(self.clone());
         }
-        (self.in_channels == 1 && self.out_channels == 1 && channels == 3).then(|| DrunetConfig {
-            opponent_colour: true,
+        let grey = self.in_channels == 1 && self.out_channels == 1;
+        (grey && (channels == 1 || channels == 3)).then(|| DrunetConfig {
+            opponent_colour: channels == 3,
             ..self.clone()
         })
     }
@@ -423,7 +425,7 @@ impl DrunetConfig {
 
     /// The bundled weights this config runs: asked for with `"bundled"` (an error when there are
     /// none for the architecture), or by giving no `weights` for a bundled architecture.
-    fn bundled_weights(&self) -> Result<Option<&'static super::bundled::BundledWeights>> {
+    pub fn bundled_weights(&self) -> Result<Option<&'static super::bundled::BundledWeights>> {
         bundled_weights_for(
             &self.weights,
             || super::bundled::drunet_for(&self.arch(self.dim.unwrap_or(2))),
@@ -650,7 +652,8 @@ mod tests {
         assert_eq!(net(1).for_image_channels(2), None);
         assert_eq!(net(3).for_image_channels(1), None);
         assert_eq!(opponent.for_image_channels(3), Some(opponent.clone()));
-        assert_eq!(opponent.for_image_channels(1), None);
+        assert_eq!(opponent.for_image_channels(1), Some(net(1)));
+        assert_eq!(opponent.for_image_channels(2), None);
         assert!(DrunetConfig::bundled(3).opponent_colour);
         assert_eq!(DrunetConfig::bundled(1).image_channels(), 1);
         assert_eq!(DrunetConfig::bundled(2).in_channels, 2);

@@ -144,7 +144,14 @@ fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             changed |= number(ui, "sigma (px)", &mut c.sigma_px, 0.05, 0.0..=256.0)
         }
         Some(DenoiserConfig::Drunet(c)) => {
-            changed |= network(ui, &mut c.weights, &mut c.engine, &mut c.inflate_3d, None);
+            let bundled = c.bundled_weights().ok().flatten();
+            changed |= network(
+                ui,
+                &mut c.weights,
+                &mut c.engine,
+                &mut c.inflate_3d,
+                bundled,
+            );
             if c.engine == Engine::Torch {
                 changed |= torch_device(ui, &mut c.device);
             }
@@ -160,16 +167,7 @@ fn denoiser(ui: &mut Ui, d: &mut Option<DenoiserConfig>) -> bool {
             ui.label(format!("channels per scale (nc): {:?}", c.nc));
         }
         Some(DenoiserConfig::Dncnn(c)) => {
-            let arch = crate::nn::DncnnArch {
-                in_channels: c.in_channels,
-                out_channels: c.out_channels,
-                depth: c.depth,
-                nf: c.nf,
-                bias: c.bias,
-                residual: c.residual,
-                dim: c.dim.unwrap_or(2),
-            };
-            let bundled = crate::nn::bundled::dncnn_for(&arch);
+            let bundled = c.bundled_weights().ok().flatten();
             changed |= network(
                 ui,
                 &mut c.weights,
