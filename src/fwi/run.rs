@@ -1765,6 +1765,75 @@ mod tests {
         assert!(w.contains(&(600 * ratio).to_string()), "{w}");
     }
 
+    /// The inversion's hand-over decoded from hostile bytes: truncated, flipped, of another kind
+    /// (an imaging hand-over), preset, epoch or sizes: `BadPeerData` naming rank 0, never a panic.
+    #[test]
+    fn a_hostile_inversion_hand_over_names_the_sender_and_never_panics() {
+        let (preset, _, _) = FwiPreset::load("fwi_marmousi", &[]).unwrap().unwrap();
+        let toml = preset.to_toml().unwrap();
+        let out = RunDir::Exact {
+            path: "o".into(),
+            replace: false,
+        };
+        let report = |epoch: usize| EpochReport {
+            epoch,
+            epochs: 5,
+            loss: 1.0 / epoch as f64,
+            model_error: Some(0.1),
+            cutoff_hz: None,
+            batch: vec![0, 1],
+            ranks: Vec::new(),
+            secs: 0.5,
+        };
+        let state = |k: usize, cells: usize, moments: usize| InversionState {
+            history: (1..=k).map(report).collect(),
+            model: vec![1500.0; cells],
+            adam_step: k as u32,
+            exp_avg: vec![0.5; moments],
+            exp_avg_sq: vec![0.25; moments],
+            figure_epochs: Vec::new(),
+        };
+        let encode =
+            |kind, toml: &str, k, s| encode_handover(kind, toml.into(), &out, k, s).unwrap();
+        let good = encode(RunKind::Inversion, &toml, 2, state(2, 6, 6));
+        let s = receive_state(0, &good, &preset, 2).unwrap();
+        assert_eq!(s, state(2, 6, 6));
+        let refused = |bytes: &[u8], resume: usize, says: &str| match receive_state(
+            0, bytes, &preset, resume,
+        ) {
+            Err(Error::BadPeerData { rank: 0, what }) => {
+                assert!(what.contains(says), "`{says}` not in: {what}")
+            }
+            other => panic!("expected BadPeerData naming rank 0 ({says}), got {other:?}"),
+        };
+        refused(&good[..good.len() - 3], 2, "truncated");
+        let mut flipped = good.clone();
+        let at = flipped.len() - 10;
+        flipped[at] ^= 0x40;
+        refused(&flipped, 2, "corrupted");
+        let imaging = encode_handover(
+            RunKind::Imaging,
+            toml.clone(),
+            &out,
+            2,
+            (Vec::<u8>::new(), 7u32),
+        )
+        .unwrap();
+        refused(&imaging, 2, "another kind");
+        let other = encode(RunKind::Inversion, "name = \"other\"", 2, state(2, 6, 6));
+        refused(&other, 2, "another experiment");
+        refused(&good, 3, "resumes after epoch 3");
+        let reports = encode(RunKind::Inversion, &toml, 2, state(1, 6, 6));
+        refused(&reports, 2, "1 reports");
+        let moments = encode(RunKind::Inversion, &toml, 2, state(2, 6, 5));
+        refused(&moments, 2, "Adam moments of 5");
+        let early = encode(RunKind::Inversion, &toml, 0, state(0, 6, 6));
+        refused(&early, 0, "model of 6 cells");
+        for n in 0..good.len() {
+            assert!(receive_state(0, &good[..n], &preset, 2).is_err());
+        }
+    }
+
     #[test]
     fn the_bundled_inversion_is_sized_well_within_a_laptop_and_absurd_sizes_are_named() {
         let (preset, _, _) = FwiPreset::load("fwi_marmousi", &[]).unwrap().unwrap();
