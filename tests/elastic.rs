@@ -283,36 +283,22 @@ fn a_replacement_after_the_first_iteration_gets_the_iterate_of_iteration_1() {
 }
 
 #[test]
-fn respawn_without_elastic_or_for_an_inversion_is_refused_by_name() {
+fn respawn_without_elastic_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run_with(
-        &["run", "quick", "--ranks", "2", "--respawn"],
-        &small(2),
-        None,
-        dir.path(),
-    );
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{stderr}");
-    assert!(stderr.contains("--respawn needs --elastic"), "{stderr}");
-    let o = run_with(
-        &[
-            "run",
-            "fwi_marmousi",
-            "--ranks",
-            "3",
-            "--elastic",
-            "--respawn",
-        ],
-        &[],
-        None,
-        dir.path(),
-    );
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("--respawn: an inversion does not take replacements"),
-        "{stderr}"
-    );
+    for (preset, extra) in [("quick", small(2)), ("fwi_marmousi", small_fwi())] {
+        let o = run_with(
+            &["run", preset, "--ranks", "2", "--respawn"],
+            &extra,
+            None,
+            dir.path(),
+        );
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{preset}: {stderr}");
+        assert!(
+            stderr.contains("--respawn needs --elastic"),
+            "{preset}: {stderr}"
+        );
+    }
     assert!(
         !dir.path().join("out").exists(),
         "a refused run writes nothing"
@@ -715,6 +701,70 @@ fn fwi_losing_rank_0_moves_its_role_and_its_panels_and_keeps_every_byte() {
 #[test]
 fn fwi_losing_rank_1_at_an_epoch_start_keeps_every_byte() {
     lose_fwi_rank_and_compare(1, seeded_epoch(23), "start");
+}
+
+/// `--respawn` for an inversion: rank 1 of 3 is killed at the start of `epoch`; the launcher starts
+/// a replacement (slot 3), which joins the next generation with the model, Adam and reports rank 0
+/// hands it, and the run finishes on 3 ranks with every byte of an uninterrupted run.
+fn replace_fwi_rank_1_and_compare(epoch: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = small_fwi();
+    let o = run_with(
+        &["run", "fwi_marmousi", "--out", "reference"],
+        &extra,
+        None,
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let die = format!("1:{epoch}:start");
+    let respawn = [
+        "run",
+        "fwi_marmousi",
+        "--ranks",
+        "3",
+        "--elastic",
+        "--respawn",
+        "--out",
+        "elastic",
+    ];
+    let o = run_with(&respawn, &extra, Some(&die), dir.path());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "die at {die}: {stderr}");
+    for said in [
+        "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
+        "[launcher] rank 3 started to replace rank 1 in generation 1",
+        "[launcher] generation 1: rank(s) [1] lost, replacement(s) [3] joined, 3 rank(s)",
+    ] {
+        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
+    }
+    same_fwi_outputs(&dir.path().join("reference"), &dir.path().join("elastic"));
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 3);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
+    let recoveries = metrics["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    let r = &recoveries[0];
+    assert_eq!(r["lost_slots"], serde_json::json!([1]));
+    assert_eq!(r["members"], serde_json::json!([0, 2, 3]));
+    assert_eq!(r["joined"], serde_json::json!([3]));
+    assert_eq!(
+        r["resumed_from"].as_u64().unwrap() as usize,
+        epoch - 1,
+        "{r}"
+    );
+    // The epochs after the loss list the 3 ranks' shares.
+    let last = &metrics["history"][EPOCHS - 1]["ranks"];
+    assert_eq!(last.as_array().unwrap().len(), 3, "{last}");
+}
+
+#[test]
+fn fwi_a_replacement_for_lost_rank_1_finishes_on_3_ranks_with_every_byte() {
+    replace_fwi_rank_1_and_compare(seeded_epoch(35));
+}
+
+#[test]
+fn fwi_a_replacement_before_the_first_epoch_completed_starts_from_the_start_model() {
+    replace_fwi_rank_1_and_compare(1);
 }
 
 /// A seeded epoch in 2..=EPOCHS-1 (never the first or last).

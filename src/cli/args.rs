@@ -66,7 +66,7 @@ pub(super) enum Command {
         /// With --ranks N --elastic: start a fresh rank process for each one lost, which joins
         /// the next generation with the state the group's rank 0 hands it, so the run finishes on
         /// N ranks with the same result (at most N replacements per run, then the group shrinks).
-        /// Imaging presets only. See docs/ELASTIC.md.
+        /// Imaging and inversion presets. See docs/ELASTIC.md.
         #[arg(long, conflicts_with = "attach")]
         respawn: bool,
         /// Where every rank computes: cpu, cuda (GPU LOCAL_RANK % count) or cuda:N (also

@@ -199,14 +199,7 @@ pub(super) fn run(
                 &fwi.0.name,
             )?,
         };
-        if respawn {
-            bail!(
-                "--respawn: an inversion does not take replacements yet (the hand-over of its \
-                 model, Adam state and panels to a new rank is not written); run it with \
-                 --elastic alone, which survives lost ranks on the others (docs/ELASTIC.md)"
-            );
-        }
-        return run_fwi(fwi, out_dir, continuation, quiet, elastic, group);
+        return run_fwi(fwi, out_dir, continuation, quiet, (elastic, respawn), group);
     }
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     let mut loaded = match (&resumed, name) {
@@ -459,12 +452,18 @@ fn run_fwi(
     out_dir: RunDir,
     continuation: Continuation,
     quiet: bool,
-    elastic: bool,
+    (elastic, respawn): (bool, bool),
     group: &GroupArgs,
 ) -> Result<()> {
     use tessera::fwi::FwiEvent;
     out_dir.check()?;
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if respawn && !elastic {
+        bail!(
+            "--respawn needs --elastic: a replacement joins the group that the survivors of a \
+             loss re-form, which only an elastic run does"
+        );
+    }
     if elastic && !launched {
         check_elastic(group)?;
         tessera::fwi::check_elastic(&preset)
@@ -474,14 +473,31 @@ fn run_fwi(
         preset.distributed.checkpoint_every,
         preset.distributed.min_ranks,
     );
-    let launch = Launch::new(&out_dir, &preset.name, keys, WorkUnit::Epoch);
-    let Some((every, member)) = launch.start(group, (elastic, quiet), &continuation)? else {
+    let mut launch = Launch::new(&out_dir, &preset.name, keys, WorkUnit::Epoch);
+    launch.respawn = respawn;
+    let Some((every, mut member)) = launch.start(group, (elastic, quiet), &continuation)? else {
         return Ok(());
     };
     // Before anything computes: N local ranks share the cores instead of each starting a thread
     // per core (the shots of one rank are modelled on its threads).
     place_threads(group, None)?;
-    let comm = join_group(group)?;
+    // A replacement (`--respawn`) joins the generation the launcher started it for, not the first.
+    let (comm, joined) = match member.as_mut().and_then(|m| Some((m.replaces_into?, m))) {
+        Some((generation, member)) => {
+            let plan = member
+                .join_as_replacement(generation)
+                .context("joining the run as a replacement")?;
+            let info = plan.rank_info(member.slot)?;
+            let comm = join_with(group, &info).with_context(|| {
+                format!(
+                    "joining generation {generation} as rank {} of {}",
+                    info.rank, info.world_size
+                )
+            })?;
+            (comm, Some(plan))
+        }
+        None => (join_group(group)?, None),
+    };
     let rank = comm.rank();
     let quiet = quiet || rank != 0;
     let progress =
@@ -508,7 +524,7 @@ fn run_fwi(
             let elastic = dist::elastic::Elastic {
                 member: &mut member,
                 join: &mut join,
-                joined: None,
+                joined,
             };
             let checkpoints = continuation.checkpoints(every);
             tessera::fwi::run_elastic(

@@ -16,7 +16,7 @@ use super::batch::{draw, tensor_split};
 use super::config::{FwiPreset, ModelSource, StartModel};
 use super::load;
 use crate::dist::elastic::{
-    Assignment, DieAt, DiePoint, Elastic, Recoveries, Recovery, WorkUnit, is_loss,
+    Assignment, DieAt, DiePoint, Elastic, Plan, Recoveries, Recovery, WorkUnit, is_loss,
 };
 use crate::dist::launch::launched_die_hook;
 use crate::dist::physics::SumOrder;
@@ -24,7 +24,9 @@ use crate::dist::timed::TimedCollective;
 use crate::dist::{Collective, ReduceOp, SingleProcess, wire};
 use crate::error::{Error, Result};
 use crate::float::Float;
-use crate::io::checkpoint::{Checkpoints, Resumed, RunKind, Writer};
+use crate::io::checkpoint::{
+    Checkpoint, Checkpoints, Resumed, RunKind, Writer, decode_handover, encode_handover,
+};
 use crate::io::{self, RunDir, Staging};
 use crate::optim::adam::TorchAdam;
 use crate::physics::wave::config::acquisition_from_cells;
@@ -849,6 +851,8 @@ struct Carried<T> {
     checkpoints: Option<Writer>,
     /// The checkpoint resumed from, for `metrics.json`.
     resumed: Option<Resumed>,
+    /// A replacement: the rank that handed it the state (named if the state does not fit).
+    handed_by: Option<usize>,
 }
 
 /// An inversion's replicated state in its checkpoint: the model and Adam after the last completed
@@ -901,27 +905,83 @@ impl<T: Float> Carried<T> {
             })?;
             let s = found.state;
             self.resumed = Some(writer.resumed_record(s.history.len()));
-            if !s.history.is_empty() {
-                let [b1, b2] = preset.fwi.betas;
-                let typed = |v: Vec<f64>| v.into_iter().map(T::from_f64).collect::<Vec<T>>();
-                let adam = TorchAdam::from_state(
-                    preset.fwi.learning_rate,
-                    (b1, b2),
-                    preset.fwi.eps,
-                    (s.adam_step, typed(s.exp_avg), typed(s.exp_avg_sq)),
-                )
-                .ok_or_else(|| Error::Internal("Adam's moments differ in length".into()))?;
-                self.state = Some(EpochState {
-                    model: typed(s.model),
-                    adam,
-                });
-                self.history = s.history;
-                self.figure_epochs = s.figure_epochs;
-            }
+            self.adopt(preset, s)?;
         } else if self.staging.is_some() {
             writer.write(0, self.checkpoint_state())?;
         }
         self.checkpoints = Some(writer);
+        Ok(())
+    }
+
+    /// Continues from `s` (a checkpoint's or a hand-over's state, its sizes checked).
+    fn adopt(&mut self, preset: &FwiPreset, s: InversionState) -> Result<()> {
+        if s.history.is_empty() {
+            return Ok(());
+        }
+        let [b1, b2] = preset.fwi.betas;
+        let typed = |v: Vec<f64>| v.into_iter().map(T::from_f64).collect::<Vec<T>>();
+        let adam = TorchAdam::from_state(
+            preset.fwi.learning_rate,
+            (b1, b2),
+            preset.fwi.eps,
+            (s.adam_step, typed(s.exp_avg), typed(s.exp_avg_sq)),
+        )
+        .ok_or_else(|| Error::Internal("Adam's moments differ in length".into()))?;
+        self.state = Some(EpochState {
+            model: typed(s.model),
+            adam,
+        });
+        self.history = s.history;
+        self.figure_epochs = s.figure_epochs;
+        Ok(())
+    }
+
+    /// The start of a generation that replacements joined (`plan.joined`): its rank 0 (a
+    /// survivor) sends each of them the state after the epoch the generation resumes after,
+    /// encoded as a checkpoint encodes it; a replacement decodes it as a peer's bytes. Then every
+    /// member prepares the inversion again as generation 0 does (setup, acquisition, observed
+    /// data, with the collectives that needs): the replacements hold none of it.
+    fn hand_over(
+        &mut self,
+        comm: &dyn Collective,
+        preset: &FwiPreset,
+        out: &RunDir,
+        plan: &Plan,
+    ) -> Result<()> {
+        let rank = comm.rank();
+        let joiners: Vec<usize> = plan
+            .joined
+            .iter()
+            .filter_map(|&s| plan.rank_of(s))
+            .collect();
+        if joiners.contains(&rank) {
+            let bytes = comm.recv(0)?;
+            let s = receive_state(0, &bytes, preset, plan.resume_from)?;
+            self.adopt(preset, s)?;
+            self.handed_by = Some(0);
+            self.started = true;
+            tracing::info!(
+                "joined generation {} as rank {rank} (a replacement): resuming after epoch {} \
+                 with the state rank 0 handed over",
+                plan.generation,
+                plan.resume_from
+            );
+        } else if rank == 0 {
+            let k = self.history.len();
+            let state = self.checkpoint_state();
+            let bytes = encode_handover(RunKind::Inversion, preset.to_toml()?, out, k, state)?;
+            for &to in &joiners {
+                comm.send(to, &bytes)?;
+            }
+            tracing::info!(
+                "generation {}: handed the state after epoch {k} ({} bytes) to the \
+                 replacement(s) {:?}",
+                plan.generation,
+                bytes.len(),
+                plan.joined
+            );
+        }
+        self.prepared = None;
         Ok(())
     }
 
@@ -1005,6 +1065,7 @@ impl<T: Float> Carried<T> {
             die_at: None,
             checkpoints: None,
             resumed: None,
+            handed_by: None,
         })
     }
 
@@ -1134,23 +1195,23 @@ fn elastic_typed<T: Float>(
         join,
         joined,
     } = elastic;
-    if let Some(plan) = joined {
-        // The CLI refuses `--respawn` for an inversion; a replacement that gets here anyway ends
-        // with this error rather than run without the state.
-        return Err(Error::config(
-            "--respawn",
-            format!(
-                "an inversion does not take replacements yet (generation {} joined slot(s) {:?}; \
-                 docs/ELASTIC.md)",
-                plan.generation, plan.joined
-            ),
-        ));
-    }
     let mut carried = Carried::<T>::new(out, comm.rank(), true)?;
     carried.die_at = launched_die_hook(member.slot)?;
+    // A replacement takes the state its new rank 0 hands over, not the checkpoint file's.
+    let checkpoints = checkpoints.map(|mut c| {
+        c.resume &= joined.is_none();
+        c
+    });
     carried.start_checkpoints(checkpoints, preset, base_dir, out)?;
+    // The plan of a generation that replacements joined: its state is handed over first.
+    let mut handing_over = joined;
     loop {
-        let failure = match run_generation(preset, base_dir, out, comm, &mut carried, on_event) {
+        let generation = match handing_over.take() {
+            Some(plan) => carried.hand_over(&*comm, preset, out, &plan),
+            None => Ok(()),
+        }
+        .and_then(|()| run_generation(preset, base_dir, out, comm, &mut carried, on_event));
+        let failure = match generation {
             Err(e) if is_loss(&e) => e,
             done => return done,
         };
@@ -1194,7 +1255,44 @@ fn elastic_typed<T: Float>(
             (WorkUnit::Epoch, info.rank),
         );
         comm = join(&info)?;
+        if !plan.joined.is_empty() {
+            handing_over = Some(plan);
+        }
     }
+}
+
+/// Decodes the inversion's state rank `from` handed over for a generation that resumes after
+/// epoch `resume_from` (a peer's bytes: anything else is [`Error::BadPeerData`] naming it).
+fn receive_state(
+    from: usize,
+    bytes: &[u8],
+    preset: &FwiPreset,
+    resume_from: usize,
+) -> Result<InversionState> {
+    let found: Checkpoint<InversionState> =
+        decode_handover(from, bytes, RunKind::Inversion, &preset.to_toml()?)?;
+    let (k, s) = (found.head.completed, found.state);
+    let bad = |what: String| {
+        Err(Error::bad_peer_data(
+            from,
+            format!("the state it handed over {what}"),
+        ))
+    };
+    if k != resume_from || s.history.len() != k {
+        return bad(format!(
+            "is after epoch {k} with {} reports; the generation resumes after epoch {resume_from}",
+            s.history.len()
+        ));
+    }
+    let cells = s.model.len();
+    if (k == 0) != (cells == 0) || s.exp_avg.len() != cells || s.exp_avg_sq.len() != cells {
+        return bad(format!(
+            "after epoch {k} has a model of {cells} cells and Adam moments of {} and {} values",
+            s.exp_avg.len(),
+            s.exp_avg_sq.len()
+        ));
+    }
+    Ok(s)
 }
 
 /// The epochs of one generation from where `carried` left off, then (rank 0) the outputs.
@@ -1255,10 +1353,13 @@ fn run_epochs<T: Float>(
     carried.solving_since = Some(t_solve);
     let (mut model, mut adam) = match &carried.state {
         Some(s) if s.model.len() != cells => {
-            return Err(Error::Internal(format!(
-                "resuming a model of {} cells on a {nz}×{nx} grid",
-                s.model.len()
-            )));
+            let what = format!("a model of {} cells on a {nz}×{nx} grid", s.model.len());
+            return Err(match carried.handed_by {
+                Some(from) => {
+                    Error::bad_peer_data(from, format!("the state it handed over is {what}"))
+                }
+                None => Error::Internal(format!("resuming {what}")),
+            });
         }
         Some(s) => (s.model.clone(), s.adam.clone()),
         None => {
@@ -1662,6 +1763,75 @@ mod tests {
         assert!(w.contains("`wave.dt_s` = 1 s"), "{w}");
         assert!(w.contains(&format!("{ratio} internal steps")), "{w}");
         assert!(w.contains(&(600 * ratio).to_string()), "{w}");
+    }
+
+    /// The inversion's hand-over decoded from hostile bytes: truncated, flipped, of another kind
+    /// (an imaging hand-over), preset, epoch or sizes: `BadPeerData` naming rank 0, never a panic.
+    #[test]
+    fn a_hostile_inversion_hand_over_names_the_sender_and_never_panics() {
+        let (preset, _, _) = FwiPreset::load("fwi_marmousi", &[]).unwrap().unwrap();
+        let toml = preset.to_toml().unwrap();
+        let out = RunDir::Exact {
+            path: "o".into(),
+            replace: false,
+        };
+        let report = |epoch: usize| EpochReport {
+            epoch,
+            epochs: 5,
+            loss: 1.0 / epoch as f64,
+            model_error: Some(0.1),
+            cutoff_hz: None,
+            batch: vec![0, 1],
+            ranks: Vec::new(),
+            secs: 0.5,
+        };
+        let state = |k: usize, cells: usize, moments: usize| InversionState {
+            history: (1..=k).map(report).collect(),
+            model: vec![1500.0; cells],
+            adam_step: k as u32,
+            exp_avg: vec![0.5; moments],
+            exp_avg_sq: vec![0.25; moments],
+            figure_epochs: Vec::new(),
+        };
+        let encode =
+            |kind, toml: &str, k, s| encode_handover(kind, toml.into(), &out, k, s).unwrap();
+        let good = encode(RunKind::Inversion, &toml, 2, state(2, 6, 6));
+        let s = receive_state(0, &good, &preset, 2).unwrap();
+        assert_eq!(s, state(2, 6, 6));
+        let refused = |bytes: &[u8], resume: usize, says: &str| match receive_state(
+            0, bytes, &preset, resume,
+        ) {
+            Err(Error::BadPeerData { rank: 0, what }) => {
+                assert!(what.contains(says), "`{says}` not in: {what}")
+            }
+            other => panic!("expected BadPeerData naming rank 0 ({says}), got {other:?}"),
+        };
+        refused(&good[..good.len() - 3], 2, "truncated");
+        let mut flipped = good.clone();
+        let at = flipped.len() - 10;
+        flipped[at] ^= 0x40;
+        refused(&flipped, 2, "corrupted");
+        let imaging = encode_handover(
+            RunKind::Imaging,
+            toml.clone(),
+            &out,
+            2,
+            (Vec::<u8>::new(), 7u32),
+        )
+        .unwrap();
+        refused(&imaging, 2, "another kind");
+        let other = encode(RunKind::Inversion, "name = \"other\"", 2, state(2, 6, 6));
+        refused(&other, 2, "another experiment");
+        refused(&good, 3, "resumes after epoch 3");
+        let reports = encode(RunKind::Inversion, &toml, 2, state(1, 6, 6));
+        refused(&reports, 2, "1 reports");
+        let moments = encode(RunKind::Inversion, &toml, 2, state(2, 6, 5));
+        refused(&moments, 2, "Adam moments of 5");
+        let early = encode(RunKind::Inversion, &toml, 0, state(0, 6, 6));
+        refused(&early, 0, "model of 6 cells");
+        for n in 0..good.len() {
+            assert!(receive_state(0, &good[..n], &preset, 2).is_err());
+        }
     }
 
     #[test]
