@@ -100,28 +100,43 @@ fn same_outputs(dir: &Path, after: &str) {
     }
 }
 
-/// Runs the uninterrupted reference (1 rank, no elastic) and the elastic run that loses `rank` at
-/// `point`; checks the bytes and the recovery in metrics.json; returns that metrics.json.
-fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Value {
+/// The uninterrupted reference (`preset` on 1 rank, into `reference`) and the same preset on 3
+/// elastic ranks (also `--respawn` when `respawn`), into `elastic`, with the hook `die_at`; both
+/// must succeed. Returns the folder holding both runs and the elastic run's log.
+fn reference_and_elastic(
+    preset: &str,
+    extra: &[String],
+    die_at: &str,
+    respawn: bool,
+) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
-    let extra = small(ITERATIONS);
-    let reference = ["run", "multiblur", "--out", "reference"];
-    let o = run_with(&reference, &extra, None, dir.path());
+    let reference = ["run", preset, "--out", "reference"];
+    let o = run_with(&reference, extra, None, dir.path());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let k = seeded_iteration(seed);
-    let die = format!("{rank}:{k}:{point}");
-    let elastic = [
+    let mut elastic = vec![
         "run",
-        "multiblur",
+        preset,
         "--ranks",
         "3",
         "--elastic",
         "--out",
         "elastic",
     ];
-    let o = run_with(&elastic, &extra, Some(&die), dir.path());
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "die at {die}: {stderr}");
+    if respawn {
+        elastic.push("--respawn");
+    }
+    let o = run_with(&elastic, extra, Some(die_at), dir.path());
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "die at {die_at}: {stderr}");
+    (dir, stderr)
+}
+
+/// Runs the uninterrupted reference (1 rank, no elastic) and the elastic run that loses `rank` at
+/// `point`; checks the bytes and the recovery in metrics.json; returns that metrics.json.
+fn lose_rank_and_compare(rank: usize, point: &str, seed: u64) -> serde_json::Value {
+    let k = seeded_iteration(seed);
+    let die = format!("{rank}:{k}:{point}");
+    let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), &die, false);
     assert!(
         stderr.contains(&format!(
             "[launcher] rank {rank} was killed by signal 9 (SIGKILL)"
@@ -219,26 +234,9 @@ fn losing_rank_0_moves_its_role_and_keeps_every_byte() {
 /// replacement (slot 3), which joins the next generation with the state rank 0 hands it, and the
 /// run finishes on 3 ranks with every byte of an uninterrupted run.
 fn replace_rank_1_and_compare(seed: u64) {
-    let dir = tempfile::tempdir().unwrap();
-    let extra = small(ITERATIONS);
-    let reference = ["run", "multiblur", "--out", "reference"];
-    let o = run_with(&reference, &extra, None, dir.path());
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let k = seeded_iteration(seed);
     let die = format!("1:{k}:start");
-    let respawn = [
-        "run",
-        "multiblur",
-        "--ranks",
-        "3",
-        "--elastic",
-        "--respawn",
-        "--out",
-        "elastic",
-    ];
-    let o = run_with(&respawn, &extra, Some(&die), dir.path());
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "die at {die}: {stderr}");
+    let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), &die, true);
     for said in [
         "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
         "[launcher] rank 3 started to replace rank 1 in generation 1",
@@ -615,28 +613,8 @@ fn small_fwi() -> Vec<String> {
 /// The inversion on 1 rank (no elastic) and on 3 elastic ranks that lose `rank` in epoch `epoch`
 /// at `point`: every output file has the same bytes; the recovery is in metrics.json.
 fn lose_fwi_rank_and_compare(rank: usize, epoch: usize, point: &str) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let extra = small_fwi();
-    let o = run_with(
-        &["run", "fwi_marmousi", "--out", "reference"],
-        &extra,
-        None,
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let die = format!("{rank}:{epoch}:{point}");
-    let elastic = [
-        "run",
-        "fwi_marmousi",
-        "--ranks",
-        "3",
-        "--elastic",
-        "--out",
-        "elastic",
-    ];
-    let o = run_with(&elastic, &extra, Some(&die), dir.path());
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "die at {die}: {stderr}");
+    let (dir, stderr) = reference_and_elastic("fwi_marmousi", &small_fwi(), &die, false);
     assert!(
         stderr.contains(&format!(
             "[launcher] rank {rank} was killed by signal 9 (SIGKILL)"
@@ -649,15 +627,11 @@ fn lose_fwi_rank_and_compare(rank: usize, epoch: usize, point: &str) -> serde_js
         "{stderr}"
     );
     assert!(!stderr.contains("resume after iteration"), "{stderr}");
-    let want = outputs(&dir.path().join("reference"));
-    let got = outputs(&dir.path().join("elastic"));
-    let names = |f: &[(String, Vec<u8>)]| f.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
-    // The models, the data and their figures, the loss curve and the panels of epochs 2, 4, 5.
-    assert!(want.len() >= 10, "{:?}", names(&want));
-    assert_eq!(names(&want), names(&got));
-    for ((name, a), (_, b)) in want.iter().zip(&got) {
-        assert!(a == b, "{name} differs after losing rank {rank} at {die}");
-    }
+    same_fwi_outputs(
+        &dir.path().join("reference"),
+        &dir.path().join("elastic"),
+        &format!("losing rank {rank} at {die}"),
+    );
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 2);
     assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
@@ -707,29 +681,8 @@ fn fwi_losing_rank_1_at_an_epoch_start_keeps_every_byte() {
 /// a replacement (slot 3), which joins the next generation with the model, Adam and reports rank 0
 /// hands it, and the run finishes on 3 ranks with every byte of an uninterrupted run.
 fn replace_fwi_rank_1_and_compare(epoch: usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let extra = small_fwi();
-    let o = run_with(
-        &["run", "fwi_marmousi", "--out", "reference"],
-        &extra,
-        None,
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let die = format!("1:{epoch}:start");
-    let respawn = [
-        "run",
-        "fwi_marmousi",
-        "--ranks",
-        "3",
-        "--elastic",
-        "--respawn",
-        "--out",
-        "elastic",
-    ];
-    let o = run_with(&respawn, &extra, Some(&die), dir.path());
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "die at {die}: {stderr}");
+    let (dir, stderr) = reference_and_elastic("fwi_marmousi", &small_fwi(), &die, true);
     for said in [
         "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
         "[launcher] rank 3 started to replace rank 1 in generation 1",
@@ -737,7 +690,11 @@ fn replace_fwi_rank_1_and_compare(epoch: usize) {
     ] {
         assert!(stderr.contains(said), "no `{said}` in: {stderr}");
     }
-    same_fwi_outputs(&dir.path().join("reference"), &dir.path().join("elastic"));
+    same_fwi_outputs(
+        &dir.path().join("reference"),
+        &dir.path().join("elastic"),
+        &format!("replacing rank 1 at {die}"),
+    );
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 3);
     assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
@@ -844,22 +801,23 @@ fn fwi_below_min_ranks_from_its_preset_stops_with_a_checkpoint_that_resume_finis
         err.contains("resuming after epoch 3 from the checkpoint"),
         "{err}"
     );
-    same_fwi_outputs(&cwd.join("reference"), &cwd.join("o"));
+    same_fwi_outputs(&cwd.join("reference"), &cwd.join("o"), "the resume");
     assert!(!cwd.join("o.checkpoint").exists());
     let metrics = read_json(&cwd.join("o/metrics.json"));
     assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
     assert_resumed(&metrics, "epoch", 3);
 }
 
-/// The inversion's files compared by name and bytes: `got` holds `want`'s outputs.
-fn same_fwi_outputs(want: &Path, got: &Path) {
+/// The inversion's files compared by name and bytes: `got` holds `want`'s outputs (the models, the
+/// data and their figures, the loss curve and the panels) `after` what happened to it.
+fn same_fwi_outputs(want: &Path, got: &Path, after: &str) {
     let want = outputs(want);
     let got = outputs(got);
     let names = |f: &[(String, Vec<u8>)]| f.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
     assert!(want.len() >= 10, "{:?}", names(&want));
     assert_eq!(names(&want), names(&got));
     for ((name, a), (_, b)) in want.iter().zip(&got) {
-        assert!(a == b, "{name} differs after the resume");
+        assert!(a == b, "{name} differs after {after}");
     }
 }
 
@@ -923,7 +881,7 @@ fn fwi_resume_reads_the_presets_files_from_its_folder_not_the_working_folder() {
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    same_fwi_outputs(&cwd.join("reference"), &cwd.join("o"));
+    same_fwi_outputs(&cwd.join("reference"), &cwd.join("o"), "the resume");
     assert!(!cwd.join("o.checkpoint").exists());
     assert_resumed(&read_json(&cwd.join("o/metrics.json")), "epoch", 3);
 }
