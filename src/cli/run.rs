@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use tessera::device::Device;
-use tessera::dist::elastic::{Member, WorkUnit};
+use tessera::dist::elastic::{Member, Plan, WorkUnit};
 use tessera::dist::{self, RankInfo};
 use tessera::io::RunDir;
 use tessera::io::checkpoint::{self, RunKind};
@@ -263,23 +263,7 @@ pub(super) fn run(
     let Some((every, mut member)) = launch.start(group, (elastic, quiet), &continuation)? else {
         return Ok(());
     };
-    // A replacement (`--respawn`) joins the generation the launcher started it for, not the first.
-    let (comm, joined) = match member.as_mut().and_then(|m| Some((m.replaces_into?, m))) {
-        Some((generation, member)) => {
-            let plan = member
-                .join_as_replacement(generation)
-                .context("joining the run as a replacement")?;
-            let info = plan.rank_info(member.slot)?;
-            let comm = join_with(group, &info).with_context(|| {
-                format!(
-                    "joining generation {generation} as rank {} of {}",
-                    info.rank, info.world_size
-                )
-            })?;
-            (comm, Some(plan))
-        }
-        None => (join_group(group)?, None),
-    };
+    let (comm, joined) = join_as_started(group, member.as_mut())?;
     let rank = comm.rank();
     if rank == 0 && !quiet {
         eprintln!("threads: {placement}");
@@ -435,6 +419,30 @@ pub(super) fn check_elastic(group: &GroupArgs) -> Result<()> {
 
 /// Where `tessera run` writes: the folder named (`--out` or the preset's), replaced only with
 /// `--replace`, or a new folder under `out/NAME`.
+/// This rank's collective: a replacement (`--respawn`) joins the generation the launcher started
+/// it for, not the first, and returns that generation's plan.
+fn join_as_started(
+    group: &GroupArgs,
+    member: Option<&mut Member>,
+) -> Result<(Box<dyn dist::Collective>, Option<Plan>)> {
+    Ok(match member.and_then(|m| Some((m.replaces_into?, m))) {
+        Some((generation, member)) => {
+            let plan = member
+                .join_as_replacement(generation)
+                .context("joining the run as a replacement")?;
+            let info = plan.rank_info(member.slot)?;
+            let comm = join_with(group, &info).with_context(|| {
+                format!(
+                    "joining generation {generation} as rank {} of {}",
+                    info.rank, info.world_size
+                )
+            })?;
+            (comm, Some(plan))
+        }
+        None => (join_group(group)?, None),
+    })
+}
+
 fn run_dir(out: Option<PathBuf>, replace: bool, name: &str) -> Result<RunDir> {
     Ok(match out {
         Some(path) => RunDir::Exact { path, replace },
@@ -481,23 +489,7 @@ fn run_fwi(
     // Before anything computes: N local ranks share the cores instead of each starting a thread
     // per core (the shots of one rank are modelled on its threads).
     place_threads(group, None)?;
-    // A replacement (`--respawn`) joins the generation the launcher started it for, not the first.
-    let (comm, joined) = match member.as_mut().and_then(|m| Some((m.replaces_into?, m))) {
-        Some((generation, member)) => {
-            let plan = member
-                .join_as_replacement(generation)
-                .context("joining the run as a replacement")?;
-            let info = plan.rank_info(member.slot)?;
-            let comm = join_with(group, &info).with_context(|| {
-                format!(
-                    "joining generation {generation} as rank {} of {}",
-                    info.rank, info.world_size
-                )
-            })?;
-            (comm, Some(plan))
-        }
-        None => (join_group(group)?, None),
-    };
+    let (comm, joined) = join_as_started(group, member.as_mut())?;
     let rank = comm.rank();
     let quiet = quiet || rank != 0;
     let progress =

@@ -271,6 +271,14 @@ impl Plan {
         self.members.iter().position(|&s| s == slot)
     }
 
+    /// The new ranks of the replacements that joined this generation without state.
+    pub fn joiner_ranks(&self) -> Vec<usize> {
+        self.joined
+            .iter()
+            .filter_map(|&s| self.rank_of(s))
+            .collect()
+    }
+
     /// How `slot` joins the new generation on this host.
     pub fn rank_info(&self, slot: usize) -> Result<RankInfo> {
         let rank = self.rank_of(slot).ok_or_else(|| {

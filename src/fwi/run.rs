@@ -949,11 +949,7 @@ impl<T: Float> Carried<T> {
         plan: &Plan,
     ) -> Result<()> {
         let rank = comm.rank();
-        let joiners: Vec<usize> = plan
-            .joined
-            .iter()
-            .filter_map(|&s| plan.rank_of(s))
-            .collect();
+        let joiners = plan.joiner_ranks();
         if joiners.contains(&rank) {
             let bytes = comm.recv(0)?;
             let s = receive_state(0, &bytes, preset, plan.resume_from)?;

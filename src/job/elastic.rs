@@ -277,11 +277,7 @@ fn hand_over(
     carried: &mut Carried,
 ) -> Result<()> {
     let rank = comm.rank();
-    let joiners: Vec<usize> = plan
-        .joined
-        .iter()
-        .filter_map(|&s| plan.rank_of(s))
-        .collect();
+    let joiners = plan.joiner_ranks();
     if joiners.contains(&rank) {
         let bytes = comm.recv(0)?;
         let state = receive_state(0, &bytes, preset, plan.resume_from)?;
