@@ -9,8 +9,8 @@ by deepinv's exact FFT solve `BlurFFT.prox_l2`), the denoiser being the bundled 
 tessera's opponent colour space (deepinv's DRUNet loading assets/weights/drunet_grey.safetensors).
 It prints a table (solve time, of which the denoiser, and PSNR, median of --repeats after one
 untimed warm-up) and one JSON object, and fails when deepinv's blur does not reproduce the
-measurement to its noise level or when the two PSNRs differ by more than 0.05 dB (tessera solves the
-prox by CG to 1e-6, deepinv exactly).
+measurement to its noise level or when the two PSNRs differ by more than 0.05 dB (both solve the prox
+in closed form in Fourier; their denoisers and transforms round differently).
 
     ~/.cache/tessera/deepinv-venv/bin/python scripts/bench_dpir.py [--tessera target/release/tessera]
         [--preset photo_deblur] [--threads 2] [--repeats 3]

@@ -21,8 +21,8 @@ const SMALL: &[&str] = &[
     "tiling.overlap=8",
 ];
 
-/// With either PnP splitting: PGD, and HQS (DPIR's schedule), whose data step is a CG solve on
-/// the ranks' stack of 8 blurs.
+/// With either PnP splitting: PGD, and HQS (DPIR's schedule), whose data step is the closed-form
+/// inverse of the ranks' stack of 8 circular blurs (every rank holds the whole Gram kernel).
 #[test]
 fn one_two_and_three_ranks_give_identical_reconstructions() {
     let hqs: &[&str] = &[

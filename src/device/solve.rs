@@ -502,6 +502,12 @@ impl<B: Backend> Objective<Array<B>> for DeviceObjective<'_, B> {
     fn weighted_adjoint_of_measurements(&self, x_shape: &[usize]) -> Result<Array<B>> {
         self.adjoint_of_measurements(x_shape)?.scaled(self.weight())
     }
+
+    /// Not on the device yet: HQS's data step runs CG there (on the device, to CG's tolerance of
+    /// the host's closed form; `job::device_tests` compares the two).
+    fn shifted_normal_inverse(&self, _r: &Array<B>, _gamma: f32) -> Result<Option<Array<B>>> {
+        Ok(None)
+    }
 }
 
 impl<B: Backend> NormalOperator<Array<B>> for DeviceObjective<'_, B> {

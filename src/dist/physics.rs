@@ -505,6 +505,14 @@ impl StackedLinearPhysics for DistributedStack {
         self.distributed_sum(|_, op| op.adjoint_forward(x), None)
     }
 
+    fn shifted_normal_inverse(&self, r: &Tensor, a: f32) -> Result<Option<Tensor>> {
+        // The Gram kernel covers the whole stack and `r` is replicated: no communication.
+        match &self.fusion {
+            Some(f) => f.shifted_normal_inverse(r, a),
+            None => Ok(None),
+        }
+    }
+
     fn residual_adjoint(&self, x: &Tensor, ys: &[Tensor], weights: &[f32]) -> Result<Tensor> {
         self.check_len(ys, "data fidelity gradient")?;
         if weights.len() != self.n_ops {

@@ -277,8 +277,8 @@ fn blur_stack_jobs_on_the_device_are_the_cpu_jobs() {
 }
 
 /// PnP by half-quadratic splitting (DPIR's schedule): each data step is CG on the device on
-/// the weighted normal equations, on a fused circular stack of a colour image and on blurs of
-/// every padding. The first data steps solve `(γ·w·AᵀA + I) z = …` with γ ≈ 390 (σ 49/255 down to
+/// the weighted normal equations (the CPU solves the fused stack's in closed form, the mixed
+/// paddings' by CG), on a fused circular stack of a colour image and on blurs of every padding. The first data steps solve `(γ·w·AᵀA + I) z = …` with γ ≈ 390 (σ 49/255 down to
 /// 0.02, λ 0.23): CG to 10⁻⁶ on a system of that condition amplifies the operators' rounding
 /// (6.0e-5 relative measured on the fused stack), so 2e-4 relative and 0.01 dB, as the pinv start's
 /// CG (`pnp_from_pinv_on_the_device_is_the_cpu_run`).

@@ -144,7 +144,7 @@ pub struct PnpConfig {
     #[serde(default = "dpir_lambda", skip_serializing_if = "is_dpir_lambda")]
     pub hqs_lambda: f32,
     /// With `splitting = "hqs"`: CG iterations of one data step at most (it stops earlier at a
-    /// relative residual of 10⁻⁶).
+    /// relative residual of 10⁻⁶), where the step has no closed form (circular blur stacks do).
     #[serde(
         default = "hqs_cg_iterations",
         skip_serializing_if = "is_hqs_cg_iterations"
@@ -371,6 +371,10 @@ pub trait Objective<V> {
 
     /// `w·Σ Aᵢᵀyᵢ` of the L2 term, for an image of shape `x_shape`.
     fn weighted_adjoint_of_measurements(&self, x_shape: &[usize]) -> Result<V>;
+
+    /// `(γ·w·Σ AᵢᵀAᵢ + I)⁻¹ r` in closed form where the operators have one (a stack of circular
+    /// blurs: a division of spectra), `None` where HQS's data step solves it by CG.
+    fn shifted_normal_inverse(&self, r: &V, gamma: f32) -> Result<Option<V>>;
 }
 
 /// The L2 weight `w` of a fidelity for HQS's data step: the other fidelities have no normal
@@ -385,9 +389,11 @@ pub fn hqs_weight(fidelity: &FidelityConfig, n_ops: usize) -> Result<f32> {
     }
 }
 
-/// HQS's data step `argmin_z f(z) + ‖z − x‖²/(2γ)` for `f = w/2·Σ‖Aᵢz − yᵢ‖²`: CG from zero on
-/// `(γ·w·Σ AᵢᵀAᵢ + I) z = γ·(w·Σ Aᵢᵀyᵢ) + x` (`rhs_data` = `w·Σ Aᵢᵀyᵢ`, computed once per run),
-/// in `conjugate_gradient`'s order, so the same bits on any number of ranks.
+/// HQS's data step `argmin_z f(z) + ‖z − x‖²/(2γ)` for `f = w/2·Σ‖Aᵢz − yᵢ‖²`, the solution of
+/// `(γ·w·Σ AᵢᵀAᵢ + I) z = γ·(w·Σ Aᵢᵀyᵢ) + x` (`rhs_data` = `w·Σ Aᵢᵀyᵢ`, computed once per run):
+/// in closed form where the objective has one (circular blur stacks, as deepinv's prox), else by
+/// CG from zero in `conjugate_gradient`'s order (at most `max_iter` iterations). Either way every
+/// rank computes it on the replicated iterate, so the same bits on any number of ranks.
 pub fn hqs_data_step<V: Iterate>(
     objective: &dyn Objective<V>,
     rhs_data: &V,
@@ -397,6 +403,9 @@ pub fn hqs_data_step<V: Iterate>(
 ) -> Result<V> {
     let mut rhs = rhs_data.scaled(gamma)?;
     rhs.axpy(1.0, x)?;
+    if let Some(z) = objective.shifted_normal_inverse(&rhs, gamma)? {
+        return Ok(z);
+    }
     super::cg::conjugate_gradient(
         &rhs,
         max_iter,
@@ -446,6 +455,11 @@ impl Objective<Tensor> for HostObjective<'_> {
             ));
         }
         Ok(b.scaled(w))
+    }
+
+    fn shifted_normal_inverse(&self, r: &Tensor, gamma: f32) -> Result<Option<Tensor>> {
+        let w = hqs_weight(self.fidelity, self.ys.len())?;
+        self.physics.shifted_normal_inverse(r, gamma * w)
     }
 }
 
@@ -827,18 +841,32 @@ mod tests {
         );
     }
 
-    /// Two circular blurs and a Shepp–Logan image with its noiseless measurements.
+    /// Two circular blurs (sharing FFTs) and a Shepp–Logan image with its noiseless measurements.
     fn two_blurs(n: usize) -> (Stack, Vec<Tensor>, Tensor) {
+        two_blurs_in(n, Stack::new)
+    }
+
+    /// [`two_blurs`] evaluated operator by operator: HQS's data step by CG.
+    fn two_blurs_unfused(n: usize) -> (Stack, Vec<Tensor>, Tensor) {
+        two_blurs_in(n, Stack::unfused)
+    }
+
+    fn two_blurs_in(
+        n: usize,
+        stack: fn(Vec<Box<dyn crate::physics::LinearPhysics>>) -> Result<Stack>,
+    ) -> (Stack, Vec<Tensor>, Tensor) {
         let blur = |s: f32| Blur::new(gaussian_kernel([s, s], 0.0), Padding::Circular).unwrap();
-        let stack = Stack::new(vec![Box::new(blur(1.0)), Box::new(blur(2.0))]).unwrap();
+        let stack = stack(vec![Box::new(blur(1.0)), Box::new(blur(2.0))]).unwrap();
         let truth = crate::samples::generate(crate::samples::Sample::SheppLogan, &[n], 3).unwrap();
         let ys = stack.forward(&truth).unwrap();
         (stack, ys, truth)
     }
 
     /// HQS's data step solves its normal equations: `γ·w·Σ AᵢᵀAᵢ z + z = γ·w·Σ Aᵢᵀyᵢ + x` holds
-    /// to CG's tolerance for a fidelity whose weight is not 1 (σ 0.5, mean over 2 operators: w = 2),
-    /// and the loop's first iterate with an identity denoiser is that step from the initial point.
+    /// for a fidelity whose weight is not 1 (σ 0.5, mean over 2 operators: w = 2) — to rounding in
+    /// closed form (the fused circular stack), to CG's tolerance operator by operator, and the two
+    /// agree — and the loop's first iterate with an identity denoiser is that step from the initial
+    /// point.
     #[test]
     fn hqs_data_step_is_the_proximal_step_of_the_l2_term() {
         let (stack, ys, truth) = two_blurs(20);
@@ -851,15 +879,20 @@ mod tests {
             fidelity: &fidelity,
             ys: &ys,
         };
+        let (unfused, _, _) = two_blurs_unfused(20);
+        let by_cg = HostObjective {
+            physics: &unfused,
+            fidelity: &fidelity,
+            ys: &ys,
+        };
         let w = hqs_weight(&fidelity, 2).unwrap();
         assert_eq!(w, 2.0);
         let x = Tensor::from_fn(truth.shape(), |i| ((i * 7919) % 101) as f32 / 100.0);
         let rhs_data = objective
             .weighted_adjoint_of_measurements(truth.shape())
             .unwrap();
-        for gamma in [0.05f32, 1.0, 40.0] {
-            let z = hqs_data_step(&objective, &rhs_data, &x, gamma, 500).unwrap();
-            let normal = stack.adjoint_forward(&z).unwrap();
+        let residual = |z: &Tensor, gamma: f32| {
+            let normal = stack.adjoint_forward(z).unwrap();
             let aty = stack.adjoint(&ys).unwrap();
             let (mut res, mut scale) = (0.0f64, 0.0f64);
             for i in 0..z.data().len() {
@@ -869,8 +902,20 @@ mod tests {
                 res += (lhs - rhs).powi(2);
                 scale += rhs.powi(2);
             }
-            let rel = (res / scale).sqrt();
-            assert!(rel < 1e-5, "γ {gamma}: relative residual {rel:e}");
+            (res / scale).sqrt()
+        };
+        for gamma in [0.05f32, 1.0, 40.0] {
+            let z = hqs_data_step(&objective, &rhs_data, &x, gamma, 500).unwrap();
+            let rel = residual(&z, gamma);
+            assert!(
+                rel < 1e-6,
+                "γ {gamma}: closed form: relative residual {rel:e}"
+            );
+            let z_cg = hqs_data_step(&by_cg, &rhs_data, &x, gamma, 500).unwrap();
+            let rel = residual(&z_cg, gamma);
+            assert!(rel < 1e-5, "γ {gamma}: CG: relative residual {rel:e}");
+            let diff = z.max_abs_diff(&z_cg) / z.data().iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            assert!(diff < 1e-5, "γ {gamma}: closed form − CG: {diff:e}");
         }
 
         let cfg = PnpConfig {

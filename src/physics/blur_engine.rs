@@ -641,6 +641,43 @@ impl Conv {
         Some(out)
     }
 
+    /// `(a·G + I)⁻¹ x` for this convolution `G` when it is circular and self-adjoint with a
+    /// non-negative spectrum — a Gram kernel `Σ wᵢgᵢ` ([`Self::gram_kernels`]), whose centred
+    /// spectrum on the image grid is `Σ wᵢ|K̂ᵢ|²` — by one transform pair per plane: circular
+    /// convolutions are diagonal in Fourier, so the inverse is a division of spectra. The spectrum's
+    /// real part is used (its imaginary part is the rounding of the kernel's symmetry); a negative
+    /// rounding of `Ĝ` near zero is harmless for `a ≥ 0`. `None` for other paddings or `a < 0`.
+    pub fn shifted_inverse(
+        &self,
+        x: &[f32],
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+        a: f32,
+    ) -> Option<Vec<f32>> {
+        if self.padding != Padding::Circular || !(a >= 0.0 && a.is_finite()) {
+            return None;
+        }
+        let n = dims.iter().product::<usize>();
+        let fft = RealFft3::get(dims);
+        let len = fft.real_len() as f64;
+        let mut out = vec![0.0f32; planes * n];
+        out.par_chunks_mut(n)
+            .zip(x.par_chunks(n))
+            .enumerate()
+            .for_each(|(p, (out, x))| {
+                let g = self.spectrum(self.channel_of(p, channels), dims, [true; 3]);
+                let mut spec = fft.forward(&mut x.to_vec());
+                // g is Ĝ/N and the inverse transform is unnormalised: divide by N·(1 + a·Ĝ).
+                spec.par_iter_mut().zip(g.par_iter()).for_each(|(s, g)| {
+                    let g_hat = f64::from(g.re) * len;
+                    *s *= (1.0 / (len * (1.0 + f64::from(a) * g_hat))) as f32;
+                });
+                out.copy_from_slice(&fft.inverse(spec));
+            });
+        Some(out)
+    }
+
     /// ‖A‖² for circular padding: the largest `|K̂|²` over the image grid and the kernels.
     pub fn circular_op_norm_sq(&self, dims: [usize; 3]) -> f64 {
         let n = dims.iter().product::<usize>() as f64;

@@ -14,7 +14,10 @@
 //! * `Σ wᵢAᵢᵀAᵢ`: with circular padding `AᵢᵀAᵢ` is the circular convolution with the kernel's
 //!   autocorrelation `gᵢ` (size `2K−1`), so the whole sum is one convolution with `Σ wᵢgᵢ` (summed in
 //!   f64, in operator order): one forward and one inverse transform per plane, whatever the number of
-//!   operators. The L2 gradient is `(Σ wᵢgᵢ) ∗ x − Σ wᵢAᵢᵀyᵢ`.
+//!   operators. The L2 gradient is `(Σ wᵢgᵢ) ∗ x − Σ wᵢAᵢᵀyᵢ`;
+//! * `(a·Σ AᵢᵀAᵢ + I)⁻¹` (HQS's data step, deepinv's closed-form prox of circular blurs): that
+//!   convolution is diagonal in Fourier, so its shifted inverse is a division of spectra, exact
+//!   where CG would stop at a tolerance.
 //!
 //! These equal the per-operator sums to float rounding (tests/blur.rs checks 1e-5), not bit for bit;
 //! what is exact is that the distributed stack forms the same terms and sums them in the same order,
@@ -56,6 +59,10 @@ pub trait StackedLinearPhysics: Send + Sync {
 
     /// `Σ AᵢᵀAᵢx`.
     fn adjoint_forward(&self, x: &Tensor) -> Result<Tensor>;
+
+    /// `(a·Σ AᵢᵀAᵢ + I)⁻¹ r` in closed form where the stack has one (circular blurs sharing FFTs:
+    /// [`BlurFusion::shifted_normal_inverse`]); `None` where it must be solved iteratively.
+    fn shifted_normal_inverse(&self, r: &Tensor, a: f32) -> Result<Option<Tensor>>;
 
     /// `Σ Aᵢᵀ(Aᵢx − yᵢ)·wᵢ` — the gradient of `Σ wᵢ/2‖Aᵢx − yᵢ‖²`, fused so each operator is visited once.
     fn residual_adjoint(&self, x: &Tensor, ys: &[Tensor], weights: &[f32]) -> Result<Tensor>;
@@ -276,6 +283,21 @@ impl BlurFusion {
         )?))
     }
 
+    /// `(a·Σ AᵢᵀAᵢ + I)⁻¹ r` over the whole stack, by one division of spectra
+    /// ([`Conv::shifted_inverse`] of the Gram kernel [`Self::gram_apply`] applies, so it inverts the
+    /// operator the rest of the stack uses); `None` when the kernels are too large. Every rank
+    /// holds every `gᵢ`, so every rank computes the same bits with no communication.
+    pub fn shifted_normal_inverse(&self, r: &Tensor, a: f32) -> Result<Option<Tensor>> {
+        let Some(grams) = &self.grams else {
+            return Ok(None);
+        };
+        let (planes, channels, dims) = self.geometry(r.shape(), "blur stack (a·AᵀA + I)⁻¹")?;
+        let conv = self.gram_conv(grams, &vec![1.0; grams.len()]);
+        conv.shifted_inverse(r.data(), planes, channels, dims, a)
+            .map(|z| Tensor::from_vec(r.shape(), z))
+            .transpose()
+    }
+
     /// The convolution by `Σ wᵢgᵢ` (one weight per operator of the stack), as [`Self::gram_apply`]
     /// applies it; `None` when the kernels are too large or the weights do not match.
     pub(crate) fn weighted_gram(&self, weights: &[f32]) -> Option<Arc<Conv>> {
@@ -450,6 +472,13 @@ impl StackedLinearPhysics for Stack {
             .map(|op| op.adjoint_forward(x))
             .collect::<Result<Vec<_>>>()?;
         sum_in_order(parts)
+    }
+
+    fn shifted_normal_inverse(&self, r: &Tensor, a: f32) -> Result<Option<Tensor>> {
+        match &self.fusion {
+            Some(f) => f.shifted_normal_inverse(r, a),
+            None => Ok(None),
+        }
     }
 
     fn residual_adjoint(&self, x: &Tensor, ys: &[Tensor], weights: &[f32]) -> Result<Tensor> {
