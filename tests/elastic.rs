@@ -280,6 +280,85 @@ fn a_replacement_after_the_first_iteration_gets_the_iterate_of_iteration_1() {
     replace_rank_1_and_compare(1);
 }
 
+/// Each recovery of an elastic run's metrics.json: (the iteration resumed after, the lost slots,
+/// the members' slots of the generation it formed).
+fn recoveries_of(metrics: &serde_json::Value) -> Vec<(u64, serde_json::Value, serde_json::Value)> {
+    metrics["recoveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["resumed_from"].as_u64().unwrap(),
+                r["lost_slots"].clone(),
+                r["members"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Two losses, one after the other: rank 1 at the start of iteration 2, then — in the group the
+/// survivors re-formed — slot 2 inside iteration 4's denoiser. The last survivor (slot 0) finishes
+/// alone with every byte of the uninterrupted run, and metrics.json records both recoveries.
+#[test]
+fn losing_a_second_rank_after_a_recovery_keeps_every_byte() {
+    let die = "1:2:start,2:4:denoiser";
+    let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), die, false);
+    for said in [
+        "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
+        "[launcher] rank 2 was killed by signal 9 (SIGKILL)",
+    ] {
+        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
+    }
+    same_outputs(dir.path(), &format!("losing slots 1 and 2 at {die}"));
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 1);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
+    use serde_json::json;
+    assert_eq!(
+        recoveries_of(&metrics),
+        [(1, json!([1]), json!([0, 2])), (3, json!([2]), json!([0])),]
+    );
+    let generations: Vec<u64> = metrics["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["world_size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(generations, [3, 2, 1]);
+}
+
+/// `--respawn`, and the replacement dies too: rank 1 is killed at the start of iteration 2, its
+/// replacement (slot 3) joins generation 1 and is killed inside iteration 4's denoiser; a second
+/// replacement (slot 4) joins generation 2, and the run finishes on 3 ranks with every byte.
+#[test]
+fn a_replacement_that_dies_is_replaced_in_turn_and_keeps_every_byte() {
+    let die = "1:2:start,3:4:denoiser";
+    let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), die, true);
+    for said in [
+        "[launcher] rank 3 started to replace rank 1 in generation 1",
+        "[launcher] rank 3 was killed by signal 9 (SIGKILL)",
+        "[launcher] rank 4 started to replace rank 3 in generation 2",
+    ] {
+        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
+    }
+    same_outputs(
+        dir.path(),
+        &format!("losing slot 1 and its replacement at {die}"),
+    );
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 3);
+    use serde_json::json;
+    assert_eq!(
+        recoveries_of(&metrics),
+        [
+            (1, json!([1]), json!([0, 2, 3])),
+            (3, json!([3]), json!([0, 2, 4])),
+        ]
+    );
+    assert_eq!(metrics["recoveries"][1]["joined"], json!([4]));
+}
+
 #[test]
 fn respawn_without_elastic_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
@@ -675,6 +754,34 @@ fn fwi_losing_rank_0_moves_its_role_and_its_panels_and_keeps_every_byte() {
 #[test]
 fn fwi_losing_rank_1_at_an_epoch_start_keeps_every_byte() {
     lose_fwi_rank_and_compare(1, seeded_epoch(23), "start");
+}
+
+/// An inversion loses slot 0 in epoch 2's shot gradients (slot 1 takes rank 0's role), then
+/// slot 1 at the start of epoch 4: slot 2, rank 0 in its turn, finishes alone with every byte,
+/// the epoch panels its two predecessors drew included.
+#[test]
+fn fwi_losing_a_second_rank_after_a_recovery_keeps_every_byte() {
+    use serde_json::json;
+    let die = "0:2:gradients,1:4:start";
+    let (dir, stderr) = reference_and_elastic("fwi_marmousi", &small_fwi(), die, false);
+    for said in [
+        "[launcher] rank 0 was killed by signal 9 (SIGKILL)",
+        "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
+    ] {
+        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
+    }
+    same_fwi_outputs(
+        &dir.path().join("reference"),
+        &dir.path().join("elastic"),
+        &format!("losing slots 0 and 1 at {die}"),
+    );
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 1);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
+    assert_eq!(
+        recoveries_of(&metrics),
+        [(1, json!([0]), json!([1, 2])), (3, json!([1]), json!([2]))]
+    );
 }
 
 /// `--respawn` for an inversion: rank 1 of 3 is killed at the start of `epoch`; the launcher starts

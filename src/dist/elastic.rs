@@ -32,8 +32,10 @@ pub const SLOT_ENV: &str = "TESSERA_ELASTIC_SLOT";
 /// Set in a replacement process the launcher started after a loss (`--respawn`): the generation
 /// it joins, without state ([`Member::join_as_replacement`]).
 pub const JOIN_ENV: &str = "TESSERA_ELASTIC_JOIN";
-/// Test hook: `rank:iteration[:point]` makes that rank (numbered as when the run started) kill
-/// itself (SIGKILL), once.
+/// Test hook: `slot:iteration[:point]` makes the rank process of that slot (its rank when the run
+/// started; a replacement's is the next unused one) kill itself (SIGKILL); a comma-separated list
+/// names several processes, each at most once, so a run can lose a second rank, or a replacement,
+/// after a recovery.
 pub const DIE_AT_ENV: &str = "TESSERA_TEST_DIE_AT";
 
 /// How an elastic rank reaches the launcher and joins each new generation of its group.
@@ -701,14 +703,35 @@ impl DieAt {
         })
     }
 
-    /// The hook for rank `rank` (numbered as when the run started) when it names that rank; read
-    /// only by rank processes a launcher started (the caller checks).
-    pub fn from_env(rank: usize) -> Result<Option<DieAt>> {
+    /// Parses a comma-separated list of [`Self::parse`]'s entries, at most one per slot.
+    pub fn parse_list(text: &str) -> Result<Vec<DieAt>> {
+        let list = text
+            .split(',')
+            .map(DieAt::parse)
+            .collect::<Result<Vec<_>>>()?;
+        for (i, die) in list.iter().enumerate() {
+            if list[..i].iter().any(|d| d.rank == die.rank) {
+                return Err(Error::config(
+                    DIE_AT_ENV,
+                    format!(
+                        "`{text}` names slot {} twice (a process dies once)",
+                        die.rank
+                    ),
+                ));
+            }
+        }
+        Ok(list)
+    }
+
+    /// The hook for the process of slot `slot` (its rank when the run started) when the list
+    /// names it; read only by rank processes a launcher started (the caller checks).
+    pub fn from_env(slot: usize) -> Result<Option<DieAt>> {
         let Ok(text) = std::env::var(DIE_AT_ENV) else {
             return Ok(None);
         };
-        let die = DieAt::parse(&text)?;
-        Ok((die.rank == rank).then_some(die))
+        Ok(DieAt::parse_list(&text)?
+            .into_iter()
+            .find(|die| die.rank == slot))
     }
 
     /// Dies (SIGKILL to this process, as an outside kill would) when `iteration` at `point` is the
@@ -975,6 +998,14 @@ mod tests {
         assert_eq!(DieAt::parse("0:4:crash").unwrap().point, DiePoint::Crash);
         for bad in ["", "2", "a:1", "1:2:later", "1:2:3:4"] {
             assert!(DieAt::parse(bad).is_err(), "{bad}");
+        }
+        let list = DieAt::parse_list("1:2,3:4:denoiser").unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!((list[1].rank, list[1].iteration), (3, 4));
+        assert_eq!(list[1].point, DiePoint::Denoiser);
+        for bad in ["1:2,", "1:2,,3:4", "1:2,1:4", "1:2;3:4"] {
+            let err = DieAt::parse_list(bad).unwrap_err().to_string();
+            assert!(err.contains(DIE_AT_ENV), "{bad}: {err}");
         }
     }
 

@@ -1231,7 +1231,7 @@ fn elastic_typed<T: Float>(
                 return Err(stop);
             }
         };
-        carried.die_at = None;
+        // A survivor keeps its own hook: the test list may name it for a later loss.
         carried.rewind(plan.resume_from)?;
         let info = plan.rank_info(member.slot)?;
         let batch = preset.fwi.batch_size.min(shots);

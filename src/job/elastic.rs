@@ -245,7 +245,7 @@ fn elastic_loop(
                 return Err(stop);
             }
         };
-        carried.die_at = None;
+        // A survivor keeps its own hook: the test list may name it for a later loss.
         rewind(&mut carried, preset, &plan)?;
         let info = plan.rank_info(member.slot)?;
         let assignment = assignment(preset, &carried, plan.members.len())?;
