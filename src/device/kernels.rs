@@ -79,6 +79,7 @@ pub static CONV_PAD: Kernel = kernel(&CONV, "tsr_conv_pad");
 pub static CONV_CROP: Kernel = kernel(&CONV, "tsr_conv_crop");
 pub static CONV_FOLD: Kernel = kernel(&CONV, "tsr_conv_fold");
 pub static SPECTRUM_MULTIPLY: Kernel = kernel(&CONV, "tsr_spectrum_multiply");
+pub static SPECTRUM_SHIFTED_INVERSE: Kernel = kernel(&CONV, "tsr_spectrum_shifted_inverse");
 pub static TV_PRIMAL: Kernel = kernel(&TV, "tsr_tv_primal");
 pub static TV_DUAL: Kernel = kernel(&TV, "tsr_tv_dual");
 pub static TV_PLANE_SUMS: Kernel = with_barriers(&TV, "tsr_tv_plane_sums");
@@ -88,7 +89,7 @@ pub static WAVELET_INVERSE: Kernel = kernel(&WAVELET, "tsr_wav_inverse");
 pub static WAVELET_THRESHOLD: Kernel = kernel(&WAVELET, "tsr_wav_threshold");
 
 /// Every kernel, for the checks that each one compiles and is found in its module.
-pub static KERNELS: [&Kernel; 21] = [
+pub static KERNELS: [&Kernel; 22] = [
     &AXPY,
     &SCALE,
     &SUB,
@@ -103,6 +104,7 @@ pub static KERNELS: [&Kernel; 21] = [
     &CONV_CROP,
     &CONV_FOLD,
     &SPECTRUM_MULTIPLY,
+    &SPECTRUM_SHIFTED_INVERSE,
     &TV_PRIMAL,
     &TV_DUAL,
     &TV_PLANE_SUMS,

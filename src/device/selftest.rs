@@ -616,6 +616,22 @@ impl<B: Backend> Run<'_, B> {
                 cpu.adjoint_forward(&x)?.data(),
                 || dev.gram_apply(b, &dx, &ones, image)?.to_host(b),
             )?;
+            // HQS's closed-form data step, at a DPIR-sized `γ·w` (37 and 29 are primes: the
+            // image grid itself, no padded one).
+            let a = 40.0;
+            let cpu_inverse = cpu.shifted_normal_inverse(&x, a)?.ok_or_else(|| {
+                Error::Internal("a fused stack of small kernels has a Gram kernel".into())
+            })?;
+            self.compare(
+                "blur stack (a·AᵀA + I)⁻¹",
+                &case,
+                cpu_inverse.data(),
+                || {
+                    dev.shifted_normal_inverse(b, &dx, a, image)?
+                        .ok_or_else(|| Error::Internal("no Gram kernel on the device".into()))?
+                        .to_host(b)
+                },
+            )?;
             let gradient = cpu.residual_adjoint(&x, &ys, &weights)?;
             self.compare("blur stack gradient", &case, gradient.data(), || {
                 dev.gradient(b, &dx, &dys, &weights, image)?.to_host(b)

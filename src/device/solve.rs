@@ -503,10 +503,19 @@ impl<B: Backend> Objective<Array<B>> for DeviceObjective<'_, B> {
         self.adjoint_of_measurements(x_shape)?.scaled(self.weight())
     }
 
-    /// Not on the device yet: HQS's data step runs CG there (on the device, to CG's tolerance of
-    /// the host's closed form; `job::device_tests` compares the two).
-    fn shifted_normal_inverse(&self, _r: &Array<B>, _gamma: f32) -> Result<Option<Array<B>>> {
-        Ok(None)
+    /// The fused stack's closed form (`DeviceBlurStack::shifted_normal_inverse`, as the host's);
+    /// operators one by one have none (HQS runs CG on the device).
+    fn shifted_normal_inverse(&self, r: &Array<B>, gamma: f32) -> Result<Option<Array<B>>> {
+        let DeviceOperators::FusedBlurs(stack) = &self.ops else {
+            return Ok(None);
+        };
+        let image = planes_of(r.shape(), "HQS data step")?;
+        let rv = r.device_values("HQS data step")?;
+        let a = gamma * self.weight();
+        match stack.shifted_normal_inverse(self.backend.as_ref(), rv, a, image)? {
+            Some(z) => Array::on_device(&self.backend, r.shape(), z).map(Some),
+            None => Ok(None),
+        }
     }
 }
 

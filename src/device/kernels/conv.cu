@@ -75,6 +75,25 @@ extern "C" __global__ void tsr_conv_fold(const float* __restrict__ g, float* __r
     }
 }
 
+// spec[p][i] ← spec[p][i] / (n·(1 + a·Ĝ[ch(p)][i])): the shifted inverse (a·G + I)⁻¹ of a circular
+// convolution G whose spectrum Ĝ (unscaled, (re, im) pairs; its real part is used) is real and ≥ 0, a
+// Gram kernel's, with the 1/n of the unnormalised inverse transform folded in, in double as the CPU's
+// Conv::shifted_inverse; ch(p) as below.
+extern "C" __global__ void tsr_spectrum_shifted_inverse(float* __restrict__ spec,
+                                                        const float* __restrict__ gspec, long long len,
+                                                        int kernels, int channels, float a, long long n,
+                                                        long long planes) {
+    TSR_GRID_STRIDE(i, planes * len) {
+        long long p = i / len;
+        long long e = i - p * len;
+        long long ch = kernels == 1 ? 0 : p % channels;
+        double g = (double)gspec[2 * (ch * len + e)];
+        float f = (float)(1.0 / ((double)n * (1.0 + (double)a * g)));
+        spec[2 * i] *= f;
+        spec[2 * i + 1] *= f;
+    }
+}
+
 // spec[p][i] ← spec[p][i] · k[ch(p)][i] (or · conj(k) with `conjugate`), complex values as (re, im)
 // float pairs; ch(p) = 0 with one kernel, else p mod channels (Conv::channel_of).
 extern "C" __global__ void tsr_spectrum_multiply(float* __restrict__ spec,

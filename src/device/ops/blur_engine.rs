@@ -449,6 +449,18 @@ impl Planes {
 /// The weighted Gram convolution for the last weights asked for (their bits).
 type GramCache<B> = Mutex<Option<(Vec<u32>, Arc<DeviceConv<B>>)>>;
 
+/// The unit-weight Gram kernel's spectrum on an image grid itself, for `(a·ΣAᵢᵀAᵢ + I)⁻¹`: one
+/// unscaled spectrum per kernel channel, and the FFT plans of that grid by batch size.
+struct GramSpectrum<B: Backend> {
+    kernels: usize,
+    spectrum_len: usize,
+    spectra: DeviceVec<B, f32>,
+    plans: Mutex<HashMap<usize, Arc<B::Fft>>>,
+}
+
+/// [`GramSpectrum`]s by image dims (`None`: the kernels are too large for a Gram kernel).
+type GramSpectra<B> = Mutex<HashMap<[usize; 3], Option<Arc<GramSpectrum<B>>>>>;
+
 /// A stack of circular 2-D blurs of one kernel size on the device, with the CPU stack's shared
 /// transforms (`physics::stack`, [`BlurFusion`]): `[Aᵢx]` from one transform of `x`; `Σ wᵢAᵢᵀyᵢ`
 /// as spectra summed in operator order, then one inverse transform; `Σ wᵢAᵢᵀAᵢ x` as one
@@ -459,6 +471,8 @@ pub struct DeviceBlurStack<B: Backend> {
     fusion: BlurFusion,
     /// The weighted Gram convolution for the last weights asked for (their bits).
     gram: GramCache<B>,
+    /// The unit-weight Gram kernel's spectrum by image dims.
+    gram_spectra: GramSpectra<B>,
 }
 
 impl<B: Backend> DeviceBlurStack<B> {
@@ -476,6 +490,7 @@ impl<B: Backend> DeviceBlurStack<B> {
             ops: blurs.iter().map(|b| DeviceConv::from_blur(b)).collect(),
             fusion,
             gram: Mutex::new(None),
+            gram_spectra: Mutex::new(HashMap::new()),
         })
     }
 
@@ -585,6 +600,96 @@ impl<B: Backend> DeviceBlurStack<B> {
             }
         };
         conv.forward(backend, x, image.count, image.channels, image.dims)
+    }
+
+    /// `(a·Σ AᵢᵀAᵢ + I)⁻¹ r` in closed form, as the CPU's `BlurFusion::shifted_normal_inverse`: the
+    /// transform of `r` on the image grid itself (any size: the Gram kernel's inverse has no finite
+    /// support, so no padded grid), a division by `n·(1 + a·Ĝ)`, the inverse transform. `None`
+    /// when the kernels are too large for a Gram kernel (or `a < 0`): HQS then runs CG.
+    pub fn shifted_normal_inverse(
+        &self,
+        backend: &B,
+        r: &DeviceVec<B, f32>,
+        a: f32,
+        image: Planes,
+    ) -> Result<Option<DeviceVec<B, f32>>> {
+        if !(a >= 0.0 && a.is_finite()) {
+            return Ok(None);
+        }
+        let Planes {
+            count,
+            channels,
+            dims,
+        } = image;
+        let Some(g) = self.gram_spectrum(backend, dims)? else {
+            return Ok(None);
+        };
+        let n = dims.iter().product::<usize>();
+        expect_len("device (a·AᵀA + I)⁻¹", r, count * n)?;
+        let plan = {
+            let mut plans = g.plans.lock().unwrap_or_else(|p| p.into_inner());
+            match plans.get(&count) {
+                Some(plan) => plan.clone(),
+                None => {
+                    let plan = Arc::new(backend.fft_plan(dims, count)?);
+                    plans.insert(count, plan.clone());
+                    plan
+                }
+            }
+        };
+        let spec = DeviceVec::<B, f32>::zeros(backend, count * g.spectrum_len * 2)?;
+        backend.fft_forward(&plan, r.buffer(), spec.buffer())?;
+        backend.launch(
+            &kernels::SPECTRUM_SHIFTED_INVERSE,
+            LaunchConfig::elementwise(count * g.spectrum_len),
+            &[
+                spec.arg(),
+                g.spectra.arg(),
+                Arg::I64(len_arg(g.spectrum_len)),
+                Arg::I32(int_arg("kernels", g.kernels)?),
+                Arg::I32(int_arg("channels", channels.max(1))?),
+                Arg::F32(a),
+                Arg::I64(len_arg(n)),
+                Arg::I64(len_arg(count)),
+            ],
+        )?;
+        let out = DeviceVec::zeros(backend, count * n)?;
+        backend.fft_inverse(&plan, spec.buffer(), out.buffer())?;
+        Ok(Some(out))
+    }
+
+    /// The unit-weight Gram kernel's spectrum on the grid `dims`, made once per size.
+    fn gram_spectrum(&self, backend: &B, dims: [usize; 3]) -> Result<Option<Arc<GramSpectrum<B>>>> {
+        let mut cache = self.gram_spectra.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(g) = cache.get(&dims) {
+            return Ok(g.clone());
+        }
+        let spectrum = match self.fusion.weighted_gram(&vec![1.0; self.ops.len()]) {
+            None => None,
+            Some(gram) => {
+                for n in dims {
+                    int_arg("FFT grid side", n)?;
+                }
+                let kernels = gram.channels();
+                let spectrum_len = dims[0] * dims[1] * (dims[2] / 2 + 1);
+                let mut placed = Vec::with_capacity(kernels * dims.iter().product::<usize>());
+                for ch in 0..kernels {
+                    placed.extend(gram.placed_kernel(ch, dims, [true; 3]));
+                }
+                let placed = DeviceVec::from_host(backend, &placed)?;
+                let spectra = DeviceVec::zeros(backend, kernels * spectrum_len * 2)?;
+                let plan = backend.fft_plan(dims, kernels)?;
+                backend.fft_forward(&plan, placed.buffer(), spectra.buffer())?;
+                Some(Arc::new(GramSpectrum {
+                    kernels,
+                    spectrum_len,
+                    spectra,
+                    plans: Mutex::new(HashMap::new()),
+                }))
+            }
+        };
+        cache.insert(dims, spectrum.clone());
+        Ok(spectrum)
     }
 
     /// The gradient of `Σ wᵢ/2‖Aᵢx − yᵢ‖²`: `(Σ wᵢgᵢ) ∗ x − Σ wᵢAᵢᵀyᵢ`.
