@@ -142,12 +142,18 @@ fn training_preset_files_validate_and_chain_to_their_starting_weights() {
         };
         assert_eq!((dotdot, out), ("..", "out"), "{name}: weights `{start}`");
         let made = train.get(from).map(|(w, _)| w.as_str());
-        assert_eq!(made, Some(file), "{name}: `{start}` is not what {from} makes");
+        assert_eq!(
+            made,
+            Some(file),
+            "{name}: `{start}` is not what {from} makes"
+        );
     }
     let bundled = tessera::nn::bundled::DRUNET[0].preset;
     let mut name = Path::new(bundled).file_stem().unwrap().to_str().unwrap();
     for _ in 0..train.len() {
-        let (_, start) = train.get(name).unwrap_or_else(|| panic!("{name} is not here"));
+        let (_, start) = train
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} is not here"));
         match start {
             Some(start) if !tessera::nn::bundled::is_named(Path::new(start)) => {
                 name = start.split('/').nth(2).unwrap()
