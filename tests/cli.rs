@@ -725,6 +725,39 @@ fn training_presets_are_listed_and_run_points_to_train() {
     );
 }
 
+/// `tessera presets FILE…` validates training preset files as training presets (it called every
+/// one INVALID, "run it with tessera train"), and a broken one is INVALID naming its field.
+#[test]
+fn presets_validates_training_preset_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets");
+    let files = [
+        "train-drunet-grey.toml",
+        "train-drunet-grey-lowsigma.toml",
+        "train-drunet-grey-lowsigma2.toml",
+        "dsn_shapes.toml",
+    ]
+    .map(|f| here.join(f).to_str().unwrap().to_string());
+    let mut args = vec!["presets"];
+    args.extend(files.iter().map(String::as_str));
+    let o = tessera(&args, dir.path());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    for name in ["train-drunet-grey-lowsigma2 ", "dsn_shapes "] {
+        assert!(out.contains(&format!("ok       {name}")), "{name}:\n{out}");
+    }
+    let text = std::fs::read_to_string(&files[2]).unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, text.replace("steps = 8000", "steps = 0")).unwrap();
+    let o = tessera(&["presets", bad.to_str().unwrap()], dir.path());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains("INVALID") && out.contains("train.steps") && out.contains("bad.toml"),
+        "{out}"
+    );
+}
+
 /// `tessera report` on an inversion and on a training run: their loss and per-rank times (it
 /// said "missing field `iteration`").
 #[test]

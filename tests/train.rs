@@ -103,6 +103,67 @@ fn bad_training_presets_name_the_field() {
     }
 }
 
+/// Every denoiser-training preset file in `presets/` (most are not embedded in the binary, so
+/// `tessera presets` does not see them) loads and validates, and a preset that starts from
+/// another network's weights names them where a fresh clone's run of that network puts them:
+/// `../out/PRESET/FILE`, PRESET a training preset here whose `train.weights` is FILE. Following
+/// that chain back from the bundled DRUNet's preset ends at a preset trained from scratch.
+#[test]
+fn training_preset_files_validate_and_chain_to_their_starting_weights() {
+    let presets = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets");
+    let mut train = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&presets).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if !tessera::train::TrainPreset::is_train(&text) {
+            continue;
+        }
+        let (preset, _) = tessera::train::TrainPreset::load(path.to_str().unwrap(), &[])
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+        assert_eq!(preset.name, stem, "{}", path.display());
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        let start = table["denoiser"]
+            .get("weights")
+            .map(|w| w.as_str().unwrap().to_string());
+        train.insert(stem, (preset.train.weights.clone(), start));
+    }
+    for (name, (_, start)) in &train {
+        let Some(start) = start else { continue };
+        if tessera::nn::bundled::is_named(Path::new(start)) {
+            continue;
+        }
+        let parts: Vec<&str> = start.split('/').collect();
+        let [dotdot, out, from, file] = parts[..] else {
+            panic!("{name}: weights `{start}` is not ../out/PRESET/FILE");
+        };
+        assert_eq!((dotdot, out), ("..", "out"), "{name}: weights `{start}`");
+        let made = train.get(from).map(|(w, _)| w.as_str());
+        assert_eq!(
+            made,
+            Some(file),
+            "{name}: `{start}` is not what {from} makes"
+        );
+    }
+    let bundled = tessera::nn::bundled::DRUNET[0].preset;
+    let mut name = Path::new(bundled).file_stem().unwrap().to_str().unwrap();
+    for _ in 0..train.len() {
+        let (_, start) = train
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} is not here"));
+        match start {
+            Some(start) if !tessera::nn::bundled::is_named(Path::new(start)) => {
+                name = start.split('/').nth(2).unwrap()
+            }
+            _ => return,
+        }
+    }
+    panic!("the chain of starting weights from {bundled} does not end");
+}
+
 #[test]
 fn augmented_crops_train_the_same_on_one_and_two_ranks_and_differ_from_plain_crops() {
     let dir = tempfile::tempdir().unwrap();

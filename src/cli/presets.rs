@@ -48,6 +48,31 @@ fn report_preset(name: &str, failures: &mut usize) {
         say!("ok       {:<14} {}", p.name, p.description);
         return;
     }
+    // A training preset file is validated as one (its own errors, not "run it with tessera train").
+    let text = std::fs::read_to_string(name).unwrap_or_default();
+    let training = if tessera::train::TrainPreset::is_train(&text) {
+        Some(
+            tessera::train::TrainPreset::from_toml(&text, name, &[])
+                .map(|p| (p.name, p.description)),
+        )
+    } else if tessera::dsn::run::DsnPreset::is_dsn(&text) {
+        Some(
+            tessera::dsn::run::DsnPreset::from_toml(&text, name, &[])
+                .map(|p| (p.name, p.description)),
+        )
+    } else {
+        None
+    };
+    if let Some(loaded) = training {
+        match loaded {
+            Ok((p, description)) => say!("ok       {p:<14} {description} (tessera train)"),
+            Err(e) => {
+                *failures += 1;
+                say!("INVALID  {name:<14} {e}");
+            }
+        }
+        return;
+    }
     match Preset::load(name, &[]) {
         Ok(p) => say!("ok       {:<14} {}", p.preset.name, p.preset.description),
         Err(e) => {

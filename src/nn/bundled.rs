@@ -5,8 +5,9 @@
 //! `weights` whose architecture is one of these runs them; `weights = "random"` asks for random
 //! weights instead.
 //!
-//! The σ-conditional DRUNet (`presets/train-drunet-grey.toml`, issue #30) is bundled the same
-//! way ([`DRUNET`], found by [`drunet_for`]) and is the default neural denoiser
+//! The σ-conditional DRUNet (`presets/train-drunet-grey.toml`, then two low-σ fine-tunes:
+//! `presets/train-drunet-grey-lowsigma{,2}.toml`, issue #30) is bundled the same way
+//! ([`DRUNET`], found by [`drunet_for`]) and is the default neural denoiser
 //! ([`DRUNET_PREFERRED`]); on colour images it runs in the opponent colour space
 //! ([`super::opponent`]).
 
@@ -68,7 +69,8 @@ pub const DRUNET_NB: usize = 2;
 /// `assets/weights/README.md`), at half the weights.
 pub static DRUNET: [BundledWeights; 1] = [BundledWeights {
     name: "drunet_grey",
-    preset: "presets/train-drunet-grey.toml",
+    // The last of three runs: train-drunet-grey (60 000 steps), then its two low-σ fine-tunes.
+    preset: "presets/train-drunet-grey-lowsigma2.toml",
     channels: 1,
     bytes: include_bytes!("../../assets/weights/drunet_grey.safetensors"),
 }];
