@@ -107,9 +107,12 @@ fn every_rank_profiles_every_iteration_and_threads_are_placed() {
                 }
                 assert!(f(&it["gradient"]["secs"]) > 0.0 && f(&it["denoiser"]["secs"]) > 0.0);
                 if n == "2" {
-                    // Two ranks sum gradients and gather tiles in every iteration.
-                    assert!(
-                        it["gradient"]["bytes"].as_u64().unwrap() > 0,
+                    // Two ranks gather tiles in every iteration; HQS's data step of a circular
+                    // blur stack is closed-form on every rank (the whole Gram kernel is on each):
+                    // no bytes.
+                    assert_eq!(
+                        it["gradient"]["bytes"].as_u64().unwrap(),
+                        0,
                         "rank {r} it {k}: {it}"
                     );
                     assert!(

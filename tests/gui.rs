@@ -381,7 +381,7 @@ fn a_preset_from_the_recent_list_loads() {
     let text = tessera::preset::BUNDLED[1]
         .1
         .replace("name = \"multiblur\"", "name = \"mine\"")
-        .replace("iterations = 40", "iterations = 7");
+        .replace("iterations = 8", "iterations = 7");
     std::fs::write(&path, text).unwrap();
     let mut state = AppState::default();
     state.remember(&path);
