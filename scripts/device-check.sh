@@ -192,7 +192,7 @@ section "Not yet in this check"
 cat >>"$report" <<'MD'
 The self-test's timing table holds issue 28's PnP+TV workloads (tomography 2048² with 100 angles,
 8 Gaussians on a colour 4096² image) run whole on the device and on this machine's CPU, per
-iteration. `multiblur` (wavelets, tiling) and `fwi_marmousi` (the wave kernels) are refused on
+iteration. `multiblur` (the DRUNet, tiling) and `fwi_marmousi` (the wave kernels) are refused on
 the GPU until those are there; DRUNet and the benchmarks against PyTorch and deepinv come with the
 device paths that issue 28 still lists as open (docs/GPU.md).
 MD
