@@ -237,13 +237,14 @@ fn replace_rank_1_and_compare(seed: u64) {
     let k = seeded_iteration(seed);
     let die = format!("1:{k}:start");
     let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), &die, true);
-    for said in [
-        "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
-        "[launcher] rank 3 started to replace rank 1 in generation 1",
-        "[launcher] generation 1: rank(s) [1] lost, replacement(s) [3] joined, 3 rank(s)",
-    ] {
-        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
-    }
+    assert_said(
+        &stderr,
+        &[
+            "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
+            "[launcher] rank 3 started to replace rank 1 in generation 1",
+            "[launcher] generation 1: rank(s) [1] lost, replacement(s) [3] joined, 3 rank(s)",
+        ],
+    );
     same_outputs(dir.path(), &format!("replacing rank 1 at {die}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 3);
@@ -280,6 +281,13 @@ fn a_replacement_after_the_first_iteration_gets_the_iterate_of_iteration_1() {
     replace_rank_1_and_compare(1);
 }
 
+/// The run's log holds each of `lines`.
+fn assert_said(stderr: &str, lines: &[&str]) {
+    for said in lines {
+        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
+    }
+}
+
 /// Each recovery of an elastic run's metrics.json: (the iteration resumed after, the lost slots,
 /// the members' slots of the generation it formed).
 fn recoveries_of(metrics: &serde_json::Value) -> Vec<(u64, serde_json::Value, serde_json::Value)> {
@@ -304,12 +312,13 @@ fn recoveries_of(metrics: &serde_json::Value) -> Vec<(u64, serde_json::Value, se
 fn losing_a_second_rank_after_a_recovery_keeps_every_byte() {
     let die = "1:2:start,2:4:denoiser";
     let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), die, false);
-    for said in [
-        "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
-        "[launcher] rank 2 was killed by signal 9 (SIGKILL)",
-    ] {
-        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
-    }
+    assert_said(
+        &stderr,
+        &[
+            "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
+            "[launcher] rank 2 was killed by signal 9 (SIGKILL)",
+        ],
+    );
     same_outputs(dir.path(), &format!("losing slots 1 and 2 at {die}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 1);
@@ -335,13 +344,14 @@ fn losing_a_second_rank_after_a_recovery_keeps_every_byte() {
 fn a_replacement_that_dies_is_replaced_in_turn_and_keeps_every_byte() {
     let die = "1:2:start,3:4:denoiser";
     let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), die, true);
-    for said in [
-        "[launcher] rank 3 started to replace rank 1 in generation 1",
-        "[launcher] rank 3 was killed by signal 9 (SIGKILL)",
-        "[launcher] rank 4 started to replace rank 3 in generation 2",
-    ] {
-        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
-    }
+    assert_said(
+        &stderr,
+        &[
+            "[launcher] rank 3 started to replace rank 1 in generation 1",
+            "[launcher] rank 3 was killed by signal 9 (SIGKILL)",
+            "[launcher] rank 4 started to replace rank 3 in generation 2",
+        ],
+    );
     same_outputs(
         dir.path(),
         &format!("losing slot 1 and its replacement at {die}"),
@@ -706,11 +716,7 @@ fn lose_fwi_rank_and_compare(rank: usize, epoch: usize, point: &str) -> serde_js
         "{stderr}"
     );
     assert!(!stderr.contains("resume after iteration"), "{stderr}");
-    same_fwi_outputs(
-        &dir.path().join("reference"),
-        &dir.path().join("elastic"),
-        &format!("losing rank {rank} at {die}"),
-    );
+    same_fwi_outputs_in(dir.path(), &format!("losing rank {rank} at {die}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 2);
     assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
@@ -764,17 +770,14 @@ fn fwi_losing_a_second_rank_after_a_recovery_keeps_every_byte() {
     use serde_json::json;
     let die = "0:2:gradients,1:4:start";
     let (dir, stderr) = reference_and_elastic("fwi_marmousi", &small_fwi(), die, false);
-    for said in [
-        "[launcher] rank 0 was killed by signal 9 (SIGKILL)",
-        "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
-    ] {
-        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
-    }
-    same_fwi_outputs(
-        &dir.path().join("reference"),
-        &dir.path().join("elastic"),
-        &format!("losing slots 0 and 1 at {die}"),
+    assert_said(
+        &stderr,
+        &[
+            "[launcher] rank 0 was killed by signal 9 (SIGKILL)",
+            "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
+        ],
     );
+    same_fwi_outputs_in(dir.path(), &format!("losing slots 0 and 1 at {die}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 1);
     assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
@@ -790,18 +793,15 @@ fn fwi_losing_a_second_rank_after_a_recovery_keeps_every_byte() {
 fn replace_fwi_rank_1_and_compare(epoch: usize) {
     let die = format!("1:{epoch}:start");
     let (dir, stderr) = reference_and_elastic("fwi_marmousi", &small_fwi(), &die, true);
-    for said in [
-        "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
-        "[launcher] rank 3 started to replace rank 1 in generation 1",
-        "[launcher] generation 1: rank(s) [1] lost, replacement(s) [3] joined, 3 rank(s)",
-    ] {
-        assert!(stderr.contains(said), "no `{said}` in: {stderr}");
-    }
-    same_fwi_outputs(
-        &dir.path().join("reference"),
-        &dir.path().join("elastic"),
-        &format!("replacing rank 1 at {die}"),
+    assert_said(
+        &stderr,
+        &[
+            "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
+            "[launcher] rank 3 started to replace rank 1 in generation 1",
+            "[launcher] generation 1: rank(s) [1] lost, replacement(s) [3] joined, 3 rank(s)",
+        ],
     );
+    same_fwi_outputs_in(dir.path(), &format!("replacing rank 1 at {die}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 3);
     assert_eq!(metrics["history"].as_array().unwrap().len(), EPOCHS);
@@ -917,6 +917,11 @@ fn fwi_below_min_ranks_from_its_preset_stops_with_a_checkpoint_that_resume_finis
 
 /// The inversion's files compared by name and bytes: `got` holds `want`'s outputs (the models, the
 /// data and their figures, the loss curve and the panels) `after` what happened to it.
+/// [`same_fwi_outputs`] of `DIR/reference` and `DIR/elastic` ([`reference_and_elastic`]'s runs).
+fn same_fwi_outputs_in(dir: &Path, after: &str) {
+    same_fwi_outputs(&dir.join("reference"), &dir.join("elastic"), after);
+}
+
 fn same_fwi_outputs(want: &Path, got: &Path, after: &str) {
     let want = outputs(want);
     let got = outputs(got);
