@@ -369,6 +369,44 @@ fn a_replacement_that_dies_is_replaced_in_turn_and_keeps_every_byte() {
     assert_eq!(metrics["recoveries"][1]["joined"], json!([4]));
 }
 
+/// A replacement that ends as rank 0: slot 1 is replaced by slot 3 in iteration 2, then slots 0
+/// and 2 die at the start of iteration 4, so slot 3 — which joined without state — hands the run
+/// to their replacements (slots 4 and 5) and writes the outputs, with every byte of the
+/// uninterrupted run.
+#[test]
+fn a_replacement_that_becomes_rank_0_finishes_with_every_byte() {
+    let die = "1:2:start,0:4:start,2:4:start";
+    let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), die, true);
+    assert_said(
+        &stderr,
+        &[
+            "[launcher] rank 3 started to replace rank 1 in generation 1",
+            "[launcher] rank 0 was killed by signal 9 (SIGKILL)",
+            "[launcher] rank 2 was killed by signal 9 (SIGKILL)",
+        ],
+    );
+    same_outputs(
+        dir.path(),
+        &format!("losing slots 1, then 0 and 2, at {die}"),
+    );
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 3);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
+    // Slot 3's own record starts at the generation it joined (docs/ELASTIC.md, "Left"): the
+    // second recovery, where it hands the run over.
+    let last = metrics["recoveries"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["generation"], 2, "{last}");
+    assert_eq!(last["lost_slots"], serde_json::json!([0, 2]));
+    assert_eq!(last["members"], serde_json::json!([3, 4, 5]));
+    assert_eq!(last["joined"], serde_json::json!([4, 5]));
+    assert_eq!(last["resumed_from"], 3);
+}
+
 #[test]
 fn respawn_without_elastic_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
