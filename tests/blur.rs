@@ -480,18 +480,20 @@ fn rel_err_all(a: &[Tensor], b: &[Tensor]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// (image H×W, kernel side, per-channel kernels, method) of the fused-stack tests: the linear FFT
+/// grid (prime side), the image grid, a kernel larger than the image (taps wrap), the direct path
+/// (Gram kernel only).
+const FUSED_CASES: [([usize; 2], usize, bool, ConvMethod); 5] = [
+    ([37, 50], 9, false, ConvMethod::Fft),
+    ([32, 48], 7, false, ConvMethod::Auto),
+    ([24, 30], 11, true, ConvMethod::Fft),
+    ([8, 11], 15, false, ConvMethod::Fft),
+    ([20, 16], 5, true, ConvMethod::Direct),
+];
+
 #[test]
 fn fused_stack_equals_the_operator_by_operator_stack() {
-    // (image H×W, kernel side, per-channel kernels, method): the linear FFT grid (prime side), the
-    // image grid, a kernel larger than the image (taps wrap), the direct path (Gram kernel only).
-    let cases = [
-        ([37, 50], 9, false, ConvMethod::Fft),
-        ([32, 48], 7, false, ConvMethod::Auto),
-        ([24, 30], 11, true, ConvMethod::Fft),
-        ([8, 11], 15, false, ConvMethod::Fft),
-        ([20, 16], 5, true, ConvMethod::Direct),
-    ];
-    for (case, &(hw, side, per_channel, method)) in cases.iter().enumerate() {
+    for (case, &(hw, side, per_channel, method)) in FUSED_CASES.iter().enumerate() {
         let n = 5;
         let fused = Stack::new(blur_ops(n, side, per_channel, method)).unwrap();
         let plain = Stack::unfused(blur_ops(n, side, per_channel, method)).unwrap();
@@ -567,14 +569,7 @@ fn fused_stack_adjoint_passes_the_dot_product_test() {
 /// (4.4e-5 measured at `a` = 250 on the first case, whose `‖AᵀA‖` is 3.9).
 #[test]
 fn fused_stack_inverts_its_shifted_normal_operator() {
-    let cases = [
-        ([37, 50], 9, false, ConvMethod::Fft),
-        ([32, 48], 7, false, ConvMethod::Auto),
-        ([24, 30], 11, true, ConvMethod::Fft),
-        ([8, 11], 15, false, ConvMethod::Fft),
-        ([20, 16], 5, true, ConvMethod::Direct),
-    ];
-    for (case, &(hw, side, per_channel, method)) in cases.iter().enumerate() {
+    for (case, &(hw, side, per_channel, method)) in FUSED_CASES.iter().enumerate() {
         let stack = Stack::new(blur_ops(4, side, per_channel, method)).unwrap();
         let r = pseudo_random(&[2, 3, hw[0], hw[1]], 300 + case as u32);
         let norm = stack.op_norm_sq(r.shape()).unwrap() as f32;

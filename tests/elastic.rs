@@ -305,22 +305,28 @@ fn recoveries_of(metrics: &serde_json::Value) -> Vec<(u64, serde_json::Value, se
         .collect()
 }
 
+/// The small multiblur on 3 elastic ranks (`--respawn` when `respawn`) with the hook list `die`:
+/// the log holds `said`, every output has the uninterrupted run's bytes; returns metrics.json.
+fn lose_in_turn(die: &str, respawn: bool, said: &[&str]) -> serde_json::Value {
+    let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), die, respawn);
+    assert_said(&stderr, said);
+    same_outputs(dir.path(), &format!("the losses {die}"));
+    read_json(&dir.path().join("elastic/metrics.json"))
+}
+
 /// Two losses, one after the other: rank 1 at the start of iteration 2, then — in the group the
 /// survivors re-formed — slot 2 inside iteration 4's denoiser. The last survivor (slot 0) finishes
 /// alone with every byte of the uninterrupted run, and metrics.json records both recoveries.
 #[test]
 fn losing_a_second_rank_after_a_recovery_keeps_every_byte() {
-    let die = "1:2:start,2:4:denoiser";
-    let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), die, false);
-    assert_said(
-        &stderr,
+    let metrics = lose_in_turn(
+        "1:2:start,2:4:denoiser",
+        false,
         &[
             "[launcher] rank 1 was killed by signal 9 (SIGKILL)",
             "[launcher] rank 2 was killed by signal 9 (SIGKILL)",
         ],
     );
-    same_outputs(dir.path(), &format!("losing slots 1 and 2 at {die}"));
-    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 1);
     assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
     use serde_json::json;
@@ -342,21 +348,15 @@ fn losing_a_second_rank_after_a_recovery_keeps_every_byte() {
 /// replacement (slot 4) joins generation 2, and the run finishes on 3 ranks with every byte.
 #[test]
 fn a_replacement_that_dies_is_replaced_in_turn_and_keeps_every_byte() {
-    let die = "1:2:start,3:4:denoiser";
-    let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), die, true);
-    assert_said(
-        &stderr,
+    let metrics = lose_in_turn(
+        "1:2:start,3:4:denoiser",
+        true,
         &[
             "[launcher] rank 3 started to replace rank 1 in generation 1",
             "[launcher] rank 3 was killed by signal 9 (SIGKILL)",
             "[launcher] rank 4 started to replace rank 3 in generation 2",
         ],
     );
-    same_outputs(
-        dir.path(),
-        &format!("losing slot 1 and its replacement at {die}"),
-    );
-    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 3);
     use serde_json::json;
     assert_eq!(
@@ -375,21 +375,15 @@ fn a_replacement_that_dies_is_replaced_in_turn_and_keeps_every_byte() {
 /// uninterrupted run.
 #[test]
 fn a_replacement_that_becomes_rank_0_finishes_with_every_byte() {
-    let die = "1:2:start,0:4:start,2:4:start";
-    let (dir, stderr) = reference_and_elastic("multiblur", &small(ITERATIONS), die, true);
-    assert_said(
-        &stderr,
+    let metrics = lose_in_turn(
+        "1:2:start,0:4:start,2:4:start",
+        true,
         &[
             "[launcher] rank 3 started to replace rank 1 in generation 1",
             "[launcher] rank 0 was killed by signal 9 (SIGKILL)",
             "[launcher] rank 2 was killed by signal 9 (SIGKILL)",
         ],
     );
-    same_outputs(
-        dir.path(),
-        &format!("losing slots 1, then 0 and 2, at {die}"),
-    );
-    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
     assert_eq!(metrics["world_size"], 3);
     assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
     // Slot 3's own record starts at the generation it joined (docs/ELASTIC.md, "Left"): the

@@ -622,22 +622,9 @@ impl Conv {
         if self.plan(dims) != Plan::CIRCULAR {
             return None;
         }
-        let n = dims.iter().product::<usize>();
-        let fft = RealFft3::get(dims);
-        let scale = fft.real_len() as f32;
-        let mut out = vec![0.0f32; planes * n];
-        out.par_chunks_mut(n)
-            .zip(x.par_chunks(n))
-            .enumerate()
-            .for_each(|(p, (out, x))| {
-                let k = self.spectrum(self.channel_of(p, channels), dims, [true; 3]);
-                let mut spec = fft.forward(&mut x.to_vec());
-                // k is scaled by 1/N; |k|²·N is |K̂|²/N, the one normalisation the pair needs.
-                spec.par_iter_mut()
-                    .zip(k.par_iter())
-                    .for_each(|(s, k)| *s *= k.norm_sqr() * scale);
-                out.copy_from_slice(&fft.inverse(spec));
-            });
+        let scale = dims.iter().product::<usize>() as f32;
+        // k is scaled by 1/N; |k|²·N is |K̂|²/N, the one normalisation the pair needs.
+        let out = self.spectral_map(x, planes, channels, dims, |s, k| *s *= k.norm_sqr() * scale);
         Some(out)
     }
 
@@ -658,24 +645,41 @@ impl Conv {
         if self.padding != Padding::Circular || !(a >= 0.0 && a.is_finite()) {
             return None;
         }
+        let len = dims.iter().product::<usize>() as f64;
+        // g is Ĝ/N and the inverse transform is unnormalised: divide by N·(1 + a·Ĝ).
+        let out = self.spectral_map(x, planes, channels, dims, |s, g| {
+            let g_hat = f64::from(g.re) * len;
+            *s *= (1.0 / (len * (1.0 + f64::from(a) * g_hat))) as f32;
+        });
+        Some(out)
+    }
+
+    /// Per plane of `x` on its own grid: the transform, `f(sᵢ, kᵢ)` at every frequency with this
+    /// convolution's centred spectrum `k` (`K̂/N`) of the plane's channel, the unnormalised inverse
+    /// transform: the circular convolutions' diagonal form in Fourier.
+    fn spectral_map(
+        &self,
+        x: &[f32],
+        planes: usize,
+        channels: usize,
+        dims: [usize; 3],
+        f: impl Fn(&mut Complex32, &Complex32) + Sync,
+    ) -> Vec<f32> {
         let n = dims.iter().product::<usize>();
         let fft = RealFft3::get(dims);
-        let len = fft.real_len() as f64;
         let mut out = vec![0.0f32; planes * n];
         out.par_chunks_mut(n)
             .zip(x.par_chunks(n))
             .enumerate()
             .for_each(|(p, (out, x))| {
-                let g = self.spectrum(self.channel_of(p, channels), dims, [true; 3]);
+                let k = self.spectrum(self.channel_of(p, channels), dims, [true; 3]);
                 let mut spec = fft.forward(&mut x.to_vec());
-                // g is Ĝ/N and the inverse transform is unnormalised: divide by N·(1 + a·Ĝ).
-                spec.par_iter_mut().zip(g.par_iter()).for_each(|(s, g)| {
-                    let g_hat = f64::from(g.re) * len;
-                    *s *= (1.0 / (len * (1.0 + f64::from(a) * g_hat))) as f32;
-                });
+                spec.par_iter_mut()
+                    .zip(k.par_iter())
+                    .for_each(|(s, k)| f(s, k));
                 out.copy_from_slice(&fft.inverse(spec));
             });
-        Some(out)
+        out
     }
 
     /// ‖A‖² for circular padding: the largest `|K̂|²` over the image grid and the kernels.
