@@ -78,6 +78,12 @@ pub enum JobEvent<'a> {
         /// The ranks that computed the iteration, for a receiver's own exchange after it.
         ranks: IterationRanks<'a>,
     },
+    /// An elastic run formed its group again after a loss (every member sees it, before the new
+    /// generation starts): who was lost, who is left or joined, where the run resumes, and the
+    /// new assignment. The next `Iteration`s number the ranks of the new group.
+    Regrouped {
+        recovery: &'a crate::dist::elastic::Recovery,
+    },
 }
 
 /// The group of ranks that computed an iteration (an elastic run's current generation), lent to

@@ -287,6 +287,123 @@ fn quick_preset_runs_and_shows_psnr_and_timing() {
     assert_eq!(h.state().session.rank_totals().len(), 2);
 }
 
+/// An iteration's report with times from `world` ranks.
+fn iteration_on(job: u64, k: usize, world: usize) -> Event {
+    let Event::Iteration { report, .. } = iteration(job, k, 20.0 + k as f64) else {
+        unreachable!()
+    };
+    Event::Iteration {
+        job,
+        report,
+        ranks: (0..world)
+            .map(|rank| RankIteration {
+                rank,
+                gradient_secs: 0.01,
+                denoiser_secs: 0.02,
+                communication_secs: 0.001,
+            })
+            .collect(),
+    }
+}
+
+/// A strip of `owners.len()` tiles of 8×8, tile `i` owned by `owners[i]`.
+fn tile_strip(owners: &[usize]) -> tessera::protocol::PatchMap {
+    tessera::protocol::PatchMap {
+        spatial: vec![8, 8 * owners.len()],
+        tiles: owners
+            .iter()
+            .enumerate()
+            .map(|(i, &rank)| tessera::protocol::PatchTile {
+                window: vec![(0, 8), (8 * i as i64, 8)],
+                region: vec![(0, 8), (8 * i, 8)],
+                rank,
+            })
+            .collect(),
+    }
+}
+
+/// An elastic job that loses a rank: the log says who was lost and where the run goes on, the
+/// patch map's legend shows the lost rank's tiles greyed until the next iteration reassigns them,
+/// and the timing plot keeps the lost rank's line (greyed) and its row, marked lost, beside the
+/// survivors, which keep their numbers.
+#[test]
+fn a_lost_rank_is_greyed_then_reassigned_and_the_run_goes_on() {
+    let (mut h, end) = ready_workbench();
+    h.get_by_role_and_label(Role::Button, "multiblur").click();
+    h.run_steps(2);
+    step_until(&mut h, "the sample to load", |wb| !wb.data_loading());
+    submit(&mut h, &end, 1);
+    send(
+        &end,
+        Event::Started {
+            job: 1,
+            name: "multiblur".into(),
+            world_size: 3,
+            devices: Vec::new(),
+            image_shape: vec![1, 1, 8, 24],
+            operators: vec![OperatorInfo {
+                name: "blur".into(),
+                rank: 1,
+            }],
+            iterations: 4,
+            patch_map: Some(tile_strip(&[0, 1, 2, 0, 1, 2])),
+        },
+    );
+    send(&end, iteration_on(1, 1, 3));
+    send(&end, iteration_on(1, 2, 3));
+    step_until(&mut h, "two iterations", |wb| wb.session.history.len() == 2);
+    assert!(h.query_by_label("■ rank 1: 2").is_some());
+    send(
+        &end,
+        Event::Regrouped {
+            job: 1,
+            generation: 1,
+            lost_ranks: vec![1],
+            previous_ranks: vec![Some(0), Some(2)],
+            resumed_from: 1,
+            operators: vec![OperatorInfo {
+                name: "blur".into(),
+                rank: 1,
+            }],
+            patch_map: Some(tile_strip(&[0, 1, 0, 1, 0, 1])),
+        },
+    );
+    step_until(&mut h, "the regroup", |wb| {
+        !wb.session.ranks.lost.is_empty()
+    });
+    assert!(
+        log_of(h.state()).iter().any(|l| l
+            .contains("job 1 lost rank(s) [1]: 2 rank(s) go on after iteration 1 (generation 1")),
+        "{:?}",
+        log_of(h.state())
+    );
+    // Greyed: the map on screen is still the one the lost rank left.
+    assert!(
+        h.query_by_label("□ rank 1: 2 (lost: reassigned next iteration)")
+            .is_some()
+    );
+    assert!(h.query_by_label("□ rank 1 (lost)").is_some());
+    assert!(
+        h.query_by_label("1 (lost; the rest went on after iteration 1)")
+            .is_some()
+    );
+    // Reassigned: the iteration redone by the two ranks left brings their map; the survivor that
+    // was rank 2 keeps its number and its colour.
+    send(&end, iteration_on(1, 2, 2));
+    step_until(&mut h, "the redone iteration", |wb| {
+        wb.session.history.len() == 3
+    });
+    assert!(h.query_by_label_contains("(lost: reassigned").is_none());
+    assert!(h.query_by_label("■ rank 0: 3").is_some());
+    assert!(h.query_by_label("■ rank 2: 3").is_some());
+    assert_eq!(h.state().session.operators[0].rank, 2);
+    let totals: Vec<(usize, usize)> = (h.state().session.rank_totals().iter())
+        .map(|t| (t.rank, t.iterations))
+        .collect();
+    assert_eq!(totals, vec![(0, 3), (1, 2), (2, 3)]);
+    assert!(h.state().session.is_busy(), "the run goes on");
+}
+
 #[test]
 fn stop_cancels_the_running_job() {
     let (mut h, end) = ready_workbench();

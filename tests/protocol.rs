@@ -207,6 +207,33 @@ fn event() -> impl Strategy<Value = Event> {
                 }),
             }
         }),
+        (
+            any::<u64>(),
+            proptest::collection::vec(0usize..8, 0..3),
+            proptest::collection::vec(proptest::option::of(0usize..8), 1..4),
+            0usize..1000,
+        )
+            .prop_map(|(job, lost_ranks, previous_ranks, resumed_from)| {
+                Event::Regrouped {
+                    job,
+                    generation: lost_ranks.len() as u32 + 1,
+                    lost_ranks,
+                    operators: vec![OperatorInfo {
+                        name: "blur 1".into(),
+                        rank: previous_ranks.len() - 1,
+                    }],
+                    previous_ranks,
+                    resumed_from,
+                    patch_map: Some(PatchMap {
+                        spatial: vec![64, 48],
+                        tiles: vec![PatchTile {
+                            window: vec![(-4, 40), (0, 24)],
+                            region: vec![(0, 32), (0, 24)],
+                            rank: 0,
+                        }],
+                    }),
+                }
+            }),
         (proptest::option::of(any::<u64>()), text())
             .prop_map(|(job, error)| Event::Failed { job, error }),
         (any::<u64>(), text()).prop_map(|(job, s)| Event::Finished {
@@ -352,7 +379,7 @@ mod golden {
     };
 
     /// The protocol version the hex strings below were recorded for.
-    const GOLDEN_VERSION: u32 = 6;
+    const GOLDEN_VERSION: u32 = 7;
 
     const BUMP: &str = "bump PROTOCOL_VERSION and update the golden bytes";
 
@@ -391,6 +418,7 @@ mod golden {
             Event::File { .. } => "File",
             Event::FetchFailed { .. } => "FetchFailed",
             Event::Status { .. } => "Status",
+            Event::Regrouped { .. } => "Regrouped",
         }
     }
 
@@ -624,6 +652,25 @@ mod golden {
                 running: Some(5),
                 done: vec![1, 2, 3],
             },
+            Event::Regrouped {
+                job: 5,
+                generation: 1,
+                lost_ranks: vec![1],
+                previous_ranks: vec![Some(0), Some(2), None],
+                resumed_from: 7,
+                operators: vec![OperatorInfo {
+                    name: "blur 1".into(),
+                    rank: 2,
+                }],
+                patch_map: Some(PatchMap {
+                    spatial: vec![64, 48],
+                    tiles: vec![PatchTile {
+                        window: vec![(-4, 40), (0, 24)],
+                        region: vec![(0, 32), (0, 24)],
+                        rank: 1,
+                    }],
+                }),
+            },
         ]
     }
 
@@ -723,6 +770,10 @@ mod golden {
             "1001086e6f70652e6e70790e6e6f2073756368206f7574707574",
         ),
         ("Status", "1102010503010203"),
+        (
+            "Regrouped",
+            "1205010101030100010200070106626c757220310201024030010207280018020020001801",
+        ),
     ];
 
     fn hex(bytes: &[u8]) -> String {

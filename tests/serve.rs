@@ -1821,6 +1821,42 @@ fn an_elastic_backend_survives_a_lost_rank_with_the_same_bytes_and_serves_on() {
                 if message.contains("generation 1: lost rank(s) [2]"))
         });
         assert!(recovered, "no recovery line among {events:#?}");
+        // And as the event the workbench redraws its ranks from: rank 2 lost, ranks 0 and 1 go
+        // on, owning every operator and tile, and the iterations after it come from 2 ranks.
+        let at = events
+            .iter()
+            .position(|e| matches!(e, Event::Regrouped { .. }))
+            .unwrap_or_else(|| panic!("no Regrouped among {events:#?}"));
+        let Event::Regrouped {
+            job: 1,
+            generation: 1,
+            lost_ranks,
+            previous_ranks,
+            resumed_from,
+            operators,
+            patch_map,
+        } = &events[at]
+        else {
+            panic!("{:?}", events[at]);
+        };
+        assert_eq!(lost_ranks, &[2]);
+        assert_eq!(previous_ranks, &[Some(0), Some(1)]);
+        assert_eq!(*resumed_from, k - 1);
+        assert!(!operators.is_empty() && operators.iter().all(|o| o.rank < 2));
+        let tiles = &patch_map
+            .as_ref()
+            .expect("the small multiblur is tiled")
+            .tiles;
+        assert_eq!(tiles.iter().map(|t| t.rank).max(), Some(1), "{tiles:?}");
+        let after: Vec<(usize, usize)> = events[at..]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Iteration { report, ranks, .. } => Some((report.iteration, ranks.len())),
+                _ => None,
+            })
+            .collect();
+        let redone: Vec<(usize, usize)> = (k..=ELASTIC_ITERATIONS).map(|i| (i, 2)).collect();
+        assert_eq!(after, redone);
         assert_eq!(summary["world_size"], 2, "{summary}");
         let recoveries = summary["recoveries"].as_array().unwrap();
         assert_eq!(recoveries.len(), 1, "{recoveries:?}");

@@ -279,6 +279,8 @@ pub(super) fn run(
                 ..
             } => progress.started(operators, image_shape, world_size),
             JobEvent::Iteration { report, .. } => progress.iteration(&report.into()),
+            // The recovery's own log line says it.
+            JobEvent::Regrouped { .. } => {}
         }
         ControlFlow::Continue(())
     };

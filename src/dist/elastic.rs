@@ -113,6 +113,22 @@ impl Recovery {
         }
     }
 
+    /// For each rank of the new generation, its rank in the generation before (`None`: it joined
+    /// without state). The survivors keep their old order ahead of the joiners (`decide`), so the
+    /// survivors' old ranks are those that were not lost, in order.
+    pub fn previous_ranks(&self) -> Vec<Option<usize>> {
+        let survivors = self.members.len().saturating_sub(self.joined.len());
+        let mut old =
+            (0..survivors + self.lost_ranks.len()).filter(|r| !self.lost_ranks.contains(r));
+        self.members
+            .iter()
+            .map(|slot| match self.joined.contains(slot) {
+                true => None,
+                false => old.next(),
+            })
+            .collect()
+    }
+
     /// The log line of this recovery as rank `rank` of the new generation sees it, counting the
     /// run's progress in `unit`.
     pub fn describe(&self, unit: WorkUnit, rank: usize) -> String {
@@ -826,6 +842,29 @@ mod tests {
             decide(1, &[0, 1, 2], (&survivors, &[]), 3, 1),
             Verdict::Stop { reason } if reason.contains("min_ranks = 3")
         ));
+    }
+
+    #[test]
+    fn a_recovery_names_the_rank_each_member_had_before() {
+        let recovery = |members: &[usize], survivors: &BTreeMap<usize, Checkin>, joiners| {
+            let Verdict::Continue(plan) = decide(1, members, (survivors, joiners), 1, 1) else {
+                panic!("expected a plan");
+            };
+            let failure = Error::Internal("lost".into());
+            Recovery::new(&plan, 0.0, &failure, 0, Assignment::over(1, 0, None))
+        };
+        // Slot 1 (rank 1) of 3 lost, slot 3 joins: ranks 0 and 2 become 0 and 1.
+        let two = BTreeMap::from([(0, checkin(4)), (2, checkin(4))]);
+        assert_eq!(
+            recovery(&[0, 1, 2], &two, &[3]).previous_ranks(),
+            vec![Some(0), Some(2), None]
+        );
+        // Rank 0 (slot 5) and rank 2 (slot 1) of [5, 7, 1, 3] lost.
+        let rest = BTreeMap::from([(7, checkin(2)), (3, checkin(2))]);
+        assert_eq!(
+            recovery(&[5, 7, 1, 3], &rest, &[]).previous_ranks(),
+            vec![Some(1), Some(3)]
+        );
     }
 
     #[test]

@@ -675,12 +675,25 @@ impl Workbench {
         self.doc.record();
     }
 
-    /// The patch map to draw now: the backend's during and after a run, else planned here.
+    /// The patch map to draw: the running job's (from a regroup until the next iteration, the
+    /// tiles as the lost ranks left them), else the document's plan.
     pub fn patch_map(&mut self) -> Option<Result<Arc<PatchMap>, String>> {
-        if let Some(m) = &self.session.patch_map {
+        let running =
+            (self.session.ranks.orphaned_tiles.as_ref()).or(self.session.patch_map.as_ref());
+        if let Some(m) = running {
             return Some(Ok(m.clone()));
         }
         self.doc.patch_map()
+    }
+
+    /// The ranks whose tiles [`Self::patch_map`] draws greyed: those the running job lost, when
+    /// the map drawn is the job's (a document's plan has none).
+    pub fn lost_ranks_drawn(&self) -> Vec<usize> {
+        let ranks = &self.session.ranks;
+        match ranks.orphaned_tiles.is_some() || self.session.patch_map.is_some() {
+            true => ranks.lost.iter().map(|l| l.rank).collect(),
+            false => Vec::new(),
+        }
     }
 
     /// Why the edited preset cannot run, if it cannot.

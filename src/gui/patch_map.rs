@@ -30,6 +30,18 @@ pub fn rank_color(rank: usize) -> Color32 {
     Color32::from_rgb(r, g, b)
 }
 
+/// The colour of a lost rank's tiles (`Event::Regrouped`): grey until the new owners' map
+/// replaces them.
+pub const LOST_COLOR: Color32 = Color32::from_gray(110);
+
+/// The colour of rank `rank`'s tiles and lines, grey when it was lost.
+pub fn rank_color_or_lost(rank: usize, lost: &[usize]) -> Color32 {
+    match lost.contains(&rank) {
+        true => LOST_COLOR,
+        false => rank_color(rank),
+    }
+}
+
 /// What [`paint`] drew.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Drawn {
@@ -42,14 +54,14 @@ pub struct Drawn {
 /// Draws the map over `image_rect`, the screen rectangle of the whole image (rows and columns are
 /// the last two spatial axes; a volume's tiles are drawn once per (row, column) footprint), clipped
 /// to `clip`, the image's part on screen (a border tile's window reaches past the image, but
-/// nothing is drawn outside it). Regions are filled with their rank's colour at `opacity` (0..1);
-/// windows are outlined, so overlaps show as bands where outlines of neighbouring tiles cross into
-/// each other's regions.
+/// nothing is drawn outside it). Regions are filled with their rank's colour at `opacity` (0..1),
+/// grey for the ranks in `lost`; windows are outlined, so overlaps show as bands where outlines
+/// of neighbouring tiles cross into each other's regions.
 pub fn paint(
     painter: &Painter,
     image_rect: Rect,
     clip: Rect,
-    map: &PatchMap,
+    (map, lost): (&PatchMap, &[usize]),
     opacity: f32,
 ) -> Drawn {
     let painter = painter.with_clip_rect(painter.clip_rect().intersect(clip));
@@ -96,7 +108,8 @@ pub fn paint(
     }
     let opacity = opacity.clamp(0.0, 1.0);
     for (region, _, rank) in &visible {
-        painter.rect_filled(*region, 0.0, rank_color(*rank).gamma_multiply(opacity));
+        let fill = rank_color_or_lost(*rank, lost).gamma_multiply(opacity);
+        painter.rect_filled(*region, 0.0, fill);
     }
     // Outlines stay legible at low fill opacity.
     let outline = (2.0 * opacity).min(1.0);
@@ -104,7 +117,7 @@ pub fn paint(
         painter.rect_stroke(
             *window,
             0.0,
-            Stroke::new(1.5, rank_color(*rank).gamma_multiply(outline)),
+            Stroke::new(1.5, rank_color_or_lost(*rank, lost).gamma_multiply(outline)),
             StrokeKind::Inside,
         );
     }

@@ -63,6 +63,86 @@ pub struct BackendInfo {
     pub transport: crate::protocol::Transport,
 }
 
+/// A rank an elastic job lost (`Event::Regrouped`), named by the rank it started the job as.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LostRank {
+    pub rank: usize,
+    /// The iteration the group that went on without it resumed after.
+    pub resumed_from: usize,
+}
+
+/// An elastic job's group as the plots draw it: each rank keeps the number it started the job
+/// with (its colour and its timing line), whatever rank the re-formed groups give it; a
+/// replacement that joined takes the next unused number.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RankNames {
+    /// The name of each rank of the current group (empty: the ranks the job started with).
+    pub current: Vec<usize>,
+    /// The next name for a rank that joins.
+    pub next: usize,
+    /// Every rank the job lost, in order.
+    pub lost: Vec<LostRank>,
+    /// From a regroup until the first iteration after it: the tiles as the lost ranks left them,
+    /// drawn greyed before the new owners' map replaces them.
+    pub orphaned_tiles: Option<Arc<PatchMap>>,
+}
+
+impl RankNames {
+    fn started(world_size: usize) -> RankNames {
+        RankNames {
+            next: world_size,
+            ..RankNames::default()
+        }
+    }
+
+    /// The name of rank `rank` of the current group.
+    pub fn of(&self, rank: usize) -> usize {
+        self.current.get(rank).copied().unwrap_or(rank)
+    }
+
+    /// Renames by a regroup: the lost ranks leave, each rank of the new group takes the name of
+    /// its previous rank, each joiner a new one. Returns the lost ranks' and the joiners' names.
+    fn regroup(
+        &mut self,
+        lost_ranks: &[usize],
+        previous_ranks: &[Option<usize>],
+        resumed_from: usize,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let lost: Vec<usize> = lost_ranks.iter().map(|&r| self.of(r)).collect();
+        let mut joined = Vec::new();
+        let current = previous_ranks
+            .iter()
+            .map(|p| match p {
+                Some(r) => self.of(*r),
+                None => {
+                    joined.push(self.next);
+                    self.next += 1;
+                    self.next - 1
+                }
+            })
+            .collect();
+        self.current = current;
+        self.lost
+            .extend(lost.iter().map(|&rank| LostRank { rank, resumed_from }));
+        (lost, joined)
+    }
+
+    /// A map of the current group's tiles with each owner renamed.
+    fn rename_map(&self, map: PatchMap) -> PatchMap {
+        PatchMap {
+            tiles: map
+                .tiles
+                .into_iter()
+                .map(|mut t| {
+                    t.rank = self.of(t.rank);
+                    t
+                })
+                .collect(),
+            ..map
+        }
+    }
+}
+
 /// Per-rank totals over a run, for the summary table.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RankTotals {
@@ -193,7 +273,11 @@ pub struct Session {
     pub iterations_planned: usize,
     pub image_shape: Vec<usize>,
     pub operators: Vec<OperatorInfo>,
+    /// Which rank denoises which tile, its ranks named as in [`RankNames`].
     pub patch_map: Option<Arc<PatchMap>>,
+    /// The ranks of an elastic job's group (lost, joined, renumbered).
+    pub ranks: RankNames,
+    /// Iterations with each rank's times under its [`RankNames`] name.
     pub history: Vec<IterationPoint>,
     /// The FWI job on screen (None for imaging jobs).
     pub fwi: Option<FwiRun>,
@@ -383,9 +467,48 @@ impl Session {
                 self.operators = operators;
                 self.iterations_planned = iterations;
                 self.patch_map = patch_map.map(Arc::new);
+                self.ranks = RankNames::started(world_size);
                 self.history.clear();
                 self.fwi = None;
                 self.training = None;
+            }
+            Event::Regrouped {
+                job,
+                generation,
+                lost_ranks,
+                previous_ranks,
+                resumed_from,
+                operators,
+                patch_map,
+            } => {
+                if !self.is_current(job) {
+                    return;
+                }
+                let (lost, joined) = self
+                    .ranks
+                    .regroup(&lost_ranks, &previous_ranks, resumed_from);
+                let joined = match joined.is_empty() {
+                    true => String::new(),
+                    false => format!(", rank(s) {joined:?} joined"),
+                };
+                self.log(
+                    LogLevel::Warn,
+                    format!(
+                        "job {job} lost rank(s) {lost:?}{joined}: {} rank(s) go on after \
+                         iteration {resumed_from} (generation {generation}; ranks keep the \
+                         numbers they started with)",
+                        previous_ranks.len()
+                    ),
+                );
+                self.operators = operators
+                    .into_iter()
+                    .map(|o| OperatorInfo {
+                        rank: self.ranks.of(o.rank),
+                        ..o
+                    })
+                    .collect();
+                self.ranks.orphaned_tiles = self.patch_map.take();
+                self.patch_map = patch_map.map(|m| Arc::new(self.ranks.rename_map(m)));
             }
             Event::FwiStarted {
                 job,
@@ -417,6 +540,7 @@ impl Session {
                 self.image_shape = vec![1, 1, nz, nx];
                 self.operators.clear();
                 self.patch_map = None;
+                self.ranks = RankNames::started(world_size);
                 self.history.clear();
                 self.training = None;
                 self.fwi = Some(FwiRun {
@@ -468,6 +592,7 @@ impl Session {
                 self.image_shape.clear();
                 self.operators.clear();
                 self.patch_map = None;
+                self.ranks = RankNames::started(world_size);
                 self.history.clear();
                 self.fwi = None;
                 self.training = Some(TrainRun {
@@ -498,6 +623,14 @@ impl Session {
                 if !self.is_current(job) {
                     return;
                 }
+                self.ranks.orphaned_tiles = None;
+                let ranks = ranks
+                    .into_iter()
+                    .map(|r| RankIteration {
+                        rank: self.ranks.of(r.rank),
+                        ..r
+                    })
+                    .collect();
                 self.history.push(IterationPoint {
                     iteration: report.iteration,
                     psnr_db: report.psnr_db,
@@ -767,5 +900,130 @@ mod tests {
         assert_eq!(s.devices_used, decoded);
         s.submitted();
         assert!(s.devices_used.is_empty());
+    }
+
+    fn tiles_of(ranks: &[usize]) -> PatchMap {
+        PatchMap {
+            spatial: vec![8, 8 * ranks.len()],
+            tiles: ranks
+                .iter()
+                .enumerate()
+                .map(|(i, &rank)| crate::protocol::PatchTile {
+                    window: vec![(0, 8), (8 * i as i64, 8)],
+                    region: vec![(0, 8), (8 * i, 8)],
+                    rank,
+                })
+                .collect(),
+        }
+    }
+
+    fn on_ranks(job: JobId, k: usize, world: usize) -> Event {
+        let Event::Iteration { report, .. } = iteration(job, k, 20.0) else {
+            unreachable!()
+        };
+        Event::Iteration {
+            job,
+            report,
+            ranks: (0..world)
+                .map(|rank| RankIteration {
+                    rank,
+                    gradient_secs: 1.0,
+                    denoiser_secs: 0.0,
+                    communication_secs: 0.0,
+                })
+                .collect(),
+        }
+    }
+
+    /// An elastic job's regroups: each rank keeps the name it started with (its colour and its
+    /// timing line), a replacement takes a new one, the lost ranks' tiles stay on screen until
+    /// the first iteration of the new group, and every later iteration's times land on the
+    /// right names.
+    #[test]
+    fn a_regrouped_job_keeps_each_ranks_name_and_greys_the_lost_tiles_once() {
+        let mut s = Session::default();
+        s.submitted();
+        s.apply(Event::Accepted { job: 3 });
+        s.apply(Event::Started {
+            job: 3,
+            name: "multiblur".into(),
+            world_size: 3,
+            devices: Vec::new(),
+            image_shape: vec![1, 1, 8, 24],
+            operators: Vec::new(),
+            iterations: 9,
+            patch_map: Some(tiles_of(&[0, 1, 2])),
+        });
+        s.apply(on_ranks(3, 1, 3));
+        // Rank 1 is lost; rank 2 becomes rank 1 and a replacement joins as rank 2.
+        s.apply(Event::Regrouped {
+            job: 3,
+            generation: 1,
+            lost_ranks: vec![1],
+            previous_ranks: vec![Some(0), Some(2), None],
+            resumed_from: 1,
+            operators: vec![OperatorInfo {
+                name: "blur".into(),
+                rank: 2,
+            }],
+            patch_map: Some(tiles_of(&[2, 0, 1])),
+        });
+        assert_eq!(s.ranks.current, vec![0, 2, 3]);
+        assert_eq!(s.operators[0].rank, 3);
+        let greyed = s.ranks.orphaned_tiles.clone().expect("the lost tiles");
+        assert_eq!(greyed.tiles_per_rank(), vec![1, 1, 1]);
+        let map = s.patch_map.clone().unwrap();
+        let owners: Vec<usize> = map.tiles.iter().map(|t| t.rank).collect();
+        assert_eq!(owners, vec![3, 0, 2]);
+        assert!(
+            s.log
+                .last()
+                .unwrap()
+                .text
+                .contains("lost rank(s) [1], rank(s) [3] joined"),
+            "{:?}",
+            s.log.last()
+        );
+        s.apply(on_ranks(3, 2, 3));
+        assert!(s.ranks.orphaned_tiles.is_none());
+        // Then the group's rank 0 (name 0) is lost: names 2 and 3 go on as ranks 0 and 1.
+        s.apply(Event::Regrouped {
+            job: 3,
+            generation: 2,
+            lost_ranks: vec![0],
+            previous_ranks: vec![Some(1), Some(2)],
+            resumed_from: 2,
+            operators: Vec::new(),
+            patch_map: None,
+        });
+        s.apply(on_ranks(3, 3, 2));
+        assert_eq!(s.ranks.current, vec![2, 3]);
+        let lost: Vec<(usize, usize)> = s
+            .ranks
+            .lost
+            .iter()
+            .map(|l| (l.rank, l.resumed_from))
+            .collect();
+        assert_eq!(lost, vec![(1, 1), (0, 2)]);
+        let totals: Vec<(usize, usize)> = s
+            .rank_totals()
+            .iter()
+            .map(|t| (t.rank, t.iterations))
+            .collect();
+        assert_eq!(totals, vec![(0, 2), (1, 1), (2, 3), (3, 2)]);
+        // The next job starts with its own ranks.
+        s.submitted();
+        s.apply(Event::Accepted { job: 4 });
+        s.apply(Event::Started {
+            job: 4,
+            name: "quick".into(),
+            world_size: 2,
+            devices: Vec::new(),
+            image_shape: vec![1, 1, 8, 8],
+            operators: Vec::new(),
+            iterations: 3,
+            patch_map: None,
+        });
+        assert_eq!(s.ranks, RankNames::started(2));
     }
 }

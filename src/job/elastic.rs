@@ -256,6 +256,10 @@ fn elastic_loop(
             assignment,
             (WorkUnit::Iteration, info.rank),
         );
+        if let Some(recovery) = carried.recoveries.list().last() {
+            // Only a receiver's own state follows: the group goes on whatever it answers.
+            let _ = on_event(JobEvent::Regrouped { recovery });
+        }
         comm = join(&info)?;
         if !plan.joined.is_empty() {
             handing_over = Some(plan);

@@ -362,6 +362,7 @@ pub fn event_name(e: &Event) -> &'static str {
         Event::File { .. } => "File",
         Event::FetchFailed { .. } => "FetchFailed",
         Event::Status { .. } => "Status",
+        Event::Regrouped { .. } => "Regrouped",
     }
 }
 

@@ -12,7 +12,7 @@ use super::reports::{
 
 /// Bumped on every incompatible change of [`Request`] or [`Event`], i.e. whenever the golden bytes
 /// of `tests/protocol.rs` change.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Largest frame either side accepts (inline data included); a larger length prefix is an error
 /// before anything is allocated.
@@ -236,6 +236,25 @@ pub enum Event {
         running: Option<JobId>,
         /// Jobs finished, failed or cancelled so far, oldest first.
         done: Vec<JobId>,
+    },
+    /// An elastic job's group was formed again (docs/ELASTIC.md): ranks were lost (and
+    /// replacements may have joined), and the job goes on after `resumed_from` on the new group,
+    /// whose [`Event::Iteration`]s number ranks anew.
+    Regrouped {
+        job: JobId,
+        /// 1 after the job's group first re-formed.
+        generation: u32,
+        /// The ranks lost, numbered as in the group that lost them.
+        lost_ranks: Vec<usize>,
+        /// For each rank of the new group, its rank in the group before (`None`: it joined
+        /// without state, a replacement).
+        previous_ranks: Vec<Option<usize>>,
+        /// The iteration the new group resumes after (work after it is done again).
+        resumed_from: usize,
+        /// The operators' new owners (ranks of the new group).
+        operators: Vec<OperatorInfo>,
+        /// The tiles' new owners, when the job is tiled.
+        patch_map: Option<PatchMap>,
     },
 }
 

@@ -812,6 +812,18 @@ impl IterationRecord {
     }
 }
 
+/// Each operator's name and the rank that owns it on `world` ranks.
+fn owners(names: &[String], world: usize) -> Vec<OperatorInfo> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| OperatorInfo {
+            name: n.clone(),
+            rank: owner(i, world),
+        })
+        .collect()
+}
+
 /// Which tile each rank denoises, when the preset tiles its denoiser.
 fn patch_map(preset: &Preset, image_shape: &[usize], world: usize) -> Option<PatchMap> {
     let tiling = preset.tiling.as_ref()?;
@@ -842,6 +854,8 @@ fn run_job(
     let mut iterations_seen = 0usize;
     let mut last_preview: Option<Instant> = None;
     let mut preview_interval = PREVIEW_INTERVAL;
+    // The image's shape and the operators' names, for the owners of a re-formed group.
+    let mut problem: Option<(Vec<usize>, Vec<String>)> = None;
     let mut on_event = |event: JobEvent<'_>| -> ControlFlow<()> {
         match event {
             JobEvent::Started {
@@ -854,6 +868,7 @@ fn run_job(
                 measurements,
                 ..
             } => {
+                problem = Some((image_shape.to_vec(), operator_names.to_vec()));
                 if let Some(c) = &ctx.coordinator {
                     c.hub.record(
                         job,
@@ -863,14 +878,7 @@ fn run_job(
                             world_size,
                             devices: ctx.devices.to_vec(),
                             image_shape: image_shape.to_vec(),
-                            operators: operator_names
-                                .iter()
-                                .enumerate()
-                                .map(|(i, n)| OperatorInfo {
-                                    name: n.clone(),
-                                    rank: owner(i, world_size),
-                                })
-                                .collect(),
+                            operators: owners(operator_names, world_size),
                             iterations,
                             patch_map: patch_map(preset, image_shape, world_size),
                         },
@@ -890,6 +898,24 @@ fn run_job(
                     for (i, y) in measurements.iter().enumerate() {
                         once(PreviewKind::Measurement(i), y);
                     }
+                }
+                ControlFlow::Continue(())
+            }
+            JobEvent::Regrouped { recovery } => {
+                if let (Some(c), Some((image_shape, names))) = (&ctx.coordinator, &problem) {
+                    let world_size = recovery.members.len();
+                    c.hub.record(
+                        job,
+                        &Event::Regrouped {
+                            job,
+                            generation: recovery.generation,
+                            lost_ranks: recovery.lost_ranks.clone(),
+                            previous_ranks: recovery.previous_ranks(),
+                            resumed_from: recovery.resumed_from,
+                            operators: owners(names, world_size),
+                            patch_map: patch_map(preset, image_shape, world_size),
+                        },
+                    );
                 }
                 ControlFlow::Continue(())
             }

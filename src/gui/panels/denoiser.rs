@@ -11,7 +11,7 @@ use crate::denoise::{
 };
 use crate::dist::denoise::TileAssignment;
 use crate::gui::Workbench;
-use crate::gui::patch_map::rank_color;
+use crate::gui::patch_map::{LOST_COLOR, rank_color};
 use crate::gui::widgets::{
     ERROR_COLOR, combo, committed_text, kind_combo, number, same_optional_variant,
 };
@@ -55,12 +55,22 @@ fn patch_map_legend(ui: &mut Ui, wb: &mut Workbench) {
         Some(Ok(map)) => {
             ui.horizontal_wrapped(|ui| {
                 ui.label(format!("{} tiles:", map.tiles.len()));
+                let lost_ranks = wb.lost_ranks_drawn();
                 for (rank, n) in map.tiles_per_rank().iter().enumerate() {
-                    ui.label(
-                        RichText::new(format!("■ rank {rank}: {n}"))
-                            .color(rank_color(rank))
-                            .strong(),
-                    );
+                    let lost = lost_ranks.contains(&rank);
+                    // A lost rank's name stays unused in the maps of the groups after it.
+                    if *n == 0 && lost {
+                        continue;
+                    }
+                    let text = match lost {
+                        true => format!("□ rank {rank}: {n} (lost: reassigned next iteration)"),
+                        false => format!("■ rank {rank}: {n}"),
+                    };
+                    let colour = match lost {
+                        true => LOST_COLOR,
+                        false => rank_color(rank),
+                    };
+                    ui.label(RichText::new(text).color(colour).strong());
                 }
             });
         }

@@ -3,12 +3,12 @@
 //! input (the wheel scrolls what holds them; drag pans, Ctrl+wheel zooms, double-click resets), and
 //! their axes never shrink to a span that hides the data's scale.
 
-use egui::{Sense, Stroke, Ui, Vec2};
+use egui::{RichText, Sense, Stroke, Ui, Vec2};
 use egui_plot::{Corner, Legend, Line, LineStyle, Plot, PlotPoints};
 
 use super::{Place, View};
 use crate::gui::Workbench;
-use crate::gui::patch_map::rank_color;
+use crate::gui::patch_map::{LOST_COLOR, rank_color_or_lost};
 use crate::protocol::RankIteration;
 
 /// The quality curves' names in their legends.
@@ -131,7 +131,9 @@ impl View for TimingView {
             return;
         }
         let h = &wb.session.history;
-        legend(ui, totals.iter().map(|t| t.rank));
+        let names = &wb.session.ranks;
+        let lost: Vec<usize> = names.lost.iter().map(|l| l.rank).collect();
+        legend(ui, totals.iter().map(|t| t.rank), &lost);
         let table_h = (totals.len() as f32 + 1.5) * ui.text_style_height(&egui::TextStyle::Body);
         Plot::new("timing")
             .height((ui.available_height() - table_h - 8.0).max(80.0))
@@ -153,7 +155,7 @@ impl View for TimingView {
                             .collect();
                         p.line(
                             Line::new(format!("rank {} {name}", t.rank), points)
-                                .color(rank_color(t.rank))
+                                .color(rank_color_or_lost(t.rank, &lost))
                                 .style(style()),
                         );
                     }
@@ -173,7 +175,16 @@ impl View for TimingView {
                 }
                 ui.end_row();
                 for t in &totals {
-                    ui.label(t.rank.to_string());
+                    match names.lost.iter().find(|l| l.rank == t.rank) {
+                        Some(l) => ui.label(
+                            RichText::new(format!(
+                                "{} (lost; the rest went on after iteration {})",
+                                t.rank, l.resumed_from
+                            ))
+                            .color(LOST_COLOR),
+                        ),
+                        None => ui.label(t.rank.to_string()),
+                    };
                     ui.label(format!("{:.3}", t.gradient_secs));
                     ui.label(format!("{:.3}", t.denoiser_secs));
                     ui.label(format!("{:.3}", t.communication_secs));
@@ -187,8 +198,9 @@ impl View for TimingView {
     }
 }
 
-/// The timing legend above the plot: each component's line style, each rank's colour.
-fn legend(ui: &mut Ui, ranks: impl Iterator<Item = usize>) {
+/// The timing legend above the plot: each component's line style, each rank's colour (grey for
+/// the ranks in `lost`).
+fn legend(ui: &mut Ui, ranks: impl Iterator<Item = usize>, lost: &[usize]) {
     ui.horizontal_wrapped(|ui| {
         for (name, style, _) in COMPONENTS {
             let (rect, _) = ui.allocate_exact_size(Vec2::new(28.0, 12.0), Sense::hover());
@@ -215,7 +227,11 @@ fn legend(ui: &mut Ui, ranks: impl Iterator<Item = usize>) {
         }
         ui.separator();
         for rank in ranks {
-            ui.colored_label(rank_color(rank), format!("■ rank {rank}"));
+            let text = match lost.contains(&rank) {
+                true => format!("□ rank {rank} (lost)"),
+                false => format!("■ rank {rank}"),
+            };
+            ui.colored_label(rank_color_or_lost(rank, lost), text);
         }
         ui.label(egui::RichText::new("(drag pans, Ctrl+wheel zooms, double-click resets)").weak());
     });

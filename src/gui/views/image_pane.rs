@@ -33,8 +33,8 @@ pub struct Marks {
 /// What is drawn over a pane's image.
 #[derive(Default)]
 pub struct Overlays<'a> {
-    /// The patch map and the opacity of its fill.
-    pub map: Option<(&'a PatchMap, f32)>,
+    /// The patch map, the opacity of its fill and the ranks lost (their tiles greyed).
+    pub map: Option<(&'a PatchMap, f32, &'a [usize])>,
     /// Where the other orthogonal cuts cross this one (texture coordinates).
     pub cross: Option<Pos2>,
     /// What an empty pane says (default "—").
@@ -160,9 +160,15 @@ pub fn image_pane(
         painter.hline(image.x_range(), p.y, stroke);
         painter.vline(p.x, image.y_range(), stroke);
     }
-    if let Some((map, opacity)) = overlays.map {
+    if let Some((map, opacity, lost)) = overlays.map {
         let whole = Rect::from_min_max(to_screen(0.0, 0.0), to_screen(1.0, 1.0));
-        out.overlay = Some(patch_map::paint(&painter, whole, image, map, opacity));
+        out.overlay = Some(patch_map::paint(
+            &painter,
+            whole,
+            image,
+            (map, lost),
+            opacity,
+        ));
     }
     if let (Some((a, b)), Some(opacity)) = (marks.roi, overlays.layers.roi.drawn()) {
         painter.rect_stroke(

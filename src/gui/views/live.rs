@@ -36,6 +36,7 @@ impl View for LiveView {
             Some(_) => wb.patch_map().and_then(Result::ok),
             None => None,
         };
+        let lost = wb.lost_ranks_drawn();
         let gap = 8.0;
         let readout_h = ui.text_style_height(&egui::TextStyle::Body) * 2.5;
         let bar_h = colour_bar::height(ui);
@@ -74,7 +75,7 @@ impl View for LiveView {
                         let overlay = overlay_map
                             .as_deref()
                             .filter(|_| !matches!(slot, Slot::Measurement(_) | Slot::Difference))
-                            .map(|m| (m, layers.patch_map.opacity));
+                            .map(|m| (m, layers.patch_map.opacity, lost.as_slice()));
                         let cross = match slot {
                             Slot::Ortho(a) => wb.viewer.ortho_cross(*a),
                             _ => None,
