@@ -38,7 +38,8 @@ pub const JOIN_ENV: &str = "TESSERA_ELASTIC_JOIN";
 /// after a recovery.
 pub const DIE_AT_ENV: &str = "TESSERA_TEST_DIE_AT";
 /// Test hook: `k` makes rank 0 of an elastic run wait (up to a minute) at the boundary after
-/// iteration `k` until a rank asks to join, so that a test's `tessera join` joins there.
+/// iteration `k` until a rank asks to join, and look at no other boundary, so that a test's
+/// `tessera join` joins there.
 pub const JOIN_AT_ENV: &str = "TESSERA_TEST_JOIN_AT";
 
 /// How an elastic rank reaches the launcher and joins each new generation of its group.
@@ -447,9 +448,8 @@ pub fn request_join(addr: &str, timeout: Duration) -> Result<Joining> {
         )));
     }
     let n = client.add(JOINS_KEY, 1).map_err(named)?;
-    let n = usize::try_from(n - 1).map_err(|_| {
-        named(Error::bad_peer_data(0, format!("join counter {n}")))
-    })?;
+    let n = usize::try_from(n - 1)
+        .map_err(|_| named(Error::bad_peer_data(0, format!("join counter {n}"))))?;
     let slot = run.first_join_slot + n;
     client
         .set(&join_request_key(n), &wire::encode(&slot)?)
@@ -539,7 +539,12 @@ impl Member {
         })
     }
 
-    fn check_in(&mut self, completed_iteration: usize, failure: String, grow: bool) -> Result<Plan> {
+    fn check_in(
+        &mut self,
+        completed_iteration: usize,
+        failure: String,
+        grow: bool,
+    ) -> Result<Plan> {
         let next = self.generation + 1;
         let checkin = Checkin {
             completed_iteration,
@@ -582,9 +587,11 @@ impl GrowProbe {
     /// Whether the launcher set the grow flag of generation `next` by the boundary after
     /// `iteration` (a look without waiting, but for the test hook's iteration).
     pub fn asked(&mut self, next: u32, iteration: usize) -> Result<bool> {
-        let wait = match self.wait_at == Some(iteration) {
-            true => Duration::from_secs(60),
-            false => Duration::ZERO,
+        let wait = match self.wait_at {
+            None => Duration::ZERO,
+            Some(k) if k == iteration => Duration::from_secs(60),
+            // The test hook's run grows at its iteration only.
+            Some(_) => return Ok(false),
         };
         Ok(self.client.wait(&[grow_key(next)], wait)?.is_ok())
     }
@@ -754,8 +761,10 @@ impl Coordinator {
         let verdict = Verdict::Stop {
             reason: reason.to_string(),
         };
-        self.client
-            .set(&verdict_key(self.next_generation()), &wire::encode(&verdict)?)
+        self.client.set(
+            &verdict_key(self.next_generation()),
+            &wire::encode(&verdict)?,
+        )
     }
 
     /// Decides the next generation from the survivors' check-ins (every live member's) and the
@@ -1096,6 +1105,148 @@ mod tests {
             decide(1, &[0, 1], (&all, &[2]), 1, 1),
             Verdict::Stop { reason } if reason.contains("without losing")
         ));
+    }
+
+    fn leaving_to_grow(k: usize) -> Checkin {
+        Checkin {
+            completed_iteration: k,
+            failure: "left for the rank(s) asking to join".into(),
+            grow: true,
+        }
+    }
+
+    #[test]
+    fn a_group_grows_without_a_loss_only_when_every_member_left_to_grow() {
+        let all = BTreeMap::from([(0, leaving_to_grow(3)), (1, leaving_to_grow(3))]);
+        let Verdict::Continue(plan) = decide(1, &[0, 1], (&all, &[4]), 1, 1) else {
+            panic!("expected a plan");
+        };
+        assert_eq!(plan.members, vec![0, 1, 4]);
+        assert_eq!(plan.joined, vec![4]);
+        assert!(plan.lost_ranks.is_empty() && plan.lost_slots.is_empty());
+        assert_eq!((plan.resume_from, plan.joiner_ranks()), (3, vec![2]));
+        let r = Recovery::new(&plan, 0.5, &Error::Cancelled("grow".into()), 3, {
+            Assignment::over(3, 8, None)
+        });
+        assert!(
+            r.describe(WorkUnit::Iteration, 0).starts_with(
+                "generation 1: rank(s) [4] joined; 3 rank(s) resume after iteration 3"
+            ),
+            "{}",
+            r.describe(WorkUnit::Iteration, 0)
+        );
+        // Leaving to grow without anyone to take in: a stop, not an empty growth.
+        assert!(matches!(
+            decide(1, &[0, 1], (&all, &[]), 1, 1),
+            Verdict::Stop { reason } if reason.contains("without losing")
+        ));
+        // One real failure among the check-ins: the group failed, and stops, joiners or not.
+        let mixed = BTreeMap::from([(0, leaving_to_grow(3)), (1, checkin(3))]);
+        assert!(matches!(
+            decide(1, &[0, 1], (&mixed, &[4]), 1, 1),
+            Verdict::Stop { reason } if reason.contains("rank 2 closed its connection")
+        ));
+        // A member lost while the others left to grow: a loss as any other, the joiner taken in.
+        let one = BTreeMap::from([(0, leaving_to_grow(3))]);
+        let Verdict::Continue(plan) = decide(1, &[0, 1], (&one, &[4]), 1, 1) else {
+            panic!("expected a plan");
+        };
+        assert_eq!((plan.members, plan.lost_slots), (vec![0, 4], vec![1]));
+    }
+
+    #[test]
+    fn a_joining_rank_is_asked_in_at_the_next_boundary_and_joins_the_grown_plan() {
+        let mut coordinator = Coordinator::start(2, 1).unwrap();
+        let addr = coordinator.addr();
+        let timeout = Duration::from_secs(5);
+        // Before the launcher's record, the store is not one a rank can join.
+        let err = request_join(&addr, timeout).unwrap_err().to_string();
+        assert!(
+            err.contains(&addr) && err.contains("not the launcher"),
+            "{err}"
+        );
+        let run = JoinableRun {
+            args: vec!["run".into(), "multiblur".into()],
+            cwd: "/".into(),
+            world: 2,
+            first_join_slot: 4,
+            refuses: None,
+        };
+        coordinator.advertise(&run).unwrap();
+        let member = |slot| Member {
+            client: StoreClient::connect(&addr, timeout).unwrap(),
+            addr: addr.clone(),
+            slot,
+            generation: 0,
+            verdict_timeout: timeout,
+            replaces_into: None,
+        };
+        let (mut rank0, mut rank1) = (member(0), member(1));
+        let mut probe = rank0.grow_probe().unwrap();
+        let mut seen = 0;
+        assert!(
+            coordinator
+                .take_join_requests(&mut seen)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(!probe.asked(1, 1).unwrap());
+        let (plans, joined) = std::thread::scope(|s| {
+            let joiner = s.spawn(|| {
+                let joining = request_join(&addr, timeout)?;
+                let mut m = member(joining.slot);
+                assert_eq!(joining.run, run);
+                m.join_as_replacement(joining.generation)
+            });
+            let slots = loop {
+                let slots = coordinator.take_join_requests(&mut seen).unwrap();
+                if !slots.is_empty() {
+                    break slots;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            assert_eq!((slots, seen), (vec![4], 1));
+            // Rank 0 sees the request at its next boundary; both ranks leave after iteration 2.
+            assert!(probe.asked(1, 2).unwrap());
+            let a = s.spawn(|| rank0.leave_to_grow(2));
+            let b = s.spawn(|| rank1.leave_to_grow(2));
+            let (survivors, joiners) = loop {
+                let found = coordinator.checked_in(&[0, 1]).unwrap();
+                let joiners = coordinator.joining(&[4]).unwrap();
+                if found.len() == 2 && joiners.len() == 1 {
+                    break (found, joiners);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            coordinator
+                .publish(&survivors, &joiners, 4321, Duration::ZERO)
+                .unwrap();
+            let plans = [a.join().unwrap().unwrap(), b.join().unwrap().unwrap()];
+            (plans, joiner.join().unwrap().unwrap())
+        });
+        for plan in plans.iter().chain([&joined]) {
+            assert_eq!(plan.members, vec![0, 1, 4]);
+            assert_eq!((plan.joined.clone(), plan.resume_from), (vec![4], 2));
+        }
+        assert_eq!(coordinator.members(), &[0, 1, 4]);
+        // A second joiner after the run completed: refused by name, not left waiting.
+        std::thread::scope(|s| {
+            let late = s.spawn(|| -> Result<Plan> {
+                let joining = request_join(&addr, timeout)?;
+                assert_eq!(joining.slot, 5);
+                member(joining.slot).join_as_replacement(joining.generation)
+            });
+            while coordinator
+                .take_join_requests(&mut seen)
+                .unwrap()
+                .is_empty()
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            coordinator.refuse_joiners("the run completed").unwrap();
+            let err = late.join().unwrap().unwrap_err().to_string();
+            assert!(err.contains("the run completed"), "{err}");
+        });
     }
 
     #[test]

@@ -175,8 +175,8 @@ fn joinable_run(
     args: &[OsString],
     options: &ElasticOptions,
 ) -> Result<elastic::JoinableRun> {
-    let cwd = std::env::current_dir()
-        .map_err(|e| Error::io("reading the working folder", ".", e))?;
+    let cwd =
+        std::env::current_dir().map_err(|e| Error::io("reading the working folder", ".", e))?;
     let texts: Vec<Option<String>> = args.iter().map(|a| a.clone().into_string().ok()).collect();
     let refuses = if let Some(why) = options.slot0_essential {
         Some(format!("rank 0 is essential to it ({why})"))
