@@ -1,4 +1,4 @@
-//! Command-line interface: `run`, `serve`, `presets`, `apply`, `denoise`, `train`, `bench`, `report`,
+//! Command-line interface: `run`, `join`, `serve`, `presets`, `apply`, `denoise`, `train`, `bench`, `report`,
 //! `selftest`, and the hidden `relay` of the multi-host rehearsal;
 //! no subcommand opens the workbench (`tessera::gui`).
 //!
@@ -13,6 +13,7 @@ mod args;
 mod attach;
 mod bench;
 mod group;
+mod join;
 mod output;
 mod presets;
 mod relay;
@@ -180,6 +181,7 @@ fn dispatch(command: Command) -> Result<()> {
             output,
         } => apply::apply(&physics, adjoint, input_shape, noisy, seed, &input, &output),
         Command::Bench { what } => bench::bench(what),
+        Command::Join { addr, timeout } => join::join(&addr, timeout),
         Command::Relay {
             delay,
             listen,

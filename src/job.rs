@@ -29,7 +29,7 @@ use crate::device::solve::{
     BuiltOperator, DeviceDenoiser, DeviceSolver, HostOperator, LeastSquares, PnpProblem,
 };
 use crate::dist::denoise::{DistributedTiledDenoiser, TileClock, TileTime};
-use crate::dist::elastic::Recoveries;
+use crate::dist::elastic::{GrowProbe, Recoveries};
 use crate::dist::patch_map::{PatchMap, TileCost};
 use crate::dist::physics::DistributedStack;
 use crate::dist::profile::{IterationProfile, Profiler};
@@ -902,6 +902,11 @@ struct Carried {
     /// (serve lends its group to each job), into `group`.
     keep_group: bool,
     group: Option<Box<dyn Collective>>,
+    /// Elastic runs that take joining ranks (`tessera join`): rank 0's look for join requests at
+    /// each iteration boundary, and the generation they would join.
+    grow: Option<(GrowProbe, u32)>,
+    /// The generation ended at an iteration boundary for joining ranks (not a failure).
+    leaving_to_grow: bool,
 }
 
 impl Carried {
@@ -933,6 +938,8 @@ impl Carried {
             resumed: None,
             keep_group: false,
             group: None,
+            grow: None,
+            leaving_to_grow: false,
         })
     }
 
@@ -978,6 +985,29 @@ impl Carried {
         self.communication_secs_before += communication_secs;
         profiles.iter_mut().for_each(|p| p.iteration += first);
         self.profiles_before.append(&mut profiles);
+    }
+}
+
+/// The iteration boundary of an elastic run that takes joining ranks: rank 0 looks (without
+/// waiting) whether ranks ask to join generation `next` and broadcasts its one-byte answer, so
+/// that every rank leaves its generation after the same iteration (`next`: the generation they
+/// would join; `iteration`: the one just completed). This broadcast is the only
+/// per-iteration cost of `--elastic` while nobody joins.
+fn grow_now(
+    probe: &mut GrowProbe,
+    (next, iteration): (u32, usize),
+    comm: &dyn Collective,
+) -> Result<bool> {
+    let asked = comm.rank() == 0 && probe.asked(next, iteration)?;
+    let mut byte = vec![u8::from(asked)];
+    comm.broadcast(&mut byte, 0)?;
+    match byte[..] {
+        [0] => Ok(false),
+        [1] => Ok(true),
+        _ => Err(Error::bad_peer_data(
+            0,
+            format!("its iteration boundary's join verdict was {byte:?}, not one byte 0 or 1"),
+        )),
     }
 }
 
@@ -1214,6 +1244,25 @@ fn solve_and_report(
         });
         if failed.is_some() {
             return ControlFlow::Break(());
+        }
+        if report.iteration < iterations
+            && let Some((probe, next)) = carried.grow.as_mut()
+        {
+            match grow_now(probe, (*next, report.iteration), timed.as_ref()) {
+                Ok(false) => {}
+                Ok(true) => {
+                    carried.leaving_to_grow = true;
+                    failed = Some(Error::Cancelled(format!(
+                        "generation left after iteration {} for joining rank(s)",
+                        report.iteration
+                    )));
+                    return ControlFlow::Break(());
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
         }
         iteration_now.store(report.iteration + 1, Ordering::Relaxed);
         if let Some(die) = die_at {

@@ -1044,3 +1044,139 @@ fn a_recovery_recorded_before_the_loss_times_still_reads() {
     let again = serde_json::to_value(&r).unwrap();
     assert!(again["since_loss_secs"].is_null(), "{again}");
 }
+
+/// Growing without a loss (`tessera join ADDR`, docs/ELASTIC.md, "Growing"): multiblur on 2
+/// elastic ranks; rank 0 waits at the boundary after a seeded iteration (`TESSERA_TEST_JOIN_AT`)
+/// until a rank asks to join; the test reads ADDR from the launcher's log and starts
+/// `tessera join ADDR`. The run finishes on 3 ranks, `metrics.json` records the growth (no lost
+/// rank, the joined slot), and every other output has the bytes of an uninterrupted 1-rank run.
+#[test]
+fn a_rank_that_joins_mid_run_takes_a_share_and_keeps_every_byte() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let k = seeded_iteration(37);
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_with(
+        &["run", "multiblur", "--out", "reference"],
+        &small(ITERATIONS),
+        None,
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut elastic = tessera()
+        .args(["run", "multiblur", "--ranks", "2", "--elastic", "--out"])
+        .arg("elastic")
+        .args(small(ITERATIONS))
+        .current_dir(dir.path())
+        .env("TESSERA_TEST_JOIN_AT", k.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, log) = mpsc::channel();
+    let stderr = elastic.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    let addr = loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("no join address in the launcher's log ({e}): {said:?}"));
+        said.push(line.clone());
+        if let Some((_, rest)) = line.split_once("add a rank with `tessera join ") {
+            break rest.trim_end_matches('`').to_string();
+        }
+    };
+    let join = run_with(&["join", &addr, "--timeout", "60"], &[], None, dir.path());
+    let joined_log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&join.stdout),
+        String::from_utf8_lossy(&join.stderr)
+    );
+    let status = elastic.wait().unwrap();
+    reader.join().unwrap();
+    said.extend(log.try_iter());
+    let said = said.join("\n");
+    assert!(status.success(), "{said}");
+    assert!(join.status.success(), "{joined_log}\n{said}");
+    // Two ranks plus at most two replacements are the launcher's slots: the joiner takes slot 4.
+    assert_said(
+        &said,
+        &[
+            "[launcher] rank 4 asks to join (tessera join)",
+            &format!(
+                "[launcher] generation 1: rank(s) [4] joined (tessera join), 3 rank(s) resume \
+                 after iteration {k}"
+            ),
+        ],
+    );
+    assert!(
+        joined_log.contains(&format!("joining the elastic run at {addr} as rank 4")),
+        "{joined_log}"
+    );
+    same_outputs(dir.path(), &format!("a rank joining after iteration {k}"));
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 3);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
+    let recoveries = metrics["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    let r = &recoveries[0];
+    assert_eq!(r["lost_slots"], serde_json::json!([]));
+    assert_eq!(r["members"], serde_json::json!([0, 1, 4]));
+    assert_eq!(r["joined"], serde_json::json!([4]));
+    assert_eq!(r["resumed_from"].as_u64().unwrap() as usize, k, "{r}");
+    assert!(r["failure"].as_str().unwrap().starts_with("none"), "{r}");
+    // The joiner took a share: operators and tiles over 3 ranks, its own among them.
+    let shares = r["assignment"]["operators"].as_array().unwrap();
+    assert_eq!(shares.len(), 3, "{r}");
+    assert!(!shares[2].as_array().unwrap().is_empty(), "{r}");
+    let sizes: Vec<u64> = metrics["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["world_size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [2, 3]);
+}
+
+/// `tessera join` to an address that is not an elastic run's: garbage, a closed port, a store
+/// without a run, a server that answers garbage. Each fails (no panic) within its timeout, with
+/// an error naming the address.
+#[test]
+fn joining_what_is_not_an_elastic_run_fails_naming_the_address() {
+    use std::io::Write;
+
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let store = tessera::dist::store::StoreServer::bind("127.0.0.1:0").unwrap();
+    let junk = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let junk_addr = junk.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for mut s in junk.incoming().map_while(|s| s.ok()) {
+            let _ = s.write_all(&[0xff; 64]);
+        }
+    });
+    let store_addr = store.addr().to_string();
+    for (addr, says) in [
+        ("not-an-address", "not-an-address"),
+        (closed.as_str(), "is rank 0 running"),
+        (store_addr.as_str(), "not the launcher of an elastic run"),
+        (junk_addr.as_str(), "joining the elastic run"),
+    ] {
+        let o = run_with(&["join", addr, "--timeout", "2"], &[], None, Path::new("."));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{addr}: {err}");
+        assert!(
+            err.contains(addr) && err.contains(says) && !err.contains("panicked"),
+            "{addr}: {err}"
+        );
+    }
+}

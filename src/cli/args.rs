@@ -151,6 +151,18 @@ pub(super) enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
+    /// Add a rank to a running elastic run (`tessera run PRESET --ranks N --elastic` prints
+    /// ADDR): it joins at the run's next iteration boundary as rank N of N+1, receives the run's
+    /// state from rank 0 and takes a share of the work until the run ends. It runs the run's own
+    /// command line in the launcher's working folder, so it must see the same preset and input
+    /// files there (same host: elastic runs use local sockets). Imaging runs only.
+    Join {
+        /// The launcher's store address, IP:PORT.
+        addr: String,
+        /// Seconds to reach ADDR and to be taken in by the launcher.
+        #[arg(long, default_value_t = 30, value_parser = number_in::<1, MAX_TIMEOUT_SECS>)]
+        timeout: usize,
+    },
     /// A TCP relay holding every byte for --delay in each direction: the link latency of
     /// scripts/netns-hosts.sh --delay where the kernel has no sch_netem (docs/DISTRIBUTED.md).
     #[command(hide = true)]

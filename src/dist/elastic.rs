@@ -37,6 +37,10 @@ pub const JOIN_ENV: &str = "TESSERA_ELASTIC_JOIN";
 /// names several processes, each at most once, so a run can lose a second rank, or a replacement,
 /// after a recovery.
 pub const DIE_AT_ENV: &str = "TESSERA_TEST_DIE_AT";
+/// Test hook: `k` makes rank 0 of an elastic run wait (up to a minute) at the boundary after
+/// iteration `k` until a rank asks to join, and look at no other boundary, so that a test's
+/// `tessera join` joins there.
+pub const JOIN_AT_ENV: &str = "TESSERA_TEST_JOIN_AT";
 
 /// How an elastic rank reaches the launcher and joins each new generation of its group.
 pub struct Elastic<'a> {
@@ -141,10 +145,18 @@ impl Recovery {
             ),
             false => format!("batch positions by rank {:?}", a.batch_positions),
         };
+        let what = match (self.lost_ranks.is_empty(), self.joined.is_empty()) {
+            // Grown without a loss (`tessera join`).
+            (true, false) => format!("rank(s) {:?} joined", self.joined),
+            _ => format!(
+                "lost rank(s) {:?} (slots {:?})",
+                self.lost_ranks, self.lost_slots
+            ),
+        };
         format!(
-            "generation {}: lost rank(s) {:?} (slots {:?}); {world} rank(s) resume after {unit} {}; \
-             this is rank {rank} of {world}; {shares}",
-            self.generation, self.lost_ranks, self.lost_slots, self.resumed_from
+            "generation {}: {what}; {world} rank(s) resume after {unit} {}; this is rank {rank} \
+             of {world}; {shares}",
+            self.generation, self.resumed_from
         )
     }
 }
@@ -169,8 +181,9 @@ impl Recoveries {
     }
 
     /// Records [`Recovery::new`] for this rank, which saw `failure` at `failed_at`, joined
-    /// generation `plan` and rewound to `resumed_from`; logged (`warn`) as
-    /// [`Recovery::describe`] says it for `(unit, rank)`.
+    /// generation `plan` and rewound to `resumed_from`; logged (`warn`; `info` for a group that
+    /// grew without a loss, whose `failure` says so) as [`Recovery::describe`] says it for
+    /// `(unit, rank)`.
     pub fn record(
         &mut self,
         plan: &Plan,
@@ -189,7 +202,17 @@ impl Recoveries {
         );
         let lost_at = plan.lost_at();
         recovery.lost_at_secs = lost_at.map(since_start);
-        tracing::warn!("{}", recovery.describe(unit, rank));
+        if plan.lost_slots.is_empty() {
+            // Grown without a loss: nothing failed, nothing to warn about.
+            recovery.failure = format!(
+                "none: the group left generation {} after {unit} {resumed_from} for the rank(s) \
+                 asking to join",
+                plan.generation.saturating_sub(1)
+            );
+            tracing::info!("{}", recovery.describe(unit, rank));
+        } else {
+            tracing::warn!("{}", recovery.describe(unit, rank));
+        }
         self.list.push(recovery);
         self.recovering_since = Some((failed_at, lost_at));
     }
@@ -248,6 +271,9 @@ pub struct Checkin {
     pub completed_iteration: usize,
     /// What this rank saw fail.
     pub failure: String,
+    /// This rank left a generation that did not fail, at an iteration boundary, so that ranks
+    /// asking to join (`tessera join ADDR`) can ([`Member::leave_to_grow`]).
+    pub grow: bool,
 }
 
 /// The next generation of an elastic group.
@@ -341,9 +367,127 @@ fn verdict_key(generation: u32) -> String {
     format!("elastic/{generation}/verdict")
 }
 
+/// Set by the launcher when ranks asked to join generation `generation` without a loss: its rank
+/// 0 sees it at an iteration boundary and the group leaves its generation there.
+fn grow_key(generation: u32) -> String {
+    format!("elastic/{generation}/grow")
+}
+
+/// What the launcher of a run that takes ranks joining later (`tessera join ADDR`) tells them.
+const RUN_KEY: &str = "elastic/run";
+/// The counter of join requests, shared by every `tessera join`: request `n` (from 0) takes slot
+/// [`JoinableRun::first_join_slot`] + n.
+const JOINS_KEY: &str = "elastic/joins";
+
+fn join_request_key(n: usize) -> String {
+    format!("elastic/join-request/{n}")
+}
+
+fn join_answer_key(slot: usize) -> String {
+    format!("elastic/join-answer/{slot}")
+}
+
+/// The run a joining rank runs: the launcher's record of its rank processes' command line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinableRun {
+    /// A rank process's arguments (this binary's, without `--ranks`); a joining host must see
+    /// the same preset and input paths, relative to `cwd` (as torchrun assumes).
+    pub args: Vec<String>,
+    /// The launcher's working folder.
+    pub cwd: String,
+    /// The ranks the run started with.
+    pub world: usize,
+    /// The first slot a joining rank takes: beyond every slot the launcher uses (its ranks and
+    /// at most as many `--respawn` replacements).
+    pub first_join_slot: usize,
+    /// Why the run takes no joining rank (`None`: it does): an inversion does not leave its
+    /// generation at an epoch boundary yet.
+    pub refuses: Option<String>,
+}
+
+/// The answer to a join request: the generation the joining rank is to join at the next iteration
+/// boundary, or why the run does not take it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JoinAnswer {
+    Generation(u32),
+    Refused(String),
+}
+
+/// A process that asked to join a running elastic run (`tessera join ADDR`): its slot, the
+/// generation it joins and the run's command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joining {
+    pub slot: usize,
+    pub generation: u32,
+    pub run: JoinableRun,
+}
+
+/// `tessera join ADDR`'s registration: reaches the launcher's store at `addr` (within `timeout`),
+/// reads the run's record, takes the next join slot and asks to join; waits (up to `timeout`) for
+/// the launcher to name the generation. Every failure names `addr`.
+pub fn request_join(addr: &str, timeout: Duration) -> Result<Joining> {
+    let named = |e: Error| match e {
+        Error::Timeout { what, secs } => Error::Timeout {
+            what: format!("{what} (joining the elastic run at {addr})"),
+            secs,
+        },
+        Error::BadPeerData { rank, what } => Error::BadPeerData {
+            rank,
+            what: format!("{what} (joining the elastic run at {addr})"),
+        },
+        other => Error::PeerFailed {
+            rank: 0,
+            reason: format!("joining the elastic run at {addr}: {other}"),
+        },
+    };
+    let mut client = StoreClient::connect(addr, timeout).map_err(named)?;
+    // The launcher writes its record before it starts a rank: no wait.
+    let advertised = client
+        .wait(&[RUN_KEY.to_string()], Duration::ZERO)
+        .map_err(named)?;
+    let run_bytes = match advertised.map(|()| client.get(RUN_KEY, timeout)) {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => return Err(named(e)),
+        Err(_) => {
+            return Err(Error::config(
+                "ADDR",
+                format!(
+                    "{addr} is a rendezvous store, but not the launcher of an elastic run that                      takes joining ranks (`tessera run PRESET --ranks N --elastic` prints the                      address to join)"
+                ),
+            ));
+        }
+    };
+    let run: JoinableRun = wire::decode_from(0, "elastic run record", &run_bytes).map_err(named)?;
+    if let Some(why) = &run.refuses {
+        return Err(Error::Unsupported(format!(
+            "the elastic run at {addr} takes no joining rank: {why}"
+        )));
+    }
+    let n = client.add(JOINS_KEY, 1).map_err(named)?;
+    let n = usize::try_from(n - 1)
+        .map_err(|_| named(Error::bad_peer_data(0, format!("join counter {n}"))))?;
+    let slot = run.first_join_slot + n;
+    client
+        .set(&join_request_key(n), &wire::encode(&slot)?)
+        .map_err(named)?;
+    let answer = client.get(&join_answer_key(slot), timeout).map_err(named)?;
+    match wire::decode_from(0, "join answer", &answer).map_err(named)? {
+        JoinAnswer::Generation(generation) => Ok(Joining {
+            slot,
+            generation,
+            run,
+        }),
+        JoinAnswer::Refused(why) => Err(Error::Unsupported(format!(
+            "the elastic run at {addr} refused rank {slot}: {why}"
+        ))),
+    }
+}
+
 /// A rank's side of the elastic rendezvous.
 pub struct Member {
     client: StoreClient,
+    /// The launcher's store.
+    addr: String,
     pub slot: usize,
     /// The generation this rank is in now.
     pub generation: u32,
@@ -370,6 +514,7 @@ impl Member {
         };
         Ok(Some(Member {
             client: StoreClient::connect(&addr, timeout)?,
+            addr,
             slot,
             generation: 0,
             verdict_timeout: timeout,
@@ -380,10 +525,47 @@ impl Member {
     /// Checks in for the next generation after this one failed, and waits for the launcher's plan.
     /// A stop comes back as [`Error::PeerLost`] naming a lost rank and the reason.
     pub fn rejoin(&mut self, completed_iteration: usize, failure: &Error) -> Result<Plan> {
+        self.check_in(completed_iteration, failure.to_string(), false)
+    }
+
+    /// Checks in for the next generation after this rank left the current one, which did not
+    /// fail, after iteration `completed_iteration` so that ranks asking to join can
+    /// ([`GrowProbe`]); waits for the launcher's plan, which has them in `joined`.
+    pub fn leave_to_grow(&mut self, completed_iteration: usize) -> Result<Plan> {
+        let why = format!(
+            "left generation {} after iteration {completed_iteration} for the rank(s) asking to \
+             join",
+            self.generation
+        );
+        self.check_in(completed_iteration, why, true)
+    }
+
+    /// The probe through which this generation's rank 0 learns, at each iteration boundary,
+    /// whether ranks ask to join (a connection of its own to the launcher's store).
+    pub fn grow_probe(&self) -> Result<GrowProbe> {
+        let wait_at = match std::env::var(JOIN_AT_ENV) {
+            Ok(k) => Some(k.parse().map_err(|_| {
+                Error::config(JOIN_AT_ENV, format!("`{k}` is not an iteration number"))
+            })?),
+            Err(_) => None,
+        };
+        Ok(GrowProbe {
+            client: StoreClient::connect(&self.addr, self.verdict_timeout)?,
+            wait_at,
+        })
+    }
+
+    fn check_in(
+        &mut self,
+        completed_iteration: usize,
+        failure: String,
+        grow: bool,
+    ) -> Result<Plan> {
         let next = self.generation + 1;
         let checkin = Checkin {
             completed_iteration,
-            failure: failure.to_string(),
+            failure,
+            grow,
         };
         self.client
             .set(&checkin_key(next, self.slot), &wire::encode(&checkin)?)?;
@@ -407,6 +589,27 @@ impl Member {
                 how: format!("is in a group that cannot go on: {reason}"),
             }),
         }
+    }
+}
+
+/// Rank 0's look, at an iteration boundary, for ranks asking to join the next generation.
+pub struct GrowProbe {
+    client: StoreClient,
+    /// The test hook [`JOIN_AT_ENV`].
+    wait_at: Option<usize>,
+}
+
+impl GrowProbe {
+    /// Whether the launcher set the grow flag of generation `next` by the boundary after
+    /// `iteration` (a look without waiting, but for the test hook's iteration).
+    pub fn asked(&mut self, next: u32, iteration: usize) -> Result<bool> {
+        let wait = match self.wait_at {
+            None => Duration::ZERO,
+            Some(k) if k == iteration => Duration::from_secs(60),
+            // The test hook's run grows at its iteration only.
+            Some(_) => return Ok(false),
+        };
+        Ok(self.client.wait(&[grow_key(next)], wait)?.is_ok())
     }
 }
 
@@ -526,6 +729,60 @@ impl Coordinator {
         self.generation + 1
     }
 
+    /// Publishes the run's record for `tessera join ADDR` (without it, a join is refused as
+    /// reaching a store that is not an elastic run's).
+    pub fn advertise(&mut self, run: &JoinableRun) -> Result<()> {
+        self.client.set(RUN_KEY, &wire::encode(run)?)
+    }
+
+    /// The join requests that arrived since the last call (from request `*seen` on), each
+    /// answered with the next generation, whose grow flag is set so that the group's rank 0
+    /// leaves its generation at the next iteration boundary; their slots, in order.
+    pub fn take_join_requests(&mut self, seen: &mut usize) -> Result<Vec<usize>> {
+        let mut slots = Vec::new();
+        loop {
+            let key = join_request_key(*seen);
+            if self
+                .client
+                .wait(std::slice::from_ref(&key), Duration::ZERO)?
+                .is_err()
+            {
+                break;
+            }
+            let bytes = self.client.get(&key, Duration::from_secs(1))?;
+            *seen += 1;
+            // A joiner's bytes: a malformed request is left unanswered (that joiner times out),
+            // never the run's failure.
+            let slot: usize = match wire::decode_from(*seen - 1, "join request", &bytes) {
+                Ok(slot) => slot,
+                Err(e) => {
+                    tracing::warn!("ignoring join request {}: {e}", *seen - 1);
+                    continue;
+                }
+            };
+            let next = self.next_generation();
+            self.client.set(
+                &join_answer_key(slot),
+                &wire::encode(&JoinAnswer::Generation(next))?,
+            )?;
+            self.client.set(&grow_key(next), &[1])?;
+            slots.push(slot);
+        }
+        Ok(slots)
+    }
+
+    /// Ends the wait of ranks that asked to join generation `next_generation()` when no such
+    /// generation will form (the run completed first): they stop with `reason`.
+    pub fn refuse_joiners(&mut self, reason: &str) -> Result<()> {
+        let verdict = Verdict::Stop {
+            reason: reason.to_string(),
+        };
+        self.client.set(
+            &verdict_key(self.next_generation()),
+            &wire::encode(&verdict)?,
+        )
+    }
+
     /// Decides the next generation from the survivors' check-ins (every live member's) and the
     /// replacements that asked to join, and publishes it; `master_port` is the new group's store
     /// port, `since_loss` how long ago the launcher saw the loss.
@@ -561,7 +818,8 @@ impl Coordinator {
 /// the replacements that asked to join (pure, for tests). Joiners hold no iteration: the resume
 /// iteration is the survivors' minimum, and they follow the survivors (whose ranks stay in their
 /// old order) in slot order. A generation needs a survivor (only survivors hold the state) and
-/// `min_ranks` members, joiners included.
+/// `min_ranks` members, joiners included. Without a loss it forms only to grow: every member
+/// checked in with [`Checkin::grow`] and a rank asked to join (`tessera join`).
 pub fn decide(
     generation: u32,
     members: &[usize],
@@ -584,10 +842,15 @@ pub fn decide(
         .partition(|(_, slot)| survivors.contains_key(slot));
     let lost_ranks: Vec<usize> = lost.iter().map(|&(r, _)| r).collect();
     let lost_slots: Vec<usize> = lost.iter().map(|&(_, s)| s).collect();
-    if lost.is_empty() {
+    // Growing: every member left its generation at the same iteration boundary for the ranks
+    // asking to join; a group that failed without a loss (one real failure among the check-ins)
+    // would fail again, so it stops, joiners or not.
+    let growing = !joined.is_empty() && survivors.values().all(|c| c.grow);
+    if lost.is_empty() && !growing {
         let failure = survivors
             .values()
-            .next()
+            .find(|c| !c.grow)
+            .or_else(|| survivors.values().next())
             .map(|c| c.failure.clone())
             .unwrap_or_default();
         return Verdict::Stop {
@@ -783,6 +1046,7 @@ mod tests {
         Checkin {
             completed_iteration: k,
             failure: "rank 2 closed its connection".into(),
+            grow: false,
         }
     }
 
@@ -882,11 +1146,154 @@ mod tests {
         ));
     }
 
+    fn leaving_to_grow(k: usize) -> Checkin {
+        Checkin {
+            completed_iteration: k,
+            failure: "left for the rank(s) asking to join".into(),
+            grow: true,
+        }
+    }
+
+    #[test]
+    fn a_group_grows_without_a_loss_only_when_every_member_left_to_grow() {
+        let all = BTreeMap::from([(0, leaving_to_grow(3)), (1, leaving_to_grow(3))]);
+        let Verdict::Continue(plan) = decide(1, &[0, 1], (&all, &[4]), 1, 1) else {
+            panic!("expected a plan");
+        };
+        assert_eq!(plan.members, vec![0, 1, 4]);
+        assert_eq!(plan.joined, vec![4]);
+        assert!(plan.lost_ranks.is_empty() && plan.lost_slots.is_empty());
+        assert_eq!((plan.resume_from, plan.joiner_ranks()), (3, vec![2]));
+        let r = Recovery::new(&plan, 0.5, &Error::Cancelled("grow".into()), 3, {
+            Assignment::over(3, 8, None)
+        });
+        assert!(
+            r.describe(WorkUnit::Iteration, 0).starts_with(
+                "generation 1: rank(s) [4] joined; 3 rank(s) resume after iteration 3"
+            ),
+            "{}",
+            r.describe(WorkUnit::Iteration, 0)
+        );
+        // Leaving to grow without anyone to take in: a stop, not an empty growth.
+        assert!(matches!(
+            decide(1, &[0, 1], (&all, &[]), 1, 1),
+            Verdict::Stop { reason } if reason.contains("without losing")
+        ));
+        // One real failure among the check-ins: the group failed, and stops, joiners or not.
+        let mixed = BTreeMap::from([(0, leaving_to_grow(3)), (1, checkin(3))]);
+        assert!(matches!(
+            decide(1, &[0, 1], (&mixed, &[4]), 1, 1),
+            Verdict::Stop { reason } if reason.contains("rank 2 closed its connection")
+        ));
+        // A member lost while the others left to grow: a loss as any other, the joiner taken in.
+        let one = BTreeMap::from([(0, leaving_to_grow(3))]);
+        let Verdict::Continue(plan) = decide(1, &[0, 1], (&one, &[4]), 1, 1) else {
+            panic!("expected a plan");
+        };
+        assert_eq!((plan.members, plan.lost_slots), (vec![0, 4], vec![1]));
+    }
+
+    #[test]
+    fn a_joining_rank_is_asked_in_at_the_next_boundary_and_joins_the_grown_plan() {
+        let mut coordinator = Coordinator::start(2, 1).unwrap();
+        let addr = coordinator.addr();
+        let timeout = Duration::from_secs(5);
+        // Before the launcher's record, the store is not one a rank can join.
+        let err = request_join(&addr, timeout).unwrap_err().to_string();
+        assert!(
+            err.contains(&addr) && err.contains("not the launcher"),
+            "{err}"
+        );
+        let run = JoinableRun {
+            args: vec!["run".into(), "multiblur".into()],
+            cwd: "/".into(),
+            world: 2,
+            first_join_slot: 4,
+            refuses: None,
+        };
+        coordinator.advertise(&run).unwrap();
+        let member = |slot| Member {
+            client: StoreClient::connect(&addr, timeout).unwrap(),
+            addr: addr.clone(),
+            slot,
+            generation: 0,
+            verdict_timeout: timeout,
+            replaces_into: None,
+        };
+        let (mut rank0, mut rank1) = (member(0), member(1));
+        let mut probe = rank0.grow_probe().unwrap();
+        let mut seen = 0;
+        assert!(
+            coordinator
+                .take_join_requests(&mut seen)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(!probe.asked(1, 1).unwrap());
+        let (plans, joined) = std::thread::scope(|s| {
+            let joiner = s.spawn(|| {
+                let joining = request_join(&addr, timeout)?;
+                let mut m = member(joining.slot);
+                assert_eq!(joining.run, run);
+                m.join_as_replacement(joining.generation)
+            });
+            let slots = loop {
+                let slots = coordinator.take_join_requests(&mut seen).unwrap();
+                if !slots.is_empty() {
+                    break slots;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            assert_eq!((slots, seen), (vec![4], 1));
+            // Rank 0 sees the request at its next boundary; both ranks leave after iteration 2.
+            assert!(probe.asked(1, 2).unwrap());
+            let a = s.spawn(|| rank0.leave_to_grow(2));
+            let b = s.spawn(|| rank1.leave_to_grow(2));
+            let (survivors, joiners) = loop {
+                let found = coordinator.checked_in(&[0, 1]).unwrap();
+                let joiners = coordinator.joining(&[4]).unwrap();
+                if found.len() == 2 && joiners.len() == 1 {
+                    break (found, joiners);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            coordinator
+                .publish(&survivors, &joiners, 4321, Duration::ZERO)
+                .unwrap();
+            let plans = [a.join().unwrap().unwrap(), b.join().unwrap().unwrap()];
+            (plans, joiner.join().unwrap().unwrap())
+        });
+        for plan in plans.iter().chain([&joined]) {
+            assert_eq!(plan.members, vec![0, 1, 4]);
+            assert_eq!((plan.joined.clone(), plan.resume_from), (vec![4], 2));
+        }
+        assert_eq!(coordinator.members(), &[0, 1, 4]);
+        // A second joiner after the run completed: refused by name, not left waiting.
+        std::thread::scope(|s| {
+            let late = s.spawn(|| -> Result<Plan> {
+                let joining = request_join(&addr, timeout)?;
+                assert_eq!(joining.slot, 5);
+                member(joining.slot).join_as_replacement(joining.generation)
+            });
+            while coordinator
+                .take_join_requests(&mut seen)
+                .unwrap()
+                .is_empty()
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            coordinator.refuse_joiners("the run completed").unwrap();
+            let err = late.join().unwrap().unwrap_err().to_string();
+            assert!(err.contains("the run completed"), "{err}");
+        });
+    }
+
     #[test]
     fn a_replacement_joins_the_plan_the_survivors_receive() {
         let mut coordinator = Coordinator::start(2, 1).unwrap();
         let member = |slot| Member {
             client: StoreClient::connect(&coordinator.addr(), Duration::from_secs(5)).unwrap(),
+            addr: coordinator.addr(),
             slot,
             generation: 0,
             verdict_timeout: Duration::from_secs(5),
@@ -1054,6 +1461,7 @@ mod tests {
         let mut members: Vec<Member> = (0..3)
             .map(|slot| Member {
                 client: StoreClient::connect(&coordinator.addr(), Duration::from_secs(5)).unwrap(),
+                addr: coordinator.addr(),
                 slot,
                 generation: 0,
                 verdict_timeout: Duration::from_secs(5),

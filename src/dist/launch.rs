@@ -79,7 +79,19 @@ fn launch_with(world: usize, args: &[OsString], elastic: Option<ElasticOptions>)
         .map_err(|e| Error::io("finding this executable", "current_exe", e))?;
     let port = free_port()?;
     let coordinator = match elastic {
-        Some(options) => Some(Coordinator::start(world, options.min_ranks)?),
+        Some(options) => {
+            let mut coordinator = Coordinator::start(world, options.min_ranks)?;
+            let run = joinable_run(world, args, &options)?;
+            coordinator.advertise(&run)?;
+            if run.refuses.is_none() {
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "[launcher] elastic run: add a rank with `tessera join {}`",
+                    coordinator.addr()
+                );
+            }
+            Some(coordinator)
+        }
         None => None,
     };
     let mut children: Vec<Child> = Vec::with_capacity(world);
@@ -154,6 +166,39 @@ fn launch_with(world: usize, args: &[OsString], elastic: Option<ElasticOptions>)
         let _ = p.join();
     }
     result
+}
+
+/// The record `tessera join ADDR` reads: the rank processes' command line, and why the run takes
+/// no joining rank, if it does not.
+fn joinable_run(
+    world: usize,
+    args: &[OsString],
+    options: &ElasticOptions,
+) -> Result<elastic::JoinableRun> {
+    let cwd =
+        std::env::current_dir().map_err(|e| Error::io("reading the working folder", ".", e))?;
+    let texts: Vec<Option<String>> = args.iter().map(|a| a.clone().into_string().ok()).collect();
+    let refuses = if let Some(why) = options.slot0_essential {
+        Some(format!("rank 0 is essential to it ({why})"))
+    } else if options.unit == WorkUnit::Epoch {
+        Some(
+            "an inversion does not leave its generation at an epoch boundary yet \
+             (docs/ELASTIC.md, \"Growing\")"
+                .to_string(),
+        )
+    } else if texts.iter().any(Option::is_none) || cwd.to_str().is_none() {
+        Some("its command line or working folder is not UTF-8".to_string())
+    } else {
+        None
+    };
+    Ok(elastic::JoinableRun {
+        args: texts.into_iter().flatten().collect(),
+        cwd: cwd.to_string_lossy().into_owned(),
+        world,
+        // The launcher's own slots: its ranks, then at most `world` replacements.
+        first_join_slot: 2 * world,
+        refuses,
+    })
 }
 
 /// Makes the child that `cmd` starts receive SIGKILL when the thread that starts it ends
@@ -273,6 +318,10 @@ fn supervise_elastic(
     let mut place: Vec<usize> = (0..world).collect();
     // Since when the survivors of a loss (or of a failed collective) are checking in.
     let mut recovering_since: Option<Instant> = None;
+    // Ranks that joined with `tessera join` are not this launcher's children: it cannot reap or
+    // kill them; one that does not check in when it should is counted as lost here.
+    let mut joins_seen = 0;
+    let mut joiners_gone: Vec<usize> = Vec::new();
     loop {
         for slot in 0..children.len() {
             if exited[slot] {
@@ -341,14 +390,33 @@ fn supervise_elastic(
                 }
             }
         }
+        for slot in coordinator.take_join_requests(&mut joins_seen)? {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "[launcher] rank {slot} asks to join (tessera join): it joins generation {} at \
+                 the next {} boundary",
+                coordinator.next_generation(),
+                options.unit
+            );
+            pending.push(slot);
+        }
         if exited.iter().all(|&e| e) && recovering_since.is_none() {
+            if pending.iter().any(|&s| s >= children.len()) {
+                let _ = coordinator.refuse_joiners(&format!(
+                    "the run completed before its next {} boundary",
+                    options.unit
+                ));
+                // The joiners read the refusal from this store before it closes.
+                std::thread::sleep(Duration::from_millis(300));
+            }
             return Ok(());
         }
+        let gone = |s: usize| exited.get(s).copied().unwrap_or(joiners_gone.contains(&s));
         let live: Vec<usize> = coordinator
             .members()
             .iter()
             .copied()
-            .filter(|&s| !exited[s])
+            .filter(|&s| !gone(s))
             .collect();
         let survivors = coordinator.checked_in(&live)?;
         if recovering_since.is_none() && !survivors.is_empty() {
@@ -356,7 +424,8 @@ fn supervise_elastic(
         }
         if let Some(since) = recovering_since {
             let late = since.elapsed() > options.checkin_timeout;
-            if live.is_empty() && coordinator.members().first().is_some_and(|&s| done[s]) {
+            let rank0_done = |s: &usize| done.get(*s).copied().unwrap_or(false);
+            if live.is_empty() && coordinator.members().first().is_some_and(rank0_done) {
                 // The group's rank 0 finished (its outputs are in place) before the loss.
                 let _ = writeln!(
                     std::io::stderr().lock(),
@@ -367,23 +436,41 @@ fn supervise_elastic(
             }
             let joiners = coordinator.joining(&pending)?;
             if (survivors.len() == live.len() && joiners.len() == pending.len()) || late {
+                let secs = options.checkin_timeout.as_secs_f64();
                 for &slot in live.iter().filter(|s| !survivors.contains_key(s)) {
+                    if slot >= children.len() {
+                        let _ = writeln!(
+                            std::io::stderr().lock(),
+                            "[launcher] rank {slot} (joined with tessera join) did not check in \
+                             within {secs:.0} s: counted as lost (it is not this launcher's \
+                             process to kill)"
+                        );
+                        joiners_gone.push(slot);
+                        continue;
+                    }
                     let _ = writeln!(
                         std::io::stderr().lock(),
-                        "[launcher] rank {slot} did not check in within {:.0} s: killed and \
-                         counted as lost",
-                        options.checkin_timeout.as_secs_f64()
+                        "[launcher] rank {slot} did not check in within {secs:.0} s: killed and \
+                         counted as lost"
                     );
                     let _ = children[slot].kill();
                     let _ = children[slot].wait();
                     exited[slot] = true;
                 }
                 for &slot in pending.iter().filter(|s| !joiners.contains(s)) {
+                    if slot >= children.len() {
+                        let _ = writeln!(
+                            std::io::stderr().lock(),
+                            "[launcher] rank {slot} (tessera join) did not ask to join within \
+                             {secs:.0} s: left out"
+                        );
+                        joiners_gone.push(slot);
+                        continue;
+                    }
                     let _ = writeln!(
                         std::io::stderr().lock(),
-                        "[launcher] replacement rank {slot} did not ask to join within {:.0} s: \
-                         killed",
-                        options.checkin_timeout.as_secs_f64()
+                        "[launcher] replacement rank {slot} did not ask to join within \
+                         {secs:.0} s: killed"
                     );
                     let _ = children[slot].kill();
                     let _ = children[slot].wait();
@@ -392,16 +479,18 @@ fn supervise_elastic(
                 pending.clear();
                 match coordinator.publish(&survivors, &joiners, free_port()?, since.elapsed())? {
                     Verdict::Continue(plan) => {
-                        let joined = match plan.joined.is_empty() {
-                            true => String::new(),
-                            false => format!(", replacement(s) {:?} joined", plan.joined),
+                        let what = match (plan.lost_slots.is_empty(), plan.joined.is_empty()) {
+                            (true, _) => format!("rank(s) {:?} joined (tessera join)", plan.joined),
+                            (false, true) => format!("rank(s) {:?} lost", plan.lost_slots),
+                            (false, false) => format!(
+                                "rank(s) {:?} lost, replacement(s) {:?} joined",
+                                plan.lost_slots, plan.joined
+                            ),
                         };
                         let _ = writeln!(
                             std::io::stderr().lock(),
-                            "[launcher] generation {}: rank(s) {:?} lost{joined}, {} rank(s) \
-                             resume after {} {}",
+                            "[launcher] generation {}: {what}, {} rank(s) resume after {} {}",
                             plan.generation,
-                            plan.lost_slots,
                             plan.members.len(),
                             options.unit,
                             plan.resume_from

@@ -188,6 +188,10 @@ fn elastic_loop(
     let prepared = preset.validate().and_then(|()| {
         let mut carried = Carried::new(out, comm.rank(), true)?;
         carried.die_at = launched_die_hook(member.slot)?;
+        if keep.is_none() {
+            // A run of its own takes joining ranks (`tessera join`); a served job does not.
+            carried.grow = Some((member.grow_probe()?, member.generation + 1));
+        }
         if let Some(mut plan) = checkpoints {
             // A replacement takes the state its new rank 0 hands over, not the file's.
             plan.resume &= joined.is_none();
@@ -210,6 +214,9 @@ fn elastic_loop(
     let mut handing_over = joined;
     loop {
         let (world_size, first) = (comm.world_size(), carried.history.len());
+        if let Some((_, next)) = carried.grow.as_mut() {
+            *next = member.generation + 1;
+        }
         let handed = match handing_over.take() {
             Some(plan) => hand_over(&*comm, preset, out, &plan, &mut carried),
             None => Ok(()),
@@ -218,8 +225,9 @@ fn elastic_loop(
             Ok(()) => run_generation(preset, out, comm, inline, on_event, &mut carried),
             Err(e) => Err(e),
         };
+        let growing = std::mem::take(&mut carried.leaving_to_grow);
         let failure = match generation {
-            Err(e) if is_loss(&e) => e,
+            Err(e) if growing || is_loss(&e) => e,
             done => {
                 if let Some(keep) = keep.as_deref_mut() {
                     *keep = carried.group.take();
@@ -233,12 +241,23 @@ fn elastic_loop(
         }
         let failed_at = Instant::now();
         let completed = carried.history.len();
-        tracing::warn!(
-            "generation {} failed after iteration {completed}: {failure}; checking in with the \
-             launcher",
-            member.generation
-        );
-        let plan = match member.rejoin(completed, &failure) {
+        match growing {
+            true => tracing::info!(
+                "generation {} ends after iteration {completed}: rank(s) ask to join; checking \
+                 in with the launcher",
+                member.generation
+            ),
+            false => tracing::warn!(
+                "generation {} failed after iteration {completed}: {failure}; checking in with \
+                 the launcher",
+                member.generation
+            ),
+        }
+        let rejoined = match growing {
+            true => member.leave_to_grow(completed),
+            false => member.rejoin(completed, &failure),
+        };
+        let plan = match rejoined {
             Ok(plan) => plan,
             Err(stop) => {
                 checkpoint_at_stop(preset, &carried);
