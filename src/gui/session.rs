@@ -487,16 +487,17 @@ impl Session {
                 let (lost, joined) = self
                     .ranks
                     .regroup(&lost_ranks, &previous_ranks, resumed_from);
-                let joined = match joined.is_empty() {
-                    true => String::new(),
-                    false => format!(", rank(s) {joined:?} joined"),
+                // A group grows without a loss (`tessera join`) as well as it shrinks.
+                let what = match (lost.is_empty(), joined.is_empty()) {
+                    (false, true) => format!("lost rank(s) {lost:?}"),
+                    (false, false) => format!("lost rank(s) {lost:?}, rank(s) {joined:?} joined"),
+                    (true, _) => format!("grew: rank(s) {joined:?} joined"),
                 };
                 self.log(
                     LogLevel::Warn,
                     format!(
-                        "job {job} lost rank(s) {lost:?}{joined}: {} rank(s) go on after \
-                         iteration {resumed_from} (generation {generation}; ranks keep the \
-                         numbers they started with)",
+                        "job {job} {what}: {} rank(s) go on after iteration {resumed_from} \
+                         (generation {generation}; ranks keep the numbers they started with)",
                         previous_ranks.len()
                     ),
                 );
