@@ -469,8 +469,8 @@ impl Outside {
     fn resume_command(&self, dir: &Path) -> String {
         let n = self.world;
         let launcher = match self.source {
-            RankSource::Torchrun => format!("torchrun --nproc-per-node {n}"),
-            RankSource::Slurm => format!("srun -n {n}"),
+            RankSource::Torchrun => format!("torchrun --nproc-per-node {n} --no-python"),
+            RankSource::Slurm => format!("srun --ntasks {n}"),
             RankSource::Pmi => format!("mpiexec -n {n}"),
             _ => format!("mpirun -np {n}"),
         };
