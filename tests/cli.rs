@@ -1044,7 +1044,7 @@ fn a_checkpointed_rank_stopped_by_its_launcher_says_how_to_continue() {
     let args = small_multiblur(100_000);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let elastic = [&args[..], &["--elastic", "--out", "o"]].concat();
-    let mut child = under_mpirun(&elastic, None, cwd)
+    let child = under_mpirun(&elastic, None, cwd)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
