@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Tests the `mpi` feature: builds tessera with Open MPI and checks that the same preset gives
 # byte-identical reconstructions on 1 process and under `mpirun -np 2` and `-np 3`, with the MPI
-# transport and with the default socket transport launched by mpirun. Loopback only.
+# transport and with the default socket transport launched by mpirun; that a stopped rank is named;
+# and that an elastic run under mpirun stops with a checkpoint that `--resume` finishes. Loopback
+# only.
 # Needs: libopenmpi-dev openmpi-bin libclang-dev (.ci/run installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +79,83 @@ fi
 [ -n "$rank1" ] && kill -KILL "$rank1" 2>/dev/null || true
 kill -KILL "$mpirun_pid" 2>/dev/null || true
 wait "$mpirun_pid" 2>/dev/null || true
+
+
+# Elastic under mpirun (docs/ELASTIC.md, "Under mpirun, srun or torchrun"): the group cannot shrink
+# (no ULFM), so a lost rank stops the run; rank 0 keeps a checkpoint every iteration, the job ends
+# within seconds (our heartbeats name the rank, mpirun stops the rest) and the log says which rank
+# was lost and the command that continues the run, which then finishes with the bytes of an
+# uninterrupted run, on 1 process and under mpirun -np 2.
+iterations=6
+seed=${TESSERA_TEST_SEED:-$RANDOM}
+die_at=$((2 + seed % (iterations - 2)))   # 2..=iterations-1: at least one checkpoint after 0
+echo "elastic under mpirun: seed $seed, rank 1 dies at the start of iteration $die_at"
+el_args=(run multiblur --quiet --set 'image.size=[64,96]' --set "algorithm.iterations=$iterations"
+         --set tiling.patch_size=32 --set tiling.overlap=8 --set distributed.checkpoint_every=1)
+"$bin" "${el_args[@]}" --out "$work/el-one"
+ck="$work/el.checkpoint"
+started=$(date +%s)
+set +e
+TESSERA_TEST_DIE_AT="1:$die_at" timeout 120 \
+  mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 3 \
+  "$bin" "${el_args[@]}" --backend mpi --elastic --out "$work/el" >"$work/el.log" 2>&1
+status=$?
+set -e
+took=$(( $(date +%s) - started ))
+held=$(grep -o "(after iteration [0-9]*)" "$work/el.log" | head -1 | tr -dc 0-9)
+if [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && [ ! -e "$work/el" ] \
+   && grep -q "MPI communicators cannot shrink without ULFM, so a lost rank stops this run" "$work/el.log" \
+   && grep -q "rank 1 closed its heartbeat link without leaving the group" "$work/el.log" \
+   && grep -q "the run stopped: rank 1 was lost" "$work/el.log" \
+   && grep -qxF "  mpirun -np 3 tessera run --resume $ck --backend mpi --elastic" "$work/el.log" \
+   && [ -n "$held" ] && [ "$held" -ge $((die_at - 2)) ] && [ "$held" -le $((die_at - 1)) ] \
+   && [ -f "$ck/checkpoint.tessera" ]; then
+  echo "ok: mpirun -np 3 --backend mpi --elastic: rank 1 lost in iteration $die_at stops the run in ${took} s, named, with its checkpoint (after iteration $held) and the resume command"
+  passed=$((passed + 1))
+else
+  echo "FAILED: mpirun -np 3 --backend mpi --elastic with rank 1 lost in iteration $die_at (status $status, ${took} s, checkpoint after '${held}'):"
+  cat "$work/el.log"
+  failed=$((failed + 1))
+fi
+# Every output but metrics.json (which records the resume) has the uninterrupted run's bytes.
+same_outputs() {
+  local f
+  [ -d "$1" ] || return 1
+  for f in "$work/el-one"/*; do
+    [ "$(basename "$f")" = metrics.json ] && continue
+    cmp -s "$f" "$1/$(basename "$f")" || return 1
+  done
+  [ "$(ls "$work/el-one" | wc -l)" -eq "$(ls "$1" | wc -l)" ]
+}
+if [ -f "$ck/checkpoint.tessera" ]; then
+  cp -a "$ck" "$work/el-copy"
+  if "$bin" run --resume "$ck" --quiet 2>"$work/resume1.log" && same_outputs "$work/el" \
+     && grep -q "\"after\": $held" "$work/el/metrics.json" && [ ! -e "$ck" ]; then
+    echo "ok: mpirun … --elastic stopped, then tessera run --resume DIR (1 process) == uninterrupted run"
+    passed=$((passed + 1))
+  else
+    echo "FAILED: mpirun … --elastic stopped, then tessera run --resume DIR (1 process) differs (or failed):"
+    cat "$work/resume1.log"
+    failed=$((failed + 1))
+  fi
+  rm -rf "$work/el"
+  mv "$work/el-copy" "$ck"
+  if mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 2 \
+       "$bin" run --resume "$ck" --quiet --backend mpi --elastic 2>"$work/resume2.log" \
+     && same_outputs "$work/el" && grep -q '"world_size": 2' "$work/el/metrics.json"; then
+    echo "ok: mpirun -np 2 tessera run --resume DIR --backend mpi --elastic == uninterrupted run"
+    passed=$((passed + 1))
+  else
+    echo "FAILED: mpirun -np 2 tessera run --resume DIR --backend mpi --elastic differs (or failed):"
+    cat "$work/resume2.log"
+    failed=$((failed + 1))
+  fi
+else
+  for how in "tessera run --resume DIR (1 process)" "mpirun -np 2 tessera run --resume DIR"; do
+    echo "FAILED: mpirun … --elastic stopped, then $how: no checkpoint to resume in $ck"
+    failed=$((failed + 1))
+  done
+fi
 
 echo "mpi: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -935,3 +935,174 @@ fn training_on_a_gpu_is_refused_naming_what_is_missing() {
         assert!(e.contains("--device") && e.contains("cuda:N"), "{e}");
     }
 }
+
+/// `tessera ARGS` in `cwd` as rank 0 of a one-rank group that mpirun started (its environment
+/// only: a group of one needs no peer), with the test hook `die_at`.
+fn under_mpirun(args: &[&str], die_at: Option<&str>, cwd: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    c.args(args).current_dir(cwd);
+    for (k, v) in [
+        ("OMPI_COMM_WORLD_RANK", "0"),
+        ("OMPI_COMM_WORLD_SIZE", "1"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
+    ] {
+        c.env(k, v);
+    }
+    for k in [
+        "RANK",
+        "WORLD_SIZE",
+        "TESSERA_LAUNCHED",
+        "TESSERA_TEST_DIE_AT",
+    ] {
+        c.env_remove(k);
+    }
+    if let Some(d) = die_at {
+        c.env("TESSERA_TEST_DIE_AT", d);
+    }
+    c
+}
+
+/// multiblur at a test's size, `iterations` long, a checkpoint after every iteration.
+fn small_multiblur(iterations: usize) -> Vec<String> {
+    [
+        "run",
+        "multiblur",
+        "--quiet",
+        "--set",
+        "image.size=[64,96]",
+        "--set",
+        &format!("algorithm.iterations={iterations}"),
+        "--set",
+        "tiling.patch_size=32",
+        "--set",
+        "tiling.overlap=8",
+        "--set",
+        "distributed.checkpoint_every=1",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Every file of run folder `a` but `metrics.json` has the bytes of `b`'s, and they hold the same
+/// files.
+fn same_outputs_but_metrics(a: &Path, b: &Path) {
+    let names = |d: &Path| {
+        let mut n: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(a), names(b));
+    for name in names(a).into_iter().filter(|n| n != "metrics.json") {
+        let same = std::fs::read(a.join(&name)).unwrap() == std::fs::read(b.join(&name)).unwrap();
+        assert!(same, "{name:?} differs");
+    }
+}
+
+/// Under mpirun (srun, torchrun) `--elastic` is no longer refused: the run keeps a checkpoint, says
+/// once why a lost rank stops it and where the checkpoint goes, and `--resume` finishes a run that
+/// was killed with the bytes of an uninterrupted one.
+#[test]
+fn elastic_under_mpirun_keeps_a_checkpoint_that_resume_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    let args = small_multiblur(4);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = tessera(&[&args[..], &["--out", "one"]].concat(), cwd);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let elastic = [&args[..], &["--elastic", "--out", "o"]].concat();
+    let o = under_mpirun(&elastic, Some("0:3"), cwd).output().unwrap();
+    let e = stderr(&o);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(9), "killed by the hook: {e}");
+    assert!(
+        e.contains(
+            "elastic under mpirun: a group that mpirun started cannot be re-formed (only \
+             tessera's own launcher, --ranks N, re-forms one), so a lost rank stops this run; \
+             rank 0 keeps a checkpoint every 1 iteration(s) in o.checkpoint"
+        ),
+        "{e}"
+    );
+    assert!(!cwd.join("o").exists());
+    let o = tessera(&["run", "--resume", "o.checkpoint", "--quiet"], cwd);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("resuming after iteration 2"), "{e}");
+    same_outputs_but_metrics(&cwd.join("one"), &cwd.join("o"));
+    assert!(!cwd.join("o.checkpoint").exists());
+}
+
+/// A rank of a checkpointed run that its launcher stops (SIGTERM) says where the checkpoint is and
+/// the command that continues the run under the same launcher.
+#[test]
+fn a_checkpointed_rank_stopped_by_its_launcher_says_how_to_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    let args = small_multiblur(100_000);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let elastic = [&args[..], &["--elastic", "--out", "o"]].concat();
+    let child = under_mpirun(&elastic, None, cwd)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let checkpoint = cwd.join("o.checkpoint/checkpoint.tessera");
+    for _ in 0..1200 {
+        if checkpoint.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(checkpoint.exists(), "no checkpoint appeared");
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let o = child.wait_with_output().unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM), "{e}");
+    assert!(
+        e.contains("the run stopped: mpirun stopped rank 0 (SIGTERM"),
+        "{e}"
+    );
+    assert!(
+        e.contains("continue it with:\n  mpirun -np 1 tessera run --resume o.checkpoint --elastic"),
+        "{e}"
+    );
+    assert!(e.contains("(after iteration "), "{e}");
+}
+
+/// What `--elastic` still refuses, by name: no launcher at all, `--ranks N` on MPI, `--respawn` or
+/// NCCL under mpirun, and `tessera serve --elastic` under mpirun.
+#[test]
+fn elastic_without_a_launcher_or_what_mpirun_cannot_do_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    let args = small_multiblur(2);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let e = fails_cleanly(&tessera(&[&args[..], &["--elastic"]].concat(), cwd));
+    assert!(
+        e.contains("needs --ranks N") && e.contains("or ranks started by mpirun"),
+        "{e}"
+    );
+    let mpi = [
+        &args[..],
+        &["--elastic", "--ranks", "2", "--backend", "mpi"],
+    ]
+    .concat();
+    let e = fails_cleanly(&tessera(&mpi, cwd));
+    assert!(
+        e.contains("cannot shrink without ULFM") && e.contains("keeps a checkpoint instead"),
+        "{e}"
+    );
+    let respawn = [&args[..], &["--elastic", "--respawn"]].concat();
+    let e = fails_cleanly(&under_mpirun(&respawn, None, cwd).output().unwrap());
+    assert!(e.contains("--respawn needs tessera's own launcher"), "{e}");
+    let nccl = [&args[..], &["--elastic", "--backend", "nccl"]].concat();
+    let e = fails_cleanly(&under_mpirun(&nccl, None, cwd).output().unwrap());
+    assert!(e.contains("--elastic with --backend nccl"), "{e}");
+    let serve = ["serve", "--elastic", "--socket", "s.sock"];
+    let e = fails_cleanly(&under_mpirun(&serve, None, cwd).output().unwrap());
+    assert!(e.contains("tessera serve --elastic needs --ranks N"), "{e}");
+    assert!(!cwd.join("o.checkpoint").exists());
+}

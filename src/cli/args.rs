@@ -60,7 +60,9 @@ pub(super) enum Command {
         quiet: bool,
         /// With --ranks N: survive lost ranks; the others re-form the group and go on from the
         /// last iteration they all completed, with the same result (also `[distributed] elastic`;
-        /// `distributed.min_ranks` is the fewest ranks to go on with). See docs/ELASTIC.md.
+        /// `distributed.min_ranks` is the fewest ranks to go on with). Under mpirun, srun or
+        /// torchrun: keep a checkpoint instead (a lost rank stops the run, which then continues
+        /// with --resume). See docs/ELASTIC.md.
         #[arg(long, conflicts_with = "attach")]
         elastic: bool,
         /// With --ranks N --elastic: start a fresh rank process for each one lost, which joins

@@ -3,13 +3,14 @@
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
 use tessera::device::Device;
 use tessera::dist::elastic::{Member, Plan, WorkUnit};
-use tessera::dist::{self, RankInfo};
+use tessera::dist::{self, Backend, Collective, RankInfo, RankSource};
 use tessera::io::RunDir;
 use tessera::io::checkpoint::{self, RunKind};
 use tessera::io::run_dir::local_timestamp;
@@ -149,9 +150,8 @@ impl<'a> Launch<'a> {
                 .filter(|d| d.join(checkpoint::CHECKPOINT_FILE).exists())
         {
             eprintln!(
-                "the run stopped; its checkpoint is in {}; continue it with:\n  {}",
-                dir.display(),
-                resume_command(dir, n)
+                "the run stopped; {}",
+                where_to_continue(dir, &resume_command(dir, n))
             );
         }
         launched
@@ -213,6 +213,29 @@ pub(super) fn run(
     let flag = device.map(|d| Device::parse("--device", d)).transpose()?;
     let chosen = tessera::device::coverage::place(flag, &mut loaded.preset)?;
     let preset = &loaded.preset;
+    let elastic = elastic || preset.distributed.elastic;
+    if respawn && !elastic {
+        bail!(
+            "--respawn needs --elastic (or [distributed] elastic): a replacement joins the group \
+             that the survivors of a loss re-form, which only an elastic run does"
+        );
+    }
+    // Before any thread starts (a checkpointed run blocks SIGTERM in every thread but one).
+    let mode = match elastic && !launched {
+        true => {
+            let mode = check_elastic(group, respawn)?;
+            if chosen.is_cuda() {
+                // `[distributed] elastic` is named by the device check; this is `--elastic`.
+                bail!(
+                    "--device {chosen}: not on the GPU yet: elastic runs (docs/GPU.md); run on \
+                     the CPU (--device cpu) meanwhile"
+                );
+            }
+            Some(mode)
+        }
+        false => None,
+    };
+    let sigterm = sigterm_for(mode.as_ref())?;
     let placement = place_threads(group, preset.distributed.threads_per_rank)?;
     let out_dir = match &resumed {
         Some(head) => head.destination.run_dir(),
@@ -237,23 +260,6 @@ pub(super) fn run(
             .with_context(|| format!("checking preset {}", loaded.origin))?;
         tessera::device::coverage::check_run(chosen, preset)?;
     }
-    let elastic = elastic || preset.distributed.elastic;
-    if respawn && !elastic {
-        bail!(
-            "--respawn needs --elastic (or [distributed] elastic): a replacement joins the group \
-             that the survivors of a loss re-form, which only an elastic run does"
-        );
-    }
-    if elastic && !launched {
-        check_elastic(group)?;
-        if chosen.is_cuda() {
-            // `[distributed] elastic` is named by the device check; this is `--elastic`.
-            bail!(
-                "--device {chosen}: not on the GPU yet: elastic runs (docs/GPU.md); run on the \
-                 CPU (--device cpu) meanwhile"
-            );
-        }
-    }
     let keys = (
         preset.distributed.checkpoint_every,
         preset.distributed.min_ranks,
@@ -268,6 +274,20 @@ pub(super) fn run(
     if rank == 0 && !quiet {
         eprintln!("threads: {placement}");
     }
+    let mut continuation = continuation;
+    let stop = match mode {
+        Some(ElasticMode::Checkpointed(outside)) => {
+            let run = (&out_dir, preset.name.as_str(), every, WorkUnit::Iteration);
+            Some(checkpointed(
+                comm.as_ref(),
+                outside,
+                run,
+                &mut continuation,
+                sigterm,
+            )?)
+        }
+        _ => None,
+    };
     let quiet = quiet || rank != 0;
     let progress = super::attach::Progress::new(&preset.name, preset.algorithm.iterations(), quiet);
     let mut on_event = |event: JobEvent<'_>| {
@@ -305,6 +325,7 @@ pub(super) fn run(
         }
         None => job::run_in_group_from(preset, &out_dir, comm, &[], checkpoints, &mut on_event),
     }
+    .map_err(|e| stopped(stop.as_deref(), e.into()))
     .with_context(|| format!("running preset {}", loaded.origin))?;
     progress.finish();
     if rank != 0 {
@@ -387,36 +408,317 @@ fn same_experiment(
     Ok(())
 }
 
-/// The command that continues the run whose checkpoint is in `dir` on `ranks` elastic ranks.
-fn resume_command(dir: &Path, ranks: usize) -> String {
+/// `dir` as a shell word (quoted when it holds anything but plain path characters).
+fn shell_word(dir: &Path) -> String {
     let text = dir.display().to_string();
     let plain = text
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,".contains(c));
-    let quoted = match plain {
+    match plain {
         true => text,
         false => format!("'{}'", text.replace('\'', r"'\''")),
-    };
-    format!("tessera run --resume {quoted} --ranks {ranks} --elastic")
+    }
 }
 
-/// Elastic runs need the local launcher (it decides who is left) and a transport whose groups can
-/// be formed again: `--ranks N` on sockets.
-pub(super) fn check_elastic(group: &GroupArgs) -> Result<()> {
-    if group.ranks.is_none_or(|n| n < 2) {
+/// The command that continues the run whose checkpoint is in `dir` on `ranks` elastic ranks.
+fn resume_command(dir: &Path, ranks: usize) -> String {
+    format!(
+        "tessera run --resume {} --ranks {ranks} --elastic",
+        shell_word(dir)
+    )
+}
+
+/// Where a stopped run's checkpoint is, what it holds and `command`, which continues it:
+/// "its checkpoint is in DIR (after iteration 3); continue it with:\n  COMMAND".
+fn where_to_continue(dir: &Path, command: &str) -> String {
+    let held = match checkpoint::read_head(dir) {
+        Ok(head) => format!("after {} {}", head.kind.unit(), head.completed),
+        Err(_) => "not readable from this process: it is on rank 0's host".into(),
+    };
+    format!(
+        "its checkpoint is in {} ({held}); continue it with:\n  {command}",
+        dir.display()
+    )
+}
+
+/// How an elastic run outlives the loss of a rank.
+pub(super) enum ElasticMode {
+    /// `--ranks N` on sockets: the local launcher leads the survivors, who re-form the group.
+    Recovered,
+    /// Ranks that an outside launcher started (mpirun, srun, torchrun): the group cannot be
+    /// re-formed, so a loss stops the run; rank 0 keeps a checkpoint to continue it from.
+    Checkpointed(Outside),
+}
+
+/// The launcher of a checkpointed elastic run, and what its ranks run on.
+pub(super) struct Outside {
+    source: RankSource,
+    world: usize,
+    backend: Backend,
+}
+
+impl Outside {
+    fn launcher(&self) -> &'static str {
+        match self.source {
+            RankSource::Torchrun => "torchrun",
+            RankSource::Slurm => "srun",
+            RankSource::Pmi => "mpiexec",
+            _ => "mpirun",
+        }
+    }
+
+    /// The command that continues the run from `dir` under the same launcher on as many ranks.
+    fn resume_command(&self, dir: &Path) -> String {
+        let n = self.world;
+        let launcher = match self.source {
+            RankSource::Torchrun => format!("torchrun --nproc-per-node {n} --no-python"),
+            RankSource::Slurm => format!("srun --ntasks {n}"),
+            RankSource::Pmi => format!("mpiexec -n {n}"),
+            _ => format!("mpirun -np {n}"),
+        };
+        let backend = match self.backend {
+            Backend::Mpi => " --backend mpi",
+            _ => "",
+        };
+        let dir = shell_word(dir);
+        format!("{launcher} tessera run --resume {dir}{backend} --elastic")
+    }
+
+    /// Why the group cannot go on without a lost rank.
+    fn why(&self) -> String {
+        match self.backend {
+            Backend::Mpi => "MPI communicators cannot shrink without ULFM".into(),
+            _ => format!(
+                "a group that {} started cannot be re-formed (only tessera's own launcher, \
+                 --ranks N, re-forms one)",
+                self.launcher()
+            ),
+        }
+    }
+}
+
+/// Elastic runs need a launcher: tessera's own (`--ranks N` on sockets: it decides who is left and
+/// the survivors re-form the group), or mpirun, srun, torchrun (the run is checkpointed: a lost
+/// rank stops it, and `--resume` continues it). `respawn`: `--respawn` was asked for, which only
+/// tessera's own launcher does.
+pub(super) fn check_elastic(group: &GroupArgs, respawn: bool) -> Result<ElasticMode> {
+    if let Some(n) = group.ranks {
+        if n < 2 {
+            bail!(
+                "--elastic (or [distributed] elastic) needs --ranks N with N ≥ 2: the local \
+                 launcher leads the survivors of a lost rank (docs/ELASTIC.md)"
+            );
+        }
+        if group.backend != Backend::Sockets {
+            bail!(
+                "--elastic with --ranks N needs the sockets backend: MPI communicators cannot \
+                 shrink without ULFM (under mpirun, --backend mpi --elastic keeps a checkpoint \
+                 instead), and NCCL groups are not re-formed yet (docs/ELASTIC.md)"
+            );
+        }
+        return Ok(ElasticMode::Recovered);
+    }
+    let Some(source) = dist::env::outside_launcher() else {
         bail!(
-            "--elastic (or [distributed] elastic) needs --ranks N with N ≥ 2: the local launcher \
-             leads the survivors of a lost rank; runs under torchrun, srun or mpirun are not \
-             elastic yet (docs/ELASTIC.md)"
+            "--elastic (or [distributed] elastic) needs --ranks N with N ≥ 2 (the local launcher \
+             leads the survivors of a lost rank), or ranks started by mpirun, srun or torchrun (a \
+             lost rank then stops the run, which continues from its checkpoint); this process has \
+             neither (docs/ELASTIC.md)"
+        );
+    };
+    let info = RankInfo::discover(&rank_flags(group)).context("finding this process's rank")?;
+    let outside = Outside {
+        source,
+        world: info.world_size,
+        backend: group.backend,
+    };
+    if group.backend == Backend::Nccl {
+        bail!(
+            "--elastic with --backend nccl: NCCL groups are not re-formed, and elastic runs are \
+             not on the GPU yet (docs/ELASTIC.md)"
         );
     }
-    if group.backend != dist::Backend::Sockets {
+    if respawn {
         bail!(
-            "--elastic needs the sockets backend: MPI communicators cannot shrink without ULFM, \
-             and NCCL groups are not re-formed yet (docs/ELASTIC.md)"
+            "--respawn needs tessera's own launcher (--ranks N): {} starts no replacement into a \
+             running group, and {}; under {} a lost rank stops the run, which continues with \
+             --resume (docs/ELASTIC.md)",
+            outside.launcher(),
+            outside.why(),
+            outside.launcher()
         );
     }
-    Ok(())
+    Ok(ElasticMode::Checkpointed(outside))
+}
+
+/// What a rank of a checkpointed run says when it stops because of a loss: one rank says it —
+/// rank 0, or rank 1 when rank 0 is the one lost — the others only name the loss.
+struct StopHint {
+    rank: usize,
+    dir: PathBuf,
+    command: String,
+    why: String,
+}
+
+impl StopHint {
+    /// The note, if this rank is the one to say it: `cause` ("rank 1 was lost") and how to
+    /// continue.
+    fn says(&self, lost: Option<usize>, cause: &str) -> Option<String> {
+        let speaker = match lost {
+            Some(0) => 1,
+            _ => 0,
+        };
+        (self.rank == speaker).then(|| {
+            format!(
+                "the run stopped: {cause}, and {}; {}",
+                self.why,
+                where_to_continue(&self.dir, &self.command)
+            )
+        })
+    }
+}
+
+/// Blocks SIGTERM in this thread, and so in every thread it starts later, for a checkpointed run
+/// (`mode`), whose own thread then says how to continue when the launcher stops it
+/// ([`checkpointed`]); called before any thread starts. Returns the blocked set.
+fn sigterm_for(mode: Option<&ElasticMode>) -> Result<Option<libc::sigset_t>> {
+    if !matches!(mode, Some(ElasticMode::Checkpointed(_))) {
+        return Ok(None);
+    }
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises `set`; sigaddset and pthread_sigmask read it and change
+    // this thread's mask only.
+    let set = unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
+        let set = set.assume_init();
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            bail!("blocking SIGTERM for the run's stop note failed");
+        }
+        set
+    };
+    Ok(Some(set))
+}
+
+/// A checkpointed elastic run (ranks `outside` started): rank 0 chooses the checkpoint's folder
+/// (a unique run folder's checkpoint is named after the time, which the ranks must not each read)
+/// and every rank learns it; rank 0 says once why a lost rank stops the run and where the
+/// checkpoint goes; a rank that stops because of a loss (MPI: its heartbeats name the lost rank;
+/// sockets: the run's error), or because the launcher stops it (SIGTERM, blocked in `sigterm`),
+/// then says where the checkpoint is and the command that continues it.
+fn checkpointed(
+    comm: &dyn Collective,
+    outside: Outside,
+    (out_dir, name, every, unit): (&RunDir, &str, usize, WorkUnit),
+    continuation: &mut Continuation,
+    sigterm: Option<libc::sigset_t>,
+) -> Result<Arc<StopHint>> {
+    use std::os::unix::ffi::OsStrExt;
+    let rank = comm.rank();
+    let chosen = match rank {
+        0 => match &continuation.resume {
+            Some(dir) => Ok(dir.clone()),
+            None => {
+                let dir = checkpoint::folder_for(out_dir, name, &local_timestamp());
+                match dir.join(checkpoint::CHECKPOINT_FILE).exists() {
+                    true => Err(format!(
+                        "an earlier run's checkpoint is in {}: continue it with `{}`, or remove \
+                         that folder",
+                        dir.display(),
+                        outside.resume_command(&dir)
+                    )),
+                    false => Ok(dir),
+                }
+            }
+        },
+        _ => Ok(PathBuf::new()),
+    };
+    let mut bytes = match &chosen {
+        Ok(dir) => [&[0u8][..], dir.as_os_str().as_bytes()].concat(),
+        Err(why) => [&[1u8][..], why.as_bytes()].concat(),
+    };
+    comm.broadcast(&mut bytes, 0)
+        .context("agreeing on the checkpoint's folder")?;
+    let dir = match bytes.split_first() {
+        Some((0, dir)) if !dir.is_empty() => PathBuf::from(std::ffi::OsStr::from_bytes(dir)),
+        Some((1, why)) if rank == 0 => bail!("{}", String::from_utf8_lossy(why)),
+        Some((1, why)) => bail!("rank 0 refused the run: {}", String::from_utf8_lossy(why)),
+        _ => bail!("rank 0 sent no checkpoint folder (a bug)"),
+    };
+    if continuation.resume.is_none() {
+        continuation.checkpoint_dir = Some(dir.clone());
+    }
+    let hint = Arc::new(StopHint {
+        rank,
+        command: outside.resume_command(&dir),
+        why: outside.why(),
+        dir: dir.clone(),
+    });
+    if rank == 0 {
+        eprintln!(
+            "elastic under {}: {}, so a lost rank stops this run; rank 0 keeps a checkpoint every \
+             {every} {unit}(s) in {}, which `tessera run --resume` continues on any number of \
+             ranks",
+            outside.launcher(),
+            outside.why(),
+            dir.display()
+        );
+    }
+    let note = hint.clone();
+    dist::liveness::set_stop_note(Box::new(move |lost| {
+        let cause = match lost {
+            Some(r) => format!("rank {r} was lost"),
+            None => "a rank was lost".into(),
+        };
+        note.says(lost, &cause)
+    }));
+    if let Some(set) = sigterm {
+        let note = hint.clone();
+        let launcher = outside.launcher();
+        std::thread::Builder::new()
+            .name("tessera-sigterm".into())
+            .spawn(move || {
+                let mut signal = 0;
+                // SAFETY: `set` is an initialised signal set, blocked in every thread of this
+                // process; sigwait stores the signal it took in `signal`.
+                if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
+                    return;
+                }
+                let cause = format!(
+                    "{launcher} stopped rank {rank} (SIGTERM: another rank was lost, or the job \
+                     was cancelled)"
+                );
+                match note.says(None, &cause) {
+                    Some(text) => eprintln!("{text}"),
+                    None => eprintln!("error: {cause}"),
+                }
+                std::process::exit(128 + libc::SIGTERM);
+            })
+            .context("starting the thread that says how to continue a stopped run")?;
+    }
+    Ok(hint)
+}
+
+/// A checkpointed run's error `e`: the rank that says so (see [`StopHint::says`]) adds where the
+/// checkpoint is and the command that continues the run.
+fn stopped(stop: Option<&StopHint>, e: anyhow::Error) -> anyhow::Error {
+    let Some(stop) = stop else {
+        return e;
+    };
+    let lost = e
+        .chain()
+        .find_map(|c| match c.downcast_ref::<tessera::Error>() {
+            Some(tessera::Error::PeerLost { rank, .. }) => Some(*rank),
+            _ => None,
+        });
+    let cause = match lost {
+        Some(r) => format!("rank {r} was lost"),
+        None => "a rank failed".into(),
+    };
+    if let Some(text) = stop.says(lost, &cause) {
+        eprintln!("{text}");
+    }
+    e
 }
 
 /// Where `tessera run` writes: the folder named (`--out` or the preset's), replaced only with
@@ -474,11 +776,16 @@ fn run_fwi(
              loss re-form, which only an elastic run does"
         );
     }
-    if elastic && !launched {
-        check_elastic(group)?;
-        tessera::fwi::check_elastic(&preset)
-            .with_context(|| format!("checking preset {origin}"))?;
-    }
+    let mode = match elastic && !launched {
+        true => {
+            let mode = check_elastic(group, respawn)?;
+            tessera::fwi::check_elastic(&preset)
+                .with_context(|| format!("checking preset {origin}"))?;
+            Some(mode)
+        }
+        false => None,
+    };
+    let sigterm = sigterm_for(mode.as_ref())?;
     let keys = (
         preset.distributed.checkpoint_every,
         preset.distributed.min_ranks,
@@ -493,6 +800,20 @@ fn run_fwi(
     place_threads(group, None)?;
     let (comm, joined) = join_as_started(group, member.as_mut())?;
     let rank = comm.rank();
+    let mut continuation = continuation;
+    let stop = match mode {
+        Some(ElasticMode::Checkpointed(outside)) => {
+            let run = (&out_dir, preset.name.as_str(), every, WorkUnit::Epoch);
+            Some(checkpointed(
+                comm.as_ref(),
+                outside,
+                run,
+                &mut continuation,
+                sigterm,
+            )?)
+        }
+        _ => None,
+    };
     let quiet = quiet || rank != 0;
     let progress =
         super::attach::Progress::counting(&preset.name, preset.fwi.epochs, "epochs", quiet);
@@ -543,6 +864,7 @@ fn run_fwi(
             )
         }
     }
+    .map_err(|e| stopped(stop.as_deref(), e.into()))
     .with_context(|| format!("running preset {origin}"))?;
     progress.finish();
     if rank != 0 {

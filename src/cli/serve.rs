@@ -28,7 +28,13 @@ pub(super) fn serve(
         .transpose()?;
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
     if elastic && !launched {
-        super::run::check_elastic(group)?;
+        if let super::run::ElasticMode::Checkpointed(_) = super::run::check_elastic(group, false)? {
+            bail!(
+                "tessera serve --elastic needs --ranks N (N ≥ 2): a backend under mpirun, srun or \
+                 torchrun cannot re-form its group, and it keeps no checkpoint of a job to \
+                 continue from (docs/ELASTIC.md)"
+            );
+        }
         if let Some(d) = device.as_ref().filter(|d| d.is_cuda()) {
             bail!(
                 "--device {d} with --elastic: elastic jobs are not on the GPU yet (docs/GPU.md); \

@@ -44,6 +44,19 @@ pub struct RankFlags {
     pub master_port: Option<u16>,
 }
 
+/// The launcher that started this process as a rank of a group it leads — torchrun, mpirun,
+/// a PMI launcher, srun — if any (not `--rank`/`--world-size` given by hand, nor tessera's own
+/// `--ranks N`, which sets none of these variables).
+pub fn outside_launcher() -> Option<RankSource> {
+    let info = RankInfo::discover(&RankFlags::default()).ok()?;
+    match info.source {
+        RankSource::Torchrun | RankSource::OpenMpi | RankSource::Pmi | RankSource::Slurm => {
+            Some(info.source)
+        }
+        RankSource::Flags | RankSource::Single => None,
+    }
+}
+
 impl RankInfo {
     /// A group of one.
     pub fn single() -> Self {

@@ -53,11 +53,12 @@ pub struct ElasticOptions {
     pub respawn: bool,
 }
 
-/// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only.
+/// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only (this one, or
+/// mpirun, srun, torchrun: [`super::env::outside_launcher`]).
 pub fn launched_die_hook(rank: usize) -> Result<Option<DieAt>> {
-    match std::env::var_os(LAUNCHED_ENV) {
-        Some(_) => DieAt::from_env(rank),
-        None => Ok(None),
+    match std::env::var_os(LAUNCHED_ENV).is_some() || super::env::outside_launcher().is_some() {
+        true => DieAt::from_env(rank),
+        false => Ok(None),
     }
 }
 

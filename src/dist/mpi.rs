@@ -7,7 +7,12 @@
 //! MPI has no timeouts and a blocked call cannot be interrupted, so liveness runs beside it: the
 //! ranks exchange heartbeats over sockets of their own ([`super::liveness`]), and a rank that hears
 //! nothing from a peer for the liveness timeout names it and ends its own process (mpirun then
-//! stops the others) instead of waiting forever.
+//! stops the others) instead of waiting forever. The heartbeats report a peer whose process ended
+//! without leaving the group (killed, crashed) as well, at once: mpirun would stop this rank a
+//! second later (Open MPI 4: SIGTERM, then SIGKILL after `odls_base_sigkill_timeout`, 1 s), and
+//! this way the rank still names the lost rank and says [`super::liveness::stop_note`] (an
+//! elastic run's checkpoint and the command that continues it; MPI communicators cannot shrink
+//! without ULFM, so the run cannot go on without it).
 
 use std::io::Write;
 use std::net::ToSocketAddrs;
@@ -102,16 +107,21 @@ impl MpiGroup {
             .filter_map(|(p, s)| s.map(|s| (p, s)))
             .collect();
         let me = self.rank;
-        Liveness::start(
+        Liveness::start_reporting_exits(
             peers,
             timeout,
             Box::new(move |peer, how| {
                 // A blocked MPI call cannot be interrupted: end this rank, saying why.
+                let note = super::liveness::stop_note(Some(peer));
                 let mut err = std::io::stderr().lock();
                 let _ = writeln!(
                     err,
                     "error: rank {peer} {how}; rank {me} stops (MPI cannot interrupt a waiting call)"
                 );
+                if let Some(note) = note {
+                    let _ = writeln!(err, "{note}");
+                }
+                let _ = err.flush();
                 std::process::exit(1);
             }),
         )

@@ -305,6 +305,16 @@ pub fn remove(dir: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(Error::io("removing checkpoint", &path, e)),
     }
+    // A writer killed between its temporary file and the rename (`write_atomic`) leaves that
+    // file: it is this module's too (never the checkpoint, which the rename alone replaces).
+    let temporary = format!(".{CHECKPOINT_FILE}.tmp-");
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&temporary) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
     let _ = std::fs::remove_dir(dir);
     Ok(())
 }
@@ -516,6 +526,24 @@ mod tests {
         remove(&folder).unwrap();
         assert!(folder.join("notes.txt").exists());
         assert!(!folder.join(CHECKPOINT_FILE).exists());
+    }
+
+    #[test]
+    fn a_writer_killed_before_its_rename_leaves_the_last_checkpoint_whole_and_removable() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("run.checkpoint");
+        write(&folder, &sample()).unwrap();
+        // What `write_atomic` had written of the next one when its process was killed.
+        let torn = encode(&sample()).unwrap();
+        let temporary = folder.join(format!(".{CHECKPOINT_FILE}.tmp-4242"));
+        std::fs::write(&temporary, &torn[..torn.len() / 2]).unwrap();
+        let back: Checkpoint<Vec<f32>> = read(&folder, RunKind::Imaging).unwrap();
+        assert_eq!(back, sample());
+        remove(&folder).unwrap();
+        assert!(
+            !folder.exists(),
+            "the killed writer's file is removed with the checkpoint"
+        );
     }
 
     #[test]
