@@ -275,19 +275,8 @@ pub(super) fn run(
         eprintln!("threads: {placement}");
     }
     let mut continuation = continuation;
-    let stop = match mode {
-        Some(ElasticMode::Checkpointed(outside)) => {
-            let run = (&out_dir, preset.name.as_str(), every, WorkUnit::Iteration);
-            Some(checkpointed(
-                comm.as_ref(),
-                outside,
-                run,
-                &mut continuation,
-                sigterm,
-            )?)
-        }
-        _ => None,
-    };
+    let run = (&out_dir, preset.name.as_str(), every, WorkUnit::Iteration);
+    let stop = checkpointed(mode, comm.as_ref(), run, &mut continuation, sigterm)?;
     let quiet = quiet || rank != 0;
     let progress = super::attach::Progress::new(&preset.name, preset.algorithm.iterations(), quiet);
     let mut on_event = |event: JobEvent<'_>| {
@@ -605,15 +594,19 @@ fn sigterm_for(mode: Option<&ElasticMode>) -> Result<Option<libc::sigset_t>> {
 /// and every rank learns it; rank 0 says once why a lost rank stops the run and where the
 /// checkpoint goes; a rank that stops because of a loss (MPI: its heartbeats name the lost rank;
 /// sockets: the run's error), or because the launcher stops it (SIGTERM, blocked in `sigterm`),
-/// then says where the checkpoint is and the command that continues it.
+/// then says where the checkpoint is and the command that continues it. `None` for a run of
+/// another `mode`.
 fn checkpointed(
+    mode: Option<ElasticMode>,
     comm: &dyn Collective,
-    outside: Outside,
     (out_dir, name, every, unit): (&RunDir, &str, usize, WorkUnit),
     continuation: &mut Continuation,
     sigterm: Option<libc::sigset_t>,
-) -> Result<Arc<StopHint>> {
+) -> Result<Option<Arc<StopHint>>> {
     use std::os::unix::ffi::OsStrExt;
+    let Some(ElasticMode::Checkpointed(outside)) = mode else {
+        return Ok(None);
+    };
     let rank = comm.rank();
     let chosen = match rank {
         0 => match &continuation.resume {
@@ -696,7 +689,7 @@ fn checkpointed(
             })
             .context("starting the thread that says how to continue a stopped run")?;
     }
-    Ok(hint)
+    Ok(Some(hint))
 }
 
 /// A checkpointed run's error `e`: the rank that says so (see [`StopHint::says`]) adds where the
@@ -801,19 +794,8 @@ fn run_fwi(
     let (comm, joined) = join_as_started(group, member.as_mut())?;
     let rank = comm.rank();
     let mut continuation = continuation;
-    let stop = match mode {
-        Some(ElasticMode::Checkpointed(outside)) => {
-            let run = (&out_dir, preset.name.as_str(), every, WorkUnit::Epoch);
-            Some(checkpointed(
-                comm.as_ref(),
-                outside,
-                run,
-                &mut continuation,
-                sigterm,
-            )?)
-        }
-        _ => None,
-    };
+    let run = (&out_dir, preset.name.as_str(), every, WorkUnit::Epoch);
+    let stop = checkpointed(mode, comm.as_ref(), run, &mut continuation, sigterm)?;
     let quiet = quiet || rank != 0;
     let progress =
         super::attach::Progress::counting(&preset.name, preset.fwi.epochs, "epochs", quiet);
