@@ -386,19 +386,29 @@ fn a_replacement_that_becomes_rank_0_finishes_with_every_byte() {
     );
     assert_eq!(metrics["world_size"], 3);
     assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
-    // Slot 3's own record starts at the generation it joined (docs/ELASTIC.md, "Left"): the
-    // second recovery, where it hands the run over.
-    let last = metrics["recoveries"]
+    // Slot 3 took over rank 0's record of the recovery it joined in, so its metrics.json lists
+    // both; its rank profile starts at the generation it joined (1), counted as such.
+    use serde_json::json;
+    assert_eq!(
+        recoveries_of(&metrics),
+        [
+            (1, json!([1]), json!([0, 2, 3])),
+            (3, json!([0, 2]), json!([3, 4, 5])),
+        ]
+    );
+    let last = &metrics["recoveries"][1];
+    assert_eq!(last["generation"], 2, "{last}");
+    assert_eq!(last["joined"], json!([4, 5]));
+    let generations: Vec<(u64, u64)> = metrics["generations"]
         .as_array()
         .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(last["generation"], 2, "{last}");
-    assert_eq!(last["lost_slots"], serde_json::json!([0, 2]));
-    assert_eq!(last["members"], serde_json::json!([3, 4, 5]));
-    assert_eq!(last["joined"], serde_json::json!([4, 5]));
-    assert_eq!(last["resumed_from"], 3);
+        .iter()
+        .map(|g| {
+            let n = |k: &str| g[k].as_u64().unwrap();
+            (n("generation"), n("world_size"))
+        })
+        .collect();
+    assert_eq!(generations, [(1, 3), (2, 3)]);
 }
 
 #[test]

@@ -231,6 +231,49 @@ impl Recoveries {
         &self.list
     }
 
+    /// Rank 0's part of a hand-over (after the run's state): its recoveries, the one of this
+    /// generation last, to each rank in `joiners`.
+    pub fn hand_over(&self, comm: &dyn Collective, joiners: &[usize]) -> Result<()> {
+        // As `metrics.json` holds them (a record leaves out its empty fields, which only a
+        // self-describing encoding reads back).
+        let bytes = serde_json::to_vec(&self.list)
+            .map_err(|e| Error::Internal(format!("encoding the recoveries to hand over: {e}")))?;
+        for &to in joiners {
+            comm.send(to, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// A replacement's part: takes the recoveries rank `from` recorded before it joined `plan`'s
+    /// generation (their times are on that rank's clock, since its run started), so its own
+    /// `metrics.json` lists every recovery of the run if it becomes rank 0, and counts this
+    /// generation. The first iteration it completes ends the recovery it joined in, timed from
+    /// when it received the plan. A peer's bytes: anything else is [`Error::BadPeerData`].
+    pub fn take_over(&mut self, comm: &dyn Collective, from: usize, plan: &Plan) -> Result<()> {
+        self.take_over_bytes(from, &comm.recv(from)?, plan)
+    }
+
+    /// [`Self::take_over`] of the bytes rank `from` sent.
+    fn take_over_bytes(&mut self, from: usize, bytes: &[u8], plan: &Plan) -> Result<()> {
+        let list: Vec<Recovery> = serde_json::from_slice(bytes).map_err(|e| {
+            Error::bad_peer_data(from, format!("unreadable recoveries handed over: {e}"))
+        })?;
+        let generations: Vec<u32> = list.iter().map(|r| r.generation).collect();
+        if generations.last() != Some(&plan.generation) || !generations.is_sorted_by(|a, b| a < b) {
+            return Err(Error::bad_peer_data(
+                from,
+                format!(
+                    "it handed over recoveries of generations {generations:?} for generation {}",
+                    plan.generation
+                ),
+            ));
+        }
+        self.list = list;
+        let received = plan.received_at.unwrap_or_else(Instant::now);
+        self.recovering_since = Some((received, plan.lost_at()));
+        Ok(())
+    }
+
     /// The generation this rank is in (0 before any loss).
     pub fn generation(&self) -> u32 {
         self.list.last().map_or(0, |r| r.generation)
@@ -1129,6 +1172,65 @@ mod tests {
             recovery(&[5, 7, 1, 3], &rest, &[]).previous_ranks(),
             vec![Some(1), Some(3)]
         );
+    }
+
+    /// A replacement takes over rank 0's recoveries (the one it joined in last) and ends that
+    /// one at its first completed iteration; anything else rank 0 could send is an error that
+    /// names it, and leaves the replacement's record as it was.
+    #[test]
+    fn a_replacement_takes_over_the_recoveries_and_refuses_any_other_bytes() {
+        let plan_of = |generation, members: &[usize], survivors: &BTreeMap<usize, Checkin>| {
+            let Verdict::Continue(plan) = decide(generation, members, (survivors, &[9]), 1, 1)
+            else {
+                panic!("expected a plan");
+            };
+            plan
+        };
+        let failure = Error::Internal("lost".into());
+        let record =
+            |plan: &Plan| Recovery::new(plan, 1.5, &failure, 2, Assignment::over(2, 3, None));
+        let first = plan_of(
+            1,
+            &[0, 1, 2],
+            &BTreeMap::from([(0, checkin(2)), (2, checkin(2))]),
+        );
+        let second = plan_of(
+            2,
+            &[0, 2, 9],
+            &BTreeMap::from([(0, checkin(4)), (9, checkin(4))]),
+        );
+        let sent = serde_json::to_vec(&[record(&first), record(&second)]).unwrap();
+        let mut mine = Recoveries::new(Instant::now());
+        mine.take_over_bytes(0, &sent, &second).unwrap();
+        assert_eq!(mine.generation(), 2);
+        assert_eq!(mine.list()[0].lost_slots, vec![1]);
+        assert_eq!(mine.list()[1].recovery_secs, None);
+        mine.work_completed();
+        assert!(mine.list()[1].recovery_secs.is_some());
+        assert_eq!(
+            mine.list()[0].recovery_secs,
+            None,
+            "only the last one is this rank's"
+        );
+
+        let out_of_order = serde_json::to_vec(&[record(&second), record(&second)]).unwrap();
+        let only_first = serde_json::to_vec(&[record(&first)]).unwrap();
+        let hostile: [(&[u8], &str); 6] = [
+            (b"", "unreadable"),
+            (&sent[..sent.len() / 2], "unreadable"),
+            (b"{\"generation\": 2}", "unreadable"),
+            (b"[]", "generations []"),
+            (&only_first, "generations [1] for generation 2"),
+            (&out_of_order, "generations [2, 2]"),
+        ];
+        for (bytes, says) in hostile {
+            let mut fresh = Recoveries::new(Instant::now());
+            match fresh.take_over_bytes(3, bytes, &second) {
+                Err(Error::BadPeerData { rank: 3, what }) => assert!(what.contains(says), "{what}"),
+                other => panic!("{:?}: {other:?}", String::from_utf8_lossy(bytes)),
+            }
+            assert!(fresh.list().is_empty());
+        }
     }
 
     #[test]

@@ -954,6 +954,7 @@ impl<T: Float> Carried<T> {
             let bytes = comm.recv(0)?;
             let s = receive_state(0, &bytes, preset, plan.resume_from)?;
             self.adopt(preset, s)?;
+            self.recoveries.take_over(comm, 0, plan)?;
             self.handed_by = Some(0);
             self.started = true;
             tracing::info!(
@@ -969,6 +970,7 @@ impl<T: Float> Carried<T> {
             for &to in &joiners {
                 comm.send(to, &bytes)?;
             }
+            self.recoveries.hand_over(comm, &joiners)?;
             tracing::info!(
                 "generation {}: handed the state after epoch {k} ({} bytes) to the \
                  replacement(s) {:?}",

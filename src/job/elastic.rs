@@ -235,8 +235,10 @@ fn elastic_loop(
                 return done;
             }
         };
-        if carried.generations.len() == carried.recoveries.list().len() {
-            // It failed before its first iteration began (in its setup or the profiler's start).
+        let this_generation = carried.recoveries.generation();
+        if carried.generations.last().map(|g| g.generation) != Some(this_generation) {
+            // It failed before its first iteration began (in its setup or the profiler's start);
+            // a replacement's first generation is the last of the recoveries it took over.
             carried.close_generation(world_size, first, 0.0, 0.0, Vec::new());
         }
         let failed_at = Instant::now();
@@ -318,6 +320,7 @@ fn hand_over(
             _ => (None, Vec::new()),
         };
         carried.resumed_step = state.pnp_step;
+        carried.recoveries.take_over(comm, 0, plan)?;
         carried.started = true;
         tracing::info!(
             "joined generation {} as rank {rank} (a replacement): resuming after iteration {} \
@@ -335,6 +338,7 @@ fn hand_over(
             for &to in &joiners {
                 comm.send(to, &bytes)?;
             }
+            carried.recoveries.hand_over(comm, &joiners)?;
             tracing::info!(
                 "generation {}: handed the state after iteration {k} ({} bytes) to the \
                  replacement(s) {:?}",
