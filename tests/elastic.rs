@@ -247,11 +247,7 @@ fn replace_rank_1_and_compare(seed: u64) {
     );
     same_outputs(dir.path(), &format!("replacing rank 1 at {die}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
-    assert_eq!(metrics["world_size"], 3);
-    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
-    let recoveries = metrics["recoveries"].as_array().unwrap();
-    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
-    let r = &recoveries[0];
+    let r = &the_one_recovery_on_3_ranks(&metrics);
     assert_eq!(r["lost_slots"], serde_json::json!([1]));
     assert_eq!(r["members"], serde_json::json!([0, 2, 3]));
     assert_eq!(r["joined"], serde_json::json!([3]));
@@ -286,6 +282,15 @@ fn assert_said(stderr: &str, lines: &[&str]) {
     for said in lines {
         assert!(stderr.contains(said), "no `{said}` in: {stderr}");
     }
+}
+
+/// The run's only recovery, after checking that it ended on 3 ranks with every iteration.
+fn the_one_recovery_on_3_ranks(metrics: &serde_json::Value) -> serde_json::Value {
+    assert_eq!(metrics["world_size"], 3);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
+    let recoveries = metrics["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    recoveries[0].clone()
 }
 
 /// Each recovery of an elastic run's metrics.json: (the iteration resumed after, the lost slots,
@@ -1132,11 +1137,7 @@ fn a_rank_that_joins_mid_run_takes_a_share_and_keeps_every_byte() {
     );
     same_outputs(dir.path(), &format!("a rank joining after iteration {k}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
-    assert_eq!(metrics["world_size"], 3);
-    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
-    let recoveries = metrics["recoveries"].as_array().unwrap();
-    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
-    let r = &recoveries[0];
+    let r = &the_one_recovery_on_3_ranks(&metrics);
     assert_eq!(r["lost_slots"], serde_json::json!([]));
     assert_eq!(r["members"], serde_json::json!([0, 1, 4]));
     assert_eq!(r["joined"], serde_json::json!([4]));
