@@ -74,8 +74,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `tessera` alone: the workbench with the quick sample and a local backend of 2 ranks (outputs in
-/// out/workbench/).
+/// `tessera` alone: the workbench with the quick sample and a local elastic backend of 2 ranks
+/// (outputs in out/workbench/).
 #[cfg(feature = "gui")]
 fn workbench() -> Result<()> {
     let out_dir = std::env::current_dir()
@@ -83,10 +83,11 @@ fn workbench() -> Result<()> {
         .join("out")
         .join("workbench");
     let options = tessera::gui::WorkbenchOptions {
-        starter: tessera::gui::local::local_starter(tessera::protocol::LocalOptions::new(
-            2,
-            out_dir.clone(),
-        )),
+        starter: tessera::gui::local::local_starter(tessera::protocol::LocalOptions {
+            // A lost local rank is survived and replaced (imaging jobs).
+            elastic: true,
+            ..tessera::protocol::LocalOptions::new(2, out_dir.clone())
+        }),
         start_backend: true,
         preset: None,
         state_path: None,
@@ -161,13 +162,14 @@ fn dispatch(command: Command) -> Result<()> {
             out,
             device,
             elastic,
+            respawn,
             group,
         } => serve::serve(
             socket,
             listen,
             token_file.as_deref(),
             out,
-            (device.as_deref(), elastic),
+            (device.as_deref(), elastic, respawn),
             &group,
         ),
         Command::Presets { files } => presets::presets(&files),

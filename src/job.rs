@@ -988,29 +988,6 @@ impl Carried {
     }
 }
 
-/// The iteration boundary of an elastic run that takes joining ranks: rank 0 looks (without
-/// waiting) whether ranks ask to join generation `next` and broadcasts its one-byte answer, so
-/// that every rank leaves its generation after the same iteration (`next`: the generation they
-/// would join; `iteration`: the one just completed). This broadcast is the only
-/// per-iteration cost of `--elastic` while nobody joins.
-fn grow_now(
-    probe: &mut GrowProbe,
-    (next, iteration): (u32, usize),
-    comm: &dyn Collective,
-) -> Result<bool> {
-    let asked = comm.rank() == 0 && probe.asked(next, iteration)?;
-    let mut byte = vec![u8::from(asked)];
-    comm.broadcast(&mut byte, 0)?;
-    match byte[..] {
-        [0] => Ok(false),
-        [1] => Ok(true),
-        _ => Err(Error::bad_peer_data(
-            0,
-            format!("its iteration boundary's join verdict was {byte:?}, not one byte 0 or 1"),
-        )),
-    }
-}
-
 /// One generation of the run: the whole run unless an elastic group loses a rank. With
 /// `carried.keep_group`, a generation that did not lose a rank (it completed, or failed for a
 /// reason of its own) hands its group back in `carried.group`; one that lost a rank drops it here,
@@ -1248,7 +1225,7 @@ fn solve_and_report(
         if report.iteration < iterations
             && let Some((probe, next)) = carried.grow.as_mut()
         {
-            match grow_now(probe, (*next, report.iteration), timed.as_ref()) {
+            match probe.boundary(timed.as_ref(), *next, report.iteration) {
                 Ok(false) => {}
                 Ok(true) => {
                     carried.leaving_to_grow = true;

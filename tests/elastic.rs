@@ -247,7 +247,7 @@ fn replace_rank_1_and_compare(seed: u64) {
     );
     same_outputs(dir.path(), &format!("replacing rank 1 at {die}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
-    let r = &the_one_recovery_on_3_ranks(&metrics);
+    let r = &the_one_recovery_on_3_ranks(&metrics, ITERATIONS);
     assert_eq!(r["lost_slots"], serde_json::json!([1]));
     assert_eq!(r["members"], serde_json::json!([0, 2, 3]));
     assert_eq!(r["joined"], serde_json::json!([3]));
@@ -285,9 +285,9 @@ fn assert_said(stderr: &str, lines: &[&str]) {
 }
 
 /// The run's only recovery, after checking that it ended on 3 ranks with every iteration.
-fn the_one_recovery_on_3_ranks(metrics: &serde_json::Value) -> serde_json::Value {
+fn the_one_recovery_on_3_ranks(metrics: &serde_json::Value, steps: usize) -> serde_json::Value {
     assert_eq!(metrics["world_size"], 3);
-    assert_eq!(metrics["history"].as_array().unwrap().len(), ITERATIONS);
+    assert_eq!(metrics["history"].as_array().unwrap().len(), steps);
     let recoveries = metrics["recoveries"].as_array().unwrap();
     assert_eq!(recoveries.len(), 1, "{recoveries:?}");
     recoveries[0].clone()
@@ -1065,32 +1065,47 @@ fn a_recovery_recorded_before_the_loss_times_still_reads() {
 /// until a rank asks to join; the test reads ADDR from the launcher's log and starts
 /// `tessera join ADDR`. The run finishes on 3 ranks, `metrics.json` records the growth (no lost
 /// rank, the joined slot), and every other output has the bytes of an uninterrupted 1-rank run.
-#[test]
-fn a_rank_that_joins_mid_run_takes_a_share_and_keeps_every_byte() {
+/// `preset` on 1 rank into `reference`, and on 2 elastic ranks into `elastic`, which `tessera
+/// join` grows by one rank at the boundary after each of `ks` (iterations or epochs:
+/// `TESSERA_TEST_JOIN_AT`), each join started once the one before was taken in. `die_at` is every
+/// rank's `TESSERA_TEST_DIE_AT`, joiners' included. The reference and the elastic run succeed;
+/// returns the launcher's log and each joiner's exit status and output.
+fn join_mid_run(
+    preset: &str,
+    extra: &[String],
+    ks: &[usize],
+    die_at: Option<&str>,
+    dir: &Path,
+) -> (String, Vec<(bool, String)>) {
     use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
+    use std::process::{Command, Stdio};
     use std::sync::mpsc;
     use std::time::Duration;
 
-    let k = seeded_iteration(37);
-    let dir = tempfile::tempdir().unwrap();
-    let o = run_with(
-        &["run", "multiblur", "--out", "reference"],
-        &small(ITERATIONS),
-        None,
-        dir.path(),
-    );
+    let o = run_with(&["run", preset, "--out", "reference"], extra, None, dir);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut elastic = tessera()
-        .args(["run", "multiblur", "--ranks", "2", "--elastic", "--out"])
+    let with_hook = |c: &mut Command| {
+        if let Some(d) = die_at {
+            c.env("TESSERA_TEST_DIE_AT", d);
+        }
+    };
+    let mut elastic = tessera();
+    elastic
+        .args(["run", preset, "--ranks", "2", "--elastic", "--out"])
         .arg("elastic")
-        .args(small(ITERATIONS))
-        .current_dir(dir.path())
-        .env("TESSERA_TEST_JOIN_AT", k.to_string())
+        .args(extra)
+        .current_dir(dir)
+        .env(
+            "TESSERA_TEST_JOIN_AT",
+            ks.iter()
+                .map(|k| k.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        )
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    with_hook(&mut elastic);
+    let mut elastic = elastic.spawn().unwrap();
     let (lines, log) = mpsc::channel();
     let stderr = elastic.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -1099,28 +1114,94 @@ fn a_rank_that_joins_mid_run_takes_a_share_and_keeps_every_byte() {
         }
     });
     let mut said = Vec::new();
-    let addr = loop {
+    let next_line = |said: &mut Vec<String>, waiting_for: &str| {
         let line = log
             .recv_timeout(Duration::from_secs(120))
-            .unwrap_or_else(|e| panic!("no join address in the launcher's log ({e}): {said:?}"));
+            .unwrap_or_else(|e| panic!("the launcher did not say {waiting_for} ({e}): {said:#?}"));
         said.push(line.clone());
+        line
+    };
+    let addr = loop {
+        let line = next_line(&mut said, "the join address");
         if let Some((_, rest)) = line.split_once("add a rank with `tessera join ") {
             break rest.trim_end_matches('`').to_string();
         }
     };
-    let join = run_with(&["join", &addr, "--timeout", "60"], &[], None, dir.path());
-    let joined_log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&join.stdout),
-        String::from_utf8_lossy(&join.stderr)
-    );
+    let mut joiners = Vec::new();
+    for n in 0..ks.len() {
+        let mut join = tessera();
+        join.args(["join", &addr, "--timeout", "60"])
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        with_hook(&mut join);
+        joiners.push(join.spawn().unwrap());
+        // Two ranks plus at most two replacements are the launcher's slots: joiners take 4, 5, …
+        let taken = format!("rank(s) [{}] joined (tessera join)", 4 + n);
+        while !next_line(&mut said, &taken).contains(&taken) {}
+    }
+    let joined: Vec<(bool, String)> = joiners
+        .into_iter()
+        .map(|j| {
+            let o = j.wait_with_output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            (o.status.success(), text)
+        })
+        .collect();
     let status = elastic.wait().unwrap();
     reader.join().unwrap();
     said.extend(log.try_iter());
     let said = said.join("\n");
-    assert!(status.success(), "{said}");
-    assert!(join.status.success(), "{joined_log}\n{said}");
-    // Two ranks plus at most two replacements are the launcher's slots: the joiner takes slot 4.
+    assert!(status.success(), "{said}\n{joined:#?}");
+    for (n, (_, text)) in joined.iter().enumerate() {
+        let slot = 4 + n;
+        assert!(
+            text.contains(&format!("joining the elastic run at {addr} as rank {slot}")),
+            "{text}"
+        );
+    }
+    (said, joined)
+}
+
+/// [`join_mid_run`] with one join after `k`, which succeeds; returns the launcher's log.
+fn join_once(preset: &str, extra: &[String], k: usize, dir: &Path) -> String {
+    let (said, joined) = join_mid_run(preset, extra, &[k], None, dir);
+    assert!(joined[0].0, "{}\n{said}", joined[0].1);
+    said
+}
+
+/// The recovery a growth from 2 to 3 ranks after `k` records: no loss, the joiner (slot 4: two
+/// ranks plus at most two replacements are the launcher's slots) in `joined`; `steps`: the run's
+/// iterations (epochs).
+fn the_growth_after(k: usize, steps: usize, metrics: &serde_json::Value) -> serde_json::Value {
+    let r = the_one_recovery_on_3_ranks(metrics, steps);
+    assert_eq!(r["lost_slots"], serde_json::json!([]));
+    assert_eq!(r["members"], serde_json::json!([0, 1, 4]));
+    assert_eq!(r["joined"], serde_json::json!([4]));
+    assert_eq!(r["resumed_from"].as_u64().unwrap() as usize, k, "{r}");
+    assert!(r["failure"].as_str().unwrap().starts_with("none"), "{r}");
+    r
+}
+
+/// The group's size in each generation of an imaging run's metrics.json.
+fn generation_sizes(metrics: &serde_json::Value) -> Vec<u64> {
+    metrics["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["world_size"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_rank_that_joins_mid_run_takes_a_share_and_keeps_every_byte() {
+    let k = seeded_iteration(37);
+    let dir = tempfile::tempdir().unwrap();
+    let said = join_once("multiblur", &small(ITERATIONS), k, dir.path());
     assert_said(
         &said,
         &[
@@ -1131,29 +1212,96 @@ fn a_rank_that_joins_mid_run_takes_a_share_and_keeps_every_byte() {
             ),
         ],
     );
-    assert!(
-        joined_log.contains(&format!("joining the elastic run at {addr} as rank 4")),
-        "{joined_log}"
-    );
     same_outputs(dir.path(), &format!("a rank joining after iteration {k}"));
     let metrics = read_json(&dir.path().join("elastic/metrics.json"));
-    let r = &the_one_recovery_on_3_ranks(&metrics);
-    assert_eq!(r["lost_slots"], serde_json::json!([]));
-    assert_eq!(r["members"], serde_json::json!([0, 1, 4]));
-    assert_eq!(r["joined"], serde_json::json!([4]));
-    assert_eq!(r["resumed_from"].as_u64().unwrap() as usize, k, "{r}");
-    assert!(r["failure"].as_str().unwrap().starts_with("none"), "{r}");
+    let r = the_growth_after(k, ITERATIONS, &metrics);
+    assert_eq!(generation_sizes(&metrics), [2, 3]);
     // The joiner took a share: operators and tiles over 3 ranks, its own among them.
     let shares = r["assignment"]["operators"].as_array().unwrap();
     assert_eq!(shares.len(), 3, "{r}");
     assert!(!shares[2].as_array().unwrap().is_empty(), "{r}");
-    let sizes: Vec<u64> = metrics["generations"]
+}
+
+#[test]
+fn a_rank_that_joins_an_inversion_at_an_epoch_boundary_keeps_every_byte() {
+    let k = seeded_epoch(41);
+    let dir = tempfile::tempdir().unwrap();
+    let said = join_once("fwi_marmousi", &small_fwi(), k, dir.path());
+    assert_said(
+        &said,
+        &[
+            "[launcher] rank 4 asks to join (tessera join): it joins generation 1 at the next \
+             epoch boundary",
+            &format!(
+                "[launcher] generation 1: rank(s) [4] joined (tessera join), 3 rank(s) resume \
+                 after epoch {k}"
+            ),
+        ],
+    );
+    same_fwi_outputs_in(dir.path(), &format!("a rank joining after epoch {k}"));
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    let r = the_growth_after(k, EPOCHS, &metrics);
+    // The joiner took a share of the shots: 4 over 3 ranks.
+    assert_eq!(
+        r["assignment"]["batch_positions"],
+        serde_json::json!([[0, 1], [2], [3]]),
+        "{r}"
+    );
+    // Each epoch's report lists the ranks that computed it: 2 up to the boundary, then 3.
+    let ranks: Vec<usize> = metrics["history"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|g| g["world_size"].as_u64().unwrap())
+        .map(|e| e["ranks"].as_array().unwrap().len())
         .collect();
-    assert_eq!(sizes, [2, 3]);
+    let want: Vec<usize> = (1..=EPOCHS).map(|e| if e <= k { 2 } else { 3 }).collect();
+    assert_eq!(ranks, want);
+}
+
+/// Two joins in turn (2 → 3 → 4 ranks), then the first joiner dies: the survivors go on as 3, and
+/// the run still has every byte of an uninterrupted one.
+#[test]
+fn two_joins_in_turn_then_a_joiner_lost_keep_every_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let (said, joined) = join_mid_run(
+        "multiblur",
+        &small(ITERATIONS),
+        &[2, 3],
+        Some("4:5:denoiser"),
+        dir.path(),
+    );
+    // The joiner of slot 4 was killed in iteration 5; the one of slot 5 finished with the run.
+    assert!(
+        !joined[0].0 && joined[0].1.contains("killed"),
+        "{joined:#?}"
+    );
+    assert!(joined[1].0, "{joined:#?}");
+    assert_said(
+        &said,
+        &[
+            "[launcher] generation 1: rank(s) [4] joined (tessera join), 3 rank(s) resume after \
+             iteration 2",
+            "[launcher] generation 2: rank(s) [5] joined (tessera join), 4 rank(s) resume after \
+             iteration 3",
+            // Its `tessera join` said so: no wait for the check-in timeout.
+            "[launcher] rank 4 (tessera join) was killed by signal 9 (SIGKILL): the others go on \
+             without it",
+            "[launcher] generation 3: rank(s) [4] lost, 3 rank(s) resume after iteration 4",
+        ],
+    );
+    assert!(!said.contains("did not check in"), "{said}");
+    same_outputs(dir.path(), "two joins, then the loss of the first joiner");
+    let metrics = read_json(&dir.path().join("elastic/metrics.json"));
+    assert_eq!(metrics["world_size"], 3);
+    assert_eq!(
+        recoveries_of(&metrics),
+        [
+            (2, serde_json::json!([]), serde_json::json!([0, 1, 4])),
+            (3, serde_json::json!([]), serde_json::json!([0, 1, 4, 5])),
+            (4, serde_json::json!([4]), serde_json::json!([0, 1, 5])),
+        ]
+    );
+    assert_eq!(generation_sizes(&metrics), [2, 3, 4, 3]);
 }
 
 /// `tessera join` to an address that is not an elastic run's: garbage, a closed port, a store

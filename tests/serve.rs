@@ -1797,16 +1797,22 @@ fn an_elastic_backend_survives_a_lost_rank_with_the_same_bytes_and_serves_on() {
         want.iter().map(|f| &f.0).collect::<Vec<_>>()
     );
 
-    for (seed, point) in [(29, "start"), (6, "denoiser")] {
+    // With --respawn a fresh rank 3 joins the job in progress and the backend stays at 3 ranks.
+    for (seed, point, respawn) in [
+        (29, "start", false),
+        (6, "denoiser", false),
+        (13, "denoiser", true),
+    ] {
         let k = seeded_iteration(seed);
         let die = format!("2:{k}:{point}");
-        let name = format!("elastic-{point}");
-        let (mut child, client, stderr, events, addr) = elastic_backend_job(
-            dir.path(),
-            &name,
-            &["--ranks", "3", "--elastic"],
-            Some(die.clone()),
-        );
+        let name = format!("elastic-{point}-{respawn}");
+        let mut args = vec!["--ranks", "3", "--elastic"];
+        if respawn {
+            args.push("--respawn");
+        }
+        let world = if respawn { 3 } else { 2 };
+        let (mut child, client, stderr, events, addr) =
+            elastic_backend_job(dir.path(), &name, &args, Some(die.clone()));
         let (got, summary) = job_outputs(events.last().unwrap());
         assert_eq!(
             want.iter().map(|f| &f.0).collect::<Vec<_>>(),
@@ -1822,7 +1828,8 @@ fn an_elastic_backend_survives_a_lost_rank_with_the_same_bytes_and_serves_on() {
         });
         assert!(recovered, "no recovery line among {events:#?}");
         // And as the event the workbench redraws its ranks from: rank 2 lost, ranks 0 and 1 go
-        // on, owning every operator and tile, and the iterations after it come from 2 ranks.
+        // on (with the replacement as rank 2), owning every operator and tile, and the
+        // iterations after it come from the new group.
         let at = events
             .iter()
             .position(|e| matches!(e, Event::Regrouped { .. }))
@@ -1840,14 +1847,23 @@ fn an_elastic_backend_survives_a_lost_rank_with_the_same_bytes_and_serves_on() {
             panic!("{:?}", events[at]);
         };
         assert_eq!(lost_ranks, &[2]);
-        assert_eq!(previous_ranks, &[Some(0), Some(1)]);
+        let mut previous = vec![Some(0), Some(1)];
+        if respawn {
+            previous.push(None);
+        }
+        assert_eq!(previous_ranks, &previous);
         assert_eq!(*resumed_from, k - 1);
-        assert!(!operators.is_empty() && operators.iter().all(|o| o.rank < 2));
+        let owners: Vec<usize> = operators.iter().map(|o| o.rank).collect();
+        assert_eq!(owners.iter().max(), Some(&(world - 1)), "{operators:?}");
         let tiles = &patch_map
             .as_ref()
             .expect("the small multiblur is tiled")
             .tiles;
-        assert_eq!(tiles.iter().map(|t| t.rank).max(), Some(1), "{tiles:?}");
+        assert_eq!(
+            tiles.iter().map(|t| t.rank).max(),
+            Some(world - 1),
+            "{tiles:?}"
+        );
         let after: Vec<(usize, usize)> = events[at..]
             .iter()
             .filter_map(|e| match e {
@@ -1855,21 +1871,35 @@ fn an_elastic_backend_survives_a_lost_rank_with_the_same_bytes_and_serves_on() {
                 _ => None,
             })
             .collect();
-        let redone: Vec<(usize, usize)> = (k..=ELASTIC_ITERATIONS).map(|i| (i, 2)).collect();
+        let redone: Vec<(usize, usize)> = (k..=ELASTIC_ITERATIONS).map(|i| (i, world)).collect();
         assert_eq!(after, redone);
-        assert_eq!(summary["world_size"], 2, "{summary}");
+        assert_eq!(summary["world_size"], world, "{summary}");
         let recoveries = summary["recoveries"].as_array().unwrap();
         assert_eq!(recoveries.len(), 1, "{recoveries:?}");
         assert_eq!(recoveries[0]["lost_slots"], serde_json::json!([2]));
         assert_eq!(recoveries[0]["resumed_from"], k - 1, "{summary}");
+        let joined = if respawn { vec![3] } else { vec![] };
+        assert_eq!(
+            recoveries[0]
+                .get("joined")
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!([])),
+            serde_json::json!(joined),
+            "{summary}"
+        );
         let text = stderr.text();
         assert!(
             text.contains("[launcher] rank 2 was killed by signal 9 (SIGKILL)"),
             "{text}"
         );
+        assert_eq!(
+            text.contains("[launcher] rank 3 started to replace rank 2 in generation 1"),
+            respawn,
+            "{text}"
+        );
 
-        // The backend serves on, on the two ranks left: a later job completes there, and a new
-        // client is welcomed by the group as it is.
+        // The backend serves on, on the ranks it has now (the replacement serves as any rank): a
+        // later job completes there, and a new client is welcomed by the group as it is.
         submit(&client, quick(3));
         let events = until(&client, is_end);
         assert!(
@@ -1880,20 +1910,101 @@ fn an_elastic_backend_survives_a_lost_rank_with_the_same_bytes_and_serves_on() {
         assert!(
             events
                 .iter()
-                .any(|e| matches!(e, Event::Started { world_size: 2, .. })),
+                .any(|e| matches!(e, Event::Started { world_size, .. } if *world_size == world)),
             "{events:#?}"
         );
         let (_, token) = serve_tcp::token_file(dir.path());
         let other = Client::connect(&addr, Some(token)).unwrap();
-        assert_eq!(other.welcome().world_size, 2);
-        assert_eq!(other.welcome().devices.len(), 2);
+        assert_eq!(other.welcome().world_size, world);
+        assert_eq!(other.welcome().devices.len(), world);
         child.kill().unwrap();
         child.wait().unwrap();
     }
 }
 
+/// The rank process of `slot` among the children of the launcher `launcher` (its environment names
+/// the slot).
+fn rank_process(launcher: u32, slot: usize) -> u32 {
+    let want = format!("TESSERA_ELASTIC_SLOT={slot}");
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // `pid (comm) state ppid …`: the parent follows the last parenthesis.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if parent != Some(launcher) {
+            continue;
+        }
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
+            return pid;
+        }
+    }
+    panic!("no rank process of slot {slot} under the launcher {launcher}");
+}
+
 #[test]
-fn an_elastic_backend_refuses_what_is_not_elastic_and_stops_when_rank_0_is_lost() {
+fn the_workbenchs_elastic_local_backend_replaces_a_killed_rank_and_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = LocalOptions::new(2, dir.path().join("out"));
+    opts.exe = Some(EXE.into());
+    opts.elastic = true;
+    let (backend, client) = LocalBackend::spawn_with(opts).unwrap();
+    submit(&client, small_multiblur(60));
+    // A fault from outside, as a crash would be: once the job is under way, rank 1's process is
+    // killed (no test hook).
+    until(&client, |e| matches!(e, Event::Iteration { .. }));
+    let victim = rank_process(backend.pid(), 1);
+    let killed = Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let events = until(&client, is_end);
+    let (_, summary) = job_outputs(events.last().unwrap());
+    // Rank 1 lost, a replacement (slot 2) joined: the job ends on 2 ranks.
+    assert_eq!(summary["world_size"], 2, "{summary}");
+    let recoveries = summary["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    assert_eq!(recoveries[0]["lost_slots"], serde_json::json!([1]));
+    assert_eq!(recoveries[0]["joined"], serde_json::json!([2]));
+    let regrouped = events.iter().find_map(|e| match e {
+        Event::Regrouped {
+            lost_ranks,
+            previous_ranks,
+            ..
+        } => Some((lost_ranks.clone(), previous_ranks.clone())),
+        _ => None,
+    });
+    assert_eq!(regrouped, Some((vec![1], vec![Some(0), None])));
+    // The backend serves on 2 ranks, the replacement among them.
+    submit(&client, quick(3));
+    let events = until(&client, is_end);
+    assert!(
+        matches!(events.last(), Some(Event::Finished { job: 2, .. })),
+        "{:?}",
+        events.last()
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Started { world_size: 2, .. })),
+        "{events:#?}"
+    );
+}
+
+#[test]
+fn an_elastic_backend_runs_what_is_not_elastic_plainly_and_stops_when_rank_0_is_lost() {
     let dir = tempfile::tempdir().unwrap();
     let (token_file, token) = serve_tcp::token_file(dir.path());
     let out = dir.path().join("out");
@@ -1912,16 +2023,38 @@ fn an_elastic_backend_refuses_what_is_not_elastic_and_stops_when_rank_0_is_lost(
         &[("TESSERA_TEST_DIE_AT", "0:2".into())],
     );
     let client = Client::connect(&addr, Some(token)).unwrap();
-    // Refused at submission, by name, before any rank computes.
-    submit(&client, training_preset("train-dncnn", &[]));
+    // A minimum of ranks is refused at submission, by name, before any rank computes: the
+    // backend goes on down to one rank.
+    let at_least_two = Preset::load("quick", &["distributed.min_ranks=2".to_string()])
+        .unwrap()
+        .preset
+        .to_toml()
+        .unwrap();
+    submit(&client, at_least_two);
     let events = until(&client, is_end);
     match events.last() {
-        Some(Event::Failed { error, .. }) => assert!(
-            error.contains("denoiser training does not run on a `tessera serve --elastic` backend"),
+        Some(Event::Failed {
+            job: Some(1),
+            error,
+        }) => assert!(
+            error.contains("distributed.min_ranks") && error.contains("down to one rank"),
             "{error}"
         ),
         other => panic!("expected Failed, got {other:?}"),
     }
+    // A training is not elastic on a backend yet: it runs as on a plain backend, and the log
+    // says that a lost rank would end the backend.
+    submit(&client, training_preset("train-dncnn", SMALL_DNCNN));
+    let events = until(&client, is_end);
+    assert!(
+        matches!(events.last(), Some(Event::Finished { job: 2, .. })),
+        "{events:#?}"
+    );
+    let warned = events.iter().any(|e| {
+        matches!(e, Event::Log { message, .. }
+            if message.contains("job 2 (") && message.contains("is not elastic"))
+    });
+    assert!(warned, "no warning among {events:#?}");
     // Rank 0 holds the clients: its loss stops the backend, and the launcher says why.
     submit(&client, quick(4));
     let deadline = Instant::now() + serve_local::WAIT;

@@ -124,6 +124,12 @@ pub(super) enum Command {
         /// refused by name. See docs/ELASTIC.md.
         #[arg(long)]
         elastic: bool,
+        /// With --ranks N --elastic: start a fresh rank process for each one lost, which joins
+        /// the job in progress with the state rank 0 hands it, so the job finishes and the next
+        /// jobs run on N ranks again (at most N replacements in the backend's life, then it
+        /// shrinks).
+        #[arg(long)]
+        respawn: bool,
         #[command(flatten)]
         group: GroupArgs,
     },
@@ -154,10 +160,10 @@ pub(super) enum Command {
         what: BenchWhat,
     },
     /// Add a rank to a running elastic run (`tessera run PRESET --ranks N --elastic` prints
-    /// ADDR): it joins at the run's next iteration boundary as rank N of N+1, receives the run's
-    /// state from rank 0 and takes a share of the work until the run ends. It runs the run's own
-    /// command line in the launcher's working folder, so it must see the same preset and input
-    /// files there (same host: elastic runs use local sockets). Imaging runs only.
+    /// ADDR): it joins at the run's next iteration (an inversion's: epoch) boundary as rank N of
+    /// N+1, receives the run's state from rank 0 and takes a share of the work until the run
+    /// ends. It runs the run's own command line in the launcher's working folder, so it must see
+    /// the same preset and input files there (same host: elastic runs use local sockets).
     Join {
         /// The launcher's store address, IP:PORT.
         addr: String,

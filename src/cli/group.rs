@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use tessera::dist::elastic::{Member, Plan};
 use tessera::dist::placement::{Placement, available_cores};
 use tessera::dist::{self, RankFlags, RankInfo};
 
@@ -103,4 +104,28 @@ pub(super) fn strip_option(
         }
     }
     out
+}
+
+/// This rank's collective: a replacement (`--respawn`) joins the generation the launcher started
+/// it for, not the first, and returns that generation's plan.
+pub(super) fn join_as_started(
+    group: &GroupArgs,
+    member: Option<&mut Member>,
+) -> Result<(Box<dyn dist::Collective>, Option<Plan>)> {
+    Ok(match member.and_then(|m| Some((m.replaces_into?, m))) {
+        Some((generation, member)) => {
+            let plan = member
+                .join_as_replacement(generation)
+                .context("joining the group as a replacement")?;
+            let info = plan.rank_info(member.slot)?;
+            let comm = join_with(group, &info).with_context(|| {
+                format!(
+                    "joining generation {generation} as rank {} of {}",
+                    info.rank, info.world_size
+                )
+            })?;
+            (comm, Some(plan))
+        }
+        None => (join_group(group)?, None),
+    })
 }

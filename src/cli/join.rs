@@ -3,6 +3,7 @@
 //! store, then runs the run's own rank command line as a child (the process a `--respawn`
 //! replacement is), forwarding its output, and ends with it.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -28,7 +29,8 @@ pub(super) fn join(addr: &str, timeout_secs: usize) -> Result<()> {
     }
     say!(
         "joining the elastic run at {addr} as rank {slot}: it joins generation {generation} at \
-         the run's next iteration boundary"
+         the run's next {} boundary",
+        run.unit
     );
     let exe = std::env::current_exe().context("finding this executable")?;
     // Its place on this host (RANK/LOCAL_RANK: threads and cores) is one of the run's ranks'; its
@@ -54,6 +56,16 @@ pub(super) fn join(addr: &str, timeout_secs: usize) -> Result<()> {
         .status()
         .with_context(|| format!("starting the joining rank {}", exe.display()))?;
     if !status.success() {
+        if status.signal().is_some() {
+            // The launcher cannot reap this rank: without this word it would wait out its
+            // check-in timeout before the others go on.
+            if let Err(e) = elastic::report_joiner_lost(addr, slot, &describe(status), timeout) {
+                super::output::complain(format_args!(
+                    "tessera join: could not tell the launcher at {addr} that rank {slot} is \
+                     lost ({e}); it counts it lost after its check-in timeout"
+                ));
+            }
+        }
         bail!(
             "the joining rank {slot} of the elastic run at {addr} {}",
             describe(status)

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use tessera::device::Device;
-use tessera::dist::elastic::{Member, Plan, WorkUnit};
+use tessera::dist::elastic::{Member, WorkUnit};
 use tessera::dist::{self, Backend, Collective, RankInfo, RankSource};
 use tessera::io::RunDir;
 use tessera::io::checkpoint::{self, RunKind};
@@ -18,7 +18,7 @@ use tessera::job::{self, JobEvent};
 use tessera::preset::{DEFAULT_CHECKPOINT_EVERY, LoadedPreset, Preset};
 
 use super::args::GroupArgs;
-use super::group::{join_group, join_with, place_threads, rank_flags, strip_option};
+use super::group::{join_as_started, join_with, place_threads, rank_flags, strip_option};
 use super::output::say;
 
 /// How a run continues from a checkpoint: the user's `--resume DIR`, or the folder the launcher
@@ -301,6 +301,7 @@ pub(super) fn run(
                 member: &mut member,
                 join: &mut join,
                 joined,
+                prelude: None,
             };
             job::run_elastic(
                 preset,
@@ -716,30 +717,6 @@ fn stopped(stop: Option<&StopHint>, e: anyhow::Error) -> anyhow::Error {
 
 /// Where `tessera run` writes: the folder named (`--out` or the preset's), replaced only with
 /// `--replace`, or a new folder under `out/NAME`.
-/// This rank's collective: a replacement (`--respawn`) joins the generation the launcher started
-/// it for, not the first, and returns that generation's plan.
-fn join_as_started(
-    group: &GroupArgs,
-    member: Option<&mut Member>,
-) -> Result<(Box<dyn dist::Collective>, Option<Plan>)> {
-    Ok(match member.and_then(|m| Some((m.replaces_into?, m))) {
-        Some((generation, member)) => {
-            let plan = member
-                .join_as_replacement(generation)
-                .context("joining the run as a replacement")?;
-            let info = plan.rank_info(member.slot)?;
-            let comm = join_with(group, &info).with_context(|| {
-                format!(
-                    "joining generation {generation} as rank {} of {}",
-                    info.rank, info.world_size
-                )
-            })?;
-            (comm, Some(plan))
-        }
-        None => (join_group(group)?, None),
-    })
-}
-
 fn run_dir(out: Option<PathBuf>, replace: bool, name: &str) -> Result<RunDir> {
     Ok(match out {
         Some(path) => RunDir::Exact { path, replace },
@@ -822,6 +799,7 @@ fn run_fwi(
                 member: &mut member,
                 join: &mut join,
                 joined,
+                prelude: None,
             };
             let checkpoints = continuation.checkpoints(every);
             tessera::fwi::run_elastic(

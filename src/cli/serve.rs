@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use tessera::dist::{self, RankInfo};
 
 use super::args::GroupArgs;
-use super::group::{join_group, join_with, place_threads, rank_flags, strip_option};
+use super::group::{join_as_started, join_with, place_threads, rank_flags, strip_option};
 
 /// Default control address of `tessera serve` (loopback: reach it from elsewhere by SSH tunnel).
 const DEFAULT_LISTEN: &str = "127.0.0.1:7341";
@@ -18,7 +18,7 @@ pub(super) fn serve(
     listen: Option<String>,
     token_file: Option<&Path>,
     out: PathBuf,
-    (device, elastic): (Option<&str>, bool),
+    (device, elastic, respawn): (Option<&str>, bool, bool),
     group: &GroupArgs,
 ) -> Result<()> {
     use tessera::serve::{ElasticBackend, Endpoint, ServeOptions};
@@ -27,6 +27,12 @@ pub(super) fn serve(
         .map(|d| tessera::device::Device::parse("--device", d))
         .transpose()?;
     let launched = std::env::var_os(dist::launch::LAUNCHED_ENV).is_some();
+    if respawn && !elastic {
+        bail!(
+            "--respawn needs --elastic: a replacement joins the group that the survivors of a \
+             lost rank re-form (docs/ELASTIC.md)"
+        );
+    }
     if elastic && !launched {
         if let super::run::ElasticMode::Checkpointed(_) = super::run::check_elastic(group, false)? {
             bail!(
@@ -76,7 +82,7 @@ pub(super) fn serve(
                 checkin_timeout: Duration::from_secs(group.rendezvous_timeout as u64),
                 unit: dist::elastic::WorkUnit::Iteration,
                 slot0_essential: Some(SLOT0_ESSENTIAL),
-                respawn: false,
+                respawn,
             };
             dist::launch::launch_elastic(n, &args, options).context("elastic serve group")?;
         } else {
@@ -85,21 +91,26 @@ pub(super) fn serve(
         return Ok(());
     }
     place_threads(group, None)?;
-    let comm = join_group(group)?;
-    let elastic = match launched && elastic {
+    let mut member = match launched && elastic {
         true => {
             let timeout = Duration::from_secs(2 * group.rendezvous_timeout as u64);
             let member = dist::elastic::Member::from_env(timeout)
                 .context("reaching the elastic launcher")?
                 .context("--elastic: this rank was not started by an elastic launcher")?;
-            let group = group.clone();
-            Some(ElasticBackend {
-                member,
-                join: Box::new(move |info: &RankInfo| join_with(&group, info)),
-            })
+            Some(member)
         }
         false => None,
     };
+    // A replacement (--respawn) joins the generation the launcher started it for.
+    let (comm, joined) = join_as_started(group, member.as_mut())?;
+    let elastic = member.map(|member| {
+        let group = group.clone();
+        ElasticBackend {
+            member,
+            join: Box::new(move |info: &RankInfo| join_with(&group, info)),
+            joined,
+        }
+    });
     let info = RankInfo::discover(&rank_flags(group))?;
     let opts = ServeOptions {
         endpoint,

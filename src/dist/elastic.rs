@@ -38,8 +38,9 @@ pub const JOIN_ENV: &str = "TESSERA_ELASTIC_JOIN";
 /// after a recovery.
 pub const DIE_AT_ENV: &str = "TESSERA_TEST_DIE_AT";
 /// Test hook: `k` makes rank 0 of an elastic run wait (up to a minute) at the boundary after
-/// iteration `k` until a rank asks to join, and look at no other boundary, so that a test's
-/// `tessera join` joins there.
+/// iteration (an inversion's: epoch) `k` until a rank asks to join, and look at no other
+/// boundary, so that a test's `tessera join` joins there; `k1,k2,…` names several boundaries,
+/// for joins in turn.
 pub const JOIN_AT_ENV: &str = "TESSERA_TEST_JOIN_AT";
 
 /// How an elastic rank reaches the launcher and joins each new generation of its group.
@@ -51,6 +52,10 @@ pub struct Elastic<'a> {
     /// A replacement (`--respawn`): the plan of the generation it joined without state; it
     /// receives the run's state from the new rank 0 before the generation's first iteration.
     pub joined: Option<Plan>,
+    /// What rank 0 sends each replacement ahead of the state: the command of a served job (a
+    /// `tessera serve` rank starts knowing no job: from it, the replacement learns which job it
+    /// joins). `None` for a run, whose replacements start with its command line.
+    pub prelude: Option<&'a [u8]>,
 }
 
 /// One recovery from a lost rank, as the log and `metrics.json` record it.
@@ -282,7 +287,7 @@ impl Recoveries {
 
 /// What an elastic run's progress is counted in: the survivors resume after an iteration
 /// (imaging) or an epoch (an inversion).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum WorkUnit {
     #[default]
     Iteration,
@@ -366,6 +371,18 @@ impl Plan {
             .collect()
     }
 
+    /// On this generation's rank 0: sends each replacement that joined it `prelude`
+    /// ([`Elastic::prelude`]) ahead of the state; other ranks send nothing.
+    pub fn send_prelude(&self, comm: &dyn Collective, prelude: Option<&[u8]>) -> Result<()> {
+        match prelude {
+            Some(bytes) if comm.rank() == 0 => self
+                .joiner_ranks()
+                .into_iter()
+                .try_for_each(|to| comm.send(to, bytes)),
+            _ => Ok(()),
+        }
+    }
+
     /// How `slot` joins the new generation on this host.
     pub fn rank_info(&self, slot: usize) -> Result<RankInfo> {
         let rank = self.rank_of(slot).ok_or_else(|| {
@@ -430,6 +447,17 @@ fn join_answer_key(slot: usize) -> String {
     format!("elastic/join-answer/{slot}")
 }
 
+fn joiner_lost_key(slot: usize) -> String {
+    format!("elastic/joiner-lost/{slot}")
+}
+
+/// `tessera join ADDR`'s word that its rank (of `slot`) ended by a signal, `how`: the launcher
+/// cannot reap a process it did not start, and counts it lost at once instead of waiting out the
+/// check-in timeout for it ([`Coordinator::lost_joiners`]).
+pub fn report_joiner_lost(addr: &str, slot: usize, how: &str, timeout: Duration) -> Result<()> {
+    StoreClient::connect(addr, timeout)?.set(&joiner_lost_key(slot), how.as_bytes())
+}
+
 /// The run a joining rank runs: the launcher's record of its rank processes' command line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JoinableRun {
@@ -443,8 +471,10 @@ pub struct JoinableRun {
     /// The first slot a joining rank takes: beyond every slot the launcher uses (its ranks and
     /// at most as many `--respawn` replacements).
     pub first_join_slot: usize,
-    /// Why the run takes no joining rank (`None`: it does): an inversion does not leave its
-    /// generation at an epoch boundary yet.
+    /// Where a joining rank joins: at the next iteration (an inversion's: epoch) boundary.
+    pub unit: WorkUnit,
+    /// Why the run takes no joining rank (`None`: it does): a backend whose rank 0 is essential,
+    /// a command line that is not UTF-8.
     pub refuses: Option<String>,
 }
 
@@ -495,7 +525,9 @@ pub fn request_join(addr: &str, timeout: Duration) -> Result<Joining> {
             return Err(Error::config(
                 "ADDR",
                 format!(
-                    "{addr} is a rendezvous store, but not the launcher of an elastic run that                      takes joining ranks (`tessera run PRESET --ranks N --elastic` prints the                      address to join)"
+                    "{addr} is a rendezvous store, but not the launcher of an elastic run that \
+                     takes joining ranks (`tessera run PRESET --ranks N --elastic` prints the \
+                     address to join)"
                 ),
             ));
         }
@@ -587,9 +619,15 @@ impl Member {
     /// whether ranks ask to join (a connection of its own to the launcher's store).
     pub fn grow_probe(&self) -> Result<GrowProbe> {
         let wait_at = match std::env::var(JOIN_AT_ENV) {
-            Ok(k) => Some(k.parse().map_err(|_| {
-                Error::config(JOIN_AT_ENV, format!("`{k}` is not an iteration number"))
-            })?),
+            Ok(list) => Some(
+                list.split(',')
+                    .map(|k| {
+                        k.trim().parse().map_err(|_| {
+                            Error::config(JOIN_AT_ENV, format!("`{k}` is not an iteration number"))
+                        })
+                    })
+                    .collect::<Result<Vec<usize>>>()?,
+            ),
             Err(_) => None,
         };
         Ok(GrowProbe {
@@ -639,20 +677,39 @@ impl Member {
 pub struct GrowProbe {
     client: StoreClient,
     /// The test hook [`JOIN_AT_ENV`].
-    wait_at: Option<usize>,
+    wait_at: Option<Vec<usize>>,
 }
 
 impl GrowProbe {
     /// Whether the launcher set the grow flag of generation `next` by the boundary after
     /// `iteration` (a look without waiting, but for the test hook's iteration).
     pub fn asked(&mut self, next: u32, iteration: usize) -> Result<bool> {
-        let wait = match self.wait_at {
+        let wait = match &self.wait_at {
             None => Duration::ZERO,
-            Some(k) if k == iteration => Duration::from_secs(60),
-            // The test hook's run grows at its iteration only.
+            Some(ks) if ks.contains(&iteration) => Duration::from_secs(60),
+            // The test hook's run grows at its iterations only.
             Some(_) => return Ok(false),
         };
         Ok(self.client.wait(&[grow_key(next)], wait)?.is_ok())
+    }
+
+    /// The boundary after `completed` (an iteration or an epoch) of an elastic run that takes
+    /// joining ranks, on every rank: rank 0 looks ([`GrowProbe::asked`]) whether ranks ask to
+    /// join generation `next` and broadcasts its one-byte answer, so that every rank leaves its
+    /// generation after the same iteration. This broadcast is the only per-iteration cost of
+    /// `--elastic` while nobody joins.
+    pub fn boundary(&mut self, comm: &dyn Collective, next: u32, completed: usize) -> Result<bool> {
+        let asked = comm.rank() == 0 && self.asked(next, completed)?;
+        let mut byte = vec![u8::from(asked)];
+        comm.broadcast(&mut byte, 0)?;
+        match byte[..] {
+            [0] => Ok(false),
+            [1] => Ok(true),
+            _ => Err(Error::bad_peer_data(
+                0,
+                format!("its boundary's join verdict was {byte:?}, not one byte 0 or 1"),
+            )),
+        }
     }
 }
 
@@ -776,6 +833,25 @@ impl Coordinator {
     /// reaching a store that is not an elastic run's).
     pub fn advertise(&mut self, run: &JoinableRun) -> Result<()> {
         self.client.set(RUN_KEY, &wire::encode(run)?)
+    }
+
+    /// Which of the joined ranks `slots` their `tessera join` reported ended by a signal
+    /// ([`report_joiner_lost`]), with how (a look without waiting; a joiner's bytes, shown as
+    /// text whatever they are).
+    pub fn lost_joiners(&mut self, slots: &[usize]) -> Result<Vec<(usize, String)>> {
+        let mut lost = Vec::new();
+        for &slot in slots {
+            let key = joiner_lost_key(slot);
+            if self
+                .client
+                .wait(std::slice::from_ref(&key), Duration::ZERO)?
+                .is_ok()
+            {
+                let how = self.client.get(&key, Duration::from_secs(1))?;
+                lost.push((slot, String::from_utf8_lossy(&how).into_owned()));
+            }
+        }
+        Ok(lost)
     }
 
     /// The join requests that arrived since the last call (from request `*seen` on), each
@@ -1296,6 +1372,29 @@ mod tests {
     }
 
     #[test]
+    fn a_joiners_loss_reported_by_its_tessera_join_reaches_the_launcher_once_written() {
+        let mut coordinator = Coordinator::start(2, 1).unwrap();
+        let addr = coordinator.addr();
+        let timeout = Duration::from_secs(5);
+        assert_eq!(coordinator.lost_joiners(&[4, 5]).unwrap(), []);
+        report_joiner_lost(&addr, 5, "was killed by signal 9 (SIGKILL)", timeout).unwrap();
+        assert_eq!(
+            coordinator.lost_joiners(&[4, 5]).unwrap(),
+            [(5, "was killed by signal 9 (SIGKILL)".to_string())]
+        );
+        // A joiner's bytes are shown as text whatever they are; a slot not asked about is not
+        // looked at.
+        StoreClient::connect(&addr, timeout)
+            .unwrap()
+            .set(&joiner_lost_key(4), &[0xff, b'x'])
+            .unwrap();
+        assert_eq!(
+            coordinator.lost_joiners(&[4]).unwrap(),
+            [(4, "\u{fffd}x".to_string())]
+        );
+    }
+
+    #[test]
     fn a_joining_rank_is_asked_in_at_the_next_boundary_and_joins_the_grown_plan() {
         let mut coordinator = Coordinator::start(2, 1).unwrap();
         let addr = coordinator.addr();
@@ -1311,6 +1410,7 @@ mod tests {
             cwd: "/".into(),
             world: 2,
             first_join_slot: 4,
+            unit: WorkUnit::Iteration,
             refuses: None,
         };
         coordinator.advertise(&run).unwrap();

@@ -181,12 +181,6 @@ fn joinable_run(
     let texts: Vec<Option<String>> = args.iter().map(|a| a.clone().into_string().ok()).collect();
     let refuses = if let Some(why) = options.slot0_essential {
         Some(format!("rank 0 is essential to it ({why})"))
-    } else if options.unit == WorkUnit::Epoch {
-        Some(
-            "an inversion does not leave its generation at an epoch boundary yet \
-             (docs/ELASTIC.md, \"Growing\")"
-                .to_string(),
-        )
     } else if texts.iter().any(Option::is_none) || cwd.to_str().is_none() {
         Some("its command line or working folder is not UTF-8".to_string())
     } else {
@@ -198,6 +192,7 @@ fn joinable_run(
         world,
         // The launcher's own slots: its ranks, then at most `world` replacements.
         first_join_slot: 2 * world,
+        unit: options.unit,
         refuses,
     })
 }
@@ -400,6 +395,31 @@ fn supervise_elastic(
                 options.unit
             );
             pending.push(slot);
+        }
+        // A joiner's `tessera join` says when its rank ended by a signal: lost now, not after the
+        // check-in timeout.
+        let joined: Vec<usize> = (coordinator.members().iter())
+            .chain(&pending)
+            .copied()
+            .filter(|&s| s >= children.len() && !joiners_gone.contains(&s))
+            .collect();
+        if !joined.is_empty() {
+            for (slot, how) in coordinator.lost_joiners(&joined)? {
+                let before = pending.contains(&slot);
+                pending.retain(|&s| s != slot);
+                joiners_gone.push(slot);
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "[launcher] rank {slot} (tessera join) {how}{}",
+                    match before {
+                        true => " before it joined",
+                        false => ": the others go on without it (--elastic)",
+                    }
+                );
+                if !before {
+                    recovering_since.get_or_insert_with(Instant::now);
+                }
+            }
         }
         if exited.iter().all(|&e| e) && recovering_since.is_none() {
             if pending.iter().any(|&s| s >= children.len()) {

@@ -16,7 +16,7 @@ use super::batch::{draw, tensor_split};
 use super::config::{FwiPreset, ModelSource, StartModel};
 use super::load;
 use crate::dist::elastic::{
-    Assignment, DieAt, DiePoint, Elastic, Plan, Recoveries, Recovery, WorkUnit, is_loss,
+    Assignment, DieAt, DiePoint, Elastic, GrowProbe, Plan, Recoveries, Recovery, WorkUnit, is_loss,
 };
 use crate::dist::launch::launched_die_hook;
 use crate::dist::physics::SumOrder;
@@ -853,6 +853,11 @@ struct Carried<T> {
     resumed: Option<Resumed>,
     /// A replacement: the rank that handed it the state (named if the state does not fit).
     handed_by: Option<usize>,
+    /// An elastic run takes joining ranks (`tessera join`): its look at each epoch boundary and
+    /// the generation a joiner would join.
+    grow: Option<(GrowProbe, u32)>,
+    /// The generation ended after an epoch for joining ranks, not for a loss.
+    leaving_to_grow: bool,
 }
 
 /// An inversion's replicated state in its checkpoint: the model and Adam after the last completed
@@ -1064,6 +1069,8 @@ impl<T: Float> Carried<T> {
             checkpoints: None,
             resumed: None,
             handed_by: None,
+            grow: None,
+            leaving_to_grow: false,
         })
     }
 
@@ -1192,9 +1199,11 @@ fn elastic_typed<T: Float>(
         member,
         join,
         joined,
+        prelude,
     } = elastic;
     let mut carried = Carried::<T>::new(out, comm.rank(), true)?;
     carried.die_at = launched_die_hook(member.slot)?;
+    carried.grow = Some((member.grow_probe()?, member.generation + 1));
     // A replacement takes the state its new rank 0 hands over, not the checkpoint file's.
     let checkpoints = checkpoints.map(|mut c| {
         c.resume &= joined.is_none();
@@ -1204,13 +1213,19 @@ fn elastic_typed<T: Float>(
     // The plan of a generation that replacements joined: its state is handed over first.
     let mut handing_over = joined;
     loop {
+        if let Some((_, next)) = carried.grow.as_mut() {
+            *next = member.generation + 1;
+        }
         let generation = match handing_over.take() {
-            Some(plan) => carried.hand_over(&*comm, preset, out, &plan),
+            Some(plan) => plan
+                .send_prelude(&*comm, prelude)
+                .and_then(|()| carried.hand_over(&*comm, preset, out, &plan)),
             None => Ok(()),
         }
         .and_then(|()| run_generation(preset, base_dir, out, comm, &mut carried, on_event));
+        let growing = std::mem::take(&mut carried.leaving_to_grow);
         let failure = match generation {
-            Err(e) if is_loss(&e) => e,
+            Err(e) if growing || is_loss(&e) => e,
             done => return done,
         };
         let failed_at = Instant::now();
@@ -1218,15 +1233,27 @@ fn elastic_typed<T: Float>(
             carried.solve_secs_before += t.elapsed().as_secs_f64();
         }
         let completed = carried.history.len();
-        tracing::warn!(
-            "generation {} failed after epoch {completed}: {failure}; checking in with the launcher",
-            member.generation
-        );
+        match growing {
+            true => tracing::info!(
+                "generation {} ends after epoch {completed}: rank(s) ask to join; checking in \
+                 with the launcher",
+                member.generation
+            ),
+            false => tracing::warn!(
+                "generation {} failed after epoch {completed}: {failure}; checking in with the \
+                 launcher",
+                member.generation
+            ),
+        }
         let shots = carried
             .prepared
             .as_ref()
             .map_or(preset.fwi.batch_size, |p| p.setup.acquisition.len());
-        let plan = match member.rejoin(completed, &failure) {
+        let rejoined = match growing {
+            true => member.leave_to_grow(completed),
+            false => member.rejoin(completed, &failure),
+        };
+        let plan = match rejoined {
             Ok(plan) => plan,
             Err(stop) => {
                 carried.checkpoint_at_stop();
@@ -1616,6 +1643,17 @@ fn run_epochs<T: Float>(
         }
         carried.completed(report, &model, &adam);
         carried.checkpoint_if_due(epochs);
+        if epoch + 1 < epochs
+            && !carried.stop
+            && let Some((probe, next)) = carried.grow.as_mut()
+            && probe.boundary(timed.as_ref(), *next, epoch + 1)?
+        {
+            carried.leaving_to_grow = true;
+            return Err(Error::Cancelled(format!(
+                "generation left after epoch {} for joining rank(s)",
+                epoch + 1
+            )));
+        }
     }
     let solve_secs = carried.solve_secs_before + t_solve.elapsed().as_secs_f64();
     let final_f32 = to_f32(&model);

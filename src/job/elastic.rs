@@ -184,6 +184,7 @@ fn elastic_loop(
         member,
         join,
         joined,
+        prelude,
     } = elastic;
     let prepared = preset.validate().and_then(|()| {
         let mut carried = Carried::new(out, comm.rank(), true)?;
@@ -218,7 +219,9 @@ fn elastic_loop(
             *next = member.generation + 1;
         }
         let handed = match handing_over.take() {
-            Some(plan) => hand_over(&*comm, preset, out, &plan, &mut carried),
+            Some(plan) => plan
+                .send_prelude(&*comm, prelude)
+                .and_then(|()| hand_over(&*comm, preset, out, &plan, &mut carried)),
             None => Ok(()),
         };
         let generation = match handed {

@@ -377,6 +377,10 @@ pub struct LocalOptions {
     pub exe: Option<PathBuf>,
     /// Extra arguments for `tessera serve` (e.g. `--log info`).
     pub extra_args: Vec<String>,
+    /// With 2 or more ranks: `--elastic --respawn`, so that an imaging job goes on after a lost
+    /// rank (other than rank 0, which holds the socket) and a fresh rank process takes its place
+    /// (docs/ELASTIC.md). One rank has no peer to lose: the flags are left out.
+    pub elastic: bool,
     /// How long to wait for the control socket.
     pub startup_timeout: Duration,
 }
@@ -388,6 +392,7 @@ impl LocalOptions {
             out_dir: out_dir.into(),
             exe: None,
             extra_args: Vec::new(),
+            elastic: false,
             startup_timeout: Duration::from_secs(60),
         }
     }
@@ -442,6 +447,10 @@ impl LocalBackend {
             .arg(&socket)
             .arg("--out")
             .arg(&opts.out_dir)
+            .args(match opts.elastic && opts.ranks > 1 {
+                true => &["--elastic", "--respawn"][..],
+                false => &[],
+            })
             .args(&opts.extra_args)
             .stdin(std::process::Stdio::null())
             .stdout(

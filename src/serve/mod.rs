@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::device::{Device, coverage};
-use crate::dist::elastic::Member;
+use crate::dist::elastic::{Member, Plan};
 use crate::dist::physics::owner;
 use crate::dist::{Collective, RankInfo, wire};
 use crate::error::{Error, Result};
@@ -128,6 +128,10 @@ pub struct ElasticBackend {
     /// Joins a generation the launcher planned, with the first generation's transport and
     /// timeouts.
     pub join: Box<JoinGeneration>,
+    /// A replacement (`serve --respawn`): the plan of the generation it joined, in the middle of
+    /// a job, which it learns from the generation's rank 0 ([`job::Elastic::prelude`]) and
+    /// finishes with the others before it serves the next jobs as any rank does.
+    pub joined: Option<Plan>,
 }
 
 /// How a rank joins a generation of its group (the `join` of [`job::Elastic`]).
@@ -141,13 +145,25 @@ pub fn serve(
     elastic: Option<ElasticBackend>,
 ) -> Result<()> {
     let comm: Arc<dyn Collective> = Arc::from(comm);
-    let devices = gather_devices(comm.as_ref())?;
+    // A replacement joins a job in progress: rank 0 of its generation sends it the job's command
+    // ahead of the job's state (the others are in that job, not here), and the group learns where
+    // it computes after the job, as after any re-formed group.
+    let (devices, joining) = match elastic.as_ref().and_then(|e| e.joined.as_ref()) {
+        Some(plan) if comm.rank() == 0 => {
+            return Err(Error::Internal(format!(
+                "a replacement is rank 0 of generation {}: only a survivor holds the backend",
+                plan.generation
+            )));
+        }
+        Some(_) => (Vec::new(), Some(comm.recv(0)?)),
+        None => (gather_devices(comm.as_ref())?, None),
+    };
     let group = Group {
         comm: RefCell::new(Some(comm)),
         elastic: elastic.map(RefCell::new),
     };
     if group.get()?.rank() != 0 {
-        return follow(&group, devices, opts);
+        return follow(&group, devices, joining, opts);
     }
     coordinate(&group, devices, opts)
 }
@@ -176,9 +192,11 @@ impl Group {
     }
 
     /// Runs `job` on the group as the only holder of it ([`job::run_elastic_lent`] on an elastic
-    /// backend); returns its result and whether the group was re-formed (a rank was lost).
+    /// backend); returns its result and whether the group was re-formed (a rank was lost, or this
+    /// rank is a replacement that joined it). `command`: the job's, for replacements that join it.
     fn run_elastic<T>(
         &self,
+        command: &[u8],
         job: impl FnOnce(
             Box<dyn Collective>,
             job::Elastic<'_>,
@@ -198,19 +216,26 @@ impl Group {
         };
         let lent = Arc::downgrade(&comm);
         let mut elastic = elastic.borrow_mut();
-        let ElasticBackend { member, join } = &mut *elastic;
+        let ElasticBackend {
+            member,
+            join,
+            joined,
+        } = &mut *elastic;
+        let joined = joined.take();
+        let joining = joined.is_some();
         let (result, back) = job(
             Box::new(comm),
             job::Elastic {
                 member,
                 join: join.as_mut(),
-                joined: None,
+                joined,
+                prelude: Some(command),
             },
         );
         // The group lent is alive only when no rank was lost (a loss drops it): then `back` is a
         // handle to it, else the new generation's group.
         let (comm, regrouped) = match (lent.upgrade(), back) {
-            (Some(lent), _) => (Some(lent), false),
+            (Some(lent), _) => (Some(lent), joining),
             (None, back) => (back.map(Arc::from), true),
         };
         *self.comm.borrow_mut() = comm;
@@ -228,19 +253,29 @@ fn gather_devices(comm: &dyn Collective) -> Result<Vec<RankDevice>> {
     wire::all_gather_as(comm, "devices", &mine)
 }
 
-/// Ranks ≠ 0: run whatever rank 0 broadcasts.
-fn follow(group: &Group, mut devices: Vec<RankDevice>, opts: &ServeOptions) -> Result<()> {
+/// Ranks ≠ 0: run whatever rank 0 broadcasts; a replacement first finishes the job it joined
+/// (`joining`: that job's command).
+fn follow(
+    group: &Group,
+    mut devices: Vec<RankDevice>,
+    mut joining: Option<Vec<u8>>,
+    opts: &ServeOptions,
+) -> Result<()> {
     let out = RunDir::Unique {
         root: opts.out_dir.clone(),
     };
     loop {
-        let mut buf = Vec::new();
-        {
-            let comm = group.get()?;
-            comm.set_op_timeout(None)?;
-            comm.broadcast(&mut buf, 0)?;
-            comm.set_op_timeout(opts.op_timeout)?;
-        }
+        let buf = match joining.take() {
+            Some(command) => command,
+            None => {
+                let mut buf = Vec::new();
+                let comm = group.get()?;
+                comm.set_op_timeout(None)?;
+                comm.broadcast(&mut buf, 0)?;
+                comm.set_op_timeout(opts.op_timeout)?;
+                buf
+            }
+        };
         let (job, preset_toml, inline, files, resume_from) =
             match wire::decode_from::<RankCommand>(0, "job command", &buf)? {
                 RankCommand::Shutdown => return Ok(()),
@@ -255,6 +290,7 @@ fn follow(group: &Group, mut devices: Vec<RankDevice>, opts: &ServeOptions) -> R
         let ctx = JobContext {
             group,
             job,
+            command: &buf,
             devices: &devices,
             coordinator: None,
         };
@@ -368,6 +404,16 @@ impl Submission {
             Submission::Imaging(p, _) => &p.name,
             Submission::Fwi(p, _) => &p.name,
             Submission::Train(t) => t.name(),
+        }
+    }
+
+    /// Whether the job goes on after a lost rank on an elastic backend: imaging jobs do; an
+    /// inversion or a training runs there as on a plain backend (not elastic on a backend yet:
+    /// docs/ELASTIC.md), so a loss during it ends the backend, and rank 0 says so when it starts.
+    fn survives_a_loss(&self) -> bool {
+        match self {
+            Submission::Imaging(..) => true,
+            Submission::Fwi(..) | Submission::Train(_) => false,
         }
     }
 
@@ -572,15 +618,31 @@ fn coordinate(group: &Group, mut devices: Vec<RankDevice>, opts: &ServeOptions) 
             resume_from: queued.resume_from.clone(),
         })?;
         group.get()?.broadcast(&mut command, 0)?;
-        drop(command);
+        if !group.is_elastic() {
+            // Only replacements that join an elastic job need it again.
+            command = Vec::new();
+        }
         tracing::info!(
             "job {job} ({}) starts on {world} rank(s)",
             submission.name()
         );
+        if group.is_elastic() && !submission.survives_a_loss() {
+            tracing::warn!(
+                "job {job} ({}) is not elastic: {} do(es) not survive a lost rank on a backend \
+                 yet, so a rank lost during it ends this backend (`tessera run PRESET --ranks N \
+                 --elastic` survives it)",
+                submission.name(),
+                match submission {
+                    Submission::Fwi(..) => "inversions",
+                    _ => "denoiser trainings",
+                }
+            );
+        }
         let cancel = queued.cancel;
         let ctx = JobContext {
             group,
             job,
+            command: &command,
             devices: &devices,
             coordinator: Some(Coordinator {
                 hub: &hub,
@@ -742,38 +804,24 @@ fn precheck(
     Ok(submission)
 }
 
-/// On an elastic backend, what is not elastic yet is refused by name before any rank sees it.
+/// On an elastic backend, a preset that asks for a minimum of ranks is refused by name before any
+/// rank sees it: the backend goes on down to one rank. (Inversions and trainings run there as on a
+/// plain backend: [`Submission::survives_a_loss`].)
 fn check_elastic(submission: &Submission) -> Result<()> {
-    let (field, what) = match submission {
+    match submission {
         Submission::Imaging(preset, _) => match preset.distributed.min_ranks {
-            Some(n) if n > 1 => {
-                return Err(Error::config(
-                    "distributed.min_ranks",
-                    format!(
-                        "{n}: a `tessera serve --elastic` backend goes on down to one rank and \
-                         keeps no checkpoint to resume a stopped job from; remove min_ranks, or \
-                         run the preset with `tessera run PRESET --ranks N --elastic`"
-                    ),
-                ));
-            }
-            _ => return Ok(()),
+            Some(n) if n > 1 => Err(Error::config(
+                "distributed.min_ranks",
+                format!(
+                    "{n}: a `tessera serve --elastic` backend goes on down to one rank and keeps \
+                     no checkpoint to resume a stopped job from; remove min_ranks, or run the \
+                     preset with `tessera run PRESET --ranks N --elastic`"
+                ),
+            )),
+            _ => Ok(()),
         },
-        Submission::Fwi(..) => ("fwi", "an inversion"),
-        Submission::Train(_) => ("train", "denoiser training"),
-    };
-    Err(Error::config(
-        field,
-        format!(
-            "{what} does not run on a `tessera serve --elastic` backend yet (only imaging jobs \
-             survive a lost rank there; docs/ELASTIC.md): submit `{}` to a backend started \
-             without --elastic{}",
-            submission.name(),
-            match submission {
-                Submission::Fwi(..) => ", or run it with `tessera run PRESET --ranks N --elastic`",
-                _ => "",
-            }
-        ),
-    ))
+        Submission::Fwi(..) | Submission::Train(_) => Ok(()),
+    }
 }
 
 struct Coordinator<'a> {
@@ -786,6 +834,9 @@ struct Coordinator<'a> {
 struct JobContext<'a> {
     group: &'a Group,
     job: JobId,
+    /// The job's [`RankCommand`] as broadcast (empty on rank 0 of a plain backend): what a
+    /// replacement that joins the job receives first.
+    command: &'a [u8],
     devices: &'a [RankDevice],
     /// Rank 0 only.
     coordinator: Option<Coordinator<'a>>,
@@ -990,7 +1041,7 @@ fn run_job(
         }
     };
     let (result, regrouped) = match ctx.group.is_elastic() {
-        true => ctx.group.run_elastic(|comm, elastic| {
+        true => ctx.group.run_elastic(ctx.command, |comm, elastic| {
             job::run_elastic_lent(preset, out, comm, inline, elastic, &mut on_event)
         }),
         false => match ctx.group.get() {
@@ -1125,7 +1176,7 @@ mod tests {
     }
 
     #[test]
-    fn an_elastic_backend_refuses_by_name_what_is_not_elastic() {
+    fn an_elastic_backend_refuses_a_minimum_of_ranks_and_runs_the_rest() {
         assert!(check_elastic(&parsed(&bundled("quick", &[]))).is_ok());
         assert!(check_elastic(&parsed(&bundled("quick", &["distributed.min_ranks=1"]))).is_ok());
         let e = check_elastic(&parsed(&bundled("quick", &["distributed.min_ranks=2"])))
@@ -1138,12 +1189,9 @@ mod tests {
         let train = crate::train::TrainPreset::load("train-dncnn", &[])
             .unwrap()
             .0;
-        let e = check_elastic(&parsed(&train.to_toml().unwrap()))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("denoiser training does not run on a `tessera serve --elastic` backend"),
-            "{e}"
-        );
+        let train = parsed(&train.to_toml().unwrap());
+        assert!(check_elastic(&train).is_ok());
+        assert!(!train.survives_a_loss());
+        assert!(parsed(&bundled("quick", &[])).survives_a_loss());
     }
 }
