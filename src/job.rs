@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 mod device_tests;
 mod elastic;
 
-pub use elastic::{Checkpoints, Elastic, Recovery, run_elastic, run_elastic_lent};
+pub use elastic::{
+    Checkpoints, Elastic, REGROUP_AVAILABLE_ENV, Recovery, regroup_admission, run_elastic,
+    run_elastic_lent,
+};
 use elastic::{DieAt, DiePoint};
 
 use crate::denoise::Denoiser;
@@ -542,35 +545,23 @@ pub fn check_inputs(
     world: usize,
     ranks_here: usize,
 ) -> Result<()> {
-    // The image's shape from its header (or size), so the estimate below comes before the pixels.
-    let x_shape = truth_shape(&preset.image, preset.is_volumetric(), inline)?;
-    let ops = preset
-        .operators()?
-        .iter()
-        .map(|p| p.build(&x_shape, None))
-        .collect::<Result<Vec<_>>>()?;
-    let shapes = ops
-        .iter()
-        .map(|op| op.output_shape(&x_shape))
-        .collect::<Result<Vec<_>>>()?;
-    let measurement_elems = shapes
-        .iter()
-        .map(|s| s.iter().map(|&d| d as u64).product::<u64>())
-        .sum();
+    let sized = JobSizes::of(preset, inline)?;
+    let (x_shape, ops, shapes) = (&sized.x_shape, &sized.ops, &sized.shapes);
     // Before anything large is built (weights, tiles): a job that cannot fit is refused here.
     if let Some(available) = crate::memory::available_bytes() {
-        crate::memory::estimate(preset, &x_shape, measurement_elems, world, ranks_here)?
+        sized
+            .estimate(preset, world, ranks_here)?
             .check_fits(available)?;
     }
     let (_, loaded_shape) = load_truth(&preset.image, preset.is_volumetric(), preset.seed, inline)?;
-    if loaded_shape != x_shape {
+    if loaded_shape != *x_shape {
         return Err(Error::Internal(format!(
             "the image's header declares {x_shape:?} but it loads as {loaded_shape:?}"
         )));
     }
     if let Some(source) = &preset.measurements {
         let names: Vec<String> = ops.iter().map(|op| op.name()).collect();
-        load_measurements(source, inline, &shapes, &names)?;
+        load_measurements(source, inline, shapes, &names)?;
     }
     let denoiser = preset.denoiser.as_ref().map(|d| d.build()).transpose()?;
     if let Some(t) = &preset.tiling {
@@ -593,6 +584,50 @@ pub fn check_inputs(
         }
     }
     Ok(())
+}
+
+/// A job's sizes from the image's header (or size) and its operators, before any pixel is read:
+/// what its memory estimate needs.
+struct JobSizes {
+    x_shape: Vec<usize>,
+    ops: Vec<Box<dyn crate::physics::LinearPhysics>>,
+    /// Each operator's measurement shape.
+    shapes: Vec<Vec<usize>>,
+}
+
+impl JobSizes {
+    fn of(preset: &Preset, inline: &InlineArrays) -> Result<JobSizes> {
+        let x_shape = truth_shape(&preset.image, preset.is_volumetric(), inline)?;
+        let ops = preset
+            .operators()?
+            .iter()
+            .map(|p| p.build(&x_shape, None))
+            .collect::<Result<Vec<_>>>()?;
+        let shapes = ops
+            .iter()
+            .map(|op| op.output_shape(&x_shape))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(JobSizes {
+            x_shape,
+            ops,
+            shapes,
+        })
+    }
+
+    /// What one of `world` ranks needs, `ranks_here` of them on this machine.
+    fn estimate(
+        &self,
+        preset: &Preset,
+        world: usize,
+        ranks_here: usize,
+    ) -> Result<crate::memory::MemoryEstimate> {
+        let measurement_elems = self
+            .shapes
+            .iter()
+            .map(|s| s.iter().map(|&d| d as u64).product::<u64>())
+            .sum();
+        crate::memory::estimate(preset, &self.x_shape, measurement_elems, world, ranks_here)
+    }
 }
 
 /// Brings a file's array into (B, C, H, W) or (B, C, D, H, W).

@@ -576,6 +576,47 @@ fn below_min_ranks_the_run_stops_with_a_checkpoint_that_resume_finishes_with_the
     assert!(reference.get("resumed").is_none(), "{reference}");
 }
 
+/// A loss whose survivors could not hold the re-sharded job (the launcher's memory check; the
+/// machine's free memory is stood in for by `TESSERA_TEST_REGROUP_AVAILABLE`): the run stops with
+/// its checkpoint, naming why and how to resume, and the resume finishes with every byte.
+#[test]
+fn when_the_survivors_cannot_hold_the_job_the_run_stops_with_a_checkpoint_to_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    reference_run(cwd);
+    let o = tessera()
+        .args(elastic_3_into_o("multiblur"))
+        .args(checkpointed(&[]))
+        .current_dir(cwd)
+        .env("TESSERA_TEST_DIE_AT", "2:4")
+        .env("TESSERA_TEST_REGROUP_AVAILABLE", "1024")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(!cwd.join("o").exists(), "a stopped run leaves no folder");
+    assert!(
+        stderr.contains(
+            "the 2 rank(s) of generation 1 cannot hold the job: re-sharded over 2 \
+             rank(s)"
+        ) && stderr.contains("this machine has 1.0 KiB left"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("its checkpoint holds iteration 3"),
+        "{stderr}"
+    );
+    let command = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("tessera run --resume"))
+        .unwrap_or_else(|| panic!("no resume command in {stderr}"));
+    let resume: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let o = run_with(&resume, &["--quiet".into()], None, cwd);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    same_bytes_as_reference(cwd, "o");
+}
+
 #[test]
 fn after_a_full_crash_resume_finishes_with_the_same_bytes() {
     use std::os::unix::process::CommandExt;

@@ -52,6 +52,8 @@ struct Launch<'a> {
     unit: WorkUnit,
     /// Elastic runs replace each lost rank (`--respawn`).
     respawn: bool,
+    /// Elastic runs: whether a re-formed group can hold the job (imaging runs check its memory).
+    admit: Option<dist::elastic::Admit>,
 }
 
 impl<'a> Launch<'a> {
@@ -71,6 +73,7 @@ impl<'a> Launch<'a> {
             min_ranks: min_ranks.unwrap_or(1),
             unit,
             respawn: false,
+            admit: None,
         }
     }
 
@@ -116,6 +119,7 @@ impl<'a> Launch<'a> {
             unit,
             slot0_essential: None,
             respawn: self.respawn,
+            admit: self.admit.clone(),
         });
         let mut args = strip_option(std::env::args_os().skip(1), "--ranks");
         let checkpoints = match (resume, elastic.is_some()) {
@@ -266,6 +270,9 @@ pub(super) fn run(
     );
     let mut launch = Launch::new(&out_dir, &preset.name, keys, WorkUnit::Iteration);
     launch.respawn = respawn;
+    // The survivors of a loss re-shard the job: a group whose shares would not fit in memory
+    // stops with its checkpoint instead.
+    launch.admit = Some(job::regroup_admission(preset.clone()));
     let Some((every, mut member)) = launch.start(group, (elastic, quiet), &continuation)? else {
         return Ok(());
     };

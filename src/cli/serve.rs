@@ -83,6 +83,8 @@ pub(super) fn serve(
                 unit: dist::elastic::WorkUnit::Iteration,
                 slot0_essential: Some(SLOT0_ESSENTIAL),
                 respawn,
+                // A served job's preset is not known when the group re-forms.
+                admit: None,
             };
             dist::launch::launch_elastic(n, &args, options).context("elastic serve group")?;
         } else {

@@ -909,8 +909,8 @@ impl Coordinator {
         &mut self,
         survivors: &BTreeMap<usize, Checkin>,
         joiners: &[usize],
-        master_port: u16,
-        since_loss: Duration,
+        (master_port, since_loss): (u16, Duration),
+        admit: Option<&Admit>,
     ) -> Result<Verdict> {
         let next = self.generation + 1;
         let mut verdict = decide(
@@ -920,6 +920,21 @@ impl Coordinator {
             self.min_ranks,
             master_port,
         );
+        if let (Verdict::Continue(plan), Some(admit)) = (&verdict, admit) {
+            let regroup = Regroup {
+                previous: self.members.len(),
+                survivors: plan.members.len() - plan.joined.len(),
+                joiners: plan.joined.len(),
+            };
+            if let Err(why) = admit(regroup) {
+                verdict = Verdict::Stop {
+                    reason: format!(
+                        "the {} rank(s) of generation {next} cannot hold the job: {why}",
+                        plan.members.len()
+                    ),
+                };
+            }
+        }
         if let Verdict::Continue(plan) = &mut verdict {
             plan.since_loss = since_loss;
         }
@@ -932,6 +947,23 @@ impl Coordinator {
         Ok(verdict)
     }
 }
+
+/// The shape of a group the launcher is about to re-form, for its admission check ([`Admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Regroup {
+    /// The ranks of the generation that ended.
+    pub previous: usize,
+    /// Its members that go on: they hold their shares of the old generation now.
+    pub survivors: usize,
+    /// The ranks that join without state (replacements, `tessera join`).
+    pub joiners: usize,
+}
+
+/// Whether a group the launcher is about to re-form can hold its job (the memory of the
+/// survivors' shares after re-sharding, `job::regroup_admission`): `Err(why)` stops the run —
+/// with its checkpoint, and the command that resumes it — instead of a generation that runs out
+/// of memory.
+pub type Admit = std::sync::Arc<dyn Fn(Regroup) -> std::result::Result<(), String> + Send + Sync>;
 
 /// The verdict on generation `generation` given the previous members, the survivors' check-ins and
 /// the replacements that asked to join (pure, for tests). Joiners hold no iteration: the resume
@@ -1460,7 +1492,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(5));
             };
             coordinator
-                .publish(&survivors, &joiners, 4321, Duration::ZERO)
+                .publish(&survivors, &joiners, (4321, Duration::ZERO), None)
                 .unwrap();
             let plans = [a.join().unwrap().unwrap(), b.join().unwrap().unwrap()];
             (plans, joiner.join().unwrap().unwrap())
@@ -1519,7 +1551,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(5));
             };
             coordinator
-                .publish(&survivors, &joiners, 4321, Duration::ZERO)
+                .publish(&survivors, &joiners, (4321, Duration::ZERO), None)
                 .unwrap();
             (
                 kept.join().unwrap().unwrap(),
@@ -1689,7 +1721,7 @@ mod tests {
             };
             let since_loss = Duration::from_millis(250);
             coordinator
-                .publish(&survivors, &[], 4321, since_loss)
+                .publish(&survivors, &[], (4321, since_loss), None)
                 .unwrap();
             handles
                 .into_iter()

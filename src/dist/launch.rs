@@ -32,7 +32,7 @@ const GRACE: Duration = Duration::from_secs(3);
 const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// How an elastic launcher treats lost ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct ElasticOptions {
     /// The fewest ranks the run may shrink to.
     pub min_ranks: usize,
@@ -51,6 +51,9 @@ pub struct ElasticOptions {
     /// with, those that die before they join included, so a rank that crashes at start-up cannot
     /// loop. Once they are spent the group goes on shrinking.
     pub respawn: bool,
+    /// Whether a re-formed group can hold the job (`None`: every group that `min_ranks` allows);
+    /// a refused group stops the run as one below `min_ranks` does.
+    pub admit: Option<elastic::Admit>,
 }
 
 /// The test hook [`DieAt`] for `rank`, in rank processes a launcher started only (this one, or
@@ -79,10 +82,10 @@ fn launch_with(world: usize, args: &[OsString], elastic: Option<ElasticOptions>)
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("finding this executable", "current_exe", e))?;
     let port = free_port()?;
-    let coordinator = match elastic {
+    let coordinator = match &elastic {
         Some(options) => {
             let mut coordinator = Coordinator::start(world, options.min_ranks)?;
-            let run = joinable_run(world, args, &options)?;
+            let run = joinable_run(world, args, options)?;
             coordinator.advertise(&run)?;
             if run.refuses.is_none() {
                 let _ = writeln!(
@@ -498,7 +501,13 @@ fn supervise_elastic(
                     exited[slot] = true;
                 }
                 pending.clear();
-                match coordinator.publish(&survivors, &joiners, free_port()?, since.elapsed())? {
+                let verdict = coordinator.publish(
+                    &survivors,
+                    &joiners,
+                    (free_port()?, since.elapsed()),
+                    options.admit.as_ref(),
+                )?;
+                match verdict {
                     Verdict::Continue(plan) => {
                         let what = match (plan.lost_slots.is_empty(), plan.joined.is_empty()) {
                             (true, _) => format!("rank(s) {:?} joined (tessera join)", plan.joined),

@@ -500,6 +500,64 @@ impl Denoiser for Dying {
     }
 }
 
+/// The launcher's check of a group it is about to re-form ([`crate::dist::elastic::Admit`]): the
+/// survivors grow their shares to the new rank count while they hold the old ones, and joiners
+/// start from nothing; what that adds, by the job's memory estimate, must fit in what this
+/// machine has left (`TESSERA_TEST_REGROUP_AVAILABLE`, bytes, stands in for it in tests). An
+/// estimate that cannot be made admits the group (it was made when the run started).
+pub fn regroup_admission(preset: Preset) -> crate::dist::elastic::Admit {
+    Arc::new(move |g| {
+        let available = match std::env::var(REGROUP_AVAILABLE_ENV) {
+            Ok(v) => v.trim().parse::<u64>().ok(),
+            Err(_) => crate::memory::available_bytes(),
+        };
+        regroup_fits(&preset, g, available)
+    })
+}
+
+/// [`regroup_admission`]'s check against `available` bytes (`None`: unknown, admitted).
+fn regroup_fits(
+    preset: &Preset,
+    g: crate::dist::elastic::Regroup,
+    available: Option<u64>,
+) -> std::result::Result<(), String> {
+    let Some(available) = available else {
+        return Ok(());
+    };
+    let world = g.survivors + g.joiners;
+    let per_rank = |sized: &super::JobSizes, n: usize| {
+        sized.estimate(preset, n, n).map(|e| e.per_rank_bytes())
+    };
+    let sizes = super::JobSizes::of(preset, &[])
+        .and_then(|s| Ok((per_rank(&s, g.previous)?, per_rank(&s, world)?)));
+    let (before, after) = match sizes {
+        Ok(sizes) => sizes,
+        Err(e) => {
+            tracing::warn!("no memory estimate for the re-formed group ({e}): it goes on");
+            return Ok(());
+        }
+    };
+    let needed = (g.survivors as u64)
+        .saturating_mul(after.saturating_sub(before))
+        .saturating_add((g.joiners as u64).saturating_mul(after));
+    if needed <= available {
+        return Ok(());
+    }
+    let human = crate::error::human_bytes;
+    Err(format!(
+        "re-sharded over {world} rank(s), each needs ≈ {} (≈ {} on {} ranks): {} more in all, \
+         and this machine has {} left",
+        human(after),
+        human(before),
+        g.previous,
+        human(needed),
+        human(available)
+    ))
+}
+
+/// Test hook of [`regroup_admission`]: the bytes it sees as available.
+pub const REGROUP_AVAILABLE_ENV: &str = "TESSERA_TEST_REGROUP_AVAILABLE";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -560,5 +618,41 @@ mod tests {
         flipped[40] ^= 0x55;
         bad(&flipped, 2);
         bad(&[7u8; 300], 2);
+    }
+
+    #[test]
+    fn a_regrouped_job_fits_when_the_survivors_extra_shares_fit_in_what_is_left() {
+        use crate::dist::elastic::Regroup;
+        // Eight blurs and tiles over the ranks: a survivor's share grows when the group shrinks.
+        let preset = Preset::load("multiblur", &[]).unwrap().preset;
+        let lost_one = Regroup {
+            previous: 3,
+            survivors: 2,
+            joiners: 0,
+        };
+        let replaced = Regroup {
+            joiners: 1,
+            ..lost_one
+        };
+        // Unknown free memory admits; plenty admits.
+        assert_eq!(regroup_fits(&preset, lost_one, None), Ok(()));
+        assert_eq!(regroup_fits(&preset, replaced, Some(u64::MAX)), Ok(()));
+        // A replacement starts from nothing: it needs a whole share, which 1 KiB does not hold;
+        // the refusal names the rank counts and both sizes.
+        let why = regroup_fits(&preset, replaced, Some(1024)).unwrap_err();
+        assert!(
+            why.contains("re-sharded over 3 rank(s)")
+                && why.contains("on 3 ranks")
+                && why.contains("1.0 KiB"),
+            "{why}"
+        );
+        // The survivors' extra is what their shares grow by: exactly that much is enough, a byte
+        // less is not.
+        let sizes = super::super::JobSizes::of(&preset, &[]).unwrap();
+        let per_rank = |n| sizes.estimate(&preset, n, n).unwrap().per_rank_bytes();
+        let extra = 2 * per_rank(2).saturating_sub(per_rank(3));
+        assert!(extra > 0, "a rank's share grows when the group shrinks");
+        assert_eq!(regroup_fits(&preset, lost_one, Some(extra)), Ok(()));
+        assert!(regroup_fits(&preset, lost_one, Some(extra - 1)).is_err());
     }
 }
