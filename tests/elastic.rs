@@ -487,6 +487,16 @@ fn assert_resumed(metrics: &serde_json::Value, unit: &str, after: usize) {
     );
 }
 
+/// The `tessera run --resume …` line a stopped run printed.
+fn resume_command(stderr: &str) -> String {
+    stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("tessera run --resume"))
+        .unwrap_or_else(|| panic!("no resume command in {stderr}"))
+        .to_string()
+}
+
 /// `small(ITERATIONS)` with a checkpoint every 2 iterations and `more` settings.
 fn checkpointed(more: &[&str]) -> Vec<String> {
     let mut extra = small(ITERATIONS);
@@ -512,11 +522,7 @@ fn below_min_ranks_the_run_stops_with_a_checkpoint_that_resume_finishes_with_the
         stderr.contains("its checkpoint holds iteration 3"),
         "{stderr}"
     );
-    let command = stderr
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("tessera run --resume"))
-        .unwrap_or_else(|| panic!("no resume command in {stderr}"));
+    let command = resume_command(&stderr);
     assert_eq!(
         command,
         "tessera run --resume o.checkpoint --ranks 3 --elastic"
@@ -606,11 +612,7 @@ fn when_the_survivors_cannot_hold_the_job_the_run_stops_with_a_checkpoint_to_res
         stderr.contains("its checkpoint holds iteration 3"),
         "{stderr}"
     );
-    let command = stderr
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("tessera run --resume"))
-        .unwrap_or_else(|| panic!("no resume command in {stderr}"));
+    let command = resume_command(&stderr);
     let resume: Vec<&str> = command.split_whitespace().skip(1).collect();
     let o = run_with(&resume, &["--quiet".into()], None, cwd);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -974,11 +976,7 @@ fn fwi_below_min_ranks_from_its_preset_stops_with_a_checkpoint_that_resume_finis
     let stderr = failed_run(&args, &extra, "1:4", cwd);
     assert!(stderr.contains("fewer than min_ranks = 3"), "{stderr}");
     assert!(stderr.contains("its checkpoint holds epoch 3"), "{stderr}");
-    let command = stderr
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("tessera run --resume"))
-        .unwrap_or_else(|| panic!("no resume command in {stderr}"));
+    let command = resume_command(&stderr);
     assert_eq!(
         command,
         "tessera run --resume o.checkpoint --ranks 3 --elastic"

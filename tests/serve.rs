@@ -1900,19 +1900,7 @@ fn an_elastic_backend_survives_a_lost_rank_with_the_same_bytes_and_serves_on() {
 
         // The backend serves on, on the ranks it has now (the replacement serves as any rank): a
         // later job completes there, and a new client is welcomed by the group as it is.
-        submit(&client, quick(3));
-        let events = until(&client, is_end);
-        assert!(
-            matches!(events.last(), Some(Event::Finished { job: 2, .. })),
-            "{:?}",
-            events.last()
-        );
-        assert!(
-            events
-                .iter()
-                .any(|e| matches!(e, Event::Started { world_size, .. } if *world_size == world)),
-            "{events:#?}"
-        );
+        job_2_runs_on(&client, world);
         let (_, token) = serve_tcp::token_file(dir.path());
         let other = Client::connect(&addr, Some(token)).unwrap();
         assert_eq!(other.welcome().world_size, world);
@@ -1920,6 +1908,23 @@ fn an_elastic_backend_survives_a_lost_rank_with_the_same_bytes_and_serves_on() {
         child.kill().unwrap();
         child.wait().unwrap();
     }
+}
+
+/// A second job, the small quick preset, completes on `world` ranks.
+fn job_2_runs_on(client: &Client, world: usize) {
+    submit(client, quick(3));
+    let events = until(client, is_end);
+    assert!(
+        matches!(events.last(), Some(Event::Finished { job: 2, .. })),
+        "{:?}",
+        events.last()
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Started { world_size, .. } if *world_size == world)),
+        "{events:#?}"
+    );
 }
 
 /// The rank process of `slot` among the children of the launcher `launcher` (its environment names
@@ -1988,19 +1993,7 @@ fn the_workbenchs_elastic_local_backend_replaces_a_killed_rank_and_serves_on() {
     });
     assert_eq!(regrouped, Some((vec![1], vec![Some(0), None])));
     // The backend serves on 2 ranks, the replacement among them.
-    submit(&client, quick(3));
-    let events = until(&client, is_end);
-    assert!(
-        matches!(events.last(), Some(Event::Finished { job: 2, .. })),
-        "{:?}",
-        events.last()
-    );
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::Started { world_size: 2, .. })),
-        "{events:#?}"
-    );
+    job_2_runs_on(&client, 2);
 }
 
 #[test]
