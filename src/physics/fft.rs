@@ -253,10 +253,10 @@ mod tests {
             for (i, &g) in got.iter().enumerate() {
                 let (a, b, c) = (i / (d1 * d2), i / d2 % d1, i % d2);
                 let mut want = 0.0f64;
-                for j in 0..n {
+                for (j, &xj) in x.iter().enumerate() {
                     let (p, q, r) = (j / (d1 * d2), j / d2 % d1, j % d2);
                     let s = ((a + d0 - p) % d0 * d1 + (b + d1 - q) % d1) * d2 + (c + d2 - r) % d2;
-                    want += x[j] as f64 * k[s] as f64;
+                    want += xj as f64 * k[s] as f64;
                 }
                 let want = want * n as f64;
                 assert!(
