@@ -210,6 +210,26 @@ proptest! {
     }
 }
 
+/// An axis of one voxel between longer ones (`H = 1`): the FFT path on the volume's own grid (a
+/// circular blur) is the direct one. Before, the FFT engine transformed depth along the wrong
+/// stride on a `(D, 1, W)` grid (the device self-test's `4×1×6` case found it).
+#[test]
+fn blur3d_fft_is_direct_on_a_one_voxel_axis() {
+    let kernel = pseudo_random(&[1, 1, 2, 3, 5], 21);
+    for x_shape in [[2, 2, 4, 1, 6], [1, 1, 5, 1, 1], [1, 3, 6, 1, 8]] {
+        let x = pseudo_random(&x_shape, 22);
+        let [fft, direct] = [ConvMethod::Fft, ConvMethod::Direct]
+            .map(|m| Blur3d::with_method(kernel.clone(), Padding::Circular, m).unwrap());
+        let y = pseudo_random(&direct.output_shape(&x_shape).unwrap(), 23);
+        let forward = rel_err(&fft.forward(&x).unwrap(), &direct.forward(&x).unwrap());
+        let adjoint = rel_err(&fft.adjoint(&y).unwrap(), &direct.adjoint(&y).unwrap());
+        assert!(
+            forward < 1e-5 && adjoint < 1e-5,
+            "{x_shape:?}: {forward:e}, {adjoint:e}"
+        );
+    }
+}
+
 #[test]
 fn adjoint_holds_when_the_image_barely_exceeds_the_kernel() {
     for padding in PADDINGS {

@@ -29,8 +29,9 @@ pub(super) fn error(device: &str, what: &str, e: result::CufftError) -> Error {
 }
 
 impl FftPlans {
-    /// Plans for `batch` transforms of `grid` (C order); leading axes of length 1 are dropped, so a
-    /// 2-D image is a rank-2 transform.
+    /// Plans for `batch` transforms of `grid` (C order); axes of length 1 other than the last are
+    /// dropped (the same layout, spectra included: the real-to-complex halving is the last axis's),
+    /// so a 2-D image is a rank-2 transform, and so is a volume one row high.
     pub fn new(
         device: &str,
         stream: &CudaStream,
@@ -38,9 +39,10 @@ impl FftPlans {
         grid: [usize; 3],
         batch: usize,
     ) -> Result<Self> {
-        let first = grid.iter().position(|&n| n > 1).unwrap_or(2);
-        let mut dims = grid[first..]
+        let mut dims = grid[..2]
             .iter()
+            .filter(|&&n| n > 1)
+            .chain(&grid[2..])
             .map(|&n| i32::try_from(n))
             .collect::<Result<Vec<i32>, _>>()
             .map_err(|_| Error::Unsupported(format!("an FFT grid of {grid:?} is too large")))?;

@@ -27,7 +27,7 @@ use crate::linalg::deterministic_start;
 use crate::optim::pnp::PnpConfig;
 use crate::optim::space::HostView;
 use crate::optim::{IterationReport, Monitor, Reconstruction};
-use crate::physics::blur::{Blur, gaussian_kernel};
+use crate::physics::blur::{Blur, Blur3d, gaussian_kernel, gaussian_kernel_3d};
 use crate::physics::blur_engine::Padding;
 use crate::physics::tomography::{Angles, Tomography};
 use crate::physics::tomography3d::Tomography3d;
@@ -285,21 +285,23 @@ impl<B: Backend> Run<'_, B> {
         self.time("tomography fbp", &case, bytes, &mut || {
             dev.fbp(b, &y, 1).map(drop)
         })?;
-        let dims = [1, 4096, 4096];
+        let image = Planes::of_image([1, 3, 4096, 4096]);
         let x = DeviceVec::from_host(b, deterministic_start(&[1, 3, 4096, 4096], 2).data())?;
         for padding in [Padding::Circular, Padding::Reflect] {
             let kernel = gaussian_kernel([3.0, 1.0], 30.0);
             let side = kernel.shape()[2];
             let blur = Blur::new(kernel, padding)?;
-            let dev = DeviceConv::<B>::from_blur(&blur);
             let case = format!("1×3×4096², {side}×{side} gaussian, {}", padding.as_str());
-            let bytes = 4 * 2 * x.len();
-            self.time("blur forward", &case, bytes, &mut || {
-                dev.forward(b, &x, 3, 3, dims).map(drop)
-            })?;
-            self.time("blur adjoint", &case, bytes, &mut || {
-                dev.adjoint(b, &x, 3, 3, dims).map(drop)
-            })?;
+            self.time_conv("blur", &case, &DeviceConv::from_blur(&blur), &x, image)?;
+        }
+        // A 3-D blur of a 192³ volume by a 13³ Gaussian (circular: a 7-smooth side, no padding).
+        let volume = Planes::of_volume([1, 1, 192, 192, 192]);
+        let v = DeviceVec::from_host(b, deterministic_start(&[1, 1, 192, 192, 192], 3).data())?;
+        for padding in [Padding::Circular, Padding::Valid] {
+            let blur = Blur3d::new(gaussian_kernel_3d([1.0, 1.0, 1.5]), padding)?;
+            let case = format!("1×1×192³, 13³ gaussian, {}", padding.as_str());
+            let dev = DeviceConv::from_blur3d(&blur);
+            self.time_conv("blur3d", &case, &dev, &v, volume)?;
         }
         let mut y = x.duplicate(b)?;
         let case = "3·4096² values";
@@ -310,6 +312,32 @@ impl<B: Backend> Run<'_, B> {
             vector::dot(b, &x, &y).map(drop)
         })?;
         Ok(())
+    }
+
+    /// Times `dev`'s forward on `x` (planes `image`) and its adjoint on that forward's output.
+    fn time_conv(
+        &mut self,
+        name: &str,
+        case: &str,
+        dev: &DeviceConv<B>,
+        x: &DeviceVec<B, f32>,
+        image: Planes,
+    ) -> Result<()> {
+        let b = self.backend;
+        let Planes {
+            count,
+            channels,
+            dims,
+            ..
+        } = image;
+        let y = dev.forward(b, x, count, channels, dims)?;
+        let bytes = 4 * (x.len() + y.len());
+        self.time(&format!("{name} forward"), case, bytes, &mut || {
+            dev.forward(b, x, count, channels, dims).map(drop)
+        })?;
+        self.time(&format!("{name} adjoint"), case, bytes, &mut || {
+            dev.adjoint(b, &y, count, channels, dims).map(drop)
+        })
     }
 
     fn upload(&self, t: &Tensor) -> Result<DeviceVec<B, f32>> {
@@ -400,6 +428,27 @@ impl<B: Backend> Run<'_, B> {
             start,
         );
         Ok(())
+    }
+
+    /// [`Self::linear`] of a blur's device twin `dev` on `x`, planes `image`, against the CPU's `op`.
+    fn conv(
+        &mut self,
+        name: &str,
+        case: &str,
+        op: &dyn LinearPhysics,
+        dev: &DeviceConv<B>,
+        x: &Tensor,
+        image: Planes,
+    ) -> Result<()> {
+        let b = self.backend;
+        self.linear(
+            name,
+            case,
+            op,
+            x,
+            &|x| dev.forward(b, x, image.count, image.channels, image.dims),
+            &|y| dev.adjoint(b, y, image.count, image.channels, image.dims),
+        )
     }
 
     fn tomography(&mut self) -> Result<()> {
@@ -523,23 +572,36 @@ impl<B: Backend> Run<'_, B> {
                     // A valid convolution of an image smaller than its kernel.
                     continue;
                 }
-                let dev = DeviceConv::<B>::from_blur(&blur);
                 let [batch, channels, h, w] = shape;
                 let case = format!(
                     "{kernel_name} on {batch}×{channels}×{h}×{w}, {}",
                     padding.as_str()
                 );
                 let x = deterministic_start(&shape, (h * w) as u64);
-                let b = self.backend;
-                let planes = batch * channels;
-                self.linear(
-                    "blur",
-                    &case,
-                    &blur,
-                    &x,
-                    &|x| dev.forward(b, x, planes, channels, [1, h, w]),
-                    &|y| dev.adjoint(b, y, planes, channels, [1, h, w]),
-                )?;
+                let dev = DeviceConv::from_blur(&blur);
+                self.conv("blur", &case, &blur, &dev, &x, Planes::of_image(shape))?;
+            }
+        }
+        self.blur3d()
+    }
+
+    /// 3-D blurs ([`blur3d_cases`]).
+    fn blur3d(&mut self) -> Result<()> {
+        for (kernel_name, kernel, shape) in blur3d_cases(self.level) {
+            for padding in [Padding::Valid, Padding::Circular] {
+                let blur = Blur3d::new(kernel.clone(), padding)?;
+                if blur.output_shape(&shape).is_err() {
+                    // A valid convolution of a volume smaller than its kernel.
+                    continue;
+                }
+                let [batch, channels, d, h, w] = shape;
+                let case = format!(
+                    "{kernel_name} on {batch}×{channels}×{d}×{h}×{w}, {}",
+                    padding.as_str()
+                );
+                let x = deterministic_start(&shape, (d * h * w) as u64);
+                let dev = DeviceConv::from_blur3d(&blur);
+                self.conv("blur3d", &case, &blur, &dev, &x, Planes::of_volume(shape))?;
             }
         }
         Ok(())
@@ -797,7 +859,6 @@ impl<B: Backend> Run<'_, B> {
             );
         }
 
-        let start = Instant::now();
         let width = 33;
         let angles = Angles::Count(21);
         let truth = crate::samples::generate(crate::samples::Sample::SheppLogan, &[width], 0)?;
@@ -805,23 +866,50 @@ impl<B: Backend> Run<'_, B> {
         let host = Stack::new(vec![Box::new(Tomography::new(
             width, &angles, false, false,
         )?)])?;
-        let [(cpu, _), (dev, _)] =
-            self.pnp_pair(&host, &[HostOperator::Tomography(&op)], &truth, 5, None)?;
-        self.record(
-            "pnp+tv run",
-            "tomography 33², 21 angles, 5 iterations",
-            rel_error(dev.x.data(), cpu.x.data()),
-            start,
-        );
+        self.pnp_run(
+            "tomography 33², 21 angles",
+            &host,
+            &[HostOperator::Tomography(&op)],
+            &truth,
+        )?;
 
-        let start = Instant::now();
         let truth = crate::samples::natural_image(27, 20, 5);
         let (blurs, host) = gaussian_stack(3, 1.6)?;
         let ops: Vec<HostOperator> = blurs.iter().map(HostOperator::Blur).collect();
-        let [(cpu, _), (dev, _)] = self.pnp_pair(&host, &ops, &truth, 5, None)?;
+        self.pnp_run("3 circular gaussians on 1×3×27×20", &host, &ops, &truth)?;
+
+        // 3-D blurs, a valid and a circular one, on a 13³ volume (3-D TV).
+        let truth = crate::samples::shepp_logan_3d(13);
+        let (blurs, host) = host_stack(|| {
+            [Padding::Valid, Padding::Circular]
+                .into_iter()
+                .map(|p| Blur3d::new(gaussian_kernel_3d([0.6, 0.4, 0.5]), p))
+                .collect()
+        })?;
+        let ops: Vec<HostOperator> = blurs.iter().map(HostOperator::Blur3d).collect();
+        self.pnp_run(
+            "7³ gaussians on 1×1×13³, valid and circular",
+            &host,
+            &ops,
+            &truth,
+        )
+    }
+
+    /// A [`Self::pnp_pair`] of 5 iterations recorded as a `pnp+tv run` of `case`: the device's
+    /// result against the CPU's.
+    fn pnp_run(
+        &mut self,
+        case: &str,
+        host: &Stack,
+        ops: &[HostOperator<'_>],
+        truth: &Tensor,
+    ) -> Result<()> {
+        const ITERATIONS: usize = 5;
+        let start = Instant::now();
+        let [(cpu, _), (dev, _)] = self.pnp_pair(host, ops, truth, ITERATIONS, None)?;
         self.record(
             "pnp+tv run",
-            "3 circular gaussians on 1×3×27×20, 5 iterations",
+            &format!("{case}, {ITERATIONS} iterations"),
             rel_error(dev.x.data(), cpu.x.data()),
             start,
         );
@@ -889,24 +977,54 @@ impl<B: Backend> Run<'_, B> {
     }
 }
 
+/// The 3-D blurs' cases of `level`, each for both paddings (valid, circular; a valid one of a
+/// volume smaller than its kernel is skipped): (the kernel's name, the kernel, the volume's shape).
+/// Odd sides, `D = 1`, an axis of one voxel, a valid output one voxel thick, kernels larger than
+/// the volume (circular wraps), an even kernel, one kernel per channel, `B·C > 1`.
+pub(crate) fn blur3d_cases(level: Level) -> Vec<(&'static str, Tensor, [usize; 5])> {
+    let gaussian = gaussian_kernel_3d([0.5, 0.8, 0.6]);
+    let even = deterministic_start(&[1, 1, 3, 4, 2], 6);
+    let per_channel = deterministic_start(&[1, 2, 3, 3, 3], 7);
+    let flat = deterministic_start(&[1, 1, 1, 3, 5], 8);
+    let mut cases = vec![
+        ("7³ gaussian", gaussian.clone(), [1, 1, 9, 13, 11]),
+        ("3×4×2", even, [2, 1, 5, 7, 6]),
+        ("3³ per channel", per_channel, [1, 2, 3, 5, 4]),
+        ("1×3×5", flat.clone(), [1, 3, 1, 9, 8]),
+        ("1×3×5", flat, [2, 2, 4, 1, 6]),
+        ("7³ gaussian", gaussian.clone(), [1, 1, 1, 6, 5]),
+    ];
+    if level == Level::Full {
+        cases.push(("7³ gaussian", gaussian, [1, 2, 61, 127, 129]));
+    }
+    cases
+}
+
 /// TV iterations per denoiser call in the self-test's PnP runs (run to the cap: no early stop).
 const PNP_TV_ITERATIONS: usize = 20;
 
 /// `count` circular Gaussians of σ = (`sigma_px`, 1 + 0.2·i) at 22.5·i degrees, as device-twin
 /// sources and as the CPU's stack: fused (one kernel size) while `sigma_px` ≥ 1 + 0.2·(count − 1).
 fn gaussian_stack(count: usize, sigma_px: f32) -> Result<(Vec<Blur>, Stack)> {
-    let make = || -> Result<Vec<Blur>> {
+    host_stack(|| {
         (0..count)
             .map(|i| {
                 let kernel = gaussian_kernel([sigma_px, 1.0 + 0.2 * i as f32], 22.5 * i as f32);
                 Blur::new(kernel, Padding::Circular)
             })
             .collect()
-    };
+    })
+}
+
+/// The operators `make` builds, for their device twins, and the CPU's stack of another set of
+/// them (a stack owns its operators).
+fn host_stack<T: LinearPhysics + 'static>(
+    make: impl Fn() -> Result<Vec<T>>,
+) -> Result<(Vec<T>, Stack)> {
     let host = Stack::new(
         make()?
             .into_iter()
-            .map(|b| Box::new(b) as Box<dyn LinearPhysics>)
+            .map(|op| Box::new(op) as Box<dyn LinearPhysics>)
             .collect(),
     )?;
     Ok((make()?, host))

@@ -23,12 +23,13 @@ use crate::optim::cg::{CgConfig, NormalOperator, cg_loop, conjugate_gradient};
 use crate::optim::pnp::{Init, Objective, PnpConfig, pnp_loop, step_size};
 use crate::optim::space::{Iterate, Prox};
 use crate::optim::{Monitor, Reconstruction, ViewCallback};
-use crate::physics::blur::Blur;
+use crate::physics::blur::{Blur, Blur3d};
+use crate::physics::blur_engine::Conv;
 use crate::physics::channels::OperatorSpec;
 use crate::physics::stack::BlurFusion;
 use crate::physics::tomography::Tomography;
 use crate::physics::tomography3d::Tomography3d;
-use crate::physics::{LinearPhysics, Physics, StackedLinearPhysics};
+use crate::physics::{LinearPhysics, StackedLinearPhysics};
 use crate::physics::{PINV_ITERS, PINV_TOL, PhysicsConfig};
 use crate::tensor::Tensor;
 
@@ -38,6 +39,19 @@ pub enum HostOperator<'a> {
     Tomography(&'a Tomography),
     Tomography3d(&'a Tomography3d),
     Blur(&'a Blur),
+    Blur3d(&'a Blur3d),
+}
+
+impl HostOperator<'_> {
+    /// The CPU operator itself.
+    fn physics(&self) -> &dyn LinearPhysics {
+        match *self {
+            HostOperator::Tomography(t) => t,
+            HostOperator::Tomography3d(t) => t,
+            HostOperator::Blur(b) => b,
+            HostOperator::Blur3d(b) => b,
+        }
+    }
 }
 
 /// A preset's operator built on the host for its device twin (`HostOperator` borrows it).
@@ -45,23 +59,21 @@ pub enum BuiltOperator {
     Tomography(Tomography),
     Tomography3d(Tomography3d),
     Blur(Blur),
+    Blur3d(Blur3d),
 }
 
 impl BuiltOperator {
-    /// Builds operator `spec` of a job for images of shape `x_shape`; what has no device twin
-    /// (`device::coverage` refuses such jobs first) says so.
+    /// Builds operator `spec` of a job for images or volumes of shape `x_shape`; an operator split
+    /// by channel, which has no device twin (`device::coverage` refuses such jobs first), says so.
     pub fn build(spec: &OperatorSpec, x_shape: &[usize]) -> Result<Self> {
         match (&spec.config, spec.channels) {
             (PhysicsConfig::Tomography(c), None) => Ok(Self::Tomography(c.build(x_shape)?)),
             (PhysicsConfig::Tomography3d(c), None) => Ok(Self::Tomography3d(c.build(x_shape)?)),
             (PhysicsConfig::Blur(c), None) => Ok(Self::Blur(c.build()?)),
+            (PhysicsConfig::Blur3d(c), None) => Ok(Self::Blur3d(c.build()?)),
             (_, Some(_)) => Err(Error::Unsupported(
                 "physics split by channel is not on the GPU yet".into(),
             )),
-            (config, None) => Err(Error::Unsupported(format!(
-                "physics {} is not on the GPU yet",
-                super::coverage::physics_kind(config)
-            ))),
         }
     }
 
@@ -70,7 +82,7 @@ impl BuiltOperator {
         match self {
             Self::Tomography(t) => Some(t),
             Self::Tomography3d(t) => Some(t.slice_operator()),
-            Self::Blur(_) => None,
+            Self::Blur(_) | Self::Blur3d(_) => None,
         }
     }
 
@@ -79,6 +91,7 @@ impl BuiltOperator {
             Self::Tomography(t) => HostOperator::Tomography(t),
             Self::Tomography3d(t) => HostOperator::Tomography3d(t),
             Self::Blur(b) => HostOperator::Blur(b),
+            Self::Blur3d(b) => HostOperator::Blur3d(b),
         }
     }
 }
@@ -107,7 +120,7 @@ impl<B: Backend> DeviceLinear<B> for DeviceTomography<B> {
         x: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
-        DeviceTomography::forward(self, backend, x, flat("tomography", image)?)
+        DeviceTomography::forward(self, backend, x, flat(image)?)
     }
 
     fn adjoint(
@@ -116,19 +129,13 @@ impl<B: Backend> DeviceLinear<B> for DeviceTomography<B> {
         y: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
-        DeviceTomography::adjoint(self, backend, y, flat("tomography", image)?)
+        DeviceTomography::adjoint(self, backend, y, flat(image)?)
     }
 }
 
-/// The planes of a 2-D operator's images, or an error for volumes.
-fn flat(op: &str, image: Planes) -> Result<usize> {
-    match image.dims {
-        [1, _, _] => Ok(image.count),
-        [d, h, w] => Err(Error::config(
-            op,
-            format!("a 2-D operator takes images (B, C, H, W), got volumes of {d}×{h}×{w}"),
-        )),
-    }
+/// The planes of a 2-D tomography's images, or an error for volumes.
+fn flat(image: Planes) -> Result<usize> {
+    Ok(image.expect_kind("tomography", false)?.count)
 }
 
 impl<B: Backend> DeviceLinear<B> for DeviceTomography3d<B> {
@@ -138,6 +145,7 @@ impl<B: Backend> DeviceLinear<B> for DeviceTomography3d<B> {
         x: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
+        let image = image.expect_kind("tomography3d", true)?;
         DeviceTomography3d::forward(self, backend, x, image.count, image.dims[0])
     }
 
@@ -147,18 +155,41 @@ impl<B: Backend> DeviceLinear<B> for DeviceTomography3d<B> {
         y: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
+        let image = image.expect_kind("tomography3d", true)?;
         DeviceTomography3d::adjoint(self, backend, y, image.count, image.dims[0])
     }
 }
 
-impl<B: Backend> DeviceLinear<B> for DeviceConv<B> {
+/// A 2-D or 3-D blur's device twin: one [`DeviceConv`] on planes `[D, H, W]` either way (`D = 1`
+/// for images), taking the arrays its CPU twin takes.
+struct DeviceBlur<B: Backend> {
+    conv: DeviceConv<B>,
+    /// A 3-D blur's volumes, else a 2-D blur's images.
+    volumes: bool,
+}
+
+impl<B: Backend> DeviceBlur<B> {
+    fn new(conv: &Conv, volumes: bool) -> Self {
+        DeviceBlur {
+            conv: DeviceConv::new(conv),
+            volumes,
+        }
+    }
+
+    fn planes(&self, image: Planes) -> Result<Planes> {
+        image.expect_kind(if self.volumes { "blur3d" } else { "blur" }, self.volumes)
+    }
+}
+
+impl<B: Backend> DeviceLinear<B> for DeviceBlur<B> {
     fn forward(
         &self,
         backend: &B,
         x: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
-        DeviceConv::forward(self, backend, x, image.count, image.channels, image.dims)
+        let p = self.planes(image)?;
+        self.conv.forward(backend, x, p.count, p.channels, p.dims)
     }
 
     fn adjoint(
@@ -167,7 +198,8 @@ impl<B: Backend> DeviceLinear<B> for DeviceConv<B> {
         y: &DeviceVec<B, f32>,
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
-        DeviceConv::adjoint(self, backend, y, image.count, image.channels, image.dims)
+        let p = self.planes(image)?;
+        self.conv.adjoint(backend, y, p.count, p.channels, p.dims)
     }
 }
 
@@ -184,11 +216,7 @@ enum DeviceOperators<B: Backend> {
 fn planes_of(shape: &[usize], op: &str) -> Result<Planes> {
     match *shape {
         [b, c, h, w] => Ok(Planes::of_image([b, c, h, w])),
-        [b, c, d, h, w] => Ok(Planes {
-            count: b * c,
-            channels: c,
-            dims: [d, h, w],
-        }),
+        [b, c, d, h, w] => Ok(Planes::of_volume([b, c, d, h, w])),
         _ => Err(Error::config(
             op,
             format!(
@@ -261,7 +289,9 @@ impl<'g, B: Backend> DeviceObjective<'g, B> {
             .iter()
             .map(|op| match op {
                 HostOperator::Blur(b) => Some(*b),
-                HostOperator::Tomography(_) | HostOperator::Tomography3d(_) => None,
+                HostOperator::Blur3d(_)
+                | HostOperator::Tomography(_)
+                | HostOperator::Tomography3d(_) => None,
             })
             .collect();
         let fused = blurs.filter(|blurs| {
@@ -295,7 +325,8 @@ impl<'g, B: Backend> DeviceObjective<'g, B> {
                             HostOperator::Tomography3d(t) => {
                                 Box::new(DeviceTomography3d::new(backend.as_ref(), t)?)
                             }
-                            HostOperator::Blur(b) => Box::new(DeviceConv::from_blur(b)),
+                            HostOperator::Blur(b) => Box::new(DeviceBlur::new(b.conv(), false)),
+                            HostOperator::Blur3d(b) => Box::new(DeviceBlur::new(b.conv(), true)),
                         };
                         Ok((i, op))
                     })
@@ -747,7 +778,7 @@ pub fn fbp<B: Backend>(backend: &Arc<B>, op: HostOperator<'_>, y: &Tensor) -> Re
     let (slice_op, lead) = match op {
         HostOperator::Tomography(t) => (t, 2),
         HostOperator::Tomography3d(t) => (t.slice_operator(), 3),
-        HostOperator::Blur(_) => {
+        HostOperator::Blur(_) | HostOperator::Blur3d(_) => {
             return Err(Error::config(
                 "algorithm.kind",
                 "fbp needs exactly one tomography operator",
@@ -844,6 +875,20 @@ fn tomography_floats(t: &Tomography, slices: u64) -> (u64, u64) {
     (resident, work)
 }
 
+/// (resident floats, work floats of one application over `image`) of a 2-D or 3-D blur's
+/// convolution engine (`device::ops::blur_engine`), as it uploads and allocates them.
+fn blur_floats(conv: &Conv, image: Planes) -> (u64, u64) {
+    let (grid, spectrum) = super::ops::blur_engine::blur_grid(conv, image.dims);
+    let (g, s) = (elems(&grid), 2 * spectrum as u64);
+    let kernels = conv.channels() as u64;
+    // The kernel spectra stay; the placed kernels and the maps are small beside them.
+    let resident = kernels * (s + g) + 4 * grid.iter().sum::<usize>() as u64;
+    // A padded grid and its spectrum, then the spectrum and the inverse grid, then the grid and
+    // the cropped or folded result.
+    let work = image.count as u64 * (g + s);
+    (resident, work)
+}
+
 /// What one rank of a device job holds in the device's memory at its peak, as named parts in bytes
 /// (`memory::device_job` sums them and checks them against the device's free memory before the
 /// job starts). It follows the device code's buffers: the measurements of the operators this rank
@@ -851,7 +896,8 @@ fn tomography_floats(t: &Tomography, slices: u64) -> (u64, u64) {
 /// algorithm's images (iterate, gradient, CG's vectors, TV's fields), one image per operator term
 /// alive before a sum (every operator's when the terms are staged through the host), and the
 /// largest work buffers of one operator application (padded grids and spectra); a GPU adds
-/// cuFFT's work areas, about one batch of spectra. `x_shape` is the image's `(B, C, H, W)`;
+/// cuFFT's work areas, about one batch of spectra. `x_shape` is the image's `(B, C, H, W)` or
+/// the volume's `(B, C, D, H, W)`;
 /// `world` ranks share the operators as `dist::physics::owner` does.
 pub fn footprint(
     preset: &crate::preset::Preset,
@@ -871,14 +917,7 @@ pub fn footprint(
         .collect::<Result<Vec<_>>>()?;
     let measurement_floats = built
         .iter()
-        .map(|op| {
-            let shape = match op {
-                BuiltOperator::Tomography(t) => t.output_shape(x_shape)?,
-                BuiltOperator::Tomography3d(t) => t.output_shape(x_shape)?,
-                BuiltOperator::Blur(b) => b.output_shape(x_shape)?,
-            };
-            Ok(elems(&shape))
-        })
+        .map(|op| Ok(elems(&op.host().physics().output_shape(x_shape)?)))
         .collect::<Result<Vec<u64>>>()?;
     // (resident floats, work floats of one application) per operator.
     let sizes: Vec<(u64, u64)> = built
@@ -886,24 +925,17 @@ pub fn footprint(
         .map(|op| match op {
             BuiltOperator::Tomography(t) => tomography_floats(t, slices),
             BuiltOperator::Tomography3d(t) => tomography_floats(t.slice_operator(), slices),
-            BuiltOperator::Blur(b) => {
-                let (grid, spectrum) = super::ops::blur_engine::blur_grid(b, image.dims);
-                let (g, s) = (elems(&grid), 2 * spectrum as u64);
-                let kernels = b.conv().channels() as u64;
-                // The kernel spectra stay; the placed kernels and the maps are small beside them.
-                let resident = kernels * (s + g) + 4 * grid.iter().sum::<usize>() as u64;
-                // A padded grid and its spectrum, then the spectrum and the inverse grid, then the
-                // grid and the cropped or folded result.
-                let work = planes * (g + s);
-                (resident, work)
-            }
+            BuiltOperator::Blur(b) => blur_floats(b.conv(), image),
+            BuiltOperator::Blur3d(b) => blur_floats(b.conv(), image),
         })
         .collect();
     let blurs: Option<Vec<&Blur>> = built
         .iter()
         .map(|op| match op {
             BuiltOperator::Blur(b) => Some(b),
-            BuiltOperator::Tomography(_) | BuiltOperator::Tomography3d(_) => None,
+            BuiltOperator::Blur3d(_)
+            | BuiltOperator::Tomography(_)
+            | BuiltOperator::Tomography3d(_) => None,
         })
         .collect();
     let fused = blurs.is_some_and(|blurs| {
@@ -1004,7 +1036,8 @@ pub fn footprint(
             .unwrap_or(0)
             * 2;
     parts.push(("one operator's work buffers".to_string(), floats(work)));
-    let fft = match fused || built.iter().any(|op| matches!(op, BuiltOperator::Blur(_))) {
+    let blur = |op: &BuiltOperator| matches!(op, BuiltOperator::Blur(_) | BuiltOperator::Blur3d(_));
+    let fft = match fused || built.iter().any(blur) {
         true => mine.iter().map(|&i| sizes[i].1).max().unwrap_or(0) / 2,
         false => 0,
     };
@@ -1020,9 +1053,9 @@ mod tests {
     use crate::denoise::Denoiser;
     use crate::device::emulator::Emulator;
     use crate::optim::IterationReport;
-    use crate::physics::Stack;
-    use crate::physics::blur::{Padding, gaussian_kernel};
+    use crate::physics::blur::{Padding, gaussian_kernel, gaussian_kernel_3d};
     use crate::physics::tomography::Angles;
+    use crate::physics::{Physics, Stack};
     use crate::samples::{Sample, generate, natural_image};
 
     /// The relative L2 distance `‖a − b‖/‖b‖`.
@@ -1036,6 +1069,22 @@ mod tests {
             let t = (i * 7919 + seed * 104_729) as f32;
             0.5 + 0.3 * (t * 0.013).sin() + 0.1 * ((i * 2_654_435_761) % 1000) as f32 / 1000.0
         })
+    }
+
+    /// The device dot test of `(x, Ax)` and `(y, Aᵀy)`: `|⟨Ax, y⟩ − ⟨x, Aᵀy⟩| ≤ 1e-5·‖Ax‖‖y‖`.
+    fn assert_dot_test<B: Backend>(
+        b: &B,
+        [x, ax]: [&DeviceVec<B, f32>; 2],
+        [y, aty]: [&DeviceVec<B, f32>; 2],
+        what: &str,
+    ) {
+        let lhs = vector::dot(b, ax, y).unwrap();
+        let rhs = vector::dot(b, x, aty).unwrap();
+        let scale = vector::norm(b, ax).unwrap() * vector::norm(b, y).unwrap();
+        assert!(
+            (lhs - rhs).abs() <= 1e-5 * scale,
+            "{what}: dot test {lhs} vs {rhs}"
+        );
     }
 
     /// 3-D tomography on the device: forward, adjoint and FBP of every slice in one call are the
@@ -1104,13 +1153,7 @@ mod tests {
                 );
             }
             assert_eq!(fbp_dev.shape(), x.shape(), "{what}");
-            let lhs = vector::dot(b, &ax, &dy).unwrap();
-            let rhs = vector::dot(b, &dx, &aty).unwrap();
-            let scale = vector::norm(b, &ax).unwrap() * vector::norm(b, &dy).unwrap();
-            assert!(
-                (lhs - rhs).abs() <= 1e-5 * scale,
-                "{what}: dot test {lhs} vs {rhs}"
-            );
+            assert_dot_test(b, [&dx, &ax], [&dy, &aty], &what);
         }
         // Bad shapes are errors naming what was wrong, never a panic.
         let op = Tomography3d::new(9, &Angles::Count(4), false, false).unwrap();
@@ -1324,6 +1367,17 @@ mod tests {
         eprintln!("{what}: relative error {e:e}");
     }
 
+    /// Every iteration's objective of the two runs within 1e-5 relative.
+    fn assert_same_objectives(c: &Compared) {
+        for (d, h) in c.device.history.iter().zip(&c.cpu.history) {
+            let (dv, hv) = (d.objective.unwrap(), h.objective.unwrap());
+            assert!(
+                (dv - hv).abs() <= 1e-5 * hv.abs().max(1e-12),
+                "objective {dv} vs {hv}"
+            );
+        }
+    }
+
     /// PnP+TV on 2-D tomography: every operation on the device, within float rounding of the CPU.
     #[test]
     fn pnp_tv_on_tomography_matches_the_cpu() {
@@ -1342,13 +1396,7 @@ mod tests {
             };
             let c = run_both(&host, &[HostOperator::Tomography(&op)], &truth, &cfg);
             assert_close(&c, 1e-5, "tomography");
-            for (d, h) in c.device.history.iter().zip(&c.cpu.history) {
-                let (dv, hv) = (d.objective.unwrap(), h.objective.unwrap());
-                assert!(
-                    (dv - hv).abs() <= 1e-5 * hv.abs().max(1e-12),
-                    "objective {dv} vs {hv}"
-                );
-            }
+            assert_same_objectives(&c);
         }
     }
 
@@ -1409,6 +1457,178 @@ mod tests {
             1e-5,
             "blurs of every padding",
         );
+    }
+
+    /// A 3-D blur on the device, as a job's stack drives it (`DeviceBlur` on volumes): forward and
+    /// adjoint are the CPU's `Blur3d` within the self-test's tolerance (FFTs against the CPU's
+    /// direct or FFT path: float rounding), and the device's adjoint is its forward's transpose
+    /// (dot test), on the self-test's cases (`selftest::blur3d_cases`: both paddings, odd sides,
+    /// `D = 1`, an axis of one voxel, a valid output one voxel thick, a kernel larger than the
+    /// volume, one kernel per channel, `B·C > 1`); a valid blur of a volume smaller than its kernel
+    /// is refused by name, as on the CPU.
+    #[test]
+    fn device_blur3d_is_the_cpu_blur3d() {
+        let backend = Emulator::new().unwrap();
+        let b = &backend;
+        let cases = crate::device::selftest::blur3d_cases(crate::device::selftest::Level::Quick);
+        let mut run = 0;
+        for (seed, (_, kernel, shape)) in cases.into_iter().enumerate() {
+            for padding in [Padding::Valid, Padding::Circular] {
+                let op = Blur3d::new(kernel.clone(), padding).unwrap();
+                let what = format!("{:?} kernel on {shape:?}, {padding:?}", kernel.shape());
+                let Ok(out_shape) = op.output_shape(&shape) else {
+                    // A valid convolution of a volume smaller than its kernel: the device refuses
+                    // it too, by name.
+                    let dev = DeviceBlur::<Emulator>::new(op.conv(), true);
+                    let x = DeviceVec::from_host(b, noisy(&shape, seed).data()).unwrap();
+                    let image = planes_of(&shape, "test").unwrap();
+                    let e = dev.forward(b, &x, image).err().unwrap().to_string();
+                    assert!(e.contains("valid convolution"), "{what}: {e}");
+                    continue;
+                };
+                run += 1;
+                let dev = DeviceBlur::<Emulator>::new(op.conv(), true);
+                let image = planes_of(&shape, "test").unwrap();
+                let x = noisy(&shape, seed);
+                let y = noisy(&out_shape, seed + 10);
+                let (dx, dy) = (
+                    DeviceVec::from_host(b, x.data()).unwrap(),
+                    DeviceVec::from_host(b, y.data()).unwrap(),
+                );
+                let ax = dev.forward(b, &dx, image).unwrap();
+                let aty = dev.adjoint(b, &dy, image).unwrap();
+                let as_tensor = |shape: &[usize], v: &DeviceVec<Emulator, f32>| {
+                    Tensor::from_vec(shape, v.to_host(b).unwrap()).unwrap()
+                };
+                let errors = [
+                    relative_error(&as_tensor(&out_shape, &ax), &op.forward(&x).unwrap()),
+                    relative_error(&as_tensor(&shape, &aty), &op.adjoint(&y).unwrap()),
+                ];
+                eprintln!("{what}: forward, adjoint relative errors {errors:?}");
+                for (e, part) in errors.iter().zip(["forward", "adjoint"]) {
+                    assert!(
+                        *e <= crate::device::selftest::TOLERANCE,
+                        "{what}: {part}: {e:e}"
+                    );
+                }
+                assert_dot_test(b, [&dx, &ax], [&dy, &aty], &what);
+            }
+        }
+        assert_eq!(run, 10, "cases that ran");
+    }
+
+    /// Each blur takes the arrays its CPU twin takes, else an error naming it: a 3-D blur refuses
+    /// images (even as a `D = 1` volume would pass), a 2-D blur and a fused 2-D stack refuse
+    /// volumes, a short input is named.
+    #[test]
+    fn blurs_refuse_the_other_kind_of_array_by_name() {
+        let backend = Emulator::new().unwrap();
+        let b = &backend;
+        let blur3d = Blur3d::new(gaussian_kernel_3d([0.5; 3]), Padding::Circular).unwrap();
+        let blur = Blur::new(gaussian_kernel([0.5, 0.5], 0.0), Padding::Circular).unwrap();
+        let x = DeviceVec::from_host(b, &[0.5; 6 * 7]).unwrap();
+        let image = planes_of(&[1, 1, 6, 7], "test").unwrap();
+        let volume = planes_of(&[1, 1, 1, 6, 7], "test").unwrap();
+        let dev3 = DeviceBlur::<Emulator>::new(blur3d.conv(), true);
+        let dev2 = DeviceBlur::<Emulator>::new(blur.conv(), false);
+        assert!(dev3.forward(b, &x, volume).is_ok());
+        assert!(dev2.forward(b, &x, image).is_ok());
+        for (e, name) in [
+            (dev3.forward(b, &x, image).err(), "blur3d"),
+            (dev3.adjoint(b, &x, image).err(), "blur3d"),
+            (dev2.forward(b, &x, volume).err(), "blur"),
+            (dev2.adjoint(b, &x, volume).err(), "blur"),
+        ] {
+            let e = e.unwrap().to_string();
+            assert!(e.contains(&format!("`{name}`")), "{e}");
+        }
+        let stack = DeviceBlurStack::<Emulator>::new(&[&blur, &blur]).unwrap();
+        let e = stack.forward(b, &x, volume).err().unwrap().to_string();
+        assert!(e.contains("`blur stack`") && e.contains("volumes"), "{e}");
+        let short = DeviceVec::from_host(b, &[0.5; 6 * 6]).unwrap();
+        let e = dev3.forward(b, &short, volume).err().unwrap().to_string();
+        assert!(e.contains("device blur"), "{e}");
+    }
+
+    /// PnP+TV on volumes under a stack of a valid and a circular 3-D blur and a 3-D tomography
+    /// (operator by operator on both sides), from the adjoint and from zeros: within the 2-D blur
+    /// stacks' tolerance of the CPU, the objective too.
+    #[test]
+    fn pnp_tv_on_a_blur3d_stack_matches_the_cpu() {
+        let truth = crate::samples::shepp_logan_3d(11);
+        let make = || -> (Vec<Blur3d>, Tomography3d) {
+            let blurs = [Padding::Valid, Padding::Circular]
+                .into_iter()
+                .zip([[0.6, 0.4, 0.5], [0.3, 0.7, 0.4]])
+                .map(|(p, sigma)| Blur3d::new(gaussian_kernel_3d(sigma), p).unwrap())
+                .collect();
+            let tomo = Tomography3d::new(11, &Angles::Count(9), false, false).unwrap();
+            (blurs, tomo)
+        };
+        let (blurs, tomo) = make();
+        let (host_blurs, host_tomo) = make();
+        let mut host_ops: Vec<Box<dyn LinearPhysics>> = host_blurs
+            .into_iter()
+            .map(|b| Box::new(b) as Box<dyn LinearPhysics>)
+            .collect();
+        host_ops.push(Box::new(host_tomo));
+        let host = Stack::new(host_ops).unwrap();
+        assert!(!host.is_fused());
+        let mut ops: Vec<HostOperator> = blurs.iter().map(HostOperator::Blur3d).collect();
+        ops.push(HostOperator::Tomography3d(&tomo));
+        for init in [Init::Adjoint, Init::Zeros] {
+            let cfg = PnpConfig {
+                iterations: 5,
+                init,
+                clamp: Some([0.0, 1.0]),
+                track_objective: true,
+                ..PnpConfig::default()
+            };
+            let c = run_both(&host, &ops, &truth, &cfg);
+            assert_close(&c, 1e-5, "3-D blurs and a 3-D tomography");
+            assert_same_objectives(&c);
+        }
+    }
+
+    /// The normal operator `Σ AᵢᵀAᵢ` and `init = pinv` (CG on it) on 3-D blurs are the host
+    /// stack's to float rounding: the normal operator within the self-test's tolerance of
+    /// `adjoint_forward`, the pinv within the 2-D blur's pinv bound.
+    #[test]
+    fn normal_operator_and_pinv_on_3d_blurs_are_the_host_stacks() {
+        let backend = Arc::new(Emulator::new().unwrap());
+        let make = || -> Vec<Blur3d> {
+            [Padding::Circular, Padding::Valid]
+                .into_iter()
+                .map(|p| Blur3d::new(gaussian_kernel_3d([0.4, 0.5, 0.3]), p).unwrap())
+                .collect()
+        };
+        let (blurs, shape) = (make(), [1, 2, 7, 9, 8]);
+        let stack = Stack::new(
+            make()
+                .into_iter()
+                .map(|b| Box::new(b) as Box<dyn LinearPhysics>)
+                .collect(),
+        )
+        .unwrap();
+        let ys = stack.forward(&noisy(&shape, 6)).unwrap();
+        let ops: Vec<HostOperator> = blurs.iter().map(HostOperator::Blur3d).collect();
+        let objective =
+            DeviceObjective::new(&backend, &ops, &FidelityConfig::default(), &ys, None).unwrap();
+        let v = noisy(&shape, 7);
+        let normal = objective
+            .normal(&Array::upload(&backend, &v).unwrap())
+            .unwrap()
+            .into_host()
+            .unwrap();
+        let e = relative_error(&normal, &stack.adjoint_forward(&v).unwrap());
+        assert!(e <= crate::device::selftest::TOLERANCE, "normal: {e:e}");
+        let pinv = objective
+            .initial_point(Init::Pinv, &shape)
+            .unwrap()
+            .into_host()
+            .unwrap();
+        let e = relative_error(&pinv, &stack.pinv(&ys).unwrap());
+        assert!(e <= 1e-4, "pinv: relative error {e:e}");
     }
 
     /// What the device has no twin for says so by name instead of running on the CPU.

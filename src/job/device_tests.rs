@@ -303,6 +303,52 @@ fn hqs_jobs_on_the_device_are_the_cpu_jobs() {
     );
 }
 
+/// A 13³ volume under a valid and a circular 3-D Gaussian blur (kernels of 7³ and 5³), PnP+TV
+/// from the adjoint, tracking the objective.
+const BLUR3D: &str = r#"
+version = 1
+name = "3-D blurs on the device"
+seed = 2
+[image]
+sample = "shepp_logan3d"
+size = [13, 13, 13]
+[[physics]]
+kind = "blur3d"
+sigma = [0.6, 0.4, 0.5]
+padding = "valid"
+[[physics]]
+kind = "blur3d"
+sigma = [0.3, 0.5, 0.4]
+padding = "circular"
+[noise]
+kind = "gaussian"
+sigma = 0.02
+[denoiser]
+kind = "tv"
+n_it_max = 20
+[algorithm]
+kind = "pnp"
+iterations = 6
+denoiser_sigma = 0.02
+init = "adjoint"
+relaxation = 0.9
+clamp = [0.0, 1.0]
+track_objective = true
+"#;
+
+/// 3-D blurs (valid and circular, operator by operator as on the CPU) on the device are the CPU
+/// jobs within the 2-D blur jobs' tolerances: PnP with TV, PnP with 3-D wavelets (db4, 2 levels,
+/// on odd sides), and damped CG (the 2-D CG jobs' bound).
+#[test]
+fn blur3d_jobs_on_the_device_are_the_cpu_jobs() {
+    assert_same_run(BLUR3D);
+    let wavelets = with_wavelets(BLUR3D, "db4", 2);
+    assert!(wavelets.contains("kind = \"wavelet\""), "{wavelets}");
+    assert_same_run(&wavelets);
+    let damped = format!("{CG}\ndamping = 0.05");
+    assert_same_run_within(&with_algorithm(BLUR3D, &damped), 1e-4, 1e-2);
+}
+
 /// A colour image under one blur per padding of `paddings` (one kernel size: all circular ones
 /// fuse), tracking the objective.
 fn blurs(paddings: &[&str]) -> String {
@@ -327,8 +373,8 @@ fn blurs(paddings: &[&str]) -> String {
 
 /// Two ranks sharing the (emulated) device, each with its operators (0, 2, 4 and 1, 3), their
 /// gradient terms staged through the host and the sockets, give one rank's bits: the result, every
-/// PSNR and every objective value. So do a tomography split by angle, and a fused stack (every rank
-/// applies it whole).
+/// PSNR and every objective value. So do a tomography split by angle, a fused stack (every rank
+/// applies it whole), and two 3-D blurs (one per rank).
 #[test]
 fn two_device_ranks_give_one_ranks_bits() {
     use crate::dist::testutil::on_group;
@@ -342,6 +388,7 @@ fn two_device_ranks_give_one_ranks_bits() {
         blurs(&["circular"; 2]),
         cg_split,
         cg_blurs,
+        BLUR3D.to_string(),
     ] {
         let preset = Preset::from_toml(&text, "device test", &[]).unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -480,7 +527,7 @@ fn run_on_emulator(
 
 /// The jobs the device runs: PnP+TV and CG on a tomography and on blur stacks (fused, and of
 /// every padding), PnP with wavelets on a 2-D and a 3-D tomography, FBP on an even and an odd
-/// tomography and on a 3-D one.
+/// tomography and on a 3-D one, PnP (TV, wavelets) and CG on 3-D blurs.
 fn device_jobs() -> Vec<(&'static str, String)> {
     let damped = format!("{CG}\ndamping = 0.05");
     let fbp = "[algorithm]\nkind = \"fbp\"";
@@ -505,6 +552,9 @@ fn device_jobs() -> Vec<(&'static str, String)> {
         ("fbp 33² with 17 angles", with_algorithm(&odd, fbp)),
         ("pnp+wavelet tomography3d", tomography3d()),
         ("fbp tomography3d", with_algorithm(&tomography3d(), fbp)),
+        ("pnp+tv blur3d", BLUR3D.to_string()),
+        ("pnp+wavelet blur3d", with_wavelets(BLUR3D, "haar", 2)),
+        ("cg blur3d", with_algorithm(BLUR3D, &damped)),
     ]
 }
 

@@ -392,6 +392,11 @@ impl Blur3d {
     pub fn method_for(&self, x_shape: &[usize]) -> Result<ConvMethod> {
         self.op.method_for(x_shape)
     }
+
+    /// The convolution engine, for its device twin (`device::ops::blur_engine`).
+    pub(crate) fn conv(&self) -> &Conv {
+        &self.op.conv
+    }
 }
 
 conv_physics!(Blur3d);

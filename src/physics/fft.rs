@@ -7,8 +7,10 @@
 //! transpose, so the next axis becomes the last one. The spectrum is therefore left in a permuted
 //! layout (`(d1, d2/2+1, d0)` for volumes, `(d2/2+1, d1)` for images); that is fine because a
 //! convolution only multiplies spectra pointwise, and every spectrum of a given shape has the same
-//! layout. Axes of length 1 are skipped (their transposes are no-ops in memory). Transforms are
-//! unnormalised; callers fold `1/N` into the kernel spectrum. Plans are cached per shape, process-wide.
+//! layout. The FFTs of axes of length 1 are skipped, and so are the transposes when `d0 = d1 = 1`;
+//! with `d1 = 1` but `d0 > 1` the first transpose still runs (it puts `d0` last, where the `d0`
+//! pass needs it contiguous). Transforms are unnormalised; callers fold `1/N` into the kernel
+//! spectrum. Plans are cached per shape, process-wide.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -92,10 +94,12 @@ impl RealFft3 {
             );
         let mut tmp = vec![Complex32::new(0.0, 0.0); spec.len()];
         // Layout (d0, d1, nc) → (nc, d0, d1): FFT along d1.
-        if let Some((fwd, _)) = &self.axes[0] {
+        if self.axes.iter().any(Option::is_some) {
             transpose(&spec, &mut tmp, d0 * d1, nc);
             std::mem::swap(&mut spec, &mut tmp);
-            batched_fft(fwd, &mut spec, d1);
+            if let Some((fwd, _)) = &self.axes[0] {
+                batched_fft(fwd, &mut spec, d1);
+            }
         }
         // Layout (nc, d0, d1) → (d1, nc, d0): FFT along d0.
         if let Some((fwd, _)) = &self.axes[1] {
@@ -118,8 +122,10 @@ impl RealFft3 {
             transpose(&spec, &mut tmp, d1, nc * d0);
             std::mem::swap(&mut spec, &mut tmp);
         }
-        if let Some((_, inv)) = &self.axes[0] {
-            batched_fft(inv, &mut spec, d1);
+        if self.axes.iter().any(Option::is_some) {
+            if let Some((_, inv)) = &self.axes[0] {
+                batched_fft(inv, &mut spec, d1);
+            }
             transpose(&spec, &mut tmp, nc, d0 * d1);
             std::mem::swap(&mut spec, &mut tmp);
         }
@@ -219,6 +225,44 @@ mod tests {
             let back = fft.inverse(spec);
             for (a, b) in x.iter().zip(&back) {
                 assert!((a * n as f32 - b).abs() < 1e-3 * n as f32, "{shape:?}");
+            }
+        }
+    }
+
+    /// The product of two spectra is the circular convolution of the arrays (the property the
+    /// convolution engine relies on, whatever the spectrum's layout), against the direct sum, on
+    /// shapes with axes of length 1 in every position (`(d0, 1, d2)` once moved `d0` wrongly).
+    #[test]
+    fn spectrum_products_are_circular_convolutions() {
+        for shape in [
+            [3, 1, 6],
+            [4, 1, 1],
+            [1, 5, 7],
+            [1, 1, 8],
+            [2, 3, 5],
+            [5, 4, 1],
+        ] {
+            let fft = RealFft3::get(shape);
+            let n = fft.real_len();
+            let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.3).collect();
+            let k: Vec<f32> = (0..n).map(|i| ((i * 13 % 7) as f32 - 3.0) * 0.2).collect();
+            let (sx, sk) = (fft.forward(&mut x.clone()), fft.forward(&mut k.clone()));
+            let product = sx.iter().zip(&sk).map(|(a, b)| a * b).collect();
+            let got = fft.inverse(product);
+            let [d0, d1, d2] = shape;
+            for (i, &g) in got.iter().enumerate() {
+                let (a, b, c) = (i / (d1 * d2), i / d2 % d1, i % d2);
+                let mut want = 0.0f64;
+                for (j, &xj) in x.iter().enumerate() {
+                    let (p, q, r) = (j / (d1 * d2), j / d2 % d1, j % d2);
+                    let s = ((a + d0 - p) % d0 * d1 + (b + d1 - q) % d1) * d2 + (c + d2 - r) % d2;
+                    want += xj as f64 * k[s] as f64;
+                }
+                let want = want * n as f64;
+                assert!(
+                    (g as f64 - want).abs() < 1e-4 * n as f64,
+                    "{shape:?} at {i}: {g} vs {want}"
+                );
             }
         }
     }

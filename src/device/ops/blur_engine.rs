@@ -1,5 +1,6 @@
-//! The blur's FFT path on the device: [`DeviceConv`] computes `physics::blur_engine::Conv` (deepinv's
-//! convolution, every padding: valid, circular, replicate, reflect, constant) as pad → FFT →
+//! The blurs' FFT path on the device: [`DeviceConv`] computes `physics::blur_engine::Conv`, the
+//! engine of 2-D and 3-D blurs (deepinv's convolution, every padding: valid, circular, replicate,
+//! reflect, constant; a 3-D blur takes valid and circular) on planes `[D, H, W]`, as pad → FFT →
 //! product with the kernel's spectrum → inverse FFT → crop, and its adjoint as zero-pad → FFT →
 //! product with the conjugate spectrum → inverse FFT → fold (the padding's adjoint). The padding
 //! maps and the kernel placement come from the CPU engine itself (`Conv::fft_layout`,
@@ -17,7 +18,7 @@ use crate::device::backend::{Arg, Backend, DeviceVec, LaunchConfig};
 use crate::device::kernels;
 use crate::error::{Error, Result};
 use crate::physics::LinearPhysics;
-use crate::physics::blur::Blur;
+use crate::physics::blur::{Blur, Blur3d};
 use crate::physics::blur_engine::{AxisMap, Conv, ConvMethod, Padding};
 use crate::physics::stack::BlurFusion;
 
@@ -101,10 +102,10 @@ fn circular_axes(conv: &Conv, dims: [usize; 3]) -> [bool; 3] {
     dims.map(|n| circular && smooth(n))
 }
 
-/// The FFT grid of `blur` on inputs of `dims` and its spectrum's complex values per plane, as
-/// [`DeviceConv`] will allocate them (for the memory estimate of a device job, before any).
-pub fn blur_grid(blur: &Blur, dims: [usize; 3]) -> ([usize; 3], usize) {
-    let conv = blur.conv();
+/// The FFT grid of a blur's `conv` (2-D or 3-D) on inputs of `dims` and its spectrum's complex
+/// values per plane, as [`DeviceConv`] will allocate them (for the memory estimate of a device
+/// job, before any).
+pub fn blur_grid(conv: &Conv, dims: [usize; 3]) -> ([usize; 3], usize) {
     let grid = conv.fft_layout(dims, circular_axes(conv, dims)).grid;
     (grid, grid[0] * grid[1] * (grid[2] / 2 + 1))
 }
@@ -131,6 +132,11 @@ impl<B: Backend> DeviceConv<B> {
 
     /// The device twin of a 2-D blur.
     pub fn from_blur(blur: &Blur) -> DeviceConv<B> {
+        DeviceConv::new(blur.conv())
+    }
+
+    /// The device twin of a 3-D blur (its planes are volumes `[D, H, W]`).
+    pub fn from_blur3d(blur: &Blur3d) -> DeviceConv<B> {
         DeviceConv::new(blur.conv())
     }
 
@@ -426,13 +432,16 @@ impl<B: Backend> DeviceConv<B> {
     }
 }
 
-/// Images as the convolutions see them: `count` planes (`B·C`) of `dims`, plane `p` of channel
-/// `p % channels`.
+/// Images or volumes as the device operators see them: `count` planes (`B·C`) of `dims`, plane
+/// `p` of channel `p % channels`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Planes {
     pub count: usize,
     pub channels: usize,
     pub dims: [usize; 3],
+    /// Volumes `(B, C, D, H, W)` (`D = 1` too), not images `(B, C, H, W)`: each operator takes
+    /// one kind, as its CPU twin does, which `dims` alone cannot tell when `D = 1`.
+    pub volumes: bool,
 }
 
 impl Planes {
@@ -442,9 +451,39 @@ impl Planes {
             count: batch * channels,
             channels,
             dims: [1, h, w],
+            volumes: false,
         }
     }
+
+    /// The planes of a volume batch `(B, C, D, H, W)`.
+    pub fn of_volume([batch, channels, d, h, w]: [usize; 5]) -> Planes {
+        Planes {
+            count: batch * channels,
+            channels,
+            dims: [d, h, w],
+            volumes: true,
+        }
+    }
+
+    /// These planes when they are the kind operator `op` takes (`volumes`: a 3-D operator's),
+    /// else the error its CPU twin would give, naming both.
+    pub fn expect_kind(self, op: &str, volumes: bool) -> Result<Planes> {
+        if self.volumes == volumes {
+            return Ok(self);
+        }
+        let [d, h, w] = self.dims;
+        let reason = match volumes {
+            true => format!("a 3-D operator takes volumes (B, C, D, H, W), got images of {h}×{w}"),
+            false => {
+                format!("a 2-D operator takes images (B, C, H, W), got volumes of {d}×{h}×{w}")
+            }
+        };
+        Err(Error::config(op, reason))
+    }
 }
+
+/// What a fused stack's errors name.
+const STACK: &str = "blur stack";
 
 /// The weighted Gram convolution for the last weights asked for (their bits).
 type GramCache<B> = Mutex<Option<(Vec<u32>, Arc<DeviceConv<B>>)>>;
@@ -531,7 +570,8 @@ impl<B: Backend> DeviceBlurStack<B> {
             count,
             channels,
             dims,
-        } = image;
+            ..
+        } = image.expect_kind(STACK, false)?;
         let spectra = self.first()?.input_spectra(backend, x, count, dims)?;
         self.ops
             .iter()
@@ -549,6 +589,7 @@ impl<B: Backend> DeviceBlurStack<B> {
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
         self.check_weights(weights)?;
+        let image = image.expect_kind(STACK, false)?;
         if ys.len() != self.ops.len() {
             return Err(Error::config(
                 "physics",
@@ -582,6 +623,7 @@ impl<B: Backend> DeviceBlurStack<B> {
         image: Planes,
     ) -> Result<DeviceVec<B, f32>> {
         self.check_weights(weights)?;
+        let image = image.expect_kind(STACK, false)?;
         let bits: Vec<u32> = weights.iter().map(|w| w.to_bits()).collect();
         let conv = {
             let mut cached = self.gram.lock().unwrap_or_else(|p| p.into_inner());
@@ -620,7 +662,8 @@ impl<B: Backend> DeviceBlurStack<B> {
             count,
             channels,
             dims,
-        } = image;
+            ..
+        } = image.expect_kind(STACK, false)?;
         let Some(g) = self.gram_spectrum(backend, dims)? else {
             return Ok(None);
         };

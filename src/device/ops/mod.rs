@@ -1,8 +1,8 @@
 //! Device operations, each the twin of a CPU operation it is checked against (`super::selftest`):
 //! [`vector`] (the iterate's arithmetic and deterministic reductions, as `Tensor`'s), [`tomography`]
-//! (`physics::tomography`'s forward and exact adjoint), [`conv`] (the blur's FFT path, every
-//! padding, as `physics::blur_engine`), [`tv`] and [`wavelet`] (the denoisers `denoise::tv` and
-//! `denoise::wavelet`). Written once against [`super::backend::Backend`].
+//! (`physics::tomography`'s forward and exact adjoint), [`blur_engine`] (the 2-D and 3-D blurs'
+//! FFT path, every padding, as `physics::blur_engine`), [`tv`] and [`wavelet`] (the denoisers
+//! `denoise::tv` and `denoise::wavelet`). Written once against [`super::backend::Backend`].
 
 pub mod blur_engine;
 pub mod tomography;
