@@ -615,6 +615,36 @@ impl Member {
         self.check_in(completed_iteration, why, true)
     }
 
+    /// Leaves the current generation after `completed` iterations (epochs: `unit`), to grow (every
+    /// member left for ranks asking to join) or after `failure`; says which in the log, then
+    /// checks in and waits for the launcher's plan.
+    pub fn leave(
+        &mut self,
+        growing: bool,
+        completed: usize,
+        failure: &Error,
+        unit: WorkUnit,
+    ) -> Result<Plan> {
+        match growing {
+            true => {
+                tracing::info!(
+                    "generation {} ends after {unit} {completed}: rank(s) ask to join; checking \
+                     in with the launcher",
+                    self.generation
+                );
+                self.leave_to_grow(completed)
+            }
+            false => {
+                tracing::warn!(
+                    "generation {} failed after {unit} {completed}: {failure}; checking in with \
+                     the launcher",
+                    self.generation
+                );
+                self.rejoin(completed, failure)
+            }
+        }
+    }
+
     /// The probe through which this generation's rank 0 learns, at each iteration boundary,
     /// whether ranks ask to join (a connection of its own to the launcher's store).
     pub fn grow_probe(&self) -> Result<GrowProbe> {

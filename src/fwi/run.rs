@@ -1233,27 +1233,11 @@ fn elastic_typed<T: Float>(
             carried.solve_secs_before += t.elapsed().as_secs_f64();
         }
         let completed = carried.history.len();
-        match growing {
-            true => tracing::info!(
-                "generation {} ends after epoch {completed}: rank(s) ask to join; checking in \
-                 with the launcher",
-                member.generation
-            ),
-            false => tracing::warn!(
-                "generation {} failed after epoch {completed}: {failure}; checking in with the \
-                 launcher",
-                member.generation
-            ),
-        }
         let shots = carried
             .prepared
             .as_ref()
             .map_or(preset.fwi.batch_size, |p| p.setup.acquisition.len());
-        let rejoined = match growing {
-            true => member.leave_to_grow(completed),
-            false => member.rejoin(completed, &failure),
-        };
-        let plan = match rejoined {
+        let plan = match member.leave(growing, completed, &failure, WorkUnit::Epoch) {
             Ok(plan) => plan,
             Err(stop) => {
                 carried.checkpoint_at_stop();

@@ -246,23 +246,7 @@ fn elastic_loop(
         }
         let failed_at = Instant::now();
         let completed = carried.history.len();
-        match growing {
-            true => tracing::info!(
-                "generation {} ends after iteration {completed}: rank(s) ask to join; checking \
-                 in with the launcher",
-                member.generation
-            ),
-            false => tracing::warn!(
-                "generation {} failed after iteration {completed}: {failure}; checking in with \
-                 the launcher",
-                member.generation
-            ),
-        }
-        let rejoined = match growing {
-            true => member.leave_to_grow(completed),
-            false => member.rejoin(completed, &failure),
-        };
-        let plan = match rejoined {
+        let plan = match member.leave(growing, completed, &failure, WorkUnit::Iteration) {
             Ok(plan) => plan,
             Err(stop) => {
                 checkpoint_at_stop(preset, &carried);
